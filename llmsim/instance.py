@@ -1,0 +1,427 @@
+"""One serving instance: continuous batching over a paged KV cache, driven by SimPy callbacks.
+
+Iteration semantics (vLLM's ``num_computed_tokens`` model): a scheduled request processes ``n_new``
+tokens; when its computed tokens reach prompt + generated, the iteration samples one token. The
+first token appears at the end of the iteration that completes the prompt; a preempted request
+(recompute) re-prefills prompt + generated tokens and then samples its next token.
+
+Fast path: a *stable* decode-only batch (see ``Scheduled.stable``) repeats identically until a
+request finishes, a new block cannot be allocated, or a new request arrives. The instance then plans
+the iteration boundaries b_1, b_2, ... of the whole run at once (each b_i = b_{i-1} + step time, as
+stepping computes them) and schedules one event at its end. A request submitted mid-run truncates
+the run at the first boundary where stepping would have seen it; an observer mid-run materialises
+the completed iterations. Both give results bit-identical to stepping (tested).
+
+Submission visibility: a request submitted at (t, phase) is seen by the first boundary b with
+(b, ENGINE) > (t, phase), i.e. b >= t for arrivals and b > t for deferred routing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Callable
+
+from llmsim.engine import EngineConfig
+from llmsim.errors import ConfigError
+from llmsim.scheduling import BATCH_POLICIES
+from llmsim.simenv import ARRIVAL, ENGINE, SimEnv
+
+if TYPE_CHECKING:
+    from llmsim.metrics import Recorder
+    from llmsim.profile import Profile
+    from llmsim.request import Request
+
+_FIRST_CHUNK = 32  # iterations planned at once; doubles while a run goes on
+_NEVER = float("inf")
+
+
+class _Run:
+    """A planned run of identical decode iterations (fast path)."""
+
+    __slots__ = ("start", "reqs", "n", "bounds", "applied", "end", "k_final", "ctx1", "free", "res",
+                 "stop_t", "stop_strict", "planned")
+
+    def __init__(
+        self, start: float, reqs: list, bounds: list[float], ctx1: int, free: int, res: list[int], k_final: int
+    ) -> None:
+        self.start = start  # when iteration 1 began
+        self.reqs = reqs
+        self.n = len(reqs)
+        self.bounds = bounds  # bounds[i-1] = end of iteration i
+        self.applied = 0  # iterations materialised into request state
+        self.end = 0  # iteration at which the scheduled event fires
+        self.k_final = k_final  # last iteration the run may reach (first completion)
+        self.ctx1 = ctx1  # decode context sum of iteration 1
+        self.free = free  # KV blocks left after the planned allocations
+        self.res = res  # count of requests per (computed % block_size) at run start
+        self.stop_t = _NEVER  # a submission at this time ends the run at its first boundary
+        self.stop_strict = False
+        self.planned = 1
+
+
+class Instance:
+    def __init__(
+        self,
+        idx: int,
+        env: SimEnv,
+        profile: Profile,
+        config: EngineConfig,
+        recorder: Recorder,
+        on_finish: Callable[[Request, Instance], None] | None = None,
+        name: str = "",
+    ) -> None:
+        self.idx = idx
+        self.env = env
+        self.profile = profile
+        self.config = cfg = config.resolved(profile.model.max_position)
+        self.name = name or f"{idx}:{profile.name}"
+        self.policy = BATCH_POLICIES[cfg.policy]()
+        self.recorder = recorder
+        self.on_finish = on_finish
+        self.block_size = bs = cfg.block_size
+        self.max_seqs = cfg.max_num_seqs
+        self.max_batched = cfg.max_num_batched_tokens
+        self.max_model_len = cfg.max_model_len
+        if cfg.num_gpu_blocks is not None:
+            self.kv_total = cfg.num_gpu_blocks
+        else:
+            self.kv_total = profile.kv_capacity_tokens(cfg.gpu_memory_utilization) // bs
+        if self.kv_total < 1:
+            raise ConfigError(f"instance {self.name}: KV cache has no room for a single block")
+        self.kv_free = self.kv_total
+        self.watermark_blocks = int(cfg.watermark * self.kv_total)
+        self.block_bytes = bs * profile.model.kv_bytes_per_token // profile.tp
+        self.cpu_total = int(cfg.swap_space_gb * 1e9) // self.block_bytes if cfg.preemption == "swap" else 0
+        self.cpu_free = self.cpu_total
+        self.host_bw = profile.gpu.host_link_bw
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.swapped: deque[Request] = deque()
+        self.fast = cfg.fast_path
+        self._busy = False
+        self._gen = 0
+        self._batch: list[Request] = []
+        self._iter_start = 0.0
+        self._run: _Run | None = None
+        self._admit_counter = 0
+        # statistics
+        self.iterations = 0
+        self.busy_time = 0.0
+        self.preemptions = 0
+        self.swap_outs = 0
+        self.tokens_out = 0
+        self.prefill_tokens = 0
+        self.finished = 0
+
+    # ------------------------------------------------------------------ public API
+    def max_prompt_blocks(self) -> int:
+        """Largest number of blocks a prompt may take and still be admitted."""
+        return self.kv_total - self.watermark_blocks
+
+    def can_ever_serve(self, r: Request) -> str:
+        """'' if this instance can serve ``r``; otherwise the reason it never could."""
+        if r.prompt_tokens >= self.max_model_len:
+            return "prompt_exceeds_max_model_len"
+        if -(-(r.prompt_tokens + 1) // self.block_size) > self.max_prompt_blocks():
+            return "prompt_exceeds_kv_capacity"
+        return ""
+
+    def submit(self, r: Request, now: float, phase: int) -> None:
+        """Queue ``r``; the engine sees it at its next boundary (see module docstring)."""
+        limit = self.max_model_len - r.prompt_tokens
+        target = r.output_tokens if r.outputs_by_model is None else r.output_for(self.profile.model.name)
+        if target > limit:
+            target = limit
+            r.truncated = True
+        r.target_tokens = target if target > 0 else 1
+        r.instance = self.idx
+        self.waiting.append(r)
+        if not self._busy:
+            self._busy = True
+            self._gen += 1
+            self.env.call_at(now, ENGINE, self._on_boundary, self._gen)
+            return
+        run = self._run
+        if run is not None and run.stop_t == _NEVER:
+            # submissions arrive in (time, phase) order, so the first one during a run decides its end
+            run.stop_t, run.stop_strict = now, phase == ARRIVAL
+            self._truncate(run)
+
+    def sync(self, now: float, phase: int) -> None:
+        """Bring request and KV state up to the last boundary an observer at (now, phase) has seen."""
+        run = self._run
+        if run is None:
+            return
+        bounds = run.bounds
+        j = run.applied
+        last = run.end - 1  # the boundary event itself materialises run.end
+        if phase <= ARRIVAL:
+            while j < last and bounds[j] < now:
+                j += 1
+        else:
+            while j < last and bounds[j] <= now:
+                j += 1
+        if j > run.applied:
+            self._materialise(run, j)
+
+    # snapshot helpers used by ClusterView
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def kv_used(self) -> int:
+        return self.kv_total - self.kv_free
+
+    # ------------------------------------------------------------------ KV helpers for policies
+    def blocks_needed(self, r: Request, n_new: int) -> int:
+        need = -(-(r.computed + n_new) // self.block_size) - r.blocks
+        return need if need > 0 else 0
+
+    def admit(self, r: Request, n_new: int, need: int, now: float) -> None:
+        self.waiting.remove(r) if self.waiting[0] is not r else self.waiting.popleft()
+        self.kv_free -= need
+        r.blocks += need
+        r.n_new = n_new
+        if r.first_scheduled < 0:
+            r.first_scheduled = now
+        self._admit_counter += 1
+        r.admit_seq = self._admit_counter
+        self.running.append(r)
+
+    def preempt_last(self) -> int:
+        """Preempt the most recently admitted running request; returns blocks swapped out."""
+        r = self.running.pop()
+        self.preemptions += 1
+        r.preemptions += 1
+        self.kv_free += r.blocks
+        if -(-(r.prompt_tokens + r.generated + 1) // self.block_size) > self.max_prompt_blocks():
+            # it has grown past what the whole cache can hold: it would preempt itself forever
+            r.blocks = 0
+            self.recorder.drop(r, "exceeds_kv_capacity", self.env.now)
+            return 0
+        if self.cpu_total and r.blocks <= self.cpu_free:
+            self.cpu_free -= r.blocks
+            r.swapped = True
+            r.swaps += 1
+            self.swap_outs += 1
+            self.swapped.append(r)
+            return r.blocks
+        r.blocks = 0
+        r.computed = 0
+        self.waiting.appendleft(r)
+        return 0
+
+    def swap_in(self, r: Request) -> int:
+        """Take ``r`` off the swapped queue; the caller allocates its GPU blocks. Returns blocks moved."""
+        self.swapped.popleft()
+        self.cpu_free += r.blocks
+        r.swapped = False
+        self.running.append(r)
+        return r.blocks
+
+    # ------------------------------------------------------------------ the engine loop
+    def _on_boundary(self, gen: int) -> None:
+        if gen != self._gen:
+            return
+        now = self.env.now
+        run = self._run
+        if run is not None:
+            if run.end < run.k_final and not self._run_stops_at(run, run.end):
+                self._plan(run)  # a planning checkpoint: extend the run if it can go on
+                if len(run.bounds) > run.end:
+                    self._schedule_run_end(run)
+                    return
+            self._materialise(run, run.end)
+            self._run = None
+            self._complete(run.reqs, now)
+        elif self._batch:
+            self._apply(now)
+        self._start_next(now)
+
+    def _start_next(self, now: float) -> None:
+        sched = self.policy.schedule(self, now)
+        batch = sched.batch
+        while not batch and self.waiting and not self.running and not self.swapped:
+            # the whole cache is free and the head still cannot start: it never will
+            self.recorder.drop(self.waiting.popleft(), "cannot_be_scheduled", now)
+            sched = self.policy.schedule(self, now)
+            batch = sched.batch
+        if not batch:
+            self._busy = False
+            self._batch = []
+            return
+        n_tokens = n_decode = decode_ctx = c2 = cp = 0
+        for r in batch:
+            n = r.n_new
+            n_tokens += n
+            if n == 1 and r.generated > 0 and r.computed + 1 == r.prompt_tokens + r.generated:
+                n_decode += 1
+                decode_ctx += r.computed + 1
+            else:
+                c2 += n * n
+                cp += n * r.computed
+        self.prefill_tokens += n_tokens - n_decode
+        dt = self.profile.step_time(n_tokens, len(batch), c2, cp, n_decode, decode_ctx)
+        if sched.transfer_blocks:
+            dt += sched.transfer_blocks * self.block_bytes / self.host_bw
+        end = now + dt
+        if self.fast and sched.stable:
+            self._start_run(batch, end, decode_ctx)
+            return
+        self._batch = batch
+        self._iter_start = now
+        self._gen += 1
+        self.env.call_at(end, ENGINE, self._on_boundary, self._gen)
+
+    def _apply(self, now: float) -> None:
+        """Apply the effects of the iteration that just ended (slow path)."""
+        batch = self._batch
+        self._batch = []
+        self.iterations += 1
+        self.busy_time += now - self._iter_start
+        rec = self.recorder
+        done = []
+        out = 0
+        for r in batch:
+            r.computed += r.n_new
+            if r.computed == r.prompt_tokens + r.generated:
+                r.generated += 1
+                out += 1
+                if r.first_token < 0:
+                    r.first_token = now
+                else:
+                    rec.itl(now - r.last_token_time, 1)
+                r.last_token_time = now
+                if r.generated >= r.target_tokens:
+                    done.append(r)
+        self.tokens_out += out
+        if done:
+            self._complete(done, now)
+
+    def _complete(self, reqs: list[Request], now: float) -> None:
+        finished = [r for r in reqs if r.generated >= r.target_tokens]
+        if not finished:
+            return
+        ids = {id(r) for r in finished}
+        self.running = [r for r in self.running if id(r) not in ids]
+        for r in finished:
+            self.kv_free += r.blocks
+            r.blocks = 0
+            r.finish = now
+            self.finished += 1
+            self.recorder.finish(r)
+            if self.on_finish is not None:
+                self.on_finish(r, self)
+
+    # ------------------------------------------------------------------ fast path
+    def _start_run(self, reqs: list[Request], b1: float, ctx1: int) -> None:
+        bs = self.block_size
+        res = [0] * bs
+        k_final = 1 << 62
+        for r in reqs:
+            res[r.computed % bs] += 1
+            left = r.target_tokens - r.generated
+            if left < k_final:
+                k_final = left
+        run = _Run(self.env.now, list(reqs), [b1], ctx1, self.kv_free, res, k_final)
+        self._run = run
+        self._batch = []
+        run.planned = _FIRST_CHUNK
+        self._plan(run)
+        self._schedule_run_end(run)
+
+    def _plan(self, run: _Run) -> None:
+        """Extend the planned boundaries by up to ``run.planned`` iterations, doubling the next chunk."""
+        bounds = run.bounds
+        i = len(bounds) + 1  # next iteration index (1-based)
+        limit = min(run.k_final, len(bounds) + run.planned)
+        n, bs, res, step = run.n, self.block_size, run.res, self.profile.step_time
+        free = run.free
+        ctx = run.ctx1 + n * (i - 1)
+        last = bounds[-1]
+        stop_t = run.stop_t
+        while i <= limit:
+            if last > stop_t or (last == stop_t and run.stop_strict):
+                break
+            need = res[(1 - i) % bs]
+            if need > free:
+                run.k_final = i - 1
+                break
+            free -= need
+            last = last + step(n, n, 0, 0, n, ctx)
+            bounds.append(last)
+            ctx += n
+            i += 1
+        run.free = free
+        run.planned *= 2
+
+    def _run_stops_at(self, run: _Run, j: int) -> bool:
+        b = run.bounds[j - 1]
+        return b > run.stop_t or (b == run.stop_t and run.stop_strict)
+
+    def _schedule_run_end(self, run: _Run) -> None:
+        """Fire at the first boundary where the run must stop, or at the end of what is planned."""
+        bounds = run.bounds
+        j = max(run.end, run.applied + 1)
+        last = min(len(bounds), run.k_final)
+        while j < last and not self._run_stops_at(run, j):
+            j += 1
+        run.end = j
+        self._gen += 1
+        self.env.call_at(bounds[j - 1], ENGINE, self._on_boundary, self._gen)
+
+    def _truncate(self, run: _Run) -> None:
+        """Move the pending event earlier if a boundary before it must see the new submission."""
+        j = run.applied + 1
+        while j < run.end and not self._run_stops_at(run, j):
+            j += 1
+        if j < run.end:
+            run.end = j
+            self._gen += 1
+            self.env.call_at(run.bounds[j - 1], ENGINE, self._on_boundary, self._gen)
+
+    def _materialise(self, run: _Run, j: int) -> None:
+        """Apply iterations ``run.applied+1 .. j`` to the requests, KV cache and statistics."""
+        j0 = run.applied
+        if j <= j0:
+            return
+        bounds, reqs, n = run.bounds, run.reqs, run.n
+        rec = self.recorder
+        if j0 == 0:
+            b1 = bounds[0]
+            for r in reqs:
+                rec.itl(b1 - r.last_token_time, 1)
+            self.busy_time += b1 - run.start
+            start = 1
+        else:
+            start = j0
+        prev = bounds[start - 1]
+        busy = self.busy_time
+        for i in range(start, j):
+            b = bounds[i]
+            d = b - prev
+            rec.itl(d, n)
+            busy += d
+            prev = b
+        self.busy_time = busy
+        d = j - j0
+        last = bounds[j - 1]
+        alloc_next = j < run.end  # mid-run, iteration j+1 has already been given its blocks
+        bs = self.block_size
+        freed = 0
+        for r in reqs:
+            r.computed += d
+            r.generated += d
+            r.last_token_time = last
+            nb = -(-(r.computed + 1) // bs) if alloc_next else -(-r.computed // bs)
+            freed += r.blocks - nb
+            r.blocks = nb
+        self.kv_free += freed
+        self.iterations += d
+        self.tokens_out += d * n
+        run.applied = j

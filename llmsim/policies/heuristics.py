@@ -1,0 +1,103 @@
+"""Non-learned routers. Ties go to the lowest index, so runs are deterministic."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.policies.base import Router, register_router
+
+if TYPE_CHECKING:
+    from llmsim.cluster import ClusterView
+    from llmsim.request import Request
+
+
+def _argmin(values: list, candidates: list[int]) -> int:
+    best = candidates[0]
+    best_v = values[best]
+    for i in candidates[1:]:
+        v = values[i]
+        if v < best_v:
+            best, best_v = i, v
+    return best
+
+
+@register_router
+class RandomRouter(Router):
+    name = "random"
+
+    def route(self, req: Request, view: ClusterView) -> int:
+        c = view.candidates(req)
+        return c[int(self.rng.integers(len(c)))]
+
+
+@register_router
+class RoundRobinRouter(Router):
+    name = "round_robin"
+
+    def __init__(self, seed: int = 0, **kw) -> None:
+        super().__init__(seed, **kw)
+        self._next = 0
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self._next = 0
+
+    def route(self, req: Request, view: ClusterView) -> int:
+        c = view.candidates(req)
+        n = view.num_instances
+        for _ in range(n):
+            i = self._next % n
+            self._next += 1
+            if i in c:
+                return i
+        return c[0]
+
+
+@register_router
+class JoinShortestQueueRouter(Router):
+    """Fewest requests on the instance (waiting + running + swapped)."""
+
+    name = "jsq"
+
+    def route(self, req: Request, view: ClusterView) -> int:
+        return _argmin(view.queue_lengths(), view.candidates(req))
+
+
+@register_router
+class LeastKVRouter(Router):
+    """Lowest KV-cache use, counting the blocks the waiting prompts will need."""
+
+    name = "least_kv"
+
+    def route(self, req: Request, view: ClusterView) -> int:
+        return _argmin(view.kv_demand_fractions(), view.candidates(req))
+
+
+@register_router
+class LeastWorkLeftRouter(Router):
+    """Fewest predicted remaining tokens: prompts still to prefill plus predicted outputs still to decode.
+
+    A request's predicted output is ``request.predicted_output`` when a predictor set it, else the mean
+    output length of the requests finished so far (the view's running estimate).
+    """
+
+    name = "least_work_left"
+
+    def route(self, req: Request, view: ClusterView) -> int:
+        return _argmin(view.work_left(), view.candidates(req))
+
+
+@register_router
+class PowerOfTwoRouter(Router):
+    """Sample two distinct instances at random, take the one with the shorter queue."""
+
+    name = "power_of_two"
+
+    def route(self, req: Request, view: ClusterView) -> int:
+        c = view.candidates(req)
+        if len(c) == 1:
+            return c[0]
+        a, b = self.rng.choice(len(c), size=2, replace=False)
+        q = view.queue_lengths()
+        i, j = c[int(a)], c[int(b)]
+        return i if q[i] <= q[j] else j

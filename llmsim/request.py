@@ -1,0 +1,109 @@
+"""The request record that flows through workloads, routers and engines.
+
+A plain ``__slots__`` class rather than a dataclass: millions of these are created and the engine
+mutates the lifecycle fields on its hot path, so attribute access must be as cheap as possible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NOT_SET = -1.0
+
+
+class Request:
+    """One inference request: what the client sent, hidden ground truth, and its lifecycle."""
+
+    __slots__ = (
+        # identity and client-visible fields
+        "id",
+        "arrival",
+        "prompt_tokens",
+        "output_tokens",
+        "task",
+        "tenant",
+        "slo_class",
+        "hash_ids",
+        # ground truth per model, hidden from policies (None when the workload has none)
+        "outputs_by_model",
+        "quality_by_model",
+        # predictor output attached by a router or env (never read by the engine)
+        "predicted_output",
+        # lifecycle, written by the cluster and the engine
+        "routed_time",
+        "instance",
+        "first_scheduled",
+        "first_token",
+        "finish",
+        "preemptions",
+        "swaps",
+        "target_tokens",
+        "generated",
+        "computed",
+        "blocks",
+        "admit_seq",
+        "last_token_time",
+        "swapped",
+        "n_new",
+        "truncated",
+        "dropped",
+        "extra",
+    )
+
+    def __init__(
+        self,
+        id: int,
+        arrival: float,
+        prompt_tokens: int,
+        output_tokens: int,
+        task: str | None = None,
+        tenant: str | None = None,
+        slo_class: str | None = None,
+        hash_ids: tuple[int, ...] | None = None,
+        outputs_by_model: dict[str, int] | None = None,
+        quality_by_model: dict[str, float] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.id = id
+        self.arrival = arrival
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.task = task
+        self.tenant = tenant
+        self.slo_class = slo_class
+        self.hash_ids = hash_ids
+        self.outputs_by_model = outputs_by_model
+        self.quality_by_model = quality_by_model
+        self.extra = extra
+        self.predicted_output: float | None = None
+        self.routed_time = NOT_SET
+        self.instance = -1
+        self.first_scheduled = NOT_SET
+        self.first_token = NOT_SET
+        self.finish = NOT_SET
+        self.preemptions = 0
+        self.swaps = 0
+        self.target_tokens = output_tokens
+        self.generated = 0
+        self.computed = 0
+        self.blocks = 0
+        self.admit_seq = 0
+        self.last_token_time = NOT_SET
+        self.swapped = False
+        self.n_new = 0
+        self.truncated = False
+        self.dropped = ""
+
+    def output_for(self, model: str) -> int:
+        """Output length this request would have on ``model`` (per-model ground truth if known)."""
+        if self.outputs_by_model is not None:
+            n = self.outputs_by_model.get(model)
+            if n is not None:
+                return n
+        return self.output_tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(id={self.id}, arrival={self.arrival:.6f}, prompt={self.prompt_tokens}, "
+            f"output={self.output_tokens}, instance={self.instance})"
+        )

@@ -1,0 +1,87 @@
+"""Chunked prefill (vLLM V1 / Sarathi-Serve): decodes first, then prefill chunks fill the budget.
+
+Follows ``vllm/v1/core/sched/scheduler.py::schedule`` (v0.8+): running requests in order get their
+next tokens (1 for a decode, a chunk of a partial prefill) within ``max_num_batched_tokens``; a
+request that cannot get a block preempts the last running one (recompute, or swap if configured);
+when nothing was preempted, swapped-out then waiting requests are admitted FCFS with chunks of the
+remaining budget while ``max_num_seqs`` allows. No watermark (V1 has none).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.scheduling.base import BatchPolicy, Scheduled, register_batch_policy
+
+if TYPE_CHECKING:
+    from llmsim.instance import Instance
+
+
+@register_batch_policy
+class ChunkedPrefillPolicy(BatchPolicy):
+    name = "chunked"
+
+    def schedule(self, inst: Instance, now: float) -> Scheduled:
+        out = Scheduled()
+        batch = out.batch
+        running = inst.running
+        budget = inst.max_batched
+        preempted = False
+        all_decode = True
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            remaining = r.prompt_tokens + r.generated - r.computed
+            n_new = remaining if remaining < budget else budget
+            if remaining != 1 or r.generated == 0:
+                all_decode = False
+            need = inst.blocks_needed(r, n_new)
+            victim = None
+            while need > inst.kv_free:
+                victim = running[-1]
+                out.transfer_blocks += inst.preempt_last()
+                preempted = True
+                if victim is r:
+                    break
+            if victim is r:
+                break
+            inst.kv_free -= need
+            r.blocks += need
+            r.n_new = n_new
+            batch.append(r)
+            budget -= n_new
+            i += 1
+        n_running_scheduled = len(batch)
+        if not preempted:
+            while inst.swapped and budget > 0 and len(running) < inst.max_seqs:
+                r = inst.swapped[0]
+                remaining = r.prompt_tokens + r.generated - r.computed
+                n_new = remaining if remaining < budget else budget
+                need = inst.blocks_needed(r, n_new) + r.blocks
+                if need > inst.kv_free:
+                    break
+                out.transfer_blocks += inst.swap_in(r)
+                inst.kv_free -= need
+                r.blocks = need
+                r.n_new = n_new
+                batch.append(r)
+                budget -= n_new
+            if not inst.swapped:
+                for r in list(self.admission_order(inst)):
+                    if budget <= 0 or len(running) >= inst.max_seqs:
+                        break
+                    remaining = r.prompt_tokens + r.generated - r.computed
+                    n_new = remaining if remaining < budget else budget
+                    need = inst.blocks_needed(r, n_new)
+                    if need > inst.kv_free:
+                        break
+                    inst.admit(r, n_new, need, now)
+                    batch.append(r)
+                    budget -= n_new
+        out.stable = (
+            not preempted
+            and all_decode
+            and out.transfer_blocks == 0
+            and n_running_scheduled == len(batch) == len(running)
+        )
+        return out

@@ -1,0 +1,88 @@
+"""vLLM V0 default scheduler: prefill-prioritised, an iteration runs prefills or decodes.
+
+Follows ``vllm/core/scheduler.py::_schedule_default`` (v0.6): if nothing is swapped out, admit
+waiting prompts FCFS while the token budget, ``max_num_seqs`` and the KV cache (prompt blocks plus
+the watermark) allow; if any were admitted the iteration is prefill-only. Otherwise every running
+sequence decodes one token, preempting the most recently admitted ones when a new block is needed
+and none is free; swapped-out sequences come back only in steps without preemption.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.scheduling.base import BatchPolicy, Scheduled, register_batch_policy
+
+if TYPE_CHECKING:
+    from llmsim.instance import Instance
+
+
+@register_batch_policy
+class VllmV0Policy(BatchPolicy):
+    name = "vllm_v0"
+    uses_watermark = True
+
+    def schedule(self, inst: Instance, now: float) -> Scheduled:
+        out = Scheduled()
+        if not inst.swapped and inst.waiting:
+            batch = out.batch
+            budget = inst.max_batched
+            nseq = len(inst.running)
+            watermark = inst.watermark_blocks
+            for r in list(self.admission_order(inst)):
+                n_new = r.prompt_tokens + r.generated - r.computed
+                if n_new > budget or nseq >= inst.max_seqs:
+                    break
+                need = inst.blocks_needed(r, n_new)
+                if inst.kv_free - need < watermark:
+                    break
+                inst.admit(r, n_new, need, now)
+                batch.append(r)
+                budget -= n_new
+                nseq += 1
+            if batch:
+                return out
+        return self._decode(inst, now, out)
+
+    def _decode(self, inst: Instance, now: float, out: Scheduled) -> Scheduled:
+        running = inst.running
+        batch = out.batch
+        bs = inst.block_size
+        preempted = False
+        i = 0
+        while i < len(running):
+            r = running[i]
+            need = 1 if r.computed % bs == 0 else 0
+            victim = None
+            while need > inst.kv_free:
+                victim = running[-1]
+                out.transfer_blocks += inst.preempt_last()
+                preempted = True
+                if victim is r:
+                    break
+            if victim is r:
+                break
+            inst.kv_free -= need
+            r.blocks += need
+            r.n_new = 1
+            batch.append(r)
+            i += 1
+        if not preempted and inst.swapped:
+            out.transfer_blocks += self._swap_in(inst, now, batch)
+        out.stable = not preempted and out.transfer_blocks == 0 and len(batch) == len(running)
+        return out
+
+    def _swap_in(self, inst: Instance, now: float, batch: list) -> int:
+        moved = 0
+        bs = inst.block_size
+        while inst.swapped and len(inst.running) < inst.max_seqs:
+            r = inst.swapped[0]
+            need = r.blocks + (1 if r.computed % bs == 0 else 0)
+            if inst.kv_free - need < inst.watermark_blocks:
+                break
+            moved += inst.swap_in(r)
+            inst.kv_free -= need
+            r.blocks = need
+            r.n_new = 1
+            batch.append(r)
+        return moved

@@ -1,0 +1,95 @@
+"""The workload protocol: a lazy, re-iterable stream of requests plus counters of what it read.
+
+A workload never materialises its requests: ``iter(workload)`` starts a fresh generator that
+reads the trace (or draws the synthetic stream) in chunks, so a million requests never exist at
+once. Every row that is read but not yielded is counted by reason in :class:`WorkloadStats`, so
+nothing is silently dropped.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmsim.errors import ConfigError
+from llmsim.request import Request
+
+MAX_ERROR_MESSAGES = 20
+ON_ERROR_CHOICES = ("raise", "skip")
+
+
+@dataclass
+class WorkloadStats:
+    """Counters filled while a workload is iterated (reset at the start of every iteration).
+
+    After a complete iteration ``rows_read == yielded + sum(skipped.values())``; when the consumer
+    stops early, rows already parsed in the current chunk are read but neither yielded nor skipped.
+    """
+
+    rows_read: int = 0
+    yielded: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    stopped: str | None = None
+
+    def skip(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` rows dropped for ``reason``."""
+        if n:
+            self.skipped[reason] = self.skipped.get(reason, 0) + n
+
+    def note_error(self, message: str) -> None:
+        """Keep the first few messages of rows skipped as malformed (``on_error="skip"``)."""
+        if len(self.errors) < MAX_ERROR_MESSAGES:
+            self.errors.append(message)
+
+    @property
+    def total_skipped(self) -> int:
+        """Rows read but dropped, over all reasons."""
+        return sum(self.skipped.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain-dict copy, e.g. for a run's report."""
+        return {
+            "rows_read": self.rows_read,
+            "yielded": self.yielded,
+            "skipped": dict(self.skipped),
+            "errors": list(self.errors),
+            "stopped": self.stopped,
+        }
+
+
+class Workload(ABC):
+    """A re-iterable stream of :class:`Request` in non-decreasing arrival order, ids 0, 1, 2, ...
+
+    Subclasses implement :meth:`_iter`; :meth:`__iter__` resets :attr:`stats` first so the counters
+    always describe the latest iteration.
+    """
+
+    def __init__(self) -> None:
+        self._stats = WorkloadStats()
+
+    @property
+    def stats(self) -> WorkloadStats:
+        """Counters of the latest (or ongoing) iteration."""
+        return self._stats
+
+    def __iter__(self) -> Iterator[Request]:
+        self._stats = WorkloadStats()
+        return self._iter(self._stats)
+
+    @abstractmethod
+    def _iter(self, stats: WorkloadStats) -> Iterator[Request]:
+        """Yield the requests, updating ``stats``."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Parameters that define this stream (for logs and reports)."""
+
+
+def check_on_error(on_error: str) -> str:
+    """Validate the ``on_error`` option early, at construction rather than mid-stream."""
+    if on_error not in ON_ERROR_CHOICES:
+        raise ConfigError(f"on_error: expected one of {list(ON_ERROR_CHOICES)}, got {on_error!r}")
+    return on_error
