@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable
 
 from llmsim.engine import EngineConfig
 from llmsim.errors import ConfigError
-from llmsim.scheduling import BATCH_POLICIES
+from llmsim.scheduling import BATCH_POLICIES, Scheduled
 from llmsim.simenv import ARRIVAL, ENGINE, SimEnv
 
 if TYPE_CHECKING:
@@ -182,6 +182,43 @@ class Instance:
         need = -(-(r.computed + n_new) // self.block_size) - r.blocks
         return need if need > 0 else 0
 
+    def decode_all(self, out: Scheduled) -> bool:
+        """Schedule one decode token for every running request if all are decoding and the new
+        blocks fit, filling ``out`` in a single pass; False (nothing changed) otherwise."""
+        running = self.running
+        if not running:
+            return False
+        bs = self.block_size
+        res = [0] * bs
+        ctx = 0
+        k_min = 1 << 62
+        for r in running:
+            c = r.computed
+            g = r.generated
+            if g == 0 or c + 1 != r.prompt_tokens + g:
+                return False
+            res[c % bs] += 1
+            ctx += c
+            left = r.target_tokens - g
+            if left < k_min:
+                k_min = left
+        if res[0] > self.kv_free:
+            return False
+        self.kv_free -= res[0]
+        if not self.fast:
+            # stepping applies each iteration per request, so the request state must be exact now
+            for r in running:
+                if r.computed % bs == 0:
+                    r.blocks += 1
+                r.n_new = 1
+        # (on the fast path r.blocks of the res[0] requests lags by one until the run materialises)
+        out.batch = list(running)
+        out.stable = True
+        out.res = res
+        out.decode_ctx = ctx + len(running)
+        out.k_min = k_min
+        return True
+
     def admit(self, r: Request, n_new: int, need: int, now: float) -> None:
         self.waiting.remove(r) if self.waiting[0] is not r else self.waiting.popleft()
         self.kv_free -= need
@@ -255,6 +292,11 @@ class Instance:
             self._busy = False
             self._batch = []
             return
+        if sched.res is not None and self.fast:
+            n = len(batch)
+            dt = self.profile.step_time(n, n, 0, 0, n, sched.decode_ctx)
+            self._start_run(batch, now + dt, sched.decode_ctx, sched.res, sched.k_min)
+            return
         n_tokens = n_decode = decode_ctx = c2 = cp = 0
         for r in batch:
             n = r.n_new
@@ -271,7 +313,7 @@ class Instance:
             dt += sched.transfer_blocks * self.block_bytes / self.host_bw
         end = now + dt
         if self.fast and sched.stable:
-            self._start_run(batch, end, decode_ctx)
+            self._start_run(batch, end, decode_ctx, None, 0)
             return
         self._batch = batch
         self._iter_start = now
@@ -307,8 +349,7 @@ class Instance:
         finished = [r for r in reqs if r.generated >= r.target_tokens]
         if not finished:
             return
-        ids = {id(r) for r in finished}
-        self.running = [r for r in self.running if id(r) not in ids]
+        self.running = [r for r in self.running if r.generated < r.target_tokens]
         for r in finished:
             self.kv_free += r.blocks
             r.blocks = 0
@@ -319,15 +360,16 @@ class Instance:
                 self.on_finish(r, self)
 
     # ------------------------------------------------------------------ fast path
-    def _start_run(self, reqs: list[Request], b1: float, ctx1: int) -> None:
-        bs = self.block_size
-        res = [0] * bs
-        k_final = 1 << 62
-        for r in reqs:
-            res[r.computed % bs] += 1
-            left = r.target_tokens - r.generated
-            if left < k_final:
-                k_final = left
+    def _start_run(self, reqs: list[Request], b1: float, ctx1: int, res: list[int] | None, k_final: int) -> None:
+        if res is None:
+            bs = self.block_size
+            res = [0] * bs
+            k_final = 1 << 62
+            for r in reqs:
+                res[r.computed % bs] += 1
+                left = r.target_tokens - r.generated
+                if left < k_final:
+                    k_final = left
         run = _Run(self.env.now, list(reqs), [b1], ctx1, self.kv_free, res, k_final)
         self._run = run
         self._batch = []
@@ -391,11 +433,17 @@ class Instance:
         if j <= j0:
             return
         bounds, reqs, n = run.bounds, run.reqs, run.n
-        rec = self.recorder
+        itl = self.recorder.itl
         if j0 == 0:
+            # first iteration: each request's gap since its own last token (stalls included);
+            # requests share a handful of last-token times, so count them per time
             b1 = bounds[0]
+            groups: dict[float, int] = {}
             for r in reqs:
-                rec.itl(b1 - r.last_token_time, 1)
+                t = r.last_token_time
+                groups[t] = groups.get(t, 0) + 1
+            for t, cnt in groups.items():
+                itl(b1 - t, cnt)
             self.busy_time += b1 - run.start
             start = 1
         else:
@@ -405,7 +453,7 @@ class Instance:
         for i in range(start, j):
             b = bounds[i]
             d = b - prev
-            rec.itl(d, n)
+            itl(d, n)
             busy += d
             prev = b
         self.busy_time = busy
@@ -413,15 +461,18 @@ class Instance:
         last = bounds[j - 1]
         alloc_next = j < run.end  # mid-run, iteration j+1 has already been given its blocks
         bs = self.block_size
-        freed = 0
+        used = 0
+        extra = 1 if alloc_next else 0
         for r in reqs:
-            r.computed += d
+            c = r.computed + d
+            r.computed = c
             r.generated += d
             r.last_token_time = last
-            nb = -(-(r.computed + 1) // bs) if alloc_next else -(-r.computed // bs)
-            freed += r.blocks - nb
+            nb = -(-(c + extra) // bs)
+            used += nb
             r.blocks = nb
-        self.kv_free += freed
+        # during a run only its requests hold GPU blocks, so the free count follows from theirs
+        self.kv_free = self.kv_total - used
         self.iterations += d
         self.tokens_out += d * n
         run.applied = j

@@ -62,9 +62,8 @@ class Recorder:
             "tokens_out": array("q"), "central_queue": array("q"),
         }
 
-    def itl(self, value: float, weight: int) -> None:
-        b = int(math.log(value) * _ITL_INV) + _ITL_OFFSET if value > _ITL_MIN else 0
-        self.itl_hist[b] += weight
+    def itl(self, value: float, weight: int, _log=math.log, _inv=_ITL_INV, _off=_ITL_OFFSET) -> None:
+        self.itl_hist[int(_log(value) * _inv) + _off if value > _ITL_MIN else 0] += weight
         self.itl_count += weight
 
     def finish(self, r: Request) -> None:

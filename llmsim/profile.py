@@ -189,7 +189,7 @@ def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto") -> Profi
         if kind == "measured":
             raise ProfileError(
                 f"no measured profile for model {m.name!r} on {g.name} with tp={tp}: expected a file "
-                f"<gpu>/{m.name}{'-tp%d' % tp if tp > 1 else ''}.yaml in {_profile_dirs_text()}; "
+                f"<gpu>/{m.name}{f'-tp{tp}' if tp > 1 else ''}.yaml in {_profile_dirs_text()}; "
                 "build one with `python -m profiles.build` or measure it with `python -m profiles.profile`"
             )
     return RooflineProfile(m, g, tp)

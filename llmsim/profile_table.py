@@ -34,6 +34,7 @@ from llmsim.models import ModelSpec, get_model
 
 FORMAT = "llmsim-profile/1"
 PART_NAMES = ("dense", "prefill_attention", "decode_attention", "lm_head", "overhead", "memory")
+STEP_PARTS = ("dense", "prefill_attention", "decode_attention", "lm_head")
 STATUSES = ("measured", "transferred", "estimated")
 
 #: Directory holding ``<gpu>/<model>[-tpN].yaml``; extra directories via ``LLMSIM_PROFILE_PATH``
@@ -98,8 +99,13 @@ def _table(d: dict, xkey: str, key: str, path: Path | str) -> Table:
     xs = _get(sub, xkey, path, key)
     ys = _get(sub, "seconds", path, key)
     for k, v in ((xkey, xs), ("seconds", ys)):
-        if not isinstance(v, list) or not v or not all(
-            isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a) and a >= 0 for a in v
+        if (
+            not isinstance(v, list)
+            or not v
+            or not all(
+                isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a) and a >= 0
+                for a in v
+            )
         ):
             raise _err(path, f"{key}.{k}", "expected a non-empty list of non-negative numbers")
     if len(xs) != len(ys):
@@ -114,8 +120,13 @@ def _table(d: dict, xkey: str, key: str, path: Path | str) -> Table:
 class MeasuredProfile:
     """Profile built from measured operator data; implements :class:`llmsim.profile.Profile`."""
 
-    def __init__(self, data: dict, path: Path | str = "<dict>", model: ModelSpec | None = None,
-                 gpu: GpuSpec | None = None) -> None:
+    def __init__(
+        self,
+        data: dict,
+        path: Path | str = "<dict>",
+        model: ModelSpec | None = None,
+        gpu: GpuSpec | None = None,
+    ) -> None:
         if not isinstance(data, dict):
             raise ProfileError(f"profile {path}: expected a mapping at top level, got {type(data).__name__}")
         fmt = _get(data, "format", path)
@@ -159,7 +170,9 @@ class MeasuredProfile:
             if st not in STATUSES:
                 raise _err(path, f"parts.{p}.status", f"expected one of {STATUSES}, got {st!r}")
             self.parts[p] = st
-        self.estimated = any(s == "estimated" for s in self.parts.values())
+        # A profile counts as estimated when a step-time part (GPU work) is; the CPU-overhead and memory
+        # parts are modelled for every profile and listed separately in describe()["estimated_parts"].
+        self.estimated = any(self.parts[p] == "estimated" for p in STEP_PARTS)
         self.provenance = data.get("provenance", {})
 
     def step_time(
@@ -176,8 +189,13 @@ class MeasuredProfile:
         from llmsim.profile import kv_capacity_from_bytes
 
         return kv_capacity_from_bytes(
-            self.model.name, self.gpu, self.tp, gpu_memory_utilization, self.weight_bytes,
-            self.kv_bytes_per_token, self.reserved_bytes,
+            self.model.name,
+            self.gpu,
+            self.tp,
+            gpu_memory_utilization,
+            self.weight_bytes,
+            self.kv_bytes_per_token,
+            self.reserved_bytes,
         )
 
     def describe(self) -> dict:

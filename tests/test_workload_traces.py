@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llmsim.errors import ConfigError, TraceError
-from llmsim.workload import AzureTrace, BurstGPTTrace, CsvTrace, MooncakeTrace, build_workload
+from llmsim.workload import AzureTrace, BurstGPTTrace, CsvTrace, Limited, MooncakeTrace, build_workload
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
@@ -345,3 +345,15 @@ def test_real_mooncake_conversation() -> None:
     assert len(reqs) == 12_031
     assert all(r.hash_ids is not None and len(r.hash_ids) * 512 >= r.prompt_tokens for r in reqs)
     assert sum(r.prompt_tokens for r in reqs) / len(reqs) == pytest.approx(12035.1, abs=0.1)
+
+
+def test_limit_stops_reading_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.csv", AZURE_2023)
+    wl = Limited(AzureTrace(path, chunk_rows=2), 1)
+    assert [r.id for r in wl] == [0]
+    assert wl.stats.rows_read == 2 and wl.stats.stopped == "max_requests"
+    assert wl.describe() == {
+        "kind": "limit",
+        "max_requests": 1,
+        "source": {"kind": "azure", "path": str(path), "on_error": "raise"},
+    }

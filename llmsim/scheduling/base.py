@@ -27,6 +27,10 @@ class Scheduled:
     batch: list[Request] = field(default_factory=list)
     transfer_blocks: int = 0
     stable: bool = False
+    # filled by Instance.decode_all (the common all-decode case), so the engine need not rescan the batch
+    res: list[int] | None = None  # requests per (computed % block_size)
+    decode_ctx: int = 0
+    k_min: int = 0  # iterations until the first request finishes
 
 
 class BatchPolicy:

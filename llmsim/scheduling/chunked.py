@@ -23,6 +23,13 @@ class ChunkedPrefillPolicy(BatchPolicy):
 
     def schedule(self, inst: Instance, now: float) -> Scheduled:
         out = Scheduled()
+        if (
+            len(inst.running) <= inst.max_batched
+            and not inst.swapped
+            and not self._could_admit(inst, inst.max_batched - len(inst.running))
+            and inst.decode_all(out)
+        ):
+            return out
         batch = out.batch
         running = inst.running
         budget = inst.max_batched
@@ -85,3 +92,15 @@ class ChunkedPrefillPolicy(BatchPolicy):
             and n_running_scheduled == len(batch) == len(running)
         )
         return out
+
+    def _could_admit(self, inst: Instance, budget: int) -> bool:
+        """Whether the head of the waiting queue might get a chunk after the running decodes.
+
+        Conservative (ignores the decodes' new blocks): True sends the step down the general path.
+        """
+        if not inst.waiting or budget <= 0 or len(inst.running) >= inst.max_seqs:
+            return False
+        r = inst.waiting[0]
+        remaining = r.prompt_tokens + r.generated - r.computed
+        n_new = remaining if remaining < budget else budget
+        return inst.blocks_needed(r, n_new) <= inst.kv_free

@@ -46,6 +46,16 @@ class VllmV0Policy(BatchPolicy):
 
     def _decode(self, inst: Instance, now: float, out: Scheduled) -> Scheduled:
         running = inst.running
+        if not inst.swapped and inst.decode_all(out):
+            return out
+        preempted = self._decode_with_preemption(inst, out)
+        if not preempted and inst.swapped:
+            out.transfer_blocks += self._swap_in(inst, now, out.batch)
+        out.stable = not preempted and out.transfer_blocks == 0 and len(out.batch) == len(running)
+        return out
+
+    def _decode_with_preemption(self, inst: Instance, out: Scheduled) -> bool:
+        running = inst.running
         batch = out.batch
         bs = inst.block_size
         preempted = False
@@ -67,10 +77,7 @@ class VllmV0Policy(BatchPolicy):
             r.n_new = 1
             batch.append(r)
             i += 1
-        if not preempted and inst.swapped:
-            out.transfer_blocks += self._swap_in(inst, now, batch)
-        out.stable = not preempted and out.transfer_blocks == 0 and len(batch) == len(running)
-        return out
+        return preempted
 
     def _swap_in(self, inst: Instance, now: float, batch: list) -> int:
         moved = 0

@@ -168,7 +168,8 @@ def build_length(cfg: Mapping[str, Any], where: str) -> LengthModel:
     if given == {"mu", "sigma"}:
         return LogNormal(float(cfg["mu"]), float(cfg["sigma"]), lo, hi)
     raise ConfigError(
-        f"{where}: lognormal expects exactly one of (mean, sigma), (mean, p50) or (mu, sigma); got {sorted(given)}"
+        f"{where}: lognormal expects exactly one of (mean, sigma), (mean, p50) or (mu, sigma); "
+        f"got {sorted(given)}"
     )
 
 

@@ -1,0 +1,104 @@
+"""Flat vector of spec 001 (Sec. 3.2): 3 queue features + 6 features per instance (27 for 4 instances).
+
+Layout (float32, index: meaning, normalisation):
+
+  0            w_t: central queue length (incl. the head) / 512 (4 x max batch 128), clipped to 1
+  1            p_t: prompt tokens of the request being decided / 1000 (prompts are <= 1000 tokens), clipped to 4
+  2            d_t: its predicted decode bucket, 0 (< 256), 1 (256-2048), 2 (> 2048), divided by 2
+  3 + 6k + 0   requests of instance k in the prefill phase (waiting, or admitted with no token yet) / max_num_seqs
+  3 + 6k + 1   requests of instance k decoding with predicted output < 256 / max_num_seqs
+  3 + 6k + 2   ... 256 <= predicted < 2048 / max_num_seqs
+  3 + 6k + 3   ... predicted >= 2048 / max_num_seqs
+  3 + 6k + 4   C: available capacity, 1 - max(batch slots used, KV blocks used) in [0, 1], 2 decimals
+  3 + 6k + 5   T: estimated time to the earliest completion on instance k (s) / 10, clipped to 1, 2 decimals;
+               T = min_j max(0, d_hat_j - o_j) * t_dec with t_dec = max(0.02, grad_d * resident tokens)
+
+All request counts are over the instance's running, waiting and swapped queues. With nothing to decide
+(the terminal state) the three queue features are 0.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import gymnasium as gym
+import numpy as np
+
+from envs.observations.base import ObsBuilder
+
+if TYPE_CHECKING:
+    from envs.core import RoutingEnv
+    from llmsim.request import Request
+
+
+class FlatObs(ObsBuilder):
+    name = "flat"
+
+    def __init__(self, queue_cap: int = 512, prompt_scale: float = 1000.0, buckets: tuple[int, int] = (256, 2048),
+                 grad_d: float = 3.3e-5, min_decode_time: float = 0.02, time_scale: float = 10.0) -> None:
+        self.queue_cap = queue_cap
+        self.prompt_scale = prompt_scale
+        self.b0, self.b1 = buckets
+        self.grad_d = grad_d
+        self.min_dec = min_decode_time
+        self.time_scale = time_scale
+
+    def bind(self, env: RoutingEnv) -> gym.Space:
+        n = env.num_instances
+        self.buf = np.zeros(3 + 6 * n, dtype=np.float32)
+        hi = np.ones_like(self.buf)
+        hi[1] = 4.0
+        return gym.spaces.Box(0.0, hi, dtype=np.float32)
+
+    def build(self, env: RoutingEnv, req: Request | None) -> np.ndarray:
+        c = env.cluster
+        c.sync_all()
+        buf = self.buf
+        b0, b1 = self.b0, self.b1
+        if req is None:
+            buf[0] = buf[1] = buf[2] = 0.0
+        else:
+            buf[0] = min(1.0, (len(c.central) + len(c.deferred)) / self.queue_cap)
+            buf[1] = min(4.0, req.prompt_tokens / self.prompt_scale)
+            lens, _ = env.predictions(req)
+            d = float(lens.mean())
+            buf[2] = 0.0 if d < b0 else (0.5 if d < b1 else 1.0)
+        o = 3
+        grad_d, min_dec, ts = self.grad_d, self.min_dec, self.time_scale
+        for inst in c.instances:
+            pre = len(inst.waiting)
+            n0 = n1 = n2 = 0
+            resident = 0
+            left = 1 << 62
+            for q in (inst.running, inst.swapped):
+                for r in q:
+                    g = r.generated
+                    resident += r.prompt_tokens + g
+                    if g == 0:
+                        pre += 1
+                        continue
+                    d = r.predicted_output or r.target_tokens
+                    if d < b0:
+                        n0 += 1
+                    elif d < b1:
+                        n1 += 1
+                    else:
+                        n2 += 1
+                    rem = d - g
+                    if rem < left:
+                        left = rem
+            ms = inst.max_seqs
+            buf[o] = pre / ms
+            buf[o + 1] = n0 / ms
+            buf[o + 2] = n1 / ms
+            buf[o + 3] = n2 / ms
+            used = max(len(inst.running) / ms, (inst.kv_total - inst.kv_free) / inst.kv_total)
+            buf[o + 4] = round(max(0.0, 1.0 - used), 2)
+            if left == 1 << 62:
+                t = 0.0
+            else:
+                t_dec = max(min_dec, grad_d * resident)
+                t = min(1.0, max(0.0, left) * t_dec / ts)
+            buf[o + 5] = round(t, 2)
+            o += 6
+        return buf.copy()

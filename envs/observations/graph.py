@@ -1,0 +1,199 @@
+"""Heterogeneous graph state of spec 000 (Eqs. 6-8) as a single-level Dict of padded arrays + masks.
+
+Node types and features (float32; the normalisation constants are constructor arguments):
+
+* ``arrived`` (1 node, 3N features): prompt tokens / prompt_scale repeated per expert (one shared
+  tokenizer), predicted quality on each expert, predicted output tokens on each expert / out_scale
+  (the released code's 3N layout, spec 000 Sec. 4.5). ``arrived_mask`` is 0 when nothing is decided.
+* ``expert`` (N nodes, 3): KV blocks in use / total (e_n), running count / cap_running, waiting count
+  / cap_waiting (counts beyond the caps are still counted here).
+* ``running`` / ``waiting`` (N * cap slots each, 6 features, Eq. 6): prompt / prompt_scale, predicted
+  quality, predicted output / out_scale, memory share (prompt + generated) / KV capacity in tokens
+  (0 when waiting), generated / out_scale, current latency per token / latency_scale (0 before the
+  first token). Slot k * cap + i holds the i-th request of expert k's queue; ``*_mask`` marks real nodes.
+  Swapped requests count as waiting.
+
+Edges are implicit (a slot belongs to expert slot // cap; the arrived node links to every expert), so
+:func:`to_hetero_data` rebuilds the torch_geometric ``HeteroData`` exactly, with both directions of
+arrived-expert, expert-running and expert-waiting (6 relations), and :func:`from_hetero_data` inverts it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+
+from envs.observations.base import ObsBuilder
+
+if TYPE_CHECKING:
+    from envs.core import RoutingEnv
+    from llmsim.request import Request
+
+FEAT_HIGH = 1e3  # features are clipped to [0, FEAT_HIGH]
+RELATIONS = (("arrived", "to", "expert"), ("expert", "rev_to", "arrived"), ("running", "on", "expert"),
+             ("expert", "rev_on", "running"), ("waiting", "at", "expert"), ("expert", "rev_at", "waiting"))
+
+
+class GraphObs(ObsBuilder):
+    name = "graph"
+
+    def __init__(self, cap_running: int = 10, cap_waiting: int = 10, prompt_scale: float = 1000.0,
+                 out_scale: float = 300.0, latency_scale: float = 0.03) -> None:
+        self.cap_r = cap_running
+        self.cap_w = cap_waiting
+        self.ps = prompt_scale
+        self.os = out_scale
+        self.ls = latency_scale
+
+    def bind(self, env: RoutingEnv) -> gym.Space:
+        n = env.num_instances
+        self.n = n
+        self.bufs = {
+            "arrived": np.zeros((1, 3 * n), np.float32),
+            "arrived_mask": np.zeros(1, np.int8),
+            "expert": np.zeros((n, 3), np.float32),
+            "running": np.zeros((n * self.cap_r, 6), np.float32),
+            "running_mask": np.zeros(n * self.cap_r, np.int8),
+            "waiting": np.zeros((n * self.cap_w, 6), np.float32),
+            "waiting_mask": np.zeros(n * self.cap_w, np.int8),
+        }
+        spaces = {}
+        for k, b in self.bufs.items():
+            if k.endswith("_mask"):
+                spaces[k] = gym.spaces.MultiBinary(b.shape[0])
+            else:
+                spaces[k] = gym.spaces.Box(0.0, FEAT_HIGH, b.shape, np.float32)
+        return gym.spaces.Dict(spaces)
+
+    def build(self, env: RoutingEnv, req: Request | None) -> dict[str, np.ndarray]:
+        c = env.cluster
+        c.sync_all()
+        now = c.env.now
+        b = self.bufs
+        n = self.n
+        ps, os_, ls = self.ps, self.os, self.ls
+        arr = b["arrived"]
+        if req is None:
+            arr.fill(0.0)
+            b["arrived_mask"][0] = 0
+        else:
+            lens, quals = env.predictions(req)
+            mi = env.inst_model_idx
+            arr[0, :n] = min(FEAT_HIGH, req.prompt_tokens / ps)
+            arr[0, n:2 * n] = quals[mi]
+            arr[0, 2 * n:] = np.minimum(FEAT_HIGH, lens[mi] / os_)
+            b["arrived_mask"][0] = 1
+        ex = b["expert"]
+        run, runm = b["running"], b["running_mask"]
+        wai, waim = b["waiting"], b["waiting_mask"]
+        run.fill(0.0)
+        runm.fill(0)
+        wai.fill(0.0)
+        waim.fill(0)
+        pq = env.routed_quality
+        cr, cw = self.cap_r, self.cap_w
+        for k, inst in enumerate(c.instances):
+            kv_tok = inst.kv_total * inst.block_size
+            nw = len(inst.waiting) + len(inst.swapped)
+            ex[k, 0] = (inst.kv_total - inst.kv_free) / inst.kv_total
+            ex[k, 1] = min(FEAT_HIGH, len(inst.running) / cr)
+            ex[k, 2] = min(FEAT_HIGH, nw / cw)
+            s = k * cr
+            for i, r in enumerate(inst.running):
+                if i >= cr:
+                    break
+                g = r.generated
+                row = run[s + i]
+                row[0] = r.prompt_tokens / ps
+                row[1] = pq.get(r.id, 0.0)
+                row[2] = (r.predicted_output or 0.0) / os_
+                row[3] = (r.prompt_tokens + g) / kv_tok
+                row[4] = g / os_
+                row[5] = min(FEAT_HIGH, (now - r.arrival) / g / ls) if g > 0 else 0.0
+                runm[s + i] = 1
+            s = k * cw
+            i = 0
+            for q in (inst.waiting, inst.swapped):
+                for r in q:
+                    if i >= cw:
+                        break
+                    g = r.generated
+                    row = wai[s + i]
+                    row[0] = r.prompt_tokens / ps
+                    row[1] = pq.get(r.id, 0.0)
+                    row[2] = (r.predicted_output or 0.0) / os_
+                    row[4] = g / os_
+                    row[5] = min(FEAT_HIGH, (now - r.arrival) / g / ls) if g > 0 else 0.0
+                    waim[s + i] = 1
+                    i += 1
+        np.minimum(run, FEAT_HIGH, out=run)
+        np.minimum(wai, FEAT_HIGH, out=wai)
+        return {k: v.copy() for k, v in b.items()}
+
+
+def _edges(src: np.ndarray, dst: np.ndarray):
+    import torch
+
+    return torch.from_numpy(np.stack([src, dst]).astype(np.int64))
+
+
+def to_hetero_data(obs: dict[str, Any]):
+    """Rebuild the torch_geometric ``HeteroData`` of one (unbatched) graph observation exactly."""
+    import torch
+    from torch_geometric.data import HeteroData
+
+    o = {k: np.asarray(v) for k, v in obs.items()}
+    n = o["expert"].shape[0]
+    cap_r = o["running"].shape[0] // n
+    cap_w = o["waiting"].shape[0] // n
+    data = HeteroData()
+    has_arrived = bool(o["arrived_mask"].reshape(-1)[0])
+    data["arrived"].x = torch.from_numpy(o["arrived"].reshape(1, -1)[:1 if has_arrived else 0].astype(np.float32))
+    data["expert"].x = torch.from_numpy(o["expert"].astype(np.float32))
+    for kind, cap in (("running", cap_r), ("waiting", cap_w)):
+        slots = np.flatnonzero(o[f"{kind}_mask"].reshape(-1) > 0)
+        data[kind].x = torch.from_numpy(o[kind][slots].astype(np.float32))
+        data[kind].slot = torch.from_numpy(slots.astype(np.int64))
+        rel = {"running": ("on", "rev_on"), "waiting": ("at", "rev_at")}[kind]
+        local = np.arange(len(slots))
+        owner = slots // cap
+        data[kind, rel[0], "expert"].edge_index = _edges(local, owner)
+        data["expert", rel[1], kind].edge_index = _edges(owner, local)
+    a_src = np.zeros(n if has_arrived else 0, np.int64)
+    a_dst = np.arange(n if has_arrived else 0)
+    data["arrived", "to", "expert"].edge_index = _edges(a_src, a_dst)
+    data["expert", "rev_to", "arrived"].edge_index = _edges(a_dst, a_src)
+    return data
+
+
+def from_hetero_data(data, n_experts: int, cap_running: int, cap_waiting: int) -> dict[str, np.ndarray]:
+    """Inverse of :func:`to_hetero_data` (padded arrays + masks), for round-trip tests."""
+    n = n_experts
+    arrived = np.zeros((1, 3 * n), np.float32)
+    x = data["arrived"].x.numpy()
+    if len(x):
+        arrived[0] = x[0]
+    out = {"arrived": arrived, "arrived_mask": np.array([1 if len(x) else 0], np.int8),
+           "expert": data["expert"].x.numpy().astype(np.float32)}
+    for kind, cap in (("running", cap_running), ("waiting", cap_waiting)):
+        feats = np.zeros((n * cap, 6), np.float32)
+        mask = np.zeros(n * cap, np.int8)
+        slots = data[kind].slot.numpy()
+        feats[slots] = data[kind].x.numpy()
+        mask[slots] = 1
+        out[kind] = feats
+        out[f"{kind}_mask"] = mask
+    return out
+
+
+def to_hetero_batch(obs: dict[str, Any]):
+    """A ``torch_geometric`` Batch from batched observations (leading batch dimension, e.g. from SB3)."""
+    from torch_geometric.data import Batch
+
+    first = next(iter(obs.values()))
+    bsz = first.shape[0]
+    graphs = [to_hetero_data({k: (v[i].cpu().numpy() if hasattr(v, "cpu") else v[i]) for k, v in obs.items()})
+              for i in range(bsz)]
+    return Batch.from_data_list(graphs)

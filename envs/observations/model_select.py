@@ -1,0 +1,76 @@
+"""Model-selection features of spec 002 (Sec. 3.1): task, batch size per model, arrival rate.
+
+Layout (float32): [one-hot task (T)] + [batch size per model (M) or per replica (R) / batch_scale]
++ [arrival rate / rate_scale]. The batch size of an instance is running + waiting + swapped requests;
+per model it is the sum over the model's replicas. The rate is the true rate in force when the
+workload provides it (``req.extra["rate"]``, spec 002's stable workload) with ``rate="true"``, else the
+running estimate 1 / mean of the last ``window`` inter-arrival gaps (5 in spec 002, App. B).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+import gymnasium as gym
+import numpy as np
+
+from envs.observations.base import ObsBuilder
+
+if TYPE_CHECKING:
+    from envs.core import RoutingEnv
+    from llmsim.request import Request
+
+
+class ModelSelectObs(ObsBuilder):
+    name = "model"
+
+    def __init__(self, tasks: list[str] | None = None, per_replica: bool = False, rate: str = "estimate",
+                 window: int = 5, batch_scale: float = 64.0, rate_scale: float = 48.0) -> None:
+        if rate not in ("true", "estimate"):
+            raise ValueError(f"rate must be 'true' or 'estimate', got {rate!r}")
+        self.tasks = list(tasks or [])
+        self.per_replica = per_replica
+        self.rate_mode = rate
+        self.window = window
+        self.batch_scale = batch_scale
+        self.rate_scale = rate_scale
+
+    def bind(self, env: RoutingEnv) -> gym.Space:
+        if not self.tasks:
+            self.tasks = list(env.task_names)
+        self.task_idx = {t: i for i, t in enumerate(self.tasks)}
+        self.m = env.num_instances if self.per_replica else len(env.models)
+        self.buf = np.zeros(len(self.tasks) + self.m + 1, np.float32)
+        return gym.spaces.Box(0.0, np.inf, self.buf.shape, np.float32)
+
+    def reset(self, env: RoutingEnv) -> None:
+        self.arrivals: deque[float] = deque(maxlen=self.window + 1)
+        self.true_rate = 0.0
+
+    def on_arrival(self, env: RoutingEnv, req: Request) -> None:
+        self.arrivals.append(req.arrival)
+        if req.extra and "rate" in req.extra:
+            self.true_rate = float(req.extra["rate"])
+
+    def rate(self) -> float:
+        if self.rate_mode == "true" and self.true_rate > 0:
+            return self.true_rate
+        a = self.arrivals
+        if len(a) < 2:
+            return 0.0
+        span = a[-1] - a[0]
+        return (len(a) - 1) / span if span > 0 else 0.0
+
+    def build(self, env: RoutingEnv, req: Request | None) -> np.ndarray:
+        buf = self.buf
+        buf.fill(0.0)
+        t = len(self.tasks)
+        if req is not None and req.task in self.task_idx:
+            buf[self.task_idx[req.task]] = 1.0
+        mi = env.inst_model_idx
+        for k, inst in enumerate(env.cluster.instances):
+            j = k if self.per_replica else mi[k]
+            buf[t + j] += (len(inst.running) + len(inst.waiting) + len(inst.swapped)) / self.batch_scale
+        buf[-1] = self.rate() / self.rate_scale
+        return buf.copy()

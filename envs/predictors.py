@@ -1,0 +1,94 @@
+"""Predictors of per-model output length and quality, as seen by observations (never by the engine).
+
+A later issue trains real predictors; these give the interface plus an oracle (ground truth) and a
+noisy oracle (for ablations of prediction error), optionally bucketised like spec 000's and 001's
+DistilBERT classifiers (the reported value is the bucket midpoint).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmsim.request import Request
+
+
+class Predictor:
+    """``predict(req, models)`` -> (output tokens, quality) arrays over ``models``."""
+
+    def reset(self, seed: int | None) -> None:
+        pass
+
+    def predict(self, req: Request, models: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+
+def _truth(req: Request, models: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    lens = np.array([req.output_for(m) for m in models], dtype=np.float64)
+    q = req.quality_by_model
+    qual = np.array([q.get(m, 0.0) if q else 0.0 for m in models], dtype=np.float64)
+    return lens, qual
+
+
+class OraclePredictor(Predictor):
+    """Ground-truth lengths and qualities (upper bound; tests)."""
+
+    def predict(self, req: Request, models: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        return _truth(req, models)
+
+
+@dataclass
+class NoisyOraclePredictor(Predictor):
+    """Truth with multiplicative log-normal length noise and additive Gaussian quality noise.
+
+    ``len_buckets`` > 0 bucketises lengths into equal buckets of width ``len_max / len_buckets`` and
+    reports the midpoint (spec 000: 10 buckets up to 300 tokens); likewise ``q_buckets`` for quality.
+    """
+
+    len_sigma: float = 0.3
+    q_sd: float = 0.05
+    len_buckets: int = 0
+    len_max: float = 300.0
+    q_buckets: int = 0
+    q_max: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+
+    def reset(self, seed: int | None) -> None:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+
+    def predict(self, req: Request, models: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        lens, qual = _truth(req, models)
+        n = len(models)
+        lens = np.maximum(1.0, lens * np.exp(self.len_sigma * self.rng.standard_normal(n)))
+        qual = np.clip(qual + self.q_sd * self.rng.standard_normal(n), 0.0, 1.0)
+        if self.len_buckets:
+            w = self.len_max / self.len_buckets
+            lens = (np.minimum(np.floor(lens / w), self.len_buckets - 1) + 0.5) * w
+        if self.q_buckets:
+            w = self.q_max / self.q_buckets
+            qual = (np.minimum(np.floor(qual / w), self.q_buckets - 1) + 0.5) * w
+        return lens, qual
+
+
+def make_predictor(spec: str | dict | Predictor | None, seed: int = 0) -> Predictor:
+    """``"oracle"``, ``"noisy"`` or ``{"kind": "noisy", ...kwargs}``."""
+    if spec is None or spec == "oracle":
+        return OraclePredictor()
+    if isinstance(spec, Predictor):
+        return spec
+    if spec == "noisy":
+        return NoisyOraclePredictor(seed=seed)
+    if isinstance(spec, dict):
+        kw = dict(spec)
+        kind = kw.pop("kind", "noisy")
+        if kind == "oracle":
+            return OraclePredictor()
+        if kind == "noisy":
+            return NoisyOraclePredictor(seed=seed, **kw)
+    raise ValueError(f"unknown predictor {spec!r}; expected 'oracle', 'noisy' or {{'kind': ..., ...}}")

@@ -1,0 +1,37 @@
+"""Reward functions; ``make_reward("qos" | "workload_aware" | "best_effort" | "utility" | "latency", **kw)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envs.rewards.base import Reward
+from envs.rewards.best_effort import BestEffortReward, deadline_weight
+from envs.rewards.latency import LatencyReward
+from envs.rewards.qos import QoSReward, action_impact, latency_increase
+from envs.rewards.utility import UtilityReward
+from envs.rewards.workload_aware import WorkloadAwareReward, mixing_penalty
+
+REWARDS: dict[str, type[Reward]] = {
+    c.name: c for c in (QoSReward, WorkloadAwareReward, BestEffortReward, UtilityReward, LatencyReward)
+}
+
+
+def make_reward(spec: str | dict[str, Any] | Reward | None, **kwargs: Any) -> Reward:
+    """A reward from a name plus kwargs, a ``{"kind": name, ...}`` dict, or an instance."""
+    if isinstance(spec, Reward):
+        return spec
+    if spec is None:
+        spec = "latency"
+    if isinstance(spec, dict):
+        kw = dict(spec)
+        kind = kw.pop("kind")
+        kw.update(kwargs)
+        spec, kwargs = kind, kw
+    if spec not in REWARDS:
+        raise ValueError(f"unknown reward {spec!r}; expected one of {sorted(REWARDS)}")
+    return REWARDS[spec](**kwargs)
+
+
+__all__ = ["REWARDS", "BestEffortReward", "LatencyReward", "QoSReward", "Reward", "UtilityReward",
+           "WorkloadAwareReward", "action_impact", "deadline_weight", "latency_increase", "make_reward",
+           "mixing_penalty"]

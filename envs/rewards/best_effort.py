@@ -1,0 +1,67 @@
+"""Best-effort reward of spec 002 (Eq. 1): normalised accuracy x deadline weight, per completion.
+
+Deadline semantics (the paper is silent, spec 002 Sec. 9.1): a request meets its deadline when its
+mean latency per output token, (finish - arrival) / output tokens, is <= the task's deadline (40 ms).
+Soft deadlines (Sec. 3.1): w = 1 - 0.01 * v for a violation of v milliseconds, 0 past 10 % of the
+deadline. ``soft_violation="total"`` (default) measures v on the whole request (e2e - D * tokens, cut-off
+10 % of D * tokens); ``"per_token"`` measures it per token (a 4 ms band at 40 ms, the literal reading).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from envs.rewards.base import Reward
+
+if TYPE_CHECKING:
+    from llmsim.instance import Instance
+    from llmsim.request import Request
+
+
+def deadline_weight(e2e_s: float, tokens: int, deadline: float, soft: bool, soft_violation: str = "total") -> float:
+    """w in [0, 1] for a request of ``tokens`` output tokens that took ``e2e_s`` seconds."""
+    n = max(tokens, 1)
+    if e2e_s / n <= deadline:
+        return 1.0
+    if not soft:
+        return 0.0
+    if soft_violation == "per_token":
+        v_ms = (e2e_s / n - deadline) * 1e3
+        cut_ms = 0.1 * deadline * 1e3
+    else:
+        v_ms = (e2e_s - deadline * n) * 1e3
+        cut_ms = 0.1 * deadline * n * 1e3
+    if v_ms > cut_ms:
+        return 0.0
+    return max(0.0, 1.0 - 0.01 * v_ms)
+
+
+class BestEffortReward(Reward):
+    """Sum over requests completed since the last step of A[task, model] * w (dropped: 0)."""
+
+    name = "best_effort"
+    components = ("utility", "accuracy", "deadline_met", "deadline_missed")
+    default_weights = {"utility": 1.0}
+
+    def __init__(self, deadline: float = 0.04, task_deadlines: dict[str, float] | None = None,
+                 soft: bool = False, soft_violation: str = "total", weights: dict[str, float] | None = None) -> None:
+        super().__init__(weights)
+        if soft_violation not in ("total", "per_token"):
+            raise ValueError(f"soft_violation must be 'total' or 'per_token', got {soft_violation!r}")
+        self.deadline = float(deadline)
+        self.task_deadlines = dict(task_deadlines or {})
+        self.soft = soft
+        self.soft_violation = soft_violation
+
+    def on_finish(self, req: Request, inst: Instance) -> None:
+        q = req.quality_by_model
+        acc = q.get(inst.profile.model.name, 0.0) if q else 0.0
+        d = self.task_deadlines.get(req.task, self.deadline) if req.task is not None else self.deadline
+        w = deadline_weight(req.finish - req.arrival, req.generated, d, self.soft, self.soft_violation)
+        a = self._acc
+        a["utility"] += acc * w
+        a["accuracy"] += acc
+        if w >= 1.0:
+            a["deadline_met"] += 1.0
+        else:
+            a["deadline_missed"] += 1.0

@@ -1,0 +1,49 @@
+"""Generic latency / SLO-attainment reward (any cluster, any workload)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from envs.rewards.base import Reward
+
+if TYPE_CHECKING:
+    from llmsim.instance import Instance
+    from llmsim.request import Request
+
+
+class LatencyReward(Reward):
+    """Per completion: ``slo_met`` +1 when every given target (ms) holds, ``latency`` -e2e / scale (s),
+    ``ttft`` -TTFT / scale (s); per router drop ``dropped`` -1. Default total: SLO attainment when a target
+    is set, else negative end-to-end latency."""
+
+    name = "latency"
+    components = ("slo_met", "latency", "ttft", "dropped")
+
+    def __init__(self, ttft_ms: float | None = None, tpot_ms: float | None = None, e2el_ms: float | None = None,
+                 latency_scale: float = 1.0, weights: dict[str, float] | None = None) -> None:
+        self.ttft_ms, self.tpot_ms, self.e2el_ms = ttft_ms, tpot_ms, e2el_ms
+        has_slo = any(v is not None for v in (ttft_ms, tpot_ms, e2el_ms))
+        self.default_weights = {"slo_met": 1.0, "dropped": 1.0} if has_slo else {"latency": 1.0, "dropped": 1.0}
+        super().__init__(weights)
+        self.scale = float(latency_scale)
+
+    def on_finish(self, req: Request, inst: Instance) -> None:
+        e2e = req.finish - req.arrival
+        ttft = req.first_token - req.arrival
+        ok = True
+        if self.ttft_ms is not None and ttft * 1e3 > self.ttft_ms:
+            ok = False
+        if self.tpot_ms is not None and req.generated > 1:
+            tpot = (req.finish - req.first_token) / (req.generated - 1)
+            if tpot * 1e3 > self.tpot_ms:
+                ok = False
+        if self.e2el_ms is not None and e2e * 1e3 > self.e2el_ms:
+            ok = False
+        a = self._acc
+        if ok:
+            a["slo_met"] += 1.0
+        a["latency"] -= e2e / self.scale
+        a["ttft"] -= ttft / self.scale
+
+    def on_drop(self, req: Request) -> None:
+        self._acc["dropped"] -= 1.0

@@ -1,0 +1,224 @@
+"""Replay a recorded serving run through llmsim and compare latencies with the measured ones.
+
+    python -m profiles.replay --requests FILE --model M --gpu G [--tp N] [--policy chunked]
+        [--max-num-batched-tokens 2048] [--max-num-seqs 256] [--gpu-memory-utilization 0.9] [--json]
+
+FILE is either vLLM-bench style JSON lines (LLMServingSim ``requests.jsonl``: input_toks, output_toks,
+arrival_time / queued_ts, first_token_ts, last_token_ts) or a CSV with columns
+``arrival, prompt_tokens, output_tokens`` and optionally measured ``ttft`` and ``e2e`` (seconds) or
+``first_token, finish`` timestamps. Prints simulated vs measured mean / median / p90 of TTFT, TPOT and
+E2E latency (ms); ``--json`` prints one JSON object per row (metric, simulated, measured, error_pct).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from llmsim.errors import TraceError
+
+
+@dataclass
+class Recorded:
+    arrival: np.ndarray  # seconds from the first arrival
+    prompt: np.ndarray
+    output: np.ndarray
+    ttft: np.ndarray | None  # seconds, measured
+    e2e: np.ndarray | None
+
+
+def read_requests(path: str | Path) -> Recorded:
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"requests file {p} does not exist")
+    if p.suffix in (".jsonl", ".json"):
+        rows = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+        df = pd.DataFrame(rows)
+        need = ("input_toks", "output_toks")
+        for k in need:
+            if k not in df.columns:
+                raise TraceError(f"{p}: JSON lines need key {k!r} (have {sorted(df.columns)})")
+        # queued_ts / first_token_ts / last_token_ts share one (monotonic) clock; arrival_time is wall clock.
+        t0col = "queued_ts" if "queued_ts" in df.columns else "arrival_time"
+        arr = df[t0col].to_numpy(float)
+        ttft = e2e = None
+        if "first_token_ts" in df.columns and t0col == "queued_ts":
+            ttft = df.first_token_ts.to_numpy(float) - arr
+            e2e = df.last_token_ts.to_numpy(float) - arr
+        prompt, output = df.input_toks.to_numpy(int), df.output_toks.to_numpy(int)
+    else:
+        df = pd.read_csv(p)
+        for k in ("arrival", "prompt_tokens", "output_tokens"):
+            if k not in df.columns:
+                raise TraceError(f"{p}: CSV needs column {k!r} (have {list(df.columns)})")
+        arr = df.arrival.to_numpy(float)
+        ttft = e2e = None
+        if "ttft" in df.columns and "e2e" in df.columns:
+            ttft, e2e = df.ttft.to_numpy(float), df.e2e.to_numpy(float)
+        elif "first_token" in df.columns and "finish" in df.columns:
+            ttft, e2e = df.first_token.to_numpy(float) - arr, df.finish.to_numpy(float) - arr
+        prompt, output = df.prompt_tokens.to_numpy(int), df.output_tokens.to_numpy(int)
+    order = np.argsort(arr, kind="stable")
+    arr = arr[order] - arr[order][0]
+    return Recorded(
+        arr,
+        prompt[order],
+        output[order],
+        None if ttft is None else ttft[order],
+        None if e2e is None else e2e[order],
+    )
+
+
+def stats(ttft_s: np.ndarray, e2e_s: np.ndarray, output: np.ndarray) -> dict[str, float]:
+    """vLLM-bench definitions: TPOT = (e2e - ttft) / (output - 1) over requests with > 1 output token."""
+    m = output > 1
+    tpot = (e2e_s[m] - ttft_s[m]) / (output[m] - 1)
+    out = {}
+    for name, v in (("ttft", ttft_s), ("tpot", tpot), ("e2el", e2e_s)):
+        v = v * 1e3
+        out[f"mean_{name}_ms"] = float(np.mean(v))
+        out[f"median_{name}_ms"] = float(np.median(v))
+        out[f"p90_{name}_ms"] = float(np.percentile(v, 90))
+    return out
+
+
+def simulate_recorded(
+    rec: Recorded,
+    model: str,
+    gpu: str,
+    tp: int = 1,
+    policy: str = "chunked",
+    max_num_batched_tokens: int | None = 2048,
+    max_num_seqs: int = 256,
+    gpu_memory_utilization: float = 0.9,
+    max_model_len: int | None = None,
+    profile_kind: str = "auto",
+) -> tuple[dict[str, float], list[str]]:
+    from llmsim.cluster import InstanceConfig
+    from llmsim.engine import EngineConfig
+    from llmsim.profile import load_profile
+    from llmsim.request import Request
+    from llmsim.sim import simulate
+
+    prof = load_profile(model, gpu, tp, profile_kind)
+    mml = max_model_len or int(max(rec.prompt + rec.output)) + 16
+    eng = EngineConfig(
+        policy=policy,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=mml,
+        gpu_memory_utilization=gpu_memory_utilization,
+    )
+    inst = InstanceConfig(model=model, gpu=gpu, tp=tp, profile=prof, engine=eng)
+    reqs = [
+        Request(i, float(a), int(p), int(o))
+        for i, (a, p, o) in enumerate(zip(rec.arrival, rec.prompt, rec.output))
+    ]
+    res = simulate(instances=[inst], requests=reqs, policy="round_robin", seed=0)
+    df = res.requests.sort_values("id")
+    ttft = (df.first_token - df.arrival).to_numpy(float)
+    e2e = (df.finish - df.arrival).to_numpy(float)
+    notes = list(getattr(res, "notes", []) or [])
+    d = prof.describe()
+    notes.append(
+        f"profile {d['name']} (estimated parts: {', '.join(d.get('estimated_parts', [])) or 'none'})"
+    )
+    return stats(ttft, e2e, df.output_tokens.to_numpy(int)), notes
+
+
+def compare(sim: dict[str, float], meas: dict[str, float] | None) -> list[dict]:
+    rows = []
+    for k, v in sim.items():
+        m = None if meas is None else meas.get(k)
+        err = None if m in (None, 0) else (v - m) / m * 100
+        rows.append(
+            {
+                "metric": k,
+                "simulated": round(v, 3),
+                "measured": None if m is None else round(m, 3),
+                "error_pct": None if err is None or math.isnan(err) else round(err, 2),
+            }
+        )
+    return rows
+
+
+def engine_meta(path: str | Path) -> dict:
+    """Engine settings recorded next to a vLLM-bench requests file (meta.json ``engine_kwargs``), if any."""
+    f = Path(path).parent / "meta.json"
+    if not f.is_file():
+        return {}
+    try:
+        return dict(json.loads(f.read_text()).get("engine_kwargs", {}))
+    except (ValueError, AttributeError):
+        return {}
+
+
+def run(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
+    rec = read_requests(args.requests)
+    meta = engine_meta(args.requests)
+    notes0 = []
+    if args.max_num_seqs is None:
+        args.max_num_seqs = int(meta.get("max_num_seqs") or 256)
+        notes0.append(
+            f"max_num_seqs={args.max_num_seqs} ({'meta.json' if meta.get('max_num_seqs') else 'default'})"
+        )
+    if args.max_num_batched_tokens is None:
+        args.max_num_batched_tokens = int(meta.get("max_num_batched_tokens") or 2048)
+    sim, notes = simulate_recorded(
+        rec,
+        args.model,
+        args.gpu,
+        args.tp,
+        args.policy,
+        args.max_num_batched_tokens,
+        args.max_num_seqs,
+        args.gpu_memory_utilization,
+        args.max_model_len,
+        args.profile_kind,
+    )
+    meas = None if rec.ttft is None else stats(rec.ttft, rec.e2e, rec.output)
+    return compare(sim, meas), notes0 + notes
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m profiles.replay", description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", required=True, help="requests.jsonl (vLLM bench) or CSV")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--gpu", required=True)
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--policy", default="chunked", help="engine batching policy: chunked | vllm_v0")
+    ap.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="default: meta.json next to the requests file, else 2048",
+    )
+    ap.add_argument("--max-num-seqs", type=int, default=None, help="default: meta.json, else 256")
+    ap.add_argument("--max-model-len", type=int, default=None)
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    ap.add_argument("--profile-kind", default="auto", choices=["auto", "measured", "roofline"])
+    ap.add_argument("--json", action="store_true", help="one JSON object per metric")
+    args = ap.parse_args(argv)
+    rows, notes = run(args)
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+        return 0
+    print(f"{'metric':<18}{'simulated':>12}{'measured':>12}{'error %':>10}")
+    for r in rows:
+        meas = "-" if r["measured"] is None else f"{r['measured']:.1f}"
+        err = "-" if r["error_pct"] is None else f"{r['error_pct']:+.1f}"
+        print(f"{r['metric']:<18}{r['simulated']:>12.1f}{meas:>12}{err:>10}")
+    for n in notes:
+        print("note:", n)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

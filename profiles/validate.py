@@ -1,0 +1,368 @@
+# ruff: noqa: E501 - long prose strings of the generated report
+"""Compare the committed profiles with measured numbers that were not used to build them.
+
+    python -m profiles.validate [--raw DIR] [--out profiles/VALIDATION.md]
+
+Writes profiles/VALIDATION.md: LLM-Inference-Bench vLLM static batches (A100/H100), Splitwise iteration
+times (Llama-2-70B TP2/4/8), DistServe OPT-13B fits, cross-source checks (vidur vs AIConfigurator, the
+L40S->4090 transfer vs the measured 4090 table), the V100 facts of spec 001, KV-capacity anchors and the
+replay of the real vLLM run on an RTX PRO 6000 through the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from llmsim.profile import load_profile
+from profiles.build import DEFAULT_RAW, REPO, TOKEN_GRID, Raw, build_one, get_model
+
+BENCH_MODELS = {
+    "meta-llama/Llama-2-7b-hf": "llama-2-7b",
+    "meta-llama/Meta-Llama-3-8B": "llama-3-8b",
+    "mistralai/Mistral-7B-v0.1": "mistral-7b",
+    "Qwen/Qwen2-7B": "qwen2.5-7b",
+    "facebook/opt-6.7b": "opt-6.7b",
+}
+BENCH_GPUS = {"Nvidia A100 GPU": "a100-80gb", "Nvidia H100 GPU": "h100"}
+
+
+def static_batch_latency(prof, batch: int, isl: int, osl: int, max_batched: int = 8192) -> float:
+    """vLLM V0-style static batch: whole-prompt prefills packed up to ``max_batched`` tokens, then decodes."""
+    t = 0.0
+    left = batch
+    per = max(1, max_batched // isl)
+    while left > 0:
+        n = min(per, left)
+        t += prof.step_time(n * isl, n, n * isl * isl, 0, 0, 0)
+        left -= n
+    for i in range(1, osl):
+        t += prof.step_time(batch, batch, 0, 0, batch, batch * (isl + i))
+    return t
+
+
+def pct(a: float, b: float) -> float:
+    return (a - b) / b * 100
+
+
+def md_table(rows: list[dict], cols: list[str]) -> str:
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        out.append("| " + " | ".join(str(r[c]) for c in cols) + " |")
+    return "\n".join(out)
+
+
+def bench_section(raw: Path) -> tuple[str, list[float]]:
+    d = pd.read_csv(raw / "llm-inference-bench/Plots/All_results.csv")
+    d = d[
+        (d.Framework == "vLLM")
+        & (d["Num of Hardware"] == 1)
+        & d.Hardware.isin(BENCH_GPUS)
+        & d.Model.isin(BENCH_MODELS)
+    ]
+    d = d.groupby(["Hardware", "Model", "Input Output Length", "Batch Size"], as_index=False)[
+        "Latency"
+    ].median()
+    rows, errs = [], []
+    for r in d.itertuples(index=False):
+        model, gpu = BENCH_MODELS[r.Model], BENCH_GPUS[r.Hardware]
+        io, b = int(r[2]), int(r[3])
+        prof = load_profile(model, gpu)
+        cap = prof.kv_capacity_tokens(0.9)
+        if b * 2 * io > cap:
+            continue  # KV-starved in the real run (preemption); a static-batch formula does not apply
+        sim = static_batch_latency(prof, b, io, io)
+        e = pct(sim, r.Latency)
+        errs.append(e)
+        rows.append(
+            {
+                "GPU": gpu,
+                "model": model,
+                "in=out": io,
+                "batch": b,
+                "measured s": f"{r.Latency:.3f}",
+                "profile s": f"{sim:.3f}",
+                "error %": f"{e:+.1f}",
+            }
+        )
+    a = np.abs(errs)
+    head = (
+        f"{len(rows)} configurations (vLLM, 1 GPU, batch x 2 x length within the profile's KV capacity). "
+        f"Median |error| {np.median(a):.1f} %, mean error {np.mean(errs):+.1f} %, "
+        f"{(a <= 20).mean() * 100:.0f} % within 20 %.\n\n"
+    )
+    return head + md_table(rows, list(rows[0])), errs
+
+
+def splitwise_section(raw: Path) -> str:
+    d = pd.read_csv(raw / "splitwise-sim/data/perf_model.csv")
+    d = d[d.model == "llama2-70b"]
+    rows = []
+    for hw, gpu in (("a100-80gb", "a100-80gb"), ("h100-80gb", "h100")):
+        for tp in (2, 4, 8):
+            prof = load_profile("llama-2-70b", gpu, tp)
+            x = d[(d.hardware == hw) & (d.tensor_parallel == tp)]
+            for b, p in ((1, 512), (16, 512), (64, 512)):
+                y = x[(x.batch_size == b) & (x.prompt_size == p)]
+                if y.empty:
+                    continue
+                tok = float(y.token_time.median()) * 1e-3
+                ctx = p + float(y.token_size.median()) / 2
+                sim = prof.step_time(b, b, 0, 0, b, int(b * ctx))
+                rows.append(
+                    {
+                        "GPU": gpu,
+                        "TP": tp,
+                        "what": f"token_time b={b}, prompt {p}",
+                        "measured ms": f"{tok * 1e3:.1f}",
+                        "profile ms": f"{sim * 1e3:.1f}",
+                        "error %": f"{pct(sim, tok):+.1f}",
+                    }
+                )
+            y = x[(x.batch_size == 1) & (x.prompt_size == 2048)]
+            if not y.empty:
+                pt = float(y.prompt_time.median()) * 1e-3
+                sim = prof.step_time(2048, 1, 2048 * 2048, 0, 0, 0)
+                rows.append(
+                    {
+                        "GPU": gpu,
+                        "TP": tp,
+                        "what": "prompt_time 1 x 2048",
+                        "measured ms": f"{pt * 1e3:.1f}",
+                        "profile ms": f"{sim * 1e3:.1f}",
+                        "error %": f"{pct(sim, pt):+.1f}",
+                    }
+                )
+    return md_table(rows, list(rows[0]))
+
+
+def distserve_section(raw: Path) -> str:
+    fits = json.loads(
+        (raw / "distserve/simdistserve/estimators/profile_data/profiler-a100-80g.vllm.json").read_text()
+    )
+    f = fits["facebook/opt-13b"]["1"]
+    prof = load_profile("opt-13b", "a100-80gb")
+    rows = []
+    for n in (128, 512, 2048):
+        meas = (f["prefill"][0] + f["prefill"][1] * n + f["prefill"][2] * n * n) * 1e-3
+        sim = prof.step_time(n, 1, n * n, 0, 0, 0)
+        rows.append(
+            {
+                "what": f"prefill 1 x {n}",
+                "DistServe fit ms": f"{meas * 1e3:.1f}",
+                "profile ms": f"{sim * 1e3:.1f}",
+                "error %": f"{pct(sim, meas):+.1f}",
+            }
+        )
+    for b, ctx in ((1, 512), (32, 512), (64, 1024)):
+        c = f["decoding_smallbs"]
+        meas = (c[0] + c[1] * b * ctx + c[2] * b) * 1e-3
+        sim = prof.step_time(b, b, 0, 0, b, b * ctx)
+        rows.append(
+            {
+                "what": f"decode b={b}, ctx {ctx}",
+                "DistServe fit ms": f"{meas * 1e3:.1f}",
+                "profile ms": f"{sim * 1e3:.1f}",
+                "error %": f"{pct(sim, meas):+.1f}",
+            }
+        )
+    return md_table(rows, list(rows[0]))
+
+
+def cross_section(raw_dir: Path) -> str:
+    raw = Raw(raw_dir)
+    rows = []
+    # vidur vs AIConfigurator GEMM-based dense, A100, Llama-2-7B (the committed profile uses vidur)
+    from profiles import build as B
+
+    m = get_model("llama-2-7b")
+    gm = raw.aic_gemm("a100-80gb")
+    vd, _ = B.vidur_dense(raw, m, "a100-80gb", 1)
+    for t in (1, 128, 2048):
+        i = TOKEN_GRID.index(t)
+        aic = m.n_layers * (
+            B.gemm_layer(gm, m, 1, t) + B.elementwise_roofline(m, 1, B.get_gpu("a100-80gb"), t)
+        )
+        rows.append(
+            {
+                "check": f"A100 Llama-2-7B dense, {t} tokens",
+                "reference ms": f"{vd[i] * 1e3:.2f}",
+                "other ms": f"{aic * 1e3:.2f} (AIConfigurator GEMMs)",
+                "diff %": f"{pct(aic, vd[i]):+.1f}",
+            }
+        )
+    # L40S->4090 transfer applied to Llama-3.1-8B vs the measured 4090 table
+    meas = load_profile("llama-3.1-8b", "rtx4090")
+    saved = B.LSS_TWINS
+    try:
+        B.LSS_TWINS = ()
+        tr = build_one(raw, "llama-3.1-8b", "rtx4090")
+    finally:
+        B.LSS_TWINS = saved
+    for t in (1, 128, 2048):
+        i = TOKEN_GRID.index(t)
+        mv = meas.data["dense"]["seconds"][i]
+        rows.append(
+            {
+                "check": f"RTX 4090 Llama-3.1-8B dense, {t} tokens",
+                "reference ms": f"{mv * 1e3:.2f} (measured)",
+                "other ms": f"{tr.dense[i] * 1e3:.2f} (L40S transfer)",
+                "diff %": f"{pct(tr.dense[i], mv):+.1f}",
+            }
+        )
+    ctx = 2048
+    a, b = meas.step_time(64, 64, 0, 0, 64, 64 * ctx), None
+    b = (
+        (tr.decode["fixed"] + 64 * tr.decode["per_seq"] + 64 * ctx * tr.decode["per_ctx_token"])
+        + np.interp(64, TOKEN_GRID, tr.dense)
+        + np.interp(64, [1, 2, 4, 8, 16, 32, 64], tr.lm_head[:7])
+        + meas.data["overhead"]["per_iteration"]
+        + 64 * meas.data["overhead"]["per_seq"]
+    )
+    rows.append(
+        {
+            "check": "RTX 4090 Llama-3.1-8B decode step b=64 ctx 2048",
+            "reference ms": f"{a * 1e3:.2f} (measured)",
+            "other ms": f"{b * 1e3:.2f} (transfer)",
+            "diff %": f"{pct(b, a):+.1f}",
+        }
+    )
+    return md_table(rows, list(rows[0]))
+
+
+def v100_section() -> str:
+    rows = []
+    for gpu in ("v100-32gb", "v100-16gb"):
+        p = load_profile("llama-2-7b", gpu)
+        pre = p.step_time(1000, 1, 1000 * 1000, 0, 0, 0)
+        dec_min = p.step_time(1, 1, 0, 0, 1, 16)
+        alone = pre + sum(p.step_time(1, 1, 0, 0, 1, 1000 + i) for i in range(1, 1000))
+        slope = (p.step_time(2000, 1, 2000**2, 0, 0, 0) - p.step_time(500, 1, 500**2, 0, 0, 0)) / 1500
+        dslope = (p.step_time(32, 32, 0, 0, 32, 32 * 2000) - p.step_time(32, 32, 0, 0, 32, 32 * 1000)) / 32000
+        rows.append(
+            {
+                "GPU": gpu,
+                "p=1000,d=1000 alone s (spec ~17)": f"{alone:.2f}",
+                "min decode iteration s (spec ~0.02)": f"{dec_min:.4f}",
+                "prefill slope s/token (spec 3.2e-4)": f"{slope:.2e}",
+                "decode s per KV token (spec grad_d 3.3e-5 s/token, meaning unclear)": f"{dslope:.2e}",
+                "KV tokens at 0.9": p.kv_capacity_tokens(0.9),
+            }
+        )
+    return md_table(rows, list(rows[0]))
+
+
+def capacity_section() -> str:
+    rows = []
+    p = load_profile("llama-3.1-8b", "rtx4090")
+    rows.append(
+        {
+            "anchor": "RTX 4090, Llama-3.1-8B, util 0.9 (vLLM 0.19)",
+            "measured tokens": 41408,
+            "profile tokens": p.kv_capacity_tokens(0.9),
+            "error %": f"{pct(p.kv_capacity_tokens(0.9), 41408):+.1f}",
+            "note": "calibration anchor (reserve base fitted here)",
+        }
+    )
+    p = load_profile("opt-13b", "a100-80gb")
+    for u in (0.9, 0.95):
+        c = p.kv_capacity_tokens(u)
+        rows.append(
+            {
+                "anchor": f"A100-80GB, OPT-13B TP1 (DistServe), util {u}",
+                "measured tokens": 66144,
+                "profile tokens": c,
+                "error %": f"{pct(c, 66144):+.1f}",
+                "note": "held out; DistServe's utilisation is not recorded",
+            }
+        )
+    return md_table(rows, list(rows[0]))
+
+
+def replay_section(raw: Path) -> str:
+    from profiles.replay import compare, engine_meta, read_requests, simulate_recorded, stats
+
+    f = raw / "llmservingsim/bench/examples/RTXPRO6000/Llama-3.1-8B/vllm/requests.jsonl"
+    rec = read_requests(f)
+    meta = engine_meta(f)
+    out = []
+    for seqs in (int(meta.get("max_num_seqs") or 256), 256):
+        sim, _ = simulate_recorded(rec, "llama-3.1-8b", "rtx-pro-6000", 1, "chunked", 2048, seqs, 0.9)
+        rows = compare(sim, stats(rec.ttft, rec.e2e, rec.output))
+        for r in rows:
+            r["error_pct"] = f"{r['error_pct']:+.1f}"
+        src = "meta.json" if seqs == meta.get("max_num_seqs") else "issue text"
+        out.append(
+            f"max_num_seqs={seqs} ({src}):\n\n"
+            + md_table(rows, ["metric", "simulated", "measured", "error_pct"])
+        )
+        if seqs == 256 and meta.get("max_num_seqs") == 256:
+            break
+    return "\n\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m profiles.validate")
+    ap.add_argument("--raw", type=Path, default=DEFAULT_RAW)
+    ap.add_argument("--out", type=Path, default=REPO / "profiles" / "VALIDATION.md")
+    a = ap.parse_args(argv)
+    parts = [
+        "# Profile validation (generated by `python -m profiles.validate`; do not edit)\n",
+        "Every number below compares a committed profile in profiles/data with measured data that was not used "
+        "to build it (except where marked as the calibration anchor). Errors are (profile - measured) / measured.\n",
+    ]
+    bench, _ = bench_section(a.raw)
+    parts += [
+        "## 1. LLM-Inference-Bench, vLLM static batches (end-to-end latency of the whole batch)\n",
+        "Source: argonne-lcf/LLM-Inference-Bench @4211f5d (BSD-3-Clause), `Plots/All_results.csv`. The A100 "
+        "variant is not recorded (assumed 80 GB SXM). Qwen2-7B uses the qwen2.5-7b profile (identical shapes). "
+        "Simulated as packed whole-prompt prefills then decode steps.\n",
+        bench,
+        "",
+    ]
+    parts += [
+        "## 2. Splitwise iteration times, Llama-2-70B (median of 5 runs)\n",
+        "Source: Mutinifni/splitwise-sim @8f99e7d (MIT), `data/perf_model.csv`. Decode context = prompt + half "
+        "the output.\n",
+        splitwise_section(a.raw),
+        "",
+    ]
+    parts += [
+        "## 3. DistServe OPT-13B on A100-80GB (vLLM fits)\n",
+        "Source: LLMServe/DistServe @82831f1 (Apache-2.0), `profiler-a100-80g.vllm.json` (regression fits, "
+        "not raw samples).\n",
+        distserve_section(a.raw),
+        "",
+    ]
+    parts += ["## 4. Cross-source checks\n", cross_section(a.raw), ""]
+    parts += [
+        "## 5. V100 facts (shared/specs/001_intelligent_router.md)\n",
+        "GEMMs measured (APEX+ V100-PCIE-16GB); attention roofline with decode efficiency fitted towards the "
+        "17 s fact and capped at 0.85 of bandwidth. The spec's facts conflict (17 s over 1000 decode steps "
+        "is 17 ms/step, below its own 0.02 s minimum decode iteration); the measured GEMMs side with 0.02 s.\n",
+        v100_section(),
+        "",
+    ]
+    parts += ["## 6. KV-cache capacity\n", capacity_section(), ""]
+    parts += [
+        "## 7. Replay of a real vLLM run through the simulator\n",
+        "LLMServingSim `bench/examples/RTXPRO6000/Llama-3.1-8B/vllm` (vLLM 0.19, 300 ShareGPT requests, "
+        "chunked prefill, max_num_batched_tokens 2048). Command: `python -m profiles.replay --requests "
+        "../shared/profiles_raw/llmservingsim/bench/examples/RTXPRO6000/Llama-3.1-8B/vllm/requests.jsonl "
+        "--model llama-3.1-8b --gpu rtx-pro-6000` (engine settings from meta.json). The profile is built from "
+        "LLMServingSim's RTX PRO 6000 operator tables, i.e. the same group's measurements but a different "
+        "run. The run's meta.json records max_num_seqs 128 (the issue says 256); both are shown.\n",
+        replay_section(a.raw),
+        "",
+    ]
+    a.out.write_text("\n".join(parts) + "\n")
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,269 @@
+"""Tests for measured profiles: loading errors, monotonicity, build determinism, capacity, profiler."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmsim.errors import ProfileError
+from llmsim.profile import RooflineProfile, load_profile
+from llmsim.profile_table import MeasuredProfile, load_profile_file
+
+RAW = Path(__file__).resolve().parents[1].parent / "shared" / "profiles_raw"
+DATA = Path(__file__).resolve().parents[1] / "profiles" / "data"
+needs_raw = pytest.mark.skipif(not RAW.is_dir(), reason=f"raw data {RAW} absent (shared/profiles_raw)")
+
+
+def test_load_measured_default():
+    p = load_profile("llama-2-7b", "a100-80gb")
+    assert isinstance(p, MeasuredProfile)
+    assert not p.estimated
+    assert p.describe()["kind"] == "measured"
+    assert isinstance(load_profile("llama-2-7b", "a100-80gb", kind="roofline"), RooflineProfile)
+
+
+def test_estimated_parts_flagged():
+    p = load_profile("llama-2-7b", "v100-32gb")
+    assert p.estimated and "decode_attention" in p.describe()["estimated_parts"]
+
+
+def test_errors_are_clear(tmp_path):
+    with pytest.raises(ProfileError, match="does not exist"):
+        load_profile_file(tmp_path / "nope.yaml")
+    with pytest.raises(ProfileError, match="unknown model 'no-such-model'"):
+        load_profile("no-such-model", "a100-80gb")
+    with pytest.raises(ProfileError, match="unknown GPU 'no-such-gpu'"):
+        load_profile("llama-2-7b", "no-such-gpu")
+    with pytest.raises(ProfileError, match="no measured profile"):
+        load_profile("llama-2-70b", "a10", kind="measured")
+    good = yaml.safe_load((DATA / "a100-80gb" / "llama-2-7b.yaml").read_text())
+    bad = dict(good, decode_attention={"fixed": 0.0, "per_seq": "fast", "per_ctx_token": 1e-7})
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ProfileError, match=r"bad.yaml.*decode_attention.per_seq"):
+        load_profile_file(f)
+    bad = dict(good)
+    del bad["memory"]
+    f.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ProfileError, match=r"key 'memory': missing"):
+        load_profile_file(f)
+    f.write_text("dense: [1, 2\n")
+    with pytest.raises(ProfileError, match="not valid YAML"):
+        load_profile_file(f)
+
+
+@pytest.mark.parametrize(
+    "model,gpu",
+    [
+        ("llama-2-7b", "a100-80gb"),
+        ("llama-3.1-8b", "rtx4090"),
+        ("llama-2-7b", "v100-16gb"),
+        ("opt-6.7b", "titan-rtx"),
+        ("mistral-7b", "h100"),
+    ],
+)
+def test_step_time_monotone(model, gpu):
+    p = load_profile(model, gpu)
+    prev = 0.0
+    for n in [1, 2, 3, 7, 16, 100, 513, 2048, 5000, 20000, 40000]:
+        t = p.step_time(n, 1, 0, 0, 1, 100)
+        assert t >= prev and t > 0
+        prev = t
+    prev = 0.0
+    for ctx in [0, 10, 1000, 10**5, 10**6]:
+        t = p.step_time(64, 64, 0, 0, 64, ctx)
+        assert t >= prev
+        prev = t
+    base = p.step_time(512, 1, 512 * 512, 0, 0, 0)
+    assert p.step_time(512, 1, 512 * 512, 512 * 1000, 0, 0) > base
+    assert p.step_time(512, 2, 512 * 512, 0, 0, 0) >= base
+    assert p.step_time(513, 2, 512 * 512, 0, 1, 0) >= base
+    assert p.step_time(40, 40, 0, 0, 40, 4000) == p.step_time(40, 40, 0, 0, 40, 4000)
+
+
+def test_capacity_anchors():
+    assert load_profile("llama-3.1-8b", "rtx4090").kv_capacity_tokens(0.9) == pytest.approx(41_408, rel=0.01)
+    # DistServe OPT-13B TP1 on A100-80GB: 66,144 tokens (utilisation not recorded): within 10 % at 0.9
+    assert load_profile("opt-13b", "a100-80gb").kv_capacity_tokens(0.9) == pytest.approx(66_144, rel=0.10)
+    with pytest.raises(ValueError, match="does not fit"):
+        load_profile("llama-2-13b", "v100-16gb", kind="roofline").kv_capacity_tokens(0.9)
+
+
+def _tiny_raw(root: Path) -> None:
+    """A tiny fake raw dataset: the profiler's LLMServingSim-like layout."""
+    root.mkdir(parents=True)
+    with open(root / "dense.csv", "w") as f:
+        f.write("layer,tokens,time_us\n")
+        for t in (1, 16, 256, 2048):
+            for op in (
+                "embedding",
+                "layernorm",
+                "qkv_proj",
+                "rotary_emb",
+                "o_proj",
+                "gate_up_proj",
+                "act_fn",
+                "down_proj",
+                "final_layernorm",
+            ):
+                f.write(f"{op},{t},{5 + t * 0.1}\n")
+    with open(root / "attention.csv", "w") as f:
+        f.write("prefill_chunk,kv_prefill,n_decode,kv_decode,time_us\n")
+        for c in (16, 256, 2048):
+            for p in (0, 1024):
+                f.write(f"{c},{p},0,0,{5 + c * c * 1e-5 + c * p * 2e-5}\n")
+        for b in (1, 8, 64):
+            for kv in (16, 1024):
+                f.write(f"0,0,{b},{kv},{5 + b * kv * 1e-3}\n")
+    with open(root / "per_sequence.csv", "w") as f:
+        f.write("layer,sequences,time_us\n")
+        for s in (1, 16, 256):
+            f.write(f"lm_head,{s},{100 + s}\nsampler,{s},{10 + s}\n")
+    (root / "meta.yaml").write_text(
+        yaml.safe_dump(
+            {"model": "llama-2-7b", "gpu": "a10", "tp": 1, "device_name": "fake", "software": {"torch": "x"}}
+        )
+    )
+
+
+def test_build_from_fixture_deterministic(tmp_path):
+    from profiles.build import main
+
+    _tiny_raw(tmp_path / "raw")
+    for out in ("o1", "o2"):
+        assert main(["--from-raw", str(tmp_path / "raw"), "--out", str(tmp_path / out)]) == 0
+    a, b = (tmp_path / o / "a10" / "llama-2-7b.yaml" for o in ("o1", "o2"))
+    assert a.read_bytes() == b.read_bytes()
+    p = load_profile_file(a)
+    assert p.step_time(1, 1, 0, 0, 1, 16) == pytest.approx(
+        32 * (7 * 5.1 + 5 + 0.016 * 1e-3 * 1e3) * 1e-6 + 2 * 5.1e-6 + 121e-6 + 5e-4 + 2e-6, rel=0.1
+    )
+
+
+@needs_raw
+def test_build_deterministic_and_matches_committed(tmp_path):
+    from profiles.build import build_all
+
+    for out in ("a", "b"):
+        build_all(RAW, tmp_path / out, only="a100-80gb/llama-2-7b", verbose=False)
+        build_all(RAW, tmp_path / out, only="rtx4090/llama-3.1-8b", verbose=False)
+    for rel in ("a100-80gb/llama-2-7b.yaml", "rtx4090/llama-3.1-8b.yaml"):
+        a, b = (tmp_path / "a" / rel).read_bytes(), (tmp_path / "b" / rel).read_bytes()
+        assert a == b
+        assert a == (DATA / rel).read_bytes(), f"committed {rel} is stale: run python -m profiles.build"
+
+
+def test_committed_files_small_and_valid():
+    files = sorted(DATA.glob("*/*.yaml"))
+    assert len(files) >= 20
+    for f in files:
+        assert f.stat().st_size < 8000, f
+        load_profile_file(f)
+
+
+def test_profiler_cpu_tiny(tmp_path):
+    pytest.importorskip("torch")
+    from profiles.build import main as build_main
+    from profiles.profile import profile_model, resolve_model
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "_name_or_path": "tiny-test-llama",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "intermediate_size": 128,
+                "vocab_size": 256,
+            }
+        )
+    )
+    m = resolve_model(str(cfg))
+    raw = profile_model(
+        m,
+        "cpu",
+        tmp_path / "raw",
+        gpu_name="a10",
+        quick=True,
+        max_tokens=64,
+        max_ctx=256,
+        max_batch=8,
+        iters=1,
+        repeats=1,
+    )
+    meta = yaml.safe_load((raw / "meta.yaml").read_text())
+    assert meta["timing"]["method"] == "perf_counter" and meta["shape"]["n_kv_heads"] == 2
+    assert build_main(["--from-raw", str(raw), "--out", str(tmp_path / "out")]) == 0
+    p = load_profile_file(tmp_path / "out" / "a10" / "tiny-test-llama.yaml")
+    assert p.step_time(64, 1, 64 * 64, 0, 0, 0) >= p.step_time(1, 1, 1, 0, 0, 0) > 0
+
+
+def test_replay_tiny_fixture(tmp_path, capsys):
+    pytest.importorskip("llmsim.sim")
+    from profiles.replay import main
+
+    p = load_profile("llama-2-7b", "a100-80gb")
+    rows = ["arrival,prompt_tokens,output_tokens,ttft,e2e"]
+    for i in range(12):
+        pre = p.step_time(200, 1, 200 * 200, 0, 0, 0)
+        rows.append(f"{i * 2.0},200,20,{pre:.4f},{pre + 19 * p.step_time(1, 1, 0, 0, 1, 210):.4f}")
+    f = tmp_path / "reqs.csv"
+    f.write_text("\n".join(rows) + "\n")
+    assert main(["--requests", str(f), "--model", "llama-2-7b", "--gpu", "a100-80gb", "--json"]) == 0
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    by = {r["metric"]: r for r in out}
+    assert set(out[0]) == {"metric", "simulated", "measured", "error_pct"}
+    assert abs(by["mean_e2el_ms"]["error_pct"]) < 15
+    assert abs(by["mean_tpot_ms"]["error_pct"]) < 15
+
+
+@needs_raw
+def test_replay_real_run_within_target():
+    pytest.importorskip("llmsim.sim")
+    from profiles.replay import engine_meta, read_requests, simulate_recorded, stats
+
+    f = RAW / "llmservingsim/bench/examples/RTXPRO6000/Llama-3.1-8B/vllm/requests.jsonl"
+    rec = read_requests(f)
+    seqs = int(engine_meta(f).get("max_num_seqs", 256))
+    sim, _ = simulate_recorded(rec, "llama-3.1-8b", "rtx-pro-6000", 1, "chunked", 2048, seqs)
+    meas = stats(rec.ttft, rec.e2e, rec.output)
+    assert abs(sim["mean_tpot_ms"] / meas["mean_tpot_ms"] - 1) < 0.10
+    assert abs(sim["mean_e2el_ms"] / meas["mean_e2el_ms"] - 1) < 0.10
+
+
+def test_from_hf_config_opt(tmp_path):
+    from llmsim.models import from_hf_config, get_model
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "model_type": "opt",
+                "_name_or_path": "facebook/opt-125m",
+                "num_hidden_layers": 12,
+                "hidden_size": 768,
+                "num_attention_heads": 12,
+                "ffn_dim": 3072,
+                "vocab_size": 50272,
+                "max_position_embeddings": 2048,
+                "torch_dtype": "float16",
+            }
+        )
+    )
+    m = from_hf_config(str(cfg), name="opt-125m-copy")
+    ref = get_model("opt-125m")
+    assert (m.n_layers, m.hidden, m.intermediate, m.gated_mlp, m.kv_bytes_per_token) == (
+        ref.n_layers,
+        ref.hidden,
+        ref.intermediate,
+        ref.gated_mlp,
+        ref.kv_bytes_per_token,
+    )
+    shutil.rmtree(tmp_path, ignore_errors=True)
