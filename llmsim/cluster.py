@@ -10,9 +10,9 @@ stale snapshot routers see, as real metrics endpoints lag.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from llmsim.engine import EngineConfig
 from llmsim.errors import ConfigError
@@ -215,7 +215,8 @@ class Cluster:
         self._schedule_next_arrival()
         self.env.call_at(self.env.now, OBSERVE, self._scrape)
         if self.view_staleness > 0:
-            self.env.call_at(self.env.now, OBSERVE, self._refresh_view)
+            self.view.take_snapshot()  # what the metrics endpoint showed before the first arrival
+            self.env.call_at(self.env.now + self.view_staleness, OBSERVE, self._refresh_view)
         if self.central_queue_tick:
             self.env.call_at(self.env.now + self.central_queue_tick, ROUTE, self._tick)
 
@@ -273,6 +274,7 @@ class Cluster:
         self.env.call_at(r.arrival, ARRIVAL, self._on_arrival, r)
 
     def _on_arrival(self, r: Request) -> None:
+        r.reset_lifecycle()  # a request object replayed in a second simulation starts afresh
         self._num_arrived += 1
         if self._progress is not None and self._num_arrived % 1000 == 0:
             self._progress.update(1000)

@@ -19,7 +19,8 @@ Submission visibility: a request submitted at (t, phase) is seen by the first bo
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from llmsim.engine import EngineConfig
 from llmsim.errors import ConfigError

@@ -130,3 +130,54 @@ def save_sweep_plot(rows: list[dict], x: str, out: str | Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return Path(out)
+
+
+def collect_sweep(sweep_dir: str | Path) -> list[dict]:
+    """Rows of (overrides..., summary...) from every job of a Hydra multirun directory."""
+    import json
+
+    import yaml
+
+    rows = []
+    for summary in sorted(Path(sweep_dir).glob("*/summary.json")):
+        row: dict = {}
+        overrides = summary.parent / ".hydra" / "overrides.yaml"
+        if overrides.exists():
+            for item in yaml.safe_load(overrides.read_text()) or []:
+                key, _, value = str(item).partition("=")
+                try:
+                    row[key] = float(value)
+                except ValueError:
+                    row[key] = value
+        row.update(json.loads(summary.read_text()))
+        row["job_dir"] = str(summary.parent)
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m llmsim.report SWEEP_DIR [--x workload.rate]``: sweep table (CSV) and curves (PNG)."""
+    import argparse
+
+    import pandas as pd
+
+    ap = argparse.ArgumentParser(prog="python -m llmsim.report")
+    ap.add_argument("sweep_dir")
+    ap.add_argument("--x", default="workload.rate", help="swept override to put on the x axis")
+    args = ap.parse_args(argv)
+    rows = collect_sweep(args.sweep_dir)
+    if not rows:
+        raise SystemExit(f"no */summary.json under {args.sweep_dir}: is it a Hydra multirun directory?")
+    df = pd.DataFrame(rows)
+    out_csv = Path(args.sweep_dir) / "sweep.csv"
+    df.to_csv(out_csv, index=False)
+    cols = [c for c in (args.x, "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
+                        "p99_e2el_ms", "slo_attainment") if c in df.columns]
+    print(df[cols].sort_values(cols[0]).to_string(index=False))
+    if args.x in df.columns:
+        p = save_sweep_plot(rows, args.x, Path(args.sweep_dir) / "sweep.png")
+        print(f"wrote {out_csv} and {p}")
+
+
+if __name__ == "__main__":
+    main()

@@ -76,6 +76,10 @@ class Request:
         self.quality_by_model = quality_by_model
         self.extra = extra
         self.predicted_output: float | None = None
+        self.reset_lifecycle()
+
+    def reset_lifecycle(self) -> None:
+        """Forget any earlier simulation of this request (everything the cluster and engine write)."""
         self.routed_time = NOT_SET
         self.instance = -1
         self.first_scheduled = NOT_SET
@@ -83,7 +87,7 @@ class Request:
         self.finish = NOT_SET
         self.preemptions = 0
         self.swaps = 0
-        self.target_tokens = output_tokens
+        self.target_tokens = self.output_tokens
         self.generated = 0
         self.computed = 0
         self.blocks = 0

@@ -14,8 +14,9 @@ however many events a run is split into.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from heapq import heappop, heappush
-from typing import Any, Callable
+from typing import Any
 
 import simpy
 from simpy.core import EmptySchedule

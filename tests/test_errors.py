@@ -1,0 +1,95 @@
+"""Bad input gets clear errors naming the key / request and what was expected."""
+
+import pytest
+
+from llmsim import EngineConfig, InstanceConfig, simulate
+from llmsim.cluster import Cluster
+from llmsim.config import instances_from_config
+from llmsim.errors import ConfigError
+from llmsim.policies import make_router
+from llmsim.testing import LinearProfile, requests
+
+
+def test_zero_instances():
+    with pytest.raises(ConfigError, match="at least one instance"):
+        Cluster([], make_router("random"))
+    with pytest.raises(ConfigError, match="count 0"):
+        instances_from_config({"instances": [{"model": "llama-2-7b", "gpu": "a100-80gb", "count": 0}]})
+
+
+def test_unknown_keys_are_named():
+    with pytest.raises(ConfigError, match=r"cluster.instances\[0\].*unknown key.*'gpus'"):
+        instances_from_config({"instances": [{"model": "llama-2-7b", "gpus": "a100-80gb"}]})
+    with pytest.raises(ConfigError, match=r"engine.*unknown key.*'max_seqs'"):
+        instances_from_config({"instances": [{"model": "llama-2-7b"}]}, {"max_seqs": 3})
+    with pytest.raises(ConfigError, match="unknown routing policy 'fastest'"):
+        make_router("fastest")
+    with pytest.raises(ConfigError, match="unknown batch policy"):
+        simulate([InstanceConfig(profile=LinearProfile(), engine=EngineConfig(policy="edf-ish"))], [], "random")
+
+
+def test_unknown_model_and_gpu():
+    with pytest.raises(ValueError, match="unknown model 'llama-9-7b'"):
+        simulate([InstanceConfig(model="llama-9-7b")], [], "random")
+    with pytest.raises(ValueError, match="unknown GPU 'b300'"):
+        simulate([InstanceConfig(gpu="b300")], [], "random")
+
+
+def test_model_that_does_not_fit_gpu_memory():
+    with pytest.raises(ConfigError, match=r"instances\[0\].*llama-2-70b.*does not fit"):
+        simulate([InstanceConfig(model="llama-2-70b", gpu="a100-80gb", profile_kind="roofline")], [], "random")
+
+
+def test_prompt_longer_than_max_model_len_is_an_error_by_default():
+    inst = InstanceConfig(profile=LinearProfile(), engine=EngineConfig(max_model_len=100))
+    with pytest.raises(ConfigError, match=r"request 1 \(prompt 150 tokens\) can never be served.*max_model_len"):
+        simulate([inst], requests([(0, 10, 5), (1, 150, 5)]), "random")
+
+
+def test_unservable_requests_are_counted_when_dropping():
+    inst = InstanceConfig(profile=LinearProfile(), engine=EngineConfig(max_model_len=100))
+    res = simulate([inst], requests([(0, 10, 5), (1, 150, 5)]), "random", on_unservable="drop")
+    assert res.summary["completed"] == 1 and res.summary["dropped"] == 1
+    assert res.summary["dropped_by_reason"] == {"prompt_exceeds_max_model_len": 1}
+
+
+def test_prompt_larger_than_kv_cache():
+    inst = InstanceConfig(profile=LinearProfile(), engine=EngineConfig(num_gpu_blocks=4, block_size=16))
+    with pytest.raises(ConfigError, match="prompt_exceeds_kv_capacity"):
+        simulate([inst], requests([(0, 200, 5)]), "random")
+
+
+def test_impossible_engine_settings():
+    for bad, match in [({"max_num_seqs": 0}, "max_num_seqs"), ({"block_size": 0}, "block_size"),
+                       ({"preemption": "kill"}, "preemption"),
+                       ({"max_num_batched_tokens": 512, "max_model_len": 4096}, "smaller than max_model_len"),
+                       ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization")]:
+        with pytest.raises(ConfigError, match=match):
+            simulate([InstanceConfig(model="llama-2-7b", gpu="a100-80gb", profile_kind="roofline",
+                                     engine=EngineConfig(**bad))], [], "random")
+
+
+def test_unsorted_workload():
+    inst = InstanceConfig(profile=LinearProfile())
+    with pytest.raises(ConfigError, match="not sorted by arrival: request 1"):
+        simulate([inst], requests([(5, 10, 5), (1, 10, 5)]), "random")
+
+
+def test_router_wait_and_drop_are_reported():
+    from llmsim.policies import DROP, WAIT, Router
+
+    class Picky(Router):
+        name = "picky"
+
+        def route(self, req, view):
+            if req.id == 0:
+                return DROP
+            if req.id == 1 and view.now < 0.5:
+                return WAIT  # retried when request 2 finishes
+            return 0
+
+    inst = InstanceConfig(profile=LinearProfile())
+    res = simulate([inst], requests([(0, 10, 3), (0.1, 10, 3), (0.2, 10, 60)]), Picky())
+    assert res.summary["dropped_by_reason"] == {"router": 1}
+    r1 = res.requests.set_index("id").loc[1]
+    assert r1.routed_time > 0.5  # decided again at a completion after 0.5 s
