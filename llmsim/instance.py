@@ -105,6 +105,7 @@ class Instance:
         self._iter_start = 0.0
         self._run: _Run | None = None
         self._admit_counter = 0
+        self._changes = 0  # preemptions, to tell an engine that just freed room from a stuck one
         # statistics
         self.iterations = 0
         self.busy_time = 0.0
@@ -234,6 +235,7 @@ class Instance:
     def preempt_last(self) -> int:
         """Preempt the most recently admitted running request; returns blocks swapped out."""
         r = self.running.pop()
+        self._changes += 1
         self.preemptions += 1
         r.preemptions += 1
         self.kv_free += r.blocks
@@ -282,11 +284,20 @@ class Instance:
         self._start_next(now)
 
     def _start_next(self, now: float) -> None:
+        changes = self._changes
         sched = self.policy.schedule(self, now)
         batch = sched.batch
-        while not batch and self.waiting and not self.running and not self.swapped:
-            # the whole cache is free and the head still cannot start: it never will
-            self.recorder.drop(self.waiting.popleft(), "cannot_be_scheduled", now)
+        while not batch and (self.waiting or self.swapped):
+            if self.running:
+                break  # cannot happen with the built-in policies; a custom one may idle on purpose
+            if self._changes != changes:
+                # a preemption or drop emptied the batch: the freed room may admit someone now
+                changes = self._changes
+            elif self.swapped:
+                self.recorder.drop(self.swapped.popleft(), "cannot_be_scheduled", now)
+            else:
+                # the whole cache is free and the head still cannot start: it never will
+                self.recorder.drop(self.waiting.popleft(), "cannot_be_scheduled", now)
             sched = self.policy.schedule(self, now)
             batch = sched.batch
         if not batch:

@@ -100,3 +100,13 @@ def test_single_output_token_has_ttft_equal_e2e():
     r = run([(0.0, 10, 1)]).requests.iloc[0]
     assert r.ttft_ms == pytest.approx(r.e2el_ms)
     assert r.output_tokens == 1
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_shortest_predicted_job_first_admits_short_prompt_first(fast):
+    # A occupies one of two sequence slots; B (long) and C (short) wait for the other; SJF takes C first
+    rows = [(0.0, 100, 20), (0.01, 300, 5), (0.02, 10, 5)]
+    fcfs = run(rows, fast, max_num_seqs=2).requests
+    sjf = run(rows, fast, policy="vllm_v0_sjf", max_num_seqs=2).requests
+    assert fcfs.iloc[1].first_token < fcfs.iloc[2].first_token
+    assert sjf.iloc[2].first_token < sjf.iloc[1].first_token

@@ -18,7 +18,7 @@ def scenarios(draw):
     n_inst = draw(st.integers(1, 3))
     insts = []
     for _ in range(n_inst):
-        policy = draw(st.sampled_from(["vllm_v0", "chunked"]))
+        policy = draw(st.sampled_from(["vllm_v0", "chunked", "vllm_v0_sjf", "chunked_sjf"]))
         bs = draw(st.sampled_from([1, 2, 4, 16]))
         max_len = draw(st.integers(40, 300))
         eng = dict(
@@ -27,7 +27,7 @@ def scenarios(draw):
             num_gpu_blocks=draw(st.integers(max(3, -(-max_len // bs) // 2), 4 * max_len // bs + 4)),
             max_num_seqs=draw(st.integers(1, 24)),
             max_model_len=max_len,
-            max_num_batched_tokens=(draw(st.integers(max_len, 2 * max_len)) if policy == "vllm_v0"
+            max_num_batched_tokens=(draw(st.integers(max_len, 2 * max_len)) if policy.startswith("vllm_v0")
                                     else draw(st.integers(4, 2 * max_len))),
             preemption=draw(st.sampled_from(["recompute", "swap"])),
             swap_space_gb=draw(st.sampled_from([0.0005, 0.01])),

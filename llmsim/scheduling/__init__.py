@@ -2,13 +2,16 @@
 
 from llmsim.scheduling.base import BATCH_POLICIES, BatchPolicy, Scheduled, register_batch_policy
 from llmsim.scheduling.chunked import ChunkedPrefillPolicy
+from llmsim.scheduling.ordered import ChunkedSJFPolicy, VllmV0SJFPolicy
 from llmsim.scheduling.vllm_v0 import VllmV0Policy
 
 __all__ = [
     "BATCH_POLICIES",
     "BatchPolicy",
     "ChunkedPrefillPolicy",
+    "ChunkedSJFPolicy",
     "Scheduled",
     "VllmV0Policy",
+    "VllmV0SJFPolicy",
     "register_batch_policy",
 ]

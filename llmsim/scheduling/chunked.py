@@ -100,7 +100,7 @@ class ChunkedPrefillPolicy(BatchPolicy):
         """
         if not inst.waiting or budget <= 0 or len(inst.running) >= inst.max_seqs:
             return False
-        r = inst.waiting[0]
+        r = next(iter(self.admission_order(inst)))
         remaining = r.prompt_tokens + r.generated - r.computed
         n_new = remaining if remaining < budget else budget
         return inst.blocks_needed(r, n_new) <= inst.kv_free
