@@ -108,7 +108,7 @@ class RoutingEnv(gym.Env):
         if action not in ACTIONS:
             raise ValueError(f"action must be one of {ACTIONS}, got {action!r}")
         if decision == "tick" and action not in ("instance_wait",):
-            raise ValueError("decision='tick' needs action='instance_wait' (the agent may hold the head request)")
+            raise ValueError("decision='tick' needs action='instance_wait' (the agent may hold the head)")
         cfgs = expand_instances(list(instances))
         # profiles are built once and shared by every episode's cluster
         self.instance_configs = [dataclasses.replace(c, profile=c.build_profile()) for c in cfgs]
@@ -135,7 +135,8 @@ class RoutingEnv(gym.Env):
         self.models = list(dict.fromkeys(self.instance_models))
         self.inst_model_idx = np.array([self.models.index(m) for m in self.instance_models], dtype=np.int64)
         self.replicas = [[k for k in range(n) if self.instance_models[k] == m] for m in self.models]
-        n_act = {"instance": n, "instance_wait": n + 1, "instance_drop": n + 1, "model": len(self.models)}[action]
+        n_act = {"instance": n, "instance_wait": n + 1, "instance_drop": n + 1,
+                 "model": len(self.models)}[action]
         self.action_space = gym.spaces.Discrete(n_act)
         self.special_action = {"instance_wait": WAIT, "instance_drop": DROP}.get(action)
         self.cluster: Cluster | None = None
@@ -147,9 +148,9 @@ class RoutingEnv(gym.Env):
     def _build_cluster(self, reqs: list[Request]) -> None:
         tick_mode = self.decision == "tick"
         wait_retry = self.tick if (self.special_action == WAIT and not tick_mode) else None
-        self.cluster = Cluster(self.instance_configs, _AgentRouter(self), metrics_interval=self.metrics_interval,
-                               central_queue_tick=wait_retry, on_unservable=self.on_unservable,
-                               on_finish=self._on_finish)
+        self.cluster = Cluster(self.instance_configs, _AgentRouter(self),
+                               metrics_interval=self.metrics_interval, central_queue_tick=wait_retry,
+                               on_unservable=self.on_unservable, on_finish=self._on_finish)
         self._preds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.routed_quality: dict[int, float] = {}
         self._requests = reqs
@@ -177,7 +178,8 @@ class RoutingEnv(gym.Env):
         c = self.cluster
         c.start(reqs)
         if self.decision == "tick":
-            c.env.call_at(c.env.now + self.tick, ROUTE, self._on_tick)
+            self._tick_k = 1  # ticks at k * tick exactly (no accumulated rounding)
+            c.env.call_at(self.tick, ROUTE, self._on_tick)
         self.pending: Request | None = None
         self._advance()
         obs = self.obs_builder.build(self, self.pending)
@@ -199,7 +201,8 @@ class RoutingEnv(gym.Env):
         if c.central or self.tick_when_empty:
             self._tick_due = True
         if not (c._arrivals_done and not c.central and all(not i._busy for i in c.instances)):
-            c.env.call_at(c.env.now + self.tick, ROUTE, self._on_tick)
+            self._tick_k += 1
+            c.env.call_at(self._tick_k * self.tick, ROUTE, self._on_tick)
 
     def predictions(self, req: Request) -> tuple[np.ndarray, np.ndarray]:
         """Predicted (output tokens, quality) of ``req`` on each of ``self.models``."""
@@ -216,13 +219,13 @@ class RoutingEnv(gym.Env):
         queue = env._queue
         step = env.step
         deferred = c.deferred
-        central = c.central
         limit = self.time_limit
         tick_mode = self.decision == "tick"
         while True:
             if tick_mode:
                 if self._tick_due:
                     self._tick_due = False
+                    central = c.central  # the cluster replaces this deque on retries: read it fresh
                     self.pending = central[0] if central else None
                     if self.pending is not None or self.tick_when_empty:
                         return
@@ -281,13 +284,20 @@ class RoutingEnv(gym.Env):
         self._advance()
         if self.terminated or self.truncated:
             c.finish()
+            if self.truncated:
+                # report what the time limit cut off (in flight or not yet arrived), so nothing is lost
+                now = c.env.now
+                for r in self._requests:
+                    if r.finish < 0 and not r.dropped:
+                        c.recorder.drop(r, "episode_truncated", now)
         reward, comps = self.reward_fn.end_step(self)
         self._episode_reward += reward
         ec = self._episode_components
         for k, v in comps.items():
             ec[k] += v
         obs = self.obs_builder.build(self, self.pending)
-        return obs, float(reward), self.terminated, self.truncated, self._info(comps, self.terminated or self.truncated)
+        done = self.terminated or self.truncated
+        return obs, float(reward), self.terminated, self.truncated, self._info(comps, done)
 
     def _apply(self, req: Request, d: int, phase: int) -> None:
         c = self.cluster

@@ -43,7 +43,7 @@ class TaskSpec:
     rho_len: float = 0.8
 
 
-def _lognormal(rng: np.random.Generator, mean: float, sigma: float, z: np.ndarray) -> np.ndarray:
+def _lognormal(mean: float, sigma: float, z: np.ndarray) -> np.ndarray:
     """LogNormal with the given *mean* (not median) from standard-normal draws ``z``."""
     mu = math.log(max(mean, 1e-9)) - 0.5 * sigma * sigma
     return np.exp(mu + sigma * z)
@@ -63,41 +63,53 @@ class TaskMixture:
         return w / w.sum()
 
     def sample(self, rng: np.random.Generator, arrivals: np.ndarray, first_id: int = 0) -> list[Request]:
-        """One request per arrival time, tasks drawn i.i.d. from the mixture."""
+        """One request per arrival time, tasks drawn i.i.d. from the mixture (vectorised per task)."""
         n = len(arrivals)
+        nm = len(self.models)
         task_idx = rng.choice(len(self.tasks), size=n, p=self.probs())
         z_p = rng.standard_normal(n)
         z_len = rng.standard_normal(n)
         z_q = rng.standard_normal(n)
-        nm = len(self.models)
         z_len_m = rng.standard_normal((n, nm))
         z_q_m = rng.standard_normal((n, nm))
-        out: list[Request] = []
-        for k in range(n):
-            t = self.tasks[task_idx[k]]
-            p = int(np.clip(round(_lognormal(rng, t.prompt_mean, t.prompt_sigma, z_p[k:k + 1])[0]), 1,
-                            t.prompt_max))
-            cap = t.out_max if self.max_total is None else min(t.out_max, self.max_total - p - 1)
-            outs: dict[str, int] = {}
-            quals: dict[str, float] = {}
-            a = t.rho_len
-            b = math.sqrt(max(0.0, 1.0 - a * a))
-            aq = t.rho_quality
-            bq = math.sqrt(max(0.0, 1.0 - aq * aq))
+        prompt = np.empty(n, dtype=np.int64)
+        outs = np.empty((n, nm), dtype=np.int64)
+        quals = np.full((n, nm), np.nan)
+        for ti, t in enumerate(self.tasks):
+            sel = np.flatnonzero(task_idx == ti)
+            if not len(sel):
+                continue
+            p = np.rint(_lognormal(t.prompt_mean, t.prompt_sigma, z_p[sel]))
+            p = np.clip(p, 1, t.prompt_max).astype(np.int64)
+            prompt[sel] = p
+            cap = np.full(len(sel), t.out_max)
+            if self.max_total is not None:
+                cap = np.minimum(cap, self.max_total - p - 1)
+            cap = np.maximum(cap, 1)
+            a, aq = t.rho_len, t.rho_quality
+            b, bq = math.sqrt(max(0.0, 1.0 - a * a)), math.sqrt(max(0.0, 1.0 - aq * aq))
+            first_mean = next(iter(t.out_mean.values()))
+            first_sig = next(iter(t.out_sigma.values()))
             for j, m in enumerate(self.models):
-                zl = a * z_len[k] + b * z_len_m[k, j]
-                mean = t.out_mean.get(m, next(iter(t.out_mean.values())))
-                sig = t.out_sigma.get(m, next(iter(t.out_sigma.values())))
-                outs[m] = int(np.clip(round(_lognormal(rng, mean, sig, np.array([zl]))[0]), 1, max(1, cap)))
+                zl = a * z_len[sel] + b * z_len_m[sel, j]
+                o = _lognormal(t.out_mean.get(m, first_mean), t.out_sigma.get(m, first_sig), zl)
+                outs[sel, j] = np.clip(np.rint(o), 1, cap).astype(np.int64)
                 if t.q_mean:
-                    qm = t.q_mean.get(m, 0.0)
-                    qs = t.q_sd.get(m, 0.0)
-                    quals[m] = float(np.clip(qm + qs * (aq * z_q[k] + bq * z_q_m[k, j]), 0.0, 1.0))
-            ref = self.models[0]
-            out.append(Request(first_id + k, float(arrivals[k]), p, outs[ref], task=t.name,
-                               outputs_by_model=outs if nm > 1 else None,
-                               quality_by_model=quals or None))
-        return out
+                    zq = aq * z_q[sel] + bq * z_q_m[sel, j]
+                    quals[sel, j] = np.clip(t.q_mean.get(m, 0.0) + t.q_sd.get(m, 0.0) * zq, 0.0, 1.0)
+        names = [t.name for t in self.tasks]
+        models = self.models
+        has_q = bool(self.tasks[0].q_mean)
+        out_l = outs.tolist()
+        q_l = quals.tolist()
+        arr = np.asarray(arrivals, dtype=np.float64).tolist()
+        reqs = []
+        for k in range(n):
+            o = out_l[k]
+            reqs.append(Request(first_id + k, arr[k], int(prompt[k]), o[0], task=names[task_idx[k]],
+                                outputs_by_model=dict(zip(models, o)) if nm > 1 else None,
+                                quality_by_model=dict(zip(models, q_l[k])) if has_q else None))
+        return reqs
 
 
 # ---------------------------------------------------------------------------- calibrated presets
@@ -116,7 +128,8 @@ WORKLOAD_ROUTER_WEIGHTS = (7351, 6988, 6564, 7122, 3304)  # Table 1 sample count
 
 def workload_router_mixture(model: str = "llama-2-7b") -> TaskMixture:
     """The five-task mixture of spec 001 (Table 1), one model."""
-    tasks = [TaskSpec(n, pm, 0.5, 1000, {model: dm}, {model: s}, 4095) for n, pm, dm, s in WORKLOAD_ROUTER_TASKS]
+    tasks = [TaskSpec(n, pm, 0.5, 1000, {model: dm}, {model: s}, 4095)
+             for n, pm, dm, s in WORKLOAD_ROUTER_TASKS]
     return TaskMixture(tasks, [model], list(WORKLOAD_ROUTER_WEIGHTS), max_total=4096)
 
 
@@ -163,7 +176,8 @@ def qos_edge_mixture(experts: Sequence[str] = QOS_EXPERTS) -> TaskMixture:
     ex = list(experts)
     t = TaskSpec("mix-instruct", 80.0, 0.9, 1024, {m: QOS_OUT_MEAN.get(m, 130.0) for m in ex},
                  {m: QOS_OUT_SIGMA.get(m, 0.8) for m in ex}, 300,
-                 {m: QOS_QUALITY.get(m, 0.65) for m in ex}, {m: 0.06 for m in ex}, rho_quality=0.6, rho_len=0.5)
+                 {m: QOS_QUALITY.get(m, 0.65) for m in ex}, {m: 0.06 for m in ex},
+                 rho_quality=0.6, rho_len=0.5)
     return TaskMixture([t], ex, max_total=2048)
 
 
@@ -254,7 +268,8 @@ class LabelledPool:
         out = []
         for k, i in enumerate(idx):
             outs = {m: int(self.outputs[i, j]) for j, m in enumerate(self.models)}
-            q = {m: float(self.quality[i, j]) for j, m in enumerate(self.models) if not np.isnan(self.quality[i, j])}
+            q = {m: float(self.quality[i, j]) for j, m in enumerate(self.models)
+                 if not np.isnan(self.quality[i, j])}
             out.append(Request(first_id + k, float(arrivals[k]), int(self.prompt[i]), outs[self.models[0]],
                                task=self.tasks[i], outputs_by_model=outs, quality_by_model=q or None))
         return out

@@ -6,7 +6,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envs.core import RoutingEnv
-from envs.tasks import BEST_EFFORT_MODELS, QOS_EXPERTS, best_effort_mixture, qos_edge_mixture, workload_router_mixture
+from envs.tasks import (
+    BEST_EFFORT_MODELS,
+    QOS_EXPERTS,
+    best_effort_mixture,
+    qos_edge_mixture,
+    workload_router_mixture,
+)
 from envs.workloads import MixtureWorkload
 from llmsim.cluster import InstanceConfig
 from llmsim.engine import EngineConfig
@@ -30,14 +36,16 @@ def qos_edge(num_requests: int = 5000, rate: float = 5.0, latency_limit: float =
         reward={"kind": "qos", "latency_limit": latency_limit}, predictor=pred, max_waiting=cap,
     )
     kw.update(kwargs)
-    wl = kw.pop("workload", None) or MixtureWorkload(qos_edge_mixture(experts), {"kind": "poisson", "rate": rate})
+    wl = kw.pop("workload", None) or MixtureWorkload(qos_edge_mixture(experts),
+                                                     {"kind": "poisson", "rate": rate})
     return RoutingEnv(instances, wl, **kw)
 
 
 def workload_router(num_requests: int = 2000, rate: float = 20.0, num_instances: int = 4,
                     gpu: str = "v100-32gb", max_num_seqs: int = 128, **kwargs: Any) -> RoutingEnv:
     """Spec 001: 4 x Llama-2-7B on V100 (vLLM V0 FCFS, max batch 128), five-task mixture at 20 req/s,
-    2000 requests, central queue with a wait action decided every 0.02 s, flat state, workload-aware reward."""
+    2000 requests, a central queue whose head is routed or held every 0.02 s, flat state, workload-aware
+    reward."""
     eng = EngineConfig(policy="vllm_v0", max_num_seqs=max_num_seqs)
     instances = [InstanceConfig(model="llama-2-7b", gpu=gpu, engine=eng) for _ in range(num_instances)]
     kw: dict[str, Any] = dict(
@@ -45,20 +53,22 @@ def workload_router(num_requests: int = 2000, rate: float = 20.0, num_instances:
         reward="workload_aware", predictor="oracle",
     )
     kw.update(kwargs)
-    wl = kw.pop("workload", None) or MixtureWorkload(workload_router_mixture(), {"kind": "poisson", "rate": rate})
+    wl = kw.pop("workload", None) or MixtureWorkload(workload_router_mixture(),
+                                                     {"kind": "poisson", "rate": rate})
     return RoutingEnv(instances, wl, **kw)
 
 
 def best_effort(num_requests: int = 2000, schedule: str = "stable", rate: float | None = None,
                 num_gpus: int = 4, gpu: str = "titan-rtx", deadline: float = 0.04, soft: bool = False,
                 task_deadlines: Mapping[str, float] | None = None, tasks: Sequence[str] | None = None,
-                **kwargs: Any) -> RoutingEnv:
+                out_mean: float = 32.0, **kwargs: Any) -> RoutingEnv:
     """Spec 002: ``num_gpus`` GPUs each hosting OPT-125M / 1.3B / 6.7B with the paper's memory split,
     model-size action routed to the least-loaded replica, four tasks (Table 1 accuracy), 40 ms/token.
 
     ``schedule``: ``stable`` (Poisson at ``rate``, or random rates in [0.25, 48] held 40 s when rate is
     None), ``bursty`` (unpredictable workload 1) or ``bursty2`` (workload 2). The state gets the true rate
-    on ``stable`` and the 5-arrival running estimate otherwise (App. B)."""
+    on ``stable`` and the 5-arrival running estimate otherwise (App. B). ``out_mean``: mean generated
+    tokens per request (the paper gives none; a calibration knob)."""
     instances = []
     for _ in range(num_gpus):
         for m in BEST_EFFORT_MODELS:
@@ -72,14 +82,15 @@ def best_effort(num_requests: int = 2000, schedule: str = "stable", rate: float 
     )
     kw.update(kwargs)
     arrival = {"kind": schedule} if rate is None else {"kind": schedule, "rate": rate}
-    wl = kw.pop("workload", None) or MixtureWorkload(best_effort_mixture(tasks), arrival)
+    wl = kw.pop("workload", None) or MixtureWorkload(best_effort_mixture(tasks, out_mean), arrival)
     return RoutingEnv(instances, wl, **kw)
 
 
 def routing(instances: Sequence[Any] | None = None, workload: Any = None, **kwargs: Any) -> RoutingEnv:
     """Any cluster / workload / reward from kwargs (defaults: 4 x llama-2-7b on A100, Poisson 10 req/s
     over the spec-001 task mixture, per-arrival flat state, latency reward)."""
-    insts = list(instances) if instances is not None else [{"model": "llama-2-7b", "gpu": "a100-80gb", "count": 4}]
+    default = [{"model": "llama-2-7b", "gpu": "a100-80gb", "count": 4}]
+    insts = list(instances) if instances is not None else default
     wl = workload if workload is not None else {"kind": "mixture", "preset": "workload_router",
                                                "arrival": {"kind": "poisson", "rate": 10.0}}
     return RoutingEnv(insts, wl, **kwargs)

@@ -87,8 +87,9 @@ PRESETS = {
 
 
 def make_workload(spec: dict[str, Any] | EnvWorkload) -> EnvWorkload:
-    """``{"kind": "mixture", "preset": ..., "preset_kwargs": {...}, "arrival": {...}}``, ``{"kind": "labelled",
-    "path": ..., "arrival": {...}}``, or any llmsim workload config (``{"kind": "synthetic", ...}``)."""
+    """``{"kind": "mixture", "preset": ..., "preset_kwargs": {...}, "arrival": {...}}``,
+    ``{"kind": "labelled", "path": ..., "arrival": {...}}``, or any llmsim workload config
+    (``{"kind": "synthetic", ...}``)."""
     if isinstance(spec, EnvWorkload):
         return spec
     kw = dict(spec)

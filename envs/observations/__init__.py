@@ -27,5 +27,6 @@ def make_obs(spec: str | dict[str, Any] | ObsBuilder | None, **kwargs: Any) -> O
     return OBSERVATIONS[spec](**kwargs)
 
 
-__all__ = ["OBSERVATIONS", "FlatObs", "GraphObs", "ModelSelectObs", "ObsBuilder", "from_hetero_data", "make_obs",
+__all__ = ["OBSERVATIONS", "FlatObs", "GraphObs", "ModelSelectObs", "ObsBuilder", "from_hetero_data",
+           "make_obs",
            "to_hetero_batch", "to_hetero_data"]

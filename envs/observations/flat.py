@@ -3,9 +3,9 @@
 Layout (float32, index: meaning, normalisation):
 
   0            w_t: central queue length (incl. the head) / 512 (4 x max batch 128), clipped to 1
-  1            p_t: prompt tokens of the request being decided / 1000 (prompts are <= 1000 tokens), clipped to 4
+  1            p_t: prompt tokens of the request being decided / 1000 (prompts <= 1000 tokens), clip 4
   2            d_t: its predicted decode bucket, 0 (< 256), 1 (256-2048), 2 (> 2048), divided by 2
-  3 + 6k + 0   requests of instance k in the prefill phase (waiting, or admitted with no token yet) / max_num_seqs
+  3 + 6k + 0   requests of instance k in prefill (waiting, or admitted with no token yet) / max_num_seqs
   3 + 6k + 1   requests of instance k decoding with predicted output < 256 / max_num_seqs
   3 + 6k + 2   ... 256 <= predicted < 2048 / max_num_seqs
   3 + 6k + 3   ... predicted >= 2048 / max_num_seqs
@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 class FlatObs(ObsBuilder):
     name = "flat"
 
-    def __init__(self, queue_cap: int = 512, prompt_scale: float = 1000.0, buckets: tuple[int, int] = (256, 2048),
-                 grad_d: float = 3.3e-5, min_decode_time: float = 0.02, time_scale: float = 10.0) -> None:
+    def __init__(self, queue_cap: int = 512, prompt_scale: float = 1000.0,
+                 buckets: tuple[int, int] = (256, 2048), grad_d: float = 3.3e-5,
+                 min_decode_time: float = 0.02, time_scale: float = 10.0) -> None:
         self.queue_cap = queue_cap
         self.prompt_scale = prompt_scale
         self.b0, self.b1 = buckets

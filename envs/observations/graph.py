@@ -150,7 +150,8 @@ def to_hetero_data(obs: dict[str, Any]):
     cap_w = o["waiting"].shape[0] // n
     data = HeteroData()
     has_arrived = bool(o["arrived_mask"].reshape(-1)[0])
-    data["arrived"].x = torch.from_numpy(o["arrived"].reshape(1, -1)[:1 if has_arrived else 0].astype(np.float32))
+    arrived = o["arrived"].reshape(1, -1)[:1 if has_arrived else 0]
+    data["arrived"].x = torch.from_numpy(arrived.astype(np.float32))
     data["expert"].x = torch.from_numpy(o["expert"].astype(np.float32))
     for kind, cap in (("running", cap_r), ("waiting", cap_w)):
         slots = np.flatnonzero(o[f"{kind}_mask"].reshape(-1) > 0)

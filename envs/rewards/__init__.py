@@ -1,4 +1,4 @@
-"""Reward functions; ``make_reward("qos" | "workload_aware" | "best_effort" | "utility" | "latency", **kw)``."""
+"""Reward functions: ``make_reward(name, **kw)``; names qos, workload_aware, best_effort, utility, latency."""
 
 from __future__ import annotations
 

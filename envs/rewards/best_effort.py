@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from llmsim.request import Request
 
 
-def deadline_weight(e2e_s: float, tokens: int, deadline: float, soft: bool, soft_violation: str = "total") -> float:
+def deadline_weight(e2e_s: float, tokens: int, deadline: float, soft: bool,
+                    soft_violation: str = "total") -> float:
     """w in [0, 1] for a request of ``tokens`` output tokens that took ``e2e_s`` seconds."""
     n = max(tokens, 1)
     if e2e_s / n <= deadline:
@@ -44,7 +45,8 @@ class BestEffortReward(Reward):
     default_weights = {"utility": 1.0}
 
     def __init__(self, deadline: float = 0.04, task_deadlines: dict[str, float] | None = None,
-                 soft: bool = False, soft_violation: str = "total", weights: dict[str, float] | None = None) -> None:
+                 soft: bool = False, soft_violation: str = "total",
+                 weights: dict[str, float] | None = None) -> None:
         super().__init__(weights)
         if soft_violation not in ("total", "per_token"):
             raise ValueError(f"soft_violation must be 'total' or 'per_token', got {soft_violation!r}")

@@ -19,11 +19,13 @@ class LatencyReward(Reward):
     name = "latency"
     components = ("slo_met", "latency", "ttft", "dropped")
 
-    def __init__(self, ttft_ms: float | None = None, tpot_ms: float | None = None, e2el_ms: float | None = None,
-                 latency_scale: float = 1.0, weights: dict[str, float] | None = None) -> None:
+    def __init__(self, ttft_ms: float | None = None, tpot_ms: float | None = None,
+                 e2el_ms: float | None = None, latency_scale: float = 1.0,
+                 weights: dict[str, float] | None = None) -> None:
         self.ttft_ms, self.tpot_ms, self.e2el_ms = ttft_ms, tpot_ms, e2el_ms
         has_slo = any(v is not None for v in (ttft_ms, tpot_ms, e2el_ms))
-        self.default_weights = {"slo_met": 1.0, "dropped": 1.0} if has_slo else {"latency": 1.0, "dropped": 1.0}
+        main = "slo_met" if has_slo else "latency"
+        self.default_weights = {main: 1.0, "dropped": 1.0}
         super().__init__(weights)
         self.scale = float(latency_scale)
 

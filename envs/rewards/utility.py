@@ -35,11 +35,13 @@ class UtilityReward(Reward):
     default_weights = {"utility": 1.0}
 
     def __init__(self, preset: str = "balance", w_qual: float | None = None, w_cost: float | None = None,
-                 w_lat: float | None = None, latency_ref: float = 10.0, prices: dict[str, float] | None = None,
-                 drop_penalty: float = 0.0, weights: dict[str, float] | None = None) -> None:
+                 w_lat: float | None = None, latency_ref: float = 10.0,
+                 prices: dict[str, float] | None = None, drop_penalty: float = 0.0,
+                 weights: dict[str, float] | None = None) -> None:
         super().__init__(weights)
         wq, wc, wl = PRESETS[preset]
-        self.w = (wq if w_qual is None else w_qual, wc if w_cost is None else w_cost, wl if w_lat is None else w_lat)
+        self.w = (wq if w_qual is None else w_qual, wc if w_cost is None else w_cost,
+                  wl if w_lat is None else w_lat)
         self.latency_ref = float(latency_ref)
         self.prices = dict(prices or {})
         self.drop_penalty = float(drop_penalty)

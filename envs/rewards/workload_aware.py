@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def mixing_penalty(p_i: int, d_i: float, resident: float, grad_p: float = 3.2e-4, grad_d: float = 3.3e-5,
                    eps: float = 5.0, alpha: float = 0.5) -> tuple[float, float, float]:
-    """(r_mix, r_p, r_d) for a newcomer (p_i, d_i) joining an instance holding ``resident`` = sum(p_j + d_j)."""
+    """(r_mix, r_p, r_d) of a newcomer (p_i, d_i) joining an instance with ``resident`` = sum(p_j + d_j)."""
     t_p = grad_p * (p_i + resident)
     r_p = 1.0 if t_p < eps else 1.0 - t_p / eps
     r_d = -grad_d * (resident + p_i + d_i)
@@ -88,16 +88,18 @@ class WorkloadAwareReward(Reward):
         self._acc["completion"] += self.r_c
 
     def _backlog(self, env: RoutingEnv) -> float:
+        """sum over requests in the system of (1 - f); a request with nothing generated counts 1."""
         c = env.cluster
-        pen = float(len(c.central) + len(c.deferred))
+        pen = len(c.central) + len(c.deferred)
         for inst in c.instances:
-            for q in (inst.running, inst.waiting, inst.swapped):
+            pen += len(inst.running) + len(inst.waiting) + len(inst.swapped)
+            for q in (inst.running, inst.swapped, inst.waiting):
                 for r in q:
-                    d = r.predicted_output or r.target_tokens
-                    f = r.generated / d
-                    if f < 1.0:
-                        pen += 1.0 - f
-        return pen
+                    g = r.generated
+                    if g:
+                        d = r.predicted_output or r.target_tokens
+                        pen -= g / d if g < d else 1.0
+        return float(pen)
 
     def on_tick(self, env: RoutingEnv) -> None:
         env.cluster.sync_all()
