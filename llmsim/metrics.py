@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -153,19 +153,6 @@ def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:
         if p != 50:
             out[f"p{p}_{prefix}_ms"] = float(np.percentile(values, p))
     return out
-
-
-@dataclass
-class Summary:
-    """The run's headline numbers; ``as_dict()`` uses ``vllm bench serve`` keys."""
-
-    values: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.values)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key]
 
 
 def summarise(
