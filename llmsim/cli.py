@@ -23,7 +23,14 @@ def run_from_config(cfg: dict[str, Any], out_dir: str | Path | None = None, prog
         raise ConfigError(f"config: unknown top-level key(s) {unknown}; allowed: {sorted(allowed)}")
     seed = int(cfg.get("seed", 0))
     instances = instances_from_config(cfg["cluster"], cfg.get("engine"))
-    workload = build_workload(cfg["workload"], seed)
+    wcfg = dict(cfg["workload"])
+    path = wcfg.get("path")
+    if path and not Path(path).is_absolute() and not Path(path).exists():
+        # conf/ paths like ../shared/traces are relative to the repository, wherever llmsim runs from
+        repo_relative = Path(_CONF_DIR).parent / path
+        if repo_relative.exists():
+            wcfg["path"] = str(repo_relative)
+    workload = build_workload(wcfg, seed)
     pol = dict(cfg.get("policy") or {"name": "round_robin"})
     name = pol.pop("name", "round_robin")
     kwargs = dict(pol.pop("kwargs", None) or {})

@@ -38,3 +38,11 @@ def test_multirun_sweep_and_report(tmp_path):
                        text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "sweep" / "sweep.csv").exists()
+
+
+def test_trace_replay_from_another_directory(tmp_path, shared_dir):
+    p = run_cli(["workload=azure_conv", "workload.max_requests=300", "sim.on_unservable=drop",
+                 "output.plots=false", f"hydra.run.dir={tmp_path}/run"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["completed"] + s["dropped"] == 300
