@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from envs.registry import build_part
 from envs.rewards.base import Reward
 from envs.rewards.best_effort import BestEffortReward, deadline_weight
 from envs.rewards.latency import LatencyReward
@@ -18,18 +19,7 @@ REWARDS: dict[str, type[Reward]] = {
 
 def make_reward(spec: str | dict[str, Any] | Reward | None, **kwargs: Any) -> Reward:
     """A reward from a name plus kwargs, a ``{"kind": name, ...}`` dict, or an instance."""
-    if isinstance(spec, Reward):
-        return spec
-    if spec is None:
-        spec = "latency"
-    if isinstance(spec, dict):
-        kw = dict(spec)
-        kind = kw.pop("kind")
-        kw.update(kwargs)
-        spec, kwargs = kind, kw
-    if spec not in REWARDS:
-        raise ValueError(f"unknown reward {spec!r}; expected one of {sorted(REWARDS)}")
-    return REWARDS[spec](**kwargs)
+    return build_part(spec, REWARDS, Reward, "latency", "reward", **kwargs)
 
 
 __all__ = ["REWARDS", "BestEffortReward", "LatencyReward", "QoSReward", "Reward", "UtilityReward",
