@@ -18,7 +18,8 @@ Submission visibility: a request submitted at (t, phase) is seen by the first bo
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
+from operator import attrgetter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 _FIRST_CHUNK = 32  # iterations planned at once; doubles while a run goes on
 _NEVER = float("inf")
+_LAST_TOKEN_TIME = attrgetter("last_token_time")
 
 
 class _Run:
@@ -276,9 +278,10 @@ class Instance:
                 if len(run.bounds) > run.end:
                     self._schedule_run_end(run)
                     return
-            self._materialise(run, run.end)
+            done = self._materialise(run, run.end)
             self._run = None
-            self._complete(run.reqs, now)
+            if done:
+                self._complete(done, now)
         elif self._batch:
             self._apply(now)
         self._start_next(now)
@@ -357,10 +360,7 @@ class Instance:
         if done:
             self._complete(done, now)
 
-    def _complete(self, reqs: list[Request], now: float) -> None:
-        finished = [r for r in reqs if r.generated >= r.target_tokens]
-        if not finished:
-            return
+    def _complete(self, finished: list[Request], now: float) -> None:
         self.running = [r for r in self.running if r.generated < r.target_tokens]
         for r in finished:
             self.kv_free += r.blocks
@@ -439,21 +439,40 @@ class Instance:
             self._gen += 1
             self.env.call_at(run.bounds[j - 1], ENGINE, self._on_boundary, self._gen)
 
-    def _materialise(self, run: _Run, j: int) -> None:
-        """Apply iterations ``run.applied+1 .. j`` to the requests, KV cache and statistics."""
+    def _materialise(self, run: _Run, j: int) -> list[Request]:
+        """Apply iterations ``run.applied+1 .. j`` to the requests, KV cache and statistics.
+
+        Returns the requests that finished (possible only at the run's last iteration).
+        """
         j0 = run.applied
+        done: list[Request] = []
         if j <= j0:
-            return
+            return done
         bounds, reqs, n = run.bounds, run.reqs, run.n
+        d = j - j0
+        last = bounds[j - 1]
+        bs = self.block_size
+        extra = 1 if j < run.end else 0  # mid-run, iteration j+1 has already been given its blocks
+        used = 0
+        # on the first iteration, count the requests' last-token times: each one's first gap (stalls
+        # included) runs from its own last token, and they share a handful of values
+        groups = Counter(map(_LAST_TOKEN_TIME, reqs)) if j0 == 0 else None
+        for r in reqs:
+            c = r.computed + d
+            r.computed = c
+            g = r.generated + d
+            r.generated = g
+            r.last_token_time = last
+            nb = -(-(c + extra) // bs)
+            used += nb
+            r.blocks = nb
+            if g >= r.target_tokens:
+                done.append(r)
+        # during a run only its requests hold GPU blocks, so the free count follows from theirs
+        self.kv_free = self.kv_total - used
         itl = self.recorder.itl
-        if j0 == 0:
-            # first iteration: each request's gap since its own last token (stalls included);
-            # requests share a handful of last-token times, so count them per time
+        if groups is not None:
             b1 = bounds[0]
-            groups: dict[float, int] = {}
-            for r in reqs:
-                t = r.last_token_time
-                groups[t] = groups.get(t, 0) + 1
             for t, cnt in groups.items():
                 itl(b1 - t, cnt)
             self.busy_time += b1 - run.start
@@ -464,27 +483,12 @@ class Instance:
         busy = self.busy_time
         for i in range(start, j):
             b = bounds[i]
-            d = b - prev
-            itl(d, n)
-            busy += d
+            delta = b - prev
+            itl(delta, n)
+            busy += delta
             prev = b
         self.busy_time = busy
-        d = j - j0
-        last = bounds[j - 1]
-        alloc_next = j < run.end  # mid-run, iteration j+1 has already been given its blocks
-        bs = self.block_size
-        used = 0
-        extra = 1 if alloc_next else 0
-        for r in reqs:
-            c = r.computed + d
-            r.computed = c
-            r.generated += d
-            r.last_token_time = last
-            nb = -(-(c + extra) // bs)
-            used += nb
-            r.blocks = nb
-        # during a run only its requests hold GPU blocks, so the free count follows from theirs
-        self.kv_free = self.kv_total - used
         self.iterations += d
         self.tokens_out += d * n
         run.applied = j
+        return done
