@@ -101,6 +101,7 @@ class RoutingEnv(gym.Env):
         fixed_workload_seed: int | None = None,
         metrics_interval: float = 1.0,
         on_unservable: str = "drop",
+        colocation_interference: float = 1.0,
     ) -> None:
         super().__init__()
         if decision not in ("arrival", "tick"):
@@ -126,6 +127,7 @@ class RoutingEnv(gym.Env):
         self.fixed_workload_seed = fixed_workload_seed
         self.metrics_interval = metrics_interval
         self.on_unservable = on_unservable
+        self.colocation_interference = float(colocation_interference)
         self.predictor = make_predictor(predictor)
         self.reward_fn = make_reward(reward)
         self.obs_builder = make_obs(observation)
@@ -150,7 +152,8 @@ class RoutingEnv(gym.Env):
         wait_retry = self.tick if (self.special_action == WAIT and not tick_mode) else None
         self.cluster = Cluster(self.instance_configs, _AgentRouter(self),
                                metrics_interval=self.metrics_interval, central_queue_tick=wait_retry,
-                               on_unservable=self.on_unservable, on_finish=self._on_finish)
+                               on_unservable=self.on_unservable, on_finish=self._on_finish,
+                               colocation_interference=self.colocation_interference)
         self._preds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.routed_quality: dict[int, float] = {}
         self._requests = reqs

@@ -68,12 +68,15 @@ def best_effort(num_requests: int = 2000, schedule: str = "stable", rate: float 
     ``schedule``: ``stable`` (Poisson at ``rate``, or random rates in [0.25, 48] held 40 s when rate is
     None), ``bursty`` (unpredictable workload 1) or ``bursty2`` (workload 2). The state gets the true rate
     on ``stable`` and the 5-arrival running estimate otherwise (App. B). ``out_mean``: mean generated
-    tokens per request (the paper gives none; a calibration knob)."""
+    tokens per request (the paper gives none; a calibration knob). The engines of one GPU share a
+    ``device``, so each busy mate adds ``colocation_interference`` (default 1: time slicing) to the
+    step-time factor of the others (the paper leaves interference open; spec 002 lists it as optional)."""
     instances = []
-    for _ in range(num_gpus):
+    for g in range(num_gpus):
         for m in BEST_EFFORT_MODELS:
             eng = EngineConfig(policy="vllm_v0", gpu_memory_utilization=BEST_EFFORT_MEMORY[m])
-            instances.append(InstanceConfig(model=m, gpu=gpu, engine=eng))
+            # the three engines of a GPU share its compute: busy mates slow each other's steps
+            instances.append(InstanceConfig(model=m, gpu=gpu, engine=eng, device=f"gpu{g}"))
     kw: dict[str, Any] = dict(
         num_requests=num_requests, decision="arrival", action="model",
         observation={"kind": "model", "rate": "true" if schedule == "stable" else "estimate"},

@@ -35,6 +35,7 @@ class InstanceConfig:
     profile: Profile | None = None
     profile_kind: str = "auto"
     name: str = ""
+    device: str | None = None  # instances with the same device share one GPU (and slow each other down)
 
     def build_profile(self) -> Profile:
         return self.profile if self.profile is not None else load_profile(self.model, self.gpu, self.tp,
@@ -165,6 +166,7 @@ class Cluster:
         central_queue_tick: float | None = None,
         on_unservable: str = "error",
         on_finish: Callable[[Request, Instance], None] | None = None,
+        colocation_interference: float = 1.0,
     ) -> None:
         if not instances:
             raise ConfigError("cluster.instances: a cluster needs at least one instance, got 0")
@@ -189,6 +191,9 @@ class Cluster:
                 )
             except ConfigError as e:
                 raise ConfigError(f"cluster.instances[{idx}] ({ic.model} on {ic.gpu}): {e}") from None
+        if colocation_interference < 0:
+            raise ConfigError(f"cluster.colocation_interference must be >= 0, got {colocation_interference}")
+        self._link_colocated(colocation_interference)
         limits = {(i.max_model_len, i.max_prompt_blocks() * i.block_size) for i in self.instances}
         self.homogeneous_limits = len(limits) == 1
         self.view = ClusterView(self)
@@ -207,6 +212,25 @@ class Cluster:
         self._out_n = 0
         self.deferred: deque[Request] = deque()
         self._progress: Any = None
+
+    def _link_colocated(self, interference: float) -> None:
+        """Instances on one device slow each other down (see ``Instance.slowdown``)."""
+        groups: dict[str, list[Instance]] = {}
+        for ic, inst in zip(self.instance_configs, self.instances):
+            if ic.device is not None:
+                groups.setdefault(str(ic.device), []).append(inst)
+        for device, members in groups.items():
+            gpus = {m.profile.gpu.name for m in members}
+            if len(gpus) > 1:
+                raise ConfigError(f"device {device!r} is shared by instances on different GPU types {sorted(gpus)}")
+            share = sum(ic.engine.gpu_memory_utilization for ic in self.instance_configs
+                        if ic.device is not None and str(ic.device) == device)
+            if share > 1.0 + 1e-9:
+                raise ConfigError(f"device {device!r}: the gpu_memory_utilization of its instances adds up to "
+                                  f"{share:.2f} > 1; split the GPU memory between them")
+            for m in members:
+                m.mates = [o for o in members if o is not m]
+                m.interference = float(interference)
 
     # ------------------------------------------------------------------ driving
     def start(self, workload: Iterable[Request]) -> None:

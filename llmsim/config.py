@@ -16,8 +16,8 @@ from llmsim.errors import ConfigError
 from llmsim.metrics import SLO
 
 _ENGINE_KEYS = {f.name for f in fields(EngineConfig)}
-_INSTANCE_KEYS = {"model", "gpu", "tp", "count", "name", "engine", "profile_kind"}
-_SIM_KEYS = {"view_staleness", "metrics_interval", "central_queue_tick", "on_unservable"}
+_INSTANCE_KEYS = {"model", "gpu", "tp", "count", "name", "engine", "profile_kind", "device"}
+_SIM_KEYS = {"view_staleness", "metrics_interval", "central_queue_tick", "on_unservable", "colocation_interference"}
 
 
 def _check(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -59,6 +59,8 @@ def instances_from_config(cluster: Mapping[str, Any], engine: Mapping[str, Any] 
                     engine=EngineConfig(**{f.name: getattr(ecfg, f.name) for f in fields(EngineConfig)}),
                     profile_kind=entry.get("profile_kind", "auto"),
                     name=f"{name}#{c}" if count > 1 else name,
+                    # "gpu{i}" puts replica i on device gpu<i>; a plain name puts every replica on it
+                    device=None if entry.get("device") is None else str(entry["device"]).replace("{i}", str(c)),
                 )
             )
     if not out:

@@ -19,8 +19,8 @@ Submission visibility: a request submitted at (t, phase) is seen by the first bo
 from __future__ import annotations
 
 from collections import Counter, deque
-from operator import attrgetter
 from collections.abc import Callable
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from llmsim.engine import EngineConfig
@@ -42,7 +42,7 @@ class _Run:
     """A planned run of identical decode iterations (fast path)."""
 
     __slots__ = ("start", "reqs", "n", "bounds", "applied", "end", "k_final", "ctx1", "free", "res",
-                 "stop_t", "stop_strict", "planned")
+                 "stop_t", "stop_strict", "planned", "factor")
 
     def __init__(
         self, start: float, reqs: list, bounds: list[float], ctx1: int, free: int, res: list[int], k_final: int
@@ -60,6 +60,7 @@ class _Run:
         self.stop_t = _NEVER  # a submission at this time ends the run at its first boundary
         self.stop_strict = False
         self.planned = 1
+        self.factor = 1.0  # co-location slowdown, fixed for the run (a change of it ends the run)
 
 
 class Instance:
@@ -102,6 +103,12 @@ class Instance:
         self.swapped: deque[Request] = deque()
         self.fast = cfg.fast_path
         self._busy = False
+        # co-location: instances sharing this one's GPU, and what they see of its busy state
+        self.mates: list[Instance] = []
+        self.interference = 0.0
+        self._busy_instant = -1.0  # time of the last busy-state change
+        self._busy_before = False  # busy state at the start of that instant
+        self._arrival_busy_t = -1.0  # last time an arrival-phase submission made it busy
         self._gen = 0
         self._batch: list[Request] = []
         self._iter_start = 0.0
@@ -141,15 +148,53 @@ class Instance:
         r.instance = self.idx
         self.waiting.append(r)
         if not self._busy:
-            self._busy = True
+            self._set_busy(True, now, phase)
             self._gen += 1
             self.env.call_at(now, ENGINE, self._on_boundary, self._gen)
             return
-        run = self._run
-        if run is not None and run.stop_t == _NEVER:
-            # submissions arrive in (time, phase) order, so the first one during a run decides its end
-            run.stop_t, run.stop_strict = now, phase == ARRIVAL
+        if self._run is not None:
+            self._request_stop(self._run, now, phase == ARRIVAL)
+
+    def _request_stop(self, run: _Run, t: float, strict: bool) -> None:
+        """End the run at its first boundary b >= t (strict) or b > t, unless it already ends sooner."""
+        if t < run.stop_t or (t == run.stop_t and strict and not run.stop_strict):
+            run.stop_t, run.stop_strict = t, strict
             self._truncate(run)
+
+    # ------------------------------------------------------------------ co-location on one GPU
+    def _set_busy(self, busy: bool, now: float, phase: int) -> None:
+        if self._busy_instant != now:
+            self._busy_instant = now
+            self._busy_before = self._busy
+        self._busy = busy
+        arrival = busy and phase == ARRIVAL
+        if arrival:
+            self._arrival_busy_t = now
+        for m in self.mates:
+            if m._run is not None:
+                # the mate's iterations that start after this change run at another speed
+                m._request_stop(m._run, now, arrival)
+
+    def _counts_as_busy(self, t: float) -> bool:
+        """Busy for an iteration of a mate starting at ``t``: busy before the instant, or made busy by an
+        arrival at it. Engine-phase changes at ``t`` count from the next instant, so the answer does
+        not depend on the order in which same-instant boundaries run."""
+        if self._busy_instant == t:
+            return self._busy_before or self._arrival_busy_t == t
+        return self._busy
+
+    def slowdown(self, now: float) -> float:
+        """Step-time factor from GPU mates busy when an iteration starts: 1 + interference * busy mates.
+
+        With interference 1 this is fair time slicing (two busy engines each run at half speed).
+        """
+        if not self.mates:
+            return 1.0
+        busy = 0
+        for m in self.mates:
+            if m._counts_as_busy(now):
+                busy += 1
+        return 1.0 + self.interference * busy
 
     def sync(self, now: float, phase: int) -> None:
         """Bring request and KV state up to the last boundary an observer at (now, phase) has seen."""
@@ -304,13 +349,16 @@ class Instance:
             sched = self.policy.schedule(self, now)
             batch = sched.batch
         if not batch:
-            self._busy = False
+            self._set_busy(False, now, ENGINE)
             self._batch = []
             return
+        factor = self.slowdown(now)
         if sched.res is not None and self.fast:
             n = len(batch)
             dt = self.profile.step_time(n, n, 0, 0, n, sched.decode_ctx)
-            self._start_run(batch, now + dt, sched.decode_ctx, sched.res, sched.k_min)
+            if factor != 1.0:
+                dt *= factor
+            self._start_run(batch, now + dt, sched.decode_ctx, sched.res, sched.k_min, factor)
             return
         n_tokens = n_decode = decode_ctx = c2 = cp = 0
         for r in batch:
@@ -324,11 +372,13 @@ class Instance:
                 cp += n * r.computed
         self.prefill_tokens += n_tokens - n_decode
         dt = self.profile.step_time(n_tokens, len(batch), c2, cp, n_decode, decode_ctx)
+        if factor != 1.0:
+            dt *= factor
         if sched.transfer_blocks:
             dt += sched.transfer_blocks * self.block_bytes / self.host_bw
         end = now + dt
         if self.fast and sched.stable:
-            self._start_run(batch, end, decode_ctx, None, 0)
+            self._start_run(batch, end, decode_ctx, None, 0, factor)
             return
         self._batch = batch
         self._iter_start = now
@@ -372,7 +422,9 @@ class Instance:
                 self.on_finish(r, self)
 
     # ------------------------------------------------------------------ fast path
-    def _start_run(self, reqs: list[Request], b1: float, ctx1: int, res: list[int] | None, k_final: int) -> None:
+    def _start_run(
+        self, reqs: list[Request], b1: float, ctx1: int, res: list[int] | None, k_final: int, factor: float
+    ) -> None:
         if res is None:
             bs = self.block_size
             res = [0] * bs
@@ -383,6 +435,7 @@ class Instance:
                 if left < k_final:
                     k_final = left
         run = _Run(self.env.now, list(reqs), [b1], ctx1, self.kv_free, res, k_final)
+        run.factor = factor
         self._run = run
         self._batch = []
         run.planned = _FIRST_CHUNK
@@ -395,6 +448,7 @@ class Instance:
         i = len(bounds) + 1  # next iteration index (1-based)
         limit = min(run.k_final, len(bounds) + run.planned)
         n, bs, res, step = run.n, self.block_size, run.res, self.profile.step_time
+        factor = run.factor
         free = run.free
         ctx = run.ctx1 + n * (i - 1)
         last = bounds[-1]
@@ -407,7 +461,10 @@ class Instance:
                 run.k_final = i - 1
                 break
             free -= need
-            last = last + step(n, n, 0, 0, n, ctx)
+            dt = step(n, n, 0, 0, n, ctx)
+            if factor != 1.0:
+                dt *= factor
+            last = last + dt
             bounds.append(last)
             ctx += n
             i += 1

@@ -69,6 +69,7 @@ def simulate(
     metrics_interval: float = 1.0,
     central_queue_tick: float | None = None,
     on_unservable: str = "error",
+    colocation_interference: float = 1.0,
     progress: bool = False,
     total: int | None = None,
     policy_kwargs: dict[str, Any] | None = None,
@@ -82,6 +83,7 @@ def simulate(
         metrics_interval=metrics_interval,
         central_queue_tick=central_queue_tick,
         on_unservable=on_unservable,
+        colocation_interference=colocation_interference,
     )
     t0 = time.perf_counter()
     cluster.run(requests, progress=progress, total=total)
@@ -103,7 +105,8 @@ def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:
         if getattr(prof, "estimated", False):
             estimated.append(prof.name)
         rows.append({
-            "instance": inst.idx, "name": inst.name, "model": prof.model.name, "gpu": prof.gpu.name,
+            "instance": inst.idx, "name": inst.name, "device": cluster.instance_configs[inst.idx].device,
+            "model": prof.model.name, "gpu": prof.gpu.name,
             "tp": prof.tp, "profile": prof.name, "profile_estimated": bool(getattr(prof, "estimated", False)),
             "policy": inst.config.policy, "kv_total_blocks": inst.kv_total, "finished": inst.finished,
             "iterations": inst.iterations, "busy_time_s": inst.busy_time,

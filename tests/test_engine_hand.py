@@ -110,3 +110,31 @@ def test_shortest_predicted_job_first_admits_short_prompt_first(fast):
     sjf = run(rows, fast, policy="vllm_v0_sjf", max_num_seqs=2).requests
     assert fcfs.iloc[1].first_token < fcfs.iloc[2].first_token
     assert sjf.iloc[2].first_token < sjf.iloc[1].first_token
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_colocated_instances_slow_each_other(fast):
+    # two instances on one device, interference 1: while both are busy each step takes twice as long.
+    # A (100, 5) -> instance 0 and B (100, 3) -> instance 1, both at 0: prefills .220 each (both busy);
+    # B decodes 2 x .022 -> done at .264; A decodes 2 x .022 to .264. B going idle at .264 counts from the
+    # next instant (same-instant order must not matter), so A's step at .264 is still .022 -> .286, then .011.
+    insts = [InstanceConfig(profile=PROF, engine=EngineConfig(fast_path=fast, gpu_memory_utilization=0.45),
+                            device="gpu0") for _ in range(2)]
+    res = simulate(insts, requests([(0.0, 100, 5), (0.0, 100, 3)]), "round_robin")
+    a, b = res.requests.iloc[0], res.requests.iloc[1]
+    assert a.first_token == pytest.approx(0.220) and b.first_token == pytest.approx(0.220)
+    assert b.finish == pytest.approx(0.264)
+    assert a.finish == pytest.approx(0.297)
+    # on separate devices nothing changes from the single-instance case
+    alone = simulate([InstanceConfig(profile=PROF, engine=EngineConfig(fast_path=fast)) for _ in range(2)],
+                     requests([(0.0, 100, 5), (0.0, 100, 3)]), "round_robin").requests
+    assert alone.iloc[0].finish == pytest.approx(0.154)
+
+
+def test_colocation_memory_split_must_fit():
+    from llmsim.errors import ConfigError
+
+    insts = [InstanceConfig(profile=PROF, engine=EngineConfig(gpu_memory_utilization=0.6), device="g")
+             for _ in range(2)]
+    with pytest.raises(ConfigError, match="adds up to 1.20"):
+        simulate(insts, [], "round_robin")

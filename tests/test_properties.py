@@ -41,7 +41,9 @@ def scenarios(draw):
     rate = draw(st.floats(0.5, 200.0))
     router = draw(st.sampled_from(ROUTERS))
     quantise = draw(st.booleans())  # coinciding arrival times stress same-instant ordering
-    return insts, n_req, seed, rate, router, quantise
+    devices = [draw(st.sampled_from([None, "gpu0", "gpu1"])) for _ in insts]  # co-located instances
+    return [(p, {**e, "gpu_memory_utilization": 0.3}, d) for (p, e), d in zip(insts, devices)], n_req, seed, rate, \
+        router, quantise
 
 
 def workload(n, seed, rate, quantise, max_prompt=200, max_out=120):
@@ -55,7 +57,8 @@ def workload(n, seed, rate, quantise, max_prompt=200, max_out=120):
 
 
 def build(insts, fast):
-    return [InstanceConfig(profile=prof, engine=EngineConfig(fast_path=fast, **eng)) for prof, eng in insts]
+    return [InstanceConfig(profile=prof, engine=EngineConfig(fast_path=fast, **eng), device=dev)
+            for prof, eng, dev in insts]
 
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
