@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envs.core import RoutingEnv
+from envs.paper_timing import qos_edge_paper_profile
 from envs.tasks import (
     BEST_EFFORT_MODELS,
     QOS_EXPERTS,
@@ -23,11 +24,20 @@ BEST_EFFORT_MEMORY = {"opt-125m": 0.05, "opt-1.3b": 0.20, "opt-6.7b": 0.75}
 
 def qos_edge(num_requests: int = 5000, rate: float = 5.0, latency_limit: float = 0.03,
              experts: Sequence[str] = QOS_EXPERTS, gpu: str = "rtx4090", cap: int = 10,
-             predictor: Any = None, **kwargs: Any) -> RoutingEnv:
+             predictor: Any = None, timing: str = "measured", **kwargs: Any) -> RoutingEnv:
     """Spec 000: N ~7B experts (one RTX 4090 each, vLLM V0), Poisson arrivals, drop action, graph state,
     QoS reward (Eq. 16). Predictions: bucketised noisy oracle (10 buckets) standing in for the DistilBERT
-    classifiers. Routing to an expert whose waiting queue already holds ``cap`` requests is masked."""
-    instances = [InstanceConfig(model=m, gpu=gpu, engine=EngineConfig(policy="vllm_v0")) for m in experts]
+    classifiers. Routing to an expert whose waiting queue already holds ``cap`` requests is masked.
+
+    ``timing``: ``measured`` (the measured RTX 4090 profiles) or ``paper`` (the paper's own linear
+    fit, Eqs. 13-14, under which the 30 ms/token limit binds at the paper's load; see envs/paper_timing)."""
+    if timing not in ("measured", "paper"):
+        raise ValueError(f"timing must be 'measured' or 'paper', got {timing!r}")
+    instances = [
+        InstanceConfig(model=m, gpu=gpu, engine=EngineConfig(policy="vllm_v0"),
+                       profile=qos_edge_paper_profile(m, gpu) if timing == "paper" else None)
+        for m in experts
+    ]
     pred = predictor if predictor is not None else {"kind": "noisy", "len_sigma": 0.25, "q_sd": 0.03,
                                                      "len_buckets": 10, "len_max": 300.0, "q_buckets": 10}
     kw: dict[str, Any] = dict(
