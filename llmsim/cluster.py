@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmsim.engine import EngineConfig
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, LLMSimError
 from llmsim.instance import Instance
 from llmsim.metrics import Recorder
 from llmsim.policies import DEFER, DROP, WAIT, Router
@@ -189,8 +189,8 @@ class Cluster:
                 self.instances.append(
                     Instance(idx, self.env, prof, ic.engine, self.recorder, self._on_finish, ic.name)
                 )
-            except ConfigError as e:
-                raise ConfigError(f"cluster.instances[{idx}] ({ic.model} on {ic.gpu}): {e}") from None
+            except LLMSimError as e:
+                raise type(e)(f"cluster.instances[{idx}] ({ic.model} on {ic.gpu}): {e}") from None
         if colocation_interference < 0:
             raise ConfigError(f"cluster.colocation_interference must be >= 0, got {colocation_interference}")
         self._link_colocated(colocation_interference)
