@@ -194,6 +194,7 @@ class Cluster:
         if colocation_interference < 0:
             raise ConfigError(f"cluster.colocation_interference must be >= 0, got {colocation_interference}")
         self._link_colocated(colocation_interference)
+        self._max_servable_prompt = max(i.max_servable_prompt for i in self.instances)
         limits = {(i.max_model_len, i.max_prompt_blocks() * i.block_size) for i in self.instances}
         self.homogeneous_limits = len(limits) == 1
         self.view = ClusterView(self)
@@ -308,6 +309,8 @@ class Cluster:
         self._route(r, ARRIVAL)
 
     def _unservable(self, r: Request) -> bool:
+        if r.prompt_tokens <= self._max_servable_prompt:
+            return False  # some instance can take it (the common case: one comparison)
         reasons = [inst.can_ever_serve(r) for inst in self.instances]
         if all(reasons):
             if self.on_unservable == "error":

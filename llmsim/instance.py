@@ -18,7 +18,7 @@ Submission visibility: a request submitted at (t, phase) is seen by the first bo
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from llmsim.profile import Profile
     from llmsim.request import Request
 
-_FIRST_CHUNK = 32  # iterations planned at once; doubles while a run goes on
+_FIRST_CHUNK = 16  # iterations planned at once; doubles while a run goes on
 _NEVER = float("inf")
 _LAST_TOKEN_TIME = attrgetter("last_token_time")
 
@@ -128,6 +128,11 @@ class Instance:
     def max_prompt_blocks(self) -> int:
         """Largest number of blocks a prompt may take and still be admitted."""
         return self.kv_total - self.watermark_blocks
+
+    @property
+    def max_servable_prompt(self) -> int:
+        """Longest prompt this instance can ever serve (context window and whole KV cache)."""
+        return min(self.max_model_len - 1, self.max_prompt_blocks() * self.block_size - 1)
 
     def can_ever_serve(self, r: Request) -> str:
         """'' if this instance can serve ``r``; otherwise the reason it never could."""
@@ -231,9 +236,13 @@ class Instance:
         need = -(-(r.computed + n_new) // self.block_size) - r.blocks
         return need if need > 0 else 0
 
-    def decode_all(self, out: Scheduled) -> bool:
+    def decode_all(self, out: Scheduled, check: bool = True) -> bool:
         """Schedule one decode token for every running request if all are decoding and the new
-        blocks fit, filling ``out`` in a single pass; False (nothing changed) otherwise."""
+        blocks fit, filling ``out`` in a single pass; False (nothing changed) otherwise.
+
+        ``check=False`` skips the all-decoding test for policies where it always holds (vLLM V0
+        prefills whole prompts, so its running requests are always decoding at a boundary).
+        """
         running = self.running
         if not running:
             return False
@@ -241,16 +250,25 @@ class Instance:
         res = [0] * bs
         ctx = 0
         k_min = 1 << 62
-        for r in running:
-            c = r.computed
-            g = r.generated
-            if g == 0 or c + 1 != r.prompt_tokens + g:
-                return False
-            res[c % bs] += 1
-            ctx += c
-            left = r.target_tokens - g
-            if left < k_min:
-                k_min = left
+        if check:
+            for r in running:
+                c = r.computed
+                g = r.generated
+                if g == 0 or c + 1 != r.prompt_tokens + g:
+                    return False
+                res[c % bs] += 1
+                ctx += c
+                left = r.target_tokens - g
+                if left < k_min:
+                    k_min = left
+        else:
+            for r in running:
+                c = r.computed
+                res[c % bs] += 1
+                ctx += c
+                left = r.target_tokens - r.generated
+                if left < k_min:
+                    k_min = left
         if res[0] > self.kv_free:
             return False
         self.kv_free -= res[0]
@@ -513,7 +531,12 @@ class Instance:
         used = 0
         # on the first iteration, count the requests' last-token times: each one's first gap (stalls
         # included) runs from its own last token, and they share a handful of values
-        groups = Counter(map(_LAST_TOKEN_TIME, reqs)) if j0 == 0 else None
+        groups: dict[float, int] | None = None
+        if j0 == 0:
+            groups = {}
+            get = groups.get
+            for t in map(_LAST_TOKEN_TIME, reqs):
+                groups[t] = get(t, 0) + 1
         for r in reqs:
             c = r.computed + d
             r.computed = c

@@ -46,7 +46,7 @@ class VllmV0Policy(BatchPolicy):
 
     def _decode(self, inst: Instance, now: float, out: Scheduled) -> Scheduled:
         running = inst.running
-        if not inst.swapped and inst.decode_all(out):
+        if not inst.swapped and inst.decode_all(out, check=False):
             return out
         preempted = self._decode_with_preemption(inst, out)
         if not preempted and inst.swapped:
