@@ -66,6 +66,7 @@ def save_plots(result: SimResult, out_dir: str | Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.ticker import NullFormatter
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -77,6 +78,7 @@ def save_plots(result: SimResult, out_dir: str | Path) -> list[Path]:
         if v.size:
             ax.plot(v, np.arange(1, v.size + 1) / v.size)
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: minor ones overlap
         ax.set_xlabel(label)
         ax.set_ylabel("CDF")
         ax.grid(alpha=0.3)
