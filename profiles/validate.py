@@ -368,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         "## 8. Reading the gaps\n",
         "- **Long contexts at large batch (section 1) are too fast.** The error grows with the KV bytes a decode "
         "step reads (batch x length): the median moves from about -7 % to -12 % across 8,192 tokens (section 1), "
-        "and every error beyond -25 % has batch x length >= 32,768. The decode-attention tables come from AIConfigurator's vLLM 0.14 kernels "
+        "and every error beyond -25 % has batch x length >= 16,384. The decode-attention tables come from "
+        "AIConfigurator's vLLM 0.14 kernels "
         "(FlashAttention / FlashInfer decode, 77-91 % of bandwidth); LLM-Inference-Bench ran a 2024 vLLM whose "
         "PagedAttention v1/v2 decode kernels read the paged KV cache far less efficiently. The profiles model "
         "current vLLM; for older engines, scale `decode_attention.per_ctx_token` (the evaluation here does not "
