@@ -18,6 +18,7 @@ Submission visibility: a request submitted at (t, phase) is seen by the first bo
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
 from operator import attrgetter
@@ -42,7 +43,7 @@ class _Run:
     """A planned run of identical decode iterations (fast path)."""
 
     __slots__ = ("start", "reqs", "n", "bounds", "applied", "end", "k_final", "ctx1", "free", "res",
-                 "stop_t", "stop_strict", "planned", "factor")
+                 "stop_t", "stop_strict", "planned", "factor", "step")
 
     def __init__(
         self, start: float, reqs: list, bounds: list[float], ctx1: int, free: int, res: list[int], k_final: int
@@ -61,6 +62,7 @@ class _Run:
         self.stop_strict = False
         self.planned = 1
         self.factor = 1.0  # co-location slowdown, fixed for the run (a change of it ends the run)
+        self.step = None  # decode step time as a function of the context sum (fixed batch size)
 
 
 class Instance:
@@ -440,6 +442,15 @@ class Instance:
                 self.on_finish(r, self)
 
     # ------------------------------------------------------------------ fast path
+    def _decode_step_fn(self, n: int):
+        """ctx -> step time of a decode-only batch of ``n``: the profile's own closure when it has one
+        (bit-identical to step_time, cheaper), else a call of step_time."""
+        fn = getattr(self.profile, "decode_step_fn", None)
+        if fn is not None:
+            return fn(n)
+        step = self.profile.step_time
+        return lambda ctx: step(n, n, 0, 0, n, ctx)
+
     def _start_run(
         self, reqs: list[Request], b1: float, ctx1: int, res: list[int] | None, k_final: int, factor: float
     ) -> None:
@@ -454,6 +465,7 @@ class Instance:
                     k_final = left
         run = _Run(self.env.now, list(reqs), [b1], ctx1, self.kv_free, res, k_final)
         run.factor = factor
+        run.step = self._decode_step_fn(run.n)
         self._run = run
         self._batch = []
         run.planned = _FIRST_CHUNK
@@ -465,7 +477,8 @@ class Instance:
         bounds = run.bounds
         i = len(bounds) + 1  # next iteration index (1-based)
         limit = min(run.k_final, len(bounds) + run.planned)
-        n, bs, res, step = run.n, self.block_size, run.res, self.profile.step_time
+        bs, res, step = self.block_size, run.res, run.step
+        n = run.n
         factor = run.factor
         free = run.free
         ctx = run.ctx1 + n * (i - 1)
@@ -479,7 +492,7 @@ class Instance:
                 run.k_final = i - 1
                 break
             free -= need
-            dt = step(n, n, 0, 0, n, ctx)
+            dt = step(ctx)
             if factor != 1.0:
                 dt *= factor
             last = last + dt
@@ -493,22 +506,26 @@ class Instance:
         b = run.bounds[j - 1]
         return b > run.stop_t or (b == run.stop_t and run.stop_strict)
 
+    @staticmethod
+    def _stop_index(run: _Run) -> int:
+        """1-based index of the first planned boundary at which a submission is seen (len+1 if none)."""
+        if run.stop_t == _NEVER:
+            return len(run.bounds) + 1
+        if run.stop_strict:
+            return bisect_left(run.bounds, run.stop_t) + 1
+        return bisect_right(run.bounds, run.stop_t) + 1
+
     def _schedule_run_end(self, run: _Run) -> None:
         """Fire at the first boundary where the run must stop, or at the end of what is planned."""
         bounds = run.bounds
-        j = max(run.end, run.applied + 1)
-        last = min(len(bounds), run.k_final)
-        while j < last and not self._run_stops_at(run, j):
-            j += 1
+        j = max(max(run.end, run.applied + 1), min(self._stop_index(run), len(bounds), run.k_final))
         run.end = j
         self._gen += 1
         self.env.call_at(bounds[j - 1], ENGINE, self._on_boundary, self._gen)
 
     def _truncate(self, run: _Run) -> None:
         """Move the pending event earlier if a boundary before it must see the new submission."""
-        j = run.applied + 1
-        while j < run.end and not self._run_stops_at(run, j):
-            j += 1
+        j = max(run.applied + 1, min(self._stop_index(run), run.end))
         if j < run.end:
             run.end = j
             self._gen += 1

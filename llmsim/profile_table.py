@@ -185,6 +185,17 @@ class MeasuredProfile:
             t += self._dec_fixed + self._dec_seq * n_decode + self._dec_ctx * decode_ctx
         return t
 
+    def decode_step_fn(self, n: int):
+        """``ctx -> step_time(n, n, 0, 0, n, ctx)``, bit-identical, with the per-``n`` terms folded once.
+
+        step_time adds ``t += fixed + per_seq * n + per_ctx * ctx`` to ``t``; the closure keeps that
+        association so the fast path plans exactly the times stepping computes.
+        """
+        t0 = self._dense(n) + self._lm(n) + self._ov_iter + self._ov_seq * n
+        fs = self._dec_fixed + self._dec_seq * n
+        per_ctx = self._dec_ctx
+        return lambda ctx: t0 + (fs + per_ctx * ctx)
+
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
         from llmsim.profile import kv_capacity_from_bytes
 

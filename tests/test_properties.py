@@ -130,3 +130,26 @@ def test_same_seed_gives_identical_tables_and_different_seed_differs():
     a, b, c = go(7), go(7), go(8)
     assert a.requests.equals(b.requests) and a.summary == b.summary
     assert not a.requests.equals(c.requests)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([("llama-2-7b", "a100-80gb"), ("llama-3.1-8b", "rtx4090"), ("llama-2-7b", "v100-32gb"),
+                        ("opt-6.7b", "titan-rtx"), ("qwen2.5-7b", "h100")]),
+       st.integers(1, 512), st.integers(1, 10**6))
+def test_profile_decode_closure_is_bit_identical_to_step_time(pair, n, ctx):
+    from llmsim.profile import load_profile
+
+    prof = load_profile(*pair)
+    fn = getattr(prof, "decode_step_fn", None)
+    if fn is not None:
+        assert fn(n)(ctx) == prof.step_time(n, n, 0, 0, n, ctx)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**31 - 1), st.sampled_from(["vllm_v0", "chunked"]), st.floats(2.0, 30.0))
+def test_fast_path_equals_stepping_with_measured_profiles(seed, policy, rate):
+    insts = [InstanceConfig("llama-2-7b", "a100-80gb", engine=EngineConfig(policy=policy, fast_path=fast,
+                                                                           max_num_seqs=32))
+             for fast in (True, False)]
+    out = [simulate([i], workload(80, seed, rate, False, 2000, 300), "round_robin") for i in insts]
+    assert out[0].requests.equals(out[1].requests)
