@@ -211,3 +211,50 @@ def test_routing_from_config_dict():
     assert env.action_space.n == 4
     _, info = _random_episode(env, seed=0)
     assert info["summary"]["completed"] == 20
+
+
+def test_tick_episode_summary_equals_core_replay():
+    """Tick mode: replaying the agent's (time, request, instance) decisions on a plain Cluster at the same
+    instants (phase ROUTE) gives the summary the env reports."""
+    from llmsim.cluster import Cluster
+    from llmsim.policies import WAIT
+    from llmsim.simenv import ROUTE
+    from llmsim.sim import collect
+
+    slo = SLO(ttft_ms=500.0, tpot_ms=50.0)
+    env = gym.make("llmsim/WorkloadRouter-v0", num_requests=200, slo=slo).unwrapped
+    env.reset(seed=5)
+    reqs = env.workload.requests(env.workload_seed, env.num_requests)
+    rng = np.random.default_rng(1)
+    decisions = []
+    while True:
+        req = env.pending
+        a = int(rng.choice(np.flatnonzero(env.action_masks())))
+        d = env.decode(a)
+        if req is not None and d >= 0:
+            decisions.append((env.cluster.env.now, req.id, d))
+        *_, term, trunc, info = env.step(a)
+        if term or trunc:
+            break
+    assert term and not trunc and decisions
+
+    class AlwaysWait(Router):
+        name = "always_wait"
+
+        def route(self, req, view):
+            return WAIT
+
+    cluster = Cluster(env.instance_configs, AlwaysWait(), on_unservable="drop")
+    cluster.start(reqs)
+
+    def apply(rid, inst):
+        req = next(r for r in cluster.central if r.id == rid)
+        cluster.central.remove(req)
+        cluster.apply_decision(req, inst, ROUTE)
+
+    for t, rid, inst in decisions:
+        cluster.env.call_at(t, ROUTE, apply, rid, inst)
+    while cluster.env._queue:
+        cluster.env.step()
+    cluster.finish()
+    _assert_same_summary(info["summary"], collect(cluster, slo).summary)
