@@ -218,8 +218,8 @@ def test_tick_episode_summary_equals_core_replay():
     instants (phase ROUTE) gives the summary the env reports."""
     from llmsim.cluster import Cluster
     from llmsim.policies import WAIT
-    from llmsim.simenv import ROUTE
     from llmsim.sim import collect
+    from llmsim.simenv import ROUTE
 
     slo = SLO(ttft_ms=500.0, tpot_ms=50.0)
     env = gym.make("llmsim/WorkloadRouter-v0", num_requests=200, slo=slo).unwrapped
