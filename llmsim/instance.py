@@ -548,12 +548,19 @@ class Instance:
         used = 0
         # on the first iteration, count the requests' last-token times: each one's first gap (stalls
         # included) runs from its own last token, and they share a handful of values
-        groups: dict[float, int] | None = None
+        first_gaps: list[tuple[float, int]] | None = None
         if j0 == 0:
-            groups = {}
-            get = groups.get
+            # runs of requests sharing a last-token time (admission order keeps them together)
+            first_gaps = []
+            prev_t, cnt = -1.0, 0
             for t in map(_LAST_TOKEN_TIME, reqs):
-                groups[t] = get(t, 0) + 1
+                if t == prev_t:
+                    cnt += 1
+                else:
+                    if cnt:
+                        first_gaps.append((prev_t, cnt))
+                    prev_t, cnt = t, 1
+            first_gaps.append((prev_t, cnt))
         for r in reqs:
             c = r.computed + d
             r.computed = c
@@ -568,9 +575,9 @@ class Instance:
         # during a run only its requests hold GPU blocks, so the free count follows from theirs
         self.kv_free = self.kv_total - used
         itl = self.recorder.itl
-        if groups is not None:
+        if first_gaps is not None:
             b1 = bounds[0]
-            for t, cnt in groups.items():
+            for t, cnt in first_gaps:
                 itl(b1 - t, cnt)
             self.busy_time += b1 - run.start
             start = 1
