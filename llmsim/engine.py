@@ -16,6 +16,8 @@ class EngineConfig:
     ``max_num_batched_tokens`` defaults to max(max_model_len, 2048) for ``vllm_v0`` (vLLM V0 needs a
     whole prompt to fit one iteration) and to 2048 for ``chunked`` (vLLM V1's chunked-prefill budget).
     ``num_gpu_blocks`` overrides the capacity derived from the profile (tests, what-if studies).
+    ``step_time_scale`` multiplies every iteration's step time: a knob to emulate a slower (or faster)
+    serving stack than the one the profile was measured on, e.g. to calibrate to a paper's testbed.
     """
 
     policy: str = "vllm_v0"
@@ -29,6 +31,7 @@ class EngineConfig:
     swap_space_gb: float = 4.0
     num_gpu_blocks: int | None = None
     fast_path: bool = True
+    step_time_scale: float = 1.0
 
     def resolved(self, model_max_len: int) -> EngineConfig:
         """A copy with defaults filled in and every field checked; errors name the field."""
@@ -62,6 +65,8 @@ class EngineConfig:
                 "vllm_v0 policy, which prefills whole prompts: raise it, lower max_model_len, or use "
                 "policy=chunked"
             )
+        if not self.step_time_scale > 0:
+            raise ConfigError(f"engine.step_time_scale must be > 0, got {self.step_time_scale}")
         if self.num_gpu_blocks is not None and int(self.num_gpu_blocks) < 1:
             raise ConfigError(f"engine.num_gpu_blocks must be >= 1, got {self.num_gpu_blocks}")
         return EngineConfig(
@@ -76,4 +81,5 @@ class EngineConfig:
             swap_space_gb=float(self.swap_space_gb),
             num_gpu_blocks=None if self.num_gpu_blocks is None else int(self.num_gpu_blocks),
             fast_path=bool(self.fast_path),
+            step_time_scale=float(self.step_time_scale),
         )

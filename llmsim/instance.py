@@ -191,17 +191,18 @@ class Instance:
         return self._busy
 
     def slowdown(self, now: float) -> float:
-        """Step-time factor from GPU mates busy when an iteration starts: 1 + interference * busy mates.
+        """Step-time factor when an iteration starts: (1 + interference * busy GPU mates) * step_time_scale.
 
         With interference 1 this is fair time slicing (two busy engines each run at half speed).
         """
+        scale = self.config.step_time_scale
         if not self.mates:
-            return 1.0
+            return scale
         busy = 0
         for m in self.mates:
             if m._counts_as_busy(now):
                 busy += 1
-        return 1.0 + self.interference * busy
+        return (1.0 + self.interference * busy) * scale
 
     def sync(self, now: float, phase: int) -> None:
         """Bring request and KV state up to the last boundary an observer at (now, phase) has seen."""

@@ -138,3 +138,10 @@ def test_colocation_memory_split_must_fit():
              for _ in range(2)]
     with pytest.raises(ConfigError, match="adds up to 1.20"):
         simulate(insts, [], "round_robin")
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_step_time_scale_stretches_every_iteration(fast):
+    r = run([(0.0, 100, 5)], fast, step_time_scale=2.0).requests.iloc[0]
+    assert r.ttft_ms == pytest.approx(220.0)
+    assert r.e2el_ms == pytest.approx(220.0 + 4 * 22.0)
