@@ -28,15 +28,34 @@ import numpy as np
 from envs.observations import ObsBuilder, make_obs
 from envs.predictors import Predictor, make_predictor
 from envs.rewards import Reward, make_reward
+from envs.schema import ACTIONS as ACTIONS
+from envs.schema import EnvOptions
 from envs.workloads import EnvWorkload, make_workload
 from llmsim.cluster import Cluster, InstanceConfig
-from llmsim.engine import EngineConfig
-from llmsim.metrics import SLO
+from llmsim.config import instances_from_specs
+from llmsim.errors import ConfigError, LLMSimError
 from llmsim.policies import DEFER, DROP, WAIT, Router
 from llmsim.request import Request
+from llmsim.schema import SLO
 from llmsim.simenv import ARRIVAL, ROUTE
 
-ACTIONS = ("instance", "instance_wait", "instance_drop", "model")
+
+class InvalidAction(LLMSimError):
+    """An action outside the env's action space (what Gymnasium's own envs reject with an error)."""
+
+
+def check_action(action: Any, n: int) -> int:
+    """The action as an int in [0, n): Python / numpy integers (or 0-d / 1-element integer arrays) only."""
+    a = action
+    if isinstance(a, np.ndarray) and a.size == 1 and np.issubdtype(a.dtype, np.integer):
+        a = a.reshape(()).item()
+    if isinstance(a, bool | np.bool_) or not isinstance(a, int | np.integer):
+        raise InvalidAction(f"action {action!r} ({type(action).__name__}) is not valid for Discrete({n}): "
+                            f"expected an integer in [0, {n - 1}]")
+    a = int(a)
+    if not 0 <= a < n:
+        raise InvalidAction(f"action {a} is out of range for Discrete({n}): expected an integer in [0, {n - 1}]")
+    return a
 
 
 class _AgentRouter(Router):
@@ -54,29 +73,6 @@ class _AgentRouter(Router):
         if req.id not in env._preds:
             env._on_arrival(req)
         return self.decision
-
-
-def _instance_config(spec: InstanceConfig | dict[str, Any]) -> InstanceConfig:
-    if isinstance(spec, InstanceConfig):
-        return spec
-    kw = dict(spec)
-    eng = kw.pop("engine", None) or {}
-    count = kw.pop("count", None)
-    if count is not None:
-        raise ValueError("instance 'count' must be expanded before _instance_config")
-    return InstanceConfig(engine=eng if isinstance(eng, EngineConfig) else EngineConfig(**dict(eng)), **kw)
-
-
-def expand_instances(specs: list[InstanceConfig | dict[str, Any]]) -> list[InstanceConfig]:
-    """InstanceConfigs from configs or dicts; a dict may carry ``count`` to repeat it."""
-    out = []
-    for s in specs:
-        if isinstance(s, dict) and "count" in s:
-            s = dict(s)
-            out += [_instance_config(s) for _ in range(int(s.pop("count")))]
-        else:
-            out.append(_instance_config(s))
-    return out
 
 
 class RoutingEnv(gym.Env):
@@ -104,30 +100,32 @@ class RoutingEnv(gym.Env):
         colocation_interference: float = 1.0,
     ) -> None:
         super().__init__()
-        if decision not in ("arrival", "tick"):
-            raise ValueError(f"decision must be 'arrival' or 'tick', got {decision!r}")
-        if action not in ACTIONS:
-            raise ValueError(f"action must be one of {ACTIONS}, got {action!r}")
-        if decision == "tick" and action not in ("instance_wait",):
-            raise ValueError("decision='tick' needs action='instance_wait' (the agent may hold the head)")
-        cfgs = expand_instances(list(instances))
+        opts = EnvOptions(
+            num_requests=num_requests, decision=decision, tick=tick, tick_when_empty=tick_when_empty, action=action,
+            time_limit=time_limit, max_waiting=max_waiting, fixed_workload_seed=fixed_workload_seed,
+            metrics_interval=metrics_interval, on_unservable=on_unservable,
+            colocation_interference=colocation_interference,
+        )
+        if opts.decision == "tick" and opts.action != "instance_wait":
+            raise ConfigError("env.action: decision='tick' needs action='instance_wait' (the agent may hold the "
+                              f"head of the queue), got {opts.action!r}")
+        cfgs = instances_from_specs(list(instances) if isinstance(instances, tuple) else instances, "env.instances")
         # profiles are built once and shared by every episode's cluster
         self.instance_configs = [dataclasses.replace(c, profile=c.build_profile()) for c in cfgs]
         self.workload = make_workload(workload)
         self.task_names = list(getattr(self.workload, "task_names", []))
-        self.num_requests = int(num_requests)
-        self.decision = decision
-        self.tick = float(tick)
-        self.tick_when_empty = tick_when_empty
-        self.action_kind = action
-        self.time_limit = float("inf") if time_limit is None else float(time_limit)
-        self.slo = slo if isinstance(slo, SLO) or slo is None else SLO(**slo)
-        self.slo = self.slo or SLO()
-        self.max_waiting = max_waiting
-        self.fixed_workload_seed = fixed_workload_seed
-        self.metrics_interval = metrics_interval
-        self.on_unservable = on_unservable
-        self.colocation_interference = float(colocation_interference)
+        self.num_requests = opts.num_requests
+        self.decision = opts.decision
+        self.tick = opts.tick
+        self.tick_when_empty = opts.tick_when_empty
+        self.action_kind = opts.action
+        self.time_limit = float("inf") if opts.time_limit is None else opts.time_limit
+        self.slo = SLO.parse(slo)
+        self.max_waiting = opts.max_waiting
+        self.fixed_workload_seed = opts.fixed_workload_seed
+        self.metrics_interval = opts.metrics_interval
+        self.on_unservable = opts.on_unservable
+        self.colocation_interference = opts.colocation_interference
         self.predictor = make_predictor(predictor)
         self.reward_fn = make_reward(reward)
         self.obs_builder = make_obs(observation)
@@ -266,6 +264,7 @@ class RoutingEnv(gym.Env):
     def step(self, action: int):
         if self.terminated or self.truncated:
             raise RuntimeError("step() called after the episode ended; call reset()")
+        action = check_action(action, int(self.action_space.n))
         c = self.cluster
         req = self.pending
         d = self.decode(action)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmsim.registry import Registry
 from llmsim.request import Request
 
 
@@ -76,19 +77,15 @@ class NoisyOraclePredictor(Predictor):
         return lens, qual
 
 
+PREDICTORS: Registry[type[Predictor]] = Registry("predictor")
+PREDICTORS.register(OraclePredictor, name="oracle")
+PREDICTORS.register(NoisyOraclePredictor, name="noisy")
+
+
 def make_predictor(spec: str | dict | Predictor | None, seed: int = 0) -> Predictor:
-    """``"oracle"``, ``"noisy"`` or ``{"kind": "noisy", ...kwargs}``."""
-    if spec is None or spec == "oracle":
-        return OraclePredictor()
-    if isinstance(spec, Predictor):
-        return spec
-    if spec == "noisy":
-        return NoisyOraclePredictor(seed=seed)
-    if isinstance(spec, dict):
-        kw = dict(spec)
-        kind = kw.pop("kind", "noisy")
-        if kind == "oracle":
-            return OraclePredictor()
-        if kind == "noisy":
-            return NoisyOraclePredictor(seed=seed, **kw)
-    raise ValueError(f"unknown predictor {spec!r}; expected 'oracle', 'noisy' or {{'kind': ..., ...}}")
+    """``"oracle"``, ``"noisy"`` or ``{"kind": "noisy", ...kwargs}`` (a mapping without kind means noisy)."""
+    if isinstance(spec, dict) and "kind" not in spec:
+        spec = {"kind": "noisy", **spec}
+    kind = spec.get("kind") if isinstance(spec, dict) else spec
+    extra = {"seed": seed} if kind == "noisy" else {}
+    return PREDICTORS.build(spec, Predictor, "oracle", "predictor", **extra)

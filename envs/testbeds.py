@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from envs.core import RoutingEnv
 from envs.paper_timing import qos_edge_paper_profile
@@ -17,6 +17,8 @@ from envs.tasks import (
 from envs.workloads import MixtureWorkload
 from llmsim.cluster import InstanceConfig
 from llmsim.engine import EngineConfig
+from llmsim.errors import ConfigError
+from llmsim.schema import PosFloat, PosInt, check_choice, validated
 
 # spec 002 Sec. 2: GPU memory split per GPU (5 % OPT-125M, 20 % OPT-1.3B, the rest OPT-6.7B)
 BEST_EFFORT_MEMORY = {"opt-125m": 0.05, "opt-1.3b": 0.20, "opt-6.7b": 0.75}
@@ -24,17 +26,16 @@ BEST_EFFORT_MEMORY = {"opt-125m": 0.05, "opt-1.3b": 0.20, "opt-6.7b": 0.75}
 BEST_EFFORT_STEP_SCALE = 1.15
 
 
-def qos_edge(num_requests: int = 5000, rate: float = 5.0, latency_limit: float = 0.03,
-             experts: Sequence[str] = QOS_EXPERTS, gpu: str = "rtx4090", cap: int = 10,
-             predictor: Any = None, timing: str = "measured", **kwargs: Any) -> RoutingEnv:
+@validated("QoSEdge-v0")
+def qos_edge(num_requests: PosInt = 5000, rate: PosFloat = 5.0, latency_limit: PosFloat = 0.03,
+             experts: Sequence[str] = QOS_EXPERTS, gpu: str = "rtx4090", cap: PosInt = 10,
+             predictor: Any = None, timing: Literal["measured", "paper"] = "measured", **kwargs: Any) -> RoutingEnv:
     """Spec 000: N ~7B experts (one RTX 4090 each, vLLM V0), Poisson arrivals, drop action, graph state,
     QoS reward (Eq. 16). Predictions: bucketised noisy oracle (10 buckets) standing in for the DistilBERT
     classifiers. Routing to an expert whose waiting queue already holds ``cap`` requests is masked.
 
     ``timing``: ``measured`` (the measured RTX 4090 profiles) or ``paper`` (the paper's own linear
     fit, Eqs. 13-14, under which the 30 ms/token limit binds at the paper's load; see envs/paper_timing)."""
-    if timing not in ("measured", "paper"):
-        raise ValueError(f"timing must be 'measured' or 'paper', got {timing!r}")
     instances = [
         InstanceConfig(model=m, gpu=gpu, engine=EngineConfig(policy="vllm_v0"),
                        profile=qos_edge_paper_profile(m, gpu) if timing == "paper" else None)
@@ -53,8 +54,9 @@ def qos_edge(num_requests: int = 5000, rate: float = 5.0, latency_limit: float =
     return RoutingEnv(instances, wl, **kw)
 
 
-def workload_router(num_requests: int = 2000, rate: float = 20.0, num_instances: int = 4,
-                    gpu: str = "v100-32gb", max_num_seqs: int = 128, **kwargs: Any) -> RoutingEnv:
+@validated("WorkloadRouter-v0")
+def workload_router(num_requests: PosInt = 2000, rate: PosFloat = 20.0, num_instances: PosInt = 4,
+                    gpu: str = "v100-32gb", max_num_seqs: PosInt = 128, **kwargs: Any) -> RoutingEnv:
     """Spec 001: 4 x Llama-2-7B on V100 (vLLM V0 FCFS, max batch 128), five-task mixture at 20 req/s,
     2000 requests, a central queue whose head is routed or held every 0.02 s, flat state, workload-aware
     reward."""
@@ -70,11 +72,12 @@ def workload_router(num_requests: int = 2000, rate: float = 20.0, num_instances:
     return RoutingEnv(instances, wl, **kw)
 
 
-def best_effort(num_requests: int = 2000, schedule: str = "stable", rate: float | None = None,
-                num_gpus: int = 4, gpu: str = "titan-rtx", deadline: float = 0.04, soft: bool = False,
-                task_deadlines: Mapping[str, float] | None = None, tasks: Sequence[str] | None = None,
-                out_mean: float = 32.0, step_time_scale: float = BEST_EFFORT_STEP_SCALE,
-                **kwargs: Any) -> RoutingEnv:
+@validated("BestEffort-v0")
+def best_effort(num_requests: PosInt = 2000, schedule: Literal["stable", "bursty", "bursty2"] = "stable",
+                rate: PosFloat | None = None, num_gpus: PosInt = 4, gpu: str = "titan-rtx", deadline: PosFloat = 0.04,
+                soft: bool = False, task_deadlines: Mapping[str, PosFloat] | None = None,
+                tasks: Sequence[str] | None = None, out_mean: PosFloat = 32.0,
+                step_time_scale: PosFloat = BEST_EFFORT_STEP_SCALE, **kwargs: Any) -> RoutingEnv:
     """Spec 002: ``num_gpus`` GPUs each hosting OPT-125M / 1.3B / 6.7B with the paper's memory split,
     model-size action routed to the least-loaded replica, four tasks (Table 1 accuracy), 40 ms/token.
 
@@ -127,9 +130,12 @@ def make_from_config(cfg: Any) -> RoutingEnv:
             cfg = OmegaConf.to_container(cfg, resolve=True)
     except ImportError:  # pragma: no cover
         pass
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"env: expected a mapping of env options, got {type(cfg).__name__}")
     kw = dict(cfg)
-    factory = {"qos_edge": qos_edge, "workload_router": workload_router, "best_effort": best_effort,
-               "routing": routing}[kw.pop("id", "routing")]
+    factories = {"qos_edge": qos_edge, "workload_router": workload_router, "best_effort": best_effort,
+                 "routing": routing}
+    factory = factories[check_choice(kw.pop("id", "routing"), factories, "env.id")]
     if "slo" in kw and kw["slo"] is not None:
         kw["slo"] = dict(kw["slo"])
     return factory(**kw)

@@ -11,35 +11,26 @@ _CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 def run_from_config(cfg: dict[str, Any], out_dir: str | Path | None = None, progress: bool = False):
     """Build everything from a plain config dict, simulate, save outputs; returns the SimResult."""
-    from llmsim.config import instances_from_config, sim_options, slo_from_config
-    from llmsim.errors import ConfigError
+    from llmsim.config import instances_from_config
     from llmsim.report import save_plots
+    from llmsim.schema import RunConfig
     from llmsim.sim import simulate
     from llmsim.workload import build_workload
 
-    allowed = {"cluster", "engine", "workload", "policy", "seed", "slo", "sim", "output"}
-    unknown = sorted(set(cfg) - allowed)
-    if unknown:
-        raise ConfigError(f"config: unknown top-level key(s) {unknown}; allowed: {sorted(allowed)}")
-    seed = int(cfg.get("seed", 0))
-    instances = instances_from_config(cfg["cluster"], cfg.get("engine"))
-    wcfg = dict(cfg["workload"])
+    run = RunConfig.parse(cfg)
+    instances = instances_from_config(run.cluster, run.engine)
+    wcfg = dict(run.workload)
     path = wcfg.get("path")
-    if path and not Path(path).is_absolute() and not Path(path).exists():
+    if isinstance(path, str) and path and not Path(path).is_absolute() and not Path(path).exists():
         # conf/ paths like ../shared/traces are relative to the repository, wherever llmsim runs from
         repo_relative = Path(_CONF_DIR).parent / path
         if repo_relative.exists():
             wcfg["path"] = str(repo_relative)
-    workload = build_workload(wcfg, seed)
-    pol = dict(cfg.get("policy") or {"name": "round_robin"})
-    name = pol.pop("name", "round_robin")
-    kwargs = dict(pol.pop("kwargs", None) or {})
-    if pol:
-        raise ConfigError(f"policy: unknown key(s) {sorted(pol)}; allowed: ['kwargs', 'name']")
-    total = cfg["workload"].get("num_requests") or cfg["workload"].get("max_requests")
+    workload = build_workload(wcfg, run.seed)
+    total = wcfg.get("num_requests") or wcfg.get("max_requests")
     res = simulate(
-        instances, workload, name, seed=seed, slo=slo_from_config(cfg.get("slo")), progress=progress,
-        total=total, policy_kwargs=kwargs, **sim_options(cfg.get("sim")),
+        instances, workload, run.policy.name, seed=run.seed, slo=run.slo,
+        progress=progress, total=total, policy_kwargs=dict(run.policy.kwargs), **run.sim.model_dump(),
     )
     stats = getattr(workload, "stats", None)
     if stats is not None:
@@ -47,10 +38,10 @@ def run_from_config(cfg: dict[str, Any], out_dir: str | Path | None = None, prog
         res.summary["workload_skipped"] = skipped
         if skipped:
             res.notes.append(f"workload rows skipped (counted, not simulated): {skipped}")
-    out = cfg.get("output") or {}
-    if out_dir is not None and out.get("save", True):
-        res.save(out_dir, out.get("format", "csv"))
-        if out.get("plots", True):
+    out = run.output
+    if out_dir is not None and out.save:
+        res.save(out_dir, out.format)
+        if out.plots:
             save_plots(res, out_dir)
     return res
 
@@ -62,22 +53,31 @@ def _hydra_main() -> None:
 
     @hydra.main(version_base="1.3", config_path=_CONF_DIR, config_name="config")
     def _main(cfg: DictConfig) -> dict:
+        from omegaconf.errors import OmegaConfBaseException
+
         from llmsim.errors import LLMSimError
         from llmsim.report import print_summary
 
-        plain = OmegaConf.to_container(cfg, resolve=True)
         out_dir = HydraConfig.get().runtime.output_dir
-        progress = bool(plain.get("output", {}).get("progress", True)) and sys.stderr.isatty()
         try:
+            plain = OmegaConf.to_container(cfg, resolve=True)
+            out = plain.get("output") if isinstance(plain, dict) else None
+            progress = bool(out.get("progress", True) if isinstance(out, dict) else True) and sys.stderr.isatty()
             res = run_from_config(plain, out_dir, progress=progress)
-        except LLMSimError as e:
-            print(f"llmsim: error: {e}", file=sys.stderr)
+        except (LLMSimError, OmegaConfBaseException) as e:
+            print(f"llmsim: error: {_one_line(e)}", file=sys.stderr)
             raise SystemExit(2) from None
-        print_summary(res, title=f"llmsim: {cfg.policy.name} on {len(res.instances)} instances")
+        print_summary(res, title=f"llmsim: {res.summary.get('policy', cfg.policy.name)} on "
+                                 f"{len(res.instances)} instances")
         print(f"outputs: {out_dir}  (wall {res.wall_s:.2f} s)")
         return res.summary
 
     _main()
+
+
+def _one_line(e: BaseException) -> str:
+    """OmegaConf errors span several lines (key, type, full key); configs errors are one line already."""
+    return " ".join(str(e).split())
 
 
 def main() -> None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from llmsim.schema import SLO  # noqa: F401  (the slo group's schema; re-exported for old imports)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,18 +28,6 @@ _ITL_OFFSET = -int(math.log(_ITL_MIN) * _ITL_INV)
 _ITL_BINS = _ITL_OFFSET + int(math.log(1e5) * _ITL_INV) + 2
 
 PERCENTILES = (50, 90, 99)
-
-
-@dataclass(frozen=True)
-class SLO:
-    """Latency targets in milliseconds (None = not checked), as ``vllm bench serve --goodput``."""
-
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2el_ms: float | None = None
-
-    def any(self) -> bool:
-        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2el_ms))
 
 
 _FLOAT_COLS = ("arrival", "routed_time", "first_scheduled", "first_token", "finish")

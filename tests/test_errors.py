@@ -24,7 +24,7 @@ def test_unknown_keys_are_named():
         instances_from_config({"instances": [{"model": "llama-2-7b"}]}, {"max_seqs": 3})
     with pytest.raises(ConfigError, match="unknown routing policy 'fastest'"):
         make_router("fastest")
-    with pytest.raises(ConfigError, match="unknown batch policy"):
+    with pytest.raises(ConfigError, match="engine.policy: unknown value 'edf-ish'"):
         simulate([InstanceConfig(profile=LinearProfile(), engine=EngineConfig(policy="edf-ish"))], [], "random")
 
 

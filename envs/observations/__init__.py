@@ -8,14 +8,16 @@ from envs.observations.base import ObsBuilder
 from envs.observations.flat import FlatObs
 from envs.observations.graph import GraphObs, from_hetero_data, to_hetero_batch, to_hetero_data
 from envs.observations.model_select import ModelSelectObs
-from envs.registry import build_part
+from llmsim.registry import Registry
 
-OBSERVATIONS: dict[str, type[ObsBuilder]] = {c.name: c for c in (FlatObs, GraphObs, ModelSelectObs)}
+OBSERVATIONS: Registry[type[ObsBuilder]] = Registry("observation")
+for _cls in (FlatObs, GraphObs, ModelSelectObs):
+    OBSERVATIONS.register(_cls)
 
 
 def make_obs(spec: str | dict[str, Any] | ObsBuilder | None, **kwargs: Any) -> ObsBuilder:
     """An observation builder from a name plus kwargs, a ``{"kind": name, ...}`` dict, or an instance."""
-    return build_part(spec, OBSERVATIONS, ObsBuilder, "flat", "observation", **kwargs)
+    return OBSERVATIONS.build(spec, ObsBuilder, "flat", "observation", **kwargs)
 
 
 __all__ = ["OBSERVATIONS", "FlatObs", "GraphObs", "ModelSelectObs", "ObsBuilder", "from_hetero_data",

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.registry import build_part
 from envs.rewards.base import Reward
 from envs.rewards.best_effort import BestEffortReward, deadline_weight
 from envs.rewards.latency import LatencyReward
 from envs.rewards.qos import QoSReward, action_impact, latency_increase
 from envs.rewards.utility import UtilityReward
 from envs.rewards.workload_aware import WorkloadAwareReward, mixing_penalty
+from llmsim.registry import Registry
 
-REWARDS: dict[str, type[Reward]] = {
-    c.name: c for c in (QoSReward, WorkloadAwareReward, BestEffortReward, UtilityReward, LatencyReward)
-}
+REWARDS: Registry[type[Reward]] = Registry("reward")
+for _cls in (QoSReward, WorkloadAwareReward, BestEffortReward, UtilityReward, LatencyReward):
+    REWARDS.register(_cls)
 
 
 def make_reward(spec: str | dict[str, Any] | Reward | None, **kwargs: Any) -> Reward:
     """A reward from a name plus kwargs, a ``{"kind": name, ...}`` dict, or an instance."""
-    return build_part(spec, REWARDS, Reward, "latency", "reward", **kwargs)
+    return REWARDS.build(spec, Reward, "latency", "reward", **kwargs)
 
 
 __all__ = ["REWARDS", "BestEffortReward", "LatencyReward", "QoSReward", "Reward", "UtilityReward",

@@ -1,0 +1,335 @@
+"""The ``workload`` config group's schema: one model per ``kind``, per arrival ``process`` and per length ``dist``.
+
+Dispatch on the tag is done by hand (not a pydantic tagged union) so an error names the key as the user wrote
+it (``workload.prompt.value``), never a union branch. Every model forbids unknown keys and non-finite numbers;
+see :mod:`llmsim.schema` for the message format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from llmsim.errors import ConfigError
+from llmsim.schema import (
+    MAX_TOKENS,
+    Float,
+    NonNegFloat,
+    PosFloat,
+    PosInt,
+    Schema,
+    TokenCount,
+    _not_bool,
+    _show,
+    check_choice,
+)
+
+MixWeights = dict[str, NonNegFloat]
+
+
+# ---------------------------------------------------------------------------------------------- arrivals
+class PoissonArrival(Schema):
+    process: Literal["poisson"]
+    rate: PosFloat
+
+
+class GammaArrival(Schema):
+    process: Literal["gamma"]
+    rate: PosFloat
+    cv: PosFloat
+
+
+class PhaseSpec(Schema):
+    duration: PosFloat
+    rate: NonNegFloat
+    cv: PosFloat = 1.0
+
+
+class PhasesArrival(Schema):
+    process: Literal["phases"]
+    phases: Annotated[list[PhaseSpec], Field(min_length=1)]
+    repeat: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lists_to_phases(cls, data: Any) -> Any:
+        """``[duration_s, rate]`` / ``[duration_s, rate, cv]`` lists are accepted as phases."""
+        if isinstance(data, Mapping) and isinstance(data.get("phases"), list | tuple):
+            phases = []
+            for ph in data["phases"]:
+                if isinstance(ph, list | tuple) and len(ph) in (2, 3):
+                    ph = dict(zip(("duration", "rate", "cv"), ph))
+                phases.append(ph)
+            data = {**data, "phases": phases}
+        return data
+
+
+class SquareWaveArrival(Schema):
+    process: Literal["square_wave"]
+    low: NonNegFloat
+    high: PosFloat
+    period: PosFloat
+    duty: Annotated[float, BeforeValidator(_not_bool), Field(gt=0, lt=1)] = 0.5
+    cv: PosFloat = 1.0
+
+
+class MmppArrival(Schema):
+    """Markov-modulated: phases whose rate is drawn from ``mixture`` rows [weight, low, high]."""
+
+    process: Literal["mmpp"]
+    mixture: Annotated[list[Annotated[list[NonNegFloat], Field(min_length=3, max_length=3)]], Field(min_length=1)]
+    mean_requests: PosFloat | None = None
+    mean_seconds: PosFloat | None = None
+
+    @model_validator(mode="after")
+    def _one_length(self) -> MmppArrival:
+        if (self.mean_requests is None) == (self.mean_seconds is None):
+            raise ValueError("exactly one of mean_requests or mean_seconds")
+        return self
+
+
+ARRIVALS: dict[str, type[Schema]] = {
+    "poisson": PoissonArrival, "gamma": GammaArrival, "phases": PhasesArrival,
+    "square_wave": SquareWaveArrival, "mmpp": MmppArrival,
+}
+
+
+def parse_arrival(cfg: Any, where: str = "workload.arrival") -> Schema:
+    from llmsim.workload.arrivals import ARRIVAL_PRESETS
+
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"{where}: expected a mapping like {{process: poisson, rate: 4}}, got {_show(cfg)}")
+    if "preset" in cfg:
+        if set(cfg) != {"preset"}:
+            raise ConfigError(f"{where}: 'preset' cannot be combined with other keys {sorted(set(cfg) - {'preset'})}")
+        name = check_choice(cfg["preset"], ARRIVAL_PRESETS, f"{where}.preset")
+        return parse_arrival(ARRIVAL_PRESETS[name], f"{where}(preset {name})")
+    if "process" not in cfg:
+        raise ConfigError(f"{where}.process: missing required key; expected one of {sorted(ARRIVALS)}")
+    process = check_choice(cfg["process"], ARRIVALS, f"{where}.process")
+    return ARRIVALS[process].parse(cfg, where)
+
+
+# ---------------------------------------------------------------------------------------------- lengths
+class FixedLength(Schema):
+    dist: Literal["fixed"]
+    value: TokenCount
+
+
+class UniformLength(Schema):
+    dist: Literal["uniform"]
+    min: TokenCount
+    max: TokenCount
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.min > self.max:
+            raise ValueError(f"min <= max (got min {self.min}, max {self.max})")
+        return self
+
+
+class LogNormalLength(Schema):
+    """Exactly one parameter pair: (mean, sigma), (mean, p50) or (mu, sigma); clipped to [min, max]."""
+
+    dist: Literal["lognormal"]
+    mean: PosFloat | None = None
+    sigma: PosFloat | None = None
+    p50: PosFloat | None = None
+    mu: Float | None = None
+    min: TokenCount = 1
+    max: TokenCount | None = None
+
+    @model_validator(mode="after")
+    def _pair(self) -> LogNormalLength:
+        given = {k for k in ("mean", "sigma", "p50", "mu") if getattr(self, k) is not None}
+        if given not in ({"mean", "sigma"}, {"mean", "p50"}, {"mu", "sigma"}):
+            raise ValueError(f"exactly one of (mean, sigma), (mean, p50) or (mu, sigma); got {sorted(given)}")
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min <= max (got min {self.min}, max {self.max})")
+        return self
+
+
+LENGTHS: dict[str, type[Schema]] = {"fixed": FixedLength, "uniform": UniformLength, "lognormal": LogNormalLength}
+
+
+def parse_length(cfg: Any, where: str) -> Schema:
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"{where}: expected a mapping like {{dist: fixed, value: 128}}, got {_show(cfg)}")
+    if "dist" not in cfg:
+        raise ConfigError(f"{where}.dist: missing required key; expected one of {sorted(LENGTHS)}")
+    dist = check_choice(cfg["dist"], LENGTHS, f"{where}.dist")
+    return LENGTHS[dist].parse(cfg, where)
+
+
+class EmpiricalLengths(Schema):
+    """(prompt, output) pairs resampled from a file (CSV / JSON / JSONL with two token columns)."""
+
+    dist: Literal["empirical"]
+    path: Annotated[str, Field(min_length=1)]
+    prompt_column: str | None = None
+    output_column: str | None = None
+    prompt_min: TokenCount = 1
+    prompt_max: TokenCount | None = None
+    output_min: TokenCount = 1
+    output_max: TokenCount | None = None
+
+
+# ---------------------------------------------------------------------------------------------- sources
+class _Common(Schema):
+    rate_scale: PosFloat = 1.0
+    window: Any = None
+    max_requests: PosInt | None = None
+
+    @field_validator("window", mode="before")
+    @classmethod
+    def _window(cls, w: Any) -> Any:
+        return _parse_window(w)
+
+
+def _parse_window(w: Any) -> tuple[float, float | None] | None:
+    if w is None:
+        return None
+    if isinstance(w, Mapping):
+        unknown = set(w) - {"start", "end"}
+        if unknown:
+            raise ValueError(f"window keys start and end only, not {sorted(unknown)}")
+        start, end = w.get("start", 0.0), w.get("end")
+    elif isinstance(w, list | tuple) and len(w) == 2:
+        start, end = w
+    else:
+        raise ValueError(f"a window [start_s, end_s] or {{start, end}}, got {_show(w)}")
+    s = _window_num(start if start is not None else 0.0, "start")
+    e = None if end is None else _window_num(end, "end")
+    if e is not None and e <= s:
+        raise ValueError(f"end > start (a window [start_s, end_s]), got start {s:g} and end {e:g}")
+    return s, e
+
+
+def _window_num(v: Any, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"a number of seconds for the window {name}, got {_show(v)}")
+    f = float(v)
+    if not (f == f and abs(f) != float("inf")) or f < 0:
+        raise ValueError(f"a finite window {name} >= 0, got {_show(v)}")
+    return f
+
+
+class SyntheticSource(_Common):
+    kind: Literal["synthetic"]
+    arrival: dict[str, Any]
+    rate: PosFloat | None = None
+    lengths: str | dict[str, Any] | None = None
+    prompt: dict[str, Any] | None = None
+    output: dict[str, Any] | None = None
+    num_requests: PosInt | None = None
+    duration: PosFloat | None = None
+    task_mix: MixWeights | None = None
+    tenant_mix: MixWeights | None = None
+    slo_class_mix: MixWeights | None = None
+
+
+OnError = Literal["raise", "skip"]
+Path_ = Annotated[str, Field(min_length=1)]
+
+
+class AzureSource(_Common):
+    kind: Literal["azure"]
+    path: Path_
+    on_error: OnError = "raise"
+
+
+class BurstGPTSource(_Common):
+    kind: Literal["burstgpt"]
+    path: Path_
+    model: str | None = None
+    log_type: str | None = None
+    on_error: OnError = "raise"
+
+
+class MooncakeSource(_Common):
+    kind: Literal["mooncake"]
+    path: Path_
+    jitter_s: NonNegFloat = 0.0
+    on_error: OnError = "raise"
+
+
+class CsvColumns(Schema):
+    arrival: Annotated[str, Field(min_length=1)]
+    prompt: Annotated[str, Field(min_length=1)]
+    output: Annotated[str, Field(min_length=1)]
+    task: str | None = None
+    tenant: str | None = None
+    slo_class: str | None = None
+
+
+class CsvSource(_Common):
+    kind: Literal["csv"]
+    path: Path_
+    columns: CsvColumns
+    arrival_unit: Literal["s", "ms", "us", "datetime"] = "s"
+    extra: dict[str, str] | list[str] | None = None
+    filters: dict[str, str | list[str]] | None = None
+    skip_zero_output: bool = False
+    delimiter: Annotated[str, Field(min_length=1, max_length=1)] = ","
+    on_error: OnError = "raise"
+
+
+SOURCES: dict[str, type[_Common]] = {
+    "synthetic": SyntheticSource, "azure": AzureSource, "burstgpt": BurstGPTSource,
+    "mooncake": MooncakeSource, "csv": CsvSource,
+}
+
+
+def parse_workload(cfg: Any, where: str = "workload") -> _Common:
+    """The validated source model of a workload config (nested arrival / length models checked too)."""
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with a 'kind' key, got {_show(cfg)}")
+    if "kind" not in cfg:
+        raise ConfigError(f"{where}.kind: missing required key; expected one of {sorted(SOURCES)}")
+    kind = check_choice(cfg["kind"], SOURCES, f"{where}.kind")
+    src = SOURCES[kind].parse(cfg, where)
+    if isinstance(src, SyntheticSource):
+        _check_synthetic(src, where)
+    return src
+
+
+def _check_synthetic(src: SyntheticSource, where: str) -> None:
+    arrival = dict(src.arrival)
+    if src.rate is not None:
+        process = arrival.get("process")
+        if process not in ("poisson", "gamma"):
+            raise ConfigError(f"{where}.rate: only applies to a poisson or gamma arrival process, got "
+                              f"{process or arrival.get('preset')!r}")
+        arrival["rate"] = src.rate
+    parse_arrival(arrival, f"{where}.arrival")
+    if src.lengths is not None:
+        if src.prompt is not None or src.output is not None:
+            raise ConfigError(f"{where}: give either 'lengths' or 'prompt' + 'output', not both")
+        parse_pair(src.lengths, f"{where}.lengths")
+    elif src.prompt is None or src.output is None:
+        raise ConfigError(f"{where}: expected 'lengths' or both 'prompt' and 'output' length models")
+    else:
+        parse_length(src.prompt, f"{where}.prompt")
+        parse_length(src.output, f"{where}.output")
+
+
+def parse_pair(lengths: Any, where: str) -> Schema | str:
+    """``lengths``: a preset name, ``{preset: name}`` or an empirical model."""
+    from llmsim.workload.lengths import LENGTH_PRESETS
+
+    if isinstance(lengths, str):
+        return check_choice(lengths, LENGTH_PRESETS, where)
+    if not isinstance(lengths, Mapping):
+        raise ConfigError(f"{where}: expected a preset name or a mapping, got {_show(lengths)}")
+    if "preset" in lengths:
+        if set(lengths) != {"preset"}:
+            raise ConfigError(f"{where}: 'preset' cannot be combined with {sorted(set(lengths) - {'preset'})}")
+        return check_choice(lengths["preset"], LENGTH_PRESETS, f"{where}.preset")
+    if lengths.get("dist") != "empirical":
+        raise ConfigError(f"{where}.dist: expected 'empirical' (or use 'preset'), got {lengths.get('dist')!r}")
+    return EmpiricalLengths.parse(lengths, where)
+
+
+__all__ = ["MAX_TOKENS", "parse_arrival", "parse_length", "parse_pair", "parse_workload"]

@@ -1,0 +1,85 @@
+"""Env actions and constructor options are validated like Gymnasium's own envs and like llmsim configs."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import envs  # noqa: F401  (registers the ids)
+from envs.core import InvalidAction
+from envs.testbeds import make_from_config
+from llmsim.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = gym.make("llmsim/Routing-v0", num_requests=20, action="instance_drop")
+    e.reset(seed=0)
+    return e
+
+
+@pytest.mark.parametrize("action", [math.nan, None, 1.7, "1", -1, -3, 5, 99, True, np.float32(1.0), [0, 1],
+                                    np.array([1, 2])])
+def test_bad_actions_rejected(env, action) -> None:
+    with pytest.raises(InvalidAction, match=r"Discrete\(5\): expected an integer in \[0, 4\]"):
+        env.step(action)
+
+
+@pytest.mark.parametrize("action", [0, np.int64(1), np.int32(2), np.uint8(3), np.array(4), np.array([0])])
+def test_integer_actions_accepted(action) -> None:
+    e = gym.make("llmsim/Routing-v0", num_requests=5, action="instance_drop")
+    e.reset(seed=0)
+    e.step(action)
+
+
+def test_defer_code_is_not_an_action() -> None:
+    """-3 is the cluster's internal DEFER code; as an action it used to be accepted and could hang."""
+    e = gym.make("llmsim/Routing-v0", num_requests=5)
+    e.reset(seed=0)
+    with pytest.raises(InvalidAction, match="out of range"):
+        e.step(-3)
+
+
+BAD_OPTIONS = [
+    ({"tick": 0, "decision": "tick", "action": "instance_wait"}, r"env.tick: expected a value > 0, got 0"),
+    ({"tick": -1, "decision": "tick", "action": "instance_wait"}, r"env.tick: expected a value > 0, got -1"),
+    ({"tick": math.nan}, r"env.tick: expected a finite number"),
+    ({"num_requests": 0}, r"env.num_requests: expected a value >= 1, got 0"),
+    ({"num_requests": 2.5}, r"env.num_requests: expected an integer, got 2.5"),
+    ({"time_limit": -1.0}, r"env.time_limit: expected a value >= 0"),
+    ({"time_limit": math.inf}, r"env.time_limit: expected a finite number"),
+    ({"decision": "sometimes"}, r"env.decision: expected one of arrival, tick"),
+    ({"action": "teleport"}, r"env.action: expected one of instance, instance_wait, instance_drop, model"),
+    ({"decision": "tick", "action": "instance"}, r"env.action: decision='tick' needs action='instance_wait'"),
+    ({"slo": {"ttft_ms": math.nan}}, r"slo.ttft_ms: expected a finite number"),
+    ({"reward": "fastest"}, r"reward: unknown reward 'fastest'; expected one of"),
+    ({"observation": {"kind": "pixels"}}, r"observation: unknown observation 'pixels'"),
+    ({"instances": [{"model": "llama-2-7b", "tp": 0}]}, r"env.instances\[0\].tp: expected a value >= 1"),
+]
+
+
+@pytest.mark.parametrize("kwargs,pattern", BAD_OPTIONS, ids=[str(k) for k, _ in BAD_OPTIONS])
+def test_bad_env_options(kwargs, pattern) -> None:
+    with pytest.raises(ConfigError, match=pattern):
+        gym.make("llmsim/Routing-v0", **kwargs)
+
+
+@pytest.mark.parametrize("env_id,kwargs,pattern", [
+    ("llmsim/QoSEdge-v0", {"rate": math.nan}, r"QoSEdge-v0.rate: expected a finite number"),
+    ("llmsim/QoSEdge-v0", {"timing": "fast"}, r"QoSEdge-v0.timing: expected one of measured, paper"),
+    ("llmsim/WorkloadRouter-v0", {"tick": 0}, r"env.tick: expected a value > 0"),
+    ("llmsim/WorkloadRouter-v0", {"num_instances": 0}, r"WorkloadRouter-v0.num_instances: expected a value >= 1"),
+    ("llmsim/BestEffort-v0", {"schedule": "calm"}, r"BestEffort-v0.schedule: expected one of stable, bursty"),
+    ("llmsim/BestEffort-v0", {"deadline": -0.04}, r"BestEffort-v0.deadline: expected a value > 0"),
+])
+def test_testbed_options_checked(env_id, kwargs, pattern) -> None:
+    with pytest.raises(ConfigError, match=pattern):
+        gym.make(env_id, **kwargs)
+
+
+def test_make_from_config_names_bad_id() -> None:
+    with pytest.raises(ConfigError, match=r"env.id: unknown value 'qos'.*expected one of"):
+        make_from_config({"id": "qos"})
