@@ -20,10 +20,16 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from llmsim.errors import ConfigError, TraceError
 from llmsim.request import Request
+from llmsim.workload.arrivals import ARRIVAL_PRESETS, BEST_EFFORT_STABLE, GammaArrivals, RandomPhases
+from llmsim.workload.base import MAX_TOKENS, WorkloadStats, check_float, check_int
+from llmsim.workload.trace_io import Table
+from llmsim.workload.trace_values import parse_floats, parse_tokens, row_message
 
 
 @dataclass
@@ -42,6 +48,22 @@ class TaskSpec:
     rho_quality: float = 0.6
     rho_len: float = 0.8
 
+    def __post_init__(self) -> None:
+        w = f"task {self.name!r}"
+        self.prompt_mean = check_float(f"{w}.prompt_mean", self.prompt_mean, gt=0.0)
+        self.prompt_sigma = check_float(f"{w}.prompt_sigma", self.prompt_sigma, ge=0.0, le=10.0)
+        self.prompt_max = check_int(f"{w}.prompt_max", self.prompt_max, ge=1, le=MAX_TOKENS)
+        self.out_max = check_int(f"{w}.out_max", self.out_max, ge=1, le=MAX_TOKENS)
+        if not self.out_mean or not self.out_sigma:
+            raise ConfigError(f"{w}: expected non-empty out_mean and out_sigma mappings (model -> value)")
+        self.out_mean = {m: check_float(f"{w}.out_mean[{m!r}]", v, gt=0.0) for m, v in self.out_mean.items()}
+        self.out_sigma = {m: check_float(f"{w}.out_sigma[{m!r}]", v, ge=0.0, le=10.0)
+                          for m, v in self.out_sigma.items()}
+        self.q_mean = {m: check_float(f"{w}.q_mean[{m!r}]", v) for m, v in self.q_mean.items()}
+        self.q_sd = {m: check_float(f"{w}.q_sd[{m!r}]", v, ge=0.0) for m, v in self.q_sd.items()}
+        self.rho_quality = check_float(f"{w}.rho_quality", self.rho_quality, ge=-1.0, le=1.0)
+        self.rho_len = check_float(f"{w}.rho_len", self.rho_len, ge=-1.0, le=1.0)
+
 
 def _lognormal(mean: float, sigma: float, z: np.ndarray) -> np.ndarray:
     """LogNormal with the given *mean* (not median) from standard-normal draws ``z``."""
@@ -57,6 +79,21 @@ class TaskMixture:
     models: list[str]
     weights: list[float] | None = None
     max_total: int | None = None  # prompt + output cap (the model's context window)
+
+    def __post_init__(self) -> None:
+        if not self.tasks or not all(isinstance(t, TaskSpec) for t in self.tasks):
+            raise ConfigError(f"mixture.tasks: expected a non-empty list of TaskSpec, got {self.tasks!r}")
+        if not self.models:
+            raise ConfigError("mixture.models: expected at least one model name")
+        if self.weights is not None:
+            if len(self.weights) != len(self.tasks):
+                raise ConfigError(f"mixture.weights: expected one weight per task ({len(self.tasks)}), "
+                                  f"got {list(self.weights)!r}")
+            self.weights = [check_float(f"mixture.weights[{i}]", w, ge=0.0) for i, w in enumerate(self.weights)]
+            if sum(self.weights) <= 0:
+                raise ConfigError(f"mixture.weights: expected a positive sum, got {self.weights!r}")
+        if self.max_total is not None:
+            self.max_total = check_int("mixture.max_total", self.max_total, ge=2, le=MAX_TOKENS)
 
     def probs(self) -> np.ndarray:
         w = np.ones(len(self.tasks)) if self.weights is None else np.asarray(self.weights, dtype=float)
@@ -182,51 +219,36 @@ def qos_edge_mixture(experts: Sequence[str] = QOS_EXPERTS) -> TaskMixture:
 
 
 # ---------------------------------------------------------------------------- arrivals
+# The generators are llmsim's (one MMPP implementation: llmsim.workload.arrivals.RandomPhases); these helpers
+# draw a fixed count from the env's own generator, so the task draws that follow see the same rng state.
+BEST_EFFORT_SCHEDULES = {
+    "stable": BEST_EFFORT_STABLE,
+    "bursty": ARRIVAL_PRESETS["best_effort_unpredictable_1"],
+    "bursty2": ARRIVAL_PRESETS["best_effort_unpredictable_2"],
+}
+
+
 def poisson_arrivals(rng: np.random.Generator, rate: float, n: int, start: float = 0.0) -> np.ndarray:
-    return start + np.cumsum(rng.exponential(1.0 / rate, size=n))
-
-
-def phased_arrivals(rng: np.random.Generator, n: int, draw_rate, mean_len) -> tuple[np.ndarray, np.ndarray]:
-    """Markov-modulated Poisson: each phase draws a rate and a Geometric number of requests.
-
-    Returns arrival times and the true rate in force at each arrival.
-    """
-    times = np.empty(n)
-    rates = np.empty(n)
-    t = 0.0
-    k = 0
-    while k < n:
-        rate = float(draw_rate(rng))
-        m = int(rng.geometric(1.0 / max(1.0, mean_len(rate))))
-        m = min(m, n - k)
-        gaps = rng.exponential(1.0 / rate, size=m)
-        times[k:k + m] = t + np.cumsum(gaps)
-        rates[k:k + m] = rate
-        t = times[k + m - 1]
-        k += m
-    return times, rates
+    """``n`` Poisson arrival times at ``rate`` req/s after ``start``."""
+    return check_float("start", start, ge=0.0) + GammaArrivals(rate).first(rng, n)
 
 
 def best_effort_arrivals(rng: np.random.Generator, schedule: str, n: int,
                          rate: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Spec 002 App. B schedules: ``stable`` (Poisson at ``rate``, or a random rate in [0.25, 48] held
-    for 40 s phases), ``bursty`` (unpredictable workload 1) and ``bursty2`` (unpredictable workload 2)."""
-    if schedule == "stable":
-        if rate is not None:
-            return poisson_arrivals(rng, rate, n), np.full(n, float(rate))
-        return phased_arrivals(rng, n, lambda g: g.uniform(0.25, 48.0), lambda r: 40.0 * r)
-    if schedule == "bursty":
-        def draw(g: np.random.Generator) -> float:
-            u = g.random()
-            if u < 0.90:
-                return g.uniform(0.25, 2.0)
-            if u < 0.98:
-                return g.uniform(2.0, 40.0)
-            return g.uniform(40.0, 48.0)
-        return phased_arrivals(rng, n, draw, lambda r: 20.0 * r)
-    if schedule == "bursty2":
-        return phased_arrivals(rng, n, lambda g: g.uniform(1.0, 48.0), lambda r: 500.0)
-    raise ValueError(f"unknown arrival schedule {schedule!r}; expected stable, bursty or bursty2")
+    for 40 s phases), ``bursty`` (unpredictable workload 1) and ``bursty2`` (unpredictable workload 2).
+    Returns the arrival times and the true rate in force at each arrival."""
+    if schedule not in BEST_EFFORT_SCHEDULES:
+        raise ConfigError(f"arrival.kind: unknown schedule {schedule!r}; expected one of "
+                          f"{sorted(BEST_EFFORT_SCHEDULES)}")
+    if schedule == "stable" and rate is not None:
+        return poisson_arrivals(rng, rate, n), np.full(check_int("n", n, ge=0), float(rate))
+    if rate is not None:
+        raise ConfigError(f"arrival.rate: only the 'stable' schedule takes a rate, got {rate!r} for {schedule!r}")
+    spec = dict(BEST_EFFORT_SCHEDULES[schedule])
+    spec.pop("process")
+    spec["mixture"] = [tuple(c) for c in spec["mixture"]]
+    return RandomPhases(**spec).sample(rng, n)
 
 
 # ---------------------------------------------------------------------------- user-labelled data
@@ -246,22 +268,44 @@ class LabelledPool:
 
     @classmethod
     def load(cls, path: str | Path) -> LabelledPool:
-        import pandas as pd
+        """Read and check the table: CSV or Parquet (plain or compressed), every bad value one TraceError line.
 
+        Token counts are integers in [1, MAX_TOKENS] (a labelled request cannot be skipped without breaking its
+        other models' rows, so 0 is an error here); quality is a number in [0, 1] or empty (unknown); each
+        (request_id, model) appears once and every request has a row for every model.
+        """
         p = Path(path)
-        df = pd.read_parquet(p) if p.suffix in (".parquet", ".pq") else pd.read_csv(p)
-        need = {"request_id", "model", "prompt_tokens", "output_tokens"}
-        if missing := need - set(df.columns):
-            raise ValueError(f"{p}: labelled data needs columns {sorted(need)}; missing {sorted(missing)}")
-        models = sorted(df["model"].astype(str).unique())
-        out = df.pivot(index="request_id", columns="model", values="output_tokens")[models]
-        ids = out.index
-        qual = (df.pivot(index="request_id", columns="model", values="quality")[models].loc[ids]
-                if "quality" in df.columns else out * np.nan)
-        first = df.groupby("request_id").first().loc[ids]
-        tasks = list(first["task"].astype(str)) if "task" in df.columns else [None] * len(ids)
-        return cls(first["prompt_tokens"].to_numpy(int), out.fillna(1).to_numpy(int),
-                   qual.to_numpy(float), tasks, models)
+        cols, positions, unit = _read_labelled(p)
+        req_ids, models_col = list(cols["request_id"]), [str(m) for m in cols["model"]]
+        where = [f"{unit} {n}" for n in positions]
+        prompt = _labelled_tokens(p, cols["prompt_tokens"], "prompt_tokens", where)
+        output = _labelled_tokens(p, cols["output_tokens"], "output_tokens", where)
+        quality = _labelled_quality(p, cols.get("quality"), where)
+        models = sorted(set(models_col))
+        col_of = {m: j for j, m in enumerate(models)}
+        first_pos: dict[Any, int] = {}
+        for i, rid in enumerate(req_ids):
+            first_pos.setdefault(rid, i)
+        row_of = {rid: r for r, rid in enumerate(sorted(first_pos, key=_id_order(list(first_pos))))}
+        outs = np.zeros((len(row_of), len(models)), dtype=np.int64)
+        quals = np.full((len(row_of), len(models)), np.nan)
+        for i, (rid, m) in enumerate(zip(req_ids, models_col)):
+            r, j = row_of[rid], col_of[m]
+            if outs[r, j]:
+                raise TraceError(f"{p}: {where[i]}, column 'model': expected one row per (request_id, model), got "
+                                 f"a second row for request {rid!r} on {m!r}")
+            outs[r, j] = output[i]
+            quals[r, j] = quality[i]
+        missing = np.argwhere(outs == 0)
+        if missing.size:
+            r, j = (int(v) for v in missing[0])
+            rid = next(k for k, v in row_of.items() if v == r)
+            raise TraceError(f"{p}: {where[first_pos[rid]]}, column 'model': expected a row for every model "
+                             f"{models}, got none for request {rid!r} on {models[j]!r}")
+        firsts = [first_pos[rid] for rid in row_of]
+        task_col = cols.get("task")
+        tasks = [None if task_col is None or task_col[i] is None else str(task_col[i]) for i in firsts]
+        return cls(prompt[firsts], outs, quals, tasks, models)
 
     def sample(self, rng: np.random.Generator, arrivals: np.ndarray, first_id: int = 0) -> list[Request]:
         idx = rng.integers(len(self.prompt), size=len(arrivals))
@@ -277,3 +321,68 @@ class LabelledPool:
 
 def iter_requests(reqs: list[Request]) -> Iterator[Request]:
     return iter(reqs)
+
+
+LABELLED_REQUIRED = ("request_id", "model", "prompt_tokens", "output_tokens")
+LABELLED_OPTIONAL = ("quality", "task")
+
+
+def _read_labelled(path: Path) -> tuple[dict[str, list[Any]], list[int], str]:
+    """All rows of a labelled table (it is resampled, so it is held in memory) with their line / row."""
+    cols: dict[str, list[Any]] = {}
+    positions: list[int] = []
+    unit = "row"
+
+    def select(names: list[str], where: str) -> list[str]:
+        missing = [c for c in LABELLED_REQUIRED if c not in names]
+        if missing:
+            raise TraceError(f"{path}: {where}: missing column(s) {missing}; labelled data needs columns "
+                             f"{list(LABELLED_REQUIRED)} (optional {list(LABELLED_OPTIONAL)}), found {names}")
+        return list(LABELLED_REQUIRED) + [c for c in LABELLED_OPTIONAL if c in names]
+
+    numeric = ("prompt_tokens", "output_tokens", "quality")
+    for chunk, pos, chunk_unit in Table(path).read(select, numeric, WorkloadStats(), "raise"):
+        for c, v in chunk.items():
+            cols.setdefault(c, []).extend(v.tolist() if isinstance(v, np.ndarray) else v)
+        positions.extend(pos)
+        unit = chunk_unit
+    if not positions:
+        raise TraceError(f"{path}: expected at least one labelled row, got none (the file has no data)")
+    return cols, positions, unit
+
+
+def _id_order(ids: list[Any]) -> Any:
+    """Sort key of request ids: numeric when every id is a number (as pandas sorted them), else text."""
+    for conv in (int, float):
+        try:
+            for v in ids:
+                conv(v)
+        except (TypeError, ValueError):
+            continue
+        return conv
+    return str
+
+
+def _labelled_tokens(path: Path, values: list[Any], column: str, where: list[str]) -> np.ndarray:
+    x, bad = parse_tokens(values)
+    bad |= x == 0
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise TraceError(row_message(path, where[i], column, f"an integer token count in [1, {MAX_TOKENS}]",
+                                     values[i]))
+    return x
+
+
+def _labelled_quality(path: Path, values: list[Any] | None, where: list[str]) -> np.ndarray:
+    """Quality per row: a number in [0, 1], or NaN where the cell is empty (unknown)."""
+    if values is None:
+        return np.full(len(where), np.nan)
+    empty = np.array([v is None or (isinstance(v, str) and not v.strip()) for v in values], dtype=bool)
+    x, bad = parse_floats([0.0 if e else v for v, e in zip(values, empty)])
+    with np.errstate(invalid="ignore"):
+        bad |= (x < 0) | (x > 1)
+    bad &= ~empty
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise TraceError(row_message(path, where[i], "quality", "a number in [0, 1] or an empty cell", values[i]))
+    return np.where(empty, np.nan, x)

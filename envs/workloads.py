@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from envs import tasks as T
+from llmsim.errors import ConfigError
+from llmsim.registry import Registry
 from llmsim.request import Request
+from llmsim.workload.base import check_float, check_int
+
+ARRIVAL_KINDS = {"poisson": ("rate",), "stable": ("rate",), "bursty": (), "bursty2": ()}
+DEFAULT_ARRIVAL = {"kind": "poisson", "rate": 5.0}
 
 
 class EnvWorkload:
@@ -21,13 +28,31 @@ class EnvWorkload:
         raise NotImplementedError
 
 
+def check_arrival(spec: Any, where: str = "workload.arrival") -> dict[str, Any]:
+    """An env arrival spec (``{kind: poisson, rate}``, ``{kind: stable[, rate]}``, ``{kind: bursty|bursty2}``),
+    checked at construction so a typo or a NaN rate fails before the first episode."""
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{where}: expected a mapping like {DEFAULT_ARRIVAL}, got {spec!r}")
+    spec = dict(spec)
+    kind = spec.get("kind", "poisson")
+    if kind not in ARRIVAL_KINDS:
+        raise ConfigError(f"{where}.kind: unknown arrival kind {kind!r}; expected one of {sorted(ARRIVAL_KINDS)}")
+    unknown = sorted(set(spec) - {"kind", *ARRIVAL_KINDS[kind]})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown} for kind {kind!r}; allowed keys: "
+                          f"{sorted({'kind', *ARRIVAL_KINDS[kind]})}")
+    if kind == "poisson" and spec.get("rate") is None:
+        raise ConfigError(f"{where}.rate: missing required key for kind 'poisson'; expected a rate in req/s")
+    if spec.get("rate") is not None:
+        spec["rate"] = check_float(f"{where}.rate", spec["rate"], gt=0.0)
+    return {"kind": kind, **{k: v for k, v in spec.items() if k != "kind"}}
+
+
 def _arrivals(rng: np.random.Generator, spec: dict[str, Any], k: int) -> tuple[np.ndarray, np.ndarray | None]:
     kind = spec.get("kind", "poisson")
     if kind == "poisson":
         return T.poisson_arrivals(rng, float(spec["rate"]), k), None
-    if kind in ("stable", "bursty", "bursty2"):
-        return T.best_effort_arrivals(rng, kind, k, spec.get("rate"))
-    raise ValueError(f"unknown arrival kind {kind!r}; expected poisson, stable, bursty or bursty2")
+    return T.best_effort_arrivals(rng, kind, k, spec.get("rate"))
 
 
 @dataclass
@@ -35,12 +60,16 @@ class MixtureWorkload(EnvWorkload):
     """A task mixture (envs.tasks) with Poisson or spec-002 arrival schedules."""
 
     mixture: T.TaskMixture
-    arrival: dict[str, Any] = field(default_factory=lambda: {"kind": "poisson", "rate": 5.0})
+    arrival: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_ARRIVAL))
 
     def __post_init__(self) -> None:
+        if not isinstance(self.mixture, T.TaskMixture):
+            raise ConfigError(f"workload.mixture: expected an envs.tasks.TaskMixture, got {self.mixture!r}")
+        self.arrival = check_arrival(self.arrival)
         self.task_names = [t.name for t in self.mixture.tasks]
 
     def requests(self, seed: int, k: int) -> list[Request]:
+        k = check_int("num_requests", k, ge=1)
         rng = np.random.default_rng(seed)
         times, rates = _arrivals(rng, self.arrival, k)
         reqs = self.mixture.sample(rng, times)
@@ -55,13 +84,15 @@ class LabelledWorkload(EnvWorkload):
     """Requests resampled from a user table (see :class:`envs.tasks.LabelledPool`) with given arrivals."""
 
     path: str
-    arrival: dict[str, Any] = field(default_factory=lambda: {"kind": "poisson", "rate": 5.0})
+    arrival: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_ARRIVAL))
 
     def __post_init__(self) -> None:
+        self.arrival = check_arrival(self.arrival)
         self.pool = T.LabelledPool.load(self.path)
         self.task_names = sorted({t for t in self.pool.tasks if t is not None})
 
     def requests(self, seed: int, k: int) -> list[Request]:
+        k = check_int("num_requests", k, ge=1)
         rng = np.random.default_rng(seed)
         times, _ = _arrivals(rng, self.arrival, k)
         return self.pool.sample(rng, times)
@@ -73,17 +104,24 @@ class SimWorkload(EnvWorkload):
 
     cfg: dict[str, Any]
 
+    def __post_init__(self) -> None:
+        from llmsim.workload.schema import parse_workload
+
+        parse_workload(self.cfg)  # a bad key or value fails at construction, not at the first reset()
+
     def requests(self, seed: int, k: int) -> list[Request]:
         from llmsim.workload import build_workload
 
+        k = check_int("num_requests", k, ge=1)
         return list(itertools.islice(iter(build_workload(self.cfg, seed)), k))
 
 
-PRESETS = {
-    "workload_router": T.workload_router_mixture,
-    "best_effort": T.best_effort_mixture,
-    "qos_edge": T.qos_edge_mixture,
-}
+# name -> factory of a TaskMixture (``preset_kwargs`` are the factory's keyword arguments)
+MIXTURE_PRESETS: Registry[Any] = Registry("mixture preset", key="preset")
+MIXTURE_PRESETS.register(T.workload_router_mixture, name="workload_router")
+MIXTURE_PRESETS.register(T.best_effort_mixture, name="best_effort")
+MIXTURE_PRESETS.register(T.qos_edge_mixture, name="qos_edge")
+WORKLOAD_KEYS = {"mixture": ("kind", "preset", "preset_kwargs", "arrival"), "labelled": ("kind", "path", "arrival")}
 
 
 def make_workload(spec: dict[str, Any] | EnvWorkload) -> EnvWorkload:
@@ -92,14 +130,23 @@ def make_workload(spec: dict[str, Any] | EnvWorkload) -> EnvWorkload:
     (``{"kind": "synthetic", ...}``)."""
     if isinstance(spec, EnvWorkload):
         return spec
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"workload: expected a mapping with a 'kind' key or an EnvWorkload, got {spec!r}")
     kw = dict(spec)
     kind = kw.get("kind")
+    if kind in WORKLOAD_KEYS:
+        unknown = sorted(set(kw) - set(WORKLOAD_KEYS[kind]))
+        if unknown:
+            raise ConfigError(f"workload: unknown key(s) {unknown} for kind {kind!r}; allowed keys: "
+                              f"{sorted(WORKLOAD_KEYS[kind])}")
     if kind == "mixture":
-        preset = kw.get("preset", "workload_router")
-        if preset not in PRESETS:
-            raise ValueError(f"unknown mixture preset {preset!r}; expected one of {sorted(PRESETS)}")
-        mix = PRESETS[preset](**dict(kw.get("preset_kwargs") or {}))
-        return MixtureWorkload(mix, dict(kw.get("arrival") or {"kind": "poisson", "rate": 5.0}))
+        preset_kwargs = kw.get("preset_kwargs") or {}
+        if not isinstance(preset_kwargs, Mapping):
+            raise ConfigError(f"workload.preset_kwargs: expected a mapping, got {preset_kwargs!r}")
+        mix = MIXTURE_PRESETS.build(kw.get("preset", "workload_router"), where="workload.preset", **preset_kwargs)
+        return MixtureWorkload(mix, kw.get("arrival") or dict(DEFAULT_ARRIVAL))
     if kind == "labelled":
-        return LabelledWorkload(kw["path"], dict(kw.get("arrival") or {"kind": "poisson", "rate": 5.0}))
+        if not isinstance(kw.get("path"), str) or not kw["path"]:
+            raise ConfigError(f"workload.path: expected the path of a labelled table, got {kw.get('path')!r}")
+        return LabelledWorkload(kw["path"], kw.get("arrival") or dict(DEFAULT_ARRIVAL))
     return SimWorkload(kw)

@@ -9,6 +9,17 @@ from typing import Any
 _CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
+def resolve_workload_path(workload: dict[str, Any]) -> dict[str, Any]:
+    """conf/ paths like ../shared/traces are relative to the repository, wherever llmsim runs from."""
+    wcfg = dict(workload)
+    path = wcfg.get("path")
+    if isinstance(path, str) and path and not Path(path).is_absolute() and not Path(path).exists():
+        repo_relative = Path(_CONF_DIR).parent / path
+        if repo_relative.exists():
+            wcfg["path"] = str(repo_relative)
+    return wcfg
+
+
 def run_from_config(cfg: dict[str, Any], out_dir: str | Path | None = None, progress: bool = False):
     """Build everything from a plain config dict, simulate, save outputs; returns the SimResult."""
     from llmsim.config import instances_from_config
@@ -19,13 +30,7 @@ def run_from_config(cfg: dict[str, Any], out_dir: str | Path | None = None, prog
 
     run = RunConfig.parse(cfg)
     instances = instances_from_config(run.cluster, run.engine)
-    wcfg = dict(run.workload)
-    path = wcfg.get("path")
-    if isinstance(path, str) and path and not Path(path).is_absolute() and not Path(path).exists():
-        # conf/ paths like ../shared/traces are relative to the repository, wherever llmsim runs from
-        repo_relative = Path(_CONF_DIR).parent / path
-        if repo_relative.exists():
-            wcfg["path"] = str(repo_relative)
+    wcfg = resolve_workload_path(run.workload)
     workload = build_workload(wcfg, run.seed)
     total = wcfg.get("num_requests") or wcfg.get("max_requests")
     res = simulate(

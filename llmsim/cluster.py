@@ -1,27 +1,60 @@
 """A cluster of heterogeneous serving instances behind a routing hook.
 
-Arrivals are fed lazily from the workload (one pending arrival event at a time), routed at their
-arrival instant, and either submitted to an instance, held in a central queue (WAIT, decided again
-whenever a request finishes and at an optional tick) or dropped (DROP, counted). A periodic scrape
-(``metrics_interval``) records the queue / KV timeline and, when ``view_staleness`` > 0, refreshes the
-stale snapshot routers see, as real metrics endpoints lag.
+Arrivals are fed lazily from the workload (one pending arrival event at a time), checked (see
+:func:`llmsim.request.check_request`), routed at their arrival instant, and either submitted to an
+instance, held in a central queue (WAIT, decided again whenever a request finishes and at the optional
+``central_queue_tick``) or dropped (DROP, counted). Periodic work - the metrics scrape every
+``metrics_interval``, the stale-view refresh every ``view_staleness``, the central-queue tick - lives in
+:mod:`llmsim.cluster_clock`.
+
+When a run ends (:meth:`Cluster.run`): the event loop stops as soon as only bookkeeping events
+(scrapes, view refreshes) are pending - they run once more to record the final state, then the run
+is over. So a run ends when nothing can change any more: no arrival left, every engine idle, and no
+routing retry pending that could succeed. Requests the router still holds are counted ``never_routed``:
+
+* without a tick, WAITing requests are retried only at completions, so with an idle cluster and no
+  arrivals left they can never move;
+* with a tick, the router is asked again at every tick; a pass in which it answers WAIT for every
+  queued request while no engine is busy and its view has settled (the stale snapshot and the
+  throughput window already show the idle cluster) is an *idle pass*. After ``wait_patience``
+  (default 100) consecutive idle passes the tick sleeps until the next arrival (or until an engine
+  is used again); with no arrival left, the run ends. A router that waits for time alone to pass
+  (a batching timeout) therefore gets 100 ticks of an idle cluster, never an unbounded number.
+
+``DEFER`` (``-3``) hands a decision to an outside driver (the Gymnasium envs, which call
+:meth:`Cluster.start` and step the clock themselves); under :meth:`Cluster.run` nothing could ever
+decide it, so it is a :class:`ConfigError`. A driver that stops with requests still deferred gets them
+counted ``never_routed`` by :meth:`Cluster.finish`.
+
+Any other router answer that is not an ``int`` (numpy integers are accepted) or that names no
+instance is a :class:`ConfigError` naming the router and the value.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Any
 
+from llmsim.cluster_clock import ClusterClock
+from llmsim.cluster_view import ClusterView
 from llmsim.engine import EngineConfig
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.instance import Instance
 from llmsim.metrics import Recorder
 from llmsim.policies import DEFER, DROP, WAIT, Router
 from llmsim.profile import Profile, load_profile
-from llmsim.request import Request
-from llmsim.simenv import ARRIVAL, OBSERVE, ROUTE, SimEnv
+from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, Request, check_request
+from llmsim.schema import SimConfig
+from llmsim.simenv import ARRIVAL, MAX_EVENTS_PER_INSTANT, ROUTE, SimEnv
+
+__all__ = ["Cluster", "ClusterView", "InstanceConfig"]
+
+_INF = math.inf
+WAIT_PATIENCE = 100  # consecutive idle tick passes before the tick sleeps (module docstring)
 
 
 @dataclass
@@ -42,120 +75,7 @@ class InstanceConfig:
                                                                           self.profile_kind)
 
 
-class ClusterView:
-    """What a router may observe. Live by default; with staleness, the last scrape's snapshot."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self._c = cluster
-        self.num_instances = len(cluster.instances)
-        self._all = list(range(self.num_instances))
-        self._snapshot: dict[str, list] | None = None
-        self._cand_cache: dict[tuple[int, int], list[int]] = {}
-        self.mean_output_estimate = 128.0
-
-    @property
-    def now(self) -> float:
-        return self._c.env.now
-
-    @property
-    def stale(self) -> bool:
-        return self._snapshot is not None
-
-    def candidates(self, req: Request) -> list[int]:
-        """Instances that can ever serve ``req`` (prompt fits max_model_len and the KV cache)."""
-        if self._c.homogeneous_limits:
-            return self._all
-        key = (req.prompt_tokens, 0)
-        c = self._cand_cache.get(key)
-        if c is None:
-            c = [i for i, inst in enumerate(self._c.instances) if not inst.can_ever_serve(req)] or self._all
-            if len(self._cand_cache) < 65536:
-                self._cand_cache[key] = c
-        return c
-
-    def queue_lengths(self) -> list[int]:
-        if self._snapshot is not None:
-            return self._snapshot["queue"]
-        return [len(i.waiting) + len(i.running) + len(i.swapped) for i in self._c.instances]
-
-    def num_waiting(self) -> list[int]:
-        if self._snapshot is not None:
-            return self._snapshot["waiting"]
-        return [len(i.waiting) for i in self._c.instances]
-
-    def num_running(self) -> list[int]:
-        if self._snapshot is not None:
-            return self._snapshot["running"]
-        return [len(i.running) for i in self._c.instances]
-
-    def kv_used_fractions(self) -> list[float]:
-        if self._snapshot is not None:
-            return self._snapshot["kv"]
-        self._c.sync_all()
-        return [i.kv_used / i.kv_total for i in self._c.instances]
-
-    def kv_demand_fractions(self) -> list[float]:
-        """KV in use plus the prompt blocks of waiting requests, as a fraction of capacity."""
-        if self._snapshot is not None:
-            return self._snapshot["kv_demand"]
-        self._c.sync_all()
-        return [_kv_demand(i) for i in self._c.instances]
-
-    def work_left(self) -> list[float]:
-        if self._snapshot is not None:
-            return self._snapshot["work"]
-        self._c.sync_all()
-        est = self.mean_output_estimate
-        return [_work_left(i, est) for i in self._c.instances]
-
-    def throughput(self) -> list[float]:
-        """Output tokens/s of each instance over the last completed scrape interval."""
-        return list(self._c.recent_throughput)
-
-    def requests(self, i: int) -> list[tuple[int, int, int, float | None, str]]:
-        """(id, prompt_tokens, generated, predicted_output, state) of every request on instance ``i``."""
-        self._c.sync_all()
-        inst = self._c.instances[i]
-        out = [(r.id, r.prompt_tokens, r.generated, r.predicted_output, "running") for r in inst.running]
-        out += [(r.id, r.prompt_tokens, r.generated, r.predicted_output, "waiting") for r in inst.waiting]
-        out += [(r.id, r.prompt_tokens, r.generated, r.predicted_output, "swapped") for r in inst.swapped]
-        return out
-
-    @property
-    def central_queue_length(self) -> int:
-        return len(self._c.central)
-
-    def take_snapshot(self) -> None:
-        c = self._c
-        c.sync_all()
-        est = self.mean_output_estimate
-        insts = c.instances
-        self._snapshot = {
-            "queue": [len(i.waiting) + len(i.running) + len(i.swapped) for i in insts],
-            "waiting": [len(i.waiting) for i in insts],
-            "running": [len(i.running) for i in insts],
-            "kv": [i.kv_used / i.kv_total for i in insts],
-            "kv_demand": [_kv_demand(i) for i in insts],
-            "work": [_work_left(i, est) for i in insts],
-        }
-
-
-def _kv_demand(inst: Instance) -> float:
-    bs = inst.block_size
-    pending = sum(-(-(r.prompt_tokens + r.generated) // bs) for r in inst.waiting)
-    return (inst.kv_used + pending) / inst.kv_total
-
-
-def _work_left(inst: Instance, est: float) -> float:
-    w = 0.0
-    for q in (inst.running, inst.waiting, inst.swapped):
-        for r in q:
-            pred = r.predicted_output if r.predicted_output is not None else est
-            w += (r.prompt_tokens + r.generated - r.computed) + max(pred - r.generated, 1.0)
-    return w
-
-
-class Cluster:
+class Cluster(ClusterClock):
     def __init__(
         self,
         instances: list[InstanceConfig],
@@ -167,15 +87,26 @@ class Cluster:
         on_unservable: str = "error",
         on_finish: Callable[[Request, Instance], None] | None = None,
         colocation_interference: float = 1.0,
+        wait_patience: int = WAIT_PATIENCE,
+        max_events_per_instant: int = MAX_EVENTS_PER_INSTANT,
     ) -> None:
         if not instances:
             raise ConfigError("cluster.instances: a cluster needs at least one instance, got 0")
-        if on_unservable not in ("error", "drop"):
-            raise ConfigError(f"cluster.on_unservable must be 'error' or 'drop', got {on_unservable!r}")
-        if metrics_interval <= 0:
-            raise ConfigError(f"cluster.metrics_interval must be > 0, got {metrics_interval}")
-        if view_staleness < 0:
-            raise ConfigError(f"cluster.view_staleness must be >= 0, got {view_staleness}")
+        # the sim group's schema (the CLI and the envs check the same one): finite, in range, named sim.<key>
+        sim = SimConfig.parse({"view_staleness": view_staleness, "metrics_interval": metrics_interval,
+                               "central_queue_tick": central_queue_tick, "on_unservable": on_unservable,
+                               "colocation_interference": colocation_interference})
+        self.metrics_interval = float(sim.metrics_interval)
+        self.view_staleness = float(sim.view_staleness)
+        self.central_queue_tick = None if sim.central_queue_tick is None else float(sim.central_queue_tick)
+        interference = float(sim.colocation_interference)
+        if isinstance(wait_patience, bool) or not isinstance(wait_patience, int) or wait_patience < 1:
+            raise ConfigError(f"wait_patience: expected an integer >= 1, got {wait_patience!r}")
+        if isinstance(max_events_per_instant, bool) or not isinstance(max_events_per_instant, int) or \
+                max_events_per_instant < 8:
+            raise ConfigError(f"max_events_per_instant: expected an integer >= 8, got {max_events_per_instant!r}")
+        self.wait_patience = wait_patience
+        self.max_events_per_instant = max_events_per_instant
         self.env = SimEnv()
         self.recorder = Recorder()
         self.router = router
@@ -191,28 +122,26 @@ class Cluster:
                 )
             except LLMSimError as e:
                 raise type(e)(f"cluster.instances[{idx}] ({ic.model} on {ic.gpu}): {e}") from None
-        if colocation_interference < 0:
-            raise ConfigError(f"cluster.colocation_interference must be >= 0, got {colocation_interference}")
-        self._link_colocated(colocation_interference)
+        self._link_colocated(interference)
         self._max_servable_prompt = max(i.max_servable_prompt for i in self.instances)
         limits = {(i.max_model_len, i.max_prompt_blocks() * i.block_size) for i in self.instances}
         self.homogeneous_limits = len(limits) == 1
         self.view = ClusterView(self)
-        self.view_staleness = float(view_staleness)
-        self.metrics_interval = float(metrics_interval)
-        self.central_queue_tick = central_queue_tick
         self.central: deque[Request] = deque()
+        self.deferred: deque[Request] = deque()
         self.recent_throughput = [0.0] * len(self.instances)
         self._last_tokens = [0] * len(self.instances)
         self._retry_at = -1.0
         self._source: Iterator[Request] | None = None
         self._arrivals_done = True
         self._num_arrived = 0
-        self._last_arrival = float("-inf")
+        self._last_arrival = -_INF
+        self._first_arrival = True
         self._out_sum = 0
         self._out_n = 0
-        self.deferred: deque[Request] = deque()
+        self._self_driven = False  # run() drives the clock: no outside driver can take DEFERred requests
         self._progress: Any = None
+        self._init_clock()
 
     def _link_colocated(self, interference: float) -> None:
         """Instances on one device slow each other down (see ``Instance.slowdown``)."""
@@ -235,39 +164,56 @@ class Cluster:
 
     # ------------------------------------------------------------------ driving
     def start(self, workload: Iterable[Request]) -> None:
+        """Feed ``workload`` and start the periodic chains; a driver then steps ``self.env``."""
         self._source = iter(workload)
         self._arrivals_done = False
+        self._last_arrival = self.env.now
+        self._first_arrival = True
         self._schedule_next_arrival()
-        self.env.call_at(self.env.now, OBSERVE, self._scrape)
-        if self.view_staleness > 0:
-            self.view.take_snapshot()  # what the metrics endpoint showed before the first arrival
-            self.env.call_at(self.env.now + self.view_staleness, OBSERVE, self._refresh_view)
-        if self.central_queue_tick:
-            self.env.call_at(self.env.now + self.central_queue_tick, ROUTE, self._tick)
+        self._start_clock()
 
     def run(self, workload: Iterable[Request], progress: bool = False, total: int | None = None) -> None:
+        """Simulate ``workload`` to the end: until nothing but bookkeeping is left (module docstring)."""
+        self._self_driven = True
         self.start(workload)
         if progress:
             from tqdm import tqdm
 
             self._progress = tqdm(total=total, unit="req", desc="simulating", mininterval=0.5, leave=False)
-        env = self.env
-        step = env.step
         try:
-            while env._queue:
-                step()
+            self.env.run_active(self.max_events_per_instant)
+            self._flush_bookkeeping()
         finally:
             if self._progress is not None:
                 self._progress.close()
-        self.finish()
+        end = self.end_time()
+        self._report_stalled(end)
+        self.finish(end)
 
-    def finish(self) -> None:
-        """Report whatever is still undecided (nothing is silently lost)."""
-        now = self.env.now
+    def end_time(self) -> float:
+        """When the run was over: the last arrival, the last tick, or the scrape that recorded the final idle
+        state, whichever is latest. Not ``env.now``: a superseded engine event left in the queue (the fast path
+        leaves some, stepping does not) may run later and change nothing."""
+        return max(self.last_scrape, self._last_arrival, self._last_tick)
+
+    def finish(self, at: float | None = None) -> None:
+        """Report whatever is still undecided (nothing is silently lost), at time ``at`` (default: now)."""
+        now = self.env.now if at is None else at
         while self.central:
             self.recorder.drop(self.central.popleft(), "never_routed", now)
         while self.deferred:
             self.recorder.drop(self.deferred.popleft(), "never_routed", now)
+
+    def _report_stalled(self, now: float) -> None:
+        """After run(): an engine still busy is a bug; requests an idle engine keeps are counted, not lost."""
+        for inst in self.instances:
+            if inst._busy:
+                raise LLMSimError(f"simulation ended with instance {inst.idx} ({inst.name or inst.profile.name}) busy "
+                                  f"but no event pending at t={now} s; this is a bug in its batch policy or engine")
+            for q in (inst.running, inst.waiting, inst.swapped):
+                for r in q:  # a batch policy that idles with requests on purpose: they can never finish
+                    self.recorder.drop(r, "stalled_in_engine", now)
+                q.clear()
 
     @property
     def done(self) -> bool:
@@ -290,13 +236,15 @@ class Cluster:
         except StopIteration:
             self._arrivals_done = True
             return
-        if r.arrival < self._last_arrival:
-            raise ConfigError(
-                f"workload is not sorted by arrival: request {r.id} arrives at {r.arrival} after a request "
-                f"at {self._last_arrival}"
-            )
-        self._last_arrival = r.arrival
-        self.env.call_at(r.arrival, ARRIVAL, self._on_arrival, r)
+        # the per-request check: one expression on the hot path, the slow path only explains or converts
+        if not (type(r) is Request and type(a := r.arrival) is float and self._last_arrival <= a <= MAX_SIM_TIME
+                and type(r.id) is int and type(p := r.prompt_tokens) is int and 0 < p <= MAX_TOKENS
+                and type(o := r.output_tokens) is int and 0 < o <= MAX_TOKENS):
+            r = check_request(r, self._last_arrival, self._first_arrival)
+            a = r.arrival
+        self._first_arrival = False
+        self._last_arrival = a
+        self.env.call_at(a, ARRIVAL, self._on_arrival, r)
 
     def _on_arrival(self, r: Request) -> None:
         r.reset_lifecycle()  # a request object replayed in a second simulation starts afresh
@@ -304,6 +252,8 @@ class Cluster:
         if self._progress is not None and self._num_arrived % 1000 == 0:
             self._progress.update(1000)
         self._schedule_next_arrival()
+        if self._tick_asleep and self.central:
+            self._wake_ticks()  # news for the router: queued requests are worth asking about again
         if self._unservable(r):
             return
         self._route(r, ARRIVAL)
@@ -317,7 +267,7 @@ class Cluster:
                 raise ConfigError(
                     f"request {r.id} (prompt {r.prompt_tokens} tokens) can never be served: {reasons[0]} on "
                     f"every instance (max_model_len {[i.max_model_len for i in self.instances]}); fix the "
-                    "workload, raise engine.max_model_len, or set cluster.on_unservable=drop to count it"
+                    "workload, raise engine.max_model_len, or set sim.on_unservable=drop to count it"
                 )
             self.recorder.drop(r, reasons[0], self.env.now)
             return True
@@ -329,11 +279,13 @@ class Cluster:
         return self.apply_decision(r, d, phase)
 
     def apply_decision(self, r: Request, d: int, phase: int = ARRIVAL) -> bool:
+        """Carry out a routing decision (instance index, WAIT, DROP or, for outside drivers, DEFER)."""
+        if type(d) is not int:
+            d = self._bad_decision(r, d)
         now = self.env.now
         if d >= 0:
             if d >= len(self.instances):
-                raise ConfigError(f"router {self.router.name!r} returned instance {d}, but there are "
-                                  f"{len(self.instances)} instances")
+                self._bad_decision(r, d)
             inst = self.instances[d]
             why = inst.can_ever_serve(r)
             if why:
@@ -341,18 +293,37 @@ class Cluster:
                 return True
             r.routed_time = now
             inst.submit(r, now, phase)
+            if self._quiet:
+                self._wake()  # an engine works again: resume what paused while the cluster was idle
             return True
         if d == WAIT:
             if phase == ARRIVAL:
                 self.central.append(r)
+                if self.scrape_paused:
+                    self._wake_bookkeeping()  # the central queue grew: the timeline records it
+            if self._tick_asleep:
+                self._wake_ticks()
             return False
         if d == DROP:
             self.recorder.drop(r, "router", now)
             return True
-        if d == DEFER:
+        if d == DEFER and not self._self_driven:
             self.deferred.append(r)
             return True
-        raise ConfigError(f"router {self.router.name!r} returned {d!r}; expected an instance index, WAIT or DROP")
+        return self._bad_decision(r, d)  # raises
+
+    def _bad_decision(self, r: Request, d: Any) -> int:
+        """A router answer that is a numpy integer becomes an int; anything else is a ConfigError."""
+        name = getattr(self.router, "name", type(self.router).__name__)
+        n = len(self.instances)
+        if d == DEFER and type(d) is int:
+            raise ConfigError(f"router {name!r} returned DEFER ({DEFER}) for request {r.id}, but no outside driver "
+                              "(a Gymnasium env) is deciding for this cluster; return an instance index in "
+                              f"[0, {n - 1}], WAIT ({WAIT}) or DROP ({DROP})")
+        if type(d) is not int and not isinstance(d, bool) and isinstance(d, Integral):
+            return int(d)  # a numpy integer
+        raise ConfigError(f"router {name!r} returned {d!r} ({type(d).__name__}) for request {r.id}; expected an "
+                          f"int: an instance index in [0, {n - 1}], WAIT ({WAIT}) or DROP ({DROP})")
 
     def _on_finish(self, r: Request, inst: Instance) -> None:
         self._out_sum += r.generated
@@ -365,44 +336,14 @@ class Cluster:
             self.user_on_finish(r, inst)
 
     def _retry(self) -> None:
-        still = deque()
+        still: deque[Request] = deque()
         central = self.central
+        n = len(central)
         while central:
             r = central.popleft()
             if not self._route(r, ROUTE):
                 still.append(r)
         self.central = still
+        if len(still) != n and self.scrape_paused:
+            self._wake_bookkeeping()  # the central queue shrank: the timeline records it
 
-    def _tick(self) -> None:
-        if self.central:
-            self._retry()
-        if not (self._arrivals_done and not self.central and all(not i._busy for i in self.instances)):
-            self.env.call_at(self.env.now + self.central_queue_tick, ROUTE, self._tick)
-
-    # ------------------------------------------------------------------ observation
-    def _scrape(self) -> None:
-        env = self.env
-        now = env.now
-        tl = self.recorder.timeline
-        dt = self.metrics_interval
-        for k, inst in enumerate(self.instances):
-            if inst._run is not None:
-                inst.sync(now, OBSERVE)
-            tl["time"].append(now)
-            tl["instance"].append(k)
-            tl["waiting"].append(len(inst.waiting))
-            tl["running"].append(len(inst.running))
-            tl["swapped"].append(len(inst.swapped))
-            tl["kv_used_blocks"].append(inst.kv_total - inst.kv_free)
-            tl["kv_total_blocks"].append(inst.kv_total)
-            tl["tokens_out"].append(inst.tokens_out)
-            tl["central_queue"].append(len(self.central))
-            self.recent_throughput[k] = (inst.tokens_out - self._last_tokens[k]) / dt
-            self._last_tokens[k] = inst.tokens_out
-        if not self.done:
-            env.call_at(now + dt, OBSERVE, self._scrape)
-
-    def _refresh_view(self) -> None:
-        self.view.take_snapshot()
-        if not self.done:
-            self.env.call_at(self.env.now + self.view_staleness, OBSERVE, self._refresh_view)

@@ -63,8 +63,8 @@ class EngineConfig(Schema):
             )
         mbt = self.max_num_batched_tokens
         if mbt is None:
-            mbt = policy.default_max_num_batched_tokens(max_len) if hasattr(policy, "default_max_num_batched_tokens") else (max(max_len, 2048) if getattr(policy, "uses_watermark", False) else 2048)  # TEMP until scheduling lands
-        if getattr(policy, "prefills_whole_prompts", getattr(policy, "uses_watermark", False)) and mbt < max_len:
+            mbt = policy.default_max_num_batched_tokens(max_len)
+        if policy.prefills_whole_prompts and mbt < max_len:
             raise ConfigError(
                 f"engine.max_num_batched_tokens ({mbt}) is smaller than max_model_len ({max_len}) with the "
                 f"{self.policy} policy, which prefills whole prompts: raise it, lower max_model_len, or use "

@@ -1,31 +1,35 @@
-"""One serving instance: continuous batching over a paged KV cache, driven by SimPy callbacks.
+"""One serving instance: the engine loop of continuous batching, driven by SimPy callbacks.
 
 Iteration semantics (vLLM's ``num_computed_tokens`` model): a scheduled request processes ``n_new``
 tokens; when its computed tokens reach prompt + generated, the iteration samples one token. The
 first token appears at the end of the iteration that completes the prompt; a preempted request
 (recompute) re-prefills prompt + generated tokens and then samples its next token.
 
-Fast path: a *stable* decode-only batch (see ``Scheduled.stable``) repeats identically until a
-request finishes, a new block cannot be allocated, or a new request arrives. The instance then plans
-the iteration boundaries b_1, b_2, ... of the whole run at once (each b_i = b_{i-1} + step time, as
-stepping computes them) and schedules one event at its end. A request submitted mid-run truncates
-the run at the first boundary where stepping would have seen it; an observer mid-run materialises
-the completed iterations. Both give results bit-identical to stepping (tested).
+The parts live apart: the batch policy (``llmsim.scheduling``) picks each iteration's batch, the KV
+cache (``llmsim.kv``) owns the block accounting, and a stable decode-only batch runs on the fast path
+(``llmsim.fastpath``), planned as one run of iterations with one event at its end.
 
 Submission visibility: a request submitted at (t, phase) is seen by the first boundary b with
 (b, ENGINE) > (t, phase), i.e. b >= t for arrivals and b > t for deferred routing.
+
+Termination: every engine event either ends an iteration that took time (> 0, checked: a NaN,
+infinite, zero or negative step time is an error naming the instance and the batch) or makes the
+instance idle with nothing left to do. A policy that schedules nothing while requests run, refuses a
+request that fits an idle instance, or repeats iterations that compute and sample nothing raises
+:class:`LLMSimError` instead of hanging or losing requests.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+import operator
 from collections import deque
 from collections.abc import Callable
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from llmsim.engine import EngineConfig
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, LLMSimError
+from llmsim.fastpath import NEVER, DecodeRun, bad_step, decode_step_fn, residues
+from llmsim.kv import KVCache
 from llmsim.scheduling import BATCH_POLICIES, Scheduled
 from llmsim.simenv import ARRIVAL, ENGINE, SimEnv
 
@@ -34,35 +38,8 @@ if TYPE_CHECKING:
     from llmsim.profile import Profile
     from llmsim.request import Request
 
-_FIRST_CHUNK = 16  # iterations planned at once; doubles while a run goes on
-_NEVER = float("inf")
-_LAST_TOKEN_TIME = attrgetter("last_token_time")
-
-
-class _Run:
-    """A planned run of identical decode iterations (fast path)."""
-
-    __slots__ = ("start", "reqs", "n", "bounds", "applied", "end", "k_final", "ctx1", "free", "res",
-                 "stop_t", "stop_strict", "planned", "factor", "step")
-
-    def __init__(
-        self, start: float, reqs: list, bounds: list[float], ctx1: int, free: int, res: list[int], k_final: int
-    ) -> None:
-        self.start = start  # when iteration 1 began
-        self.reqs = reqs
-        self.n = len(reqs)
-        self.bounds = bounds  # bounds[i-1] = end of iteration i
-        self.applied = 0  # iterations materialised into request state
-        self.end = 0  # iteration at which the scheduled event fires
-        self.k_final = k_final  # last iteration the run may reach (first completion)
-        self.ctx1 = ctx1  # decode context sum of iteration 1
-        self.free = free  # KV blocks left after the planned allocations
-        self.res = res  # count of requests per (computed % block_size) at run start
-        self.stop_t = _NEVER  # a submission at this time ends the run at its first boundary
-        self.stop_strict = False
-        self.planned = 1
-        self.factor = 1.0  # co-location slowdown, fixed for the run (a change of it ends the run)
-        self.step = None  # decode step time as a function of the context sum (fixed batch size)
+MAX_STALLED_ITERATIONS = 1000  # consecutive iterations that compute and sample nothing before it is an error
+MAX_RESCHEDULES = 100  # schedule() calls in a row that only preempt (emptying the batch) before it is an error
 
 
 class Instance:
@@ -79,7 +56,7 @@ class Instance:
         self.idx = idx
         self.env = env
         self.profile = profile
-        self.config = cfg = config.resolved(profile.model.max_position)
+        self.config = cfg = config.resolved(profile.model.max_position, profile.model.name)
         self.name = name or f"{idx}:{profile.name}"
         self.policy = BATCH_POLICIES[cfg.policy]()
         self.recorder = recorder
@@ -88,17 +65,10 @@ class Instance:
         self.max_seqs = cfg.max_num_seqs
         self.max_batched = cfg.max_num_batched_tokens
         self.max_model_len = cfg.max_model_len
-        if cfg.num_gpu_blocks is not None:
-            self.kv_total = cfg.num_gpu_blocks
-        else:
-            self.kv_total = profile.kv_capacity_tokens(cfg.gpu_memory_utilization) // bs
-        if self.kv_total < 1:
-            raise ConfigError(f"instance {self.name}: KV cache has no room for a single block")
-        self.kv_free = self.kv_total
-        self.watermark_blocks = int(cfg.watermark * self.kv_total)
+        self.kv = self._build_kv_cache(cfg)
+        self.kv_total = self.kv.total
+        self.watermark_blocks = self.kv.watermark
         self.block_bytes = bs * profile.model.kv_bytes_per_token // profile.tp
-        self.cpu_total = int(cfg.swap_space_gb * 1e9) // self.block_bytes if cfg.preemption == "swap" else 0
-        self.cpu_free = self.cpu_total
         self.host_bw = profile.gpu.host_link_bw
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -114,9 +84,11 @@ class Instance:
         self._gen = 0
         self._batch: list[Request] = []
         self._iter_start = 0.0
-        self._run: _Run | None = None
+        self._run: DecodeRun | None = None
         self._admit_counter = 0
         self._changes = 0  # preemptions, to tell an engine that just freed room from a stuck one
+        self._stalls = 0  # consecutive iterations without progress, ending at iteration _stall_at
+        self._stall_at = -2
         # statistics
         self.iterations = 0
         self.busy_time = 0.0
@@ -125,6 +97,28 @@ class Instance:
         self.tokens_out = 0
         self.prefill_tokens = 0
         self.finished = 0
+
+    def _build_kv_cache(self, cfg: EngineConfig) -> KVCache:
+        bs = cfg.block_size
+        prof = self.profile
+        if cfg.num_gpu_blocks is not None:
+            total = cfg.num_gpu_blocks
+        else:
+            total = prof.kv_capacity_tokens(cfg.gpu_memory_utilization) // bs
+        if not 1 <= total < 1 << 62:
+            raise ConfigError(
+                f"instance {self.name}: the KV cache has room for {total!r} blocks of {bs} tokens "
+                f"({prof.name}, engine.gpu_memory_utilization={cfg.gpu_memory_utilization}); expected at least 1: "
+                "raise engine.gpu_memory_utilization, use a larger GPU or set engine.num_gpu_blocks"
+            )
+        cpu_total = 0
+        if cfg.preemption == "swap":
+            block_bytes = bs * prof.model.kv_bytes_per_token // prof.tp
+            if not block_bytes >= 1 or not prof.gpu.host_link_bw > 0:
+                raise ConfigError(f"instance {self.name}: engine.preemption=swap needs KV blocks of >= 1 byte and a "
+                                  f"host link > 0 B/s; got {block_bytes!r} B and {prof.gpu.host_link_bw!r} B/s")
+            cpu_total = int(cfg.swap_space_gb * 1e9) // block_bytes
+        return KVCache(int(total), bs, int(cfg.watermark * total), cpu_total, self.name)
 
     # ------------------------------------------------------------------ public API
     def max_prompt_blocks(self) -> int:
@@ -146,7 +140,10 @@ class Instance:
 
     def submit(self, r: Request, now: float, phase: int) -> None:
         """Queue ``r``; the engine sees it at its next boundary (see module docstring)."""
-        limit = self.max_model_len - r.prompt_tokens
+        p = r.prompt_tokens
+        if p.__class__ is not int or p < 0:
+            self._check_prompt(r)
+        limit = self.max_model_len - p
         target = r.output_tokens if r.outputs_by_model is None else r.output_for(self.profile.model.name)
         if target > limit:
             target = limit
@@ -162,11 +159,50 @@ class Instance:
         if self._run is not None:
             self._request_stop(self._run, now, phase == ARRIVAL)
 
-    def _request_stop(self, run: _Run, t: float, strict: bool) -> None:
-        """End the run at its first boundary b >= t (strict) or b > t, unless it already ends sooner."""
-        if t < run.stop_t or (t == run.stop_t and strict and not run.stop_strict):
-            run.stop_t, run.stop_strict = t, strict
-            self._truncate(run)
+    def _check_prompt(self, r: Request) -> None:
+        """A prompt length must be an integer >= 0 (numpy integers too): anything else would make time run
+        backwards or never end."""
+        p = r.prompt_tokens
+        try:
+            ok = not isinstance(p, bool) and operator.index(p) >= 0
+        except TypeError:
+            ok = False
+        if not ok:
+            raise LLMSimError(f"instance {self.name}: request {r.id} has prompt_tokens {p!r}; expected an integer >= 0")
+
+    def sync(self, now: float, phase: int) -> None:
+        """Bring request and KV state up to the last boundary an observer at (now, phase) has seen."""
+        run = self._run
+        if run is None:
+            return
+        j = run.seen(now, phase)
+        if j > run.applied:
+            run.materialise(self, j)
+
+    # snapshot helpers used by ClusterView
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def kv_free(self) -> int:
+        return self.kv.free
+
+    @property
+    def kv_used(self) -> int:
+        return self.kv_total - self.kv.free
+
+    @property
+    def cpu_total(self) -> int:
+        return self.kv.cpu_total
+
+    @property
+    def cpu_free(self) -> int:
+        return self.kv.cpu_free
 
     # ------------------------------------------------------------------ co-location on one GPU
     def _set_busy(self, busy: bool, now: float, phase: int) -> None:
@@ -204,40 +240,10 @@ class Instance:
                 busy += 1
         return (1.0 + self.interference * busy) * scale
 
-    def sync(self, now: float, phase: int) -> None:
-        """Bring request and KV state up to the last boundary an observer at (now, phase) has seen."""
-        run = self._run
-        if run is None:
-            return
-        bounds = run.bounds
-        j = run.applied
-        last = run.end - 1  # the boundary event itself materialises run.end
-        if phase <= ARRIVAL:
-            while j < last and bounds[j] < now:
-                j += 1
-        else:
-            while j < last and bounds[j] <= now:
-                j += 1
-        if j > run.applied:
-            self._materialise(run, j)
-
-    # snapshot helpers used by ClusterView
-    @property
-    def num_waiting(self) -> int:
-        return len(self.waiting)
-
-    @property
-    def num_running(self) -> int:
-        return len(self.running)
-
-    @property
-    def kv_used(self) -> int:
-        return self.kv_total - self.kv_free
-
-    # ------------------------------------------------------------------ KV helpers for policies
+    # ------------------------------------------------------------------ helpers for batch policies
     def blocks_needed(self, r: Request, n_new: int) -> int:
-        need = -(-(r.computed + n_new) // self.block_size) - r.blocks
-        return need if need > 0 else 0
+        """New blocks ``r`` needs for ``n_new`` more tokens (``KVCache.needed``; kept for custom policies)."""
+        return self.kv.needed(r, n_new)
 
     def decode_all(self, out: Scheduled, check: bool = True) -> bool:
         """Schedule one decode token for every running request if all are decoding and the new
@@ -272,9 +278,11 @@ class Instance:
                 left = r.target_tokens - r.generated
                 if left < k_min:
                     k_min = left
-        if res[0] > self.kv_free:
+        kv = self.kv
+        need = res[0]  # one new block for each request at a block boundary
+        if need > kv.free:
             return False
-        self.kv_free -= res[0]
+        kv.free -= need  # (KVCache.take, inlined on this hot path: checked just above)
         if not self.fast:
             # stepping applies each iteration per request, so the request state must be exact now
             for r in running:
@@ -290,9 +298,9 @@ class Instance:
         return True
 
     def admit(self, r: Request, n_new: int, need: int, now: float) -> None:
+        """Move waiting ``r`` to running with ``need`` new blocks and ``n_new`` tokens this iteration."""
         self.waiting.remove(r) if self.waiting[0] is not r else self.waiting.popleft()
-        self.kv_free -= need
-        r.blocks += need
+        self.kv.allocate(r, need)
         r.n_new = n_new
         if r.first_scheduled < 0:
             r.first_scheduled = now
@@ -306,31 +314,30 @@ class Instance:
         self._changes += 1
         self.preemptions += 1
         r.preemptions += 1
-        self.kv_free += r.blocks
-        if -(-(r.prompt_tokens + r.generated + 1) // self.block_size) > self.max_prompt_blocks():
+        kv = self.kv
+        if kv.blocks_for(r.prompt_tokens + r.generated + 1) > self.max_prompt_blocks():
             # it has grown past what the whole cache can hold: it would preempt itself forever
-            r.blocks = 0
+            kv.release(r)
             self.recorder.drop(r, "exceeds_kv_capacity", self.env.now)
             return 0
-        if self.cpu_total and r.blocks <= self.cpu_free:
-            self.cpu_free -= r.blocks
+        if kv.swap_out(r):
             r.swapped = True
             r.swaps += 1
             self.swap_outs += 1
             self.swapped.append(r)
             return r.blocks
-        r.blocks = 0
+        kv.release(r)
         r.computed = 0
         self.waiting.appendleft(r)
         return 0
 
-    def swap_in(self, r: Request) -> int:
-        """Take ``r`` off the swapped queue; the caller allocates its GPU blocks. Returns blocks moved."""
+    def swap_in(self, r: Request, need: int) -> int:
+        """Move the head of the swapped queue to running holding ``need`` GPU blocks; returns blocks moved."""
         self.swapped.popleft()
-        self.cpu_free += r.blocks
+        moved = self.kv.swap_in(r, need)
         r.swapped = False
         self.running.append(r)
-        return r.blocks
+        return moved
 
     # ------------------------------------------------------------------ the engine loop
     def _on_boundary(self, gen: int) -> None:
@@ -339,12 +346,12 @@ class Instance:
         now = self.env.now
         run = self._run
         if run is not None:
-            if run.end < run.k_final and not self._run_stops_at(run, run.end):
-                self._plan(run)  # a planning checkpoint: extend the run if it can go on
+            if run.end < run.k_final and not run.stops_at(run.end):
+                run.plan(self.block_size)  # a planning checkpoint: extend the run if it can go on
                 if len(run.bounds) > run.end:
                     self._schedule_run_end(run)
                     return
-            done = self._materialise(run, run.end)
+            done = run.materialise(self, run.end)
             self._run = None
             if done:
                 self._complete(done, now)
@@ -356,30 +363,25 @@ class Instance:
         changes = self._changes
         sched = self.policy.schedule(self, now)
         batch = sched.batch
-        while not batch and (self.waiting or self.swapped):
-            if self.running:
-                break  # cannot happen with the built-in policies; a custom one may idle on purpose
-            if self._changes != changes:
-                # a preemption or drop emptied the batch: the freed room may admit someone now
-                changes = self._changes
-            elif self.swapped:
-                self.recorder.drop(self.swapped.popleft(), "cannot_be_scheduled", now)
-            else:
-                # the whole cache is free and the head still cannot start: it never will
-                self.recorder.drop(self.waiting.popleft(), "cannot_be_scheduled", now)
-            sched = self.policy.schedule(self, now)
-            batch = sched.batch
         if not batch:
-            self._set_busy(False, now, ENGINE)
-            self._batch = []
-            return
+            sched = self._schedule_after_empty(now, changes)
+            if sched is None:
+                self._set_busy(False, now, ENGINE)
+                self._batch = []
+                return
+            batch = sched.batch
         factor = self.slowdown(now)
         if sched.res is not None and self.fast:
             n = len(batch)
             dt = self.profile.step_time(n, n, 0, 0, n, sched.decode_ctx)
             if factor != 1.0:
                 dt *= factor
-            self._start_run(batch, now + dt, sched.decode_ctx, sched.res, sched.k_min, factor)
+            end = now + dt
+            if not now < end < NEVER:
+                raise bad_step(self.name, now, dt, f"a decode batch of {n} request(s), context {sched.decode_ctx}")
+            run = DecodeRun(self.name, now, list(batch), end, sched.decode_ctx, self.kv.free, sched.res, sched.k_min,
+                            factor, decode_step_fn(self.profile, n))
+            self._start_run(run)
             return
         n_tokens = n_decode = decode_ctx = c2 = cp = 0
         for r in batch:
@@ -389,8 +391,16 @@ class Instance:
                 n_decode += 1
                 decode_ctx += r.computed + 1
             else:
+                if n < 0 or r.computed + n > r.prompt_tokens + r.generated:
+                    raise LLMSimError(
+                        f"instance {self.name}: batch policy {self.policy.name!r} scheduled request {r.id} for "
+                        f"{n} token(s) with {r.computed} of {r.prompt_tokens + r.generated} computed; expected "
+                        "0 <= n_new <= the tokens left"
+                    )
                 c2 += n * n
                 cp += n * r.computed
+        if n_tokens == 0:
+            self._count_stall(batch, now)
         self.prefill_tokens += n_tokens - n_decode
         dt = self.profile.step_time(n_tokens, len(batch), c2, cp, n_decode, decode_ctx)
         if factor != 1.0:
@@ -398,13 +408,86 @@ class Instance:
         if sched.transfer_blocks:
             dt += sched.transfer_blocks * self.block_bytes / self.host_bw
         end = now + dt
+        if not now < end < NEVER:
+            raise bad_step(self.name, now, dt, f"a batch of {len(batch)} request(s) ({n_tokens} tokens, "
+                                               f"{n_decode} decodes, {sched.transfer_blocks} blocks swapped in)")
         if self.fast and sched.stable:
-            self._start_run(batch, end, decode_ctx, None, 0, factor)
+            res, k_final = residues(batch, self.block_size)
+            self._start_run(DecodeRun(self.name, now, list(batch), end, decode_ctx, self.kv.free, res, k_final,
+                                      factor, decode_step_fn(self.profile, len(batch))))
             return
         self._batch = batch
         self._iter_start = now
         self._gen += 1
         self.env.call_at(end, ENGINE, self._on_boundary, self._gen)
+
+    def _schedule_after_empty(self, now: float, changes: int) -> Scheduled | None:
+        """The policy scheduled nothing: its next non-empty batch, or None when there is nothing to do.
+
+        On an idle instance (nothing running, the whole cache free) a request the policy still does not
+        start is dropped as ``cannot_be_scheduled`` when the engine's limits explain it, else it is the
+        policy's fault and an error. Each pass drops a request or follows a preemption (bounded), so this
+        loop ends.
+        """
+        policy = self.policy
+        reschedules = 0
+        while True:
+            if self.running:
+                raise LLMSimError(
+                    f"instance {self.name}: batch policy {policy.name!r} scheduled nothing at t={now!r} while "
+                    f"{len(self.running)} request(s) are running: they would never finish (a policy must run or "
+                    "preempt its running requests)"
+                )
+            if not (self.waiting or self.swapped):
+                return None
+            if self._changes != changes:
+                # a preemption or drop emptied the batch: the freed room may admit someone now
+                changes = self._changes
+                reschedules += 1
+                if reschedules > MAX_RESCHEDULES:
+                    raise LLMSimError(
+                        f"instance {self.name}: no progress after {reschedules} schedule() calls at t={now!r}: batch "
+                        f"policy {policy.name!r} keeps preempting without scheduling anything"
+                    )
+            else:
+                self._drop_unschedulable(now)
+            sched = policy.schedule(self, now)
+            if sched.batch:
+                return sched
+
+    def _drop_unschedulable(self, now: float) -> None:
+        """Drop the head of the swapped (else waiting) queue, which the policy did not start on an idle instance."""
+        queue = self.swapped or self.waiting
+        r = queue[0]
+        context = r.prompt_tokens + r.generated
+        if not (self.can_ever_serve(r) or self.kv.blocks_for(context) > self.max_prompt_blocks()
+                or (self.policy.prefills_whole_prompts and context - r.computed > self.max_batched)):
+            raise LLMSimError(
+                f"instance {self.name}: batch policy {self.policy.name!r} scheduled nothing at t={now!r} on an idle "
+                f"instance (nothing running, the whole KV cache free) although request {r.id} ({r.prompt_tokens} "
+                f"prompt tokens, {context - r.computed} to compute) fits: it would never be served"
+            )
+        queue.popleft()
+        if queue is self.swapped:
+            r.swapped = False
+            self.kv.drop_swapped(r)
+        self.recorder.drop(r, "cannot_be_scheduled", now)
+
+    def _count_stall(self, batch: list[Request], now: float) -> None:
+        """Count an iteration that computes no token; raise past a bound if such iterations also sample none."""
+        for r in batch:
+            if r.computed + r.n_new == r.prompt_tokens + r.generated:
+                return  # someone samples a token (e.g. a zero-length prompt): progress
+        it = self.iterations
+        self._stalls = self._stalls + 1 if self._stall_at == it - 1 else 1
+        self._stall_at = it
+        if self._stalls >= MAX_STALLED_ITERATIONS:
+            r = batch[0]
+            raise LLMSimError(
+                f"instance {self.name}: no progress after {self._stalls} iterations at t={now!r}: batch policy "
+                f"{self.policy.name!r} keeps scheduling {len(batch)} request(s) with no token to compute or sample "
+                f"(request {r.id}: {r.computed} of {r.prompt_tokens + r.generated} computed, n_new {r.n_new})"
+            )
 
     def _apply(self, now: float) -> None:
         """Apply the effects of the iteration that just ended (slow path)."""
@@ -433,167 +516,33 @@ class Instance:
 
     def _complete(self, finished: list[Request], now: float) -> None:
         self.running = [r for r in self.running if r.generated < r.target_tokens]
+        kv = self.kv
         for r in finished:
-            self.kv_free += r.blocks
-            r.blocks = 0
+            kv.release(r)
             r.finish = now
             self.finished += 1
             self.recorder.finish(r)
             if self.on_finish is not None:
                 self.on_finish(r, self)
 
-    # ------------------------------------------------------------------ fast path
-    def _decode_step_fn(self, n: int):
-        """ctx -> step time of a decode-only batch of ``n``: the profile's own closure when it has one
-        (bit-identical to step_time, cheaper), else a call of step_time."""
-        fn = getattr(self.profile, "decode_step_fn", None)
-        if fn is not None:
-            return fn(n)
-        step = self.profile.step_time
-        return lambda ctx: step(n, n, 0, 0, n, ctx)
-
-    def _start_run(
-        self, reqs: list[Request], b1: float, ctx1: int, res: list[int] | None, k_final: int, factor: float
-    ) -> None:
-        if res is None:
-            bs = self.block_size
-            res = [0] * bs
-            k_final = 1 << 62
-            for r in reqs:
-                res[r.computed % bs] += 1
-                left = r.target_tokens - r.generated
-                if left < k_final:
-                    k_final = left
-        run = _Run(self.env.now, list(reqs), [b1], ctx1, self.kv_free, res, k_final)
-        run.factor = factor
-        run.step = self._decode_step_fn(run.n)
+    # ------------------------------------------------------------------ fast-path events
+    def _start_run(self, run: DecodeRun) -> None:
         self._run = run
         self._batch = []
-        run.planned = _FIRST_CHUNK
-        self._plan(run)
+        run.plan(self.block_size)
         self._schedule_run_end(run)
 
-    def _plan(self, run: _Run) -> None:
-        """Extend the planned boundaries by up to ``run.planned`` iterations, doubling the next chunk."""
-        bounds = run.bounds
-        i = len(bounds) + 1  # next iteration index (1-based)
-        limit = min(run.k_final, len(bounds) + run.planned)
-        bs, res, step = self.block_size, run.res, run.step
-        n = run.n
-        factor = run.factor
-        free = run.free
-        ctx = run.ctx1 + n * (i - 1)
-        last = bounds[-1]
-        stop_t = run.stop_t
-        while i <= limit:
-            if last > stop_t or (last == stop_t and run.stop_strict):
-                break
-            need = res[(1 - i) % bs]
-            if need > free:
-                run.k_final = i - 1
-                break
-            free -= need
-            dt = step(ctx)
-            if factor != 1.0:
-                dt *= factor
-            last = last + dt
-            bounds.append(last)
-            ctx += n
-            i += 1
-        run.free = free
-        run.planned *= 2
-
-    def _run_stops_at(self, run: _Run, j: int) -> bool:
-        b = run.bounds[j - 1]
-        return b > run.stop_t or (b == run.stop_t and run.stop_strict)
-
-    @staticmethod
-    def _stop_index(run: _Run) -> int:
-        """1-based index of the first planned boundary at which a submission is seen (len+1 if none)."""
-        if run.stop_t == _NEVER:
-            return len(run.bounds) + 1
-        if run.stop_strict:
-            return bisect_left(run.bounds, run.stop_t) + 1
-        return bisect_right(run.bounds, run.stop_t) + 1
-
-    def _schedule_run_end(self, run: _Run) -> None:
+    def _schedule_run_end(self, run: DecodeRun) -> None:
         """Fire at the first boundary where the run must stop, or at the end of what is planned."""
-        bounds = run.bounds
-        j = max(max(run.end, run.applied + 1), min(self._stop_index(run), len(bounds), run.k_final))
-        run.end = j
+        j = run.end = run.next_end()
         self._gen += 1
-        self.env.call_at(bounds[j - 1], ENGINE, self._on_boundary, self._gen)
+        self.env.call_at(run.bounds[j - 1], ENGINE, self._on_boundary, self._gen)
 
-    def _truncate(self, run: _Run) -> None:
-        """Move the pending event earlier if a boundary before it must see the new submission."""
-        j = max(run.applied + 1, min(self._stop_index(run), run.end))
-        if j < run.end:
-            run.end = j
-            self._gen += 1
-            self.env.call_at(run.bounds[j - 1], ENGINE, self._on_boundary, self._gen)
-
-    def _materialise(self, run: _Run, j: int) -> list[Request]:
-        """Apply iterations ``run.applied+1 .. j`` to the requests, KV cache and statistics.
-
-        Returns the requests that finished (possible only at the run's last iteration).
-        """
-        j0 = run.applied
-        done: list[Request] = []
-        if j <= j0:
-            return done
-        bounds, reqs, n = run.bounds, run.reqs, run.n
-        d = j - j0
-        last = bounds[j - 1]
-        bs = self.block_size
-        extra = 1 if j < run.end else 0  # mid-run, iteration j+1 has already been given its blocks
-        used = 0
-        # on the first iteration, count the requests' last-token times: each one's first gap (stalls
-        # included) runs from its own last token, and they share a handful of values
-        first_gaps: list[tuple[float, int]] | None = None
-        if j0 == 0:
-            # runs of requests sharing a last-token time (admission order keeps them together)
-            first_gaps = []
-            prev_t, cnt = -1.0, 0
-            for t in map(_LAST_TOKEN_TIME, reqs):
-                if t == prev_t:
-                    cnt += 1
-                else:
-                    if cnt:
-                        first_gaps.append((prev_t, cnt))
-                    prev_t, cnt = t, 1
-            first_gaps.append((prev_t, cnt))
-        for r in reqs:
-            c = r.computed + d
-            r.computed = c
-            g = r.generated + d
-            r.generated = g
-            r.last_token_time = last
-            nb = -(-(c + extra) // bs)
-            used += nb
-            r.blocks = nb
-            if g >= r.target_tokens:
-                done.append(r)
-        # during a run only its requests hold GPU blocks, so the free count follows from theirs
-        self.kv_free = self.kv_total - used
-        itl = self.recorder.itl
-        if first_gaps is not None:
-            b1 = bounds[0]
-            for t, cnt in first_gaps:
-                itl(b1 - t, cnt)
-            self.busy_time += b1 - run.start
-            start = 1
-        else:
-            start = j0
-        prev = bounds[start - 1]
-        busy = self.busy_time
-        for i in range(start, j):
-            b = bounds[i]
-            delta = b - prev
-            itl(delta, n)
-            busy += delta
-            prev = b
-        self.busy_time = busy
-        self.iterations += d
-        self.tokens_out += d * n
-        run.applied = j
-        return done
+    def _request_stop(self, run: DecodeRun, t: float, strict: bool) -> None:
+        """End the run at its first boundary b >= t (strict) or b > t: move the pending event earlier if needed."""
+        if run.request_stop(t, strict):
+            j = run.truncated_end()
+            if j < run.end:
+                run.end = j
+                self._gen += 1
+                self.env.call_at(run.bounds[j - 1], ENGINE, self._on_boundary, self._gen)

@@ -4,6 +4,12 @@ Records go into typed ``array`` columns (8 bytes a value, not a Python object ea
 finished requests cost about 100 MB. Inter-token latencies are far too many to keep one by one;
 they go into a log-spaced histogram with 0.01 % relative bin width. The mean ITL is exact (a
 request's ITLs telescope to finish - first token); ITL percentiles are exact to within a bin.
+
+The timeline (``Recorder.timeline``) has one row per instance per metrics scrape. Scrapes run on the grid
+``k * metrics_interval`` while some engine is busy; an idle stretch gets one row at its start and no rows
+for the idle intervals after it (nothing changes while no engine works; a request parked in or leaving
+the central queue adds one), so its size grows with activity, not with the simulated span (see
+:mod:`llmsim.cluster_clock`).
 """
 
 from __future__ import annotations

@@ -2,13 +2,23 @@
 
 A plain ``__slots__`` class rather than a dataclass: millions of these are created and the engine
 mutates the lifecycle fields on its hot path, so attribute access must be as cheap as possible.
+Construction does not validate (workload readers build millions); the cluster checks every request
+when it arrives (:func:`check_request` is the slow path of that check).
 """
 
 from __future__ import annotations
 
+import math
+from numbers import Integral, Real
 from typing import Any
 
+from llmsim.errors import ConfigError
+
 NOT_SET = -1.0
+MAX_TOKENS = 10**8  # per prompt or output; far above any context window, far below overflow
+# Simulated times stay below this (~31,700 years): there float64 still resolves a 10 us step time, so an
+# iteration always moves the clock forward. Beyond it time could stand still, hence a clear error instead.
+MAX_SIM_TIME = 1e12
 
 
 class Request:
@@ -111,3 +121,39 @@ class Request:
             f"Request(id={self.id}, arrival={self.arrival:.6f}, prompt={self.prompt_tokens}, "
             f"output={self.output_tokens}, instance={self.instance})"
         )
+
+
+def check_request(r: Any, prev_arrival: float, first: bool) -> Request:
+    """Validate one arriving request: raise naming the request and field, or normalise numpy scalars.
+
+    ``prev_arrival`` is the previous request's arrival (for the first one, the simulation start). The
+    cluster calls this only when its one-line fast check fails, so a valid Python-typed request costs
+    nothing here; numpy integers and floats are converted in place so later arithmetic stays exact.
+    """
+    if not isinstance(r, Request):
+        raise ConfigError(f"workload yielded {type(r).__name__} {r!r:.80}; expected an llmsim.request.Request")
+    rid = r.id
+    if isinstance(rid, bool) or not isinstance(rid, Integral):
+        raise ConfigError(f"request {rid!r}: id must be an integer, got {type(rid).__name__}")
+    r.id = rid = int(rid)
+    for name in ("prompt_tokens", "output_tokens"):
+        v = getattr(r, name)
+        if isinstance(v, bool) or not isinstance(v, Integral) or not 1 <= v <= MAX_TOKENS:
+            raise ConfigError(f"request {rid}: {name} must be an integer in [1, {MAX_TOKENS}], got {v!r}")
+        setattr(r, name, int(v))
+    a = r.arrival
+    if isinstance(a, bool) or not isinstance(a, Real) or not math.isfinite(a):
+        raise ConfigError(f"request {rid}: arrival must be a finite number of seconds, got {a!r}")
+    a = float(a)
+    if a > MAX_SIM_TIME:
+        raise ConfigError(f"request {rid}: arrival {a:g} s is past the simulated horizon of {MAX_SIM_TIME:g} s "
+                          "(where float64 time cannot resolve a step); are the arrivals absurdly far apart "
+                          "(e.g. a tiny workload.rate)?")
+    if a < prev_arrival:
+        if first:
+            raise ConfigError(f"request {rid}: arrival must be >= {prev_arrival} (when the simulation starts), "
+                              f"got {a}")
+        raise ConfigError(f"workload is not sorted by arrival: request {rid} arrives at {a} after a request at "
+                          f"{prev_arrival}")
+    r.arrival = a
+    return r

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -23,9 +25,19 @@ def test_default_run_prints_summary_and_saves(tmp_path):
         assert (run / f).exists(), f
 
 
-def test_bad_key_gives_clear_error(tmp_path):
-    p = run_cli(["+cluster.instances.0.gpus=a100", f"hydra.run.dir={tmp_path}/run"], tmp_path)
-    assert p.returncode != 0
+@pytest.mark.parametrize("override,names", [
+    ("+cluster.instances.0.gpus=a100", ["cluster.instances[0]", "'gpus'", "'gpu'"]),  # and the likely key
+    ("+sim.bogus=1", ["sim", "'bogus'", "metrics_interval"]),
+])
+def test_bad_key_gives_one_clear_line_naming_it(tmp_path, override, names):
+    p = run_cli([override, "output.plots=false", f"hydra.run.dir={tmp_path}/run"], tmp_path)
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("llmsim: error: "), p.stderr
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+    assert not (tmp_path / "run" / "summary.json").exists()
 
 
 def test_multirun_sweep_and_report(tmp_path):

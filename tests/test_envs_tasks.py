@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -13,13 +14,17 @@ from envs.tasks import (
     BEST_EFFORT_ACCURACY,
     WORKLOAD_ROUTER_TASKS,
     LabelledPool,
+    TaskMixture,
+    TaskSpec,
     best_effort_arrivals,
     best_effort_mixture,
     qos_edge_mixture,
     workload_router_mixture,
 )
 from envs.testbeds import make_from_config
-from envs.workloads import LabelledWorkload
+from envs.workloads import MIXTURE_PRESETS, LabelledWorkload, MixtureWorkload, make_workload
+from llmsim.errors import ConfigError, TraceError
+from llmsim.workload import ARRIVAL_PRESETS, RandomPhases
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "env"
 
@@ -61,9 +66,103 @@ def test_bursty_arrivals_sorted_with_rates():
     assert rates.min() >= 0.25 and rates.max() <= 48
 
 
-def test_labelled_pool_round_trip(tmp_path):
-    import pandas as pd
+# Seed 0, first 4 arrivals, the rates and the generator's next draw, from the env's own MMPP before it was
+# replaced by llmsim's RandomPhases (one generator): the env workloads did not change.
+BEFORE_UNIFICATION = {
+    "stable": ([0.0006459062088258354, 0.0007199102055450686, 0.018666895308276643, 0.07182015331065589],
+               [30.664920569599442] * 4, 0.6066357757671799),
+    "bursty": ([0.0031425600617870095, 0.41200536331133714, 1.9367994069428223, 5.216006944705419],
+               [0.7221267490867731, 1.847322260236013, 1.847322260236013, 1.847322260236013], 0.8158535541215322),
+    "bursty2": ([0.0006402215790239647, 0.0007135742655073473, 0.01850260769510951, 0.07118806311194599],
+                [30.937199304108354] * 4, 0.6066357757671799),
+}
 
+
+@pytest.mark.parametrize("schedule", sorted(BEFORE_UNIFICATION))
+def test_env_mmpp_is_llmsims_and_unchanged(schedule):
+    rng = np.random.default_rng(0)
+    t, rates = best_effort_arrivals(rng, schedule, 4)
+    times, rate_list, next_draw = BEFORE_UNIFICATION[schedule]
+    assert t.tolist() == times and rates.tolist() == rate_list and rng.random() == next_draw
+    if schedule == "bursty":  # the same draws as llmsim's preset, through the same class
+        preset = ARRIVAL_PRESETS["best_effort_unpredictable_1"]
+        proc = RandomPhases([tuple(c) for c in preset["mixture"]], mean_seconds=preset["mean_seconds"])
+        assert proc.sample(np.random.default_rng(0), 4)[0].tolist() == times
+
+
+@pytest.mark.parametrize(("arrival", "pattern"), [
+    ({"kind": "poison", "rate": 2}, r"workload.arrival.kind: unknown arrival kind 'poison'"),
+    ({"kind": "poisson"}, r"workload.arrival.rate: missing"),
+    ({"kind": "poisson", "rate": float("nan")}, r"workload.arrival.rate: expected a finite number > 0"),
+    ({"kind": "bursty", "rate": 3.0}, r"workload.arrival: unknown key\(s\) \['rate'\] for kind 'bursty'"),
+    ({"kind": "stable", "rte": 3.0}, r"unknown key\(s\) \['rte'\]"),
+])
+def test_env_arrival_spec_checked_at_construction(arrival, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        MixtureWorkload(best_effort_mixture(), arrival)
+
+
+def test_mixture_presets_are_a_registry():
+    assert list(MIXTURE_PRESETS) == ["best_effort", "qos_edge", "workload_router"]
+    with pytest.raises(ConfigError, match=r"workload.preset: unknown mixture preset 'nope'; expected one of"):
+        make_workload({"kind": "mixture", "preset": "nope"})
+    with pytest.raises(ConfigError, match=r"workload.preset: mixture preset 'qos_edge' rejected its options"):
+        make_workload({"kind": "mixture", "preset": "qos_edge", "preset_kwargs": {"expertz": ["a"]}})
+    with pytest.raises(ConfigError, match=r"workload: unknown key\(s\) \['arival'\]"):
+        make_workload({"kind": "mixture", "arival": {}})
+    wl = make_workload({"kind": "mixture", "preset": "qos_edge", "arrival": {"kind": "poisson", "rate": 3}})
+    assert len(wl.requests(0, 7)) == 7
+    with pytest.raises(ConfigError, match=r"^num_requests: expected an integer >= 1"):
+        wl.requests(0, 0)
+
+
+def test_task_models_check_their_numbers():
+    with pytest.raises(ConfigError, match=r"^task 'x'.prompt_mean: expected a finite number > 0"):
+        TaskSpec("x", 0.0, out_mean={"m": 5.0}, out_sigma={"m": 0.5})
+    with pytest.raises(ConfigError, match=r"^task 'x'.rho_len: expected a finite number >= -1 and <= 1"):
+        TaskSpec("x", 5.0, out_mean={"m": 5.0}, out_sigma={"m": 0.5}, rho_len=1.5)
+    with pytest.raises(ConfigError, match=r"^task 'x': expected non-empty out_mean"):
+        TaskSpec("x", 5.0)
+    t = TaskSpec("x", 5.0, out_mean={"m": 5.0}, out_sigma={"m": 0.5})
+    with pytest.raises(ConfigError, match=r"^mixture.weights: expected one weight per task"):
+        TaskMixture([t], ["m"], weights=[1.0, 2.0])
+    with pytest.raises(ConfigError, match=r"^mixture.weights\[0\]: expected a finite number >= 0"):
+        TaskMixture([t], ["m"], weights=[float("nan")])
+
+
+LABELS = "request_id,model,prompt_tokens,output_tokens,quality,task\n"
+
+
+@pytest.mark.parametrize(("body", "pattern"), [
+    ("0,a,10,5,0.5,t\n0,b,10,0,0.5,t\n", r"line 3, column 'output_tokens': expected an integer token count in \[1,"),
+    ("0,a,10,5,0.5,t\n0,b,1e30,6,0.5,t\n", r"line 3, column 'prompt_tokens'"),
+    ("0,a,10,5,1.5,t\n0,b,10,6,0.5,t\n", r"line 2, column 'quality': expected a number in \[0, 1\]"),
+    ("0,a,10,5,0.5,t\n0,a,10,6,0.5,t\n", r"line 3, column 'model': expected one row per \(request_id, model\)"),
+    ("0,a,10,5,0.5,t\n1,b,10,6,0.5,t\n", r"line 2, column 'model': expected a row for every model"),
+    ("", r"expected at least one labelled row"),
+])
+def test_labelled_table_errors_name_line_and_column(tmp_path, body, pattern):
+    path = tmp_path / "labels.csv"
+    path.write_text(LABELS + body)
+    with pytest.raises(TraceError, match=r"labels\.csv: " + pattern):
+        LabelledPool.load(path)
+    (tmp_path / "x.csv").write_text("request_id,model,prompt_tokens\n0,a,1\n")
+    with pytest.raises(TraceError, match=r"x\.csv: line 1 \(header\): missing column\(s\) \['output_tokens'\]"):
+        LabelledPool.load(tmp_path / "x.csv")
+
+
+def test_labelled_empty_quality_is_unknown_and_parquet_reads_the_same(tmp_path):
+    path = tmp_path / "labels.csv"
+    path.write_text(LABELS + "0,a,10,5,,t\n0,b,10,6,0.25,t\n")
+    pool = LabelledPool.load(path)
+    assert np.isnan(pool.quality[0, 0]) and pool.quality[0, 1] == 0.25
+    pd.read_csv(path).to_parquet(tmp_path / "labels.parquet")
+    other = LabelledPool.load(tmp_path / "labels.parquet")
+    assert other.models == pool.models and other.outputs.tolist() == pool.outputs.tolist()
+    assert np.array_equal(other.quality, pool.quality, equal_nan=True)
+
+
+def test_labelled_pool_round_trip(tmp_path):
     rows = []
     for i in range(5):
         for m, k in (("opt-125m", 1), ("opt-1.3b", 2)):

@@ -1,15 +1,41 @@
-"""Notebooks run top to bottom (code cells executed in order, with a small request count)."""
+"""Notebooks run top to bottom (code cells executed in order, with a small request count) and produce what
+they claim. Every notebook needs an entry in CHECKS, so a new notebook cannot pass by merely running."""
 
 import json
+from collections.abc import Callable
 
 import pytest
 
 from tests.conftest import REPO
 
+N = 150  # LLMSIM_NOTEBOOK_REQUESTS: requests per simulated point
 
-@pytest.mark.parametrize("nb", sorted((REPO / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+
+def _check_rate_sweep(ns: dict) -> None:
+    sweep = ns["sweep"]
+    assert len(sweep) == len(ns["RATES"]) * len(ns["POLICIES"])
+    assert set(sweep["policy"]) == set(ns["POLICIES"]) and set(sweep["rate"]) == set(ns["RATES"])
+    assert (sweep["completed"] == N).all()
+    assert sweep[["p99_ttft_ms", "median_tpot_ms", "slo_attainment"]].notna().all().all()
+    # more load never makes the median TTFT of a policy better by much (a sanity check of the sweep itself)
+    for _, g in sweep.groupby("policy"):
+        ttft = g.sort_values("rate")["median_ttft_ms"].to_numpy()
+        assert ttft[-1] >= ttft[0]
+
+
+CHECKS: dict[str, Callable[[dict], None]] = {"rate_sweep.ipynb": _check_rate_sweep}
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+
+
+def test_every_notebook_has_a_check():
+    assert NOTEBOOKS, "no notebooks found"
+    assert sorted(p.name for p in NOTEBOOKS) == sorted(CHECKS)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs(nb, monkeypatch):
-    monkeypatch.setenv("LLMSIM_NOTEBOOK_REQUESTS", "150")
+    monkeypatch.setenv("LLMSIM_NOTEBOOK_REQUESTS", str(N))
     cells = json.loads(nb.read_text())["cells"]
     ns: dict = {}
     for cell in cells:
@@ -18,6 +44,4 @@ def test_notebook_runs(nb, monkeypatch):
     import matplotlib.pyplot as plt
 
     plt.close("all")
-    if "sweep" in ns:
-        assert len(ns["sweep"]) == len(ns["RATES"]) * len(ns["POLICIES"])
-        assert (ns["sweep"]["completed"] == 150).all()
+    CHECKS[nb.name](ns)

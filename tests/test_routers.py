@@ -54,3 +54,32 @@ def test_stale_view_lags_live_state():
     assert set(res.requests.instance) == {0}
     live = simulate(insts, requests([(i * 0.001, 50, 50) for i in range(6)]), "jsq")
     assert set(live.requests.instance) == {0, 1}
+
+
+def test_router_registry_is_the_project_registry():
+    import pytest
+
+    from llmsim.errors import ConfigError
+    from llmsim.policies import Router, register_router
+    from llmsim.registry import Registry
+
+    assert isinstance(ROUTERS, Registry)
+
+    @register_router
+    class Second(Router):
+        name = "test_second_instance"
+
+        def route(self, req, view):
+            return 1
+
+    try:
+        assert "test_second_instance" in ROUTERS and ROUTERS["test_second_instance"] is Second
+        res = simulate([InstanceConfig(profile=LinearProfile()) for _ in range(2)],
+                       requests([(0.0, 10, 2), (0.1, 10, 2)]), "test_second_instance")
+        assert list(res.requests.instance) == [1, 1]
+    finally:
+        ROUTERS._entries.pop("test_second_instance")
+    with pytest.raises(ConfigError, match=r"^policy\.name: unknown routing policy 'fastest'; expected one of \['jsq'"):
+        make_router("fastest")
+    with pytest.raises(ConfigError, match=r"policy\.kwargs: routing policy 'jsq' got unknown option\(s\) \['depth'\]"):
+        make_router("jsq", depth=2)

@@ -30,7 +30,6 @@ from llmsim.workload import (
     square_wave,
 )
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 FIXED = Independent(Fixed(10), Fixed(5))
 
 
@@ -166,10 +165,10 @@ def test_azure_conv_like_preset_matches_trace_means() -> None:
     assert np.median(p) == pytest.approx(1020, rel=0.02) and np.median(o) == pytest.approx(129, rel=0.03)
 
 
-def test_empirical_from_real_sharegpt() -> None:
-    path = TRACES / "sharegpt_lengths" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+def test_empirical_from_real_sharegpt(shared_dir: Path) -> None:
+    path = shared_dir / "traces" / "sharegpt_lengths" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
     if not path.exists():
-        pytest.skip(f"real length table {path} is not present (shared/traces is outside the repository)")
+        pytest.skip(f"real length table {path} is not present in ../shared")
     wl = build_workload(
         {
             "kind": "synthetic",

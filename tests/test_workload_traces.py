@@ -1,16 +1,21 @@
-"""Trace readers on fixtures in the exact upstream formats, malformed fixtures, and the real files."""
+"""Trace readers on fixtures in the exact upstream formats, compressed and Parquet copies, and the real files.
+
+The bad-input corpus (one test per class of bad input and reader format) is tests/test_workload_bad_inputs.py.
+"""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from llmsim.errors import ConfigError, TraceError
 from llmsim.workload import AzureTrace, BurstGPTTrace, CsvTrace, Limited, MooncakeTrace, build_workload
-
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 BURST_12 = (
     "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
@@ -62,7 +67,7 @@ def test_burstgpt_both_column_orders(tmp_path: Path, text: str) -> None:
     assert [(r.prompt_tokens, r.output_tokens) for r in reqs] == [(472, 18), (1087, 230), (417, 276), (20, 7)]
     assert reqs[2].extra["model"] == "GPT-4"
     assert reqs[0].extra["log_type"] == "Conversation log"
-    assert wl.stats.skipped == {"zero_response_tokens": 1}
+    assert wl.stats.skipped == {"zero_output_tokens": 1}  # BurstGPT's failed requests
     assert wl.stats.rows_read == 5 and wl.stats.yielded == 4
 
 
@@ -124,9 +129,9 @@ def test_azure_chunk_boundaries_do_not_matter(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("row", "line", "column", "expected"),
     [
-        ("2023-11-16 18:15:51.0,abc,3", 4, "ContextTokens", "non-negative integer"),
-        ("2023-11-16 18:15:51.0,10,-3", 4, "GeneratedTokens", "non-negative integer"),
-        ("2023-11-16 18:15:51.0,10.5,3", 4, "ContextTokens", "non-negative integer"),
+        ("2023-11-16 18:15:51.0,abc,3", 4, "ContextTokens", "integer token count in [0, 100000000]"),
+        ("2023-11-16 18:15:51.0,10,-3", 4, "GeneratedTokens", "integer token count in [0, 100000000]"),
+        ("2023-11-16 18:15:51.0,10.5,3", 4, "ContextTokens", "integer token count in [0, 100000000]"),
         ("not a time,10,3", 4, "TIMESTAMP", "ISO-8601"),
         ("2023-11-16 18:15:51.0,10", 4, "*", "3 fields"),
         ("2023-11-16 18:15:40.0,10,3", 4, "TIMESTAMP", "previous row"),
@@ -197,7 +202,7 @@ def test_mooncake_jitter_spreads_buckets_deterministically(tmp_path: Path) -> No
     assert a == sorted(a)
     assert all(0.0 <= t < 3.0 for t in a[:3]) and len(set(a[:3])) == 3
     assert 3.0 <= a[3] < 6.001 and a[4] >= 6.001
-    reqs = list(MooncakeTrace(path, jitter_s=True, seed=1))
+    reqs = list(MooncakeTrace(path, jitter_s=3, seed=1))
     assert [r.id for r in reqs] == list(range(5))
     assert reqs[2].hash_ids is not None  # hash ids follow their request through the shuffle
     assert {r.prompt_tokens for r in reqs[:3]} == {6758, 7322, 2290}
@@ -227,8 +232,14 @@ def test_mooncake_malformed(tmp_path: Path, bad: dict, column: str) -> None:
 
 def test_mooncake_invalid_json_line(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path, [MOONCAKE_ROWS[0], '{"timestamp": 1, "input_'])
-    with pytest.raises(TraceError, match=r"line 2: expected a JSON object"):
+    with pytest.raises(TraceError, match=r"line 2, column '\*': expected a JSON object, got invalid JSON"):
         list(MooncakeTrace(path))
+
+
+@pytest.mark.parametrize("jitter", [True, False, -1.0, float("nan"), float("inf"), "3"])
+def test_mooncake_jitter_must_be_a_number_of_seconds(tmp_path: Path, jitter: object) -> None:
+    with pytest.raises(ConfigError, match=r"^jitter_s: expected .*>= 0"):
+        MooncakeTrace(write_jsonl(tmp_path, MOONCAKE_ROWS), jitter_s=jitter)
 
 
 # -- generic CSV -------------------------------------------------------------------------------
@@ -258,12 +269,9 @@ def test_generic_csv_with_column_map(tmp_path: Path) -> None:
         seed=0,
     )
     reqs = list(wl)
-    assert [(r.arrival, r.prompt_tokens, r.output_tokens) for r in reqs] == [
-        (0.0, 10, 5),
-        (0.25, 20, 6),
-        (1.5, 30, 0),
-    ]
-    assert [r.tenant for r in reqs] == ["alice", "bob", "alice"]
+    assert [(r.arrival, r.prompt_tokens, r.output_tokens) for r in reqs] == [(0.0, 10, 5), (0.25, 20, 6)]
+    assert wl.stats.skipped == {"zero_output_tokens": 1}  # the third row asks for 0 tokens: never simulated
+    assert [r.tenant for r in reqs] == ["alice", "bob"]
     assert reqs[1].slo_class == "silver" and reqs[1].extra == {"user_name": "bob"}
 
 
@@ -275,7 +283,6 @@ def test_generic_csv_ms_units_and_zero_output_skip(tmp_path: Path) -> None:
             "path": str(path),
             "delimiter": ";",
             "arrival_unit": "ms",
-            "skip_zero_output": True,
             "columns": {"arrival": "t_ms", "prompt": "in", "output": "out"},
         },
         seed=0,
@@ -293,7 +300,7 @@ def test_generic_csv_datetime_and_blank_line(tmp_path: Path) -> None:
 
 def test_generic_csv_bad_value_names_line(tmp_path: Path) -> None:
     path = write(tmp_path, "t.csv", "a,p,o\n0,1,2\n1,2,3\n2,x,4\n")
-    with pytest.raises(TraceError, match=r"t\.csv: line 4, column 'p': expected a non-negative integer"):
+    with pytest.raises(TraceError, match=r"t\.csv: line 4, column 'p': expected an integer token count"):
         list(CsvTrace(path, "a", "p", "o"))
 
 
@@ -307,15 +314,15 @@ def test_generic_csv_unknown_column_key(tmp_path: Path) -> None:
 # -- the real files in shared/traces -------------------------------------------------------------
 
 
-def _real(rel: str) -> Path:
-    path = TRACES / rel
+def _real(shared_dir: Path, rel: str) -> Path:
+    path = shared_dir / "traces" / rel
     if not path.exists():
-        pytest.skip(f"real trace {path} is not present (shared/traces is outside the repository)")
+        pytest.skip(f"real trace {path} is not present in ../shared")
     return path
 
 
-def test_real_azure_conv() -> None:
-    wl = AzureTrace(_real("azure_llm_2023/AzureLLMInferenceTrace_conv.csv"))
+def test_real_azure_conv(shared_dir: Path) -> None:
+    wl = AzureTrace(_real(shared_dir, "azure_llm_2023/AzureLLMInferenceTrace_conv.csv"))
     n = prompt = output = 0
     last = 0.0
     for r in wl:
@@ -331,8 +338,8 @@ def test_real_azure_conv() -> None:
     assert wl.stats.skipped == {}
 
 
-def test_real_azure_code_window_and_scale() -> None:
-    path = _real("azure_llm_2023/AzureLLMInferenceTrace_code.csv")
+def test_real_azure_code_window_and_scale(shared_dir: Path) -> None:
+    path = _real(shared_dir, "azure_llm_2023/AzureLLMInferenceTrace_code.csv")
     wl = build_workload({"kind": "azure", "path": str(path), "window": [600, 1200], "rate_scale": 2.0}, 0)
     reqs = list(wl)
     assert reqs and all(0 <= r.arrival < 300 for r in reqs)
@@ -340,8 +347,8 @@ def test_real_azure_code_window_and_scale() -> None:
     assert wl.stats.skipped["outside_window"] >= 1
 
 
-def test_real_mooncake_conversation() -> None:
-    reqs = list(MooncakeTrace(_real("mooncake/conversation_trace.jsonl")))
+def test_real_mooncake_conversation(shared_dir: Path) -> None:
+    reqs = list(MooncakeTrace(_real(shared_dir, "mooncake/conversation_trace.jsonl")))
     assert len(reqs) == 12_031
     assert all(r.hash_ids is not None and len(r.hash_ids) * 512 >= r.prompt_tokens for r in reqs)
     assert sum(r.prompt_tokens for r in reqs) / len(reqs) == pytest.approx(12035.1, abs=0.1)
@@ -357,3 +364,99 @@ def test_limit_stops_reading_the_file(tmp_path: Path) -> None:
         "max_requests": 1,
         "source": {"kind": "azure", "path": str(path), "on_error": "raise"},
     }
+
+
+# -- compressed and Parquet copies read exactly like the plain file ------------------------------
+
+COMPRESSORS = {"gz": gzip.compress, "xz": lzma.compress, "bz2": bz2.compress}
+
+
+def key(wl) -> list[tuple]:
+    return [(r.id, r.arrival, r.prompt_tokens, r.output_tokens, r.hash_ids, r.extra) for r in wl]
+
+
+@pytest.mark.parametrize("suffix", ["gz", "xz", "bz2"])
+@pytest.mark.parametrize("named", [True, False], ids=["with_suffix", "magic_bytes_only"])
+def test_compressed_csv_round_trip(tmp_path: Path, suffix: str, named: bool) -> None:
+    plain = write(tmp_path, "azure.csv", AZURE_2023)
+    packed = tmp_path / (f"azure.csv.{suffix}" if named else f"azure_{suffix}.csv")
+    packed.write_bytes(COMPRESSORS[suffix](plain.read_bytes()))
+    expected = key(AzureTrace(plain))
+    assert len(expected) == 4
+    assert key(AzureTrace(packed)) == expected
+    assert key(AzureTrace(packed, chunk_rows=1)) == expected
+    burst_plain = write(tmp_path, "b.csv", BURST_3)
+    burst = tmp_path / f"b.csv.{suffix}"
+    burst.write_bytes(COMPRESSORS[suffix](burst_plain.read_bytes()))
+    assert key(BurstGPTTrace(burst)) == key(BurstGPTTrace(burst_plain))
+
+
+@pytest.mark.parametrize("suffix", ["gz", "xz", "bz2"])
+def test_compressed_jsonl_round_trip(tmp_path: Path, suffix: str) -> None:
+    plain = write_jsonl(tmp_path, MOONCAKE_ROWS)
+    packed = tmp_path / f"conversation_trace.jsonl.{suffix}"
+    packed.write_bytes(COMPRESSORS[suffix](plain.read_bytes()))
+    assert key(MooncakeTrace(packed, jitter_s=2.0, seed=3)) == key(MooncakeTrace(plain, jitter_s=2.0, seed=3))
+    assert len(list(MooncakeTrace(packed))) == 5
+
+
+def test_parquet_round_trip_typed_and_text_columns(tmp_path: Path) -> None:
+    plain = write(tmp_path, "azure.csv", AZURE_2023)
+    df = pd.read_csv(plain, dtype=str)
+    df.to_parquet(tmp_path / "text.parquet")  # every column a string, as in the CSV
+    typed = df.assign(TIMESTAMP=pd.to_datetime(df["TIMESTAMP"]), ContextTokens=df["ContextTokens"].astype(int),
+                      GeneratedTokens=df["GeneratedTokens"].astype("int32"))
+    typed.to_parquet(tmp_path / "typed.parquet")  # a timestamp column and integer token columns
+    typed.to_parquet(tmp_path / "typed_no_suffix.bin")  # found by its magic bytes
+    expected = [(r.id, r.arrival, r.prompt_tokens, r.output_tokens) for r in AzureTrace(plain)]
+    for name in ("text.parquet", "typed.parquet", "typed_no_suffix.bin"):
+        for chunk in (1, 8192):
+            got = [(r.id, r.arrival, r.prompt_tokens, r.output_tokens)
+                   for r in AzureTrace(tmp_path / name, chunk_rows=chunk)]
+            assert got == expected, (name, chunk)
+
+
+def test_parquet_burstgpt_with_filters_and_extra(tmp_path: Path) -> None:
+    plain = write(tmp_path, "b.csv", BURST_3)
+    df = pd.read_csv(plain, keep_default_na=False)  # Timestamp / token columns typed int64
+    df.to_parquet(tmp_path / "b.parquet")
+    a, b = BurstGPTTrace(plain, model="ChatGPT"), BurstGPTTrace(tmp_path / "b.parquet", model="ChatGPT")
+    assert key(b) == key(a) and len(key(a)) == 2
+    assert b.stats.skipped == a.stats.skipped == {"model_filter": 2, "zero_output_tokens": 1}
+
+
+def test_parquet_bad_value_names_row_and_column(tmp_path: Path) -> None:
+    pd.DataFrame({"t": [0.0, 1.0, 2.0], "p": [1.0, float("nan"), 3.0], "o": [1, 2, 3]}).to_parquet(tmp_path / "x.pq")
+    with pytest.raises(TraceError, match=r"x\.pq: row 2, column 'p': expected an integer token count"):
+        list(CsvTrace(tmp_path / "x.pq", "t", "p", "o"))
+    pd.DataFrame({"t": [0.0, 1.0], "p": [1, None], "o": [1, 2]}).to_parquet(tmp_path / "n.parquet")
+    with pytest.raises(TraceError, match=r"n\.parquet: row 2, column 'p': .* got an empty value \(null\)"):
+        list(CsvTrace(tmp_path / "n.parquet", "t", "p", "o"))
+
+
+# -- zero-length requests: skipped and counted by every reader -----------------------------------
+
+
+def test_zero_length_rows_are_skipped_and_counted_in_every_reader(tmp_path: Path) -> None:
+    azure = write(tmp_path, "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,0,4\n"
+                  "2023-11-16 18:15:47,5,0\n2023-11-16 18:15:48,5,6\n")
+    moon = write_jsonl(tmp_path, [{"timestamp": 0, "input_length": 0, "output_length": 3},
+                                  {"timestamp": 1, "input_length": 4, "output_length": 0},
+                                  {"timestamp": 2, "input_length": 4, "output_length": 5}])
+    generic = write(tmp_path, "g.csv", "t,p,o\n0,0,1\n1,1,0\n2,7,8\n")
+    cases = [(AzureTrace(azure), (0, 2.0, 5, 6)), (MooncakeTrace(moon), (0, 0.002, 4, 5)),
+             (CsvTrace(generic, "t", "p", "o"), (0, 2.0, 7, 8))]
+    for wl, only in cases:
+        assert [(r.id, r.arrival, r.prompt_tokens, r.output_tokens) for r in wl] == [only]
+        assert wl.stats.skipped == {"zero_prompt_tokens": 1, "zero_output_tokens": 1}
+        assert wl.stats.rows_read == 3
+
+
+def test_a_file_of_only_skipped_rows_is_an_error_with_the_counts(tmp_path: Path) -> None:
+    path = write(tmp_path, "fails.csv", BURST_12.splitlines()[0] + "\n5,ChatGPT,10,0,10,API log\n"
+                 "6,GPT-4,10,0,10,API log\n")
+    with pytest.raises(TraceError, match=r"fails\.csv: expected at least one usable request, got none: all 2 data "
+                                         r"rows were skipped \(2 zero_output_tokens\)"):
+        list(BurstGPTTrace(path))
+    with pytest.raises(TraceError, match=r"all 5 data rows were skipped \(5 model_filter\)"):
+        list(BurstGPTTrace(write(tmp_path, "b.csv", BURST_12), model="Claude"))

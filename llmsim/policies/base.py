@@ -1,4 +1,8 @@
-"""Router interface and registry: ``route(request, view) -> instance index | WAIT | DROP``."""
+"""Router interface and registry: ``route(request, view) -> instance index | WAIT | DROP``.
+
+A router must answer a Python or numpy ``int``; anything else (None, a float, a string, an index past
+the last instance) is a ConfigError naming the router and the value (checked by the cluster).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from llmsim.errors import ConfigError
+from llmsim.registry import Registry
 
 if TYPE_CHECKING:
-    from llmsim.cluster import ClusterView
+    from llmsim.cluster_view import ClusterView
     from llmsim.request import Request
 
 WAIT = -1  # keep the request in the central queue; it is decided again later
@@ -24,7 +29,7 @@ class Router:
 
     def __init__(self, seed: int = 0, **kwargs: Any) -> None:
         if kwargs:
-            raise ConfigError(f"policy {self.name!r} got unknown option(s) {sorted(kwargs)}")
+            raise ConfigError(f"policy.kwargs: routing policy {self.name!r} got unknown option(s) {sorted(kwargs)}")
         self.rng = np.random.default_rng(seed)
 
     def reset(self, seed: int | None = None) -> None:
@@ -35,15 +40,10 @@ class Router:
         raise NotImplementedError
 
 
-ROUTERS: dict[str, type[Router]] = {}
-
-
-def register_router(cls: type[Router]) -> type[Router]:
-    ROUTERS[cls.name] = cls
-    return cls
+ROUTERS: Registry[type[Router]] = Registry("routing policy", key="name")
+register_router = ROUTERS.register  # ``@register_router`` uses the class's ``name``
 
 
 def make_router(name: str, seed: int = 0, **kwargs: Any) -> Router:
-    if name not in ROUTERS:
-        raise ConfigError(f"unknown routing policy {name!r}; expected one of {sorted(ROUTERS)}")
-    return ROUTERS[name](seed=seed, **kwargs)
+    """A router by registered name (``policy.name``) with its options (``policy.kwargs``)."""
+    return ROUTERS.get(name, "policy.name")(seed=seed, **kwargs)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from llmsim.policies.base import Router, register_router
 
 if TYPE_CHECKING:
-    from llmsim.cluster import ClusterView
+    from llmsim.cluster_view import ClusterView
     from llmsim.request import Request
 
 

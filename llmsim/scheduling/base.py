@@ -1,17 +1,27 @@
 """Batch-formation policies: which requests run in the next iteration, and with how many tokens.
 
 A policy's ``schedule(inst, now)`` reads and mutates the instance's queues and KV cache through the
-instance's helpers (``admit``, ``preempt_last``, ``try_swap_in``, ``blocks_needed``) and returns a
-:class:`Scheduled`. New policies (priority, EDF, shortest-predicted-job) subclass an existing one
-and override :meth:`BatchPolicy.admission_order` or ``schedule`` itself, then register with
-:func:`register_batch_policy`.
+instance's helpers (``admit``, ``preempt_last``, ``swap_in``, ``decode_all``) and its :class:`~llmsim.kv.KVCache`
+``inst.kv`` (``needed``, ``allocate``, ``free``), and returns a :class:`Scheduled`. New policies
+(priority, EDF, shortest-predicted-job) subclass an existing one and override
+:meth:`BatchPolicy.admission_order` or ``schedule`` itself, then register with :func:`register_batch_policy`.
+
+A policy declares the engine defaults it implies (the engine reads them from the class, never by name):
+whether admission keeps a watermark of free blocks, its default token budget, and whether it prefills
+whole prompts in one iteration (then the budget must cover ``max_model_len``). Subclasses inherit them.
+
+The engine relies on a policy to make progress: while requests run, ``schedule`` returns a non-empty batch
+(or preempts them all); on an idle instance it starts any request that fits the engine's limits.
+Otherwise the engine raises :class:`~llmsim.errors.LLMSimError` (see ``llmsim.instance``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
+
+from llmsim.registry import Registry
 
 if TYPE_CHECKING:
     from llmsim.instance import Instance
@@ -34,8 +44,14 @@ class Scheduled:
 
 
 class BatchPolicy:
-    name = "base"
-    uses_watermark = False
+    name: ClassVar[str] = "base"
+    uses_watermark: ClassVar[bool] = False  # admission keeps engine.watermark of the cache free
+    prefills_whole_prompts: ClassVar[bool] = False  # a prompt is prefilled in one iteration (needs budget >= len)
+
+    @classmethod
+    def default_max_num_batched_tokens(cls, max_model_len: int) -> int:
+        """The token budget when ``engine.max_num_batched_tokens`` is not set."""
+        return max(max_model_len, 2048) if cls.prefills_whole_prompts else 2048
 
     def schedule(self, inst: Instance, now: float) -> Scheduled:
         raise NotImplementedError
@@ -45,9 +61,5 @@ class BatchPolicy:
         return inst.waiting
 
 
-BATCH_POLICIES: dict[str, type[BatchPolicy]] = {}
-
-
-def register_batch_policy(cls: type[BatchPolicy]) -> type[BatchPolicy]:
-    BATCH_POLICIES[cls.name] = cls
-    return cls
+BATCH_POLICIES: Registry[type[BatchPolicy]] = Registry("batch policy")
+register_batch_policy = BATCH_POLICIES.register  # the README's extension recipe: @register_batch_policy

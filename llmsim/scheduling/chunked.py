@@ -20,6 +20,13 @@ if TYPE_CHECKING:
 @register_batch_policy
 class ChunkedPrefillPolicy(BatchPolicy):
     name = "chunked"
+    uses_watermark = False
+    prefills_whole_prompts = False
+
+    @classmethod
+    def default_max_num_batched_tokens(cls, max_model_len: int) -> int:
+        """vLLM V1's chunked-prefill budget."""
+        return 2048
 
     def schedule(self, inst: Instance, now: float) -> Scheduled:
         out = Scheduled()
@@ -31,6 +38,7 @@ class ChunkedPrefillPolicy(BatchPolicy):
         ):
             return out
         batch = out.batch
+        kv = inst.kv
         running = inst.running
         budget = inst.max_batched
         preempted = False
@@ -42,9 +50,9 @@ class ChunkedPrefillPolicy(BatchPolicy):
             n_new = remaining if remaining < budget else budget
             if remaining != 1 or r.generated == 0:
                 all_decode = False
-            need = inst.blocks_needed(r, n_new)
+            need = kv.needed(r, n_new)
             victim = None
-            while need > inst.kv_free:
+            while need > kv.free:
                 victim = running[-1]
                 out.transfer_blocks += inst.preempt_last()
                 preempted = True
@@ -52,8 +60,7 @@ class ChunkedPrefillPolicy(BatchPolicy):
                     break
             if victim is r:
                 break
-            inst.kv_free -= need
-            r.blocks += need
+            kv.allocate(r, need)
             r.n_new = n_new
             batch.append(r)
             budget -= n_new
@@ -64,12 +71,10 @@ class ChunkedPrefillPolicy(BatchPolicy):
                 r = inst.swapped[0]
                 remaining = r.prompt_tokens + r.generated - r.computed
                 n_new = remaining if remaining < budget else budget
-                need = inst.blocks_needed(r, n_new) + r.blocks
-                if need > inst.kv_free:
+                need = kv.needed(r, n_new) + r.blocks
+                if need > kv.free:
                     break
-                out.transfer_blocks += inst.swap_in(r)
-                inst.kv_free -= need
-                r.blocks = need
+                out.transfer_blocks += inst.swap_in(r, need)
                 r.n_new = n_new
                 batch.append(r)
                 budget -= n_new
@@ -79,8 +84,8 @@ class ChunkedPrefillPolicy(BatchPolicy):
                         break
                     remaining = r.prompt_tokens + r.generated - r.computed
                     n_new = remaining if remaining < budget else budget
-                    need = inst.blocks_needed(r, n_new)
-                    if need > inst.kv_free:
+                    need = kv.needed(r, n_new)
+                    if need > kv.free:
                         break
                     inst.admit(r, n_new, need, now)
                     batch.append(r)
@@ -103,4 +108,4 @@ class ChunkedPrefillPolicy(BatchPolicy):
         r = next(iter(self.admission_order(inst)))
         remaining = r.prompt_tokens + r.generated - r.computed
         n_new = remaining if remaining < budget else budget
-        return inst.blocks_needed(r, n_new) <= inst.kv_free
+        return inst.kv.needed(r, n_new) <= inst.kv.free

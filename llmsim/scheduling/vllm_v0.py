@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 class VllmV0Policy(BatchPolicy):
     name = "vllm_v0"
     uses_watermark = True
+    prefills_whole_prompts = True
+
+    @classmethod
+    def default_max_num_batched_tokens(cls, max_model_len: int) -> int:
+        """vLLM V0: a whole prompt must fit one iteration."""
+        return max(max_model_len, 2048)
 
     def schedule(self, inst: Instance, now: float) -> Scheduled:
         out = Scheduled()
@@ -28,13 +34,14 @@ class VllmV0Policy(BatchPolicy):
             batch = out.batch
             budget = inst.max_batched
             nseq = len(inst.running)
-            watermark = inst.watermark_blocks
+            kv = inst.kv
+            watermark = kv.watermark
             for r in list(self.admission_order(inst)):
                 n_new = r.prompt_tokens + r.generated - r.computed
                 if n_new > budget or nseq >= inst.max_seqs:
                     break
-                need = inst.blocks_needed(r, n_new)
-                if inst.kv_free - need < watermark:
+                need = kv.needed(r, n_new)
+                if kv.free - need < watermark:
                     break
                 inst.admit(r, n_new, need, now)
                 batch.append(r)
@@ -57,14 +64,15 @@ class VllmV0Policy(BatchPolicy):
     def _decode_with_preemption(self, inst: Instance, out: Scheduled) -> bool:
         running = inst.running
         batch = out.batch
-        bs = inst.block_size
+        kv = inst.kv
+        bs = kv.block_size
         preempted = False
         i = 0
         while i < len(running):
             r = running[i]
             need = 1 if r.computed % bs == 0 else 0
             victim = None
-            while need > inst.kv_free:
+            while need > kv.free:
                 victim = running[-1]
                 out.transfer_blocks += inst.preempt_last()
                 preempted = True
@@ -72,8 +80,7 @@ class VllmV0Policy(BatchPolicy):
                     break
             if victim is r:
                 break
-            inst.kv_free -= need
-            r.blocks += need
+            kv.allocate(r, need)
             r.n_new = 1
             batch.append(r)
             i += 1
@@ -81,15 +88,14 @@ class VllmV0Policy(BatchPolicy):
 
     def _swap_in(self, inst: Instance, now: float, batch: list) -> int:
         moved = 0
-        bs = inst.block_size
+        kv = inst.kv
+        bs = kv.block_size
         while inst.swapped and len(inst.running) < inst.max_seqs:
             r = inst.swapped[0]
             need = r.blocks + (1 if r.computed % bs == 0 else 0)
-            if inst.kv_free - need < inst.watermark_blocks:
+            if kv.free - need < kv.watermark:
                 break
-            moved += inst.swap_in(r)
-            inst.kv_free -= need
-            r.blocks = need
+            moved += inst.swap_in(r, need)
             r.n_new = 1
             batch.append(r)
         return moved

@@ -123,7 +123,7 @@ def _build_source(src: Any, seed: int) -> Workload:
     return CsvTrace(
         src.path, cols.arrival, cols.prompt, cols.output, arrival_unit=src.arrival_unit, task=cols.task,
         tenant=cols.tenant, slo_class=cols.slo_class, extra=src.extra, filters=src.filters,
-        zero_output_reason="zero_output_tokens" if src.skip_zero_output else None, on_error=src.on_error,
+        on_error=src.on_error,
         delimiter=src.delimiter,
     )
 

@@ -17,17 +17,24 @@ import numpy as np
 import pandas as pd
 
 from llmsim.errors import ConfigError, TraceError
+from llmsim.workload.base import MAX_TOKENS, WorkloadStats, check_float, check_int
+from llmsim.workload.trace_io import Table, base_suffix, open_text, sniff
+from llmsim.workload.trace_values import TOKENS_EXPECTED, parse_tokens, row_message
+
+MAX_SIGMA = 10.0  # a log-sd beyond this puts almost every sample at min or max: surely a typo
 
 
 def _clip(x: np.ndarray, lo: int, hi: int | None) -> np.ndarray:
-    return np.clip(np.rint(x), lo, hi if hi is not None else np.inf).astype(np.int64)
+    """Round and clip to [lo, hi] (hi defaults to MAX_TOKENS, so an inf sample never reaches int64)."""
+    return np.clip(np.rint(x), lo, hi if hi is not None else MAX_TOKENS).astype(np.int64)
 
 
-def _check_bounds(name: str, lo: int, hi: int | None) -> None:
-    if lo < 0:
-        raise ConfigError(f"{name}.min: expected a non-negative integer, got {lo!r}")
-    if hi is not None and hi < lo:
-        raise ConfigError(f"{name}.max: expected max >= min ({lo}), got {hi!r}")
+def _check_bounds(name: str, lo: Any, hi: Any) -> tuple[int, int | None]:
+    """min >= 1 (a request has at least one prompt and one output token), max >= min, both <= MAX_TOKENS."""
+    lo = check_int(f"{name}.min", lo, ge=1, le=MAX_TOKENS)
+    if hi is None:
+        return lo, None
+    return lo, check_int(f"{name}.max", hi, ge=lo, le=MAX_TOKENS)
 
 
 class LengthModel:
@@ -49,8 +56,7 @@ class Fixed(LengthModel):
     value: int
 
     def __post_init__(self) -> None:
-        if self.value < 0:
-            raise ConfigError(f"value: expected a non-negative integer, got {self.value!r}")
+        self.value = check_int("fixed.value", self.value, ge=1, le=MAX_TOKENS)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.full(n, int(self.value), dtype=np.int64)
@@ -67,7 +73,10 @@ class Uniform(LengthModel):
     hi: int
 
     def __post_init__(self) -> None:
-        _check_bounds("uniform", self.lo, self.hi)
+        self.lo, hi = _check_bounds("uniform", self.lo, self.hi)
+        if hi is None:
+            raise ConfigError(f"uniform.max: expected an integer >= {self.lo}, got None")
+        self.hi = hi
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.integers(self.lo, self.hi, size=n, endpoint=True, dtype=np.int64)
@@ -89,21 +98,23 @@ class LogNormal(LengthModel):
     max: int | None = None
 
     def __post_init__(self) -> None:
-        if not (self.sigma >= 0 and np.isfinite(self.sigma)):
-            raise ConfigError(f"sigma: expected a non-negative number, got {self.sigma!r}")
-        _check_bounds("lognormal", self.min, self.max)
+        self.mu = check_float("lognormal.mu", self.mu, ge=-50.0, le=50.0)
+        self.sigma = check_float("lognormal.sigma", self.sigma, ge=0.0, le=MAX_SIGMA)
+        self.min, self.max = _check_bounds("lognormal", self.min, self.max)
 
     @classmethod
     def from_mean_sigma(cls, mean: float, sigma: float, min: int = 1, max: int | None = None) -> LogNormal:
         """Unclipped mean ``mean``: mu = ln(mean) - sigma^2 / 2."""
-        if mean <= 0:
-            raise ConfigError(f"mean: expected a positive number, got {mean!r}")
-        return cls(float(np.log(mean) - sigma * sigma / 2), float(sigma), min, max)
+        mean = check_float("lognormal.mean", mean, gt=0.0)
+        sigma = check_float("lognormal.sigma", sigma, ge=0.0, le=MAX_SIGMA)
+        return cls(float(np.log(mean) - sigma * sigma / 2), sigma, min, max)
 
     @classmethod
     def from_mean_median(cls, mean: float, median: float, min: int = 1, max: int | None = None) -> LogNormal:
         """Unclipped mean and median (p50): mu = ln(p50), sigma = sqrt(2 ln(mean / p50))."""
-        if median <= 0 or mean < median:
+        mean = check_float("lognormal.mean", mean, gt=0.0)
+        median = check_float("lognormal.p50", median, gt=0.0)
+        if mean < median:
             raise ConfigError(f"lognormal: expected mean >= p50 > 0, got mean={mean!r}, p50={median!r}")
         return cls(float(np.log(median)), float(np.sqrt(2 * np.log(mean / median))), min, max)
 
@@ -131,6 +142,12 @@ class Independent(PairModel):
     prompt: LengthModel
     output: LengthModel
 
+    def __post_init__(self) -> None:
+        for name in ("prompt", "output"):
+            if not isinstance(getattr(self, name), LengthModel):
+                raise ConfigError(f"lengths.{name}: expected a LengthModel (Fixed, Uniform, LogNormal), "
+                                  f"got {getattr(self, name)!r}")
+
     def sample(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         return self.prompt.sample(rng, n), self.output.sample(rng, n)
 
@@ -151,9 +168,11 @@ KNOWN_LENGTH_COLUMNS = (
 class Empirical(PairModel):
     """Resamples (prompt, output) pairs jointly, with replacement, from a trace or a table.
 
-    ``table`` is a path (CSV or JSONL), a pandas DataFrame, a mapping of column -> values, or a
-    sequence of (prompt, output) pairs. Only the two length columns are kept in memory. Rows with
-    a non-positive output (e.g. BurstGPT failures) are dropped. Samples are clipped per dimension.
+    ``table`` is a path (CSV, Parquet or JSONL, plain or compressed), a pandas DataFrame, a mapping of
+    column -> values, or a sequence of (prompt, output) pairs. Only the two length columns are kept in
+    memory. Rows with 0 prompt or 0 output tokens (e.g. BurstGPT failures) are dropped and counted in
+    ``skipped`` (``zero_prompt_tokens`` / ``zero_output_tokens``); any other bad value is a TraceError
+    naming the row and column. Samples are clipped per dimension.
     """
 
     def __init__(
@@ -166,19 +185,20 @@ class Empirical(PairModel):
         output_min: int = 1,
         output_max: int | None = None,
     ) -> None:
-        _check_bounds("lengths.prompt", prompt_min, prompt_max)
-        _check_bounds("lengths.output", output_min, output_max)
-        self.source = str(table) if isinstance(table, (str, Path)) else type(table).__name__
-        self.prompt_min, self.prompt_max = prompt_min, prompt_max
-        self.output_min, self.output_max = output_min, output_max
+        self.prompt_min, self.prompt_max = _check_bounds("lengths.prompt", prompt_min, prompt_max)
+        self.output_min, self.output_max = _check_bounds("lengths.output", output_min, output_max)
+        self.source = str(table) if isinstance(table, str | Path) else type(table).__name__
         prompt, output, self.columns = _load_pairs(table, prompt_column, output_column)
-        keep = output > 0
+        keep = (prompt > 0) & (output > 0)
+        self.skipped = {k: v for k, v in (("zero_prompt_tokens", int((prompt == 0).sum())),
+                                          ("zero_output_tokens", int(((prompt > 0) & (output == 0)).sum()))) if v}
         self.dropped_rows = int((~keep).sum())
         self.prompt = prompt[keep]
         self.output = output[keep]
         if self.prompt.size == 0:
             raise TraceError(
-                f"{self.source}: expected at least one row with output > 0 for empirical lengths"
+                f"{self.source}: expected at least one row with prompt and output > 0 for empirical lengths, "
+                f"got none ({len(prompt)} rows; skipped: {self.skipped or 'none'})"
             )
 
     def __len__(self) -> int:
@@ -212,7 +232,7 @@ def _pick_columns(
             )
         for c in (prompt, output):
             if c not in names:
-                raise TraceError(f"{where}: line 1 (header): missing column {c!r}; found {list(names)}")
+                raise TraceError(f"{where}: missing column {c!r}; found {list(names)}")
         return prompt, output
     for p, o in KNOWN_LENGTH_COLUMNS:
         if p in names and o in names:
@@ -223,58 +243,85 @@ def _pick_columns(
     )
 
 
-def _as_tokens(values: Any, where: str, column: str, line_offset: int) -> np.ndarray:
-    x = pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(x) | (x < 0) | (x != np.floor(x)))
-    if bad.size:
-        i = int(bad[0])
-        raise TraceError(
-            f"{where}: line {i + line_offset}, column {column!r}: expected a non-negative integer token "
-            f"count, got {list(values)[i]!r}"
-        )
-    return x.astype(np.int64)
+def _as_tokens(values: Sequence[Any], where: str, column: str, positions: Sequence[int] | None,
+               unit: str = "row") -> np.ndarray:
+    """Token counts, or a TraceError naming the first bad value's line/row (``positions``; else 1-based index)."""
+    x, bad = parse_tokens(values)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        pos = positions[i] if positions is not None else i + 1
+        raise TraceError(row_message(Path(where), f"{unit} {pos}", column, TOKENS_EXPECTED, values[i]))
+    return x
+
+
+def _load_table(path: Path, prompt_column: str | None, output_column: str | None,
+                ) -> tuple[np.ndarray, np.ndarray, tuple[str, str]]:
+    """Two token columns of a CSV / Parquet file (plain or compressed), validated chunk by chunk."""
+    picked: list[tuple[str, str]] = []
+
+    def select(names: list[str], where: str) -> list[str]:
+        picked.append(_pick_columns(names, prompt_column, output_column, f"{path}: {where}"))
+        return list(picked[0])
+
+    prompts, outputs = [], []
+    for cols, positions, unit in Table(path).read(select, None, WorkloadStats(), "raise"):
+        p, o = picked[0]
+        prompts.append(_as_tokens(cols[p], str(path), p, positions, unit))
+        outputs.append(_as_tokens(cols[o], str(path), o, positions, unit))
+    if not picked:  # pragma: no cover - Table.read always reads the header first
+        raise TraceError(f"{path}: expected a header row")
+    if not prompts:
+        raise TraceError(f"{path}: expected at least one data row for empirical lengths, got none")
+    return np.concatenate(prompts), np.concatenate(outputs), picked[0]
+
+
+def _load_jsonl(path: Path, prompt_column: str | None, output_column: str | None,
+                ) -> tuple[np.ndarray, np.ndarray, tuple[str, str]]:
+    rows: list[dict[str, Any]] = []
+    lines: list[int] = []
+    with open_text(path) as (f, _):
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
+                obj = None
+            if not isinstance(obj, dict):
+                raise TraceError(f"{path}: line {line_no}: expected a JSON object per line, got {line[:60]!r}")
+            rows.append(obj)
+            lines.append(line_no)
+    if not rows:
+        raise TraceError(f"{path}: expected at least one JSON line for empirical lengths, got none")
+    p, o = _pick_columns(list(rows[0]), prompt_column, output_column, f"{path}: line {lines[0]}")
+    prompt = _as_tokens([r.get(p) for r in rows], str(path), p, lines, "line")
+    output = _as_tokens([r.get(o) for r in rows], str(path), o, lines, "line")
+    return prompt, output, (p, o)
 
 
 def _load_pairs(
     table: Any, prompt_column: str | None, output_column: str | None
 ) -> tuple[np.ndarray, np.ndarray, tuple[str, str]]:
-    if isinstance(table, (str, Path)):
+    if isinstance(table, str | Path):
         path = Path(table)
-        if not path.exists():
-            raise TraceError(f"{path}: length table not found")
-        if path.suffix in (".jsonl", ".json"):
-            rows = [
-                json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
-            ]
-            names = list(rows[0]) if rows else []
-            p, o = _pick_columns(names, prompt_column, output_column, str(path))
-            prompt = _as_tokens([r.get(p) for r in rows], str(path), p, 1)
-            output = _as_tokens([r.get(o) for r in rows], str(path), o, 1)
-            return prompt, output, (p, o)
-        header = pd.read_csv(path, nrows=0).columns.str.strip().tolist()
-        p, o = _pick_columns(header, prompt_column, output_column, str(path))
-        df = pd.read_csv(path, usecols=lambda c: c.strip() in (p, o), dtype=str, keep_default_na=False)
-        df.columns = df.columns.str.strip()
-        return _as_tokens(df[p], str(path), p, 2), _as_tokens(df[o], str(path), o, 2), (p, o)
+        fmt = sniff(path)
+        if fmt != "parquet" and base_suffix(path) in (".jsonl", ".json"):
+            return _load_jsonl(path, prompt_column, output_column)
+        return _load_table(path, prompt_column, output_column)
     if isinstance(table, pd.DataFrame):
         p, o = _pick_columns(list(table.columns), prompt_column, output_column, "DataFrame")
-        return _as_tokens(table[p], "DataFrame", p, 0), _as_tokens(table[o], "DataFrame", o, 0), (p, o)
+        return (_as_tokens(table[p].to_numpy(), "DataFrame", p, None),
+                _as_tokens(table[o].to_numpy(), "DataFrame", o, None), (p, o))
     if isinstance(table, Mapping):
         p, o = _pick_columns(list(table), prompt_column, output_column, "mapping")
-        return _as_tokens(table[p], "mapping", p, 0), _as_tokens(table[o], "mapping", o, 0), (p, o)
-    arr = np.asarray(table)
+        return _as_tokens(list(table[p]), "mapping", p, None), _as_tokens(list(table[o]), "mapping", o, None), (p, o)
+    arr = np.asarray(table, dtype=object)
     if arr.ndim != 2 or arr.shape[1] != 2:
         raise ConfigError(
             f"empirical lengths: expected a sequence of (prompt, output) pairs, got shape {arr.shape}"
         )
-    return (
-        _as_tokens(arr[:, 0], "pairs", "prompt", 0),
-        _as_tokens(arr[:, 1], "pairs", "output", 0),
-        (
-            "prompt",
-            "output",
-        ),
-    )
+    return (_as_tokens(list(arr[:, 0]), "pairs", "prompt", None),
+            _as_tokens(list(arr[:, 1]), "pairs", "output", None), ("prompt", "output"))
 
 
 # Fitted to shared/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv (19,366 rows; prompt
@@ -285,6 +332,7 @@ def _load_pairs(
 AZURE_CONV_PROMPT = LogNormal(mu=6.927557906278317, sigma=0.4980678270303568, min=1, max=14050)
 AZURE_CONV_OUTPUT = LogNormal(mu=4.859812404361672, sigma=1.071749622287092, min=1, max=1000)
 
+# Plain data, not a registry of classes: each entry is a ready (immutable in use) pair model.
 LENGTH_PRESETS: dict[str, Independent] = {
     "azure_conv_like": Independent(AZURE_CONV_PROMPT, AZURE_CONV_OUTPUT),
 }

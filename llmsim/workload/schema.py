@@ -35,16 +35,19 @@ class PoissonArrival(Schema):
     rate: PosFloat
 
 
+Cv = Annotated[float, BeforeValidator(_not_bool), Field(gt=0, le=100)]  # past ~100 most gaps round to zero
+
+
 class GammaArrival(Schema):
     process: Literal["gamma"]
     rate: PosFloat
-    cv: PosFloat
+    cv: Cv
 
 
 class PhaseSpec(Schema):
     duration: PosFloat
     rate: NonNegFloat
-    cv: PosFloat = 1.0
+    cv: Cv = 1.0
 
 
 class PhasesArrival(Schema):
@@ -72,7 +75,7 @@ class SquareWaveArrival(Schema):
     high: PosFloat
     period: PosFloat
     duty: Annotated[float, BeforeValidator(_not_bool), Field(gt=0, lt=1)] = 0.5
-    cv: PosFloat = 1.0
+    cv: Cv = 1.0
 
 
 class MmppArrival(Schema):
@@ -80,7 +83,7 @@ class MmppArrival(Schema):
 
     process: Literal["mmpp"]
     mixture: Annotated[list[Annotated[list[NonNegFloat], Field(min_length=3, max_length=3)]], Field(min_length=1)]
-    mean_requests: PosFloat | None = None
+    mean_requests: Annotated[float, BeforeValidator(_not_bool), Field(ge=1)] | None = None
     mean_seconds: PosFloat | None = None
 
     @model_validator(mode="after")
@@ -155,8 +158,19 @@ LENGTHS: dict[str, type[Schema]] = {"fixed": FixedLength, "uniform": UniformLeng
 
 
 def parse_length(cfg: Any, where: str) -> Schema:
+    """A length model; a bare token count (``workload.prompt=128``) is shorthand for ``{dist: fixed, value: 128}``.
+
+    The shorthand matters on the command line: Hydra merges ``workload.prompt={dist: fixed, ...}`` into the
+    preset's lognormal keys instead of replacing them, while a scalar replaces the whole node.
+    """
+    if isinstance(cfg, int | float | str) and not isinstance(cfg, bool) and not isinstance(cfg, Mapping):
+        try:
+            return FixedLength.parse({"dist": "fixed", "value": cfg}, where)
+        except ConfigError as e:
+            raise ConfigError(str(e).replace(f"{where}.value:", f"{where}:", 1)) from None
     if not isinstance(cfg, Mapping):
-        raise ConfigError(f"{where}: expected a mapping like {{dist: fixed, value: 128}}, got {_show(cfg)}")
+        raise ConfigError(f"{where}: expected a token count or a mapping like {{dist: fixed, value: 128}}, "
+                          f"got {_show(cfg)}")
     if "dist" not in cfg:
         raise ConfigError(f"{where}.dist: missing required key; expected one of {sorted(LENGTHS)}")
     dist = check_choice(cfg["dist"], LENGTHS, f"{where}.dist")
@@ -221,8 +235,8 @@ class SyntheticSource(_Common):
     arrival: dict[str, Any]
     rate: PosFloat | None = None
     lengths: str | dict[str, Any] | None = None
-    prompt: dict[str, Any] | None = None
-    output: dict[str, Any] | None = None
+    prompt: Any = None  # a length model (checked by parse_length) or a bare token count
+    output: Any = None  # a length model (checked by parse_length) or a bare token count
     num_requests: PosInt | None = None
     duration: PosFloat | None = None
     task_mix: MixWeights | None = None
@@ -271,7 +285,6 @@ class CsvSource(_Common):
     arrival_unit: Literal["s", "ms", "us", "datetime"] = "s"
     extra: dict[str, str] | list[str] | None = None
     filters: dict[str, str | list[str]] | None = None
-    skip_zero_output: bool = False
     delimiter: Annotated[str, Field(min_length=1, max_length=1)] = ","
     on_error: OnError = "raise"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -10,22 +11,42 @@ import numpy as np
 from llmsim.errors import ConfigError
 from llmsim.request import Request
 from llmsim.workload.arrivals import BATCH, ArrivalProcess
-from llmsim.workload.base import Workload, WorkloadStats
+from llmsim.workload.base import Workload, WorkloadStats, check_float, check_int
 from llmsim.workload.lengths import PairModel
 
 MIX_FIELDS = ("task", "tenant", "slo_class")
+# A stream bounded only by ``duration`` may not expect more requests than this: 1e12 requests is not a run
+# that ends, so ask for num_requests instead of silently running for days.
+MAX_DURATION_REQUESTS = 1e9
 
 
 def _check_mix(name: str, mix: Mapping[str, float] | None) -> tuple[list[str], np.ndarray] | None:
     if mix is None:
         return None
-    if not mix:
-        raise ConfigError(f"{name}: expected a non-empty mapping of label -> weight")
+    if not isinstance(mix, Mapping) or not mix:
+        raise ConfigError(f"{name}: expected a non-empty mapping of label -> weight, got {mix!r}")
     labels = list(mix)
-    w = np.array([float(mix[k]) for k in labels])
-    if (w < 0).any() or w.sum() <= 0 or not np.isfinite(w).all():
+    w = np.array([check_float(f"{name}.{k}", mix[k], ge=0.0) for k in labels])
+    if w.sum() <= 0:
         raise ConfigError(f"{name}: expected non-negative weights with a positive sum, got {dict(mix)}")
     return labels, w / w.sum()
+
+
+def _check_bound(arrival: ArrivalProcess, num_requests: int | None, duration: float | None) -> None:
+    """The stream must end: a request count, or a duration within which a sane number of requests arrive."""
+    if num_requests is not None:
+        return
+    expected = arrival.expected_requests(duration)
+    if duration is None and (expected is None or math.isinf(expected)):
+        raise ConfigError(
+            "synthetic workload: expected 'num_requests' or 'duration' (the arrival process is endless)"
+        )
+    if expected is not None and expected > MAX_DURATION_REQUESTS:
+        span = "the whole arrival schedule" if duration is None else f"{duration:g} s of this arrival process"
+        raise ConfigError(
+            f"{'arrival' if duration is None else 'duration'}: {span} expects up to {expected:.3g} requests; "
+            f"expected at most {MAX_DURATION_REQUESTS:.0e} without an explicit 'num_requests'"
+        )
 
 
 class SyntheticWorkload(Workload):
@@ -52,21 +73,16 @@ class SyntheticWorkload(Workload):
         batch: int = BATCH,
     ) -> None:
         super().__init__()
-        if num_requests is not None and (
-            isinstance(num_requests, bool) or int(num_requests) != num_requests or num_requests < 0
-        ):
-            raise ConfigError(f"num_requests: expected a non-negative integer, got {num_requests!r}")
-        if duration is not None and not (float(duration) > 0):
-            raise ConfigError(f"duration: expected a positive number of seconds, got {duration!r}")
-        if num_requests is None and duration is None and getattr(arrival, "repeat", True) is not False:
-            raise ConfigError(
-                "synthetic workload: expected 'num_requests' or 'duration' (the arrival process is endless)"
-            )
+        if not isinstance(arrival, ArrivalProcess):
+            raise ConfigError(f"arrival: expected an ArrivalProcess (GammaArrivals, ...), got {arrival!r}")
+        if not isinstance(lengths, PairModel):
+            raise ConfigError(f"lengths: expected a PairModel (Independent, Empirical, ...), got {lengths!r}")
+        self.num_requests = None if num_requests is None else check_int("num_requests", num_requests, ge=1)
+        self.duration = None if duration is None else check_float("duration", duration, gt=0.0)
+        _check_bound(arrival, self.num_requests, self.duration)
         self.arrival = arrival
         self.lengths = lengths
-        self.seed = int(seed)
-        self.num_requests = None if num_requests is None else int(num_requests)
-        self.duration = None if duration is None else float(duration)
+        self.seed = check_int("seed", seed, ge=0)
         self.mixes = {
             f: m
             for f, m in zip(
@@ -79,7 +95,7 @@ class SyntheticWorkload(Workload):
             )
             if m is not None
         }
-        self.batch = int(batch)
+        self.batch = check_int("batch", batch, ge=1)
 
     def describe(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -108,7 +124,7 @@ class SyntheticWorkload(Workload):
                 times = times[times < self.duration]
                 if times.size == 0:
                     stats.stopped = "duration"
-                    return
+                    break
                 done = True
             else:
                 done = False
@@ -136,7 +152,11 @@ class SyntheticWorkload(Workload):
                 remaining -= n
                 if remaining <= 0:
                     stats.stopped = "num_requests"
-                    return
+                    break
             if done:
                 stats.stopped = "duration"
-                return
+                break
+        if stats.yielded == 0:  # a complete pass that drew nothing is an error, never a silent empty run
+            before = "" if self.duration is None else f" before duration={self.duration} s"
+            raise ConfigError(f"synthetic workload: expected at least one request, got none (the arrival process "
+                              f"{self.arrival.describe()} produced no arrival{before}; raise the rate or the duration)")

@@ -6,14 +6,19 @@ with its own, so a row dropped by a window is counted like a row dropped by a re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from llmsim.errors import ConfigError
 from llmsim.request import Request
-from llmsim.workload.base import Workload, WorkloadStats
+from llmsim.workload.base import Workload, WorkloadStats, check_float, check_int
+
+
+def _check_inner(inner: Any) -> Workload:
+    if not isinstance(inner, Workload):
+        raise ConfigError(f"workload: expected an llmsim Workload to transform, got {type(inner).__name__}")
+    return inner
 
 
 class _Wrapper(Workload):
@@ -21,7 +26,7 @@ class _Wrapper(Workload):
 
     def __init__(self, inner: Workload) -> None:
         super().__init__()
-        self.inner = inner
+        self.inner = _check_inner(inner)
 
     @property
     def stats(self) -> WorkloadStats:
@@ -43,14 +48,17 @@ class RateScaled(_Wrapper):
 
     def __init__(self, inner: Workload, factor: float) -> None:
         super().__init__(inner)
-        if not (np.isfinite(factor) and factor > 0):
-            raise ConfigError(f"rate_scale: expected a positive number, got {factor!r}")
-        self.factor = float(factor)
+        self.factor = check_float("rate_scale", factor, gt=0.0)
+        if not math.isfinite(1.0 / self.factor):
+            raise ConfigError(f"rate_scale: expected a factor whose inverse is finite (>= 1e-300), got {factor!r}")
 
     def _iter(self, stats: WorkloadStats) -> Iterator[Request]:
         inv = 1.0 / self.factor
         for r in self.inner:
             r.arrival *= inv
+            if r.arrival == math.inf:
+                raise ConfigError(f"rate_scale: {self.factor!r} puts request {r.id}'s arrival at inf; expected a "
+                                  f"factor that keeps arrival times finite")
             stats.yielded += 1
             yield r
 
@@ -67,19 +75,26 @@ class Windowed(_Wrapper):
 
     def __init__(self, inner: Workload, start: float = 0.0, end: float | None = None) -> None:
         super().__init__(inner)
-        if not (np.isfinite(start) and start >= 0):
-            raise ConfigError(f"window: expected a start >= 0 seconds, got {start!r}")
-        if end is not None and not end > start:
-            raise ConfigError(f"window: expected end > start ({start}), got {end!r}")
-        self.start = float(start)
-        self.end = None if end is None else float(end)
+        self.start = check_float("window.start", start, ge=0.0)
+        self.end = None if end is None else check_float("window.end", end, gt=self.start)
 
     def _iter(self, stats: WorkloadStats) -> Iterator[Request]:
+        seen = {"n": 0, "last": None}
+        yield from self._cut(stats, seen)
+        if stats.yielded == 0:  # only after a complete pass: an empty window is never a silent empty run
+            end = "end" if self.end is None else f"{self.end:g}"
+            last = "" if seen["last"] is None else f", the last at {seen['last']:g} s"
+            raise ConfigError(f"window: expected at least one request in [{self.start:g}, {end}) s of the source, "
+                              f"got none ({seen['n']} requests read{last})")
+
+    def _cut(self, stats: WorkloadStats, seen: dict[str, Any]) -> Iterator[Request]:
         start, end = self.start, self.end
         next_id = 0
         it = iter(self.inner)
         try:
             for r in it:
+                seen["n"] += 1
+                seen["last"] = r.arrival
                 if r.arrival < start:
                     stats.skip("outside_window")
                     continue
@@ -106,14 +121,9 @@ class Limited(_Wrapper):
 
     def __init__(self, inner: Workload, max_requests: int) -> None:
         super().__init__(inner)
-        if isinstance(max_requests, bool) or int(max_requests) != max_requests or max_requests < 0:
-            raise ConfigError(f"max_requests: expected a non-negative integer, got {max_requests!r}")
-        self.max_requests = int(max_requests)
+        self.max_requests = check_int("max_requests", max_requests, ge=1)
 
     def _iter(self, stats: WorkloadStats) -> Iterator[Request]:
-        if self.max_requests == 0:
-            stats.stopped = "max_requests"
-            return
         it = iter(self.inner)
         try:
             for r in it:

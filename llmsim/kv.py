@@ -1,0 +1,136 @@
+"""The paged KV cache of one instance: GPU blocks held by running requests, CPU blocks by swapped ones.
+
+Every allocation, release and swap goes through :class:`KVCache`, so the block accounting is written
+once and its invariants hold after every operation:
+
+* ``0 <= free <= total`` and ``0 <= cpu_free <= cpu_total``;
+* ``free + used == total`` (``used`` is derived, so this holds by construction);
+* on the stepped path ``used == sum(r.blocks for r in running)`` and
+  ``cpu_total - cpu_free == sum(r.blocks for r in swapped)``. During a fast-path run the running
+  requests' ``blocks`` lag behind ``free`` (blocks taken with :meth:`take` are attributed when the run
+  materialises, by :meth:`settle`); ``free`` itself is always exact.
+
+``free`` is a plain attribute, not a property: policies read it in their per-request loops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from llmsim.errors import LLMSimError
+
+if TYPE_CHECKING:
+    from llmsim.request import Request
+
+
+class KVCache:
+    """Block counts of one instance's GPU cache (and CPU swap space), and the operations that move them."""
+
+    __slots__ = ("owner", "block_size", "total", "free", "watermark", "cpu_total", "cpu_free")
+
+    def __init__(self, total: int, block_size: int, watermark: int = 0, cpu_total: int = 0, owner: str = "") -> None:
+        if not 1 <= total < 1 << 62 or not 0 <= watermark < total or not 0 <= cpu_total < 1 << 62 or block_size < 1:
+            raise LLMSimError(f"KV cache {owner}: impossible sizes total={total!r}, watermark={watermark!r}, "
+                              f"cpu_total={cpu_total!r}, block_size={block_size!r}")
+        self.owner = owner  # names the instance in error messages
+        self.block_size = block_size
+        self.total = total
+        self.free = total
+        self.watermark = watermark  # blocks admission keeps free (vLLM V0); 0 for policies without one
+        self.cpu_total = cpu_total
+        self.cpu_free = cpu_total
+
+    @property
+    def used(self) -> int:
+        return self.total - self.free
+
+    @property
+    def max_allocation(self) -> int:
+        """The most blocks one request may hold: the whole cache minus the watermark."""
+        return self.total - self.watermark
+
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks that hold ``tokens`` tokens."""
+        return -(-tokens // self.block_size)
+
+    def needed(self, r: Request, n_new: int) -> int:
+        """New blocks ``r`` needs to compute ``n_new`` more tokens (0 if it holds enough)."""
+        need = -(-(r.computed + n_new) // self.block_size) - r.blocks
+        return need if need > 0 else 0
+
+    def allocate(self, r: Request, need: int) -> None:
+        """Give ``r`` ``need`` more GPU blocks (the caller checked that they are free)."""
+        free = self.free - need
+        if free < 0 or need < 0:
+            raise self._broken(f"cannot allocate {need} block(s) to request {r.id} with {self.free} free")
+        self.free = free
+        r.blocks += need
+
+    def take(self, n: int) -> None:
+        """Take ``n`` free blocks whose owners the caller records itself (decode steps; see module doc)."""
+        free = self.free - n
+        if free < 0 or n < 0:
+            raise self._broken(f"cannot take {n} block(s) with {self.free} free")
+        self.free = free
+
+    def release(self, r: Request) -> None:
+        """Free every GPU block ``r`` holds (it finished, was dropped, or is preempted for recompute)."""
+        free = self.free + r.blocks
+        if free > self.total or r.blocks < 0:
+            raise self._broken(f"cannot release {r.blocks} block(s) of request {r.id} with {self.free} of "
+                               f"{self.total} free")
+        self.free = free
+        r.blocks = 0
+
+    def swap_out(self, r: Request) -> bool:
+        """Move ``r``'s blocks to CPU swap space if it has room: True if moved (``r.blocks`` then counts
+        CPU blocks), False if not (nothing changed)."""
+        n = r.blocks
+        if not self.cpu_total or n > self.cpu_free:
+            return False
+        if self.free + n > self.total or n < 0:
+            raise self._broken(f"cannot swap out {n} block(s) of request {r.id} with {self.free} of {self.total} free")
+        self.cpu_free -= n
+        self.free += n
+        return True
+
+    def swap_in(self, r: Request, need: int) -> int:
+        """Bring swapped-out ``r`` back holding ``need`` GPU blocks (its old ones plus any new); returns the
+        number of blocks moved from CPU."""
+        moved = r.blocks
+        free = self.free - need
+        if free < 0 or need < moved or self.cpu_free + moved > self.cpu_total:
+            raise self._broken(f"cannot swap in request {r.id} ({moved} blocks) into {need} with {self.free} free")
+        self.cpu_free += moved
+        self.free = free
+        r.blocks = need
+        return moved
+
+    def drop_swapped(self, r: Request) -> None:
+        """Forget swapped-out ``r`` (dropped): its CPU blocks are free again."""
+        cpu_free = self.cpu_free + r.blocks
+        if cpu_free > self.cpu_total or r.blocks < 0:
+            raise self._broken(f"cannot free {r.blocks} CPU block(s) of request {r.id} with {self.cpu_free} of "
+                               f"{self.cpu_total} free")
+        self.cpu_free = cpu_free
+        r.blocks = 0
+
+    def settle(self, used: int) -> None:
+        """Set the GPU blocks in use from the running requests' own counts (end of a fast-path stretch)."""
+        if not 0 <= used <= self.total:
+            raise self._broken(f"settle at {used} blocks used of {self.total}")
+        self.free = self.total - used
+
+    def check(self, running: Iterable[Request], swapped: Iterable[Request] = ()) -> None:
+        """Raise if the counts disagree with the blocks the requests hold (tests, debugging; stepped path)."""
+        on_gpu = sum(r.blocks for r in running)
+        on_cpu = sum(r.blocks for r in swapped)
+        if not (0 <= self.free <= self.total and 0 <= self.cpu_free <= self.cpu_total
+                and on_gpu + self.free == self.total and on_cpu + self.cpu_free == self.cpu_total):
+            raise self._broken(f"GPU {self.free} free + {on_gpu} held != {self.total}, or CPU {self.cpu_free} free + "
+                               f"{on_cpu} held != {self.cpu_total}")
+
+    def _broken(self, what: str) -> LLMSimError:
+        return LLMSimError(f"instance {self.owner}: KV cache accounting broken: {what} (a batch policy moved blocks "
+                           "without checking they were free)")

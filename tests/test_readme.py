@@ -1,0 +1,113 @@
+"""Every command in the README's code blocks runs as written (with small sizes), so the README cannot rot.
+
+Each ```bash line that starts a command is matched by exactly one rule below: run (with size-limiting
+overrides appended) or skipped with a stated reason. A new README command that no rule covers fails the test.
+Each ```python block is executed.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, SHARED
+
+README = (REPO / "README.md").read_text()
+SMALL = ["++workload.max_requests=60", "output.plots=false"]
+SHARED_RUN = SHARED / "profiles_raw/llmservingsim/bench/examples/RTXPRO6000/Llama-3.1-8B/vllm/requests.jsonl"
+
+
+def _blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
+
+
+def _commands() -> list[str]:
+    out = []
+    for block in _blocks("bash"):
+        for line in block.splitlines():
+            line = re.split(r"\s{2,}#", line)[0].strip()  # trailing "  # comment"
+            if line and not line.startswith("#"):
+                out.append(line)
+    return out
+
+
+# (pattern, action, reason): action "run" runs the line as a command (after substitutions), "skip" does not.
+RULES: list[tuple[str, str, str]] = [
+    (r"^python3\.11 -m venv ", "skip", "creates a venv and installs the package: CI runs exactly this (.ci/run)"),
+    (r"^(llmsim|python -m llmsim) -m ", "run", "Hydra multirun, small sizes"),
+    (r"^(llmsim|python -m llmsim)( (?!-m )|$)", "run", "one simulation, small sizes"),
+    (r"^(llmsim-capacity|python -m llmsim\.capacity)( |$)", "run", "capacity search, tiny budget"),
+    (r"^python -m llmsim\.report ", "run", "report of the multirun above"),
+    (r"^python -m (llmsim\.bench|envs\.bench) ", "run", "benchmark with a tiny size"),
+    (r"^python -m profiles\.(build|validate)( |$)", "run", "check mode against ../shared raw data"),
+    (r"^python -m profiles\.replay ", "run", "replay of the RTX PRO 6000 run in ../shared"),
+    (r"^python -m profiles\.profile ", "skip", "times a model on a CUDA GPU (tested on CPU in tests/test_profiles*)"),
+    (r"^python -m pytest", "skip", "the test suite itself"),
+]
+
+
+def _rule(cmd: str) -> tuple[str, str, str]:
+    hits = [r for r in RULES if re.search(r[0], cmd)]
+    assert len(hits) == 1, f"README command {cmd!r} matches {len(hits)} rules; add exactly one to RULES"
+    return hits[0]
+
+
+def test_every_command_has_a_rule() -> None:
+    for cmd in _commands():
+        _rule(cmd)
+
+
+def _argv(cmd: str, tmp: Path, state: dict) -> list[str] | None:
+    args = shlex.split(cmd)
+    head = args[0]
+    if head.startswith("llmsim"):
+        args = [sys.executable, "-m", "llmsim.capacity" if head == "llmsim-capacity" else "llmsim", *args[1:]]
+    elif head == "python":
+        args = [sys.executable, *args[1:]]
+    mod = args[2] if len(args) > 2 and args[1] == "-m" else ""
+    if mod == "llmsim":
+        if "-m" in args[3:]:
+            state["sweep"] = tmp / "sweep"
+            return [*args, "++workload.num_requests=60", "output.plots=false", f"hydra.sweep.dir={state['sweep']}"]
+        return [*args, *SMALL, f"hydra.run.dir={tmp}/run"]
+    if mod == "llmsim.capacity":
+        return [*args, "capacity.seeds=1", "capacity.num_requests=60", "capacity.tolerance=0.5",
+                "capacity.max_evaluations=6", f"hydra.run.dir={tmp}/cap"]
+    if mod == "llmsim.report":
+        return [*args[:3], str(state["sweep"]), *args[4:]]
+    if mod == "llmsim.bench":
+        return [*args, "--case", "single", "--requests", "300"] if "sim" in args else [*args, "--steps", "200"]
+    if mod == "envs.bench":
+        return [*args, "--steps", "200"]
+    if mod.startswith("profiles.") and not SHARED.is_dir():
+        return None
+    if mod == "profiles.replay":
+        return [a if not a.endswith(".jsonl") else str(SHARED_RUN) for a in args]
+    return args
+
+
+def test_readme_commands_run(tmp_path) -> None:
+    state: dict = {}
+    ran = 0
+    for cmd in _commands():
+        _, action, _ = _rule(cmd)
+        if action == "skip":
+            continue
+        argv = _argv(cmd, tmp_path, state)
+        if argv is None:
+            continue
+        p = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, f"README command {cmd!r} failed ({p.returncode}):\n{p.stderr[-3000:]}"
+        ran += 1
+    assert ran >= 5
+
+
+@pytest.mark.parametrize("k", range(len(_blocks("python"))))
+def test_readme_python_blocks_run(k: int, monkeypatch, tmp_path) -> None:
+    monkeypatch.chdir(tmp_path)
+    exec(compile(_blocks("python")[k], f"README.md python block {k}", "exec"), {})  # noqa: S102
