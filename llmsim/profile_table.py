@@ -37,9 +37,6 @@ PART_NAMES = ("dense", "prefill_attention", "decode_attention", "lm_head", "over
 STEP_PARTS = ("dense", "prefill_attention", "decode_attention", "lm_head")
 STATUSES = ("measured", "transferred", "estimated")
 
-#: Directory holding ``<gpu>/<model>[-tpN].yaml``; extra directories via ``LLMSIM_PROFILE_PATH``
-#: (os.pathsep separated, searched first).
-DATA_DIR = Path(__file__).resolve().parent.parent / "profiles" / "data"
 
 
 class Table:
@@ -114,6 +111,8 @@ def _table(d: dict, xkey: str, key: str, path: Path | str) -> Table:
         raise _err(path, f"{key}.{xkey}", "must be strictly increasing and start at >= 1")
     if any(b < a for a, b in zip(ys, ys[1:])):
         raise _err(path, f"{key}.seconds", "must be non-decreasing (step time is monotone)")
+    if not any(ys):
+        raise _err(path, f"{key}.seconds", "all zero (no timing data)")
     return Table(xs, ys)
 
 
@@ -159,6 +158,13 @@ class MeasuredProfile:
         ov = _get(data, "overhead", path)
         self._ov_iter = _num(ov, "per_iteration", path, "overhead")
         self._ov_seq = _num(ov, "per_seq", path, "overhead")
+        for key, coefs in (  # an all-zero group is a failed fit or a placeholder, not a measurement
+            ("prefill_attention", (self._pf_fixed, self._pf_c2, self._pf_cp)),
+            ("decode_attention", (self._dec_fixed, self._dec_seq, self._dec_ctx)),
+            ("overhead", (self._ov_iter, self._ov_seq)),
+        ):
+            if not any(coefs):
+                raise _err(path, key, "all coefficients are zero (no timing data)")
         mem = _get(data, "memory", path)
         self.weight_bytes = _num(mem, "weight_bytes", path, "memory", 1.0)
         self.kv_bytes_per_token = _num(mem, "kv_bytes_per_token", path, "memory", 1.0)
@@ -239,8 +245,12 @@ def load_profile_file(path: str | Path) -> MeasuredProfile:
 
 
 def profile_dirs() -> list[Path]:
+    """Directories holding ``<gpu>/<model>[-tpN].yaml``: those of ``LLMSIM_PROFILE_PATH`` (os.pathsep
+    separated) first, then the shipped profile data (package data, see :mod:`llmsim.resources`)."""
+    from llmsim.resources import profile_data_dir
+
     extra = [Path(d) for d in os.environ.get("LLMSIM_PROFILE_PATH", "").split(os.pathsep) if d]
-    return extra + [DATA_DIR]
+    return extra + [profile_data_dir()]
 
 
 def profile_filename(model: str, tp: int) -> str:

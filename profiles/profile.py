@@ -1,7 +1,7 @@
 """Measure a model's operator shapes on this machine's GPU (or CPU) with torch; no weights are downloaded.
 
     python -m profiles.profile --model llama-2-7b --device cuda [--gpu-name a100-80gb] [--out DIR]
-    python -m profiles.build --from-raw DIR     # -> profiles/data/<gpu>/<model>.yaml
+    python -m profiles.build --from-raw DIR --write     # -> profiles/data/<gpu>/<model>.yaml
 
 ``--model`` is a registry name or a Hugging Face ``config.json`` path. One decoder layer is timed with
 random fp16/bf16 tensors: fused QKV, O, (gate+)up and down GEMMs, RMS/LayerNorm, RoPE-like elementwise,
@@ -27,11 +27,16 @@ import argparse
 import csv
 import platform
 import statistics
+import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from llmsim.errors import LLMSimError, ProfileError
 from llmsim.models import ModelSpec, from_hf_config, get_model
 
 DENSE_TOKENS = sorted(
@@ -71,20 +76,38 @@ def _timer(torch, device: str, iters: int, repeats: int):
     return run
 
 
-def profile_model(
-    m: ModelSpec,
-    device: str,
-    out: Path,
-    gpu_name: str | None = None,
-    quick: bool = False,
-    max_tokens: int = 2048,
-    max_ctx: int = 16384,
-    max_batch: int = 256,
-    iters: int = 10,
-    repeats: int = 3,
-    register_name: str | None = None,
-) -> Path:
-    import torch
+def require_torch(device: str):
+    """Import torch and check the device; a ProfileError (one line) when it cannot be used."""
+    try:
+        import torch
+    except ImportError as e:
+        raise ProfileError(f"PyTorch is needed to profile ({e}); install it, e.g. pip install torch") from None
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ProfileError(
+            f"--device cuda: CUDA is not available to PyTorch {torch.__version__} (no GPU or driver, or a CPU-only "
+            "build); run on a GPU host, or use --device cpu for a test run"
+        )
+    return torch
+
+
+@dataclass
+class _Setup:
+    """torch handles, timer and the random weights of one decoder layer."""
+
+    torch: Any
+    F: Any
+    dev: Any
+    dtype: Any
+    device: str
+    timer: Callable[[Callable[[], Any]], float]
+    flash_attn_func: Any
+    w: dict[str, Any]
+    emb: Any
+    norm_w: Any
+
+
+def _setup(m: ModelSpec, device: str, iters: int, repeats: int) -> _Setup:
+    torch = require_torch(device)
     import torch.nn.functional as F
 
     try:
@@ -108,16 +131,22 @@ def profile_model(
     }
     emb = torch.randn(m.vocab, h, device=dev, dtype=dtype) * 0.02
     norm_w = torch.ones(h, device=dev, dtype=dtype)
-    tokens = [t for t in (QUICK_TOKENS if quick else DENSE_TOKENS) if t <= max_tokens]
-    out.mkdir(parents=True, exist_ok=True)
+    return _Setup(torch, F, dev, dtype, device, timer, flash_attn_func, w, emb, norm_w)
+
+
+def _profile_dense(s: _Setup, m: ModelSpec, tokens: list[int], path: Path) -> None:
+    """dense.csv: the per-layer ops, embedding and final norm versus tokens."""
+    torch, F, dev, dtype, w = s.torch, s.F, s.dev, s.dtype, s.w
+    h, qd, kvd = m.hidden, m.q_dim, m.kv_dim
+    up = (2 if m.gated_mlp else 1) * m.intermediate
 
     def norm(x):
         if m.gated_mlp:
-            return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * norm_w
-        return F.layer_norm(x, (h,), norm_w)
+            return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * s.norm_w
+        return F.layer_norm(x, (h,), s.norm_w)
 
     act = (lambda x: F.silu(x[..., : m.intermediate]) * x[..., m.intermediate :]) if m.gated_mlp else F.relu
-    with open(out / "dense.csv", "w", newline="") as f:
+    with open(path, "w", newline="") as f:
         wr = csv.writer(f)
         wr.writerow(["layer", "tokens", "time_us"])
         for t in tokens:
@@ -128,7 +157,7 @@ def profile_model(
             cos = torch.randn(t, qd + kvd, device=dev, dtype=dtype)
             xo = torch.randn(t, qd, device=dev, dtype=dtype)
             ops = {
-                "embedding": lambda: F.embedding(ids, emb),
+                "embedding": lambda: F.embedding(ids, s.emb),
                 "layernorm": lambda: norm(x),
                 "qkv_proj": lambda: x @ w["qkv_proj"].T,
                 "rotary_emb": lambda: q * cos + q.roll(1, -1) * cos,
@@ -139,12 +168,17 @@ def profile_model(
                 "final_layernorm": lambda: norm(x),
             }
             for name, fn in ops.items():
-                wr.writerow([name, t, f"{timer(fn):.3f}"])
-    heads, kvh, hd = m.n_heads, m.n_kv_heads, m.head_dim
+                wr.writerow([name, t, f"{s.timer(fn):.3f}"])
+
+
+def _attention_fn(s: _Setup, m: ModelSpec):
+    """attn(q, k, v, causal): FlashAttention when importable on CUDA, else SDPA (GQA expanded, prefix mask)."""
+    torch, F = s.torch, s.F
+    heads, kvh = m.n_heads, m.n_kv_heads
 
     def attn(q, k, v, causal: bool):
-        if flash_attn_func is not None and device == "cuda":
-            return flash_attn_func(q, k, v, causal=causal)
+        if s.flash_attn_func is not None and s.device == "cuda":
+            return s.flash_attn_func(q, k, v, causal=causal)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))
         if kvh != heads:
             k = k.repeat_interleave(heads // kvh, 1)
@@ -156,10 +190,15 @@ def profile_model(
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-    chunks = [c for c in (CHUNKS[::2] if quick else CHUNKS) if c <= max_tokens]
-    ctxs = [c for c in (CTXS[::3] if quick else CTXS) if c <= max_ctx]
-    bs = [b for b in (DECODE_B[::2] if quick else DECODE_B) if b <= max_batch]
-    with open(out / "attention.csv", "w", newline="") as f:
+    return attn
+
+
+def _profile_attention(s: _Setup, m: ModelSpec, chunks: list[int], ctxs: list[int], bs: list[int], path: Path) -> None:
+    """attention.csv: prefill chunks with cached context, then decode batches with KV length."""
+    torch, dev, dtype = s.torch, s.dev, s.dtype
+    heads, kvh, hd = m.n_heads, m.n_kv_heads, m.head_dim
+    attn = _attention_fn(s, m)
+    with open(path, "w", newline="") as f:
         wr = csv.writer(f)
         wr.writerow(["prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"])
         for c in chunks:
@@ -167,7 +206,7 @@ def profile_model(
                 q = torch.randn(1, c, heads, hd, device=dev, dtype=dtype)
                 k = torch.randn(1, c + p, kvh, hd, device=dev, dtype=dtype)
                 v = torch.randn(1, c + p, kvh, hd, device=dev, dtype=dtype)
-                wr.writerow([c, p, 0, 0, f"{timer(lambda: attn(q, k, v, True)):.3f}"])
+                wr.writerow([c, p, 0, 0, f"{s.timer(lambda: attn(q, k, v, True)):.3f}"])
         for b in bs:
             for kv in ctxs:
                 if kv == 0 or b * kv > 2**21:
@@ -175,25 +214,34 @@ def profile_model(
                 q = torch.randn(b, 1, heads, hd, device=dev, dtype=dtype)
                 k = torch.randn(b, kv, kvh, hd, device=dev, dtype=dtype)
                 v = torch.randn(b, kv, kvh, hd, device=dev, dtype=dtype)
-                wr.writerow([0, 0, b, kv, f"{timer(lambda: attn(q, k, v, False)):.3f}"])
-    with open(out / "per_sequence.csv", "w", newline="") as f:
+                wr.writerow([0, 0, b, kv, f"{s.timer(lambda: attn(q, k, v, False)):.3f}"])
+
+
+def _profile_lm_head(s: _Setup, m: ModelSpec, seqs: list[int], path: Path) -> None:
+    """per_sequence.csv: lm_head GEMM and a softmax + top-k sampler versus sequences."""
+    torch, dev, dtype = s.torch, s.dev, s.dtype
+    with open(path, "w", newline="") as f:
         wr = csv.writer(f)
         wr.writerow(["layer", "sequences", "time_us"])
-        for s in [s for s in (SEQS[::3] if quick else SEQS) if s <= max_batch]:
-            x = torch.randn(s, h, device=dev, dtype=dtype)
-            logits = torch.randn(s, m.vocab, device=dev, dtype=torch.float32)
-            wr.writerow(["lm_head", s, f"{timer(lambda: x @ emb.T):.3f}"])
-            wr.writerow(["sampler", s, f"{timer(lambda: torch.softmax(logits, -1).topk(50, -1)):.3f}"])
+        for n in seqs:
+            x = torch.randn(n, m.hidden, device=dev, dtype=dtype)
+            logits = torch.randn(n, m.vocab, device=dev, dtype=torch.float32)
+            wr.writerow(["lm_head", n, f"{s.timer(lambda: x @ s.emb.T):.3f}"])
+            wr.writerow(["sampler", n, f"{s.timer(lambda: torch.softmax(logits, -1).topk(50, -1)):.3f}"])
+
+
+def _meta(s: _Setup, m: ModelSpec, gpu_name: str | None, register_name: str | None, grid: dict, timing: dict) -> dict:
+    """meta.yaml: what was measured, where, with which software."""
+    torch, device = s.torch, s.device
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         dev_name, mem = props.name, int(props.total_memory)
     else:
         dev_name, mem = platform.processor() or platform.machine(), 0
-    meta = {
+    return {
         "format": "llmsim-raw/1",
         "model": register_name or m.name,
-        "gpu": gpu_name
-        or ("cpu" if device == "cpu" else dev_name.lower().replace("nvidia ", "").replace(" ", "-")),
+        "gpu": gpu_name or ("cpu" if device == "cpu" else dev_name.lower().replace("nvidia ", "").replace(" ", "-")),
         "tp": 1,
         "device": device,
         "device_name": dev_name,
@@ -208,31 +256,58 @@ def profile_model(
             "torch": str(torch.__version__),
             "cuda": str(torch.version.cuda),
             "python": platform.python_version(),
-            "flash_attn": flash_attn_func is not None,
-            "dtype": str(dtype).replace("torch.", ""),
+            "flash_attn": s.flash_attn_func is not None,
+            "dtype": str(s.dtype).replace("torch.", ""),
         },
         "shape": {
             "n_layers": m.n_layers,
-            "hidden": h,
-            "n_heads": heads,
-            "n_kv_heads": kvh,
+            "hidden": m.hidden,
+            "n_heads": m.n_heads,
+            "n_kv_heads": m.n_kv_heads,
             "intermediate": m.intermediate,
             "vocab": m.vocab,
             "gated_mlp": m.gated_mlp,
-            "head_dim": hd,
+            "head_dim": m.head_dim,
             "tied_embeddings": m.tied_embeddings,
             "max_position": m.max_position,
         },
-        "grid": {"tokens": tokens, "chunks": chunks, "contexts": ctxs, "decode_batches": bs},
+        "grid": grid,
         "timing": {
             "method": "cuda events + synchronize" if device == "cuda" else "perf_counter",
-            "iters": iters,
-            "repeats": repeats,
+            **timing,
             "statistic": "median",
             "units": "microseconds",
         },
         "note": "one decoder layer with random weights; tp=1",
     }
+
+
+def profile_model(
+    m: ModelSpec,
+    device: str,
+    out: Path,
+    gpu_name: str | None = None,
+    quick: bool = False,
+    max_tokens: int = 2048,
+    max_ctx: int = 16384,
+    max_batch: int = 256,
+    iters: int = 10,
+    repeats: int = 3,
+    register_name: str | None = None,
+) -> Path:
+    """Time one decoder layer of ``m`` on ``device``; write dense.csv, attention.csv, per_sequence.csv and
+    meta.yaml to ``out``. Raises ProfileError when torch or the device is not usable."""
+    s = _setup(m, device, iters, repeats)
+    tokens = [t for t in (QUICK_TOKENS if quick else DENSE_TOKENS) if t <= max_tokens]
+    out.mkdir(parents=True, exist_ok=True)
+    _profile_dense(s, m, tokens, out / "dense.csv")
+    chunks = [c for c in (CHUNKS[::2] if quick else CHUNKS) if c <= max_tokens]
+    ctxs = [c for c in (CTXS[::3] if quick else CTXS) if c <= max_ctx]
+    bs = [b for b in (DECODE_B[::2] if quick else DECODE_B) if b <= max_batch]
+    _profile_attention(s, m, chunks, ctxs, bs, out / "attention.csv")
+    _profile_lm_head(s, m, [n for n in (SEQS[::3] if quick else SEQS) if n <= max_batch], out / "per_sequence.csv")
+    grid = {"tokens": tokens, "chunks": chunks, "contexts": ctxs, "decode_batches": bs}
+    meta = _meta(s, m, gpu_name, register_name, grid, {"iters": iters, "repeats": repeats})
     (out / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
     return out
 
@@ -256,13 +331,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args(argv)
-    m = resolve_model(a.model)
-    out = a.out or Path("profiles/raw_local") / (a.gpu_name or a.device) / m.name
-    t0 = time.perf_counter()
-    profile_model(
-        m, a.device, out, a.gpu_name, a.quick, a.max_tokens, a.max_ctx, a.max_batch, a.iters, a.repeats
+    try:
+        m = resolve_model(a.model)
+        require_torch(a.device)
+        out = a.out or Path("profiles/raw_local") / (a.gpu_name or a.device) / m.name
+        t0 = time.perf_counter()
+        profile_model(m, a.device, out, a.gpu_name, a.quick, a.max_tokens, a.max_ctx, a.max_batch, a.iters, a.repeats)
+    except LLMSimError as e:
+        print(f"python -m profiles.profile: error: {e}", file=sys.stderr)
+        return 2
+    print(
+        f"wrote {out} in {time.perf_counter() - t0:.1f} s; next: python -m profiles.build --from-raw {out} --write"
+        " (or --out DIR)"
     )
-    print(f"wrote {out} in {time.perf_counter() - t0:.1f} s; next: python -m profiles.build --from-raw {out}")
     return 0
 
 

@@ -15,13 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from llmsim.errors import TraceError
+from llmsim.errors import LLMSimError, TraceError
+from llmsim.request import MAX_TOKENS
 
 
 @dataclass
@@ -33,37 +35,79 @@ class Recorded:
     e2e: np.ndarray | None
 
 
+def _jsonl_rows(p: Path) -> pd.DataFrame:
+    """JSON lines, each parsed alone so an error names its line; blank lines are skipped."""
+    rows, lines = [], []
+    for n, line in enumerate(p.read_text(errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise TraceError(f"{p}: line {n}: expected a JSON object, got {line[:60]!r} ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise TraceError(f"{p}: line {n}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+        lines.append(n)
+    if not rows:
+        raise TraceError(f"{p}: no request in the file (it is empty or blank); expected one JSON object per line")
+    df = pd.DataFrame(rows)
+    df.index = lines
+    return df
+
+
+def _column(p: Path, df: pd.DataFrame, key: str, integer: bool, where: str) -> np.ndarray:
+    """One column as finite numbers (positive integers for token counts), else an error naming line and key."""
+    vals = pd.to_numeric(df[key], errors="coerce").to_numpy(float)
+    bad = ~np.isfinite(vals)
+    if integer:
+        bad |= (vals < 1) | (vals > MAX_TOKENS) | (vals != np.round(vals))
+    if bad.any():
+        i = int(np.argmax(bad))
+        what = f"an integer in [1, {MAX_TOKENS}]" if integer else "a finite number"
+        raise TraceError(f"{p}: {where} {df.index[i]}: {key}: expected {what}, got {df[key].iloc[i]!r}")
+    return vals.astype(np.int64) if integer else vals
+
+
 def read_requests(path: str | Path) -> Recorded:
     p = Path(path)
     if not p.is_file():
-        raise TraceError(f"requests file {p} does not exist")
+        raise TraceError(f"requests file {p} does not exist or is not a file")
     if p.suffix in (".jsonl", ".json"):
-        rows = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-        df = pd.DataFrame(rows)
-        need = ("input_toks", "output_toks")
-        for k in need:
+        df, where = _jsonl_rows(p), "line"
+        for k in ("input_toks", "output_toks"):
             if k not in df.columns:
                 raise TraceError(f"{p}: JSON lines need key {k!r} (have {sorted(df.columns)})")
         # queued_ts / first_token_ts / last_token_ts share one (monotonic) clock; arrival_time is wall clock.
         t0col = "queued_ts" if "queued_ts" in df.columns else "arrival_time"
-        arr = df[t0col].to_numpy(float)
+        if t0col not in df.columns:
+            raise TraceError(f"{p}: JSON lines need key 'queued_ts' or 'arrival_time' (have {sorted(df.columns)})")
+        arr = _column(p, df, t0col, False, where)
         ttft = e2e = None
-        if "first_token_ts" in df.columns and t0col == "queued_ts":
-            ttft = df.first_token_ts.to_numpy(float) - arr
-            e2e = df.last_token_ts.to_numpy(float) - arr
-        prompt, output = df.input_toks.to_numpy(int), df.output_toks.to_numpy(int)
+        if "first_token_ts" in df.columns and "last_token_ts" in df.columns and t0col == "queued_ts":
+            ttft = _column(p, df, "first_token_ts", False, where) - arr
+            e2e = _column(p, df, "last_token_ts", False, where) - arr
+        prompt, output = _column(p, df, "input_toks", True, where), _column(p, df, "output_toks", True, where)
     else:
-        df = pd.read_csv(p)
+        try:
+            df = pd.read_csv(p)
+        except (ValueError, UnicodeDecodeError) as e:  # EmptyDataError / ParserError are ValueErrors
+            raise TraceError(f"{p}: not a readable CSV ({' '.join(str(e).split())})") from None
+        if df.empty:
+            raise TraceError(f"{p}: no request in the file (a header without rows)")
+        df.index = np.arange(len(df)) + 2  # file line numbers after the header
         for k in ("arrival", "prompt_tokens", "output_tokens"):
             if k not in df.columns:
                 raise TraceError(f"{p}: CSV needs column {k!r} (have {list(df.columns)})")
-        arr = df.arrival.to_numpy(float)
+        where = "line"
+        arr = _column(p, df, "arrival", False, where)
         ttft = e2e = None
         if "ttft" in df.columns and "e2e" in df.columns:
-            ttft, e2e = df.ttft.to_numpy(float), df.e2e.to_numpy(float)
+            ttft, e2e = _column(p, df, "ttft", False, where), _column(p, df, "e2e", False, where)
         elif "first_token" in df.columns and "finish" in df.columns:
-            ttft, e2e = df.first_token.to_numpy(float) - arr, df.finish.to_numpy(float) - arr
-        prompt, output = df.prompt_tokens.to_numpy(int), df.output_tokens.to_numpy(int)
+            ttft = _column(p, df, "first_token", False, where) - arr
+            e2e = _column(p, df, "finish", False, where) - arr
+        prompt, output = _column(p, df, "prompt_tokens", True, where), _column(p, df, "output_tokens", True, where)
     order = np.argsort(arr, kind="stable")
     arr = arr[order] - arr[order][0]
     return Recorded(
@@ -117,8 +161,7 @@ def simulate_recorded(
     )
     inst = InstanceConfig(model=model, gpu=gpu, tp=tp, profile=prof, engine=eng)
     reqs = [
-        Request(i, float(a), int(p), int(o))
-        for i, (a, p, o) in enumerate(zip(rec.arrival, rec.prompt, rec.output))
+        Request(i, float(a), int(p), int(o)) for i, (a, p, o) in enumerate(zip(rec.arrival, rec.prompt, rec.output))
     ]
     res = simulate(instances=[inst], requests=reqs, policy="round_robin", seed=0)
     df = res.requests.sort_values("id")
@@ -126,9 +169,7 @@ def simulate_recorded(
     e2e = (df.finish - df.arrival).to_numpy(float)
     notes = list(getattr(res, "notes", []) or [])
     d = prof.describe()
-    notes.append(
-        f"profile {d['name']} (estimated parts: {', '.join(d.get('estimated_parts', [])) or 'none'})"
-    )
+    notes.append(f"profile {d['name']} (estimated parts: {', '.join(d.get('estimated_parts', [])) or 'none'})")
     return stats(ttft, e2e, df.output_tokens.to_numpy(int)), notes
 
 
@@ -165,9 +206,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     notes0 = []
     if args.max_num_seqs is None:
         args.max_num_seqs = int(meta.get("max_num_seqs") or 256)
-        notes0.append(
-            f"max_num_seqs={args.max_num_seqs} ({'meta.json' if meta.get('max_num_seqs') else 'default'})"
-        )
+        notes0.append(f"max_num_seqs={args.max_num_seqs} ({'meta.json' if meta.get('max_num_seqs') else 'default'})")
     if args.max_num_batched_tokens is None:
         args.max_num_batched_tokens = int(meta.get("max_num_batched_tokens") or 2048)
     sim, notes = simulate_recorded(
@@ -205,7 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-kind", default="auto", choices=["auto", "measured", "roofline"])
     ap.add_argument("--json", action="store_true", help="one JSON object per metric")
     args = ap.parse_args(argv)
-    rows, notes = run(args)
+    try:
+        rows, notes = run(args)
+    except LLMSimError as e:
+        print(f"{ap.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
     if args.json:
         for r in rows:
             print(json.dumps(r))

@@ -1,12 +1,17 @@
 # ruff: noqa: E501 - long prose strings of the generated report
 """Compare the committed profiles with measured numbers that were not used to build them.
 
-    python -m profiles.validate [--raw DIR] [--out profiles/VALIDATION.md]
+    python -m profiles.validate [--raw DIR]            # check (default): is profiles/VALIDATION.md up to date?
+    python -m profiles.validate --write                # rewrite profiles/VALIDATION.md
+    python -m profiles.validate --out FILE             # write the report elsewhere
 
-Writes profiles/VALIDATION.md: LLM-Inference-Bench vLLM static batches (A100/H100), Splitwise iteration
+Generates profiles/VALIDATION.md: LLM-Inference-Bench vLLM static batches (A100/H100), Splitwise iteration
 times (Llama-2-70B TP2/4/8), DistServe OPT-13B fits, cross-source checks (vidur vs AIConfigurator, the
 L40S->4090 transfer vs the measured 4090 table), the V100 facts of spec 001, KV-capacity anchors and the
-replay of the real vLLM run on an RTX PRO 6000 through the simulator.
+replay of the real vLLM run on an RTX PRO 6000 through the simulator. Check mode (the default) compares the
+regenerated report with the committed one numerically (profiles.compare.compare_report_texts: same text,
+numbers within a relative 2e-3 or two units of their last printed digit) and writes nothing: exit 0 when it
+is up to date, 1 listing the lines that differ.
 """
 
 from __future__ import annotations
@@ -18,8 +23,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from llmsim.hardware import get_gpu
+from llmsim.models import get_model
 from llmsim.profile import load_profile
-from profiles.build import DEFAULT_RAW, REPO, TOKEN_GRID, Raw, build_one, get_model
+from profiles.build import DEFAULT_RAW, REPO, build_one
+from profiles.compare import REL_TOL, compare_report_texts
+from profiles.providers.dense import vidur_dense
+from profiles.providers.fits import TOKEN_GRID, elementwise_roofline, gemm_layer
+from profiles.providers.raw import Raw
+
+DEFAULT_REPORT = REPO / "profiles" / "VALIDATION.md"
 
 BENCH_MODELS = {
     "meta-llama/Llama-2-7b-hf": "llama-2-7b",
@@ -59,14 +72,9 @@ def md_table(rows: list[dict], cols: list[str]) -> str:
 def bench_section(raw: Path) -> tuple[str, list[float]]:
     d = pd.read_csv(raw / "llm-inference-bench/Plots/All_results.csv")
     d = d[
-        (d.Framework == "vLLM")
-        & (d["Num of Hardware"] == 1)
-        & d.Hardware.isin(BENCH_GPUS)
-        & d.Model.isin(BENCH_MODELS)
+        (d.Framework == "vLLM") & (d["Num of Hardware"] == 1) & d.Hardware.isin(BENCH_GPUS) & d.Model.isin(BENCH_MODELS)
     ]
-    d = d.groupby(["Hardware", "Model", "Input Output Length", "Batch Size"], as_index=False)[
-        "Latency"
-    ].median()
+    d = d.groupby(["Hardware", "Model", "Input Output Length", "Batch Size"], as_index=False)["Latency"].median()
     rows, errs, kv = [], [], []
     for r in d.itertuples(index=False):
         model, gpu = BENCH_MODELS[r.Model], BENCH_GPUS[r.Hardware]
@@ -146,9 +154,7 @@ def splitwise_section(raw: Path) -> str:
 
 
 def distserve_section(raw: Path) -> str:
-    fits = json.loads(
-        (raw / "distserve/simdistserve/estimators/profile_data/profiler-a100-80g.vllm.json").read_text()
-    )
+    fits = json.loads((raw / "distserve/simdistserve/estimators/profile_data/profiler-a100-80g.vllm.json").read_text())
     f = fits["facebook/opt-13b"]["1"]
     prof = load_profile("opt-13b", "a100-80gb")
     rows = []
@@ -182,16 +188,12 @@ def cross_section(raw_dir: Path) -> str:
     raw = Raw(raw_dir)
     rows = []
     # vidur vs AIConfigurator GEMM-based dense, A100, Llama-2-7B (the committed profile uses vidur)
-    from profiles import build as B
-
     m = get_model("llama-2-7b")
     gm = raw.aic_gemm("a100-80gb")
-    vd, _ = B.vidur_dense(raw, m, "a100-80gb", 1)
+    vd, _ = vidur_dense(raw, m, "a100-80gb", 1)
     for t in (1, 128, 2048):
         i = TOKEN_GRID.index(t)
-        aic = m.n_layers * (
-            B.gemm_layer(gm, m, 1, t) + B.elementwise_roofline(m, 1, B.get_gpu("a100-80gb"), t)
-        )
+        aic = m.n_layers * (gemm_layer(gm, m, 1, t) + elementwise_roofline(m, 1, get_gpu("a100-80gb"), t))
         rows.append(
             {
                 "check": f"A100 Llama-2-7B dense, {t} tokens",
@@ -202,12 +204,7 @@ def cross_section(raw_dir: Path) -> str:
         )
     # L40S->4090 transfer applied to Llama-3.1-8B vs the measured 4090 table
     meas = load_profile("llama-3.1-8b", "rtx4090")
-    saved = B.LSS_TWINS
-    try:
-        B.LSS_TWINS = ()
-        tr = build_one(raw, "llama-3.1-8b", "rtx4090")
-    finally:
-        B.LSS_TWINS = saved
+    tr = build_one(raw, "llama-3.1-8b", "rtx4090", skip=("llmservingsim",))  # the transfer, not the measurement
     for t in (1, 128, 2048):
         i = TOKEN_GRID.index(t)
         mv = meas.data["dense"]["seconds"][i]
@@ -302,25 +299,21 @@ def replay_section(raw: Path) -> str:
             r["error_pct"] = f"{r['error_pct']:+.1f}"
         src = "meta.json" if seqs == meta.get("max_num_seqs") else "issue text"
         out.append(
-            f"max_num_seqs={seqs} ({src}):\n\n"
-            + md_table(rows, ["metric", "simulated", "measured", "error_pct"])
+            f"max_num_seqs={seqs} ({src}):\n\n" + md_table(rows, ["metric", "simulated", "measured", "error_pct"])
         )
         if seqs == 256 and meta.get("max_num_seqs") == 256:
             break
     return "\n\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m profiles.validate")
-    ap.add_argument("--raw", type=Path, default=DEFAULT_RAW)
-    ap.add_argument("--out", type=Path, default=REPO / "profiles" / "VALIDATION.md")
-    a = ap.parse_args(argv)
+def report_head(raw: Path) -> list[str]:
+    """Title and sections 1-3 (held-out end-to-end and iteration-time measurements)."""
     parts = [
         "# Profile validation (generated by `python -m profiles.validate`; do not edit)\n",
         "Every number below compares a committed profile in profiles/data with measured data that was not used "
         "to build it (except where marked as the calibration anchor). Errors are (profile - measured) / measured.\n",
     ]
-    bench, _ = bench_section(a.raw)
+    bench, _ = bench_section(raw)
     parts += [
         "## 1. LLM-Inference-Bench, vLLM static batches (end-to-end latency of the whole batch)\n",
         "Source: argonne-lcf/LLM-Inference-Bench @4211f5d (BSD-3-Clause), `Plots/All_results.csv`. The A100 "
@@ -333,17 +326,23 @@ def main(argv: list[str] | None = None) -> int:
         "## 2. Splitwise iteration times, Llama-2-70B (median of 5 runs)\n",
         "Source: Mutinifni/splitwise-sim @8f99e7d (MIT), `data/perf_model.csv`. Decode context = prompt + half "
         "the output.\n",
-        splitwise_section(a.raw),
+        splitwise_section(raw),
         "",
     ]
     parts += [
         "## 3. DistServe OPT-13B on A100-80GB (vLLM fits)\n",
         "Source: LLMServe/DistServe @82831f1 (Apache-2.0), `profiler-a100-80g.vllm.json` (regression fits, "
         "not raw samples).\n",
-        distserve_section(a.raw),
+        distserve_section(raw),
         "",
     ]
-    parts += ["## 4. Cross-source checks\n", cross_section(a.raw), ""]
+    return parts
+
+
+def report_tail(raw: Path) -> list[str]:
+    """Sections 4-7: cross-source checks, V100 facts, KV capacity, replay of a real run."""
+    parts: list[str] = []
+    parts += ["## 4. Cross-source checks\n", cross_section(raw), ""]
     parts += [
         "## 5. V100 facts (shared/specs/001_intelligent_router.md)\n",
         "GEMMs measured (APEX+ V100-PCIE-16GB); attention roofline with decode efficiency fitted towards the "
@@ -361,34 +360,68 @@ def main(argv: list[str] | None = None) -> int:
         "--model llama-3.1-8b --gpu rtx-pro-6000` (engine settings from meta.json). The profile is built from "
         "LLMServingSim's RTX PRO 6000 operator tables, i.e. the same group's measurements but a different "
         "run. The run's meta.json records max_num_seqs 128 (the issue says 256); both are shown.\n",
-        replay_section(a.raw),
+        replay_section(raw),
         "",
     ]
-    parts += [
-        "## 8. Reading the gaps\n",
-        "- **Long contexts at large batch (section 1) are too fast.** The error grows with the KV bytes a decode "
-        "step reads (batch x length): the median moves from about -7 % to -12 % across 8,192 tokens (section 1), "
-        "and every error beyond -25 % has batch x length >= 16,384. The decode-attention tables come from "
-        "AIConfigurator's vLLM 0.14 kernels "
-        "(FlashAttention / FlashInfer decode, 77-91 % of bandwidth); LLM-Inference-Bench ran a 2024 vLLM whose "
-        "PagedAttention v1/v2 decode kernels read the paged KV cache far less efficiently. The profiles model "
-        "current vLLM; for older engines, scale `decode_attention.per_ctx_token` (the evaluation here does not "
-        "refit it, to keep this benchmark held out).",
-        "- **Small configurations are about 10 % too fast on A100** (about right on H100): host-side overhead of "
-        "that older vLLM (no CUDA graphs, Python sampler) is larger than the vidur CPU-overhead model.",
-        "- **Splitwise TP8 decode (section 2) is about 50 % too fast**: the TP8 stack has a per-iteration floor "
-        "(all-reduce latency on 8 GPUs, scheduler) that the TP1-derived overhead model and the bandwidth term of "
-        "the all-reduce do not capture.",
-        "- **Replay TTFT (section 7) is 17-20 % low while TPOT and E2E are within 10 %**: the run is overloaded "
-        "(300 requests at ~10 req/s on one GPU), so TTFT is mostly queueing, the integral of the service-rate "
-        "deficit; a service time 6-9 % too short shrinks that integral by about twice as much.",
-        "- **V100 (section 5)**: see the conflict between the spec's facts above; the spec's relative slowdown "
-        "under periodic arrivals (17 s -> 31 s, x1.82) is reproduced within 10 % (x1.98, "
-        "`tests/test_profiles_v100.py`).",
-        "",
-    ]
-    a.out.write_text("\n".join(parts) + "\n")
-    print(f"wrote {a.out}")
+    return parts
+
+
+GAPS = [
+    "## 8. Reading the gaps\n",
+    "- **Long contexts at large batch (section 1) are too fast.** The error grows with the KV bytes a decode "
+    "step reads (batch x length): the median moves from about -7 % to -12 % across 8,192 tokens (section 1), "
+    "and every error beyond -25 % has batch x length >= 16,384. The decode-attention tables come from "
+    "AIConfigurator's vLLM 0.14 kernels "
+    "(FlashAttention / FlashInfer decode, 77-91 % of bandwidth); LLM-Inference-Bench ran a 2024 vLLM whose "
+    "PagedAttention v1/v2 decode kernels read the paged KV cache far less efficiently. The profiles model "
+    "current vLLM; for older engines, scale `decode_attention.per_ctx_token` (the evaluation here does not "
+    "refit it, to keep this benchmark held out).",
+    "- **Small configurations are about 10 % too fast on A100** (about right on H100): host-side overhead of "
+    "that older vLLM (no CUDA graphs, Python sampler) is larger than the vidur CPU-overhead model.",
+    "- **Splitwise TP8 decode (section 2) is about 50 % too fast**: the TP8 stack has a per-iteration floor "
+    "(all-reduce latency on 8 GPUs, scheduler) that the TP1-derived overhead model and the bandwidth term of "
+    "the all-reduce do not capture.",
+    "- **Replay TTFT (section 7) is 17-20 % low while TPOT and E2E are within 10 %**: the run is overloaded "
+    "(300 requests at ~10 req/s on one GPU), so TTFT is mostly queueing, the integral of the service-rate "
+    "deficit; a service time 6-9 % too short shrinks that integral by about twice as much.",
+    "- **V100 (section 5)**: see the conflict between the spec's facts above; the spec's relative slowdown "
+    "under periodic arrivals (17 s -> 31 s, x1.82) is reproduced within 10 % (x1.98, "
+    "`tests/test_profiles_v100.py`).",
+    "",
+]
+
+
+def report(raw: Path) -> str:
+    """The whole of profiles/VALIDATION.md."""
+    return "\n".join(report_head(raw) + report_tail(raw) + GAPS) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m profiles.validate", description=__doc__.split("\n")[0])
+    ap.add_argument("--raw", type=Path, default=DEFAULT_RAW)
+    ap.add_argument("--out", type=Path, help="report path (default: the committed profiles/VALIDATION.md, checked)")
+    ap.add_argument("--write", action="store_true", help="rewrite the committed profiles/VALIDATION.md")
+    a = ap.parse_args(argv)
+    committed = Path(DEFAULT_REPORT)
+    out = a.out if a.out is not None else committed
+    text = report(a.raw)
+    if out.resolve() != committed.resolve() or a.write:
+        out.write_text(text)
+        print(f"wrote {out}")
+        return 0
+    if not out.is_file():
+        print(f"{out} is missing; run `python -m profiles.validate --write`")
+        return 1
+    diffs = compare_report_texts(out.read_text(), text)
+    for d in diffs:
+        print(f"DIFFERS {d.where}:\n  committed: {d.committed}\n  new:       {d.new}")
+    if diffs:
+        print(
+            f"{out}: {len(diffs)} line(s) differ beyond rel {REL_TOL:g} / 2 units of the last digit; "
+            "run `python -m profiles.validate --write` to update it"
+        )
+        return 1
+    print(f"{out} is up to date (rel {REL_TOL:g}); nothing written")
     return 0
 
 

@@ -6,7 +6,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from llmsim.cli import _CONF_DIR, run_from_config
+from llmsim.cli import run_from_config
+from llmsim.resources import conf_dir
 from tests.conftest import REPO, SHARED
 
 CONF = REPO / "conf"
@@ -18,7 +19,7 @@ def _options(group: str) -> list[str]:
 
 
 def _compose(overrides: list[str]) -> dict:
-    with initialize_config_dir(config_dir=_CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     return OmegaConf.to_container(cfg, resolve=True)
 

@@ -1,0 +1,34 @@
+"""Providers of profile parts, one module per concept, and the chains the builder walks.
+
+=================  =====================================================================================
+part               chain (first provider with data wins)
+=================  =====================================================================================
+overhead           llmservingsim (vLLM V1 assumed), rtx4090-transfer, vidur (CPU-overhead table)
+dense              llmservingsim, rtx4090-transfer, vidur, aiconfigurator, a100-40gb-transfer,
+                   apex_plus, roofline
+lm_head            llmservingsim, rtx4090-transfer, aiconfigurator, a100-40gb-transfer, apex_plus, roofline
+prefill_attention  llmservingsim, rtx4090-transfer, aiconfigurator, a100-40gb-transfer, v100-calibrated,
+                   roofline
+decode_attention   same as prefill_attention (one fit gives both)
+memory             config (model config + calibrated reserve)
+=================  =====================================================================================
+
+Parts are resolved in the order of :data:`CHAINS`; a provider may look at parts resolved before it in
+``ctx.done`` (only the lm_head roofline does: it reuses the dense roofline's efficiencies).
+"""
+
+from __future__ import annotations
+
+from . import attention, dense, lm_head, memory, overhead
+from .base import Context, FnProvider, PartResult, Provider, provider, resolve
+
+CHAINS: dict[str, tuple[Provider, ...]] = {
+    "overhead": overhead.CHAIN,
+    "dense": dense.CHAIN,
+    "lm_head": lm_head.CHAIN,
+    "prefill_attention": attention.PREFILL_CHAIN,
+    "decode_attention": attention.DECODE_CHAIN,
+    "memory": memory.CHAIN,
+}
+
+__all__ = ["CHAINS", "Context", "FnProvider", "PartResult", "Provider", "provider", "resolve"]

@@ -1,0 +1,36 @@
+"""The profile builder stays readable: no module over 600 lines, no function over 80 lines (AST check)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PROFILES = Path(__file__).resolve().parents[1] / "profiles"
+MODULES = sorted(
+    [PROFILES / f for f in ("build.py", "compare.py", "profile.py", "validate.py")]
+    + list((PROFILES / "providers").glob("*.py"))
+)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PROFILES)))
+def test_profile_module_sizes(path: Path) -> None:
+    src = path.read_text()
+    assert len(src.splitlines()) <= 600, f"{path.name}: {len(src.splitlines())} lines"
+    long = [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(ast.parse(src))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80
+    ]
+    assert not long, f"{path.name}: functions over 80 lines: {long}"
+
+
+def test_every_part_has_a_chain_ending_in_a_fallback() -> None:
+    from profiles.build import PART_NAMES
+    from profiles.providers import CHAINS
+
+    assert set(CHAINS) == set(PART_NAMES)
+    for part, chain in CHAINS.items():
+        assert chain and all(callable(p) and p.name for p in chain), part
+        assert chain[-1].name in ("roofline", "vidur", "config"), part  # always returns a result
