@@ -215,7 +215,6 @@ def test_profiler_cpu_tiny(tmp_path):
 
 
 def test_replay_tiny_fixture(tmp_path, capsys):
-    pytest.importorskip("llmsim.sim")
     from profiles.replay import main
 
     p = load_profile("llama-2-7b", "a100-80gb")
@@ -235,7 +234,6 @@ def test_replay_tiny_fixture(tmp_path, capsys):
 
 @needs_raw
 def test_replay_real_run_within_target():
-    pytest.importorskip("llmsim.sim")
     from profiles.replay import engine_meta, read_requests, simulate_recorded, stats
 
     f = RAW / "llmservingsim/bench/examples/RTXPRO6000/Llama-3.1-8B/vllm/requests.jsonl"

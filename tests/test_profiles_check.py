@@ -162,7 +162,6 @@ def test_build_independent_of_row_order(monkeypatch) -> None:
 # --------------------------------------------------------------------------------------- validate check
 @needs_raw
 def test_validate_check_mode(tmp_path, monkeypatch, capsys) -> None:
-    pytest.importorskip("llmsim.sim")
     import profiles.validate as V
 
     before = (REPORT.read_bytes(), REPORT.stat().st_mtime_ns)
