@@ -17,6 +17,7 @@ from llmsim.workload.arrivals import (
     square_wave,
 )
 from llmsim.workload.base import Workload, WorkloadStats
+from llmsim.workload.burstgpt_like import BurstGPTLike, LogNormalMixture, TruncatedZipf
 from llmsim.workload.config import build_arrival, build_length, build_lengths, build_workload
 from llmsim.workload.lengths import (
     LENGTH_PRESETS,
@@ -37,6 +38,7 @@ __all__ = [
     "LENGTH_PRESETS",
     "ArrivalProcess",
     "AzureTrace",
+    "BurstGPTLike",
     "BurstGPTTrace",
     "CsvTrace",
     "Empirical",
@@ -44,6 +46,7 @@ __all__ = [
     "GammaArrivals",
     "Independent",
     "LengthModel",
+    "LogNormalMixture",
     "Limited",
     "LogNormal",
     "MooncakeTrace",
@@ -54,6 +57,7 @@ __all__ = [
     "RandomPhases",
     "RateScaled",
     "SyntheticWorkload",
+    "TruncatedZipf",
     "Uniform",
     "Windowed",
     "Workload",

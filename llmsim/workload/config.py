@@ -20,6 +20,7 @@ from llmsim.workload.arrivals import (
     square_wave,
 )
 from llmsim.workload.base import Workload
+from llmsim.workload.burstgpt_like import BurstGPTLike
 from llmsim.workload.lengths import (
     LENGTH_PRESETS,
     Empirical,
@@ -31,7 +32,9 @@ from llmsim.workload.lengths import (
     Uniform,
 )
 from llmsim.workload.schema import (
+    LOG_TYPES,
     AzureSource,
+    BurstGPTLikeSource,
     BurstGPTSource,
     CsvSource,
     EmpiricalLengths,
@@ -115,7 +118,10 @@ def _build_source(src: Any, seed: int) -> Workload:
     if isinstance(src, AzureSource):
         return AzureTrace(src.path, on_error=src.on_error)
     if isinstance(src, BurstGPTSource):
-        return BurstGPTTrace(src.path, model=src.model, log_type=src.log_type, on_error=src.on_error)
+        return BurstGPTTrace(src.path, model=src.model, log_type=src.log_type, on_error=src.on_error,
+                             time_origin=src.time_origin)
+    if isinstance(src, BurstGPTLikeSource):
+        return _burstgpt_like(src, seed)
     if isinstance(src, MooncakeSource):
         return MooncakeTrace(src.path, jitter_s=src.jitter_s, seed=seed, on_error=src.on_error)
     assert isinstance(src, CsvSource)
@@ -125,6 +131,20 @@ def _build_source(src: Any, seed: int) -> Workload:
         tenant=cols.tenant, slo_class=cols.slo_class, extra=src.extra, filters=src.filters,
         on_error=src.on_error,
         delimiter=src.delimiter,
+    )
+
+
+def _burstgpt_like(src: BurstGPTLikeSource, seed: int) -> BurstGPTLike:
+    """``log_type`` is the one-service shortcut of ``mix``; ``max_requests`` alone also bounds the stream."""
+    mix = src.mix if src.log_type is None else {LOG_TYPES[src.log_type]: 1.0}
+    bounded = src.num_requests is not None or src.duration is not None
+    overrides = {name: spec.model_dump(exclude_none=True) for name in ("conversation", "api")
+                 if (spec := getattr(src, name)) is not None}
+    return BurstGPTLike(
+        rate=src.rate, model=src.model, mix=mix, seed=seed,
+        num_requests=src.num_requests if bounded else src.max_requests, duration=src.duration,
+        start_hour=src.start_hour, period_s=src.period_s, diurnal=src.diurnal, overrides=overrides,
+        max_prompt=src.max_prompt, max_output=src.max_output,
     )
 
 

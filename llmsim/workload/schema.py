@@ -254,12 +254,94 @@ class AzureSource(_Common):
     on_error: OnError = "raise"
 
 
+Labels = Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+
+
 class BurstGPTSource(_Common):
     kind: Literal["burstgpt"]
-    path: Path_
-    model: str | None = None
-    log_type: str | None = None
+    path: Path_ | None = None  # required: checked by parse_workload, whose message says where to download it
+    model: Labels | None = None
+    log_type: Labels | None = None
+    time_origin: Literal["first_row", "midnight"] = "first_row"
     on_error: OnError = "raise"
+
+
+Unit = Annotated[float, BeforeValidator(_not_bool), Field(gt=-1, lt=1)]
+DayValues = Annotated[list[NonNegFloat], Field(min_length=1, max_length=1440)]
+
+
+class ZipfSpec(Schema):
+    """Truncated Zipf: P(k) ~ k^-theta on [min, max]."""
+
+    theta: Annotated[float, BeforeValidator(_not_bool), Field(gt=0, le=10)] | None = None
+    min: TokenCount | None = None
+    max: TokenCount | None = None
+
+
+class ServiceSpec(Schema):
+    """Overrides of a BurstGPT-like service's defaults (both models); see llmsim.workload.burstgpt_like."""
+
+    profile: DayValues | None = None
+    cv: Cv | Annotated[list[Cv], Field(min_length=1, max_length=1440)] | None = None
+    rate_noise: Annotated[float, BeforeValidator(_not_bool), Field(ge=0, le=3)] | None = None
+    request: ZipfSpec | None = None
+    response: Annotated[list[Annotated[list[NonNegFloat], Field(min_length=3, max_length=3)]],
+                        Field(min_length=1)] | None = None
+    corr: Unit | None = None
+
+
+BURSTGPT_MODELS = ("ChatGPT", "GPT-4")
+BURSTGPT_SERVICES = ("conversation", "api")
+LOG_TYPES = {"Conversation log": "conversation", "API log": "api", "conversation": "conversation", "api": "api"}
+
+
+class BurstGPTLikeSource(_Common):
+    kind: Literal["burstgpt_like"]
+    rate: PosFloat = 1.0
+    model: str | dict[str, NonNegFloat] = "ChatGPT"
+    mix: dict[str, NonNegFloat] | None = None
+    log_type: str | None = None
+    start_hour: Annotated[float, BeforeValidator(_not_bool), Field(ge=0, lt=24)] = 0.0
+    period_s: Annotated[float, BeforeValidator(_not_bool), Field(gt=0, le=86400)] = 1200.0
+    diurnal: bool = True
+    conversation: ServiceSpec | None = None
+    api: ServiceSpec | None = None
+    max_prompt: TokenCount | None = None
+    max_output: TokenCount | None = None
+    num_requests: PosInt | None = None
+    duration: PosFloat | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: Any) -> Any:
+        names = [v] if isinstance(v, str) else list(v)
+        if not names or any(n not in BURSTGPT_MODELS for n in names):
+            raise ValueError(f"one of {list(BURSTGPT_MODELS)} or a mapping of them to weights")
+        if isinstance(v, dict) and not sum(v.values()) > 0:
+            raise ValueError("model weights with a positive sum")
+        return v
+
+    @field_validator("mix")
+    @classmethod
+    def _mix(cls, v: Any) -> Any:
+        if v is not None and (not v or any(k not in BURSTGPT_SERVICES for k in v) or not sum(v.values()) > 0):
+            raise ValueError(f"a mapping of {list(BURSTGPT_SERVICES)} to weights with a positive sum")
+        return v
+
+    @field_validator("log_type")
+    @classmethod
+    def _log_type(cls, v: Any) -> Any:
+        if v is not None and v not in LOG_TYPES:
+            raise ValueError(f"one of {list(LOG_TYPES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _bounded(self) -> BurstGPTLikeSource:
+        if self.mix is not None and self.log_type is not None:
+            raise ValueError("either 'mix' or 'log_type', not both")
+        if self.num_requests is None and self.duration is None and self.max_requests is None:
+            raise ValueError("'num_requests', 'duration' or 'max_requests' (the stream is endless)")
+        return self
 
 
 class MooncakeSource(_Common):
@@ -291,8 +373,46 @@ class CsvSource(_Common):
 
 SOURCES: dict[str, type[_Common]] = {
     "synthetic": SyntheticSource, "azure": AzureSource, "burstgpt": BurstGPTSource,
-    "mooncake": MooncakeSource, "csv": CsvSource,
+    "burstgpt_like": BurstGPTLikeSource, "mooncake": MooncakeSource, "csv": CsvSource,
 }
+
+
+def _presets_of(kind: str) -> list[str]:
+    """The conf/workload presets of ``kind`` (for the hint below); none if conf/ cannot be read."""
+    import yaml
+
+    from llmsim.resources import conf_dir
+
+    try:
+        found = []
+        for f in sorted((conf_dir() / "workload").glob("*.yaml")):
+            data = yaml.safe_load(f.read_text())
+            if isinstance(data, Mapping) and data.get("kind") == kind:
+                found.append(f.stem)
+        return found
+    except Exception:  # a hint must never hide the real error
+        return []
+
+
+def _check_switched_kind(cfg: Mapping[str, Any], kind: str, where: str) -> None:
+    """``workload.kind=X`` on the command line keeps the other keys of the selected preset: say so, in one line.
+
+    Only when every unknown key belongs to another kind (a plain typo gets the schema's own message).
+    """
+    unknown = sorted(set(cfg) - set(SOURCES[kind].model_fields))
+    owners = [k for k, m in SOURCES.items() if k != kind and unknown and set(unknown) <= set(m.model_fields)]
+    if not owners:
+        return
+    presets = _presets_of(kind)
+    keys = repr(unknown[0]) if len(unknown) == 1 else str(unknown)
+    use = (f"select a preset of that kind instead ({' or '.join(f'{where}={p}' for p in presets)}) or drop "
+           if presets else "drop ")
+    raise ConfigError(
+        f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {keys} for kind {kind!r}; "
+        f"{'they are keys' if len(unknown) > 1 else 'it is a key'} of kind {owners[0]!r}: setting {where}.kind on "
+        f"the command line keeps the rest of the selected preset, so {use}"
+        + ("them with " if len(unknown) > 1 else "it with ") + " ".join(f"~{where}.{k}" for k in unknown)
+    )
 
 
 def parse_workload(cfg: Any, where: str = "workload") -> _Common:
@@ -302,6 +422,11 @@ def parse_workload(cfg: Any, where: str = "workload") -> _Common:
     if "kind" not in cfg:
         raise ConfigError(f"{where}.kind: missing required key; expected one of {sorted(SOURCES)}")
     kind = check_choice(cfg["kind"], SOURCES, f"{where}.kind")
+    _check_switched_kind(cfg, kind, where)
+    if kind == "burstgpt" and not cfg.get("path"):
+        from llmsim.workload.traces import BURSTGPT_DOWNLOAD
+
+        raise ConfigError(f"{where}.path: missing; {BURSTGPT_DOWNLOAD} and pass {where}.path=/path/to/BurstGPT_1.csv")
     src = SOURCES[kind].parse(cfg, where)
     if isinstance(src, SyntheticSource):
         _check_synthetic(src, where)

@@ -45,7 +45,7 @@ TEXT_FIELDS = ("task", "tenant", "slo_class")
 ZERO_OUTPUT = "zero_output_tokens"
 ZERO_PROMPT = "zero_prompt_tokens"
 
-__all__ = ["ARRIVAL_UNITS", "AzureTrace", "BurstGPTTrace", "CsvTrace", "MooncakeTrace"]
+__all__ = ["ARRIVAL_UNITS", "BURSTGPT_RELEASES", "AzureTrace", "BurstGPTTrace", "CsvTrace", "MooncakeTrace"]
 
 
 def missing_columns_error(path: Path, where: str, wanted: Sequence[str], names: Sequence[str]) -> TraceError | None:
@@ -123,6 +123,8 @@ class CsvTrace(Workload):
         self.on_error = check_on_error(on_error)
         self.chunk_rows = check_int("chunk_rows", chunk_rows, ge=1)
         self.delimiter = delimiter
+        self.origin: float | None = None  # raw arrival value of t = 0; None: the first valid row
+        self._seen: dict[str, set[str]] = {}  # values met in filtered columns, for the empty-result message
 
     def describe(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -157,11 +159,25 @@ class CsvTrace(Workload):
 
     def _iter(self, stats: WorkloadStats) -> Iterator[Request]:
         table = Table(self.path, self.delimiter, self.chunk_rows)
-        state: dict[str, Any] = {"base": None, "last": -np.inf, "next_id": 0}
+        state: dict[str, Any] = {"base": self.origin, "last": -np.inf, "next_id": 0}
         numeric = (self.arrival, self.prompt, self.output)
+        self._seen = {c: set() for c in self.filters}
         for cols, positions, unit in table.read(self._select, numeric, stats, self.on_error):
             yield from self._process_chunk(cols, positions, unit, state, stats)
-        require_requests(self.path, stats, table.first_row)
+        try:
+            require_requests(self.path, stats, table.first_row)
+        except TraceError as e:
+            raise TraceError(f"{e}{self._filter_hint(stats)}") from None
+
+    def _filter_hint(self, stats: WorkloadStats) -> str:
+        """Which values the filtered columns hold, when a filter removed rows (a typo like 'gpt-4' shows)."""
+        parts = []
+        for c, seen in self._seen.items():
+            if stats.skipped.get(self.filter_reasons[c]):
+                shown = sorted(seen)[:10]
+                more = " and more" if len(seen) > 10 else ""
+                parts.append(f"column {c!r} holds {shown}{more}, kept {sorted(self.filters[c])}")
+        return f"; {'; '.join(parts)}" if parts else ""
 
     def _value_errors(self, cols: dict[str, Sequence[Any]],
                       state: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[RowError]]:
@@ -220,6 +236,8 @@ class CsvTrace(Workload):
             reject(stats, self.on_error, msg, err.reason)
             keep[err.index] = False
         for c, allowed in self.filters.items():
+            if len(self._seen[c]) <= 10:
+                self._seen[c].update(v for v in set(cols[c]) if isinstance(v, str))
             ok = np.fromiter((v in allowed for v in cols[c]), dtype=bool, count=len(positions))
             stats.skip(self.filter_reasons[c], int((keep & ~ok).sum()))
             keep &= ok
@@ -278,6 +296,11 @@ class AzureTrace(CsvTrace):
         return {"kind": self.kind, "path": str(self.path), "on_error": self.on_error}
 
 
+BURSTGPT_RELEASES = "https://github.com/HPMLL/BurstGPT/releases"
+BURSTGPT_DOWNLOAD = (f"download a BurstGPT CSV (BurstGPT_1.csv, ..._2, ..._3 or a without_fails file; "
+                     f"CC-BY 4.0) from {BURSTGPT_RELEASES}")
+BURSTGPT_PATH_HINT = f"expected the path of a BurstGPT CSV file: {BURSTGPT_DOWNLOAD}"
+TIME_ORIGINS = ("first_row", "midnight")
 BURSTGPT_EXTRA = {
     "model": "Model",
     "log_type": "Log Type",
@@ -299,10 +322,13 @@ class BurstGPTTrace(CsvTrace):
     """BurstGPT (HPMLL/BurstGPT) CSV, parsed by column name since ``_3`` files add two columns.
 
     Rows with ``Response tokens == 0`` are failed requests: skipped and counted under
-    ``zero_output_tokens`` like every reader's zero-output rows. ``model`` (``"ChatGPT"``/``"GPT-4"``)
-    and ``log_type`` (``"Conversation log"``/``"API log"``) filter rows (counted as ``model_filter`` /
-    ``log_type_filter``). Model, log type and, in ``_3`` files, session id and elapsed time are kept
-    in ``request.extra``.
+    ``zero_output_tokens`` like every reader's zero-output rows (the ``without_fails`` files are the same
+    trace minus these rows). ``model`` (``"ChatGPT"``/``"GPT-4"``) and ``log_type``
+    (``"Conversation log"``/``"API log"``) keep matching rows, a name or a list (others counted as
+    ``model_filter`` / ``log_type_filter``). Model, log type and, in ``_3`` files, session id and elapsed time
+    are kept in ``request.extra``. ``time_origin="midnight"`` keeps ``Timestamp`` as written (seconds since
+    0:00 of the trace's first day), so a window can be set in hour-of-day terms; the default
+    ``"first_row"`` starts the clock at the file's first valid row like every reader.
     """
 
     kind = "burstgpt"
@@ -314,7 +340,12 @@ class BurstGPTTrace(CsvTrace):
         log_type: str | Collection[str] | None = None,
         on_error: str = "raise",
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        time_origin: str = "first_row",
     ) -> None:
+        if not isinstance(path, str | Path) or not str(path):
+            raise ConfigError(f"path: {BURSTGPT_PATH_HINT}, got {path!r}")
+        if time_origin not in TIME_ORIGINS:
+            raise ConfigError(f"time_origin: expected one of {list(TIME_ORIGINS)}, got {time_origin!r}")
         filters: dict[str, Collection[str]] = {}
         models = _labels("model", model)
         log_types = _labels("log_type", log_type)
@@ -334,13 +365,31 @@ class BurstGPTTrace(CsvTrace):
             on_error=on_error,
             chunk_rows=chunk_rows,
         )
-        self.model = model
-        self.log_type = log_type
+        self.model = models
+        self.log_type = log_types
+        self.time_origin = time_origin
+        self.origin = 0.0 if time_origin == "midnight" else None
+
+    def _iter(self, stats: WorkloadStats) -> Iterator[Request]:
+        if not self.path.exists():
+            raise TraceError(f"{self.path}: trace file not found; {BURSTGPT_DOWNLOAD}")
+        yield from super()._iter(stats)
 
     def _select(self, names: list[str], where: str) -> list[str]:
         # keep the _3 files' extra columns when present
         self.extra = {k: c for k, c in BURSTGPT_EXTRA.items() if c in names or k in ("model", "log_type")}
         return super()._select(names, where)
+
+    def _value_errors(self, cols: dict[str, Sequence[Any]],
+                      state: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[RowError]]:
+        arrival, prompt, output, errors = super()._value_errors(cols, state)
+        if self.origin is not None:  # "midnight": a negative Timestamp has no place on the trace's clock
+            bad = {e.index for e in errors}
+            with np.errstate(invalid="ignore"):
+                neg = np.flatnonzero(arrival < 0).tolist()
+            errors += [RowError(i, self.arrival, "a time >= 0 (seconds since 0:00 of the trace's first day)",
+                                cols[self.arrival][i]) for i in neg if i not in bad]
+        return arrival, prompt, output, errors
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -348,5 +397,6 @@ class BurstGPTTrace(CsvTrace):
             "path": str(self.path),
             "model": self.model,
             "log_type": self.log_type,
+            "time_origin": self.time_origin,
             "on_error": self.on_error,
         }
