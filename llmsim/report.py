@@ -1,184 +1,132 @@
-"""Human-facing output: the summary table on the terminal and the plots saved with each run."""
+"""Output people read: the terminal summary of a run, and the entry point of ``python -m llmsim.report``.
+
+The pieces live in sibling modules, re-exported here so ``from llmsim.report import ...`` keeps working:
+
+* :mod:`llmsim.report_plots`: ``latency_cdf.png`` and ``timeline.png`` of one run;
+* :mod:`llmsim.report_sweep`: ``sweep.csv`` and ``sweep.png`` of a Hydra multirun (the CLI below);
+* :mod:`llmsim.report_progress`: the progress bar / lines while a simulation runs.
+
+The summary mirrors ``vllm bench serve`` (same names, ms) so numbers can be compared side by side with a
+real benchmark; what vllm does not print (drops, truncation, preemption, instance load) is a second table
+beside it rather than mixed into it.
+"""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from llmsim.report_plots import latency_cdf_figure, save_plots, timeline_figure
+from llmsim.report_progress import SimProgress
+from llmsim.report_sweep import Sweep, collect_sweep, plot_sweep, save_sweep, sweep_figure, swept_keys
+from llmsim.report_sweep import main as _sweep_main
 
 if TYPE_CHECKING:
     from llmsim.sim import SimResult
 
+__all__ = ["SimProgress", "Sweep", "collect_sweep", "empty_result_reason", "latency_cdf_figure", "main",
+           "outcome_rows", "plot_sweep", "print_summary", "save_plots", "save_sweep", "summary_rows", "sweep_figure",
+           "swept_keys", "timeline_figure"]
+
 _ORDER = [
-    ("Successful requests", "completed", "{:d}"),
-    ("Dropped requests", "dropped", "{:d}"),
+    ("Successful requests", "completed", "{:,d}"),
     ("Benchmark duration (s)", "duration", "{:.2f}"),
-    ("Total input tokens", "total_input_tokens", "{:d}"),
-    ("Total generated tokens", "total_output_tokens", "{:d}"),
+    ("Total input tokens", "total_input_tokens", "{:,d}"),
+    ("Total generated tokens", "total_output_tokens", "{:,d}"),
     ("Request throughput (req/s)", "request_throughput", "{:.2f}"),
     ("Output token throughput (tok/s)", "output_throughput", "{:.2f}"),
     ("Total token throughput (tok/s)", "total_token_throughput", "{:.2f}"),
     ("Request goodput (req/s)", "request_goodput", "{:.2f}"),
     ("SLO attainment", "slo_attainment", "{:.3f}"),
-    ("Preemptions", "preemptions", "{:d}"),
-    ("Mean utilisation", "mean_utilisation", "{:.3f}"),
 ]
+_LATENCIES = (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
+              ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency"))
+
+
+def _fmt(v: Any, fmt: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    return fmt.format(v)
 
 
 def summary_rows(summary: dict) -> list[tuple[str, str]]:
-    rows = []
-    for label, key, fmt in _ORDER:
-        if key in summary and summary[key] is not None:
-            v = summary[key]
-            rows.append((label, "nan" if isinstance(v, float) and math.isnan(v) else fmt.format(v)))
-    for metric, name in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
-                         ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
+    """The ``vllm bench serve`` table: throughput, SLO, and ttft / tpot / itl / e2el statistics (ms)."""
+    rows = [(label, _fmt(summary[key], fmt)) for label, key, fmt in _ORDER if summary.get(key) is not None]
+    for metric, name in _LATENCIES:
         rows.append((f"-- {name} --", ""))
         for stat in ("mean", "median", "p90", "p99"):
             key = f"{stat}_{metric}_ms"
             if key in summary:
-                rows.append((f"{stat.capitalize() if stat in ('mean', 'median') else stat.upper()} "
-                             f"{metric.upper()} (ms)", f"{summary[key]:.2f}"))
+                label = stat.capitalize() if stat in ("mean", "median") else stat.upper()
+                rows.append((f"{label} {metric.upper()} (ms)", _fmt(summary[key], "{:.2f}")))
     return rows
+
+
+def outcome_rows(summary: dict) -> list[tuple[str, str]]:
+    """What happened to the requests and how loaded the instances were: the table beside the latencies."""
+    n = summary.get("num_requests", 0) or 0
+
+    def count(key: str) -> str:
+        v = int(summary.get(key) or 0)
+        return f"{v:,d}" + (f" ({100 * v / n:.1f} %)" if n and v else "")
+
+    rows = [("Requests", f"{n:,d}"), ("Completed", count("completed")),
+            ("Truncated at max_model_len", count("truncated")),
+            ("Preempted (requests)", count("preempted_requests")),
+            ("Preemptions (total)", f"{int(summary.get('preemptions') or 0):,d}"), ("Dropped", count("dropped"))]
+    for reason, k in sorted((summary.get("dropped_by_reason") or {}).items()):
+        rows.append((f"  dropped: {reason}", f"{int(k):,d}"))
+    rows.append(("-- Instances (mean) --", ""))
+    if "mean_busy_fraction" in summary:
+        rows.append(("Busy fraction", _fmt(summary["mean_busy_fraction"], "{:.3f}")))
+    if "mean_token_throughput_vs_peak" in summary:
+        rows.append(("Token throughput vs peak", _fmt(summary["mean_token_throughput_vs_peak"], "{:.3f}")))
+    return rows
+
+
+def empty_result_reason(summary: dict) -> str | None:
+    """Why a run has nothing to report (no request completed), in one line; None when it has."""
+    if summary.get("completed", 0):
+        return None
+    n = int(summary.get("num_requests") or 0)
+    if n == 0:
+        skipped = {k: v for k, v in (summary.get("workload_skipped") or {}).items() if v}
+        detail = f" (rows skipped: {_counts(skipped)})" if skipped else ""
+        return (f"no request to simulate: the workload yielded none{detail}; check the workload's filters, "
+                "window and limits")
+    reasons = summary.get("dropped_by_reason") or {}
+    return f"no request completed: all {n:,} were dropped ({_counts(reasons)}); see dropped.csv"
+
+
+def _counts(d: dict) -> str:
+    return ", ".join(f"{k}: {v:,}" for k, v in sorted(d.items())) or "no reason recorded"
 
 
 def print_summary(result: SimResult, title: str = "llmsim result") -> None:
+    """The two tables side by side (stacked on a narrow terminal), then the run's notes."""
+    from rich.columns import Columns
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title, show_header=False)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+    main = Table(title=title, show_header=False)
+    main.add_column("metric")
+    main.add_column("value", justify="right")
     for k, v in summary_rows(result.summary):
-        table.add_row(k, v)
+        main.add_row(k, v)
+    side = Table(title="Requests and load", show_header=False)
+    side.add_column("what")
+    side.add_column("count", justify="right")
+    for k, v in outcome_rows(result.summary):
+        side.add_row(k, v)
     console = Console()
-    console.print(table)
+    console.print(Columns([main, side], padding=(0, 2)))
     for note in result.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
-    if result.summary.get("dropped"):
-        console.print(f"[yellow]dropped by reason:[/yellow] {result.summary.get('dropped_by_reason')}")
-
-
-def save_plots(result: SimResult, out_dir: str | Path) -> list[Path]:
-    """Latency CDFs and queue / KV timelines as PNGs in ``out_dir``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-    from matplotlib.ticker import NullFormatter
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    df = result.requests
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, col, label in zip(axes, ("ttft_ms", "tpot_ms", "e2el_ms"), ("TTFT (ms)", "TPOT (ms)", "E2E latency (ms)")):
-        v = np.sort(df[col].dropna().to_numpy())
-        if v.size:
-            ax.plot(v, np.arange(1, v.size + 1) / v.size)
-            ax.set_xscale("log")
-            ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: minor ones overlap
-        ax.set_xlabel(label)
-        ax.set_ylabel("CDF")
-        ax.grid(alpha=0.3)
-    fig.suptitle("Latency CDFs")
-    fig.tight_layout()
-    p = out / "latency_cdf.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
-
-    tl = result.timeline
-    if len(tl):
-        fig, axes = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True)
-        for inst, g in tl.groupby("instance"):
-            axes[0].plot(g["time"], g["waiting"] + g["running"] + g["swapped"], label=f"instance {inst}", lw=0.9)
-            axes[1].plot(g["time"], g["kv_used_blocks"] / g["kv_total_blocks"], label=f"instance {inst}", lw=0.9)
-        axes[0].set_ylabel("requests queued + running")
-        axes[1].set_ylabel("KV cache used")
-        axes[1].set_xlabel("simulated time (s)")
-        if tl["instance"].nunique() <= 16:
-            axes[0].legend(fontsize=7, ncol=4)
-        for ax in axes:
-            ax.grid(alpha=0.3)
-        fig.tight_layout()
-        p = out / "timeline.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
-    return paths
-
-
-def save_sweep_plot(rows: list[dict], x: str, out: str | Path) -> Path:
-    """Latency percentiles against a swept parameter (e.g. arrival rate)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = sorted(rows, key=lambda r: r[x])
-    xs = [r[x] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, m in zip(axes, ("ttft", "tpot", "e2el")):
-        for stat in ("median", "p90", "p99"):
-            ax.plot(xs, [r.get(f"{stat}_{m}_ms") for r in rows], marker="o", label=stat)
-        ax.set_xlabel(x)
-        ax.set_ylabel(f"{m} (ms)")
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return Path(out)
-
-
-def collect_sweep(sweep_dir: str | Path) -> list[dict]:
-    """Rows of (overrides..., summary...) from every job of a Hydra multirun directory."""
-    import json
-
-    import yaml
-
-    rows = []
-    for summary in sorted(Path(sweep_dir).glob("*/summary.json")):
-        row: dict = {}
-        overrides = summary.parent / ".hydra" / "overrides.yaml"
-        if overrides.exists():
-            for item in yaml.safe_load(overrides.read_text()) or []:
-                key, _, value = str(item).partition("=")
-                try:
-                    row[key] = float(value)
-                except ValueError:
-                    row[key] = value
-        row.update(json.loads(summary.read_text()))
-        row["job_dir"] = str(summary.parent)
-        rows.append(row)
-    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m llmsim.report SWEEP_DIR [--x workload.rate]``: sweep table (CSV) and curves (PNG)."""
-    import argparse
-
-    import pandas as pd
-
-    ap = argparse.ArgumentParser(prog="python -m llmsim.report")
-    ap.add_argument("sweep_dir")
-    ap.add_argument("--x", default="workload.rate", help="swept override to put on the x axis")
-    args = ap.parse_args(argv)
-    rows = collect_sweep(args.sweep_dir)
-    if not rows:
-        raise SystemExit(f"no */summary.json under {args.sweep_dir}: is it a Hydra multirun directory?")
-    df = pd.DataFrame(rows)
-    out_csv = Path(args.sweep_dir) / "sweep.csv"
-    df.to_csv(out_csv, index=False)
-    cols = [c for c in (args.x, "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
-                        "p99_e2el_ms", "slo_attainment") if c in df.columns]
-    print(df[cols].sort_values(cols[0]).to_string(index=False))
-    if args.x in df.columns:
-        p = save_sweep_plot(rows, args.x, Path(args.sweep_dir) / "sweep.png")
-        print(f"wrote {out_csv} and {p}")
+    """``python -m llmsim.report SWEEP_DIR [--x KEY]`` (see :mod:`llmsim.report_sweep`)."""
+    raise SystemExit(_sweep_main(argv))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ from typing import Any
 import pandas as pd
 
 from llmsim.cluster import Cluster, InstanceConfig
-from llmsim.metrics import SLO, summarise
+from llmsim.metrics import SLO, instance_means, instance_table, profile_notes, run_duration, summarise
 from llmsim.policies import Router, make_router
+from llmsim.report_progress import SimProgress
 from llmsim.request import Request
 
 
@@ -70,11 +71,16 @@ def simulate(
     central_queue_tick: float | None = None,
     on_unservable: str = "error",
     colocation_interference: float = 1.0,
-    progress: bool = False,
+    progress: bool | SimProgress = False,
     total: int | None = None,
     policy_kwargs: dict[str, Any] | None = None,
 ) -> SimResult:
-    """Run ``requests`` through a cluster of ``instances`` routed by ``policy``."""
+    """Run ``requests`` through a cluster of ``instances`` routed by ``policy``.
+
+    ``progress=True`` shows completed requests on stderr (a bar on a terminal, a line every 5 s elsewhere);
+    pass a :class:`llmsim.report_progress.SimProgress` to choose the stream and intervals. ``total`` (the
+    expected request count, when known) gives the bar its end.
+    """
     router = policy if isinstance(policy, Router) else make_router(policy, seed=seed, **(policy_kwargs or {}))
     cluster = Cluster(
         instances,
@@ -85,8 +91,15 @@ def simulate(
         on_unservable=on_unservable,
         colocation_interference=colocation_interference,
     )
+    reporter = progress if isinstance(progress, SimProgress) else SimProgress() if progress else None
+    if reporter is not None:
+        reporter.attach(cluster, total)
     t0 = time.perf_counter()
-    cluster.run(requests, progress=progress, total=total)
+    try:
+        cluster.run(requests)
+    finally:
+        if reporter is not None:
+            reporter.close()
     wall = time.perf_counter() - t0
     return collect(cluster, slo or SLO(), wall)
 
@@ -97,31 +110,11 @@ def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:
     df = rec.requests_frame()
     dropped = rec.dropped_frame()
     num = len(df) + len(dropped)
-    duration = float(df["finish"].max() - df["arrival"].min()) if len(df) else 0.0
-    rows = []
-    estimated = []
-    for inst in cluster.instances:
-        prof = inst.profile
-        if getattr(prof, "estimated", False):
-            estimated.append(prof.name)
-        rows.append({
-            "instance": inst.idx, "name": inst.name, "device": cluster.instance_configs[inst.idx].device,
-            "model": prof.model.name, "gpu": prof.gpu.name,
-            "tp": prof.tp, "profile": prof.name, "profile_estimated": bool(getattr(prof, "estimated", False)),
-            "policy": inst.config.policy, "kv_total_blocks": inst.kv_total, "finished": inst.finished,
-            "iterations": inst.iterations, "busy_time_s": inst.busy_time,
-            "utilisation": inst.busy_time / duration if duration > 0 else 0.0,
-            "preemptions": inst.preemptions, "swap_outs": inst.swap_outs, "output_tokens": inst.tokens_out,
-            "prefill_tokens": inst.prefill_tokens,
-        })
-    inst_df = pd.DataFrame(rows)
+    inst_df = instance_table(cluster, run_duration(df, rec))
     extra: dict[str, Any] = {
         "iterations": int(inst_df["iterations"].sum()),
         "dropped_by_reason": dropped["reason"].value_counts().to_dict() if len(dropped) else {},
-        "mean_utilisation": float(inst_df["utilisation"].mean()),
+        **instance_means(inst_df),
     }
     summary = summarise(df, rec, num, slo, extra)
-    notes = []
-    if estimated:
-        notes.append("estimated (not measured) step-time profile used for: " + ", ".join(sorted(set(estimated))))
-    return SimResult(df, dropped, rec.timeline_frame(), inst_df, summary, wall_s, notes)
+    return SimResult(df, dropped, rec.timeline_frame(), inst_df, summary, wall_s, profile_notes(cluster))

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +59,61 @@ def test_trace_replay_from_another_directory(tmp_path, shared_dir):
     assert p.returncode == 0, p.stderr
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["completed"] + s["dropped"] == 300
+
+
+# ---------------------------------------------------------------------- --help
+SIM_GROUPS = ("cluster", "engine", "workload", "policy")
+
+
+def _help(module_or_script: list[str], tmp_path) -> str:
+    p = subprocess.run([*module_or_script, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+@pytest.mark.parametrize("entry", ["module", "script"])
+def test_help_names_the_app_and_lists_only_the_simulation_groups(tmp_path, entry):
+    from llmsim.resources import conf_dir
+
+    script = Path(sys.executable).parent / "llmsim"
+    if entry == "script" and not script.exists():
+        pytest.skip("console script not installed")
+    out = _help([sys.executable, "-m", "llmsim"] if entry == "module" else [str(script)], tmp_path)
+    assert out.startswith("llmsim: ")
+    for wrong in ("cli.py", "__main__", "cli is powered", "powered by Hydra", "hydra/launcher", "$APP_CONFIG",
+                  "llmsim_presets"):
+        assert wrong not in out, wrong
+    section = out.split("== Config groups (GROUP=OPTION) ==\n", 1)[1].split("\n\n", 1)[0]
+    listed: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        if line.startswith(" "):  # a long list wraps, indented
+            listed[list(listed)[-1]] += [o.strip() for o in line.split(",") if o.strip()]
+            continue
+        group, _, options = line.partition(":")
+        listed[group] = [o.strip() for o in options.split(",") if o.strip()]
+    assert list(listed) == list(SIM_GROUPS)  # not env, reward, capacity (conf/), not hydra's
+    for group, options in listed.items():  # the lists follow conf/ (a new preset must be added to the help)
+        assert options == sorted(f.stem for f in (conf_dir() / group).glob("*.yaml")), group
+
+
+def test_help_examples_are_three_valid_commands(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from llmsim.resources import conf_dir
+
+    out = _help([sys.executable, "-m", "llmsim"], tmp_path)
+    examples = out.split("== Examples ==\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len(examples) == 3 and all(e.startswith("  llmsim ") for e in examples)
+    assert any(" -m " in e for e in examples)  # one of them is a sweep
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        for example in examples:
+            overrides = [a.split(",")[0] for a in example.split()[1:] if a != "-m"]  # a sweep's first point
+            cfg = compose(config_name="config", overrides=overrides)
+            assert cfg.policy.name and cfg.cluster.instances
+
+
+def test_job_name_is_llmsim(tmp_path):
+    p = run_cli(["workload.num_requests=20", "output.plots=false", f"hydra.run.dir={tmp_path}/run"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "run" / "llmsim.log").exists()
+    assert (tmp_path / "run" / ".hydra" / "hydra.yaml").read_text().count("name: llmsim") >= 1
