@@ -1,10 +1,13 @@
 """Step-time models fitted by the papers themselves, for reproducing their regimes.
 
 Spec 000 (Eqs. 13-14, the released code's per-expert constants): a prefill costs k1 s per prompt
-token and a decode iteration k2 s per context token held by the running batch, with no per-iteration
-floor. On real RTX 4090 profiles the 30 ms/token limit rarely binds at the paper's load (a 7B decode
-step reads its weights in ~15 ms and its KV in well under 1 ms); under this model it binds once a
-batch holds ~1.2k context tokens, which is the regime the paper's results come from.
+token and a decode iteration k2 s per context token held by the running batch. The paper gives no
+intercept (spec 000 section 13 item 1); with none, a lone request decodes faster than an RTX 4090 can
+read a 7B model's weights (300 tokens of context: 7.5 ms/token, against ~13.4 ms to stream 13.5 GB at
+1 TB/s). :func:`measured_intercept` supplies the part of an iteration that does not scale with tokens:
+the measured profile's step for one sequence at zero context (weights read + per-iteration overhead,
+~14-15 ms on the 4090). Under that model the 30 ms/token limit binds once a batch holds ~600 context
+tokens, i.e. at the paper's load (docs/testbeds.md).
 """
 
 from __future__ import annotations
@@ -57,6 +60,17 @@ class PaperLinearProfile:
                 "source": "spec 000 Eqs. 13-14 (constants of the paper's released code)"}
 
 
-def qos_edge_paper_profile(expert: str, gpu: str = "rtx4090", base: float = 0.0) -> PaperLinearProfile:
+def measured_intercept(model: str, gpu: str) -> float:
+    """Step time of one sequence at zero context in the measured (model, gpu) profile: the fixed cost of an
+    iteration (reading the weights, launch and scheduling overhead) that Eqs. 13-14 leave out."""
+    from llmsim.profile import load_profile
+
+    return float(load_profile(model, gpu).step_time(1, 1, 0, 0, 1, 0))
+
+
+def qos_edge_paper_profile(expert: str, gpu: str = "rtx4090", base: float | None = 0.0) -> PaperLinearProfile:
+    """The paper's linear step model for ``expert``; ``base`` = the per-iteration intercept in seconds
+    (``None``: :func:`measured_intercept`; 0: the paper's equations exactly)."""
     k1, k2 = QOS_EDGE_K[expert]
-    return PaperLinearProfile(get_model(expert), get_gpu(gpu), k1, k2, base)
+    b = measured_intercept(expert, gpu) if base is None else float(base)
+    return PaperLinearProfile(get_model(expert), get_gpu(gpu), k1, k2, b)

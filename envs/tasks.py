@@ -170,9 +170,15 @@ def workload_router_mixture(model: str = "llama-2-7b") -> TaskMixture:
     return TaskMixture(tasks, [model], list(WORKLOAD_ROUTER_WEIGHTS), max_total=4096)
 
 
-# Spec 002, Table 1: zero-shot accuracy normalised by OPT-6.7B's. Request shapes are not given by the
-# paper (choice): prompt means from the datasets' typical zero-shot prompt lengths (context + choices),
-# a short generated answer (mean 32 tokens, sigma 0.5) identical in distribution across sizes.
+# Spec 002, Table 1: zero-shot accuracy normalised by OPT-6.7B's. The paper gives no request shapes
+# (spec 002 section 9 item 2); our reading (docs/testbeds.md): a request is a zero-shot prompt (the item's
+# context / question as lm-evaluation-harness formats it; the means below are our estimates in OPT's GPT-2
+# BPE tokens from the datasets' published formats, no copy of the datasets being available here) and the
+# served model generates from it until the request's limit of ``max_tokens`` = 512 tokens: OPT models are
+# base models that rarely emit EOS early, so every request generates the limit on every size. The limit is
+# the one free knob; with it the uncalibrated TITAN RTX profiles reproduce all three of the paper's static
+# curves (6.7B near peak to ~2 req/s, 1.3B failing inside 8-48, 125M best only at the top rates), which
+# answer-length outputs (a few tokens) cannot: OPT-1.3B then never misses a deadline below 48 req/s.
 BEST_EFFORT_MODELS = ("opt-125m", "opt-1.3b", "opt-6.7b")
 BEST_EFFORT_ACCURACY = {
     "hellaswag": (0.45, 0.78, 1.00),
@@ -180,18 +186,24 @@ BEST_EFFORT_ACCURACY = {
     "piqa": (0.82, 0.96, 1.00),
     "openbookqa": (0.70, 0.94, 1.00),
 }
-BEST_EFFORT_PROMPTS = {"hellaswag": 110.0, "copa": 22.0, "piqa": 45.0, "openbookqa": 35.0}
+BEST_EFFORT_PROMPTS = {"hellaswag": 75.0, "copa": 12.0, "piqa": 16.0, "openbookqa": 15.0}
+BEST_EFFORT_MAX_TOKENS = 512
 
 
-def best_effort_mixture(tasks: Sequence[str] | None = None, out_mean: float = 32.0) -> TaskMixture:
-    """Spec 002's four tasks (uniform mix by default); quality = the normalised accuracy (no noise)."""
+def best_effort_mixture(tasks: Sequence[str] | None = None, out_mean: float | None = None,
+                        max_tokens: int = BEST_EFFORT_MAX_TOKENS) -> TaskMixture:
+    """Spec 002's four tasks (uniform mix by default); quality = the normalised accuracy (no noise).
+
+    Outputs: every request generates ``max_tokens`` (default), or with ``out_mean`` LogNormal(out_mean, 0.5)
+    tokens capped at ``max_tokens``; the same on every model size. Prompts: LogNormal(task mean, 0.4)."""
     names = list(tasks or BEST_EFFORT_ACCURACY)
+    out, sigma = (float(max_tokens), 0.0) if out_mean is None else (out_mean, 0.5)
     specs = []
     for n in names:
         acc = BEST_EFFORT_ACCURACY[n]
         specs.append(TaskSpec(n, BEST_EFFORT_PROMPTS[n], 0.4, 512,
-                              {m: out_mean for m in BEST_EFFORT_MODELS}, {m: 0.5 for m in BEST_EFFORT_MODELS},
-                              256, dict(zip(BEST_EFFORT_MODELS, acc)), {m: 0.0 for m in BEST_EFFORT_MODELS},
+                              {m: out for m in BEST_EFFORT_MODELS}, {m: sigma for m in BEST_EFFORT_MODELS},
+                              max_tokens, dict(zip(BEST_EFFORT_MODELS, acc)), {m: 0.0 for m in BEST_EFFORT_MODELS},
                               rho_len=1.0))
     return TaskMixture(specs, list(BEST_EFFORT_MODELS), max_total=2048)
 

@@ -199,3 +199,22 @@ def test_env_yaml_configs_build(name):
     env = make_from_config(cfg)
     obs, _ = env.reset(seed=0)
     assert env.observation_space.contains(obs)
+
+
+def test_testbed_clusters_are_the_documented_ones():
+    from envs.testbeds import qos_edge_instances, static_instances, workload_router_instances
+
+    wr = workload_router_instances()
+    prof = wr[0].build_profile()
+    assert len(wr) == 4 and wr[0].gpu == "v100-16gb" and wr[0].engine.max_num_seqs == 128
+    # 0.97 is the smallest share (in hundredths) whose KV cache holds the 4,096-token context window
+    assert prof.kv_capacity_tokens(0.97) >= 4096 > prof.kv_capacity_tokens(0.96)
+    assert all(i.profile is not None and i.profile.base > 0.01 for i in qos_edge_instances())
+    assert [i.engine.gpu_memory_utilization for i in static_instances("opt-1.3b", 8)] == [0.9] * 8
+
+
+def test_workload_router_mixture_spans_the_predictor_buckets():
+    reqs = workload_router_mixture().sample(np.random.default_rng(3), np.arange(20_000) * 0.05)
+    out = np.array([r.output_tokens for r in reqs])
+    shares = [np.mean(out <= 250), np.mean((out > 250) & (out <= 1000)), np.mean(out > 1000)]
+    assert shares[0] > 0.7 and shares[1] > 0.1 and 0.005 < shares[2] < 0.05
