@@ -29,7 +29,8 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -282,6 +283,26 @@ def _meta(s: _Setup, m: ModelSpec, gpu_name: str | None, register_name: str | No
     }
 
 
+@contextmanager
+def _progress(s: _Setup, total: int, desc: str, enabled: bool) -> Iterator[None]:
+    """A bar over the timed shapes (each shape is one timer call), so a long CPU or GPU run shows its pace."""
+    from tqdm import tqdm
+
+    timer = s.timer
+    with tqdm(total=total, desc=desc, unit="shape", disable=not enabled, mininterval=1.0) as bar:
+
+        def timed(fn: Callable[[], Any]) -> float:
+            t = timer(fn)
+            bar.update()
+            return t
+
+        s.timer = timed
+        try:
+            yield
+        finally:
+            s.timer = timer
+
+
 def profile_model(
     m: ModelSpec,
     device: str,
@@ -294,18 +315,22 @@ def profile_model(
     iters: int = 10,
     repeats: int = 3,
     register_name: str | None = None,
+    progress: bool = True,
 ) -> Path:
     """Time one decoder layer of ``m`` on ``device``; write dense.csv, attention.csv, per_sequence.csv and
     meta.yaml to ``out``. Raises ProfileError when torch or the device is not usable."""
     s = _setup(m, device, iters, repeats)
     tokens = [t for t in (QUICK_TOKENS if quick else DENSE_TOKENS) if t <= max_tokens]
     out.mkdir(parents=True, exist_ok=True)
-    _profile_dense(s, m, tokens, out / "dense.csv")
     chunks = [c for c in (CHUNKS[::2] if quick else CHUNKS) if c <= max_tokens]
     ctxs = [c for c in (CTXS[::3] if quick else CTXS) if c <= max_ctx]
     bs = [b for b in (DECODE_B[::2] if quick else DECODE_B) if b <= max_batch]
-    _profile_attention(s, m, chunks, ctxs, bs, out / "attention.csv")
-    _profile_lm_head(s, m, [n for n in (SEQS[::3] if quick else SEQS) if n <= max_batch], out / "per_sequence.csv")
+    seqs = [n for n in (SEQS[::3] if quick else SEQS) if n <= max_batch]
+    shapes = 9 * len(tokens) + len(chunks) * len(ctxs) + sum(kv and b * kv <= 2**21 for b in bs for kv in ctxs)
+    with _progress(s, shapes + 2 * len(seqs), f"profiling {m.name} on {device}", progress):
+        _profile_dense(s, m, tokens, out / "dense.csv")
+        _profile_attention(s, m, chunks, ctxs, bs, out / "attention.csv")
+        _profile_lm_head(s, m, seqs, out / "per_sequence.csv")
     grid = {"tokens": tokens, "chunks": chunks, "contexts": ctxs, "decode_batches": bs}
     meta = _meta(s, m, gpu_name, register_name, grid, {"iters": iters, "repeats": repeats})
     (out / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
@@ -328,9 +353,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=2048)
     ap.add_argument("--max-ctx", type=int, default=16384)
     ap.add_argument("--max-batch", type=int, default=256)
-    ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=None, help="timed calls per repeat (default 10; 2 for --device cpu "
+                    "--quick)")
+    ap.add_argument("--repeats", type=int, default=None, help="repeats, median taken (default 3; 1 for cpu --quick)")
     a = ap.parse_args(argv)
+    cpu_quick = a.device == "cpu" and a.quick  # a test run of the pipeline: minutes, not hours, on a laptop
+    a.iters = a.iters or (2 if cpu_quick else 10)
+    a.repeats = a.repeats or (1 if cpu_quick else 3)
     try:
         m = resolve_model(a.model)
         require_torch(a.device)
