@@ -351,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="output dir (default: profiles/raw_local/<gpu>/<model>)")
     ap.add_argument("--quick", action="store_true", help="coarse grid")
     ap.add_argument("--max-tokens", type=int, default=2048)
-    ap.add_argument("--max-ctx", type=int, default=16384)
-    ap.add_argument("--max-batch", type=int, default=256)
+    ap.add_argument("--max-ctx", type=int, default=None, help="default 16384 (2048 for --device cpu --quick)")
+    ap.add_argument("--max-batch", type=int, default=None, help="default 256 (32 for --device cpu --quick)")
     ap.add_argument("--iters", type=int, default=None, help="timed calls per repeat (default 10; 2 for --device cpu "
                     "--quick)")
     ap.add_argument("--repeats", type=int, default=None, help="repeats, median taken (default 3; 1 for cpu --quick)")
@@ -360,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     cpu_quick = a.device == "cpu" and a.quick  # a test run of the pipeline: minutes, not hours, on a laptop
     a.iters = a.iters or (2 if cpu_quick else 10)
     a.repeats = a.repeats or (1 if cpu_quick else 3)
+    # decode shapes hold batch x context x kv_dim floats three times over: on a host, keep them to ~1 GB
+    a.max_ctx = a.max_ctx or (2048 if cpu_quick else 16384)
+    a.max_batch = a.max_batch or (32 if cpu_quick else 256)
     try:
         m = resolve_model(a.model)
         require_torch(a.device)
