@@ -1,20 +1,38 @@
-"""One Gymnasium env over an llmsim cluster; decision point, actions, observations and reward plug in.
+"""One Gymnasium env over an llmsim cluster: a semi-MDP whose decision point, actions, observations and reward plug in.
 
 Decision points
 * ``decision="arrival"``: one step per request the router must place. Each arrival is deferred to the
-  agent (``DEFER``) and decided at its arrival instant, exactly as a router would; with a wait action a
-  held request sits in the central queue and is offered again at the next completion or tick.
+  agent (``DEFER``) and decided at its arrival instant, exactly as a router would; a held (waiting) request
+  sits in the central queue and is offered again at the next completion or ``tick``.
 * ``decision="tick"``: every ``tick`` seconds (0.02 s in spec 001) the agent decides for the head of the
   central queue: route it or wait. Ticks with an empty queue are skipped unless ``tick_when_empty``
   (per-tick reward terms are still accumulated at every tick).
+* Drain: once no request will arrive and none is held, the episode goes on with wait-only steps, one at
+  each instant where a request finishes or is dropped, so every outcome is rewarded when it happens.
 
-Actions (``action=``): ``instance`` Discrete(N); ``instance_wait`` / ``instance_drop`` Discrete(N+1) with
-the last index meaning wait / drop; ``model`` Discrete(M) over ``env.models`` with the request sent to
-the least-loaded (fewest running + waiting + swapped) replica of that model, ties to the lowest index.
+Steps are semi-MDP transitions: ``info["dt"]`` is the simulated time since the previous decision (discount
+by ``gamma ** (dt / tau)``; the dts of an episode add up to its simulated span).
 
-Episodes hold K requests (``num_requests``); they terminate when every request has finished or been
-dropped and truncate when simulated time passes ``time_limit``. ``reset(seed=...)`` draws a new workload
-realisation; ``fixed_workload_seed`` (or ``reset(options={"workload_seed": s})``) pins one.
+Actions: Discrete(K + 2) in every env: index i < K chooses instance i (``action="instance*"``) or model i
+(``"model*"``: the request goes to the least-loaded replica of that model), K is wait and K + 1 is drop.
+The mask offers wait / drop only where the kind says (``instance_wait``, ``instance_drop``,
+``instance_wait_drop``, ...). An unmasked agent may still pick them: wait is always executable (costed and
+bounded, below); drop where it is not offered is carried out as wait, so no env loses a request to an
+action its setting does not have.
+
+Waiting is bounded: a request held ``max_wait_s`` seconds since its arrival is routed by the fallback
+(``wait_fallback="least_loaded"``: fewest requests among the instances that can serve it, as the router
+observes them; ``"drop"``: dropped) at the next tick, and the reward's ``timeouts`` / ``dropped`` term
+charges it.
+
+Episodes hold K requests (``num_requests``); they terminate when nothing is left to simulate and truncate
+at ``time_limit`` seconds of simulated time (default: the last arrival + ``max_wait_s`` + ``drain_time``);
+whatever is unfinished then is dropped as ``episode_truncated`` (reward term ``cut_off``).
+``reset(seed=...)`` draws a new workload realisation; ``fixed_workload_seed`` (or
+``reset(options={"workload_seed": s})``) pins one.
+
+Observations and rewards read only the public :class:`~llmsim.state.ClusterState`: ``state()`` is what the
+router sees (the last scrape with ``view_staleness``), ``true_state()`` the exact one rewards judge by.
 """
 
 from __future__ import annotations
@@ -28,8 +46,9 @@ import numpy as np
 from envs.observations import ObsBuilder, make_obs
 from envs.predictors import Predictor, make_predictor
 from envs.rewards import Reward, make_reward
+from envs.rewards.base import CUT_OFF_REASON
 from envs.schema import ACTIONS as ACTIONS
-from envs.schema import EnvOptions
+from envs.schema import EnvOptions, action_layout
 from envs.workloads import EnvWorkload, make_workload
 from llmsim.cluster import Cluster, InstanceConfig
 from llmsim.config import instances_from_specs
@@ -38,6 +57,9 @@ from llmsim.policies import DEFER, DROP, WAIT, Router
 from llmsim.request import Request
 from llmsim.schema import SLO
 from llmsim.simenv import ARRIVAL, ROUTE
+from llmsim.state import ClusterState
+
+WAIT_TIMEOUT_REASON = "wait_timeout"
 
 
 class InvalidAction(LLMSimError):
@@ -69,9 +91,7 @@ class _AgentRouter(Router):
         self.decision = WAIT if env.decision == "tick" else DEFER
 
     def route(self, req: Request, view: Any) -> int:
-        env = self.env
-        if req.id not in env._preds:
-            env._on_arrival(req)
+        self.env.handle_arrival(req)
         return self.decision
 
 
@@ -92,6 +112,10 @@ class RoutingEnv(gym.Env):
         reward: str | dict[str, Any] | Reward = "latency",
         predictor: str | dict[str, Any] | Predictor | None = "oracle",
         time_limit: float | None = None,
+        drain_time: float = 600.0,
+        max_wait_s: float | None = 10.0,
+        wait_fallback: str = "least_loaded",
+        view_staleness: float = 0.0,
         slo: SLO | dict[str, Any] | None = None,
         max_waiting: int | None = None,
         fixed_workload_seed: int | None = None,
@@ -102,30 +126,25 @@ class RoutingEnv(gym.Env):
         super().__init__()
         opts = EnvOptions(
             num_requests=num_requests, decision=decision, tick=tick, tick_when_empty=tick_when_empty, action=action,
-            time_limit=time_limit, max_waiting=max_waiting, fixed_workload_seed=fixed_workload_seed,
+            time_limit=time_limit, drain_time=drain_time, max_wait_s=max_wait_s, wait_fallback=wait_fallback,
+            view_staleness=view_staleness, max_waiting=max_waiting, fixed_workload_seed=fixed_workload_seed,
             metrics_interval=metrics_interval, on_unservable=on_unservable,
             colocation_interference=colocation_interference,
         )
-        if opts.decision == "tick" and opts.action != "instance_wait":
-            raise ConfigError("env.action: decision='tick' needs action='instance_wait' (the agent may hold the "
-                              f"head of the queue), got {opts.action!r}")
+        if opts.decision == "tick" and "wait" not in opts.action:
+            raise ConfigError("env.action: decision='tick' needs an action with wait ('instance_wait' or "
+                              f"'instance_wait_drop'; the agent may hold the head of the queue), got {opts.action!r}")
         cfgs = instances_from_specs(list(instances) if isinstance(instances, tuple) else instances, "env.instances")
         # profiles are built once and shared by every episode's cluster
         self.instance_configs = [dataclasses.replace(c, profile=c.build_profile()) for c in cfgs]
         self.workload = make_workload(workload)
         self.task_names = list(getattr(self.workload, "task_names", []))
-        self.num_requests = opts.num_requests
-        self.decision = opts.decision
-        self.tick = opts.tick
-        self.tick_when_empty = opts.tick_when_empty
+        for k in ("num_requests", "decision", "tick", "tick_when_empty", "time_limit", "drain_time", "max_wait_s",
+                  "wait_fallback", "view_staleness", "max_waiting", "fixed_workload_seed", "metrics_interval",
+                  "on_unservable", "colocation_interference"):
+            setattr(self, k, getattr(opts, k))
         self.action_kind = opts.action
-        self.time_limit = float("inf") if opts.time_limit is None else opts.time_limit
         self.slo = SLO.parse(slo)
-        self.max_waiting = opts.max_waiting
-        self.fixed_workload_seed = opts.fixed_workload_seed
-        self.metrics_interval = opts.metrics_interval
-        self.on_unservable = opts.on_unservable
-        self.colocation_interference = opts.colocation_interference
         self.predictor = make_predictor(predictor)
         self.reward_fn = make_reward(reward)
         self.obs_builder = make_obs(observation)
@@ -133,28 +152,35 @@ class RoutingEnv(gym.Env):
         self.num_instances = n = len(self.instance_configs)
         self.instance_models = [c.profile.model.name for c in self.instance_configs]
         self.models = list(dict.fromkeys(self.instance_models))
+        self.model_specs = {c.profile.model.name: c.profile.model for c in self.instance_configs}
         self.inst_model_idx = np.array([self.models.index(m) for m in self.instance_models], dtype=np.int64)
         self.replicas = [[k for k in range(n) if self.instance_models[k] == m] for m in self.models]
-        n_act = {"instance": n, "instance_wait": n + 1, "instance_drop": n + 1,
-                 "model": len(self.models)}[action]
-        self.action_space = gym.spaces.Discrete(n_act)
-        self.special_action = {"instance_wait": WAIT, "instance_drop": DROP}.get(action)
+        self.n_choices, self.offer_wait, self.offer_drop = action_layout(opts.action, n, len(self.models))
+        self.wait_action, self.drop_action = self.n_choices, self.n_choices + 1
+        self.action_space = gym.spaces.Discrete(self.n_choices + 2)
         self.cluster: Cluster | None = None
         self._build_cluster([])
         self.observation_space = self.obs_builder.bind(self)
-        self._mask = np.zeros(n_act, dtype=np.bool_)
+        self._mask = np.zeros(self.n_choices + 2, dtype=np.bool_)
 
     # ------------------------------------------------------------------ episode lifecycle
     def _build_cluster(self, reqs: list[Request]) -> None:
-        tick_mode = self.decision == "tick"
-        wait_retry = self.tick if (self.special_action == WAIT and not tick_mode) else None
-        self.cluster = Cluster(self.instance_configs, _AgentRouter(self),
-                               metrics_interval=self.metrics_interval, central_queue_tick=wait_retry,
+        # arrival mode: a held request is offered again at every tick (and completion); tick mode ticks itself
+        retry = None if self.decision == "tick" else self.tick
+        self.cluster = Cluster(self.instance_configs, _AgentRouter(self), view_staleness=self.view_staleness,
+                               metrics_interval=self.metrics_interval, central_queue_tick=retry,
                                on_unservable=self.on_unservable, on_finish=self._on_finish,
                                colocation_interference=self.colocation_interference)
         self._preds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.routed_quality: dict[int, float] = {}
         self._requests = reqs
+        self._by_id = {r.id: r for r in reqs}
+        self._events = self._version = 0
+        self._state_key: tuple[int, int] | None = None
+        self._mask_key: tuple[int, int] | None = None
+        self._true_key: tuple[int, int] | None = None
+        self._state: ClusterState | None = None
+        self._true: ClusterState | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -166,12 +192,14 @@ class RoutingEnv(gym.Env):
         self.predictor.reset(int(self.np_random.integers(2**31 - 1)))
         reqs = self.workload.requests(self.workload_seed, self.num_requests)
         self._build_cluster(reqs)
-        self.steps = 0
-        self.num_decisions = 0
-        self.completed = 0
-        self.agent_dropped = 0
+        last = reqs[-1].arrival if reqs else 0.0
+        self.limit = self.time_limit if self.time_limit is not None else \
+            last + (self.max_wait_s or 0.0) + self.drain_time
+        self.steps = self.num_decisions = self.completed = self.agent_dropped = self.timeouts = 0
         self.terminated = self.truncated = False
         self._tick_due = False
+        self._n_drops = self._outcomes = 0
+        self._released_wait = 0.0
         self._episode_reward = 0.0
         self._episode_components: dict[str, float] = dict.fromkeys(self.reward_fn.components, 0.0)
         self.reward_fn.reset(self)
@@ -182,28 +210,56 @@ class RoutingEnv(gym.Env):
             self._tick_k = 1  # ticks at k * tick exactly (no accumulated rounding)
             c.env.call_at(self.tick, ROUTE, self._on_tick)
         self.pending: Request | None = None
+        self._t_prev = c.env.now
         self._advance()
-        obs = self.obs_builder.build(self, self.pending)
-        return obs, self._info({}, final=self.terminated or self.truncated)
+        self._t_prev = c.env.now
+        self._released_wait = 0.0  # waits before the first decision belong to no step
+        obs = self.obs_builder.build(self, self.state(), self.pending)
+        return obs, self._info({}, 0.0, final=self.terminated or self.truncated)
 
-    def _on_arrival(self, req: Request) -> None:
+    def handle_arrival(self, req: Request) -> None:
+        """A request reached the router: predict it once, tell the observation builder, bound its wait."""
+        if req.id in self._preds:
+            return  # a retry of a held request
         self._preds[req.id] = self.predictor.predict(req, self.models)
         self.obs_builder.on_arrival(self, req)
 
     def _on_finish(self, req: Request, inst: Any) -> None:
         self.completed += 1
-        self.reward_fn.on_finish(req, inst)
+        self._outcomes += 1
+        self.reward_fn.on_finish(req, req.instance)
         self._preds.pop(req.id, None)
         self.routed_quality.pop(req.id, None)
 
     def _on_tick(self) -> None:
         c = self.cluster
+        if self.max_wait_s is not None:
+            central = c.central  # in arrival order: the agent only ever takes the head
+            while central and central[0].arrival + self.max_wait_s <= c.env.now:
+                self._expire(central.popleft(), ROUTE)
         self.reward_fn.on_tick(self)
         if c.central or self.tick_when_empty:
             self._tick_due = True
-        if not (c._arrivals_done and not c.central and all(not i._busy for i in c.instances)):
+        if not c.done:
             self._tick_k += 1
             c.env.call_at(self._tick_k * self.tick, ROUTE, self._on_tick)
+
+    # ------------------------------------------------------------------ what builders and rewards read
+    def state(self) -> ClusterState:
+        """The ClusterState the agent's router observes now (stale with ``view_staleness``); cached per instant."""
+        key = (self._events, self._version)
+        if self._state_key != key:
+            self._state = self.cluster.view.state() if self.view_staleness > 0 else self.true_state()
+            self._state_key = key
+        return self._state
+
+    def true_state(self) -> ClusterState:
+        """The simulator's exact ClusterState now (rewards judge by it); cached per instant."""
+        key = (self._events, self._version)
+        if self._true_key != key:
+            self._true = self.cluster.view.live_state()
+            self._true_key = key
+        return self._true
 
     def predictions(self, req: Request) -> tuple[np.ndarray, np.ndarray]:
         """Predicted (output tokens, quality) of ``req`` on each of ``self.models``."""
@@ -212,154 +268,246 @@ class RoutingEnv(gym.Env):
             p = self._preds[req.id] = self.predictor.predict(req, self.models)
         return p
 
+    @property
+    def episode_requests(self) -> list[Request]:
+        """This episode's K requests, in arrival order."""
+        return self._requests
+
+    def request(self, request_id: int) -> Request:
+        """The episode's request ``request_id`` with its hidden ground truth (for rewards, never observations)."""
+        return self._by_id[request_id]
+
     # ------------------------------------------------------------------ stepping
     def _advance(self) -> None:
-        """Run the simulation to the next decision point, the end of the episode, or the time limit."""
+        """Run the simulation to the next decision point (or drain step), the end, or the time limit."""
         c = self.cluster
         env = c.env
-        queue = env._queue
-        step = env.step
+        step, peek = env.step, env.peek
         deferred = c.deferred
-        limit = self.time_limit
+        dropped = c.recorder.dropped
         tick_mode = self.decision == "tick"
+        limit = self.limit
+        self._outcomes = 0
+        self.pending = None
         while True:
             if tick_mode:
                 if self._tick_due:
                     self._tick_due = False
                     central = c.central  # the cluster replaces this deque on retries: read it fresh
-                    self.pending = central[0] if central else None
-                    if self.pending is not None or self.tick_when_empty:
+                    if central or self.tick_when_empty:
+                        self.pending = central[0] if central else None
                         return
             elif deferred:
-                self.pending = deferred[0]
-                return
-            if not queue:
-                self.pending = None
+                r = deferred[0]
+                if self.max_wait_s is None or env.now - r.arrival < self.max_wait_s:
+                    self.pending = r
+                    return
+                self._expire(deferred.popleft(), env.phase)  # a held request offered again too late
+                continue
+            if len(dropped) != self._n_drops:
+                self._collect_drops()
+            if not env.active:  # only bookkeeping (scrapes) left: let it record the final state, and end
+                while env.num_pending and peek() <= limit:
+                    self._events += 1
+                    step()
                 self.terminated = True
                 return
-            if queue[0][0] > limit:
-                self.pending = None
+            t = peek()
+            if self._outcomes and t > env.now and c.arrivals_done and not c.central and not deferred:
+                return  # a drain step: nothing to decide, but something happened at this instant
+            if t > limit:
                 self.truncated = True
+                if limit > env.now:
+                    env.run(until=limit)  # the clock reaches the limit (no event on the way)
                 return
+            self._events += 1
             step()
 
     def decode(self, action: int) -> int:
-        """Instance index, WAIT or DROP for an action (``model``: least-loaded replica)."""
+        """Instance index, WAIT or DROP for an action (a model choice: its least-loaded replica that fits)."""
         a = int(action)
-        if self.action_kind == "model":
+        if a == self.wait_action:
+            return WAIT
+        if a == self.drop_action:
+            return DROP if self.offer_drop else WAIT  # an env without drop never loses a request to it
+        if self.action_kind.startswith("model"):
+            reps = self.replicas[a]
             req = self.pending
-            best, best_v = -1, None
-            for k in self.replicas[a]:
-                inst = self.cluster.instances[k]
-                if req is not None and inst.can_ever_serve(req):
-                    continue
-                v = len(inst.running) + len(inst.waiting) + len(inst.swapped)
-                if best_v is None or v < best_v:
-                    best, best_v = k, v
-            return best if best >= 0 else self.replicas[a][0]
-        if a == self.num_instances and self.special_action is not None:
-            return self.special_action
+            if req is None:
+                return reps[0]
+            insts = self.state().instances
+            best = min((k for k in reps if insts[k].can_serve(req.prompt_tokens)),
+                       key=lambda k: insts[k].num_requests, default=reps[0])
+            return best
         return a
 
     def step(self, action: int):
         if self.terminated or self.truncated:
             raise RuntimeError("step() called after the episode ended; call reset()")
         action = check_action(action, int(self.action_space.n))
-        c = self.cluster
         req = self.pending
         d = self.decode(action)
         if req is not None:
             self.num_decisions += 1
             self.reward_fn.before_action(self, req, d if d >= 0 else None)
-            phase = c.env.phase
-            if self.decision == "tick":
-                if d != WAIT:
-                    c.central.popleft()
-                    self._apply(req, d, ROUTE)
-            else:
-                c.deferred.popleft()
-                self._apply(req, d, phase)
-                if d == WAIT and phase != ARRIVAL:
-                    c.central.append(req)  # the cluster only parks arrivals; re-queue a retried request
+            self._take(req, d)
+            self._collect_drops()  # an action's own drop belongs to this step, before the drain check resets
         self.steps += 1
         self.pending = None
+        self._version += 1
         self._advance()
+        c = self.cluster
+        now = c.env.now
+        self.reward_fn.on_wait(self._held_seconds(self._t_prev, now))
         if self.terminated or self.truncated:
-            c.finish()
-            if self.truncated:
-                # report what the time limit cut off (in flight or not yet arrived), so nothing is lost
-                now = c.env.now
-                for r in self._requests:
-                    if r.finish < 0 and not r.dropped:
-                        c.recorder.drop(r, "episode_truncated", now)
-        reward, comps = self.reward_fn.end_step(self)
+            self._finish_episode()
+        dt = now - self._t_prev
+        self._t_prev = now
+        reward, comps = self.reward_fn.end_step(self, dt)
         self._episode_reward += reward
         ec = self._episode_components
         for k, v in comps.items():
             ec[k] += v
-        obs = self.obs_builder.build(self, self.pending)
+        obs = self.obs_builder.build(self, self.state(), self.pending)
         done = self.terminated or self.truncated
-        return obs, float(reward), self.terminated, self.truncated, self._info(comps, done)
+        return obs, float(reward), self.terminated, self.truncated, self._info(comps, dt, done)
+
+    def _take(self, req: Request, d: int) -> None:
+        """Carry out the agent's decision ``d`` for the pending request."""
+        c = self.cluster
+        if self.decision == "tick":
+            if d != WAIT:
+                c.central.popleft()
+                self._apply(req, d, ROUTE)
+            return
+        phase = c.env.phase
+        c.deferred.popleft()
+        self._apply(req, d, phase)
+        if d == WAIT and phase != ARRIVAL:
+            c.central.append(req)  # the cluster only parks arrivals; re-queue a retried request
 
     def _apply(self, req: Request, d: int, phase: int) -> None:
-        c = self.cluster
         if d >= 0:
-            lens, quals = self._preds.get(req.id) or self.predictions(req)
+            lens, quals = self.predictions(req)
             j = self.inst_model_idx[d]
             req.predicted_output = float(lens[j])
             self.routed_quality[req.id] = float(quals[j])
         elif d == DROP:
             self.agent_dropped += 1
-            self.reward_fn.on_drop(req)
+        self.cluster.apply_decision(req, d, phase)
+
+    # ------------------------------------------------------------------ outcomes: drops, waits, timeouts
+    def _collect_drops(self) -> None:
+        """Hand every new drop of the cluster's recorder (whatever its cause) to the reward."""
+        dropped = self.cluster.recorder.dropped
+        by_id = self._by_id
+        for entry in dropped[self._n_drops:]:
+            req = by_id[entry[0]]  # entries start with the request id; the reason is on the request
+            self.reward_fn.on_drop(req, req.dropped)
             self._preds.pop(req.id, None)
-        c.apply_decision(req, d, phase)
+            self.routed_quality.pop(req.id, None)
+            self._outcomes += 1
+        self._n_drops = len(dropped)
+
+    def _held_seconds(self, t0: float, t1: float) -> float:
+        """Request-seconds spent in the central queue over (t0, t1], including requests released meanwhile."""
+        c = self.cluster
+        s = self._released_wait
+        self._released_wait = 0.0
+        for q in (c.central, c.deferred):
+            for r in q:
+                a = r.arrival
+                s += t1 - (a if a > t0 else t0)
+        return s
+
+    def _expire(self, req: Request, phase: int) -> None:
+        """A request held ``max_wait_s`` since its arrival (taken off the queue by the caller): route it by the
+        fallback, or drop it. Checked where held requests are looked at anyway (the tick in tick mode, each
+        retry in arrival mode), so it happens within one ``tick`` of the deadline and costs no event."""
+        c = self.cluster
+        now = c.env.now
+        self._released_wait += now - max(req.arrival, self._t_prev)
+        self.timeouts += 1
+        k = self._least_loaded(req) if self.wait_fallback == "least_loaded" else -1
+        if k < 0:
+            c.recorder.drop(req, WAIT_TIMEOUT_REASON, now)
+        else:
+            self._apply(req, k, phase)
+            self.reward_fn.on_timeout(req)
+        self._version += 1
+
+    def _least_loaded(self, req: Request) -> int:
+        """The instance with the fewest requests that can serve ``req`` (as observed; ties: lowest index)."""
+        best, best_n = -1, 0
+        for k, inst in enumerate(self.state().instances):
+            if inst.can_serve(req.prompt_tokens) and (best < 0 or inst.num_requests < best_n):
+                best, best_n = k, inst.num_requests
+        return best
+
+    def _finish_episode(self) -> None:
+        """Account for everything still open: cut off by the time limit, or never routed."""
+        c = self.cluster
+        if self.truncated:
+            now = c.env.now
+            c.central.clear()
+            c.deferred.clear()
+            for r in self._requests:
+                if r.finish < 0 and not r.dropped:
+                    c.recorder.drop(r, CUT_OFF_REASON, now)
+        c.finish()
+        self._collect_drops()
 
     # ------------------------------------------------------------------ masks and info
     def action_masks(self) -> np.ndarray:
-        """Valid actions (MaskablePPO convention): instances that can serve the request and are not full
-        (``max_waiting``); wait / drop always. With nothing to decide only wait (or everything) is valid."""
+        """Valid actions (MaskablePPO convention): choices whose instance (or a replica of the model) can serve
+        the request and is not full (``max_waiting``), then wait / drop where offered. With nothing to decide
+        (a drain step, an empty tick) every action is a no-op and the mask marks the env's usual no-op: wait
+        where the env offers it, else every choice (never drop)."""
+        key = (self._events, self._version)
+        if self._mask_key == key:
+            return self._mask.copy()  # asked again at the same instant (the learner, then info)
+        self._mask_key = key
         m = self._mask
+        m.fill(False)
+        k_n = self.n_choices
         req = self.pending
-        n = self.num_instances
         if req is None:
-            if self.special_action == WAIT:
-                m.fill(False)
-                m[n] = True
+            if self.offer_wait:
+                m[k_n] = True
             else:
-                m.fill(True)
+                m[:k_n] = True
             return m.copy()
-        insts = self.cluster.instances
-        ok = [not insts[k].can_ever_serve(req) for k in range(n)]
+        insts = self.state().instances
+        p = req.prompt_tokens
+        ok = [i.can_serve(p) for i in insts]
         free = ok
         if self.max_waiting is not None:
             mw = self.max_waiting
-            free = [ok[k] and len(insts[k].waiting) < mw for k in range(n)]
-        if self.action_kind == "model":
-            for a, reps in enumerate(self.replicas):
-                m[a] = any(free[k] for k in reps)
-            if not m.any():
+            free = [ok[k] and insts[k].num_waiting < mw for k in range(len(insts))]
+        m[k_n] = self.offer_wait
+        m[k_n + 1] = self.offer_drop
+        for allowed in (free, ok, [True] * len(insts)):  # the first that leaves something valid
+            if self.action_kind.startswith("model"):
                 for a, reps in enumerate(self.replicas):
-                    m[a] = any(ok[k] for k in reps)
-        else:
-            m[:n] = free
-            if self.special_action is not None:
-                m[n] = True
-            elif not m.any():
-                m[:n] = ok
-        if not m.any():
-            m.fill(True)
+                    m[a] = any(allowed[k] for k in reps)
+            else:
+                m[:k_n] = allowed
+            if m.any():
+                break
         return m.copy()
 
-    def _info(self, comps: dict[str, float], final: bool) -> dict[str, Any]:
+    def _info(self, comps: dict[str, float], dt: float, final: bool) -> dict[str, Any]:
         c = self.cluster
         info: dict[str, Any] = {
             "reward_components": dict(comps),
+            "dt": dt,
             "time": c.env.now,
             "decisions": self.num_decisions,
-            "arrived": c._num_arrived,
+            "arrived": c.num_arrived,
             "completed": self.completed,
             "dropped": len(c.recorder.dropped),
             "agent_dropped": self.agent_dropped,
+            "timeouts": self.timeouts,
             "central_queue": len(c.central),
             "action_mask": self.action_masks(),
         }

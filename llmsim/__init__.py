@@ -5,7 +5,9 @@ from llmsim.engine import EngineConfig
 from llmsim.metrics import SLO
 from llmsim.request import Request
 from llmsim.sim import SimResult, simulate
+from llmsim.state import LAYOUT_VERSION, ClusterState, InstanceRequests, InstanceState, RequestState, StaleStateError
 
 __version__ = "0.1.0"
 
-__all__ = ["SLO", "Cluster", "ClusterView", "EngineConfig", "InstanceConfig", "Request", "SimResult", "simulate"]
+__all__ = ["LAYOUT_VERSION", "SLO", "Cluster", "ClusterState", "ClusterView", "EngineConfig", "InstanceConfig",
+           "InstanceRequests", "InstanceState", "Request", "RequestState", "SimResult", "StaleStateError", "simulate"]

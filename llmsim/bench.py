@@ -79,10 +79,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args(argv)
     if args.what == "env":
-        from envs.bench import main as env_main
-
-        env_main(rest + (["--json"] if args.json else []))
-        return
+        # envs sits above llmsim (layers contract, tests/test_layers.py): run it, never import it
+        cmd = [sys.executable, "-m", "envs.bench", *rest, *(["--json"] if args.json else [])]
+        raise SystemExit(subprocess.run(cmd).returncode)
     cases = args.case or list(CASES)
     if args.inline:
         for c in cases:

@@ -216,6 +216,16 @@ class Cluster(ClusterClock):
                 q.clear()
 
     @property
+    def arrivals_done(self) -> bool:
+        """No request will arrive any more (the workload is exhausted)."""
+        return self._arrivals_done
+
+    @property
+    def num_arrived(self) -> int:
+        """Requests that have arrived so far (routed, held, deferred or dropped)."""
+        return self._num_arrived
+
+    @property
     def done(self) -> bool:
         return self._arrivals_done and not self.central and not self.deferred and all(
             not i._busy for i in self.instances

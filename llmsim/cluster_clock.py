@@ -218,5 +218,5 @@ class ClusterClock:
         """Run the pending scrapes / refreshes once each (the final state), rescheduling nothing."""
         self._finishing = True
         env = self.env
-        for _ in range(len(env._queue)):
+        for _ in range(env.num_pending):
             env.step()

@@ -15,15 +15,27 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from llmsim.errors import LLMSimError
 from llmsim.simenv import ARRIVAL
 
 if TYPE_CHECKING:
-    from llmsim.instance import Instance
+    from llmsim.kv import KVCache
     from llmsim.profile import Profile
     from llmsim.request import Request
+
+
+class RunOwner(Protocol):
+    """What a run updates of the engine that owns it (``llmsim.instance.Instance``; a protocol, because that
+    module imports this one)."""
+
+    block_size: int
+    kv: KVCache
+    recorder: Any  # llmsim.metrics.Recorder: the run adds its inter-token latencies (itl)
+    busy_time: float
+    iterations: int
+    tokens_out: int
 
 FIRST_CHUNK = 16  # iterations planned at once; doubles while a run goes on
 NEVER = float("inf")
@@ -168,7 +180,7 @@ class DecodeRun:
                 j += 1
         return j
 
-    def materialise(self, inst: Instance, j: int) -> list[Request]:
+    def materialise(self, inst: RunOwner, j: int) -> list[Request]:
         """Apply iterations ``applied+1 .. j`` to the requests, ``inst``'s KV cache and statistics.
 
         Returns the requests that finished (possible only at the run's last iteration).

@@ -84,6 +84,7 @@ class Instance:
         self._gen = 0
         self._batch: list[Request] = []
         self._iter_start = 0.0
+        self._iter_end = 0.0  # end of the slow-path iteration in progress (for ``step_time``)
         self._run: DecodeRun | None = None
         self._admit_counter = 0
         self._changes = 0  # preemptions, to tell an engine that just freed room from a stuck one
@@ -203,6 +204,24 @@ class Instance:
     @property
     def cpu_free(self) -> int:
         return self.kv.cpu_free
+
+    @property
+    def busy(self) -> bool:
+        """Whether the engine has work: an iteration in progress, or one starting at this instant."""
+        return self._busy
+
+    @property
+    def step_time(self) -> float:
+        """Duration (s) of the iteration in progress as of the last sync (0.0 when none is): what a router
+        measures as the time per output token. Observers call ``Cluster.sync_all`` first."""
+        run = self._run
+        if run is not None:
+            j = run.applied  # iterations completed; iteration j + 1 is in progress
+            b = run.bounds
+            return b[j] - (b[j - 1] if j else run.start) if j < len(b) else 0.0
+        if self._batch:
+            return self._iter_end - self._iter_start
+        return 0.0
 
     # ------------------------------------------------------------------ co-location on one GPU
     def _set_busy(self, busy: bool, now: float, phase: int) -> None:
@@ -418,6 +437,7 @@ class Instance:
             return
         self._batch = batch
         self._iter_start = now
+        self._iter_end = end
         self._gen += 1
         self.env.call_at(end, ENGINE, self._on_boundary, self._gen)
 

@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 
 from llmsim.errors import ConfigError, ProfileError
 from llmsim.hardware import GpuSpec, get_gpu
+from llmsim.kv_budget import kv_capacity_from_bytes
 from llmsim.models import ModelSpec, get_model
 
 
@@ -38,32 +39,6 @@ class Profile(Protocol):
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int: ...
 
     def describe(self) -> dict: ...
-
-
-def kv_capacity_from_bytes(
-    model_name: str, gpu: GpuSpec, tp: int, gpu_memory_utilization: float, weight_bytes: float,
-    kv_bytes_per_token: float, reserved_bytes: float,
-) -> int:
-    """Tokens of KV cache per replica: (util * memory - weight shard - reserve) / (KV bytes per token / tp).
-
-    This is vLLM's rule: the KV pool is what remains of ``util * total memory`` after the weights and the
-    peak activation / CUDA-graph / non-torch memory (``reserved_bytes``, per GPU). Raises a ConfigError
-    naming the model and GPU when the weights alone do not fit.
-    """
-    if not 0.0 < gpu_memory_utilization <= 1.0:
-        raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    budget = gpu_memory_utilization * gpu.memory_bytes
-    weights = weight_bytes / tp
-    free = budget - weights - reserved_bytes
-    per_token = kv_bytes_per_token / tp
-    if free <= per_token * 16:
-        raise ConfigError(
-            f"model {model_name!r} does not fit on {tp} x {gpu.name}: weights need "
-            f"{weights / 1e9:.1f} GB per GPU plus {reserved_bytes / 1e9:.1f} GB reserved, but "
-            f"gpu_memory_utilization={gpu_memory_utilization} x {gpu.memory_bytes / 1e9:.1f} GB = "
-            f"{budget / 1e9:.1f} GB; use a larger GPU, more tensor parallelism or a higher utilisation"
-        )
-    return int(free // per_token)
 
 
 def kv_capacity_tokens(

@@ -203,7 +203,7 @@ class MeasuredProfile:
         return lambda ctx: t0 + (fs + per_ctx * ctx)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
-        from llmsim.profile import kv_capacity_from_bytes
+        from llmsim.kv_budget import kv_capacity_from_bytes
 
         return kv_capacity_from_bytes(
             self.model.name,

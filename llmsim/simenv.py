@@ -1,4 +1,4 @@
-"""SimPy environment with absolute-time, phase-ordered callbacks.
+"""SimPy environment with absolute-time, phase-ordered callbacks, driven through SimPy's public API.
 
 Events at the same instant run in phase order, so that the fast path (which skips per-iteration
 events) and iteration-by-iteration stepping see the world in exactly the same order:
@@ -8,8 +8,24 @@ events) and iteration-by-iteration stepping see the world in exactly the same or
 * ``ROUTE`` (2)   - deferred routing (central queue retries, decision ticks),
 * ``OBSERVE`` (3) - metrics scrapes and timeline samples.
 
-Scheduling at an absolute time (rather than ``now + delay``) keeps boundary times bit-identical
-however many events a run is split into.
+How this maps onto SimPy:
+
+* the phase is the event's SimPy **priority** (as in ``Environment.schedule(event, priority, delay)``):
+  SimPy orders its queue by (time, priority, insertion order), which is exactly (time, phase, FIFO);
+* events are processed by SimPy's own ``step()`` / ``peek()``; each event knows its phase and records it
+  (with itself) on the environment when it fires, so observers know what they may see;
+* times are **absolute**: ``call_at(when, ...)`` puts the event at exactly ``when``. Scheduling at
+  ``now + delay`` would differ by rounding between a run planned in one piece and the same run stepped
+  (the fast path schedules a boundary computed long before, from whatever ``now`` is current).
+
+SimPy's public API cannot express the last point: ``Environment.schedule(event, priority, delay)`` adds
+``delay`` to ``now``, and many absolute times are unreachable that way (from ``now = 0.551`` no float
+delay lands on ``1.643000000000001``, a boundary the fast path really schedules; the neighbouring
+floats are skipped by rounding). So one thing is overridden, minimally: :meth:`SimEnv._schedule_at` is
+``schedule`` with an absolute time (one ``heappush`` of the same ``(time, priority, id, event)`` entry
+SimPy itself pushes). Everything else is SimPy's: ``step()``, ``peek()`` and ``run()`` process the queue,
+and :class:`_Call` is born triggered (``_ok`` and ``_value`` as class attributes), exactly as SimPy's own
+``Timeout`` is.
 
 Termination is a property of the loop, not of each input: events scheduled with
 :meth:`SimEnv.call_bookkeeping_at` (scrapes, stale-view refreshes) only record or publish state, and
@@ -22,11 +38,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from heapq import heappop, heappush
+from heapq import heappush
 from typing import Any
 
 import simpy
-from simpy.core import EmptySchedule
 
 from llmsim.errors import LLMSimError
 
@@ -39,34 +54,53 @@ PHASES = ("ARRIVAL", "ENGINE", "ROUTE", "OBSERVE")
 MAX_EVENTS_PER_INSTANT = 10_000_000  # far above any real burst (a million arrivals at t=0 is ~4M events)
 
 
+def _fire(ev: _Call) -> None:
+    """The callback of every :class:`_Call`: publish its phase, keep the pending counts, run its function."""
+    env = ev.env
+    env.phase = ev.phase
+    env.current = ev
+    if ev.bookkeeping:
+        env.bookkeeping -= 1
+    else:
+        env.active -= 1
+    ev.fn(*ev.args)
+
+
+class _Call(simpy.Event):
+    """An event that runs ``fn(*args)`` in ``phase``; born triggered with value None, like SimPy's Timeout."""
+
+    _ok = True
+    _value = None
+
+    def __init__(self, env: SimEnv, phase: int, fn: Callable[..., Any], args: tuple, bookkeeping: bool) -> None:
+        self.env = env
+        self.callbacks = [_fire]
+        self.phase = phase
+        self.fn = fn
+        self.args = args
+        self.bookkeeping = bookkeeping
+
+
 class SimEnv(simpy.Environment):
     """Also records the phase of the event being processed, so observers know what they may see."""
 
     def __init__(self, initial_time: float = 0.0) -> None:
         super().__init__(initial_time)
         self.phase = ARRIVAL
+        self.current: _Call | None = None  # the event being processed (or last processed)
+        self.active = 0  # pending events scheduled by call_at
         self.bookkeeping = 0  # pending events scheduled by call_bookkeeping_at
 
-    def step(self) -> None:
-        try:
-            self._now, self.phase, _, event = heappop(self._queue)
-        except IndexError:
-            raise EmptySchedule from None
-        callbacks, event.callbacks = event.callbacks, None
-        for callback in callbacks:
-            callback(event)
-        if not event._ok and not hasattr(event, "_defused"):
-            exc = type(event._value)(*event._value.args)
-            exc.__cause__ = event._value
-            raise exc
+    @property
+    def num_pending(self) -> int:
+        """Events scheduled through this class and not processed yet (bookkeeping included)."""
+        return self.active + self.bookkeeping
 
     def call_at(self, when: float, phase: int, fn: Callable[..., Any], *args: Any) -> simpy.Event:
         """Run ``fn(*args)`` at absolute time ``when`` in ``phase``; returns the underlying event."""
-        ev = simpy.Event(self)
-        ev._ok = True
-        ev._value = None
-        ev.callbacks.append(lambda _ev: fn(*args))
-        heappush(self._queue, (when, phase, next(self._eid), ev))
+        ev = _Call(self, phase, fn, args, False)
+        heappush(self._queue, (when, phase, next(self._eid), ev))  # = self._schedule_at(ev, when, phase), inlined
+        self.active += 1
         return ev
 
     def call_bookkeeping_at(self, when: float, fn: Callable[[], Any]) -> simpy.Event:
@@ -74,18 +108,16 @@ class SimEnv(simpy.Environment):
 
         :meth:`run_active` does not wait for these: a run whose other events are all done is over.
         """
-
-        def run(_ev: simpy.Event) -> None:
-            self.bookkeeping -= 1
-            fn()
-
-        ev = simpy.Event(self)
-        ev._ok = True
-        ev._value = None
-        ev.callbacks.append(run)
+        ev = _Call(self, OBSERVE, fn, (), True)
+        self._schedule_at(ev, when, OBSERVE)
         self.bookkeeping += 1
-        heappush(self._queue, (when, OBSERVE, next(self._eid), ev))
         return ev
+
+    def _schedule_at(self, event: simpy.Event, when: float, priority: int) -> None:
+        """``Environment.schedule(event, priority, delay)`` at the absolute time ``when`` (module docstring:
+        the one place that touches SimPy's queue; the same entry ``schedule`` pushes, with time ``when``
+        instead of ``now + delay``)."""
+        heappush(self._queue, (when, priority, next(self._eid), event))
 
     def run_active(self, max_events_per_instant: int = MAX_EVENTS_PER_INSTANT) -> None:
         """Process events until only bookkeeping events are left (or none).
@@ -96,44 +128,40 @@ class SimEnv(simpy.Environment):
         """
         if max_events_per_instant < 8:
             raise LLMSimError(f"max_events_per_instant must be >= 8, got {max_events_per_instant}")
-        queue = self._queue
         step = self.step
         chunk = -(-max_events_per_instant // 8)
         last = None
         same = 0
         while True:
             for _ in range(chunk):
-                if len(queue) <= self.bookkeeping:
+                if self.active <= 0:
                     return
                 step()
-            if self._now == last:
+            if self.now == last:
                 same += 1
                 if same >= 8:
                     raise LLMSimError(self._stall_message(8 * chunk))
             else:
-                last, same = self._now, 0
+                last, same = self.now, 0
 
     def _stall_message(self, n: int) -> str:
         """Name the phases and callbacks of the next events (they are what loops)."""
         seen: Counter[tuple[str, str]] = Counter()
+        now = self.now
         for _ in range(1000):
-            if not self._queue or self._queue[0][0] != self._now:
+            if self.num_pending == 0 or self.peek() != now:
                 break
-            _, phase, _, ev = self._queue[0]
-            seen[(PHASES[phase] if 0 <= phase < len(PHASES) else str(phase), _callback_name(ev))] += 1
             self.step()
+            ev = self.current
+            if ev is not None:
+                phase = ev.phase
+                seen[(PHASES[phase] if 0 <= phase < len(PHASES) else str(phase), _callback_name(ev.fn))] += 1
         what = ", ".join(f"{cb} in phase {ph} (x{k})" for (ph, cb), k in seen.most_common(3)) or "nothing pending"
-        return (f"simulation stalled: {n:,} events ran at t={self._now!r} s without time advancing (limit "
+        return (f"simulation stalled: {n:,} events ran at t={now!r} s without time advancing (limit "
                 f"max_events_per_instant); looping: {what}. This is a bug in a router, batch policy or engine "
                 "that reschedules itself at the same instant")
 
 
-def _callback_name(ev: simpy.Event) -> str:
-    """Qualified name of the function an event will call (looks inside call_at's closure)."""
-    for cb in ev.callbacks or ():
-        for cell in getattr(cb, "__closure__", None) or ():
-            obj = cell.cell_contents
-            if callable(obj) and not isinstance(obj, SimEnv):
-                return getattr(obj, "__qualname__", repr(obj))
-        return getattr(cb, "__qualname__", repr(cb))
-    return "?"
+def _callback_name(fn: Callable[..., Any]) -> str:
+    """Qualified name of the function an event calls."""
+    return getattr(fn, "__qualname__", None) or repr(fn)

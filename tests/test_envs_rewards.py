@@ -72,31 +72,40 @@ def _tiny_env(reqs, reward, models=("llama-2-7b",), **kw) -> RoutingEnv:
 
 
 def _run(env, actions):
+    """Step ``actions`` for the decisions, then the no-op through the drain; (reward, info) per step."""
     env.reset(seed=0)
     out = []
-    for a in actions:
+    todo = list(actions)
+    while True:
+        a = todo.pop(0) if env.pending is not None and todo else int(np.flatnonzero(env.action_masks())[0])
         _, r, term, trunc, info = env.step(a)
         out.append((r, info))
         if term or trunc:
-            break
-    return out
+            return out
+
+
+def _total(steps, key=None):
+    """The episode's reward (or one component's sum)."""
+    return sum(r if key is None else info["reward_components"][key] for r, info in steps)
 
 
 def test_qos_reward_single_request_and_drop():
     reqs = [Request(0, 0.0, 50, 20, quality_by_model={"llama-2-7b": 0.7}),
             Request(1, 0.001, 50, 20, quality_by_model={"llama-2-7b": 0.9})]
     env = _tiny_env(reqs, {"kind": "qos", "latency_limit": 0.5}, action="instance_drop")
-    steps = _run(env, [0, 1])  # route the first, drop the second
-    (r0, i0), (r1, i1) = steps
-    # nothing completes between the two arrivals (1 ms apart); the first finishes in the final drain
+    steps = _run(env, [0, 2])  # route the first, drop the second (index N + 1 = 2)
+    (r0, _), (r1, info) = steps
+    # nothing completes between the two arrivals (1 ms apart); the drop is charged in the step it is made,
+    # which runs until the first request completes (the last outcome: the episode ends there)
     assert r0 == 0.0
-    assert i1["reward_components"]["qos_completed"] == pytest.approx(0.7)
-    assert r1 == pytest.approx(0.7)
-    assert i1["summary"]["dropped"] == 1 and i1["summary"]["completed"] == 1
+    assert info["reward_components"]["dropped"] == -1.0
+    assert info["reward_components"]["qos_completed"] == pytest.approx(0.7)
+    assert r1 == pytest.approx(0.7 - 1.0)
+    assert info["summary"]["dropped"] == 1 and info["summary"]["completed"] == 1
     # an impossible limit: the completion earns nothing and is counted late
     env = _tiny_env(reqs[:1], {"kind": "qos", "latency_limit": 1e-6}, action="instance_drop")
-    (r, info), = _run(env, [0])
-    assert r == 0.0 and info["reward_components"]["completed_late"] == 1.0
+    steps = _run(env, [0])
+    assert _total(steps) == 0.0 and _total(steps, "completed_late") == 1.0
 
 
 def test_qos_penalty_uses_running_requests_of_chosen_expert():
@@ -106,7 +115,7 @@ def test_qos_penalty_uses_running_requests_of_chosen_expert():
     env.reset(seed=0)
     env.step(0)
     # at t = 1 s the first request is decoding on instance 0; with a tiny L it is already "late"
-    assert env.cluster.instances[0].running
+    assert env.true_state().instances[0].num_running == 1
     _, r, *_ , info = env.step(0)
     assert info["reward_components"]["qos_penalty"] == pytest.approx(-0.6)
 
@@ -117,12 +126,11 @@ def test_best_effort_reward_uses_accuracy_table():
                     quality_by_model={"opt-125m": 0.8, "opt-1.3b": 0.95})]
     env = _tiny_env(reqs, {"kind": "best_effort", "deadline": 10.0}, models=models, action="model",
                     observation="model")
-    (r, info), = _run(env, [1])
-    assert r == pytest.approx(0.95)
+    assert _total(_run(env, [1])) == pytest.approx(0.95)
     env = _tiny_env(reqs, {"kind": "best_effort", "deadline": 1e-6}, models=models, action="model",
                     observation="model")
-    (r, info), = _run(env, [0])
-    assert r == 0.0 and info["reward_components"]["accuracy"] == pytest.approx(0.8)
+    steps = _run(env, [0])
+    assert _total(steps) == 0.0 and _total(steps, "accuracy") == pytest.approx(0.8)
 
 
 def test_utility_reward_terms():
@@ -131,8 +139,9 @@ def test_utility_reward_terms():
                     quality_by_model={"opt-125m": 0.4, "opt-1.3b": 0.8})]
     env = _tiny_env(reqs, {"kind": "utility", "preset": "balance", "latency_ref": 1e9,
                            "prices": {"opt-125m": 1.0, "opt-1.3b": 2.0}}, models=models)
-    (r, info), = _run(env, [0])
-    c = info["reward_components"]
+    steps = _run(env, [0])
+    r = _total(steps)
+    c = {k: _total(steps, k) for k in steps[0][1]["reward_components"]}
     # cost on opt-125m: 150 tokens * 1 = 150; max over models: 200 * 2 = 400
     assert c["cost"] == pytest.approx(1 - 150 / 400)
     assert c["quality"] == pytest.approx(0.4)
@@ -143,11 +152,10 @@ def test_utility_reward_terms():
 def test_latency_reward_slo():
     reqs = [Request(0, 0.0, 50, 20)]
     env = _tiny_env(reqs, {"kind": "latency", "ttft_ms": 1e6, "e2el_ms": 1e6})
-    (r, info), = _run(env, [0])
-    assert r == 1.0 and info["reward_components"]["slo_met"] == 1.0
+    steps = _run(env, [0])
+    assert _total(steps) == 1.0 and _total(steps, "slo_met") == 1.0
     env = _tiny_env(reqs, {"kind": "latency", "e2el_ms": 1e-3})
-    (r, info), = _run(env, [0])
-    assert r == 0.0
+    assert _total(_run(env, [0])) == 0.0
 
 
 def test_workload_aware_components_reported_separately():
@@ -163,7 +171,7 @@ def test_workload_aware_components_reported_separately():
         comps = info["reward_components"]
         assert set(comps) == names
         w = env.reward_fn.weights
-        assert r == pytest.approx(sum(w.get(k, 0.0) * v for k, v in comps.items()))
+        assert r == pytest.approx(env.reward_fn.scale * sum(w.get(k, 0.0) * v for k, v in comps.items()))
         for k, v in comps.items():
             total_c[k] += v
         tot += r

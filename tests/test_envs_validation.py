@@ -21,14 +21,15 @@ def env():
     return e
 
 
-@pytest.mark.parametrize("action", [math.nan, None, 1.7, "1", -1, -3, 5, 99, True, np.float32(1.0), [0, 1],
+@pytest.mark.parametrize("action", [math.nan, None, 1.7, "1", -1, -3, 6, 99, True, np.float32(1.0), [0, 1],
                                     np.array([1, 2])])
 def test_bad_actions_rejected(env, action) -> None:
-    with pytest.raises(InvalidAction, match=r"Discrete\(5\): expected an integer in \[0, 4\]"):
+    with pytest.raises(InvalidAction, match=r"Discrete\(6\): expected an integer in \[0, 5\]"):
         env.step(action)
 
 
-@pytest.mark.parametrize("action", [0, np.int64(1), np.int32(2), np.uint8(3), np.array(4), np.array([0])])
+@pytest.mark.parametrize("action", [0, np.int64(1), np.int32(2), np.uint8(3), np.array(4), np.array([5]),
+                                    np.array([0])])
 def test_integer_actions_accepted(action) -> None:
     e = gym.make("llmsim/Routing-v0", num_requests=5, action="instance_drop")
     e.reset(seed=0)
@@ -52,8 +53,13 @@ BAD_OPTIONS = [
     ({"time_limit": -1.0}, r"env.time_limit: expected a value >= 0"),
     ({"time_limit": math.inf}, r"env.time_limit: expected a finite number"),
     ({"decision": "sometimes"}, r"env.decision: expected one of arrival, tick"),
-    ({"action": "teleport"}, r"env.action: expected one of instance, instance_wait, instance_drop, model"),
-    ({"decision": "tick", "action": "instance"}, r"env.action: decision='tick' needs action='instance_wait'"),
+    ({"action": "teleport"}, r"env.action: expected one of instance, instance_wait, instance_drop, "
+                             r"instance_wait_drop, model, model_wait, model_drop, model_wait_drop"),
+    ({"decision": "tick", "action": "instance"}, r"env.action: decision='tick' needs an action with wait"),
+    ({"max_wait_s": 0}, r"env.max_wait_s: expected a value > 0"),
+    ({"wait_fallback": "retry"}, r"env.wait_fallback: expected one of least_loaded, drop"),
+    ({"view_staleness": -1}, r"env.view_staleness: expected a value >= 0"),
+    ({"drain_time": math.nan}, r"env.drain_time: expected a finite number"),
     ({"slo": {"ttft_ms": math.nan}}, r"slo.ttft_ms: expected a finite number"),
     ({"reward": "fastest"}, r"reward: unknown reward 'fastest'; expected one of"),
     ({"observation": {"kind": "pixels"}}, r"observation: unknown observation 'pixels'"),

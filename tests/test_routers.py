@@ -79,7 +79,8 @@ def test_router_registry_is_the_project_registry():
         assert list(res.requests.instance) == [1, 1]
     finally:
         ROUTERS._entries.pop("test_second_instance")
-    with pytest.raises(ConfigError, match=r"^policy\.name: unknown routing policy 'fastest'; expected one of \[.*'jsq'"):
+    with pytest.raises(ConfigError,
+                       match=r"^policy\.name: unknown routing policy 'fastest'; expected one of \[.*'jsq'"):
         make_router("fastest")
     with pytest.raises(ConfigError, match=r"policy\.kwargs: routing policy 'jsq' got unknown option\(s\) \['depth'\]"):
         make_router("jsq", depth=2)

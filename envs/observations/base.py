@@ -1,4 +1,10 @@
-"""Observation builder interface: a fixed space, filled from the cluster at each decision point."""
+"""Observation builder interface: a fixed space, filled from the public cluster state at each decision point.
+
+A builder reads only what a router may know: the :class:`~llmsim.state.ClusterState` it is given (stale
+with ``view_staleness``), the request being decided, the predictor's outputs and the router's own
+bookkeeping (:class:`~envs.schema.EnvContext`), plus any history it keeps itself (``on_arrival``). So the
+same builder runs in front of real backends, on a state built from their metrics.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +13,24 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import gymnasium as gym
 
-    from envs.core import RoutingEnv
+    from envs.schema import EnvContext
     from llmsim.request import Request
+    from llmsim.state import ClusterState
 
 
 class ObsBuilder:
     name = "obs"
 
-    def bind(self, env: RoutingEnv) -> gym.Space:
+    def bind(self, env: EnvContext) -> gym.Space:
         """Size buffers for ``env``'s cluster and return the observation space (called once)."""
         raise NotImplementedError
 
-    def reset(self, env: RoutingEnv) -> None:
+    def reset(self, env: EnvContext) -> None:
         pass
 
-    def on_arrival(self, env: RoutingEnv, req: Request) -> None:
+    def on_arrival(self, env: EnvContext, req: Request) -> None:
         pass
 
-    def build(self, env: RoutingEnv, req: Request | None) -> Any:
-        """Observation for deciding ``req`` (None: nothing to decide, e.g. the terminal state)."""
+    def build(self, env: EnvContext, state: ClusterState, req: Request | None) -> Any:
+        """Observation for deciding ``req`` (None: nothing to decide, e.g. a drain step or the terminal state)."""
         raise NotImplementedError

@@ -13,12 +13,14 @@ Layout (float32, index: meaning, normalisation):
   3 + 6k + 5   T: estimated time to the earliest completion on instance k (s) / 10, clipped to 1, 2 decimals;
                T = min_j max(0, d_hat_j - o_j) * t_dec with t_dec = max(0.02, grad_d * resident tokens)
 
-All request counts are over the instance's running, waiting and swapped queues. With nothing to decide
-(the terminal state) the three queue features are 0.
+All request counts are over the instance's running, waiting and swapped queues, as the (possibly stale)
+ClusterState lists them; a request without a prediction counts with the state's ``mean_output``. With
+nothing to decide (a drain step, the terminal state) the three queue features are 0.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
@@ -27,8 +29,9 @@ import numpy as np
 from envs.observations.base import ObsBuilder
 
 if TYPE_CHECKING:
-    from envs.core import RoutingEnv
+    from envs.schema import EnvContext
     from llmsim.request import Request
+    from llmsim.state import ClusterState
 
 
 class FlatObs(ObsBuilder):
@@ -44,58 +47,38 @@ class FlatObs(ObsBuilder):
         self.min_dec = min_decode_time
         self.time_scale = time_scale
 
-    def bind(self, env: RoutingEnv) -> gym.Space:
+    def bind(self, env: EnvContext) -> gym.Space:
         n = env.num_instances
         self.buf = np.zeros(3 + 6 * n, dtype=np.float32)
         hi = np.ones_like(self.buf)
         hi[1] = 4.0
         return gym.spaces.Box(0.0, hi, dtype=np.float32)
 
-    def build(self, env: RoutingEnv, req: Request | None) -> np.ndarray:
-        c = env.cluster
-        c.sync_all()
+    def build(self, env: EnvContext, state: ClusterState, req: Request | None) -> np.ndarray:
         buf = self.buf
         b0, b1 = self.b0, self.b1
         if req is None:
             buf[0] = buf[1] = buf[2] = 0.0
         else:
-            buf[0] = min(1.0, (len(c.central) + len(c.deferred)) / self.queue_cap)
+            buf[0] = min(1.0, state.central_queue / self.queue_cap)
             buf[1] = min(4.0, req.prompt_tokens / self.prompt_scale)
             lens, _ = env.predictions(req)
             d = float(lens.mean())
             buf[2] = 0.0 if d < b0 else (0.5 if d < b1 else 1.0)
         o = 3
         grad_d, min_dec, ts = self.grad_d, self.min_dec, self.time_scale
-        for inst in c.instances:
-            pre = len(inst.waiting)
-            n0 = n1 = n2 = 0
-            resident = 0
-            left = 1 << 62
-            for q in (inst.running, inst.swapped):
-                for r in q:
-                    g = r.generated
-                    resident += r.prompt_tokens + g
-                    if g == 0:
-                        pre += 1
-                        continue
-                    d = r.predicted_output or r.target_tokens
-                    if d < b0:
-                        n0 += 1
-                    elif d < b1:
-                        n1 += 1
-                    else:
-                        n2 += 1
-                    rem = d - g
-                    if rem < left:
-                        left = rem
-            ms = inst.max_seqs
+        edges = (b0, b1)
+        mean_out = state.mean_output
+        for inst in state.instances:
+            pre, (n0, n1, n2), left, resident = inst.detail.phase_summary(edges, mean_out)
+            ms = inst.max_num_seqs
             buf[o] = pre / ms
             buf[o + 1] = n0 / ms
             buf[o + 2] = n1 / ms
             buf[o + 3] = n2 / ms
-            used = max(len(inst.running) / ms, (inst.kv_total - inst.kv_free) / inst.kv_total)
+            used = max(inst.num_running / ms, inst.kv_blocks_used / inst.kv_blocks_total)
             buf[o + 4] = round(max(0.0, 1.0 - used), 2)
-            if left == 1 << 62:
+            if left == math.inf:
                 t = 0.0
             else:
                 t_dec = max(min_dec, grad_d * resident)

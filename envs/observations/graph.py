@@ -11,7 +11,8 @@ Node types and features (float32; the normalisation constants are constructor ar
   quality, predicted output / out_scale, memory share (prompt + generated) / KV capacity in tokens
   (0 when waiting), generated / out_scale, current latency per token / latency_scale (0 before the
   first token). Slot k * cap + i holds the i-th request of expert k's queue; ``*_mask`` marks real nodes.
-  Swapped requests count as waiting.
+  Swapped requests count as waiting. Everything is read from the (possibly stale) ClusterState, plus the
+  predicted quality the router recorded when it routed each request (``env.routed_quality``).
 
 Edges are implicit (a slot belongs to expert slot // cap; the arrived node links to every expert), so
 :func:`to_hetero_data` rebuilds the torch_geometric ``HeteroData`` exactly, with both directions of
@@ -28,8 +29,9 @@ import numpy as np
 from envs.observations.base import ObsBuilder
 
 if TYPE_CHECKING:
-    from envs.core import RoutingEnv
+    from envs.schema import EnvContext
     from llmsim.request import Request
+    from llmsim.state import ClusterState
 
 FEAT_HIGH = 1e3  # features are clipped to [0, FEAT_HIGH]
 RELATIONS = (("arrived", "to", "expert"), ("expert", "rev_to", "arrived"), ("running", "on", "expert"),
@@ -47,7 +49,7 @@ class GraphObs(ObsBuilder):
         self.os = out_scale
         self.ls = latency_scale
 
-    def bind(self, env: RoutingEnv) -> gym.Space:
+    def bind(self, env: EnvContext) -> gym.Space:
         n = env.num_instances
         self.n = n
         self.bufs = {
@@ -67,13 +69,9 @@ class GraphObs(ObsBuilder):
                 spaces[k] = gym.spaces.Box(0.0, FEAT_HIGH, b.shape, np.float32)
         return gym.spaces.Dict(spaces)
 
-    def build(self, env: RoutingEnv, req: Request | None) -> dict[str, np.ndarray]:
-        c = env.cluster
-        c.sync_all()
-        now = c.env.now
+    def build(self, env: EnvContext, state: ClusterState, req: Request | None) -> dict[str, np.ndarray]:
         b = self.bufs
         n = self.n
-        ps, os_, ls = self.ps, self.os, self.ls
         arr = b["arrived"]
         if req is None:
             arr.fill(0.0)
@@ -81,57 +79,55 @@ class GraphObs(ObsBuilder):
         else:
             lens, quals = env.predictions(req)
             mi = env.inst_model_idx
-            arr[0, :n] = min(FEAT_HIGH, req.prompt_tokens / ps)
+            arr[0, :n] = min(FEAT_HIGH, req.prompt_tokens / self.ps)
             arr[0, n:2 * n] = quals[mi]
-            arr[0, 2 * n:] = np.minimum(FEAT_HIGH, lens[mi] / os_)
+            arr[0, 2 * n:] = np.minimum(FEAT_HIGH, lens[mi] / self.os)
             b["arrived_mask"][0] = 1
-        ex = b["expert"]
-        run, runm = b["running"], b["running_mask"]
-        wai, waim = b["waiting"], b["waiting_mask"]
+        run, wai = b["running"], b["waiting"]
         run.fill(0.0)
-        runm.fill(0)
+        b["running_mask"].fill(0)
         wai.fill(0.0)
-        waim.fill(0)
-        pq = env.routed_quality
-        cr, cw = self.cap_r, self.cap_w
-        for k, inst in enumerate(c.instances):
-            kv_tok = inst.kv_total * inst.block_size
-            nw = len(inst.waiting) + len(inst.swapped)
-            ex[k, 0] = (inst.kv_total - inst.kv_free) / inst.kv_total
-            ex[k, 1] = min(FEAT_HIGH, len(inst.running) / cr)
-            ex[k, 2] = min(FEAT_HIGH, nw / cw)
-            s = k * cr
-            for i, r in enumerate(inst.running):
-                if i >= cr:
-                    break
-                g = r.generated
-                row = run[s + i]
-                row[0] = r.prompt_tokens / ps
-                row[1] = pq.get(r.id, 0.0)
-                row[2] = (r.predicted_output or 0.0) / os_
-                row[3] = (r.prompt_tokens + g) / kv_tok
-                row[4] = g / os_
-                row[5] = min(FEAT_HIGH, (now - r.arrival) / g / ls) if g > 0 else 0.0
-                runm[s + i] = 1
-            s = k * cw
-            i = 0
-            for q in (inst.waiting, inst.swapped):
-                for r in q:
-                    if i >= cw:
-                        break
-                    g = r.generated
-                    row = wai[s + i]
-                    row[0] = r.prompt_tokens / ps
-                    row[1] = pq.get(r.id, 0.0)
-                    row[2] = (r.predicted_output or 0.0) / os_
-                    row[4] = g / os_
-                    row[5] = min(FEAT_HIGH, (now - r.arrival) / g / ls) if g > 0 else 0.0
-                    waim[s + i] = 1
-                    i += 1
+        b["waiting_mask"].fill(0)
+        for k, inst in enumerate(state.instances):
+            self._fill_expert(k, inst, state.now, env.routed_quality)
         np.minimum(run, FEAT_HIGH, out=run)
         np.minimum(wai, FEAT_HIGH, out=wai)
         return {k: v.copy() for k, v in b.items()}
 
+    def _fill_expert(self, k: int, inst: Any, now: float, pq: dict[int, float]) -> None:
+        """Expert node k and its first ``cap`` running and waiting (then swapped) requests (Eq. 6)."""
+        b = self.bufs
+        cr, cw = self.cap_r, self.cap_w
+        ex = b["expert"]
+        ex[k, 0] = inst.kv_blocks_used / inst.kv_blocks_total
+        ex[k, 1] = min(FEAT_HIGH, inst.num_running / cr)
+        ex[k, 2] = min(FEAT_HIGH, (inst.num_waiting + inst.num_swapped) / cw)
+        kv_tok = inst.kv_blocks_total * inst.block_size
+        run, runm = b["running"], b["running_mask"]
+        wai, waim = b["waiting"], b["waiting_mask"]
+        s = k * cr
+        detail = inst.detail
+        for i, (rid, p, g, _, d, _, arrival) in enumerate(detail.head("running", cr)):
+            row = run[s + i]
+            self._fill_row(row, rid, p, g, d, arrival, now, pq)
+            row[3] = (p + g) / kv_tok
+            runm[s + i] = 1
+        s = k * cw
+        queued = detail.head("waiting", cw)
+        if len(queued) < cw:
+            queued += detail.head("swapped", cw - len(queued))
+        for i, (rid, p, g, _, d, _, arrival) in enumerate(queued):
+            self._fill_row(wai[s + i], rid, p, g, d, arrival, now, pq)
+            waim[s + i] = 1
+
+    def _fill_row(self, row: np.ndarray, rid: int, p: int, g: int, d: float | None, arrival: float, now: float,
+                  pq: dict[int, float]) -> None:
+        """Eq. 6 features of one request, except the memory share (index 3, running requests only)."""
+        row[0] = p / self.ps
+        row[1] = pq.get(rid, 0.0)
+        row[2] = (d or 0.0) / self.os
+        row[4] = g / self.os
+        row[5] = min(FEAT_HIGH, (now - arrival) / g / self.ls) if g > 0 else 0.0
 
 def _edges(src: np.ndarray, dst: np.ndarray):
     import torch

@@ -18,8 +18,9 @@ import numpy as np
 from envs.observations.base import ObsBuilder
 
 if TYPE_CHECKING:
-    from envs.core import RoutingEnv
+    from envs.schema import EnvContext
     from llmsim.request import Request
+    from llmsim.state import ClusterState
 
 
 class ModelSelectObs(ObsBuilder):
@@ -36,7 +37,7 @@ class ModelSelectObs(ObsBuilder):
         self.batch_scale = batch_scale
         self.rate_scale = rate_scale
 
-    def bind(self, env: RoutingEnv) -> gym.Space:
+    def bind(self, env: EnvContext) -> gym.Space:
         if not self.tasks:
             self.tasks = list(env.task_names)
         self.task_idx = {t: i for i, t in enumerate(self.tasks)}
@@ -44,11 +45,11 @@ class ModelSelectObs(ObsBuilder):
         self.buf = np.zeros(len(self.tasks) + self.m + 1, np.float32)
         return gym.spaces.Box(0.0, np.inf, self.buf.shape, np.float32)
 
-    def reset(self, env: RoutingEnv) -> None:
+    def reset(self, env: EnvContext) -> None:
         self.arrivals: deque[float] = deque(maxlen=self.window + 1)
         self.true_rate = 0.0
 
-    def on_arrival(self, env: RoutingEnv, req: Request) -> None:
+    def on_arrival(self, env: EnvContext, req: Request) -> None:
         self.arrivals.append(req.arrival)
         if req.extra and "rate" in req.extra:
             self.true_rate = float(req.extra["rate"])
@@ -62,15 +63,15 @@ class ModelSelectObs(ObsBuilder):
         span = a[-1] - a[0]
         return (len(a) - 1) / span if span > 0 else 0.0
 
-    def build(self, env: RoutingEnv, req: Request | None) -> np.ndarray:
+    def build(self, env: EnvContext, state: ClusterState, req: Request | None) -> np.ndarray:
         buf = self.buf
         buf.fill(0.0)
         t = len(self.tasks)
         if req is not None and req.task in self.task_idx:
             buf[self.task_idx[req.task]] = 1.0
         mi = env.inst_model_idx
-        for k, inst in enumerate(env.cluster.instances):
+        for k, inst in enumerate(state.instances):
             j = k if self.per_replica else mi[k]
-            buf[t + j] += (len(inst.running) + len(inst.waiting) + len(inst.swapped)) / self.batch_scale
+            buf[t + j] += (inst.num_running + inst.num_waiting + inst.num_swapped) / self.batch_scale
         buf[-1] = self.rate() / self.rate_scale
         return buf.copy()

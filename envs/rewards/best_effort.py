@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from envs.rewards.base import Reward
 
 if TYPE_CHECKING:
-    from llmsim.instance import Instance
     from llmsim.request import Request
 
 
@@ -38,16 +37,17 @@ def deadline_weight(e2e_s: float, tokens: int, deadline: float, soft: bool,
 
 
 class BestEffortReward(Reward):
-    """Sum over requests completed since the last step of A[task, model] * w (dropped: 0)."""
+    """Sum over requests completed since the last step of A[task, model] * w, plus the generic outcome terms
+    (a dropped request earns no utility and costs ``dropped``)."""
 
     name = "best_effort"
-    components = ("utility", "accuracy", "deadline_met", "deadline_missed")
+    own_components = ("utility", "accuracy", "deadline_met", "deadline_missed")
     default_weights = {"utility": 1.0}
 
     def __init__(self, deadline: float = 0.04, task_deadlines: dict[str, float] | None = None,
                  soft: bool = False, soft_violation: str = "total",
-                 weights: dict[str, float] | None = None) -> None:
-        super().__init__(weights)
+                 weights: dict[str, float] | None = None, scale: float | None = None, wait_cost: float = 0.1) -> None:
+        super().__init__(weights, scale, wait_cost)
         if soft_violation not in ("total", "per_token"):
             raise ValueError(f"soft_violation must be 'total' or 'per_token', got {soft_violation!r}")
         self.deadline = float(deadline)
@@ -55,9 +55,10 @@ class BestEffortReward(Reward):
         self.soft = soft
         self.soft_violation = soft_violation
 
-    def on_finish(self, req: Request, inst: Instance) -> None:
+    def on_finish(self, req: Request, k: int) -> None:
+        super().on_finish(req, k)
         q = req.quality_by_model
-        acc = q.get(inst.profile.model.name, 0.0) if q else 0.0
+        acc = q.get(self.env.instance_models[k], 0.0) if q else 0.0
         d = self.task_deadlines.get(req.task, self.deadline) if req.task is not None else self.deadline
         w = deadline_weight(req.finish - req.arrival, req.generated, d, self.soft, self.soft_violation)
         a = self._acc

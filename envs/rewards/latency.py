@@ -7,29 +7,30 @@ from typing import TYPE_CHECKING
 from envs.rewards.base import Reward
 
 if TYPE_CHECKING:
-    from llmsim.instance import Instance
     from llmsim.request import Request
 
 
 class LatencyReward(Reward):
-    """Per completion: ``slo_met`` +1 when every given target (ms) holds, ``latency`` -e2e / scale (s),
-    ``ttft`` -TTFT / scale (s); per router drop ``dropped`` -1. Default total: SLO attainment when a target
-    is set, else negative end-to-end latency."""
+    """Per completion: ``slo_met`` +1 when every given target (ms) holds, ``latency`` -e2e / latency_scale
+    (s), ``ttft`` -TTFT / latency_scale (s); plus the generic outcome terms (``dropped`` -1 per drop of any
+    cause). Default total: SLO attainment when a target is set, else negative end-to-end latency in units of
+    ``latency_scale`` (default 10 s, so a typical completion is of order -1)."""
 
     name = "latency"
-    components = ("slo_met", "latency", "ttft", "dropped")
+    own_components = ("slo_met", "latency", "ttft")
 
     def __init__(self, ttft_ms: float | None = None, tpot_ms: float | None = None,
-                 e2el_ms: float | None = None, latency_scale: float = 1.0,
-                 weights: dict[str, float] | None = None) -> None:
+                 e2el_ms: float | None = None, latency_scale: float = 10.0,
+                 weights: dict[str, float] | None = None, scale: float | None = None, wait_cost: float = 0.1) -> None:
         self.ttft_ms, self.tpot_ms, self.e2el_ms = ttft_ms, tpot_ms, e2el_ms
         has_slo = any(v is not None for v in (ttft_ms, tpot_ms, e2el_ms))
         main = "slo_met" if has_slo else "latency"
-        self.default_weights = {main: 1.0, "dropped": 1.0}
-        super().__init__(weights)
-        self.scale = float(latency_scale)
+        self.default_weights = {main: 1.0}
+        super().__init__(weights, scale, wait_cost)
+        self.latency_scale = float(latency_scale)
 
-    def on_finish(self, req: Request, inst: Instance) -> None:
+    def on_finish(self, req: Request, k: int) -> None:
+        super().on_finish(req, k)
         e2e = req.finish - req.arrival
         ttft = req.first_token - req.arrival
         ok = True
@@ -44,8 +45,5 @@ class LatencyReward(Reward):
         a = self._acc
         if ok:
             a["slo_met"] += 1.0
-        a["latency"] -= e2e / self.scale
-        a["ttft"] -= ttft / self.scale
-
-    def on_drop(self, req: Request) -> None:
-        self._acc["dropped"] -= 1.0
+        a["latency"] -= e2e / self.latency_scale
+        a["ttft"] -= ttft / self.latency_scale

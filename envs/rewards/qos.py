@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 from envs.rewards.base import Reward
 
 if TYPE_CHECKING:
-    from envs.core import RoutingEnv
-    from llmsim.instance import Instance
+    from envs.schema import EnvContext
     from llmsim.request import Request
 
 # Released-code slopes (s/token), spec 000 Sec. 2.4; chatglm-6b has a faster prefill.
@@ -52,17 +51,20 @@ class QoSReward(Reward):
     """r_j = sum of phi_i of requests completed within L since the last decision - Eq. 15 penalty.
 
     phi_i = s_i * I[l_i <= L] with l_i = (finish - arrival) / output tokens; s_i is the request's quality on
-    the expert that served it. The penalty uses ground-truth lengths and phi_i = s_i (as the code does).
+    the expert that served it. The penalty uses ground-truth lengths and phi_i = s_i (as the code does): it
+    reads the running requests from the true ClusterState and their hidden output length and quality from
+    ``env.request(id)`` (the reward is the judge; observations never see these). A dropped request earns no
+    phi and costs the generic ``dropped`` term (the released code scores a drop 0: ``weights={"dropped": 0}``).
     """
 
     name = "qos"
-    components = ("qos_completed", "qos_penalty", "completed_in_limit", "completed_late")
+    own_components = ("qos_completed", "qos_penalty", "completed_in_limit", "completed_late")
     default_weights = {"qos_completed": 1.0, "qos_penalty": 1.0}
 
     def __init__(self, latency_limit: float = 0.03, k1: float | dict[str, float] | None = None,
                  k2: float | dict[str, float] | None = None, code_compat: bool = False,
-                 weights: dict[str, float] | None = None) -> None:
-        super().__init__(weights)
+                 weights: dict[str, float] | None = None, scale: float | None = None, wait_cost: float = 0.1) -> None:
+        super().__init__(weights, scale, wait_cost)
         self.limit = float(latency_limit)
         self.k1 = k1
         self.k2 = k2
@@ -75,36 +77,37 @@ class QoSReward(Reward):
             return float(spec)
         return (table or {}).get(model, default)
 
-    def reset(self, env: RoutingEnv) -> None:
+    def reset(self, env: EnvContext) -> None:
         super().reset(env)
         models = env.instance_models
         self._k1 = [self._slope(self.k1, m, K1_DEFAULT, K1_BY_MODEL) for m in models]
         self._k2 = [self._slope(self.k2, m, K2_DEFAULT) for m in models]
 
-    def before_action(self, env: RoutingEnv, req: Request | None, target: int | None) -> None:
-        if req is None or target is None:
+    def before_action(self, env: EnvContext, req: Request, target: int | None) -> None:
+        if target is None:
             return
-        inst = env.cluster.instances[target]
+        state = env.true_state()
         model = env.instance_models[target]
-        now = env.cluster.env.now
+        now = state.now
         running = []
-        for r in inst.running:
-            g = r.generated
-            q = r.quality_by_model
+        for rid, _, g, _, _, _, arrival in state.instances[target].running:
+            truth = env.request(rid)
+            q = truth.quality_by_model
             phi = q.get(model, 0.0) if q else 0.0
-            running.append((r.target_tokens, g, (now - r.arrival) / g if g > 0 else 0.0, phi))
+            running.append((truth.target_tokens, g, (now - arrival) / g if g > 0 else 0.0, phi))
         if not running:
             return
         pen, _ = action_impact(req.prompt_tokens, req.output_for(model), running, self._k1[target],
                                self._k2[target], self.limit, self.code_compat)
         self._acc["qos_penalty"] -= pen
 
-    def on_finish(self, req: Request, inst: Instance) -> None:
+    def on_finish(self, req: Request, k: int) -> None:
+        super().on_finish(req, k)
         lat = (req.finish - req.arrival) / max(req.generated, 1)
         ok = lat < self.limit if self.code_compat else lat <= self.limit
         if ok:
             q = req.quality_by_model
-            self._acc["qos_completed"] += q.get(inst.profile.model.name, 0.0) if q else 0.0
+            self._acc["qos_completed"] += q.get(self.env.instance_models[k], 0.0) if q else 0.0
             self._acc["completed_in_limit"] += 1.0
         else:
             self._acc["completed_late"] += 1.0

@@ -7,7 +7,8 @@ Per completed request served by model m:
                   length): the same max-divide normalisation as the paper's scoring rule,
   latency term  = 1 - min(1, e2e / latency_ref) (the paper divides by the candidates' predicted maximum,
                   which a realised outcome does not have; ``latency_ref`` seconds stands in for it).
-total = w_qual * quality + w_cost * cost + w_lat * latency (weights on the simplex, preset "balance").
+total = w_qual * quality + w_cost * cost + w_lat * latency (weights on the simplex, preset "balance"), plus the
+generic outcome terms (a dropped request costs ``dropped`` -1; ``drop_penalty`` is kept as an extra).
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from typing import TYPE_CHECKING
 from envs.rewards.base import Reward
 
 if TYPE_CHECKING:
-    from envs.core import RoutingEnv
-    from llmsim.instance import Instance
+    from envs.schema import EnvContext
     from llmsim.request import Request
 
 # USD per 1M tokens (input, output). The 004 aggregator bills 0.06 (3B), 0.07 (7/8B), 0.15 (14B) and
@@ -31,14 +31,14 @@ PRESETS = {"balance": (1 / 3, 1 / 3, 1 / 3), "quality": (0.8, 0.1, 0.1), "latenc
 
 class UtilityReward(Reward):
     name = "utility"
-    components = ("utility", "quality", "cost", "latency", "dropped")
+    own_components = ("utility", "quality", "cost", "latency")
     default_weights = {"utility": 1.0}
 
     def __init__(self, preset: str = "balance", w_qual: float | None = None, w_cost: float | None = None,
                  w_lat: float | None = None, latency_ref: float = 10.0,
                  prices: dict[str, float] | None = None, drop_penalty: float = 0.0,
-                 weights: dict[str, float] | None = None) -> None:
-        super().__init__(weights)
+                 weights: dict[str, float] | None = None, scale: float | None = None, wait_cost: float = 0.1) -> None:
+        super().__init__(weights, scale, wait_cost)
         wq, wc, wl = PRESETS[preset]
         self.w = (wq if w_qual is None else w_qual, wc if w_cost is None else w_cost,
                   wl if w_lat is None else w_lat)
@@ -46,20 +46,24 @@ class UtilityReward(Reward):
         self.prices = dict(prices or {})
         self.drop_penalty = float(drop_penalty)
 
-    def reset(self, env: RoutingEnv) -> None:
+    def reset(self, env: EnvContext) -> None:
         super().reset(env)
         self._models = list(dict.fromkeys(env.instance_models))
         self._price = {}
-        for inst in env.cluster.instances:
-            m = inst.profile.model
-            p = self.prices.get(m.name, PRICES_PER_M.get(m.name, 0.01 * m.n_params / 1e9))
-            self._price[m.name] = p / 1e6
+        for name in self._models:
+            p = self.prices.get(name)
+            if p is None:
+                p = PRICES_PER_M.get(name)
+            if p is None:
+                p = 0.01 * env.model_specs[name].n_params / 1e9
+            self._price[name] = p / 1e6
 
     def cost(self, req: Request, model: str, out_tokens: int) -> float:
         return (req.prompt_tokens + out_tokens) * self._price[model]
 
-    def on_finish(self, req: Request, inst: Instance) -> None:
-        m = inst.profile.model.name
+    def on_finish(self, req: Request, k: int) -> None:
+        super().on_finish(req, k)
+        m = self.env.instance_models[k]
         q = req.quality_by_model
         qual = q.get(m, 0.0) if q else 0.0
         c = self.cost(req, m, req.generated)
@@ -73,6 +77,6 @@ class UtilityReward(Reward):
         a["latency"] += lat_term
         a["utility"] += wq * qual + wc * cost_term + wl * lat_term
 
-    def on_drop(self, req: Request) -> None:
-        self._acc["dropped"] += 1.0
+    def on_drop(self, req: Request, reason: str) -> None:
+        super().on_drop(req, reason)
         self._acc["utility"] -= self.drop_penalty

@@ -17,15 +17,36 @@ Otherwise the engine raises :class:`~llmsim.errors.LLMSimError` (see ``llmsim.in
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from llmsim.registry import Registry
 
 if TYPE_CHECKING:
-    from llmsim.instance import Instance
+    from llmsim.kv import KVCache
     from llmsim.request import Request
+
+
+class Engine(Protocol):
+    """What a batch policy uses of the engine it schedules (``llmsim.instance.Instance`` implements it; the
+    protocol keeps this package from importing the instance module, which imports it)."""
+
+    waiting: deque[Request]
+    running: list[Request]
+    swapped: deque[Request]
+    kv: KVCache
+    max_seqs: int
+    max_batched: int
+
+    def admit(self, r: Request, n_new: int, need: int, now: float) -> None: ...
+
+    def preempt_last(self) -> int: ...
+
+    def swap_in(self, r: Request, need: int) -> int: ...
+
+    def decode_all(self, out: Scheduled, check: bool = True) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -53,10 +74,10 @@ class BatchPolicy:
         """The token budget when ``engine.max_num_batched_tokens`` is not set."""
         return max(max_model_len, 2048) if cls.prefills_whole_prompts else 2048
 
-    def schedule(self, inst: Instance, now: float) -> Scheduled:
+    def schedule(self, inst: Engine, now: float) -> Scheduled:
         raise NotImplementedError
 
-    def admission_order(self, inst: Instance) -> Iterable[Request]:
+    def admission_order(self, inst: Engine) -> Iterable[Request]:
         """Waiting requests in the order they may be admitted (FCFS by default)."""
         return inst.waiting
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from llmsim.scheduling.base import BatchPolicy, Scheduled, register_batch_policy
 
 if TYPE_CHECKING:
-    from llmsim.instance import Instance
+    from llmsim.scheduling.base import Engine
 
 
 @register_batch_policy
@@ -28,7 +28,7 @@ class ChunkedPrefillPolicy(BatchPolicy):
         """vLLM V1's chunked-prefill budget."""
         return 2048
 
-    def schedule(self, inst: Instance, now: float) -> Scheduled:
+    def schedule(self, inst: Engine, now: float) -> Scheduled:
         out = Scheduled()
         if (
             len(inst.running) <= inst.max_batched
@@ -98,7 +98,7 @@ class ChunkedPrefillPolicy(BatchPolicy):
         )
         return out
 
-    def _could_admit(self, inst: Instance, budget: int) -> bool:
+    def _could_admit(self, inst: Engine, budget: int) -> bool:
         """Whether the head of the waiting queue might get a chunk after the running decodes.
 
         Conservative (ignores the decodes' new blocks): True sends the step down the general path.

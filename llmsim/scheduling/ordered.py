@@ -15,8 +15,8 @@ from llmsim.scheduling.chunked import ChunkedPrefillPolicy
 from llmsim.scheduling.vllm_v0 import VllmV0Policy
 
 if TYPE_CHECKING:
-    from llmsim.instance import Instance
     from llmsim.request import Request
+    from llmsim.scheduling.base import Engine
 
 
 def predicted_work(r: Request) -> float:
@@ -25,7 +25,7 @@ def predicted_work(r: Request) -> float:
 
 
 class _ShortestPredictedFirst:
-    def admission_order(self, inst: Instance) -> Iterable[Request]:
+    def admission_order(self, inst: Engine) -> Iterable[Request]:
         return sorted(inst.waiting, key=predicted_work)
 
 

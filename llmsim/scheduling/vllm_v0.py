@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from llmsim.scheduling.base import BatchPolicy, Scheduled, register_batch_policy
 
 if TYPE_CHECKING:
-    from llmsim.instance import Instance
+    from llmsim.scheduling.base import Engine
 
 
 @register_batch_policy
@@ -28,7 +28,7 @@ class VllmV0Policy(BatchPolicy):
         """vLLM V0: a whole prompt must fit one iteration."""
         return max(max_model_len, 2048)
 
-    def schedule(self, inst: Instance, now: float) -> Scheduled:
+    def schedule(self, inst: Engine, now: float) -> Scheduled:
         out = Scheduled()
         if not inst.swapped and inst.waiting:
             batch = out.batch
@@ -51,7 +51,7 @@ class VllmV0Policy(BatchPolicy):
                 return out
         return self._decode(inst, now, out)
 
-    def _decode(self, inst: Instance, now: float, out: Scheduled) -> Scheduled:
+    def _decode(self, inst: Engine, now: float, out: Scheduled) -> Scheduled:
         running = inst.running
         if not inst.swapped and inst.decode_all(out, check=False):
             return out
@@ -61,7 +61,7 @@ class VllmV0Policy(BatchPolicy):
         out.stable = not preempted and out.transfer_blocks == 0 and len(out.batch) == len(running)
         return out
 
-    def _decode_with_preemption(self, inst: Instance, out: Scheduled) -> bool:
+    def _decode_with_preemption(self, inst: Engine, out: Scheduled) -> bool:
         running = inst.running
         batch = out.batch
         kv = inst.kv
@@ -86,7 +86,7 @@ class VllmV0Policy(BatchPolicy):
             i += 1
         return preempted
 
-    def _swap_in(self, inst: Instance, now: float, batch: list) -> int:
+    def _swap_in(self, inst: Engine, now: float, batch: list) -> int:
         moved = 0
         kv = inst.kv
         bs = kv.block_size
