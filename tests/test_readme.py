@@ -71,6 +71,8 @@ def _argv(cmd: str, tmp: Path, state: dict) -> list[str] | None:
         args = [sys.executable, *args[1:]]
     mod = args[2] if len(args) > 2 and args[1] == "-m" else ""
     if mod == "llmsim":
+        if any(a.startswith(("workload=azure", "workload=mooncake")) for a in args) and not SHARED.is_dir():
+            return None  # the trace lives in ../shared, absent outside the dev/CI workspace
         if "-m" in args[3:]:
             state["sweep"] = tmp / "sweep"
             return [*args, "++workload.num_requests=60", "output.plots=false", f"hydra.sweep.dir={state['sweep']}"]
