@@ -341,6 +341,30 @@ class RoutingEnv(gym.Env):
             return best
         return a
 
+    @property
+    def reward_scale(self) -> float:
+        """Factor from the raw ``info["reward_components"]`` to reward units (an agent shaping with a component,
+        e.g. HuRL's ``heuristic``, adds ``weight * reward_scale * component``)."""
+        return float(self.reward_fn.scale)
+
+    def heuristic_action(self, router: Router) -> int:
+        """The action an llmsim router takes for the pending request, so heuristics run inside the env with the
+        same decision points, waits and rewards as a learned policy. The router sees the env's (possibly stale)
+        view and the request's prediction for the first model; WAIT / DROP map to the wait / drop actions, an
+        instance to itself (``instance*``) or to its model (``model*``). With nothing pending: the no-op."""
+        req = self.pending
+        if req is None:
+            return self.wait_action if self.offer_wait else 0
+        if req.predicted_output is None:
+            lens, _ = self.predictions(req)
+            req.predicted_output = float(lens[0])
+        d = router.route(req, self.cluster.view)
+        if d == WAIT:
+            return self.wait_action
+        if d == DROP:
+            return self.drop_action
+        return int(self.inst_model_idx[d]) if self.action_kind.startswith("model") else int(d)
+
     def step(self, action: int):
         if self.terminated or self.truncated:
             raise RuntimeError("step() called after the episode ended; call reset()")

@@ -17,7 +17,7 @@ Output lengths on different models share a per-request log-length factor with co
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,13 +161,40 @@ WORKLOAD_ROUTER_TASKS = (
     ("entity_recognition", 26.41, 64.10, 0.58),
 )
 WORKLOAD_ROUTER_WEIGHTS = (7351, 6988, 6564, 7122, 3304)  # Table 1 sample counts: uniform over the dataset
+# Named task mixes for held-out evaluation (a router trained on Table 1's mix judged on another length mix):
+# long_decode triples the two long-answer tasks (qna, in_context_qna), short_decode the two short ones.
+WORKLOAD_ROUTER_MIXES: dict[str, dict[str, float]] = {
+    "table1": dict(zip((t[0] for t in WORKLOAD_ROUTER_TASKS), map(float, WORKLOAD_ROUTER_WEIGHTS))),
+    "long_decode": {"translation": 1.0, "qna": 3.0, "sentiment": 1.0, "in_context_qna": 3.0,
+                    "entity_recognition": 1.0},
+    "short_decode": {"translation": 3.0, "qna": 1.0, "sentiment": 1.0, "in_context_qna": 1.0,
+                     "entity_recognition": 3.0},
+}
 
 
-def workload_router_mixture(model: str = "llama-2-7b") -> TaskMixture:
-    """The five-task mixture of spec 001 (Table 1), one model."""
+def workload_router_weights(weights: str | Mapping[str, float] | None) -> list[float]:
+    """Per-task weights in WORKLOAD_ROUTER_TASKS order: a mix name, or task -> weight (absent tasks get 0)."""
+    if weights is None:
+        return [float(w) for w in WORKLOAD_ROUTER_WEIGHTS]
+    if isinstance(weights, str):
+        if weights not in WORKLOAD_ROUTER_MIXES:
+            raise ConfigError(f"task_weights: unknown mix {weights!r}; expected one of {sorted(WORKLOAD_ROUTER_MIXES)} "
+                              "or a mapping task -> weight")
+        weights = WORKLOAD_ROUTER_MIXES[weights]
+    names = [t[0] for t in WORKLOAD_ROUTER_TASKS]
+    unknown = sorted(set(weights) - set(names))
+    if unknown:
+        raise ConfigError(f"task_weights: unknown task(s) {unknown}; expected some of {names}")
+    return [float(weights.get(n, 0.0)) for n in names]
+
+
+def workload_router_mixture(model: str = "llama-2-7b",
+                            weights: str | Mapping[str, float] | None = None) -> TaskMixture:
+    """The five-task mixture of spec 001 (Table 1), one model; ``weights`` (a WORKLOAD_ROUTER_MIXES name or
+    task -> weight) changes the task mix, e.g. for a held-out length mix at evaluation."""
     tasks = [TaskSpec(n, pm, 0.5, 1000, {model: dm}, {model: s}, 4095)
              for n, pm, dm, s in WORKLOAD_ROUTER_TASKS]
-    return TaskMixture(tasks, [model], list(WORKLOAD_ROUTER_WEIGHTS), max_total=4096)
+    return TaskMixture(tasks, [model], workload_router_weights(weights), max_total=4096)
 
 
 # Spec 002, Table 1: zero-shot accuracy normalised by OPT-6.7B's. The paper gives no request shapes

@@ -31,6 +31,11 @@ BEST_EFFORT_STEP_SCALE = 1.0
 WORKLOAD_ROUTER_GPU = "v100-16gb"
 WORKLOAD_ROUTER_MEMORY = 0.97
 WORKLOAD_ROUTER_MAX_SEQS = 128  # spec 001 A.8: max batch size 128
+# default drain_time per testbed (the episode's time limit is the last arrival + max_wait_s + drain_time):
+# a margin over the longest drain measured under heuristic and random policies (docs/testbeds.md, "Drain time")
+QOS_EDGE_DRAIN_S = 60.0
+WORKLOAD_ROUTER_DRAIN_S = 600.0
+BEST_EFFORT_DRAIN_S = 300.0
 
 
 def workload_router_instances(num_instances: int = 4, gpu: str = WORKLOAD_ROUTER_GPU,
@@ -77,14 +82,17 @@ def static_instances(model: str, num_gpus: int = 4, gpu: str = "titan-rtx",
 def qos_edge(num_requests: PosInt = 5000, rate: PosFloat = 5.0, latency_limit: PosFloat = 0.03,
              experts: Sequence[str] = QOS_EXPERTS, gpu: str = "rtx4090", cap: PosInt = 10,
              predictor: Any = None, timing: Literal["measured", "paper"] = "paper",
-             intercept: NonNegFloat | None = None, **kwargs: Any) -> RoutingEnv:
+             intercept: NonNegFloat | None = None, drain_time: NonNegFloat = QOS_EDGE_DRAIN_S,
+             **kwargs: Any) -> RoutingEnv:
     """Spec 000: N ~7B experts (one RTX 4090 each, vLLM V0), Poisson arrivals, drop action, graph state,
     QoS reward (Eq. 16). Predictions: bucketised noisy oracle (10 buckets) standing in for the DistilBERT
     classifiers. Routing to an expert whose waiting queue already holds ``cap`` requests is masked.
 
     ``timing``: ``paper`` (default: the paper's step model, Eqs. 13-14, with ``intercept`` seconds per
     iteration, None = the measured profile's fixed step cost; under it the 30 ms/token limit binds at the
-    paper's load, docs/testbeds.md) or ``measured`` (the measured RTX 4090 profiles, where it rarely does)."""
+    paper's load, docs/testbeds.md) or ``measured`` (the measured RTX 4090 profiles, where it rarely does).
+    ``drain_time`` (60 s): simulated time allowed after the last arrival + ``max_wait_s`` before the episode
+    is truncated; heuristics drain in under 10 s (docs/testbeds.md)."""
     instances = qos_edge_instances(experts, gpu, timing, intercept)
     pred = predictor if predictor is not None else {"kind": "noisy", "len_sigma": 0.25, "q_sd": 0.03,
                                                      "len_buckets": 10, "len_max": 300.0, "q_buckets": 10}
@@ -92,6 +100,7 @@ def qos_edge(num_requests: PosInt = 5000, rate: PosFloat = 5.0, latency_limit: P
         num_requests=num_requests, decision="arrival", action="instance_drop",
         observation={"kind": "graph", "cap_running": cap, "cap_waiting": cap, "latency_scale": latency_limit},
         reward={"kind": "qos", "latency_limit": latency_limit}, predictor=pred, max_waiting=cap,
+        drain_time=drain_time,
     )
     kw.update(kwargs)
     wl = kw.pop("workload", None) or MixtureWorkload(qos_edge_mixture(experts),
@@ -103,18 +112,23 @@ def qos_edge(num_requests: PosInt = 5000, rate: PosFloat = 5.0, latency_limit: P
 def workload_router(num_requests: PosInt = 2000, rate: PosFloat = 20.0, num_instances: PosInt = 4,
                     gpu: str = WORKLOAD_ROUTER_GPU, max_num_seqs: PosInt = WORKLOAD_ROUTER_MAX_SEQS,
                     gpu_memory_utilization: PosFloat = WORKLOAD_ROUTER_MEMORY, step_time_scale: PosFloat = 1.0,
-                    **kwargs: Any) -> RoutingEnv:
+                    task_weights: str | Mapping[str, NonNegFloat] | None = None,
+                    drain_time: NonNegFloat = WORKLOAD_ROUTER_DRAIN_S, **kwargs: Any) -> RoutingEnv:
     """Spec 001: 4 x Llama-2-7B on V100 16 GB (vLLM V0 FCFS, max batch 128, memory share 0.97: the KV
     cache just holds one 4,096-token context), five-task mixture at 20 req/s, 2000 requests, a central queue
     whose head is routed or held every 0.02 s, flat state, workload-aware reward. The scalability preset of
-    the paper is ``num_instances=8, rate=40, num_requests=4000``. Why these knobs: docs/testbeds.md."""
+    the paper is ``num_instances=8, rate=40, num_requests=4000``. Why these knobs: docs/testbeds.md.
+    ``drain_time`` (600 s): simulated time allowed after the last arrival + ``max_wait_s`` before the episode
+    is truncated; heuristics drain in up to ~370 s (outputs reach ~4,000 tokens).
+    ``task_weights``: another task mix (a name of envs.tasks.WORKLOAD_ROUTER_MIXES such as ``long_decode``,
+    or task -> weight), for held-out evaluation (docs/evaluation.md); None = Table 1's mix."""
     instances = workload_router_instances(num_instances, gpu, max_num_seqs, gpu_memory_utilization, step_time_scale)
     kw: dict[str, Any] = dict(
         num_requests=num_requests, decision="tick", tick=0.02, action="instance_wait", observation="flat",
-        reward="workload_aware", predictor="oracle",
+        reward="workload_aware", predictor="oracle", drain_time=drain_time,
     )
     kw.update(kwargs)
-    wl = kw.pop("workload", None) or MixtureWorkload(workload_router_mixture(),
+    wl = kw.pop("workload", None) or MixtureWorkload(workload_router_mixture(weights=task_weights),
                                                      {"kind": "poisson", "rate": rate})
     return RoutingEnv(instances, wl, **kw)
 
@@ -124,7 +138,8 @@ def best_effort(num_requests: PosInt = 2000, schedule: Literal["stable", "bursty
                 rate: PosFloat | None = None, num_gpus: PosInt = 4, gpu: str = "titan-rtx", deadline: PosFloat = 0.04,
                 soft: bool = False, task_deadlines: Mapping[str, PosFloat] | None = None,
                 tasks: Sequence[str] | None = None, out_mean: PosFloat | None = None,
-                step_time_scale: PosFloat = BEST_EFFORT_STEP_SCALE, **kwargs: Any) -> RoutingEnv:
+                step_time_scale: PosFloat = BEST_EFFORT_STEP_SCALE, drain_time: NonNegFloat = BEST_EFFORT_DRAIN_S,
+                **kwargs: Any) -> RoutingEnv:
     """Spec 002: ``num_gpus`` GPUs each hosting OPT-125M / 1.3B / 6.7B with the paper's memory split,
     model-size action routed to the least-loaded replica, four tasks (Table 1 accuracy), 40 ms/token.
 
@@ -137,13 +152,16 @@ def best_effort(num_requests: PosInt = 2000, schedule: Literal["stable", "bursty
     ``step_time_scale`` (default 1.0) multiplies every engine's step time. With the default request shapes
     (zero-shot prompts, 512 generated tokens; envs.tasks) static OPT-6.7B on 4 GPUs with the whole memory
     keeps >= 95 % of deadlines up to ~2 req/s, OPT-1.3B fails near 40 req/s and OPT-125M is the best static
-    choice only at the top rates, as spec 002 reports (``python -m envs.calibrate --testbed best_effort``)."""
+    choice only at the top rates, as spec 002 reports (``python -m envs.calibrate --testbed best_effort``).
+    ``drain_time`` (300 s): simulated time allowed after the last arrival + ``max_wait_s`` before the episode
+    is truncated; heuristic and random policies drain in up to ~160 s (docs/testbeds.md)."""
     instances = best_effort_instances(num_gpus, gpu, step_time_scale)
     kw: dict[str, Any] = dict(
         num_requests=num_requests, decision="arrival", action="model",
         observation={"kind": "model", "rate": "true" if schedule == "stable" else "estimate"},
         reward={"kind": "best_effort", "deadline": deadline, "soft": soft,
                 "task_deadlines": dict(task_deadlines or {})},
+        drain_time=drain_time,
     )
     kw.update(kwargs)
     arrival = {"kind": schedule} if rate is None else {"kind": schedule, "rate": rate}

@@ -169,11 +169,13 @@ class ClusterView:
         for k, (idx, name, model, gpu, bs, ms, mml, mpt, inst) in enumerate(self._static):
             key = (inst.iterations, len(inst.running), len(inst.waiting), len(inst.swapped))  # = _engine_key(inst)
             hit = cache[k]
-            if not eager and hit is not None and hit[0] == key and hit[1].throughput == thr[k]:
-                out.append(hit[1])
-                continue
             if eager:
                 detail = InstanceRequests(_records(inst.running), _records(inst.waiting), _records(inst.swapped))
+            elif hit is not None and hit[0] == key:
+                if hit[1].throughput == thr[k]:
+                    out.append(hit[1])
+                    continue
+                detail = hit[1].detail  # only the throughput moved: the requests (and their memo) are unchanged
             else:
                 detail = _LiveRequests(inst, key)
             total = inst.kv_total

@@ -1,0 +1,116 @@
+"""Replay buffer for semi-MDP transitions with action masks, one ring per parallel env (SB3's layout).
+
+Each slot stores (obs, action, reward, heuristic, dt, next_obs, next_mask, terminated, truncated). The shaped
+reward and the discount are *not* stored: they are computed when a batch is drawn, from the current
+shaping weight and discount, because HuRL changes both between episodes (the reshaped MDP of stage k is
+the one trained on). Per transition the discount is ``gamma ** (dt / tau)`` (``tau`` null: ``gamma`` per
+decision, whatever its duration); n-step returns chain
+transitions of the same env up to the first episode end:
+
+    R = sum_j (prod_{i<j} g_i) * r~_j,   target = R + (1 - terminated_last) * prod_j g_j * Q'(s'_last)
+
+so a truncated episode still bootstraps (Gymnasium's terminated / truncated distinction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Batch:
+    obs: np.ndarray
+    actions: np.ndarray
+    returns: np.ndarray      # n-step shaped return R
+    discounts: np.ndarray    # product of the per-transition discounts (0 where the last one terminated)
+    next_obs: np.ndarray
+    next_masks: np.ndarray
+
+
+class ReplayBuffer:
+    def __init__(self, capacity: int, num_envs: int, obs_dim: int, n_actions: int, seed: int = 0) -> None:
+        self.cap = max(1, capacity // num_envs)
+        self.num_envs = num_envs
+        shape = (self.cap, num_envs)
+        self.obs = np.zeros(shape + (obs_dim,), np.float32)
+        self.next_obs = np.zeros(shape + (obs_dim,), np.float32)
+        self.next_masks = np.zeros(shape + (n_actions,), np.bool_)
+        self.actions = np.zeros(shape, np.int64)
+        self.rewards = np.zeros(shape, np.float32)
+        self.heuristic = np.zeros(shape, np.float32)
+        self.dt = np.zeros(shape, np.float32)
+        self.terminated = np.zeros(shape, np.bool_)
+        self.truncated = np.zeros(shape, np.bool_)
+        self.pos = 0
+        self.size = 0
+        self.rng = np.random.default_rng(seed)
+
+    def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, heuristic: np.ndarray, dt: np.ndarray,
+            next_obs: np.ndarray, next_masks: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """One transition per env (arrays with a leading num_envs axis)."""
+        p = self.pos
+        self.obs[p] = obs
+        self.actions[p] = actions
+        self.rewards[p] = rewards
+        self.heuristic[p] = heuristic
+        self.dt[p] = dt
+        self.next_obs[p] = next_obs
+        self.next_masks[p] = next_masks
+        self.terminated[p] = terminated
+        self.truncated[p] = truncated
+        self.pos = (p + 1) % self.cap
+        self.size = min(self.size + 1, self.cap)
+
+    def __len__(self) -> int:
+        return self.size * self.num_envs
+
+    def sample(self, batch_size: int, gamma: float, tau: float | None, shaping: float = 0.0, n_step: int = 1) -> Batch:
+        """A batch drawn uniformly; ``gamma`` / ``shaping`` are the current stage's discount and h weight."""
+        n_step = max(1, int(n_step))
+        usable = self.size - (n_step - 1)  # the newest n-1 slots lack a complete look-ahead window
+        if usable <= 0:
+            raise ValueError(f"replay buffer holds {self.size} steps per env; n-step {n_step} needs more")
+        start = self.pos - self.size  # chronological index c lives at (start + c) % cap
+        c = self.rng.integers(0, usable, size=batch_size)
+        env = self.rng.integers(0, self.num_envs, size=batch_size)
+        p0 = (start + c) % self.cap
+        ret = np.zeros(batch_size, np.float64)
+        disc = np.ones(batch_size, np.float64)
+        alive = np.ones(batch_size, np.bool_)
+        last = p0.copy()
+        ended = np.zeros(batch_size, np.bool_)
+        per_step = tau is None or tau <= 0  # discount gamma per decision, whatever its duration
+        log_g = np.log(gamma) / (1.0 if per_step else tau) if gamma > 0 else -np.inf
+        for j in range(n_step):
+            p = (p0 + j) % self.cap
+            if j:
+                alive &= ~ended
+            r = self.rewards[p, env] + shaping * self.heuristic[p, env]
+            ret += np.where(alive, disc * r, 0.0)
+            if gamma <= 0:
+                g = np.zeros(batch_size)
+            else:
+                g = np.full(batch_size, gamma) if per_step else np.exp(log_g * self.dt[p, env].astype(np.float64))
+            disc = np.where(alive, disc * g, disc)
+            last = np.where(alive, p, last)
+            ended = self.terminated[p, env] | self.truncated[p, env]
+        disc = np.where(self.terminated[last, env], 0.0, disc)
+        return Batch(self.obs[p0, env], self.actions[p0, env], ret.astype(np.float32), disc.astype(np.float32),
+                     self.next_obs[last, env], self.next_masks[last, env])
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        keys = ("obs", "next_obs", "next_masks", "actions", "rewards", "heuristic", "dt", "terminated", "truncated")
+        out = {k: getattr(self, k) for k in keys}
+        out["meta"] = np.array([self.pos, self.size], np.int64)
+        return out
+
+    def load_state_dict(self, d: dict[str, np.ndarray]) -> None:
+        for k, v in d.items():
+            if k == "meta":
+                self.pos, self.size = (int(x) for x in v)
+            elif getattr(self, k).shape != v.shape:
+                raise ValueError(f"replay buffer field {k}: saved shape {v.shape}, expected {getattr(self, k).shape}")
+            else:
+                getattr(self, k)[...] = v

@@ -1,0 +1,136 @@
+"""A checkpoint is a directory a router can be loaded from without the training code's state:
+
+    checkpoint.json   format, agent, network shape, observation layout, action layout, env config, metrics
+    q_net.pt          the online network's weights (torch state_dict)
+    config.yaml       the resolved training config (Hydra), for the record and for ``trainer.resume``
+    trainer.pt        optimiser, target network, counters and RNG states (only what resuming needs)
+    replay.npz        the replay buffer (only with ``trainer.save_replay``; resuming without it refills it)
+
+The observation layout is the observation builder's name, the observation's shape and the version of the
+public ClusterState it is computed from (``llmsim.state.LAYOUT_VERSION``); loading a checkpoint into an env
+with another layout or another number of actions is refused with one line naming both.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.nets import QNetwork, masked_argmax
+from envs.core import RoutingEnv
+from llmsim.errors import ConfigError
+from llmsim.state import LAYOUT_VERSION
+
+FORMAT = 1
+
+
+def observation_layout(env: RoutingEnv) -> dict[str, Any]:
+    """What a policy's inputs mean: the builder, the shape and the public state version they are read from."""
+    shape = getattr(env.observation_space, "shape", None)
+    return {"kind": env.obs_builder.name, "shape": list(shape) if shape is not None else None,
+            "state_layout_version": LAYOUT_VERSION}
+
+
+def action_layout(env: RoutingEnv) -> dict[str, Any]:
+    return {"n": int(env.action_space.n), "kind": env.action_kind, "choices": env.n_choices,
+            "wait": env.wait_action, "drop": env.drop_action}
+
+
+def save_checkpoint(path: str | Path, q_net: QNetwork, meta: dict[str, Any], config_yaml: str | None = None,
+                    trainer_state: dict[str, Any] | None = None) -> Path:
+    """Write (or overwrite) checkpoint ``path``; ``meta`` must hold ``agent``, ``observation``, ``actions``."""
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    body = {"format": FORMAT, "obs_dim": q_net.obs_dim, "n_actions": q_net.n_actions, "hidden": q_net.hidden,
+            "dueling": q_net.dueling, **meta}
+    torch.save(q_net.state_dict(), p / "q_net.pt")
+    if config_yaml is not None:
+        (p / "config.yaml").write_text(config_yaml)
+    if trainer_state is not None:
+        torch.save(trainer_state, p / "trainer.pt")
+    tmp = p / "checkpoint.json.tmp"
+    tmp.write_text(json.dumps(body, indent=1, sort_keys=True, default=_jsonable) + "\n")
+    tmp.replace(p / "checkpoint.json")  # written last: a directory with checkpoint.json is complete
+    return p
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not JSON serialisable")
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    f = p / "checkpoint.json"
+    if not f.is_file():
+        raise ConfigError(f"{p}: not a checkpoint directory (no checkpoint.json)")
+    try:
+        meta = json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{f}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if meta.get("format") != FORMAT:
+        raise ConfigError(f"{f}: checkpoint format {meta.get('format')!r}, this llmsim reads format {FORMAT}")
+    return meta
+
+
+def check_compatible(meta: dict[str, Any], env: RoutingEnv, where: str = "checkpoint") -> None:
+    """Refuse a checkpoint trained on another observation layout or action layout than ``env`` has."""
+    have, want = observation_layout(env), meta.get("observation", {})
+    if have != want:
+        raise ConfigError(f"{where}: trained on observation layout {_fmt(want)}, but this env has {_fmt(have)}")
+    n = int(env.action_space.n)
+    if meta.get("n_actions") != n:
+        raise ConfigError(f"{where}: trained with {meta.get('n_actions')} actions, but this env has {n} "
+                          f"({env.n_choices} choices + wait + drop)")
+
+
+def _fmt(layout: dict[str, Any]) -> str:
+    return (f"{layout.get('kind')!r} shape {layout.get('shape')} on ClusterState layout "
+            f"v{layout.get('state_layout_version')}")
+
+
+def load_q_net(path: str | Path, meta: dict[str, Any] | None = None) -> QNetwork:
+    p = Path(path)
+    meta = meta or read_meta(p)
+    net = QNetwork(int(meta["obs_dim"]), int(meta["n_actions"]), meta["hidden"], bool(meta.get("dueling", False)))
+    net.load_state_dict(torch.load(p / "q_net.pt", map_location="cpu", weights_only=True))
+    net.eval()
+    return net
+
+
+class QPolicy:
+    """Greedy (masked argmax) router of a Q-network."""
+
+    def __init__(self, net: QNetwork, name: str = "ddqn") -> None:
+        self.net, self.name = net, name
+
+    def reset(self, env: RoutingEnv, seed: int) -> None:
+        pass
+
+    @torch.no_grad()
+    def act(self, obs: Any, mask: np.ndarray, env: RoutingEnv | None = None) -> int:
+        q = self.net(torch.as_tensor(np.asarray(obs, dtype=np.float32)).unsqueeze(0))
+        return int(masked_argmax(q, torch.as_tensor(mask).unsqueeze(0)).item())
+
+
+class CheckpointPolicy(QPolicy):
+    """The greedy router of a checkpoint directory; refuses an env with another layout at ``reset``."""
+
+    def __init__(self, path: str | Path, label: str | None = None) -> None:
+        self.path = Path(path)
+        self.meta = read_meta(self.path)
+        super().__init__(load_q_net(self.path, self.meta),
+                         label or str(self.meta.get("label") or self.meta.get("agent", "ddqn")))
+        self._checked: int | None = None
+
+    def reset(self, env: RoutingEnv, seed: int) -> None:
+        if self._checked != id(env):
+            check_compatible(self.meta, env, str(self.path))
+            self._checked = id(env)

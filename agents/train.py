@@ -1,0 +1,286 @@
+"""``llmsim-train`` (also ``python -m agents.train``): train a router with one Hydra command.
+
+    llmsim-train agent=ddqn env=workload_router trainer.total_steps=200000
+    llmsim-train +experiment=spec001_guided
+    llmsim-train trainer.resume=outputs/train/<date>/<time>/last trainer.total_steps=400000
+
+The run directory (``hydra.run.dir``) gets ``tensorboard/`` and ``progress.csv`` (stable-baselines3's logger),
+``best/`` (the checkpoint with the best in-training evaluation score) and ``last/``. stable-baselines3 supplies
+the vector envs (``trainer.num_envs`` > 1: one process per env) and the logger; the algorithm is
+agents/ddqn.py. Training workloads are drawn from the env's own seed stream (``seed``); the in-training
+evaluation uses ``trainer.eval_seeds`` and llmsim-evaluate holds out seeds >= 1000.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents import guided
+from agents.buffer import ReplayBuffer
+from agents.checkpoint import (
+    QPolicy,
+    action_layout,
+    check_compatible,
+    load_q_net,
+    observation_layout,
+    read_meta,
+    save_checkpoint,
+)
+from agents.ddqn import DDQNConfig, DoubleDQN, LoopState, learn
+from agents.policy import run_episode
+from envs.core import RoutingEnv
+from envs.testbeds import make_from_config
+from llmsim.errors import ConfigError
+from llmsim.resources import conf_dir
+
+
+def make_env(env_cfg: dict[str, Any]) -> RoutingEnv:
+    """One env from a conf/env mapping (picklable through functools.partial, for worker processes); a
+    ``predictor: {kind: learned, path: ...}`` entry is loaded here (agents/predictors.py)."""
+    cfg = dict(env_cfg)
+    pred = cfg.get("predictor")
+    if _is_learned(pred):
+        from agents.predictors import make_agent_predictor
+
+        cfg["predictor"] = make_agent_predictor(pred)
+    return make_from_config(cfg)
+
+
+def _is_learned(spec: Any) -> bool:
+    return spec == "learned" or (isinstance(spec, dict) and spec.get("kind") == "learned")
+
+
+def env_config(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The env mapping with the run's ``predictor`` applied. A learned predictor to be trained is fitted once,
+    here, and saved in the run directory, so every worker process and the checkpoint refer to the same file."""
+    env_cfg = dict(cfg["env"])
+    spec = cfg.get("predictor")
+    if spec is None:
+        return env_cfg
+    if _is_learned(spec) and not (isinstance(spec, dict) and spec.get("path")):
+        from agents.predictors import make_agent_predictor
+
+        path = run_dir / "predictor.json"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        make_agent_predictor(spec).bp.save(path)
+        spec = {"kind": "learned", "path": str(path)}
+    env_cfg["predictor"] = spec
+    return env_cfg
+
+
+def check_setup(agent_cfg: DDQNConfig, env: RoutingEnv) -> None:
+    """Refuse what would train something other than what was asked for, before any step."""
+    if not hasattr(env.observation_space, "shape") or len(env.observation_space.shape or ()) != 1:
+        raise ConfigError(f"agent {agent_cfg.name!r} needs a flat (vector) observation; env observation "
+                          f"{env.obs_builder.name!r} is {type(env.observation_space).__name__}")
+    if agent_cfg.guidance != "none":
+        if "heuristic" not in env.reward_fn.components:
+            raise ConfigError(f"agent.guidance={agent_cfg.guidance}: reward {env.reward_fn.name!r} has no heuristic "
+                              f"term (use env.reward.kind=workload_aware or agent.guidance=none)")
+        if env.reward_fn.weights.get("heuristic", 0.0) != 0.0:
+            raise ConfigError(f"agent.guidance={agent_cfg.guidance} shapes with h itself; set env.reward.guidance=0 "
+                              f"(now {env.reward_fn.weights['heuristic']}) so h is not counted twice")
+    guided.stage(agent_cfg.guidance, 0, agent_cfg.gamma)  # validates the name
+
+
+def make_vec(env_cfg: dict[str, Any], n: int) -> Any:
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    fns = [functools.partial(make_env, env_cfg) for _ in range(n)]
+    return SubprocVecEnv(fns) if n > 1 else DummyVecEnv(fns)
+
+
+def evaluate_greedy(policy: QPolicy, env: RoutingEnv, seeds: list[int], metric: str) -> dict[str, float]:
+    """Mean return and summary metrics of the greedy policy over the evaluation workloads; ``score`` is
+    ``metric`` oriented so that higher is better."""
+    rows = [run_episode(policy, env, seed=s, workload_seed=s) for s in seeds]
+    out = {"return": float(np.mean([r["return"] for r in rows]))}
+    for k in ("mean_e2el_ms", "p99_e2el_ms", "mean_ttft_ms", "completed", "dropped", "duration"):
+        vals = [r["summary"].get(k) for r in rows]
+        if all(v is not None for v in vals):
+            out[k] = float(np.mean(vals))
+    if metric == "return":
+        out["score"] = out["return"]
+    else:
+        vals = [r["summary"].get(metric) for r in rows]
+        if any(v is None for v in vals):
+            raise ConfigError(f"trainer.eval_metric={metric!r} is not in the run summary (try return or mean_e2el_ms)")
+        m = float(np.mean(vals))
+        out[metric] = m
+        out["score"] = -m if metric.endswith("_ms") or metric == "duration" else m
+    return out
+
+
+def _meta(cfg: dict[str, Any], env: RoutingEnv, env_cfg: dict[str, Any], state: LoopState,
+          history: list[dict[str, Any]]) -> dict[str, Any]:
+    agent = cfg["agent"]
+    label = cfg.get("label") or (agent["name"] if agent.get("guidance", "none") == "none"
+                                 else f"{agent['name']}_{agent['guidance']}")
+    return {"agent": agent["name"], "label": label, "observation": observation_layout(env),
+            "actions": action_layout(env), "env": env_cfg, "steps": state.step, "episodes": state.episode,
+            "best_score": state.best_score, "eval_metric": cfg["trainer"]["eval_metric"], "evaluations": history,
+            "seed": cfg["seed"], "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                                              "numpy": np.__version__}}
+
+
+def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
+    """Train per ``cfg`` (the composed conf/train.yaml as a plain dict); returns the final meta."""
+    from omegaconf import OmegaConf
+    from stable_baselines3.common.logger import Logger, make_output_format
+    from tqdm import tqdm
+
+    run_dir = Path(run_dir)
+    tr = cfg["trainer"]
+    torch.set_num_threads(int(tr.get("torch_threads", 1)))
+    known = set(DDQNConfig.__dataclass_fields__)
+    unknown = sorted(set(cfg["agent"]) - known)
+    if unknown:
+        raise ConfigError(f"agent: unknown key(s) {unknown}; expected some of {sorted(known)}")
+    agent_cfg = DDQNConfig(**cfg["agent"])
+    env_cfg = env_config(cfg, run_dir)
+    eval_env = make_env(env_cfg)
+    check_setup(agent_cfg, eval_env)
+    obs_dim, n_actions = int(eval_env.observation_space.shape[0]), int(eval_env.action_space.n)
+    seed = int(cfg["seed"])
+    agent = DoubleDQN(obs_dim, n_actions, agent_cfg, seed)
+    n_envs = int(tr["num_envs"])
+    rb = ReplayBuffer(agent_cfg.buffer_size, n_envs, obs_dim, n_actions, seed)
+    state, history = LoopState(), []
+    _restore(tr, agent, rb, state, history, eval_env)
+    config_yaml = OmegaConf.to_yaml(OmegaConf.create(cfg))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    logger = Logger(str(run_dir), [make_output_format("csv", str(run_dir)),
+                                   make_output_format("tensorboard", str(run_dir / "tensorboard"))])
+    total = int(tr["total_steps"])
+    bar = tqdm(total=total, initial=min(state.step, total), unit="step", disable=not tr.get("progress", True),
+               dynamic_ncols=True, file=sys.stderr)
+    policy = QPolicy(agent.q, "greedy")
+    t0 = time.perf_counter()
+
+    def checkpoint(name: str) -> None:
+        trainer_state = {"agent": agent.state_dict(), "loop": vars(state), "history": history}
+        save_checkpoint(run_dir / name, agent.q, _meta(cfg, eval_env, env_cfg, state, history), config_yaml,
+                        trainer_state)
+        if name == "last" and tr.get("save_replay"):
+            np.savez(run_dir / name / "replay.npz", **rb.state_dict())
+
+    def do_eval() -> None:
+        res = evaluate_greedy(policy, eval_env, list(tr["eval_seeds"]), tr["eval_metric"])
+        res.update(step=state.step, episode=state.episode, wall_s=round(time.perf_counter() - t0, 2))
+        history.append(res)
+        for k, v in res.items():
+            logger.record(f"eval/{k}", v)
+        logger.dump(state.step)
+        if res["score"] > state.best_score:
+            state.best_score = res["score"]
+            checkpoint("best")
+        checkpoint("last")
+        bar.set_postfix(ep=state.episode, eval=f"{res['score']:.4g}", best=f"{state.best_score:.4g}")
+
+    next_eval = [(state.step // tr["eval_every"] + 1) * tr["eval_every"] if tr["eval_every"] else math.inf]
+
+    def on_episode(st: LoopState, info: dict[str, Any]) -> None:
+        logger.record("rollout/ep_return", st.returns[-1])
+        summary = info.get("summary") or {}
+        for k in ("mean_e2el_ms", "p99_e2el_ms", "mean_ttft_ms", "dropped", "duration"):
+            if summary.get(k) is not None:
+                logger.record(f"rollout/{k}", summary[k])
+        logger.record("rollout/episodes", st.episode)
+        logger.dump(st.step)
+        bar.set_postfix(ep=st.episode, ret=f"{st.returns[-1]:.4g}", best=f"{st.best_score:.4g}")
+
+    def on_step(st: LoopState, stats: dict[str, float]) -> None:
+        bar.update(min(st.step, total) - bar.n)
+        if st.step >= next_eval[0]:
+            for k, v in stats.items():
+                logger.record(f"train/{k}", v)
+            logger.record("time/steps_per_s", st.step / max(1e-9, time.perf_counter() - t0))
+            do_eval()
+            next_eval[0] += tr["eval_every"]
+
+    vec = make_vec(env_cfg, n_envs)
+    try:
+        learn(agent, vec, rb, total, state, on_episode, on_step, seed=seed + 7919 * state.episode)
+    finally:
+        vec.close()
+    if not history or history[-1]["step"] != state.step:
+        do_eval()
+    bar.close()
+    meta = _meta(cfg, eval_env, env_cfg, state, history)
+    meta["wall_s"] = round(time.perf_counter() - t0, 2)
+    (run_dir / "training.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    return meta
+
+
+def _restore(tr: dict[str, Any], agent: DoubleDQN, rb: ReplayBuffer, state: LoopState,
+             history: list[dict[str, Any]], env: RoutingEnv) -> None:
+    """``trainer.resume``: weights, optimiser, counters and (if saved) replay; ``trainer.init_from``: weights only."""
+    src = tr.get("resume") or tr.get("init_from")
+    if not src:
+        return
+    key = "trainer.resume" if tr.get("resume") else "trainer.init_from"
+    meta = read_meta(src)
+    check_compatible(meta, env, f"{key}={src}")
+    if list(meta["hidden"]) != list(agent.q.hidden) or bool(meta.get("dueling")) != agent.q.dueling:
+        raise ConfigError(f"{key}={src}: network {meta['hidden']} (dueling {bool(meta.get('dueling'))}), but the "
+                          f"agent has {agent.q.hidden} (dueling {agent.q.dueling})")
+    agent.q.load_state_dict(load_q_net(src, meta).state_dict())
+    agent.sync_target()
+    if key == "trainer.init_from":
+        return
+    ts_path = Path(src) / "trainer.pt"
+    if not ts_path.is_file():
+        raise ConfigError(f"trainer.resume={src}: no trainer.pt (a checkpoint to fine-tune from: trainer.init_from)")
+    ts = torch.load(ts_path, map_location="cpu", weights_only=False)
+    agent.load_state_dict(ts["agent"])
+    for k, v in ts["loop"].items():
+        setattr(state, k, v)
+    history.extend(ts.get("history", []))
+    replay = Path(src) / "replay.npz"
+    if replay.is_file():
+        with np.load(replay) as z:
+            rb.load_state_dict({k: z[k] for k in z.files})
+
+
+def _hydra_main() -> None:
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from llmsim.errors import LLMSimError
+
+    @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")
+    def _main(cfg: DictConfig) -> None:
+        run_dir = HydraConfig.get().runtime.output_dir
+        try:
+            plain = OmegaConf.to_container(cfg, resolve=True)
+            meta = train(plain, run_dir)
+        except (LLMSimError, OmegaConfBaseException) as e:
+            print(f"llmsim-train: error: {' '.join(str(e).split())}", file=sys.stderr)
+            raise SystemExit(2) from None
+        best = max(meta["evaluations"], key=lambda r: r["score"]) if meta["evaluations"] else {}
+        print(f"trained {meta['label']}: {meta['steps']} steps, {meta['episodes']} episodes, {meta['wall_s']} s; "
+              f"best eval {meta['eval_metric']} score {meta['best_score']:.4g} at step {best.get('step')}")
+        print(f"checkpoints: {Path(run_dir) / 'best'}  {Path(run_dir) / 'last'}   "
+              f"tensorboard --logdir {Path(run_dir) / 'tensorboard'}")
+
+    _main()
+
+
+def main() -> None:
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()
