@@ -43,6 +43,8 @@ from envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
 from llmsim.resources import conf_dir
 
+LOST_REQUEST_MS = 1e9  # a dropped request outweighs any latency difference in the evaluation score
+
 
 def make_env(env_cfg: dict[str, Any]) -> RoutingEnv:
     """One env from a conf/env mapping (picklable through functools.partial, for worker processes); a
@@ -115,10 +117,17 @@ def evaluate_greedy(policy: QPolicy, env: RoutingEnv, seeds: list[int], metric: 
         vals = [r["summary"].get(metric) for r in rows]
         if any(v is None for v in vals):
             raise ConfigError(f"trainer.eval_metric={metric!r} is not in the run summary (try return or mean_e2el_ms)")
-        m = float(np.mean(vals))
-        out[metric] = m
-        out["score"] = -m if metric.endswith("_ms") or metric == "duration" else m
+        out[metric] = float(np.mean(vals))
+        out["score"] = eval_score(metric, out[metric], out.get("dropped", 0.0))
     return out
+
+
+def eval_score(metric: str, value: float, dropped: float) -> float:
+    """Higher is better. Latency metrics cover completed requests only, so a policy that lets requests be cut
+    off would look fast: every lost request ranks a policy below any that loses fewer (lexicographic order)."""
+    if metric.endswith("_ms") or metric == "duration":
+        return -value - LOST_REQUEST_MS * dropped
+    return value
 
 
 def _meta(cfg: dict[str, Any], env: RoutingEnv, env_cfg: dict[str, Any], state: LoopState,

@@ -182,3 +182,13 @@ def test_learned_predictor_is_fitted_once_and_saved(tmp_path):
     assert meta["env"]["predictor"] == {"kind": "learned", "path": str(tmp_path / "predictor.json")}
     env = make_env(meta["env"])
     assert type(env.predictor).__name__ == "LearnedPredictor"
+
+
+def test_eval_score_ranks_lost_requests_first():
+    from agents.train import eval_score
+
+    fast_but_lossy = eval_score("mean_e2el_ms", 50_000.0, 3)
+    slow_complete = eval_score("mean_e2el_ms", 400_000.0, 0)
+    assert slow_complete > fast_but_lossy
+    assert eval_score("mean_e2el_ms", 80_000.0, 0) > eval_score("mean_e2el_ms", 90_000.0, 0)
+    assert eval_score("return", -5.0, 10) == -5.0  # the return already charges drops
