@@ -1,0 +1,274 @@
+"""``llmsim-reproduce`` (also ``python -m agents.reproduce``): a paper's headline claims, measured, with verdicts.
+
+    llmsim-reproduce spec001 --quick                 # minutes: a small setting, NOT the paper's (says so)
+    llmsim-reproduce spec001 --jobs 2                # the paper's setting: trains three routers (hours)
+    llmsim-reproduce spec001 --from-runs B,A,G       # evaluate existing Baseline, Aware, Guided training runs
+    llmsim-reproduce spec001 --quick --json          # one JSON object per claim on stdout
+    llmsim-reproduce spec002
+
+Each spec module (``agents.reproduce_<spec>``, imported only when asked for) trains and evaluates what its
+paper's claims need and returns one row per claim; this module owns what is common: the verdict rules, the
+table, ``--json`` and ``claims.json`` / ``claims.md``. Everything goes under ``--out`` (default
+``outputs/reproduce/<spec>/<timestamp>``). A bad spec, option or run directory is one line on stderr, exit 2.
+
+Verdict rules (docs/reproduce.md). Gains are per cent vs round robin, positive = better; the band around a
+paper value p is ``tol(p) = max(TOL_ABS, TOL_REL * |p|)``:
+
+* ``at_least`` (a method improves by p): reproduced if measured >= p - tol (within the band or beyond it, same
+  sign); partly if it has p's sign but falls short of the band; not if it is 0, of the other sign or missing.
+* ``about`` (a point value, e.g. a heuristic's gain): reproduced if |measured - p| <= tol; partly if same sign
+  but outside the band; not otherwise.
+* ``at_most`` (an upper bound, e.g. "heuristics gain <= 2.6 %"): reproduced if measured <= p + tol; partly
+  if measured <= p + 2 tol; not otherwise.
+* ``order`` (values claimed in a strict order): of the n (n - 1) / 2 pairs, reproduced if all are in the
+  claimed order, partly if more than half are, not otherwise (a tie or a missing value counts as out of order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import inspect
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+PROG = "llmsim-reproduce"
+SPECS = {"spec001": "agents.reproduce_spec001", "spec002": "agents.reproduce_spec002"}
+KEYS = ("paper", "claim", "paper_value", "measured", "verdict")
+VERDICTS = ("reproduced", "partly", "not")
+TOL_ABS = 1.0   # percentage points: below this, seed-to-seed noise of a 5-seed mean is of the same size
+TOL_REL = 0.25  # of the paper's value: a quarter either way is "the same result" for a simulated testbed
+
+
+# ---------------------------------------------------------------------- verdict rules
+def tolerance(paper: float) -> float:
+    """The band around a paper value within which a measurement counts as the same number."""
+    return max(TOL_ABS, TOL_REL * abs(paper))
+
+
+def _missing(x: float | None) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def gain_verdict(paper: float, measured: float | None, kind: str = "at_least") -> str:
+    """Verdict of a numeric claim (module docstring): ``kind`` is at_least, about or at_most."""
+    if _missing(measured):
+        return "not"
+    assert measured is not None
+    tol = tolerance(paper)
+    same_sign = measured * paper > 0 or (paper == 0 and abs(measured) <= tol)
+    if kind == "at_least":
+        ahead = measured - paper if paper >= 0 else paper - measured  # how far beyond p, in p's direction
+        if same_sign and ahead >= -tol:
+            return "reproduced"
+        return "partly" if same_sign else "not"
+    if kind == "about":
+        if abs(measured - paper) <= tol:
+            return "reproduced"
+        return "partly" if same_sign else "not"
+    if kind == "at_most":
+        if measured <= paper + tol:
+            return "reproduced"
+        return "partly" if measured <= paper + 2 * tol else "not"
+    raise ValueError(f"gain_verdict: kind {kind!r} is not one of at_least, about, at_most")
+
+
+def pairs_in_order(values: Sequence[float | None], descending: bool = True) -> tuple[int, int]:
+    """(pairs in the claimed order, all pairs) of ``values`` listed in the claimed order."""
+    n, good = len(values), 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            a, b = values[i], values[j]
+            if not _missing(a) and not _missing(b) and ((a > b) if descending else (a < b)):  # type: ignore[operator]
+                good += 1
+    return good, n * (n - 1) // 2
+
+
+def order_verdict(values: Sequence[float | None], descending: bool = True) -> str:
+    """Verdict of an ordering claim: ``values`` listed in the claimed order (largest first if ``descending``)."""
+    good, total = pairs_in_order(values, descending)
+    if total == 0 or good == total:
+        return "reproduced"
+    return "partly" if 2 * good > total else "not"
+
+
+def claim_row(paper: str, claim: str, paper_value: Any, measured: Any, verdict: str, **extra: Any) -> dict[str, Any]:
+    """One claim with the required keys first; ``extra`` (unit, note, seeds, ...) after them."""
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict {verdict!r} is not one of {VERDICTS}")
+    if isinstance(measured, float):
+        measured = None if math.isnan(measured) else round(measured, 2)
+    return {"paper": paper, "claim": claim, "paper_value": paper_value, "measured": measured, "verdict": verdict,
+            **extra}
+
+
+# ---------------------------------------------------------------------- output
+def _value(x: Any, unit: str | None) -> str:
+    if _missing(x):
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:.2f}{' ' + unit if unit else ''}"
+    return str(x)
+
+
+def table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The claims as an aligned plain-text table (what the command prints)."""
+    head = ["paper", "claim", "paper_value", "measured", "verdict"]
+    body = [[str(r["paper"]), str(r["claim"]), _value(r["paper_value"], r.get("unit")),
+             _value(r["measured"], r.get("unit")), str(r["verdict"])] for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
+
+
+def markdown(rows: Sequence[Mapping[str, Any]], header: Sequence[str]) -> str:
+    """claims.md: the header lines, the claims table with notes, and the verdict rules it applied."""
+    lines = [*header, "", "| paper | claim | paper | measured | verdict | note |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = [r["paper"], r["claim"], _value(r["paper_value"], r.get("unit")), _value(r["measured"], r.get("unit")),
+                 f"**{r['verdict']}**", str(r.get("note") or "")]
+        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
+    lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "",
+              f"Rules (docs/reproduce.md): tol(p) = max({TOL_ABS} pp, {TOL_REL:.0%} of |p|). at_least: reproduced "
+              "if measured >= p - tol, partly if same sign, else not. about: reproduced if |measured - p| <= tol, "
+              "partly if same sign. at_most: reproduced if measured <= p + tol, partly if <= p + 2 tol. order: "
+              "reproduced if every pair is in the claimed order, partly if more than half are."]
+    return "\n".join(lines) + "\n"
+
+
+def _commit() -> str | None:
+    """The source commit (read-only git), for the record; None outside a checkout."""
+    try:
+        root = Path(__file__).resolve().parents[1]
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=10)
+        return (out.stdout.strip() or None) if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def write_claims(rows: Sequence[Mapping[str, Any]], out_dir: Path, command: str, wall_s: float) -> None:
+    """claims.json (the rows and how they were made) and claims.md."""
+    when = dt.datetime.now().isoformat(timespec="seconds")
+    body = {"command": command, "date": when, "commit": _commit(), "wall_s": round(wall_s, 1), "claims": list(rows)}
+    (out_dir / "claims.json").write_text(json.dumps(body, indent=1, default=str) + "\n")
+    settings = sorted({str(r.get("setting")) for r in rows if r.get("setting")})
+    notes = sorted({str(r["setting_note"]) for r in rows if r.get("setting_note")})
+    header = [f"# Claims: {', '.join(sorted({str(r['paper']) for r in rows}))}", "",
+              f"Command: `{command}` ({when}, commit {body['commit'] or 'unknown'}, {wall_s / 60:.1f} min)."]
+    if settings:
+        header += ["", f"Setting: **{', '.join(settings)}**." + "".join(f" {n.rstrip('.')}." for n in notes)]
+    (out_dir / "claims.md").write_text(markdown(rows, header))
+
+
+# ---------------------------------------------------------------------- command line
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        _fail(message)
+
+
+def _fail(message: str) -> None:
+    print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = _Parser(prog=PROG, description="Measure a paper's headline claims and give each a verdict "
+                                       "(reproduced / partly / not); docs/reproduce.md.")
+    p.add_argument("spec", help=f"which paper: {', '.join(SPECS)}")
+    p.add_argument("--quick", action="store_true", help="a small setting that runs in minutes (not the paper's)")
+    p.add_argument("--json", action="store_true", help="one JSON object per claim on stdout")
+    p.add_argument("--out", type=Path, help="output directory (default outputs/reproduce/<spec>/<timestamp>)")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes for training and evaluation")
+    p.add_argument("--seeds", type=int, help="held-out evaluation seeds from 1000 (default 5; --quick 2)")
+    p.add_argument("--from-runs", help="existing training runs, skipping training; spec001: BASELINE,AWARE,GUIDED "
+                                       "run (or checkpoint) directories; spec002: hard=DIR,soft=DIR")
+    p.add_argument("--from-runs-8", help="spec001: the same for the 8-instance runs (adds the scalability claims)")
+    p.add_argument("--scale8", action="store_true", help="spec001: also train and evaluate on 8 instances")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    a = p.parse_args(argv)
+    if a.spec not in SPECS:
+        _fail(f"unknown spec {a.spec!r}; expected one of {', '.join(SPECS)}")
+    if a.jobs < 1 or (a.seeds is not None and a.seeds < 1):
+        _fail("--jobs and --seeds must be positive integers")
+    return a
+
+
+def runs_option(value: str | None) -> str | dict[str, str] | None:
+    """``--from-runs``: ``KEY=DIR,KEY=DIR`` becomes a mapping (spec002: hard=..,soft=..; spec001 accepts
+    baseline=..,aware=..,guided=..), anything else stays the comma-separated string of positional directories."""
+    if value is None:
+        return None
+    parts = [p.strip() for p in value.split(",")]
+    if parts and all("=" in p for p in parts):
+        pairs = [p.split("=", 1) for p in parts]
+        return {k.strip(): v.strip() for k, v in pairs}
+    return value
+
+
+def _spec_kwargs(run: Any, a: argparse.Namespace) -> dict[str, Any]:
+    """The options the spec module's ``run`` takes; one it does not take is an error, not silently dropped."""
+    opts = {"from_runs": runs_option(a.from_runs), "from_runs_8": runs_option(a.from_runs_8), "seeds": a.seeds,
+            "scale8": a.scale8 or None}
+    accepted = inspect.signature(run).parameters
+    given = {k: v for k, v in opts.items() if v is not None}
+    bad = [k for k in given if k not in accepted]
+    if bad:
+        _fail(f"{a.spec} does not take --{bad[0].replace('_', '-')}")
+    return given
+
+
+def _load(spec: str) -> Any:
+    name = SPECS[spec]
+    try:
+        return importlib.import_module(name)  # by name: a spec module may import this one
+    except ModuleNotFoundError as e:
+        if e.name == name:
+            _fail(f"{spec} is not available in this installation (no module {name})")
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run one spec's reproduction, write claims.json / claims.md, print the table (or JSON lines)."""
+    from llmsim.errors import LLMSimError
+
+    a = parse_args(argv)
+    module = _load(a.spec)
+    kwargs = _spec_kwargs(module.run, a)
+    out = a.out or Path("outputs/reproduce") / a.spec / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    command = " ".join([PROG, *(sys.argv[1:] if argv is None else argv)])
+    t0 = time.perf_counter()
+    existed = out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        rows = module.run(a.quick, out, a.jobs, not a.no_progress, **kwargs)
+    except (LLMSimError, OSError) as e:
+        if not existed and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # refused before anything was written: leave no empty directory behind
+        _fail(str(e))
+    rows = [{**r, "command": command} for r in rows]
+    wall = time.perf_counter() - t0
+    write_claims(rows, out, command, wall)
+    if a.json:
+        for r in rows:
+            print(json.dumps(r, default=str))
+        return
+    print(table(rows), end="")
+    notes = sorted({str(r["setting_note"]) for r in rows if r.get("setting_note")})
+    for n in notes:
+        print(f"note: {n}")
+    print(f"command: {command}   ({wall / 60:.1f} min)")
+    print(f"outputs: {out}  (claims.md, claims.json, evaluation.md)")
+
+
+if __name__ == "__main__":
+    main()
