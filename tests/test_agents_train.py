@@ -192,3 +192,10 @@ def test_eval_score_ranks_lost_requests_first():
     assert slow_complete > fast_but_lossy
     assert eval_score("mean_e2el_ms", 80_000.0, 0) > eval_score("mean_e2el_ms", 90_000.0, 0)
     assert eval_score("return", -5.0, 10) == -5.0  # the return already charges drops
+
+
+@pytest.mark.timeout(240)
+def test_parallel_collection_in_worker_processes(tmp_path):
+    meta = train(_cfg(total=400, num_envs=2, eval_every=0), tmp_path)
+    assert meta["steps"] >= 400 and meta["evaluations"]
+    assert read_meta(tmp_path / "last")["steps"] == meta["steps"]
