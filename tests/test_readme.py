@@ -48,7 +48,15 @@ RULES: list[tuple[str, str, str]] = [
     (r"^python -m profiles\.replay ", "run", "replay of the RTX PRO 6000 run in ../shared"),
     (r"^python -m profiles\.profile ", "skip", "times a model on a CUDA GPU (tested on CPU in tests/test_profiles*)"),
     (r"^python -m pytest", "skip", "the test suite itself"),
+    (r"^(llmsim-train|python -m agents\.train)( |$)", "run", "a few hundred training steps on 40 requests"),
+    (r"^(llmsim-evaluate|python -m agents\.evaluate)( |$)", "run", "the checkpoint trained above, one seed"),
+    (r"^(llmsim-reproduce|python -m agents\.reproduce)( |$)", "run", "LLMSIM_REPRODUCE_SIZE=tiny"),
+    (r"^tensorboard ", "skip", "starts a web server (the logs it reads are tested in tests/test_agents_train.py)"),
 ]
+TRAIN_SMALL = ["env.num_requests=40", "trainer.total_steps=300", "trainer.eval_every=0", "trainer.eval_seeds=[500]",
+               "agent.learning_starts=100", "agent.batch_size=32", "trainer.progress=false"]
+AGENT_APPS = {"llmsim-train": "agents.train", "llmsim-evaluate": "agents.evaluate",
+              "llmsim-reproduce": "agents.reproduce"}
 
 
 def _rule(cmd: str) -> tuple[str, str, str]:
@@ -65,11 +73,15 @@ def test_every_command_has_a_rule() -> None:
 def _argv(cmd: str, tmp: Path, state: dict) -> list[str] | None:
     args = shlex.split(cmd)
     head = args[0]
+    if head in AGENT_APPS:
+        return _agent_argv([sys.executable, "-m", AGENT_APPS[head], *args[1:]], tmp, state)
     if head.startswith("llmsim"):
         args = [sys.executable, "-m", "llmsim.capacity" if head == "llmsim-capacity" else "llmsim", *args[1:]]
     elif head == "python":
         args = [sys.executable, *args[1:]]
     mod = args[2] if len(args) > 2 and args[1] == "-m" else ""
+    if mod in AGENT_APPS.values():
+        return _agent_argv(args, tmp, state)
     if mod == "llmsim":
         if any(a.startswith(("workload=azure", "workload=mooncake")) for a in args) and not SHARED.is_dir():
             return None  # the trace lives in ../shared, absent outside the dev/CI workspace
@@ -93,7 +105,23 @@ def _argv(cmd: str, tmp: Path, state: dict) -> list[str] | None:
     return args
 
 
-def test_readme_commands_run(tmp_path) -> None:
+def _agent_argv(args: list[str], tmp: Path, state: dict) -> list[str]:
+    """Training / evaluation / reproduction with tiny sizes; ``outputs/train/<date>/<time>`` is the first run."""
+    args = [a.replace("outputs/train/<date>/<time>", str(state.get("train", tmp / "missing"))) for a in args]
+    mod = args[2]
+    if mod == "agents.train":
+        state["n_train"] = n = state.get("n_train", 0) + 1
+        run = tmp / f"train{n}"
+        state.setdefault("train", run)
+        return [*args, *TRAIN_SMALL, f"hydra.run.dir={run}"]
+    if mod == "agents.evaluate":
+        return [*args, "env.num_requests=40", "seeds=[1000]", "baselines=[round_robin]", "progress=false",
+                "jobs=1", f"hydra.run.dir={tmp}/evaluate"]
+    return [*args, "--out", str(tmp / "reproduce"), "--no-progress"]
+
+
+def test_readme_commands_run(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("LLMSIM_REPRODUCE_SIZE", "tiny")
     state: dict = {}
     ran = 0
     for cmd in _commands():
