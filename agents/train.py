@@ -95,6 +95,14 @@ def check_setup(agent_cfg: DDQNConfig, env: RoutingEnv) -> None:
     guided.stage(agent_cfg.guidance, 0, agent_cfg.gamma)  # validates the name
 
 
+def agent_config(agent: dict[str, Any]) -> DDQNConfig:
+    known = set(DDQNConfig.__dataclass_fields__)
+    unknown = sorted(set(agent) - known)
+    if unknown:
+        raise ConfigError(f"agent: unknown key(s) {unknown}; expected some of {sorted(known)}")
+    return DDQNConfig(**agent)
+
+
 def make_vec(env_cfg: dict[str, Any], n: int) -> Any:
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
@@ -151,18 +159,13 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     tr = cfg["trainer"]
     torch.set_num_threads(int(tr.get("torch_threads", 1)))
-    known = set(DDQNConfig.__dataclass_fields__)
-    unknown = sorted(set(cfg["agent"]) - known)
-    if unknown:
-        raise ConfigError(f"agent: unknown key(s) {unknown}; expected some of {sorted(known)}")
-    agent_cfg = DDQNConfig(**cfg["agent"])
+    agent_cfg = agent_config(cfg["agent"])
     env_cfg = env_config(cfg, run_dir)
     eval_env = make_env(env_cfg)
     check_setup(agent_cfg, eval_env)
     obs_dim, n_actions = int(eval_env.observation_space.shape[0]), int(eval_env.action_space.n)
-    seed = int(cfg["seed"])
+    seed, n_envs = int(cfg["seed"]), int(tr["num_envs"])
     agent = DoubleDQN(obs_dim, n_actions, agent_cfg, seed)
-    n_envs = int(tr["num_envs"])
     rb = ReplayBuffer(agent_cfg.buffer_size, n_envs, obs_dim, n_actions, seed)
     state, history = LoopState(), []
     _restore(tr, agent, rb, state, history, eval_env)
