@@ -5,7 +5,8 @@
 Prints, for the env preset (conf/env/<name>.yaml): the env alone under a random mask-respecting policy
 through the same vector env, DDQN training (updates from the first step: ``learning_starts`` = one batch),
 and the cost of one gradient step and of one greedy action. Wall-clock figures on this machine; compare
-before / after with farm-bench rather than across machines.
+before / after with farm-bench rather than across machines. "per CPU-s" divides by the process's CPU time
+(with one env everything runs in-process): on a loaded machine it stays near the quiet figure.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def bench(env: str = "workload_router", steps: int = 30_000, num_envs: int = 1, 
     vec.seed(seed)
     vec.reset()
     masks = np.stack([ri["action_mask"] for ri in vec.reset_infos])
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     done_steps = 0
     while done_steps < steps:
         acts = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
@@ -62,14 +63,15 @@ def bench(env: str = "workload_router", steps: int = 30_000, num_envs: int = 1, 
             masks[i] = vec.reset_infos[i]["action_mask"]
         done_steps += num_envs
     env_rate = done_steps / (time.perf_counter() - t0)
+    env_cpu_rate = done_steps / max(1e-9, time.process_time() - c0)
 
     cfg = DDQNConfig(**_preset("agent", agent))
     cfg.learning_starts = cfg.batch_size
     ddqn = DoubleDQN(obs_dim, n, cfg, seed)
     rb = ReplayBuffer(cfg.buffer_size, num_envs, obs_dim, n, seed)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     state = learn(ddqn, vec, rb, steps, LoopState(), seed=seed)
-    train_wall = time.perf_counter() - t0
+    train_wall, train_cpu = time.perf_counter() - t0, time.process_time() - c0
     vec.close()
 
     batch = rb.sample(cfg.batch_size, cfg.gamma, cfg.tau)
@@ -85,6 +87,8 @@ def bench(env: str = "workload_router", steps: int = 30_000, num_envs: int = 1, 
     act_us = (time.perf_counter() - t0) / 2000 * 1e6
     return {"env": env, "num_envs": num_envs, "steps": state.step, "episodes": state.episode,
             "env_only_steps_per_s": round(env_rate, 1), "train_steps_per_s": round(state.step / train_wall, 1),
+            "env_only_steps_per_cpu_s": round(env_cpu_rate, 1),
+            "train_steps_per_cpu_s": round(state.step / max(1e-9, train_cpu), 1),
             "updates": ddqn.updates, "update_ms": round(update_ms, 3), "act_us": round(act_us, 1),
             "batch_size": cfg.batch_size, "train_freq": cfg.train_freq}
 
@@ -103,8 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(r))
     else:
         print(f"{r['env']} ({r['num_envs']} env(s), {r['steps']} steps, {r['episodes']} episodes)\n"
-              f"  env alone, random policy : {r['env_only_steps_per_s']:>9.1f} steps/s\n"
+              f"  env alone, random policy : {r['env_only_steps_per_s']:>9.1f} steps/s "
+              f"({r['env_only_steps_per_cpu_s']:.1f} per CPU-s)\n"
               f"  DDQN training            : {r['train_steps_per_s']:>9.1f} steps/s "
+              f"({r['train_steps_per_cpu_s']:.1f} per CPU-s) "
               f"({r['updates']} updates, batch {r['batch_size']}, one per {r['train_freq']} steps)\n"
               f"  one gradient step        : {r['update_ms']:>9.3f} ms\n"
               f"  one greedy action        : {r['act_us']:>9.1f} us")

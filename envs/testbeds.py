@@ -92,7 +92,7 @@ def qos_edge(num_requests: PosInt = 5000, rate: PosFloat = 5.0, latency_limit: P
     iteration, None = the measured profile's fixed step cost; under it the 30 ms/token limit binds at the
     paper's load, docs/testbeds.md) or ``measured`` (the measured RTX 4090 profiles, where it rarely does).
     ``drain_time`` (60 s): simulated time allowed after the last arrival + ``max_wait_s`` before the episode
-    is truncated; heuristics drain in under 10 s (docs/testbeds.md)."""
+    is truncated; heuristics drain in 4-9 s, quality-first in up to ~46 s (docs/testbeds.md)."""
     instances = qos_edge_instances(experts, gpu, timing, intercept)
     pred = predictor if predictor is not None else {"kind": "noisy", "len_sigma": 0.25, "q_sd": 0.03,
                                                      "len_buckets": 10, "len_max": 300.0, "q_buckets": 10}
@@ -119,7 +119,7 @@ def workload_router(num_requests: PosInt = 2000, rate: PosFloat = 20.0, num_inst
     whose head is routed or held every 0.02 s, flat state, workload-aware reward. The scalability preset of
     the paper is ``num_instances=8, rate=40, num_requests=4000``. Why these knobs: docs/testbeds.md.
     ``drain_time`` (600 s): simulated time allowed after the last arrival + ``max_wait_s`` before the episode
-    is truncated; heuristics drain in up to ~370 s (outputs reach ~4,000 tokens).
+    is truncated; heuristics drain in 200-590 s, median ~380 s (outputs reach ~4,000 tokens; docs/testbeds.md).
     ``task_weights``: another task mix (a name of envs.tasks.WORKLOAD_ROUTER_MIXES such as ``long_decode``,
     or task -> weight), for held-out evaluation (docs/evaluation.md); None = Table 1's mix."""
     instances = workload_router_instances(num_instances, gpu, max_num_seqs, gpu_memory_utilization, step_time_scale)
@@ -154,7 +154,7 @@ def best_effort(num_requests: PosInt = 2000, schedule: Literal["stable", "bursty
     keeps >= 95 % of deadlines up to ~2 req/s, OPT-1.3B fails near 40 req/s and OPT-125M is the best static
     choice only at the top rates, as spec 002 reports (``python -m envs.calibrate --testbed best_effort``).
     ``drain_time`` (300 s): simulated time allowed after the last arrival + ``max_wait_s`` before the episode
-    is truncated; heuristic and random policies drain in up to ~160 s (docs/testbeds.md)."""
+    is truncated; heuristic and random policies drain in 22-159 s (docs/testbeds.md)."""
     instances = best_effort_instances(num_gpus, gpu, step_time_scale)
     kw: dict[str, Any] = dict(
         num_requests=num_requests, decision="arrival", action="model",

@@ -63,7 +63,7 @@ class FlatObs(ObsBuilder):
             buf[0] = min(1.0, state.central_queue / self.queue_cap)
             buf[1] = min(4.0, req.prompt_tokens / self.prompt_scale)
             lens, _ = env.predictions(req)
-            d = float(lens.mean())
+            d = float(lens[0]) if len(lens) == 1 else float(lens.mean())  # one model: skip numpy's mean (~10 us)
             buf[2] = 0.0 if d < b0 else (0.5 if d < b1 else 1.0)
         o = 3
         grad_d, min_dec, ts = self.grad_d, self.min_dec, self.time_scale
