@@ -55,6 +55,7 @@ class DDQNConfig:
     eps_episodes: int | None = None  # ... or over this many episodes, after which epsilon is 0 (spec 001: 20)
     guidance: str = "none"        # none | aware | guided (agents/guided.py)
     guidance_decay: float = 0.5   # beta of the guided schedule
+    guidance_scale: float = 1.0   # multiplies h before shaping: with spec 001's reward h is ~1e-4 of its noise
 
 
 class DoubleDQN:
@@ -172,7 +173,8 @@ def learn(agent: DoubleDQN, vec: Any, rb: ReplayBuffer, total_steps: int, state:
         real_next = next_obs.copy()
         next_masks = np.stack([info["action_mask"] for info in infos])
         truncated = np.array([info.get("TimeLimit.truncated", False) for info in infos])
-        h = np.array([info["reward_components"].get("heuristic", 0.0) * scale for info in infos], np.float32)
+        h_scale = scale * cfg.guidance_scale
+        h = np.array([info["reward_components"].get("heuristic", 0.0) * h_scale for info in infos], np.float32)
         dt = np.array([info["dt"] for info in infos], np.float32)
         new_masks = next_masks.copy()
         for i in np.flatnonzero(dones):
