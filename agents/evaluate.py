@@ -403,37 +403,14 @@ def run_app(cfg: Mapping[str, Any], out_dir: str | Path, quiet: bool = False) ->
     return rows
 
 
-def _hydra_main() -> None:
-    import hydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import DictConfig, OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+def main() -> None:
+    from llmsim.cli import run_hydra_app
 
-    from llmsim.errors import LLMSimError
-    from llmsim.resources import conf_dir
-
-    @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="evaluate")
-    def _main(cfg: DictConfig) -> None:
-        out_dir = HydraConfig.get().runtime.output_dir
-        try:
-            plain = OmegaConf.to_container(cfg, resolve=True)
-            run_app(plain, out_dir)  # type: ignore[arg-type]
-        except (LLMSimError, OmegaConfBaseException) as e:
-            print(f"{PROG}: error: {' '.join(str(e).split())}", file=sys.stderr)
-            raise SystemExit(2) from None
+    def body(cfg: dict, out_dir: str) -> None:
+        run_app(cfg, out_dir)
         print(f"outputs: {out_dir}")
 
-    _main()
-
-
-def main() -> None:
-    try:
-        _hydra_main()
-    except BrokenPipeError:  # `llmsim-evaluate ... | head`: the reader left; no traceback for that
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(1) from None
+    run_hydra_app("evaluate", PROG, body)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,6 @@ from agents.policy import run_episode
 from envs.core import RoutingEnv
 from envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
-from llmsim.resources import conf_dir
 
 LOST_REQUEST_MS = 1e9  # a dropped request outweighs any latency difference in the evaluation score
 
@@ -264,34 +263,18 @@ def _restore(tr: dict[str, Any], agent: DoubleDQN, rb: ReplayBuffer, state: Loop
             rb.load_state_dict({k: z[k] for k in z.files})
 
 
-def _hydra_main() -> None:
-    import hydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import DictConfig, OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+def main() -> None:
+    from llmsim.cli import run_hydra_app
 
-    from llmsim.errors import LLMSimError
-
-    @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="train")
-    def _main(cfg: DictConfig) -> None:
-        run_dir = HydraConfig.get().runtime.output_dir
-        try:
-            plain = OmegaConf.to_container(cfg, resolve=True)
-            meta = train(plain, run_dir)
-        except (LLMSimError, OmegaConfBaseException) as e:
-            print(f"llmsim-train: error: {' '.join(str(e).split())}", file=sys.stderr)
-            raise SystemExit(2) from None
+    def body(cfg: dict, run_dir: str) -> None:
+        meta = train(cfg, run_dir)
         best = max(meta["evaluations"], key=lambda r: r["score"]) if meta["evaluations"] else {}
         print(f"trained {meta['label']}: {meta['steps']} steps, {meta['episodes']} episodes, {meta['wall_s']} s; "
               f"best eval {meta['eval_metric']} score {meta['best_score']:.4g} at step {best.get('step')}")
         print(f"checkpoints: {Path(run_dir) / 'best'}  {Path(run_dir) / 'last'}   "
               f"tensorboard --logdir {Path(run_dir) / 'tensorboard'}")
 
-    _main()
-
-
-def main() -> None:
-    _hydra_main()
+    run_hydra_app("train", "llmsim-train", body)
 
 
 if __name__ == "__main__":

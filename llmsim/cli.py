@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,13 +138,39 @@ def _one_line(e: BaseException) -> str:
 
 
 def main() -> None:
+    _quiet_on_closed_pipe(_hydra_main)
+
+
+def _quiet_on_closed_pipe(fn: Callable[[], None]) -> None:
     try:
-        _hydra_main()
+        fn()
     except BrokenPipeError:  # `llmsim --help | head`: the reader left; no traceback for that
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1) from None
+
+
+def run_hydra_app(config_name: str, prog: str, body: Callable[[dict, str], None]) -> None:
+    """A console app over conf/<config_name>.yaml (llmsim-train, llmsim-evaluate): ``body(plain config, run
+    directory)``. Config and llmsim errors print one line ``prog: error: ...`` and exit 2; a closed pipe exits 1."""
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig
+    from omegaconf.errors import OmegaConfBaseException
+
+    from llmsim.errors import LLMSimError
+
+    @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name=config_name)
+    def _main(cfg: DictConfig) -> None:
+        out_dir = HydraConfig.get().runtime.output_dir
+        try:
+            body(OmegaConf.to_container(cfg, resolve=True), out_dir)  # type: ignore[arg-type]
+        except (LLMSimError, OmegaConfBaseException) as e:
+            print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    _quiet_on_closed_pipe(_main)
 
 
 if __name__ == "__main__":
