@@ -1,6 +1,7 @@
 """Replay buffer for semi-MDP transitions with action masks, one ring per parallel env (SB3's layout).
 
-Each slot stores (obs, action, reward, heuristic, dt, next_obs, next_mask, terminated, truncated). The shaped
+Each slot stores (obs, mask, action, reward, heuristic, dt, next_obs, next_mask, terminated, truncated); the
+mask of ``obs`` is what SAC's policy loss sums over. The shaped
 reward and the discount are *not* stored: they are computed when a batch is drawn, from the current
 shaping weight and discount, because HuRL changes both between episodes (the reshaped MDP of stage k is
 the one trained on). Per transition the discount is ``gamma ** (dt / tau)`` (``tau`` null: ``gamma`` per
@@ -27,6 +28,7 @@ class Batch:
     discounts: np.ndarray    # product of the per-transition discounts (0 where the last one terminated)
     next_obs: np.ndarray
     next_masks: np.ndarray
+    masks: np.ndarray | None = None  # action masks of obs
 
 
 class ReplayBuffer:
@@ -37,6 +39,7 @@ class ReplayBuffer:
         self.obs = np.zeros(shape + (obs_dim,), np.float32)
         self.next_obs = np.zeros(shape + (obs_dim,), np.float32)
         self.next_masks = np.zeros(shape + (n_actions,), np.bool_)
+        self.masks = np.ones(shape + (n_actions,), np.bool_)
         self.actions = np.zeros(shape, np.int64)
         self.rewards = np.zeros(shape, np.float32)
         self.heuristic = np.zeros(shape, np.float32)
@@ -48,9 +51,12 @@ class ReplayBuffer:
         self.rng = np.random.default_rng(seed)
 
     def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, heuristic: np.ndarray, dt: np.ndarray,
-            next_obs: np.ndarray, next_masks: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+            next_obs: np.ndarray, next_masks: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+            masks: np.ndarray | None = None) -> None:
         """One transition per env (arrays with a leading num_envs axis)."""
         p = self.pos
+        if masks is not None:
+            self.masks[p] = masks
         self.obs[p] = obs
         self.actions[p] = actions
         self.rewards[p] = rewards
@@ -98,10 +104,11 @@ class ReplayBuffer:
             ended = self.terminated[p, env] | self.truncated[p, env]
         disc = np.where(self.terminated[last, env], 0.0, disc)
         return Batch(self.obs[p0, env], self.actions[p0, env], ret.astype(np.float32), disc.astype(np.float32),
-                     self.next_obs[last, env], self.next_masks[last, env])
+                     self.next_obs[last, env], self.next_masks[last, env], self.masks[p0, env])
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        keys = ("obs", "next_obs", "next_masks", "actions", "rewards", "heuristic", "dt", "terminated", "truncated")
+        keys = ("obs", "next_obs", "next_masks", "masks", "actions", "rewards", "heuristic", "dt", "terminated",
+                "truncated")
         out = {k: getattr(self, k) for k in keys}
         out["meta"] = np.array([self.pos, self.size], np.int64)
         return out

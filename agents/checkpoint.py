@@ -1,7 +1,8 @@
 """A checkpoint is a directory a router can be loaded from without the training code's state:
 
     checkpoint.json   format, agent, network shape, observation layout, action layout, env config, metrics
-    q_net.pt          the online network's weights (torch state_dict)
+    q_net.pt          Double DQN: the online network's weights (torch state_dict)
+    policy.pt         SAC: the actor's weights, encoder included (``arch`` in checkpoint.json rebuilds it)
     config.yaml       the resolved training config (Hydra), for the record and for ``trainer.resume``
     trainer.pt        optimiser, target network, counters and RNG states (only what resuming needs)
     replay.npz        the replay buffer (only with ``trainer.save_replay``; resuming without it refills it)
@@ -30,9 +31,13 @@ FORMAT = 1
 
 def observation_layout(env: RoutingEnv) -> dict[str, Any]:
     """What a policy's inputs mean: the builder, the shape and the public state version they are read from."""
-    shape = getattr(env.observation_space, "shape", None)
-    return {"kind": env.obs_builder.name, "shape": list(shape) if shape is not None else None,
-            "state_layout_version": LAYOUT_VERSION}
+    space = env.observation_space
+    shape = getattr(space, "shape", None)
+    out = {"kind": env.obs_builder.name, "shape": list(shape) if shape is not None else None,
+           "state_layout_version": LAYOUT_VERSION}
+    if hasattr(space, "spaces"):  # a Dict (graph) observation: every array's shape
+        out["shapes"] = {k: list(v.shape) for k, v in space.spaces.items()}
+    return out
 
 
 def action_layout(env: RoutingEnv) -> dict[str, Any]:
@@ -40,14 +45,27 @@ def action_layout(env: RoutingEnv) -> dict[str, Any]:
             "wait": env.wait_action, "drop": env.drop_action}
 
 
-def save_checkpoint(path: str | Path, q_net: QNetwork, meta: dict[str, Any], config_yaml: str | None = None,
+def net_arch(net: torch.nn.Module) -> dict[str, Any]:
+    """What checkpoint.json records to rebuild ``net``: a QNetwork's shape, or an actor's ``arch``."""
+    if isinstance(net, QNetwork):
+        return {"obs_dim": net.obs_dim, "n_actions": net.n_actions, "hidden": net.hidden, "dueling": net.dueling}
+    arch = getattr(net, "arch", None)
+    if not isinstance(arch, dict):
+        raise TypeError(f"cannot checkpoint a {type(net).__name__}: no arch description")
+    return {"n_actions": arch["n_actions"], "arch": arch}
+
+
+def _weights_file(meta: dict[str, Any]) -> str:
+    return "policy.pt" if meta.get("arch") else "q_net.pt"
+
+
+def save_checkpoint(path: str | Path, net: torch.nn.Module, meta: dict[str, Any], config_yaml: str | None = None,
                     trainer_state: dict[str, Any] | None = None) -> Path:
     """Write (or overwrite) checkpoint ``path``; ``meta`` must hold ``agent``, ``observation``, ``actions``."""
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
-    body = {"format": FORMAT, "obs_dim": q_net.obs_dim, "n_actions": q_net.n_actions, "hidden": q_net.hidden,
-            "dueling": q_net.dueling, **meta}
-    torch.save(q_net.state_dict(), p / "q_net.pt")
+    body = {"format": FORMAT, **net_arch(net), **meta}
+    torch.save(net.state_dict(), p / _weights_file(body))
     if config_yaml is not None:
         (p / "config.yaml").write_text(config_yaml)
     if trainer_state is not None:
@@ -96,6 +114,23 @@ def _fmt(layout: dict[str, Any]) -> str:
             f"v{layout.get('state_layout_version')}")
 
 
+def load_policy_net(path: str | Path, meta: dict[str, Any] | None = None) -> torch.nn.Module:
+    """The network a checkpoint's router acts with: a Q-network (DDQN) or an actor (SAC), in eval mode."""
+    p = Path(path)
+    meta = meta or read_meta(p)
+    if not meta.get("arch"):
+        return load_q_net(p, meta)
+    from agents.sac import build_actor
+
+    try:
+        net = build_actor(meta["arch"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"{p / 'checkpoint.json'}: arch is not a network this llmsim builds ({e})") from None
+    net.load_state_dict(torch.load(p / "policy.pt", map_location="cpu", weights_only=True))
+    net.eval()
+    return net
+
+
 def load_q_net(path: str | Path, meta: dict[str, Any] | None = None) -> QNetwork:
     p = Path(path)
     meta = meta or read_meta(p)
@@ -106,9 +141,9 @@ def load_q_net(path: str | Path, meta: dict[str, Any] | None = None) -> QNetwork
 
 
 class QPolicy:
-    """Greedy (masked argmax) router of a Q-network."""
+    """Greedy (masked argmax) router of a Q-network, or of an actor's logits (the mode of its policy)."""
 
-    def __init__(self, net: QNetwork, name: str = "ddqn") -> None:
+    def __init__(self, net: torch.nn.Module, name: str = "ddqn") -> None:
         self.net, self.name = net, name
 
     def reset(self, env: RoutingEnv, seed: int) -> None:
@@ -116,7 +151,9 @@ class QPolicy:
 
     @torch.no_grad()
     def act(self, obs: Any, mask: np.ndarray, env: RoutingEnv | None = None) -> int:
-        q = self.net(torch.as_tensor(np.asarray(obs, dtype=np.float32)).unsqueeze(0))
+        prepare = getattr(self.net, "prepare", None)
+        x = prepare(obs) if prepare is not None else torch.as_tensor(np.asarray(obs, dtype=np.float32))
+        q = self.net(x.unsqueeze(0))
         return int(masked_argmax(q, torch.as_tensor(mask).unsqueeze(0)).item())
 
 
@@ -126,7 +163,7 @@ class CheckpointPolicy(QPolicy):
     def __init__(self, path: str | Path, label: str | None = None) -> None:
         self.path = Path(path)
         self.meta = read_meta(self.path)
-        super().__init__(load_q_net(self.path, self.meta),
+        super().__init__(load_policy_net(self.path, self.meta),
                          label or str(self.meta.get("label") or self.meta.get("agent", "ddqn")))
         self._checked: int | None = None
 

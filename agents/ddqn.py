@@ -9,15 +9,14 @@ masks, a fixed gamma per step and no per-episode reshaping; spec 001 needs all f
     loss = Huber(Q_online(s, a) - y)
 
 with R the (n-step, shaped) return and D the product of per-transition discounts gamma~ ** (dt / tau) from
-the env's ``info["dt"]`` (agents/buffer.py), 0 after a terminal transition. Exploration is masked
+the env's ``info["dt"]`` (agents/buffer.py), 0 after a terminal transition. The experience loop (vector env,
+replay, update schedule) is agents/loop.py, shared with SAC. Exploration is masked
 epsilon-greedy: a random action is drawn among the valid ones only. The target network is copied every
 ``target_update`` steps (``polyak = 1``) or blended each gradient step (``polyak < 1``).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from agents import guided
-from agents.buffer import Batch, ReplayBuffer
+from agents.buffer import Batch
+from agents.loop import LoopState, learn
 from agents.nets import NumpyActor, QNetwork, masked_argmax
 
 
@@ -84,6 +84,15 @@ class DoubleDQN:
             actions[i] = valid[self.rng.integers(len(valid))] if len(valid) else self.rng.integers(self.n_actions)
         return actions
 
+    def explore(self, obs: np.ndarray, masks: np.ndarray, state: LoopState,
+                total_steps: int) -> tuple[np.ndarray, dict[str, float]]:
+        """Behaviour actions for agents/loop.py: masked epsilon-greedy on the current schedule."""
+        eps = epsilon(self.cfg, state.step, state.episode, total_steps)
+        return self.act(obs, masks, eps), {"epsilon": eps}
+
+    def stage(self, episode: int) -> tuple[float, float]:
+        return guided.stage(self.cfg.guidance, episode, self.cfg.gamma, self.cfg.guidance_decay)
+
     # ----------------------------------------------------------------- learning
     def td_target(self, batch: Batch) -> torch.Tensor:
         """Double-Q target: online argmax over the valid next actions, evaluated by the target network."""
@@ -117,6 +126,14 @@ class DoubleDQN:
     def sync_target(self) -> None:
         self.q_target.load_state_dict(self.q.state_dict())
 
+    def policy_net(self) -> QNetwork:
+        """The network a checkpoint stores and a router acts with."""
+        return self.q
+
+    def after_updates(self, step: int, prev: int) -> None:
+        if self.cfg.polyak >= 1.0 and step // self.cfg.target_update != prev // self.cfg.target_update:
+            self.sync_target()
+
     # ----------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
         return {"q_target": self.q_target.state_dict(), "opt": self.opt.state_dict(), "updates": self.updates,
@@ -142,62 +159,4 @@ def epsilon(cfg: DDQNConfig, step: int, episode: int, total_steps: int) -> float
     return cfg.eps_start + frac * (cfg.eps_end - cfg.eps_start)
 
 
-@dataclass
-class LoopState:
-    """Counters that survive a resume."""
-    step: int = 0          # env steps, summed over the parallel envs
-    episode: int = 0       # finished training episodes (k of the guided schedule)
-    best_score: float = -math.inf
-    returns: list[float] = field(default_factory=list)
-
-
-def learn(agent: DoubleDQN, vec: Any, rb: ReplayBuffer, total_steps: int, state: LoopState,
-          on_episode: Callable[[LoopState, dict[str, Any]], None] | None = None,
-          on_step: Callable[[LoopState, dict[str, float]], None] | None = None, seed: int = 0) -> LoopState:
-    """Collect experience from an SB3 VecEnv and train until ``total_steps`` env steps.
-
-    ``on_episode(state, final_info)`` runs when a training episode ends (logging, the progress bar);
-    ``on_step(state, stats)`` after every round of steps (periodic evaluation and checkpoints)."""
-    cfg = agent.cfg
-    n_envs = vec.num_envs
-    scale = float(vec.get_attr("reward_scale")[0])
-    vec.seed(seed)
-    obs = vec.reset()
-    masks = np.stack([ri["action_mask"] for ri in vec.reset_infos])
-    w, g = guided.stage(cfg.guidance, state.episode, cfg.gamma, cfg.guidance_decay)
-    stats: dict[str, float] = {}
-    while state.step < total_steps:
-        eps = epsilon(cfg, state.step, state.episode, total_steps)
-        actions = agent.act(obs, masks, eps)
-        next_obs, rewards, dones, infos = vec.step(actions)
-        real_next = next_obs.copy()
-        next_masks = np.stack([info["action_mask"] for info in infos])
-        truncated = np.array([info.get("TimeLimit.truncated", False) for info in infos])
-        h_scale = scale * cfg.guidance_scale
-        h = np.array([info["reward_components"].get("heuristic", 0.0) * h_scale for info in infos], np.float32)
-        dt = np.array([info["dt"] for info in infos], np.float32)
-        new_masks = next_masks.copy()
-        for i in np.flatnonzero(dones):
-            real_next[i] = infos[i]["terminal_observation"]
-            new_masks[i] = vec.reset_infos[i]["action_mask"]
-        rs = cfg.reward_scale
-        rb.add(obs, actions, rewards * rs, h * rs, dt, real_next, next_masks, dones & ~truncated, truncated)
-        obs, masks = next_obs, new_masks
-        prev = state.step
-        state.step += n_envs
-        for i in np.flatnonzero(dones):
-            state.episode += 1
-            state.returns.append(float(infos[i].get("episode_reward", 0.0)))
-            w, g = guided.stage(cfg.guidance, state.episode, cfg.gamma, cfg.guidance_decay)
-            if on_episode is not None:
-                on_episode(state, infos[i])
-        if state.step >= cfg.learning_starts and len(rb) >= cfg.batch_size:
-            for _ in range(state.step // cfg.train_freq - prev // cfg.train_freq):
-                for _ in range(cfg.gradient_steps):
-                    stats = agent.update(rb.sample(cfg.batch_size, g, cfg.tau, w, cfg.n_step))
-            if cfg.polyak >= 1.0 and state.step // cfg.target_update != prev // cfg.target_update:
-                agent.sync_target()
-        stats["epsilon"], stats["shaping_weight"], stats["gamma"] = eps, w, g
-        if on_step is not None:
-            on_step(state, stats)
-    return state
+__all__ = ["DDQNConfig", "DoubleDQN", "LoopState", "epsilon", "learn"]

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from agents.policy import HeuristicPolicy, Policy, run_episode
+from agents.spec000_metrics import env_qos
 from envs.core import RoutingEnv
 from envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
@@ -286,6 +287,9 @@ def episode_row(label: str, task: Task, wseed: int, out: dict[str, Any], env: Ro
         "workload_digest": workload_digest(env),
         "wall_s": wall,
     })
+    qos = env_qos(env)  # spec 000's average QoS etc., on envs whose reward has a latency limit
+    if qos is not None:
+        row.update(qos)
     return row
 
 
@@ -310,6 +314,22 @@ def run_task(task: Task) -> dict[str, Any]:
     return episode_row(policy.name, task, wseed, out, env, time.perf_counter() - t0)
 
 
+VIEW_KEYS = ("observation", "predictor")
+
+
+def policy_env_cfg(env_cfg: dict[str, Any], spec: Any) -> dict[str, Any]:
+    """The env a policy runs on: a checkpoint trained with its own ``observation`` or ``predictor`` (spec 000's
+    Baseline RL sees expert-level features, the no-predictor ablation zeroed predictions) keeps them; the
+    cluster, the workload and the reward, which judge it, stay the evaluation's."""
+    if not isinstance(spec, dict) or spec.get("kind") != "checkpoint" or not Path(spec["path"]).is_dir():
+        return env_cfg
+    from agents.checkpoint import read_meta
+
+    trained = read_meta(spec["path"]).get("env") or {}
+    view = {k: trained[k] for k in VIEW_KEYS if k in trained and trained[k] != env_cfg.get(k)}
+    return {**env_cfg, **copy.deepcopy(view)} if view else env_cfg
+
+
 def resolve_policies(env_cfg: dict[str, Any], policies: Sequence[PolicySpec],
                      seed: int) -> tuple[list[Any], list[dict[str, Any]]]:
     """Normalised specs and their descriptions, checked up front on one env: a missing checkpoint, another
@@ -320,8 +340,10 @@ def resolve_policies(env_cfg: dict[str, Any], policies: Sequence[PolicySpec],
         raise ConfigError("nothing to evaluate: no checkpoints and no baselines")
     described, labels = [], []
     for spec in specs:
-        pol = build_policy(spec, env, env_cfg)
-        pol.reset(env, seed)  # CheckpointPolicy checks the layout here, HeuristicPolicy builds its router
+        own = policy_env_cfg(env_cfg, spec)
+        penv = env if own is env_cfg else make_from_config(own)
+        pol = build_policy(spec, penv, own)
+        pol.reset(penv, seed)  # CheckpointPolicy checks the layout here, HeuristicPolicy builds its router
         labels.append(pol.name)
         described.append(describe(spec, pol))
     dup = sorted({x for x in labels if labels.count(x) > 1})
@@ -350,7 +372,7 @@ def evaluate_described(env_cfg: Mapping[str, Any], policies: Sequence[PolicySpec
     episodes = _positive_int(episodes_per_seed, "episodes_per_seed")
     specs, described = resolve_policies(cfg, policies, seed_list[0])
     combos = [(spec, s, e) for spec in specs for s in seed_list for e in range(episodes)]
-    tasks = [Task(i, spec, cfg, s, e) for i, (spec, s, e) in enumerate(combos)]
+    tasks = [Task(i, spec, policy_env_cfg(cfg, spec), s, e) for i, (spec, s, e) in enumerate(combos)]
     return run_tasks(tasks, jobs, progress), described
 
 

@@ -16,8 +16,11 @@ from typing import Any
 
 import numpy as np
 
-# (row key, markdown header, scale to the shown unit, decimals); slo_attainment is shown only when measured
+# (row key, markdown header, scale to the shown unit, decimals); OPTIONAL ones are shown only when measured
 TABLE_COLUMNS: tuple[tuple[str, str, float, int], ...] = (
+    ("avg_qos", "avg QoS", 1.0, 4),
+    ("latency_per_token_ms", "latency/token (ms)", 1.0, 2),
+    ("within_l", "within L", 1.0, 3),
     ("mean_e2el_ms", "mean E2E (s)", 1e-3, 2),
     ("p99_e2el_ms", "p99 E2E (s)", 1e-3, 2),
     ("mean_ttft_ms", "mean TTFT (s)", 1e-3, 2),
@@ -28,6 +31,7 @@ TABLE_COLUMNS: tuple[tuple[str, str, float, int], ...] = (
     ("dropped", "dropped", 1.0, 1),
     ("preempted_frac", "preempted", 1.0, 3),
 )
+OPTIONAL = ("slo_attainment", "avg_qos", "latency_per_token_ms", "within_l")
 NOT_SUMMARISED = ("policy", "seed", "episode", "workload_seed", "workload_digest", "truncated")
 
 
@@ -63,7 +67,12 @@ def summarise(rows: Sequence[Mapping[str, Any]], reference: str = "round_robin")
     for e in out:
         e["e2e_gain_pct"] = _gain(ref and ref.get("mean_e2el_ms_mean"), e.get("mean_e2el_ms_mean"))
         e["makespan_gain_pct"] = _gain(ref and ref.get("makespan_s_mean"), e.get("makespan_s_mean"))
-    out.sort(key=lambda e: (e.get("mean_e2el_ms_mean") is None, e.get("mean_e2el_ms_mean") or 0.0, e["policy"]))
+        q_ref, q = ref and ref.get("avg_qos_mean"), e.get("avg_qos_mean")
+        e["qos_gain_pct"] = (q - q_ref) / q_ref * 100.0 if q is not None and q_ref else None
+    if any(e.get("avg_qos_mean") is not None for e in out):  # spec 000: higher average QoS first
+        out.sort(key=lambda e: (e.get("avg_qos_mean") is None, -(e.get("avg_qos_mean") or 0.0), e["policy"]))
+    else:
+        out.sort(key=lambda e: (e.get("mean_e2el_ms_mean") is None, e.get("mean_e2el_ms_mean") or 0.0, e["policy"]))
     return out
 
 
@@ -81,15 +90,18 @@ def _pct(x: float | None) -> str:
 def markdown(summary: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
     """The table of evaluation.md: mean ± std over seeds per policy, gains vs the reference, sorted by mean E2E."""
     ref = meta.get("reference", "round_robin")
-    cols = [c for c in TABLE_COLUMNS if c[0] != "slo_attainment" or any(e.get("slo_attainment_mean") is not None
-                                                                         for e in summary)]
+    cols = [c for c in TABLE_COLUMNS if c[0] not in OPTIONAL or any(e.get(f"{c[0]}_mean") is not None
+                                                                     for e in summary)]
     short = "RR" if ref == "round_robin" else ref
+    qos = any(e.get("qos_gain_pct") is not None for e in summary)
     head = ["policy", "episodes", *(c[1] for c in cols), f"E2E vs {short}", f"makespan vs {short}"]
+    head += [f"QoS vs {short}"] if qos else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for e in summary:
         cells = [str(e["policy"]), str(e["episodes"])]
         cells += [_cell(e.get(f"{k}_mean"), e.get(f"{k}_std"), scale, d) for k, _, scale, d in cols]
         cells += [_pct(e.get("e2e_gain_pct")), _pct(e.get("makespan_gain_pct"))]
+        cells += [_pct(e.get("qos_gain_pct"))] if qos else []
         lines.append("| " + " | ".join(cells) + " |")
     seeds = meta.get("seeds", [])
     title = (f"**{meta.get('env_id', 'env')}**: {len(summary)} policies x {len(seeds)} held-out seeds "

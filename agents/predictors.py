@@ -472,19 +472,25 @@ def make_agent_predictor(spec: Any) -> Any:
     ``"oracle"`` / ``"noisy"`` / their mappings / a Predictor / None pass through (a non-dict mapping such as
     an OmegaConf node becomes a dict); ``{"kind": "learned", "path": P}`` loads a saved predictor;
     ``{"kind": "learned", "samples": N, "seed": s, "model": "xgboost"}`` (or just ``"learned"``) trains one
-    now, on spec 001's mixture or on ``workload`` (an env workload mapping), and writes nothing to disk."""
+    now, on spec 001's mixture or on ``workload`` (an env workload mapping), and writes nothing to disk.
+    ``{"kind": "learned_qos", "path": P}`` / ``{"kind": "learned_qos", "samples": N, "seed": s}`` (or just
+    ``"learned_qos"``): spec 000's score and length bucket predictors (agents/qos_predictors.py)."""
     if spec is None or isinstance(spec, Predictor):
         return spec
     if isinstance(spec, str):
-        if spec == "learned":
-            return make_agent_predictor({"kind": "learned"})
+        if spec in ("learned", "learned_qos"):
+            return make_agent_predictor({"kind": spec})
         if spec not in PREDICTORS:
             raise ConfigError(f"predictor: unknown predictor {spec!r}; expected one of "
-                              f"{sorted([*PREDICTORS.names(), 'learned'])}")
+                              f"{sorted([*PREDICTORS.names(), 'learned', 'learned_qos'])}")
         return spec
     if not isinstance(spec, Mapping):
         raise ConfigError(f"predictor: expected a name, a mapping with 'kind' or a Predictor, got {spec!r}")
     spec = dict(spec)
+    if spec.get("kind") == "learned_qos":
+        from agents.qos_predictors import make_qos_predictor
+
+        return make_qos_predictor(spec)
     if spec.get("kind") != "learned":
         return spec
     unknown = sorted(set(spec) - set(LEARNED_KEYS))

@@ -2,13 +2,15 @@
 
     llmsim-train agent=ddqn env=workload_router trainer.total_steps=200000
     llmsim-train +experiment=spec001_guided
+    llmsim-train agent=sac_han env=qos_edge
     llmsim-train trainer.resume=outputs/train/<date>/<time>/last trainer.total_steps=400000
 
 The run directory (``hydra.run.dir``) gets ``tensorboard/`` and ``progress.csv`` (stable-baselines3's logger),
 ``best/`` (the checkpoint with the best in-training evaluation score) and ``last/``. stable-baselines3 supplies
 the vector envs (``trainer.num_envs`` > 1: one process per env) and the logger; the algorithm is
-agents/ddqn.py. Training workloads are drawn from the env's own seed stream (``seed``); the in-training
-evaluation uses ``trainer.eval_seeds`` and llmsim-evaluate holds out seeds >= 1000.
+agents/ddqn.py or agents/sac.py (``agent.name``: ddqn | sac), with the experience loop of agents/loop.py.
+Training workloads are drawn from the env's own seed stream (``seed``); the in-training evaluation uses
+``trainer.eval_seeds`` and llmsim-evaluate holds out seeds >= 1000.
 """
 
 from __future__ import annotations
@@ -31,13 +33,17 @@ from agents.checkpoint import (
     QPolicy,
     action_layout,
     check_compatible,
-    load_q_net,
+    load_policy_net,
+    net_arch,
     observation_layout,
     read_meta,
     save_checkpoint,
 )
-from agents.ddqn import DDQNConfig, DoubleDQN, LoopState, learn
+from agents.ddqn import DDQNConfig, DoubleDQN
+from agents.loop import LoopState, learn
 from agents.policy import run_episode
+from agents.sac import DiscreteSAC, SACConfig
+from agents.spec000_metrics import env_qos
 from envs.core import RoutingEnv
 from envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
@@ -57,8 +63,11 @@ def make_env(env_cfg: dict[str, Any]) -> RoutingEnv:
     return make_from_config(cfg)
 
 
+LEARNED = ("learned", "learned_qos")  # agents/predictors.py (spec 001's buckets), agents/qos_predictors.py (spec 000)
+
+
 def _is_learned(spec: Any) -> bool:
-    return spec == "learned" or (isinstance(spec, dict) and spec.get("kind") == "learned")
+    return spec in LEARNED or (isinstance(spec, dict) and spec.get("kind") in LEARNED)
 
 
 def env_config(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
@@ -71,16 +80,31 @@ def env_config(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     if _is_learned(spec) and not (isinstance(spec, dict) and spec.get("path")):
         from agents.predictors import make_agent_predictor
 
-        path = run_dir / "predictor.json"
+        kind = spec if isinstance(spec, str) else spec["kind"]
         run_dir.mkdir(parents=True, exist_ok=True)
-        make_agent_predictor(spec).bp.save(path)
-        spec = {"kind": "learned", "path": str(path)}
+        pred = make_agent_predictor(spec)
+        path = run_dir / ("qos_predictor.json" if kind == "learned_qos" else "predictor.json")
+        (pred.model if kind == "learned_qos" else pred.bp).save(path)
+        spec = {"kind": kind, "path": str(path)}
     env_cfg["predictor"] = spec
     return env_cfg
 
 
-def check_setup(agent_cfg: DDQNConfig, env: RoutingEnv) -> None:
+AgentConfig = DDQNConfig | SACConfig
+Agent = DoubleDQN | DiscreteSAC
+ALGORITHMS: dict[str, type] = {"ddqn": DDQNConfig, "sac": SACConfig}
+
+
+def check_setup(agent_cfg: AgentConfig, env: RoutingEnv) -> None:
     """Refuse what would train something other than what was asked for, before any step."""
+    if isinstance(agent_cfg, SACConfig):
+        graph = hasattr(env.observation_space, "spaces")
+        if (agent_cfg.encoder == "han") != graph:
+            raise ConfigError(f"agent.encoder={agent_cfg.encoder} needs a {'graph' if not graph else 'flat'} "
+                              f"observation; env observation {env.obs_builder.name!r} is "
+                              f"{type(env.observation_space).__name__} (agent.encoder: "
+                              f"{'han' if graph else 'mlp'})")
+        return
     if not hasattr(env.observation_space, "shape") or len(env.observation_space.shape or ()) != 1:
         raise ConfigError(f"agent {agent_cfg.name!r} needs a flat (vector) observation; env observation "
                           f"{env.obs_builder.name!r} is {type(env.observation_space).__name__}")
@@ -94,12 +118,30 @@ def check_setup(agent_cfg: DDQNConfig, env: RoutingEnv) -> None:
     guided.stage(agent_cfg.guidance, 0, agent_cfg.gamma)  # validates the name
 
 
-def agent_config(agent: dict[str, Any]) -> DDQNConfig:
-    known = set(DDQNConfig.__dataclass_fields__)
+def agent_config(agent: dict[str, Any]) -> AgentConfig:
+    name = agent.get("name", "ddqn")
+    if name not in ALGORITHMS:
+        raise ConfigError(f"agent.name: {name!r} is not one of {', '.join(ALGORITHMS)}")
+    cls = ALGORITHMS[name]
+    known = set(cls.__dataclass_fields__)
     unknown = sorted(set(agent) - known)
     if unknown:
         raise ConfigError(f"agent: unknown key(s) {unknown}; expected some of {sorted(known)}")
-    return DDQNConfig(**agent)
+    try:
+        return cls(**agent)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def build_agent(agent_cfg: AgentConfig, env: RoutingEnv, seed: int) -> tuple[Agent, int]:
+    """(agent, length of the vectors the replay stores)."""
+    n_actions = int(env.action_space.n)
+    if isinstance(agent_cfg, SACConfig):
+        sac = DiscreteSAC(env.observation_space, n_actions, agent_cfg, seed)
+        dim = sac.layout.flat_dim if sac.layout is not None else int(env.observation_space.shape[0])
+        return sac, dim
+    obs_dim = int(env.observation_space.shape[0])
+    return DoubleDQN(obs_dim, n_actions, agent_cfg, seed), obs_dim
 
 
 def make_vec(env_cfg: dict[str, Any], n: int) -> Any:
@@ -112,9 +154,16 @@ def make_vec(env_cfg: dict[str, Any], n: int) -> Any:
 def evaluate_greedy(policy: QPolicy, env: RoutingEnv, seeds: list[int], metric: str) -> dict[str, float]:
     """Mean return and summary metrics of the greedy policy over the evaluation workloads; ``score`` is
     ``metric`` oriented so that higher is better."""
-    rows = [run_episode(policy, env, seed=s, workload_seed=s) for s in seeds]
+    rows = []
+    for s in seeds:
+        r = run_episode(policy, env, seed=s, workload_seed=s)
+        qos = env_qos(env)  # spec 000: average QoS, latency per token, share within L
+        if qos is not None:
+            r["summary"] = {**r["summary"], **qos}
+        rows.append(r)
     out = {"return": float(np.mean([r["return"] for r in rows]))}
-    for k in ("mean_e2el_ms", "p99_e2el_ms", "mean_ttft_ms", "completed", "dropped", "duration"):
+    for k in ("mean_e2el_ms", "p99_e2el_ms", "mean_ttft_ms", "completed", "dropped", "duration", "avg_qos",
+              "latency_per_token_ms", "within_l"):
         vals = [r["summary"].get(k) for r in rows]
         if all(v is not None for v in vals):
             out[k] = float(np.mean(vals))
@@ -162,9 +211,9 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     env_cfg = env_config(cfg, run_dir)
     eval_env = make_env(env_cfg)
     check_setup(agent_cfg, eval_env)
-    obs_dim, n_actions = int(eval_env.observation_space.shape[0]), int(eval_env.action_space.n)
+    n_actions = int(eval_env.action_space.n)
     seed, n_envs = int(cfg["seed"]), int(tr["num_envs"])
-    agent = DoubleDQN(obs_dim, n_actions, agent_cfg, seed)
+    agent, obs_dim = build_agent(agent_cfg, eval_env, seed)
     rb = ReplayBuffer(agent_cfg.buffer_size, n_envs, obs_dim, n_actions, seed)
     state, history = LoopState(), []
     _restore(tr, agent, rb, state, history, eval_env)
@@ -175,12 +224,12 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     total = int(tr["total_steps"])
     bar = tqdm(total=total, initial=min(state.step, total), unit="step", disable=not tr.get("progress", True),
                dynamic_ncols=True, file=sys.stderr)
-    policy = QPolicy(agent.q, "greedy")
+    policy = QPolicy(agent.policy_net(), "greedy")
     t0 = time.perf_counter()
 
     def checkpoint(name: str) -> None:
         trainer_state = {"agent": agent.state_dict(), "loop": vars(state), "history": history}
-        save_checkpoint(run_dir / name, agent.q, _meta(cfg, eval_env, env_cfg, state, history), config_yaml,
+        save_checkpoint(run_dir / name, agent.policy_net(), _meta(cfg, eval_env, env_cfg, state, history), config_yaml,
                         trainer_state)
         if name == "last" and tr.get("save_replay"):
             np.savez(run_dir / name / "replay.npz", **rb.state_dict())
@@ -221,7 +270,8 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
 
     vec = make_vec(env_cfg, n_envs)
     try:
-        learn(agent, vec, rb, total, state, on_episode, on_step, seed=seed + 7919 * state.episode)
+        learn(agent, vec, rb, total, state, on_episode, on_step, seed=seed + 7919 * state.episode,
+              flatten=getattr(agent, "flatten", None))
     finally:
         vec.close()
     if not history or history[-1]["step"] != state.step:
@@ -233,7 +283,7 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     return meta
 
 
-def _restore(tr: dict[str, Any], agent: DoubleDQN, rb: ReplayBuffer, state: LoopState,
+def _restore(tr: dict[str, Any], agent: Agent, rb: ReplayBuffer, state: LoopState,
              history: list[dict[str, Any]], env: RoutingEnv) -> None:
     """``trainer.resume``: weights, optimiser, counters and (if saved) replay; ``trainer.init_from``: weights only."""
     src = tr.get("resume") or tr.get("init_from")
@@ -242,11 +292,16 @@ def _restore(tr: dict[str, Any], agent: DoubleDQN, rb: ReplayBuffer, state: Loop
     key = "trainer.resume" if tr.get("resume") else "trainer.init_from"
     meta = read_meta(src)
     check_compatible(meta, env, f"{key}={src}")
-    if list(meta["hidden"]) != list(agent.q.hidden) or bool(meta.get("dueling")) != agent.q.dueling:
-        raise ConfigError(f"{key}={src}: network {meta['hidden']} (dueling {bool(meta.get('dueling'))}), but the "
-                          f"agent has {agent.q.hidden} (dueling {agent.q.dueling})")
-    agent.q.load_state_dict(load_q_net(src, meta).state_dict())
-    agent.sync_target()
+    net = agent.policy_net()
+    have = net_arch(net)
+    saved = {k: meta.get(k) for k in have}
+    if saved.get("dueling") is None and "dueling" in have:
+        saved["dueling"] = False
+    if saved != have:
+        raise ConfigError(f"{key}={src}: network {saved}, but the agent has {have}")
+    net.load_state_dict(load_policy_net(src, meta).state_dict())
+    if isinstance(agent, DoubleDQN):
+        agent.sync_target()
     if key == "trainer.init_from":
         return
     ts_path = Path(src) / "trainer.pt"

@@ -2,7 +2,8 @@
 
 A later issue trains real predictors; these give the interface plus an oracle (ground truth) and a
 noisy oracle (for ablations of prediction error), optionally bucketised like spec 000's and 001's
-DistilBERT classifiers (the reported value is the bucket midpoint).
+DistilBERT classifiers (the reported value is the bucket midpoint), and a zero predictor (spec 000's
+"without predictors" ablation). The learned ones live in agents/ (predictors.py, qos_predictors.py).
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ class OraclePredictor(Predictor):
 
     def predict(self, req: Request, models: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         return _truth(req, models)
+
+
+class ZeroPredictor(Predictor):
+    """Zero predicted length and quality on every model: spec 000's ablation "full method without predictors"
+    (ZS+ZL, Fig. 18: the predicted score and length features zeroed). The graph state then carries 0 in the
+    arrived node's predicted quality / length features and in the running / waiting nodes' ones."""
+
+    def predict(self, req: Request, models: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(len(models)), np.zeros(len(models))
 
 
 @dataclass
@@ -80,10 +90,12 @@ class NoisyOraclePredictor(Predictor):
 PREDICTORS: Registry[type[Predictor]] = Registry("predictor")
 PREDICTORS.register(OraclePredictor, name="oracle")
 PREDICTORS.register(NoisyOraclePredictor, name="noisy")
+PREDICTORS.register(ZeroPredictor, name="zero")
 
 
 def make_predictor(spec: str | dict | Predictor | None, seed: int = 0) -> Predictor:
-    """``"oracle"``, ``"noisy"`` or ``{"kind": "noisy", ...kwargs}`` (a mapping without kind means noisy)."""
+    """``"oracle"``, ``"noisy"``, ``"zero"`` or ``{"kind": "noisy", ...kwargs}`` (a mapping without kind means
+    noisy)."""
     if isinstance(spec, dict) and "kind" not in spec:
         spec = {"kind": "noisy", **spec}
     kind = spec.get("kind") if isinstance(spec, dict) else spec

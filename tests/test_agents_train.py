@@ -147,12 +147,12 @@ def test_every_agent_env_config_composes(agent, env):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from agents.ddqn import DDQNConfig
+    from agents.train import agent_config
 
     with initialize_config_dir(str(conf_dir()), version_base="1.3"):
         cfg = compose("train", overrides=[f"agent={agent}", f"env={env}"])
     plain = OmegaConf.to_container(cfg, resolve=True)
-    DDQNConfig(**plain["agent"])
+    agent_config(plain["agent"])
     assert plain["env"]["id"] in {"workload_router", "qos_edge", "best_effort", "routing"}
 
 
@@ -161,14 +161,13 @@ def test_every_experiment_composes_and_builds(experiment):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from agents.ddqn import DDQNConfig
-    from agents.train import check_setup
+    from agents.train import agent_config, check_setup, env_config
 
     with initialize_config_dir(str(conf_dir()), version_base="1.3"):
         cfg = compose("train", overrides=[f"+experiment={experiment}"])
     plain = OmegaConf.to_container(cfg, resolve=True)
-    env_cfg = {**plain["env"], "num_requests": 20}
-    check_setup(DDQNConfig(**plain["agent"]), make_env(env_cfg))
+    plain["env"] = {**plain["env"], "num_requests": 20}
+    check_setup(agent_config(plain["agent"]), make_env(env_config(plain, Path("."))))
     json.dumps(plain)
     assert np.isfinite(plain["trainer"]["total_steps"])
 

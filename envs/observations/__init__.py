@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from envs.observations.base import ObsBuilder
+from envs.observations.expert_flat import ExpertFlatObs
 from envs.observations.flat import FlatObs
 from envs.observations.graph import GraphObs, from_hetero_data, to_hetero_batch, to_hetero_data
 from envs.observations.model_select import ModelSelectObs
 from llmsim.registry import Registry
 
 OBSERVATIONS: Registry[type[ObsBuilder]] = Registry("observation")
-for _cls in (FlatObs, GraphObs, ModelSelectObs):
+for _cls in (FlatObs, GraphObs, ModelSelectObs, ExpertFlatObs):
     OBSERVATIONS.register(_cls)
 
 
@@ -20,6 +21,6 @@ def make_obs(spec: str | dict[str, Any] | ObsBuilder | None, **kwargs: Any) -> O
     return OBSERVATIONS.build(spec, ObsBuilder, "flat", "observation", **kwargs)
 
 
-__all__ = ["OBSERVATIONS", "FlatObs", "GraphObs", "ModelSelectObs", "ObsBuilder", "from_hetero_data",
+__all__ = ["OBSERVATIONS", "ExpertFlatObs", "FlatObs", "GraphObs", "ModelSelectObs", "ObsBuilder", "from_hetero_data",
            "make_obs",
            "to_hetero_batch", "to_hetero_data"]

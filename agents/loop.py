@@ -1,0 +1,106 @@
+"""The experience loop every agent shares: act in an SB3 VecEnv, store transitions, update on a schedule.
+
+stable-baselines3 supplies the vector env (one process per env with ``trainer.num_envs`` > 1) and its
+auto-reset conventions (``terminal_observation``, ``TimeLimit.truncated``); the loop is ours because the
+replay must keep the action masks, the semi-MDP ``dt`` and spec 001's heuristic term apart (agents/buffer.py),
+which SB3's off-policy algorithms cannot. An agent supplies four things:
+
+* ``explore(obs, masks, state, total_steps) -> (actions, stats)``: behaviour actions for one observation per env
+  (masked epsilon-greedy for Double DQN, a masked categorical sample for SAC);
+* ``stage(episode) -> (w, gamma)``: the heuristic shaping weight and discount of the current episode
+  (agents/guided.py; (0, gamma) for agents without guidance);
+* ``update(batch) -> stats``: one gradient step;
+* ``after_updates(step, prev)``: e.g. a hard target-network copy every ``target_update`` env steps;
+
+and a ``cfg`` with ``learning_starts``, ``batch_size``, ``train_freq``, ``gradient_steps``, ``tau``, ``n_step``,
+``reward_scale`` and ``guidance_scale``. Graph (Dict) observations are flattened by ``flatten`` before they
+reach the agent and the replay, so both store plain float vectors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agents.buffer import ReplayBuffer
+
+Flatten = Callable[[Any], np.ndarray]
+
+
+@dataclass
+class LoopState:
+    """Counters that survive a resume."""
+    step: int = 0          # env steps, summed over the parallel envs
+    episode: int = 0       # finished training episodes (k of the guided schedule)
+    best_score: float = -math.inf
+    returns: list[float] = field(default_factory=list)
+
+
+def _identity(obs: Any) -> np.ndarray:
+    return obs
+
+
+def learn(agent: Any, vec: Any, rb: ReplayBuffer, total_steps: int, state: LoopState,
+          on_episode: Callable[[LoopState, dict[str, Any]], None] | None = None,
+          on_step: Callable[[LoopState, dict[str, float]], None] | None = None, seed: int = 0,
+          flatten: Flatten | None = None) -> LoopState:
+    """Collect experience and train until ``total_steps`` env steps.
+
+    ``on_episode(state, final_info)`` runs when a training episode ends (logging, the progress bar);
+    ``on_step(state, stats)`` after every round of steps (periodic evaluation and checkpoints)."""
+    cfg = agent.cfg
+    flat = flatten or _identity
+    n_envs = vec.num_envs
+    scale = float(vec.get_attr("reward_scale")[0])
+    vec.seed(seed)
+    obs = flat(vec.reset())
+    masks = np.stack([ri["action_mask"] for ri in vec.reset_infos])
+    w, g = agent.stage(state.episode)
+    stats: dict[str, float] = {}
+    while state.step < total_steps:
+        actions, act_stats = agent.explore(obs, masks, state, total_steps)
+        next_obs_raw, rewards, dones, infos = vec.step(actions)
+        next_obs = flat(next_obs_raw)
+        real_next = next_obs.copy()
+        next_masks = np.stack([info["action_mask"] for info in infos])
+        truncated = np.array([info.get("TimeLimit.truncated", False) for info in infos])
+        h_scale = scale * cfg.guidance_scale
+        h = np.array([info["reward_components"].get("heuristic", 0.0) * h_scale for info in infos], np.float32)
+        dt = np.array([info["dt"] for info in infos], np.float32)
+        new_masks = next_masks.copy()
+        for i in np.flatnonzero(dones):
+            real_next[i] = _single(flat, infos[i]["terminal_observation"])
+            new_masks[i] = vec.reset_infos[i]["action_mask"]
+        rs = cfg.reward_scale
+        rb.add(obs, actions, rewards * rs, h * rs, dt, real_next, next_masks, dones & ~truncated, truncated,
+               masks=masks)
+        obs, masks = next_obs, new_masks
+        prev = state.step
+        state.step += n_envs
+        for i in np.flatnonzero(dones):
+            state.episode += 1
+            state.returns.append(float(infos[i].get("episode_reward", 0.0)))
+            w, g = agent.stage(state.episode)
+            if on_episode is not None:
+                on_episode(state, infos[i])
+        if state.step >= cfg.learning_starts and len(rb) >= cfg.batch_size:
+            for _ in range(state.step // cfg.train_freq - prev // cfg.train_freq):
+                for _ in range(cfg.gradient_steps):
+                    stats = agent.update(rb.sample(cfg.batch_size, g, cfg.tau, w, cfg.n_step))
+            agent.after_updates(state.step, prev)
+        stats.update(act_stats)
+        stats["shaping_weight"], stats["gamma"] = w, g
+        if on_step is not None:
+            on_step(state, stats)
+    return state
+
+
+def _single(flat: Flatten, obs: Any) -> np.ndarray:
+    """Flatten one unbatched observation (a terminal observation) with the batched ``flat``."""
+    if isinstance(obs, dict):
+        return flat({k: np.asarray(v)[None] for k, v in obs.items()})[0]
+    return flat(np.asarray(obs)[None])[0]

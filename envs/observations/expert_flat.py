@@ -1,0 +1,62 @@
+"""Expert-level flat state of spec 000's "Baseline RL" (Sec. VI-A, baseline 4): no per-request nodes.
+
+The paper's Baseline RL sees f_t = (f_m1, ..., f_mN), f_mn = (e_n, |running_n|, |waiting_n|): a flat 3N
+vector with no request-level and no arrived-request features (spec 000 section 6.1, the default,
+``request_features=False``). ``request_features=True`` prepends the arrived request's 3N features of the graph
+state. Layout (float32, the same normalisation as :class:`~envs.observations.graph.GraphObs`):
+
+  [0, N)     prompt tokens / prompt_scale (repeated per expert)       } only with request_features
+  [N, 2N)    predicted quality of the request on each expert           } (0 when nothing is decided)
+  [2N, 3N)   predicted output tokens on each expert / out_scale        }
+  o + 3k     KV blocks in use / total on expert k (e_k of Eq. 7)       o = 3N with request_features, else 0
+  o + 3k+1   running requests / cap_running
+  o + 3k+2   waiting (+ swapped) requests / cap_waiting
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import gymnasium as gym
+import numpy as np
+
+from envs.observations.base import ObsBuilder
+from envs.observations.graph import FEAT_HIGH
+
+if TYPE_CHECKING:
+    from envs.schema import EnvContext
+    from llmsim.request import Request
+    from llmsim.state import ClusterState
+
+
+class ExpertFlatObs(ObsBuilder):
+    name = "expert_flat"
+
+    def __init__(self, cap_running: int = 10, cap_waiting: int = 10, prompt_scale: float = 1000.0,
+                 out_scale: float = 300.0, request_features: bool = False) -> None:
+        self.request = bool(request_features)
+        self.cap_r = cap_running
+        self.cap_w = cap_waiting
+        self.ps = prompt_scale
+        self.os = out_scale
+
+    def bind(self, env: EnvContext) -> gym.Space:
+        self.n = env.num_instances
+        self.buf = np.zeros((6 if self.request else 3) * self.n, np.float32)
+        return gym.spaces.Box(0.0, FEAT_HIGH, self.buf.shape, np.float32)
+
+    def build(self, env: EnvContext, state: ClusterState, req: Request | None) -> np.ndarray:
+        b, n = self.buf, self.n
+        b.fill(0.0)
+        if self.request and req is not None:
+            lens, quals = env.predictions(req)
+            mi = env.inst_model_idx
+            b[:n] = min(FEAT_HIGH, req.prompt_tokens / self.ps)
+            b[n:2 * n] = quals[mi]
+            b[2 * n:3 * n] = np.minimum(FEAT_HIGH, lens[mi] / self.os)
+        for k, inst in enumerate(state.instances):
+            o = (3 * n if self.request else 0) + 3 * k
+            b[o] = inst.kv_blocks_used / inst.kv_blocks_total
+            b[o + 1] = min(FEAT_HIGH, inst.num_running / self.cap_r)
+            b[o + 2] = min(FEAT_HIGH, (inst.num_waiting + inst.num_swapped) / self.cap_w)
+        return b.copy()

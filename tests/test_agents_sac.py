@@ -1,0 +1,128 @@
+"""Discrete SAC (agents/sac.py): masks, soft targets, temperature, checkpoints and a short learning run."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from agents.buffer import Batch, ReplayBuffer  # noqa: E402
+from agents.checkpoint import CheckpointPolicy, read_meta  # noqa: E402
+from agents.sac import DiscreteSAC, SACConfig, policy_terms  # noqa: E402
+from agents.train import agent_config, train  # noqa: E402
+from llmsim.errors import ConfigError  # noqa: E402
+
+BOX = gym.spaces.Box(0.0, 1.0, (4,), np.float32)
+
+
+def _sac(**kw) -> DiscreteSAC:
+    cfg = SACConfig(encoder="mlp", hidden=[16], batch_size=8, learning_starts=0, **kw)
+    return DiscreteSAC(BOX, 3, cfg, seed=0)
+
+
+def test_masked_actions_get_zero_probability_and_are_never_sampled():
+    logits = torch.tensor([[5.0, 1.0, -2.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[False, True, True], [True, False, False]])
+    probs, logp = policy_terms(logits, mask)
+    assert probs[0, 0] == 0 and probs[1, 1] == 0 and probs[1, 2] == 0
+    assert torch.allclose(probs.sum(-1), torch.ones(2))
+    assert torch.isfinite(logp).all() and logp[0, 0] == 0  # no -inf * 0 = NaN in the entropy terms
+    sac = _sac()
+    obs = np.random.default_rng(0).random((500, 4), dtype=np.float32)
+    masks = np.zeros((500, 3), bool)
+    masks[:, 1] = True
+    masks[::2, 2] = True
+    acts = sac.sample(obs, masks)
+    assert masks[np.arange(500), acts].all()
+    assert set(acts[::2]) == {1, 2}  # both valid actions drawn where two are valid
+
+
+def _batch(n: int = 8, reward: float = 1.0, discount: float = 0.9) -> Batch:
+    rng = np.random.default_rng(1)
+    return Batch(obs=rng.random((n, 4), dtype=np.float32), actions=rng.integers(0, 3, n),
+                 returns=np.full(n, reward, np.float32), discounts=np.full(n, discount, np.float32),
+                 next_obs=rng.random((n, 4), dtype=np.float32), next_masks=np.ones((n, 3), bool),
+                 masks=np.ones((n, 3), bool))
+
+
+def test_soft_target_is_the_expected_soft_value_of_the_next_state():
+    sac = _sac()
+    b = _batch()
+    b.next_masks[:, 2] = False
+    y = sac.target(b)
+    with torch.no_grad():
+        nxt = torch.as_tensor(b.next_obs)
+        probs, logp = policy_terms(sac.actor(nxt), torch.as_tensor(b.next_masks))
+        q = torch.min(sac.critic_target[1](nxt), sac.critic_target[2](nxt))
+        v = (probs * (q - sac.alpha * logp)).sum(-1)
+    assert torch.allclose(y, 1.0 + 0.9 * v, atol=1e-6)
+    b.discounts[:] = 0.0  # terminal: no bootstrap
+    assert torch.allclose(sac.target(b), torch.ones(8))
+
+
+@pytest.mark.parametrize("scale,direction", [(0.05, -1), (1.0, +1)])
+def test_temperature_moves_towards_the_target_entropy(scale, direction):
+    """A near-uniform initial policy has entropy near log 3: a target of 5 % of it lowers alpha, a target of
+    100 % (above any non-uniform policy's entropy) raises it."""
+    sac = _sac(target_entropy_scale=scale, alpha_lr=1e-2)
+    a0 = sac.alpha
+    for _ in range(30):
+        stats = sac.update(_batch())
+    assert (sac.alpha - a0) * direction > 0
+    assert stats["target_entropy"] == pytest.approx(scale * np.log(3), rel=1e-5)
+
+
+def test_fixed_temperature_and_invalid_configs():
+    sac = _sac(autotune=False, init_alpha=0.3)
+    sac.update(_batch())
+    assert sac.alpha == pytest.approx(0.3)
+    with pytest.raises(ConfigError, match="agent.name"):
+        agent_config({"name": "ppo"})
+    with pytest.raises(ConfigError, match="unknown key"):
+        agent_config({"name": "sac", "epsilon": 0.1})
+    with pytest.raises(ConfigError, match="guidance"):
+        agent_config({"name": "sac", "guidance": "aware"})
+    with pytest.raises(ConfigError, match="encoder"):
+        agent_config({"name": "sac", "encoder": "gcn"})
+
+
+def test_replay_keeps_the_current_state_mask():
+    rb = ReplayBuffer(16, 1, 4, 3, seed=0)
+    for i in range(5):
+        m = np.array([[True, i % 2 == 0, False]])
+        rb.add(np.full((1, 4), i, np.float32), np.array([0]), np.zeros(1), np.zeros(1), np.ones(1),
+               np.zeros((1, 4), np.float32), np.ones((1, 3), bool), np.zeros(1, bool), np.zeros(1, bool), masks=m)
+    b = rb.sample(64, 0.99, None)
+    assert (b.masks[:, 1] == (b.obs[:, 0] % 2 == 0)).all() and not b.masks[:, 2].any()
+
+
+SMALL_QOS = {"id": "qos_edge", "num_requests": 150, "experts": ["alpaca-native", "chatglm-6b", "mpt-7b-instruct"],
+             "observation": {"kind": "expert_flat"}}
+
+
+def _cfg(env: dict, agent: dict, total: int) -> dict:
+    tr = {"total_steps": total, "num_envs": 1, "eval_every": total, "eval_seeds": [500], "eval_metric": "avg_qos",
+          "resume": None, "init_from": None, "save_replay": False, "progress": False, "torch_threads": 1}
+    return {"env": env, "agent": agent, "seed": 0, "predictor": None, "trainer": tr, "label": None}
+
+
+def test_mlp_sac_trains_saves_and_reloads(tmp_path):
+    agent = {"name": "sac", "encoder": "mlp", "hidden": [32, 32], "batch_size": 64, "learning_starts": 200,
+             "buffer_size": 2000, "train_freq": 4, "lr": 1e-3}
+    meta = train(_cfg(dict(SMALL_QOS), agent, 600), tmp_path)
+    m = read_meta(tmp_path / "last")
+    assert m["arch"]["kind"] == "sac_actor" and m["arch"]["encoder"] == "mlp"
+    assert (tmp_path / "last" / "policy.pt").is_file()
+    assert meta["evaluations"][-1]["avg_qos"] is not None
+    pol = CheckpointPolicy(tmp_path / "last")
+    from agents.train import make_env
+
+    env = make_env(dict(SMALL_QOS))
+    obs, info = env.reset(seed=3)
+    pol.reset(env, 3)
+    a = pol.act(obs, info["action_mask"], env)
+    with torch.no_grad():
+        logits = pol.net(torch.as_tensor(obs).unsqueeze(0))
+    assert a == int(logits.argmax())
