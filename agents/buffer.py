@@ -29,10 +29,12 @@ class Batch:
     next_obs: np.ndarray
     next_masks: np.ndarray
     masks: np.ndarray | None = None  # action masks of obs
+    action_vecs: np.ndarray | None = None  # continuous action vectors (agents/sac_argmax.py)
 
 
 class ReplayBuffer:
-    def __init__(self, capacity: int, num_envs: int, obs_dim: int, n_actions: int, seed: int = 0) -> None:
+    def __init__(self, capacity: int, num_envs: int, obs_dim: int, n_actions: int, seed: int = 0,
+                 action_dim: int = 0) -> None:
         self.cap = max(1, capacity // num_envs)
         self.num_envs = num_envs
         shape = (self.cap, num_envs)
@@ -40,6 +42,7 @@ class ReplayBuffer:
         self.next_obs = np.zeros(shape + (obs_dim,), np.float32)
         self.next_masks = np.zeros(shape + (n_actions,), np.bool_)
         self.masks = np.ones(shape + (n_actions,), np.bool_)
+        self.action_vecs = np.zeros(shape + (action_dim,), np.float32) if action_dim else None
         self.actions = np.zeros(shape, np.int64)
         self.rewards = np.zeros(shape, np.float32)
         self.heuristic = np.zeros(shape, np.float32)
@@ -52,9 +55,11 @@ class ReplayBuffer:
 
     def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, heuristic: np.ndarray, dt: np.ndarray,
             next_obs: np.ndarray, next_masks: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-            masks: np.ndarray | None = None) -> None:
+            masks: np.ndarray | None = None, action_vecs: np.ndarray | None = None) -> None:
         """One transition per env (arrays with a leading num_envs axis)."""
         p = self.pos
+        if action_vecs is not None and self.action_vecs is not None:
+            self.action_vecs[p] = action_vecs
         if masks is not None:
             self.masks[p] = masks
         self.obs[p] = obs
@@ -104,12 +109,15 @@ class ReplayBuffer:
             ended = self.terminated[p, env] | self.truncated[p, env]
         disc = np.where(self.terminated[last, env], 0.0, disc)
         return Batch(self.obs[p0, env], self.actions[p0, env], ret.astype(np.float32), disc.astype(np.float32),
-                     self.next_obs[last, env], self.next_masks[last, env], self.masks[p0, env])
+                     self.next_obs[last, env], self.next_masks[last, env], self.masks[p0, env],
+                     self.action_vecs[p0, env] if self.action_vecs is not None else None)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         keys = ("obs", "next_obs", "next_masks", "masks", "actions", "rewards", "heuristic", "dt", "terminated",
                 "truncated")
         out = {k: getattr(self, k) for k in keys}
+        if self.action_vecs is not None:
+            out["action_vecs"] = self.action_vecs
         out["meta"] = np.array([self.pos, self.size], np.int64)
         return out
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.nets import QNetwork, masked_argmax
+from agents.nets import QNetwork, masked, masked_argmax
 from envs.core import RoutingEnv
 from llmsim.errors import ConfigError
 from llmsim.state import LAYOUT_VERSION
@@ -141,33 +141,55 @@ def load_q_net(path: str | Path, meta: dict[str, Any] | None = None) -> QNetwork
 
 
 class QPolicy:
-    """Greedy (masked argmax) router of a Q-network, or of an actor's logits (the mode of its policy)."""
+    """Greedy (masked argmax) router of a Q-network, or of an actor's logits (the mode of its policy).
 
-    def __init__(self, net: torch.nn.Module, name: str = "ddqn") -> None:
-        self.net, self.name = net, name
+    ``mode="sample"`` draws from an actor's masked policy instead (SAC's stochastic policy: softmax of the
+    logits, or the squashed Gaussian of agents/sac_argmax.py decoded by argmax), seeded by ``reset``."""
+
+    def __init__(self, net: torch.nn.Module, name: str = "ddqn", mode: str = "greedy") -> None:
+        self.net, self.name, self.mode = net, name, mode
+        self.rng = np.random.default_rng(0)
+        if mode == "sample" and not hasattr(net, "head"):
+            raise ConfigError(f"{name}: mode=sample needs a policy network (SAC); a Q-network only acts greedily")
 
     def reset(self, env: RoutingEnv, seed: int) -> None:
-        pass
+        self.rng = np.random.default_rng(seed)
 
     @torch.no_grad()
     def act(self, obs: Any, mask: np.ndarray, env: RoutingEnv | None = None) -> int:
         prepare = getattr(self.net, "prepare", None)
-        x = prepare(obs) if prepare is not None else torch.as_tensor(np.asarray(obs, dtype=np.float32))
-        q = self.net(x.unsqueeze(0))
-        return int(masked_argmax(q, torch.as_tensor(mask).unsqueeze(0)).item())
+        x = (prepare(obs) if prepare is not None else torch.as_tensor(np.asarray(obs, dtype=np.float32))).unsqueeze(0)
+        m = torch.as_tensor(mask).unsqueeze(0)
+        if self.mode == "sample":
+            return self._sample(x, m)
+        return int(masked_argmax(self.net(x), m).item())
+
+    def _sample(self, x: torch.Tensor, m: torch.Tensor) -> int:
+        head = self.net.head
+        emb = self.net.encoder(x)
+        valid = m[0].numpy() | ~m[0].numpy().any()
+        if hasattr(head, "dist"):  # squashed Gaussian: argmax over the valid entries of a sample
+            mu, log_std = head.dist(emb)
+            vec = np.tanh((mu + log_std.exp() * torch.from_numpy(self.rng.standard_normal(mu.shape).astype(
+                np.float32)))[0].numpy())
+            return int(np.where(valid, vec, -np.inf).argmax())
+        p = torch.softmax(masked(head(emb), m), dim=-1)[0].double().numpy()
+        p = np.where(valid, p, 0.0)
+        return int(self.rng.choice(len(p), p=p / p.sum()))
 
 
 class CheckpointPolicy(QPolicy):
     """The greedy router of a checkpoint directory; refuses an env with another layout at ``reset``."""
 
-    def __init__(self, path: str | Path, label: str | None = None) -> None:
+    def __init__(self, path: str | Path, label: str | None = None, mode: str = "greedy") -> None:
         self.path = Path(path)
         self.meta = read_meta(self.path)
         super().__init__(load_policy_net(self.path, self.meta),
-                         label or str(self.meta.get("label") or self.meta.get("agent", "ddqn")))
+                         label or str(self.meta.get("label") or self.meta.get("agent", "ddqn")), mode)
         self._checked: int | None = None
 
     def reset(self, env: RoutingEnv, seed: int) -> None:
+        super().reset(env, seed)
         if self._checked != id(env):
             check_compatible(self.meta, env, str(self.path))
             self._checked = id(env)

@@ -68,10 +68,13 @@ def normalise_spec(spec: PolicySpec) -> dict[str, Any] | Policy:
         if d.get("kind") in ("router", "checkpoint"):  # normalised already
             return d
         if "checkpoint" in d:
-            _only(d, ("checkpoint", "label"), "checkpoints")
+            _only(d, ("checkpoint", "label", "mode"), "checkpoints")
             if not isinstance(d["checkpoint"], str | Path) or not str(d["checkpoint"]):
                 raise ConfigError(f"checkpoints: expected a checkpoint directory, got {d['checkpoint']!r}")
-            return {"kind": "checkpoint", "path": str(d["checkpoint"]), "label": d.get("label")}
+            mode = d.get("mode", "greedy")
+            if mode not in ("greedy", "sample"):
+                raise ConfigError(f"checkpoints: mode {mode!r}: expected greedy (argmax) or sample (SAC's policy)")
+            return {"kind": "checkpoint", "path": str(d["checkpoint"]), "label": d.get("label"), "mode": mode}
         _only(d, ("name", "kwargs", "label"), "baselines")
         name, kwargs = d.get("name"), d.get("kwargs") or {}
         if not isinstance(name, str) or not isinstance(kwargs, Mapping):
@@ -168,7 +171,7 @@ def build_policy(spec: dict[str, Any] | Policy, env: RoutingEnv, env_cfg: Mappin
         path = Path(spec["path"])
         if not path.is_dir():
             raise ConfigError(f"checkpoints: {path}: no such checkpoint directory")
-        return CheckpointPolicy(path, spec.get("label"))
+        return CheckpointPolicy(path, spec.get("label"), spec.get("mode", "greedy"))
     kw = router_kwargs(spec["name"], spec["kwargs"], env, env_cfg)
     return HeuristicPolicy(spec["name"], label=spec["label"], **kw)
 
@@ -179,7 +182,7 @@ def describe(spec: dict[str, Any] | Policy, policy: Policy) -> dict[str, Any]:
         return {"label": policy.name, "kind": "object", "type": type(policy).__name__}
     if spec["kind"] == "checkpoint":
         return {"label": policy.name, "kind": "checkpoint", "path": spec["path"],
-                "agent": getattr(policy, "meta", {}).get("agent")}
+                "agent": getattr(policy, "meta", {}).get("agent"), "mode": spec.get("mode", "greedy")}
     return {"label": policy.name, "kind": "router", "name": spec["name"], "kwargs": _plain(policy.kwargs)}
 
 

@@ -14,7 +14,8 @@ which SB3's off-policy algorithms cannot. An agent supplies four things:
 
 and a ``cfg`` with ``learning_starts``, ``batch_size``, ``train_freq``, ``gradient_steps``, ``tau``, ``n_step``,
 ``reward_scale`` and ``guidance_scale``. Graph (Dict) observations are flattened by ``flatten`` before they
-reach the agent and the replay, so both store plain float vectors.
+reach the agent and the replay, so both store plain float vectors. An agent whose critic takes a continuous action
+(agents/sac_argmax.py) leaves the vectors behind its decoded actions in ``agent.action_vectors``.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def learn(agent: Any, vec: Any, rb: ReplayBuffer, total_steps: int, state: LoopS
             new_masks[i] = vec.reset_infos[i]["action_mask"]
         rs = cfg.reward_scale
         rb.add(obs, actions, rewards * rs, h * rs, dt, real_next, next_masks, dones & ~truncated, truncated,
-               masks=masks)
+               masks=masks, action_vecs=getattr(agent, "action_vectors", None))
         obs, masks = next_obs, new_masks
         prev = state.step
         state.step += n_envs

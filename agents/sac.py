@@ -149,33 +149,43 @@ def build_actor(arch: dict[str, Any]) -> SACActor:
         encoder = nn.Identity()
     else:
         raise ValueError(f"encoder {arch['encoder']!r}")
-    head = mlp(int(arch["embed_dim"]), list(arch["hidden"]), int(arch["n_actions"]))
+    d, hidden, n = int(arch["embed_dim"]), list(arch["hidden"]), int(arch["n_actions"])
+    if arch.get("head", "categorical") == "gaussian":
+        from agents.sac_argmax import GaussianHead
+
+        head: nn.Module = GaussianHead(d, hidden, n)
+    else:
+        head = mlp(d, hidden, n)
     return SACActor(encoder, head, layout, dict(arch))
 
 
-class DiscreteSAC:
-    def __init__(self, obs_space: Any, n_actions: int, cfg: SACConfig, seed: int = 0) -> None:
-        self.cfg, self.n_actions = cfg, n_actions
-        torch.manual_seed(seed)
+class SACBase:
+    """What both SAC variants share: targets, optimisers, temperature, Polyak averaging, checkpoints and resume.
+    A variant builds ``self.actor`` (an SACActor) and ``self.critic`` (ModuleList [encoder, Q1, Q2]), then calls
+    :meth:`_setup`."""
+
+    cfg: SACConfig
+    actor: SACActor
+    critic: nn.ModuleList
+
+    def _setup(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
-        self.encoder, self.layout = make_encoder(cfg, obs_space)
-        d = embed_dim(cfg, obs_space)
-        self.q1, self.q2 = mlp(d, cfg.hidden, n_actions), mlp(d, cfg.hidden, n_actions)
-        actor_enc = self.encoder if cfg.share_encoder else make_encoder(cfg, obs_space)[0]
-        arch = {"kind": "sac_actor", "encoder": cfg.encoder, "hidden": list(cfg.hidden), "n_actions": n_actions,
-                "embed_dim": d, "han": {"hidden": cfg.han_hidden, "heads": cfg.han_heads, "layers": cfg.han_layers},
-                "layout": self.layout.to_dict() if self.layout is not None else None}
-        self.actor = SACActor(actor_enc, mlp(d, cfg.hidden, n_actions), self.layout, arch)
-        self.critic = nn.ModuleList([self.encoder, self.q1, self.q2])
         self.critic_target = copy.deepcopy(self.critic)
         for p in self.critic_target.parameters():
             p.requires_grad_(False)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr)
-        own = self.actor.head.parameters() if cfg.share_encoder else self.actor.parameters()
-        self.actor_opt = torch.optim.Adam(own, lr=cfg.lr)
-        self.log_alpha = torch.tensor(math.log(cfg.init_alpha), requires_grad=True)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=self.cfg.lr)
+        own = self.actor.head.parameters() if self.cfg.share_encoder else self.actor.parameters()
+        self.actor_opt = torch.optim.Adam(own, lr=self.cfg.lr)
+        self.log_alpha = torch.tensor(math.log(self.cfg.init_alpha), requires_grad=True)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=self.cfg.alpha_lr)
         self.updates = 0
+
+    def _arch(self, head: str, n_actions: int, d: int) -> dict[str, Any]:
+        cfg = self.cfg
+        return {"kind": "sac_actor", "head": head, "encoder": cfg.encoder, "hidden": list(cfg.hidden),
+                "n_actions": n_actions, "embed_dim": d,
+                "han": {"hidden": cfg.han_hidden, "heads": cfg.han_heads, "layers": cfg.han_layers},
+                "layout": self.layout.to_dict() if self.layout is not None else None}
 
     @property
     def alpha(self) -> float:
@@ -187,7 +197,63 @@ class DiscreteSAC:
             return self.layout.flatten(obs, batched=True)
         return np.asarray(obs, dtype=np.float32)
 
-    # ----------------------------------------------------------------- acting
+    def stage(self, episode: int) -> tuple[float, float]:
+        return 0.0, self.cfg.gamma
+
+    def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+        """One optimiser step; gradients are clipped over that optimiser's own parameters only (a shared
+        encoder keeps the critic's gradient, which must not count towards the actor's norm)."""
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.max_grad_norm:
+            own = [p for group in opt.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(own, self.cfg.max_grad_norm)
+        opt.step()
+
+    @torch.no_grad()
+    def soft_update(self) -> None:
+        p = self.cfg.polyak
+        for w, tw in zip(self.critic.parameters(), self.critic_target.parameters()):
+            tw.mul_(1.0 - p).add_(w, alpha=p)
+
+    def after_updates(self, step: int, prev: int) -> None:
+        pass
+
+    def policy_net(self) -> SACActor:
+        return self.actor
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"critic": self.critic.state_dict(), "critic_target": self.critic_target.state_dict(),
+                "critic_opt": self.critic_opt.state_dict(), "actor_opt": self.actor_opt.state_dict(),
+                "log_alpha": self.log_alpha.detach().clone(), "alpha_opt": self.alpha_opt.state_dict(),
+                "updates": self.updates, "rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.critic.load_state_dict(d["critic"])
+        self.critic_target.load_state_dict(d["critic_target"])
+        self.critic_opt.load_state_dict(d["critic_opt"])
+        self.actor_opt.load_state_dict(d["actor_opt"])
+        with torch.no_grad():
+            self.log_alpha.copy_(d["log_alpha"])
+        self.alpha_opt.load_state_dict(d["alpha_opt"])
+        self.updates = int(d["updates"])
+        self.rng.bit_generator.state = d["rng"]
+        torch.set_rng_state(d["torch_rng"])
+
+
+class DiscreteSAC(SACBase):
+    def __init__(self, obs_space: Any, n_actions: int, cfg: SACConfig, seed: int = 0) -> None:
+        self.cfg, self.n_actions = cfg, n_actions
+        torch.manual_seed(seed)
+        self.encoder, self.layout = make_encoder(cfg, obs_space)
+        d = embed_dim(cfg, obs_space)
+        self.q1, self.q2 = mlp(d, cfg.hidden, n_actions), mlp(d, cfg.hidden, n_actions)
+        actor_enc = self.encoder if cfg.share_encoder else make_encoder(cfg, obs_space)[0]
+        self.actor = SACActor(actor_enc, mlp(d, cfg.hidden, n_actions), self.layout,
+                              self._arch("categorical", n_actions, d))
+        self.critic = nn.ModuleList([self.encoder, self.q1, self.q2])
+        self._setup(seed)
+
     @torch.no_grad()
     def sample(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """Actions drawn from the masked policy (numpy RNG: reproducible whatever torch's state)."""
@@ -210,10 +276,6 @@ class DiscreteSAC:
             return self.random_valid(masks), {"alpha": self.alpha}
         return self.sample(obs, masks), {"alpha": self.alpha}
 
-    def stage(self, episode: int) -> tuple[float, float]:
-        return 0.0, self.cfg.gamma
-
-    # ----------------------------------------------------------------- learning
     def _q(self, critic: nn.ModuleList, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return critic[1](emb), critic[2](emb)
 
@@ -254,44 +316,3 @@ class DiscreteSAC:
         return {"critic_loss": critic_loss.item(), "actor_loss": actor_loss.item(), "alpha": self.alpha,
                 "entropy": entropy.mean().item(), "target_entropy": h_target.mean().item(),
                 "q_mean": q_min.gather(1, a).mean().item()}
-
-    def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
-        """One optimiser step; gradients are clipped over that optimiser's own parameters only (a shared
-        encoder keeps the critic's gradient, which must not count towards the actor's norm)."""
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.cfg.max_grad_norm:
-            own = [p for group in opt.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_(own, self.cfg.max_grad_norm)
-        opt.step()
-
-    @torch.no_grad()
-    def soft_update(self) -> None:
-        p = self.cfg.polyak
-        for w, tw in zip(self.critic.parameters(), self.critic_target.parameters()):
-            tw.mul_(1.0 - p).add_(w, alpha=p)
-
-    def after_updates(self, step: int, prev: int) -> None:
-        pass
-
-    # ----------------------------------------------------------------- checkpoints and resume
-    def policy_net(self) -> SACActor:
-        return self.actor
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"critic": self.critic.state_dict(), "critic_target": self.critic_target.state_dict(),
-                "critic_opt": self.critic_opt.state_dict(), "actor_opt": self.actor_opt.state_dict(),
-                "log_alpha": self.log_alpha.detach().clone(), "alpha_opt": self.alpha_opt.state_dict(),
-                "updates": self.updates, "rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
-
-    def load_state_dict(self, d: dict[str, Any]) -> None:
-        self.critic.load_state_dict(d["critic"])
-        self.critic_target.load_state_dict(d["critic_target"])
-        self.critic_opt.load_state_dict(d["critic_opt"])
-        self.actor_opt.load_state_dict(d["actor_opt"])
-        with torch.no_grad():
-            self.log_alpha.copy_(d["log_alpha"])
-        self.alpha_opt.load_state_dict(d["alpha_opt"])
-        self.updates = int(d["updates"])
-        self.rng.bit_generator.state = d["rng"]
-        torch.set_rng_state(d["torch_rng"])

@@ -8,7 +8,8 @@
 The run directory (``hydra.run.dir``) gets ``tensorboard/`` and ``progress.csv`` (stable-baselines3's logger),
 ``best/`` (the checkpoint with the best in-training evaluation score) and ``last/``. stable-baselines3 supplies
 the vector envs (``trainer.num_envs`` > 1: one process per env) and the logger; the algorithm is
-agents/ddqn.py or agents/sac.py (``agent.name``: ddqn | sac), with the experience loop of agents/loop.py.
+agents/ddqn.py, agents/sac.py or agents/sac_argmax.py (``agent.name``: ddqn | sac | sac_argmax), with the
+experience loop of agents/loop.py.
 Training workloads are drawn from the env's own seed stream (``seed``); the in-training evaluation uses
 ``trainer.eval_seeds`` and llmsim-evaluate holds out seeds >= 1000.
 """
@@ -43,6 +44,7 @@ from agents.ddqn import DDQNConfig, DoubleDQN
 from agents.loop import LoopState, learn
 from agents.policy import run_episode
 from agents.sac import DiscreteSAC, SACConfig
+from agents.sac_argmax import ArgmaxSAC
 from agents.spec000_metrics import env_qos
 from envs.core import RoutingEnv
 from envs.testbeds import make_from_config
@@ -91,8 +93,8 @@ def env_config(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 AgentConfig = DDQNConfig | SACConfig
-Agent = DoubleDQN | DiscreteSAC
-ALGORITHMS: dict[str, type] = {"ddqn": DDQNConfig, "sac": SACConfig}
+Agent = DoubleDQN | DiscreteSAC | ArgmaxSAC
+ALGORITHMS: dict[str, type] = {"ddqn": DDQNConfig, "sac": SACConfig, "sac_argmax": SACConfig}
 
 
 def check_setup(agent_cfg: AgentConfig, env: RoutingEnv) -> None:
@@ -137,7 +139,8 @@ def build_agent(agent_cfg: AgentConfig, env: RoutingEnv, seed: int) -> tuple[Age
     """(agent, length of the vectors the replay stores)."""
     n_actions = int(env.action_space.n)
     if isinstance(agent_cfg, SACConfig):
-        sac = DiscreteSAC(env.observation_space, n_actions, agent_cfg, seed)
+        cls = ArgmaxSAC if agent_cfg.name == "sac_argmax" else DiscreteSAC
+        sac = cls(env.observation_space, n_actions, agent_cfg, seed)
         dim = sac.layout.flat_dim if sac.layout is not None else int(env.observation_space.shape[0])
         return sac, dim
     obs_dim = int(env.observation_space.shape[0])
@@ -214,7 +217,8 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     n_actions = int(eval_env.action_space.n)
     seed, n_envs = int(cfg["seed"]), int(tr["num_envs"])
     agent, obs_dim = build_agent(agent_cfg, eval_env, seed)
-    rb = ReplayBuffer(agent_cfg.buffer_size, n_envs, obs_dim, n_actions, seed)
+    rb = ReplayBuffer(agent_cfg.buffer_size, n_envs, obs_dim, n_actions, seed,
+                      action_dim=n_actions if isinstance(agent, ArgmaxSAC) else 0)
     state, history = LoopState(), []
     _restore(tr, agent, rb, state, history, eval_env)
     config_yaml = OmegaConf.to_yaml(OmegaConf.create(cfg))

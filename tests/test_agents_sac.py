@@ -126,3 +126,48 @@ def test_mlp_sac_trains_saves_and_reloads(tmp_path):
     with torch.no_grad():
         logits = pol.net(torch.as_tensor(obs).unsqueeze(0))
     assert a == int(logits.argmax())
+
+
+def test_argmax_variant_decodes_valid_argmax_and_trains(tmp_path):
+    from agents.sac_argmax import decode, squashed_sample
+
+    vec = np.array([[0.9, 0.1, -0.5], [0.2, 0.8, 0.1]], np.float32)
+    masks = np.array([[False, True, True], [True, True, True]])
+    assert list(decode(vec, masks)) == [1, 1]
+    mu, log_std = torch.zeros(4000, 2), torch.full((4000, 2), -1.0)
+    a, logp = squashed_sample(mu, log_std)
+    assert a.abs().max() < 1 and torch.isfinite(logp).all()
+    agent = {"name": "sac_argmax", "encoder": "mlp", "hidden": [32, 32], "batch_size": 64, "learning_starts": 200,
+             "buffer_size": 2000, "train_freq": 4, "lr": 1e-3}
+    train(_cfg(dict(SMALL_QOS), agent, 500), tmp_path)
+    m = read_meta(tmp_path / "last")
+    assert m["arch"]["head"] == "gaussian"
+    pol = CheckpointPolicy(tmp_path / "last")
+    from agents.train import make_env
+
+    env = make_env(dict(SMALL_QOS))
+    obs, info = env.reset(seed=1)
+    pol.reset(env, 1)
+    assert info["action_mask"][pol.act(obs, info["action_mask"], env)]
+
+
+def test_sampling_mode_is_seeded_and_respects_masks(tmp_path):
+    agent = {"name": "sac", "encoder": "mlp", "hidden": [16], "batch_size": 32, "learning_starts": 100,
+             "buffer_size": 1000, "train_freq": 8}
+    train(_cfg(dict(SMALL_QOS), agent, 200), tmp_path)
+    from agents.train import make_env
+
+    env = make_env(dict(SMALL_QOS))
+    obs, info = env.reset(seed=0)
+    mask = info["action_mask"].copy()
+    mask[0] = False
+    runs = []
+    for _ in range(2):
+        pol = CheckpointPolicy(tmp_path / "last", mode="sample")
+        pol.reset(env, 7)
+        runs.append([pol.act(obs, mask, env) for _ in range(200)])
+    assert runs[0] == runs[1] and 0 not in runs[0] and len(set(runs[0])) > 1
+    with pytest.raises(ConfigError, match="mode"):
+        from agents.evaluate import normalise_spec
+
+        normalise_spec({"checkpoint": str(tmp_path / "last"), "mode": "boltzmann"})

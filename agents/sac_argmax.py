@@ -1,0 +1,131 @@
+"""The released code's SAC (spec 000 section 4.8): continuous SAC over an (N+1)-dim action, decoded by argmax.
+
+The authors train TorchRL's continuous SAC: the actor outputs a squashed Gaussian a in [-1, 1]^(N+1) and the env
+routes to argmax_i a_i (index N drops). We keep that, with one change: the argmax runs over the *valid* actions
+(our env masks experts whose waiting queue is full; their code has no mask). Everything else is textbook SAC
+(Haarnoja et al. 2018; stable-baselines3 / CleanRL ``sac_continuous_action.py``):
+
+    a = tanh(mu + sigma * eps),  log pi(a|s) = log N(u; mu, sigma) - sum log(1 - tanh(u)^2)
+    y = R + D * (min_i Q'_i(s', a') - alpha log pi(a'|s')),  a' ~ pi(.|s')
+    L_Q = sum_i MSE(Q_i(s, a), y);   L_pi = E[alpha log pi(a|s) - min_i Q_i(s, a)];   target entropy -(N+1)
+
+Q_i(s, a) is an MLP on [embedding, a]. The replay stores the continuous vector a (not the decoded index) because
+the critic is a function of it. Greedy routing takes argmax over the valid entries of mu (tanh is monotone).
+Shared parts (config, encoders, the experience loop, checkpoints) are agents/sac.py's and agents/loop.py's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agents.buffer import Batch
+from agents.loop import LoopState
+from agents.sac import SACActor, SACBase, SACConfig, embed_dim, make_encoder, mlp
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+class GaussianHead(nn.Module):
+    """MLP -> (mu, log sigma); ``forward`` returns mu only, so an actor built on it routes greedily by argmax."""
+
+    def __init__(self, d: int, hidden: list[int], n: int) -> None:
+        super().__init__()
+        self.net = mlp(d, hidden, 2 * n)
+        self.n = n
+
+    def dist(self, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.net(emb)
+        mu, log_std = out[..., :self.n], out[..., self.n:]
+        return mu, torch.tanh(log_std) * 0.5 * (LOG_STD_MAX - LOG_STD_MIN) + 0.5 * (LOG_STD_MAX + LOG_STD_MIN)
+
+    def forward(self, emb: torch.Tensor) -> torch.Tensor:
+        return self.dist(emb)[0]
+
+
+def squashed_sample(mu: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a = tanh(u), log pi(a)) with u ~ N(mu, sigma) by reparameterisation."""
+    std = log_std.exp()
+    u = mu + std * torch.randn_like(mu)
+    a = torch.tanh(u)
+    logp = (-0.5 * ((u - mu) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    logp = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)  # log(1 - tanh(u)^2), stably
+    return a, logp
+
+
+def decode(vectors: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """Env actions: argmax over the valid entries of each action vector."""
+    any_valid = masks.any(axis=1, keepdims=True)
+    return np.where(masks | ~any_valid, vectors, -np.inf).argmax(axis=1)
+
+
+class ArgmaxSAC(SACBase):
+    def __init__(self, obs_space: Any, n_actions: int, cfg: SACConfig, seed: int = 0) -> None:
+        self.cfg, self.n_actions = cfg, n_actions
+        torch.manual_seed(seed)
+        self.encoder, self.layout = make_encoder(cfg, obs_space)
+        d = embed_dim(cfg, obs_space)
+        self.q1, self.q2 = mlp(d + n_actions, cfg.hidden, 1), mlp(d + n_actions, cfg.hidden, 1)
+        actor_enc = self.encoder if cfg.share_encoder else make_encoder(cfg, obs_space)[0]
+        self.actor = SACActor(actor_enc, GaussianHead(d, cfg.hidden, n_actions), self.layout,
+                              self._arch("gaussian", n_actions, d))
+        self.critic = nn.ModuleList([self.encoder, self.q1, self.q2])
+        self._setup(seed)
+        self.target_entropy = -float(n_actions)
+        self.action_vectors: np.ndarray | None = None  # what agents/loop.py stores for the last explore()
+
+    def explore(self, obs: np.ndarray, masks: np.ndarray, state: LoopState,
+                total_steps: int) -> tuple[np.ndarray, dict[str, float]]:
+        if state.step < self.cfg.learning_starts:
+            vec = self.rng.uniform(-1.0, 1.0, (len(obs), self.n_actions)).astype(np.float32)
+        else:
+            with torch.no_grad():
+                mu, log_std = self.actor.head.dist(self.actor.encoder(torch.as_tensor(obs, dtype=torch.float32)))
+                noise = torch.from_numpy(self.rng.standard_normal(mu.shape).astype(np.float32))
+                vec = torch.tanh(mu + log_std.exp() * noise).numpy()
+        self.action_vectors = vec
+        return decode(vec, masks), {"alpha": self.alpha}
+
+    def _q(self, critic: nn.ModuleList, emb: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.cat([emb, a], dim=-1)
+        return critic[1](x).squeeze(-1), critic[2](x).squeeze(-1)
+
+    @torch.no_grad()
+    def target(self, batch: Batch) -> torch.Tensor:
+        nxt = torch.as_tensor(batch.next_obs)
+        a2, logp2 = squashed_sample(*self.actor.head.dist(self.actor.encoder(nxt)))
+        q1, q2 = self._q(self.critic_target, self.critic_target[0](nxt), a2)
+        v = torch.min(q1, q2) - self.alpha * logp2
+        disc = torch.as_tensor(batch.discounts)
+        return torch.as_tensor(batch.returns) + disc * torch.where(disc > 0, v, torch.zeros_like(v))
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        y = self.target(batch)
+        obs, a = torch.as_tensor(batch.obs), torch.as_tensor(batch.action_vecs)
+        emb = self.encoder(obs)
+        q1, q2 = self._q(self.critic, emb, a)
+        critic_loss = F.mse_loss(q1, y) + F.mse_loss(q2, y)
+        self._step(self.critic_opt, critic_loss)
+        actor_in = emb.detach() if self.cfg.share_encoder else self.actor.encoder(obs)
+        a_pi, logp = squashed_sample(*self.actor.head.dist(actor_in))
+        for p in self.critic.parameters():
+            p.requires_grad_(False)
+        q_pi = torch.min(*self._q(self.critic, actor_in.detach(), a_pi))
+        for p in self.critic.parameters():
+            p.requires_grad_(True)
+        actor_loss = (self.alpha * logp - q_pi).mean()
+        self._step(self.actor_opt, actor_loss)
+        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        if self.cfg.autotune:
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
+        self.soft_update()
+        self.updates += 1
+        return {"critic_loss": critic_loss.item(), "actor_loss": actor_loss.item(), "alpha": self.alpha,
+                "entropy": -logp.mean().item(), "target_entropy": self.target_entropy, "q_mean": q1.mean().item()}
