@@ -83,7 +83,7 @@ def qos_edge(num_requests: PosInt = 5000, rate: PosFloat = 5.0, latency_limit: P
              experts: Sequence[str] = QOS_EXPERTS, gpu: str = "rtx4090", cap: PosInt = 10,
              predictor: Any = None, timing: Literal["measured", "paper"] = "paper",
              intercept: NonNegFloat | None = None, drain_time: NonNegFloat = QOS_EDGE_DRAIN_S,
-             **kwargs: Any) -> RoutingEnv:
+             arrival: dict[str, Any] | None = None, **kwargs: Any) -> RoutingEnv:
     """Spec 000: N ~7B experts (one RTX 4090 each, vLLM V0), Poisson arrivals, drop action, graph state,
     QoS reward (Eq. 16). Predictions: bucketised noisy oracle (10 buckets) standing in for the DistilBERT
     classifiers. Routing to an expert whose waiting queue already holds ``cap`` requests is masked.
@@ -92,7 +92,9 @@ def qos_edge(num_requests: PosInt = 5000, rate: PosFloat = 5.0, latency_limit: P
     iteration, None = the measured profile's fixed step cost; under it the 30 ms/token limit binds at the
     paper's load, docs/testbeds.md) or ``measured`` (the measured RTX 4090 profiles, where it rarely does).
     ``drain_time`` (60 s): simulated time allowed after the last arrival + ``max_wait_s`` before the episode
-    is truncated; heuristics drain in 4-9 s, quality-first in up to ~46 s (docs/testbeds.md)."""
+    is truncated; heuristics drain in 4-9 s, quality-first in up to ~46 s (docs/testbeds.md). ``arrival``
+    replaces the Poisson process, e.g. ``{kind: burstgpt_like, rate: 5}`` (bursty traffic averaging ``rate``,
+    spec 000's real-world test; envs.workloads)."""
     instances = qos_edge_instances(experts, gpu, timing, intercept)
     pred = predictor if predictor is not None else {"kind": "noisy", "len_sigma": 0.25, "q_sd": 0.03,
                                                      "len_buckets": 10, "len_max": 300.0, "q_buckets": 10}
@@ -104,7 +106,7 @@ def qos_edge(num_requests: PosInt = 5000, rate: PosFloat = 5.0, latency_limit: P
     )
     kw.update(kwargs)
     wl = kw.pop("workload", None) or MixtureWorkload(qos_edge_mixture(experts),
-                                                     {"kind": "poisson", "rate": rate})
+                                                     arrival or {"kind": "poisson", "rate": rate})
     return RoutingEnv(instances, wl, **kw)
 
 

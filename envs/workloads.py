@@ -15,7 +15,8 @@ from llmsim.registry import Registry
 from llmsim.request import Request
 from llmsim.workload.base import check_float, check_int
 
-ARRIVAL_KINDS = {"poisson": ("rate",), "stable": ("rate",), "bursty": (), "bursty2": ()}
+ARRIVAL_KINDS = {"poisson": ("rate",), "stable": ("rate",), "bursty": (), "bursty2": (),
+                 "burstgpt_like": ("rate", "start_hour", "model")}
 DEFAULT_ARRIVAL = {"kind": "poisson", "rate": 5.0}
 
 
@@ -29,7 +30,8 @@ class EnvWorkload:
 
 
 def check_arrival(spec: Any, where: str = "workload.arrival") -> dict[str, Any]:
-    """An env arrival spec (``{kind: poisson, rate}``, ``{kind: stable[, rate]}``, ``{kind: bursty|bursty2}``),
+    """An env arrival spec (``{kind: poisson, rate}``, ``{kind: stable[, rate]}``, ``{kind: bursty|bursty2}``,
+    ``{kind: burstgpt_like, rate[, start_hour, model]}``),
     checked at construction so a typo or a NaN rate fails before the first episode."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: expected a mapping like {DEFAULT_ARRIVAL}, got {spec!r}")
@@ -41,8 +43,8 @@ def check_arrival(spec: Any, where: str = "workload.arrival") -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown} for kind {kind!r}; allowed keys: "
                           f"{sorted({'kind', *ARRIVAL_KINDS[kind]})}")
-    if kind == "poisson" and spec.get("rate") is None:
-        raise ConfigError(f"{where}.rate: missing required key for kind 'poisson'; expected a rate in req/s")
+    if kind in ("poisson", "burstgpt_like") and spec.get("rate") is None:
+        raise ConfigError(f"{where}.rate: missing required key for kind {kind!r}; expected a rate in req/s")
     if spec.get("rate") is not None:
         spec["rate"] = check_float(f"{where}.rate", spec["rate"], gt=0.0)
     return {"kind": kind, **{k: v for k, v in spec.items() if k != "kind"}}
@@ -52,7 +54,24 @@ def _arrivals(rng: np.random.Generator, spec: dict[str, Any], k: int) -> tuple[n
     kind = spec.get("kind", "poisson")
     if kind == "poisson":
         return T.poisson_arrivals(rng, float(spec["rate"]), k), None
+    if kind == "burstgpt_like":
+        return burstgpt_like_arrivals(rng, spec, k), None
     return T.best_effort_arrivals(rng, kind, k, spec.get("rate"))
+
+
+def burstgpt_like_arrivals(rng: np.random.Generator, spec: Mapping[str, Any], k: int) -> np.ndarray:
+    """K arrival times of llmsim's BurstGPT-like traffic (Gamma arrivals refitted every 20 min along the hour-of-day
+    profile; docs/workloads.md), rescaled in time so that the K arrivals average exactly ``rate`` req/s: spec 000
+    evaluates on "a period during which the average arrival rate is 5". Only the times are used; the requests'
+    contents come from the env's own task mixture."""
+    from llmsim.workload.burstgpt_like import BurstGPTLike
+
+    wl = BurstGPTLike(rate=1.0, model=spec.get("model", "ChatGPT"), seed=int(rng.integers(2**31 - 1)),
+                      num_requests=k, start_hour=float(spec.get("start_hour", 10.0)))
+    t = np.array([r.arrival for r in wl], float)
+    t -= t[0]
+    span = t[-1] if k > 1 and t[-1] > 0 else 1.0
+    return t * ((k - 1) / float(spec["rate"]) / span) if k > 1 else t
 
 
 @dataclass
