@@ -5,6 +5,7 @@
     llmsim-reproduce spec001 --from-runs B,A,G       # evaluate existing Baseline, Aware, Guided training runs
     llmsim-reproduce spec001 --quick --json          # one JSON object per claim on stdout
     llmsim-reproduce spec002
+    llmsim-reproduce spec000 --from-runs sac_han=RUN,baseline_rl=RUN,dsa=RUN,no_pred=RUN
 
 Each spec module (``agents.reproduce_<spec>``, imported only when asked for) trains and evaluates what its
 paper's claims need and returns one row per claim; this module owns what is common: the verdict rules, the
@@ -40,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 PROG = "llmsim-reproduce"
-SPECS = {"spec001": "agents.reproduce_spec001", "spec002": "agents.reproduce_spec002"}
+SPECS = {"spec000": "agents.reproduce_spec000", "spec001": "agents.reproduce_spec001",
+         "spec002": "agents.reproduce_spec002"}
 KEYS = ("paper", "claim", "paper_value", "measured", "verdict")
 VERDICTS = ("reproduced", "partly", "not")
 TOL_ABS = 1.0   # percentage points: below this, seed-to-seed noise of a 5-seed mean is of the same size
@@ -191,7 +193,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=1, help="worker processes for training and evaluation")
     p.add_argument("--seeds", type=int, help="held-out evaluation seeds from 1000 (default 5; --quick 2)")
     p.add_argument("--from-runs", help="existing training runs, skipping training; spec001: BASELINE,AWARE,GUIDED "
-                                       "run (or checkpoint) directories; spec002: hard=DIR,soft=DIR")
+                                       "run (or checkpoint) directories; spec002: hard=DIR,soft=DIR; spec000: "
+                                       "sac_han=DIR[,baseline_rl=DIR,dsa=DIR,no_pred=DIR]")
     p.add_argument("--from-runs-8", help="spec001: the same for the 8-instance runs (adds the scalability claims)")
     p.add_argument("--scale8", action="store_true", help="spec001: also train and evaluate on 8 instances")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")

@@ -131,7 +131,7 @@ class SACActor(nn.Module):
     def prepare(self, obs: Any) -> torch.Tensor:
         """One observation (a vector, or the graph Dict) as a float tensor row."""
         if self.layout is not None and isinstance(obs, dict):
-            return torch.from_numpy(self.layout.flatten(obs, batched=False))
+            return torch.from_numpy(self.layout.flatten(obs, batched=False)).reshape(-1)
         return torch.as_tensor(np.asarray(obs, dtype=np.float32))
 
 

@@ -1,0 +1,63 @@
+"""``llmsim-reproduce spec000``: the claims from crafted summaries, and end to end at the tiny size."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.reproduce import KEYS, VERDICTS
+from agents.reproduce_spec000 import bursty_claims, main_claims, qos_gain, reduction, resolve_runs
+from llmsim.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _entry(q: float, lat: float, e2e: float) -> dict:
+    return {"avg_qos_mean": q, "latency_per_token_ms_mean": lat, "mean_e2el_ms_mean": e2e}
+
+
+def _by(ours_q: float) -> dict:
+    return {"sac_han": _entry(ours_q, 20.0, 2000.0), "baseline_rl": _entry(0.50, 21.5, 2600.0),
+            "quality_first": _entry(0.13, 175.0, 19000.0), "round_robin": _entry(0.38, 31.5, 4070.0),
+            "jsq": _entry(0.53, 26.2, 3110.0), "qos_lookahead": _entry(0.63, 26.5, 2870.0)}
+
+
+def test_gains_follow_the_paper_s_definitions():
+    by = _by(0.70)
+    assert qos_gain(by, "sac_han", "baseline_rl") == pytest.approx(40.0)
+    assert reduction(by, "sac_han", "baseline_rl", "latency_per_token_ms") == pytest.approx(1.5 / 21.5 * 100)
+    rows = {r["claim"]: r for r in main_claims(by, {})}
+    vs_all = rows["Poisson: avg QoS vs every paper baseline (at least; the paper's smallest is vs Baseline RL)"]
+    assert vs_all["measured"] == pytest.approx(round((0.70 - 0.53) / 0.53 * 100, 2))  # jsq is the closest
+    assert "jsq" in vs_all["note"] and "qos_lookahead" in vs_all["note"]
+    assert rows["Poisson: avg QoS vs Baseline RL"]["verdict"] == "reproduced"
+    worse = {r["claim"]: r for r in main_claims(_by(0.45), {})}
+    assert worse["Poisson: avg QoS vs Baseline RL"]["verdict"] == "not"
+    assert all(r["verdict"] in VERDICTS for r in bursty_claims(by, {}))
+
+
+def test_from_runs_needs_key_value_pairs(tmp_path):
+    with pytest.raises(ConfigError, match="KEY=DIR"):
+        resolve_runs("a,b")
+    with pytest.raises(ConfigError, match="sac_han"):
+        resolve_runs({"baseline_rl": str(tmp_path)})
+
+
+def test_tiny_end_to_end(tmp_path):
+    pytest.importorskip("torch")
+    env = {**os.environ, "LLMSIM_REPRODUCE_SIZE": "tiny", "MPLBACKEND": "Agg"}
+    p = subprocess.run([sys.executable, "-m", "agents.reproduce", "spec000", "--json", "--no-progress", "--out",
+                        str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
+    assert len(rows) == 15 and all(set(KEYS) <= set(r) and r["setting"] == "tiny" for r in rows)
+    for d in ("poisson", "bursty", "sweep/rate_3", "sweep/latency_limit_0.04"):
+        assert (tmp_path / d / "evaluation.json").is_file(), d
+    summary = json.loads((tmp_path / "poisson" / "evaluation.json").read_text())["summary"]
+    assert {"sac_han", "baseline_rl", "dsa", "no_pred", "round_robin", "qos_lookahead"} <= {e["policy"] for e in summary}
+    assert all(e.get("avg_qos_mean") is not None for e in summary)
