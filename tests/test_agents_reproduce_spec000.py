@@ -59,5 +59,6 @@ def test_tiny_end_to_end(tmp_path):
     for d in ("poisson", "bursty", "sweep/rate_3", "sweep/latency_limit_0.04"):
         assert (tmp_path / d / "evaluation.json").is_file(), d
     summary = json.loads((tmp_path / "poisson" / "evaluation.json").read_text())["summary"]
-    assert {"sac_han", "baseline_rl", "dsa", "no_pred", "round_robin", "qos_lookahead"} <= {e["policy"] for e in summary}
+    policies = {e["policy"] for e in summary}
+    assert {"sac_han", "baseline_rl", "dsa", "no_pred", "round_robin", "qos_lookahead"} <= policies
     assert all(e.get("avg_qos_mean") is not None for e in summary)
