@@ -1,12 +1,19 @@
 """Training-speed benchmark: env steps/s of Double DQN training, gradient updates included.
 
     python -m agents.bench [--env workload_router] [--agent ddqn] [--steps 30000] [--num-envs 1] [--json]
+    python -m agents.bench --encoder [--heads 4] [--json]      # the graph encoder (agents/han.py) instead
 
 Prints, for the env preset (conf/env/<name>.yaml): the env alone under a random mask-respecting policy
 through the same vector env, DDQN training (updates from the first step: ``learning_starts`` = one batch),
 and the cost of one gradient step and of one greedy action. Wall-clock figures on this machine; compare
 before / after with farm-bench rather than across machines. "per CPU-s" divides by the process's CPU time
 (with one env everything runs in-process): on a loaded machine it stays near the quiet figure.
+
+``--encoder``: DenseHAN (spec 000's 2-layer HAN, hidden 64) on 256 synthetic graphs (N = 6 experts, caps 10, each
+queue filled uniformly at random), one thread: median forward + backward and forward ms, batch-1 forward latency
+(torch and onnxruntime), against torch_geometric's HANConv on the same graphs (building the PyG Batch, one forward
+of the Batch, and one single-graph forward). Medians of wall time and of the thread's CPU time (plus the fastest
+forward + backward, a hint of the figure on a quiet machine).
 """
 
 from __future__ import annotations
@@ -93,6 +100,103 @@ def bench(env: str = "workload_router", steps: int = 30_000, num_envs: int = 1, 
             "batch_size": cfg.batch_size, "train_freq": cfg.train_freq}
 
 
+def _timed(fn: Any, iters: int, warmup: int = 5) -> tuple[float, float, float]:
+    """Median wall, median thread-CPU and minimum wall milliseconds of ``fn()``."""
+    for _ in range(warmup):
+        fn()
+    wall, cpu = [], []
+    for _ in range(iters):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        fn()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.thread_time() - c0)
+    return float(np.median(wall)) * 1e3, float(np.median(cpu)) * 1e3, float(np.min(wall)) * 1e3
+
+
+def _onnx_b1_us(model: Any, layout: Any, x1: np.ndarray) -> float | None:
+    """onnxruntime batch-1 latency (one thread), None without onnxruntime."""
+    import tempfile
+    from pathlib import Path
+
+    from agents.han import export_onnx
+
+    try:
+        import onnxruntime as ort
+    except ImportError:  # pragma: no cover
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "han.onnx")
+        export_onnx(model, layout, path)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = so.inter_op_num_threads = 1
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        return _timed(lambda: sess.run(None, {"obs": x1}), 500)[0] * 1e3
+
+
+def bench_encoder(n_experts: int = 6, cap: int = 10, batch: int = 256, heads: int = 4, iters: int = 50,
+                  seed: int = 0) -> dict[str, Any]:
+    """DenseHAN vs PyG HANConv timings on ``batch`` synthetic graphs (see the module docstring)."""
+    from agents.han import DenseHAN, GraphLayout, load_pyg_weights, pyg_reference, random_observation
+    from envs.observations.graph import to_hetero_batch, to_hetero_data
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    layout = GraphLayout.for_experts(n_experts, cap, cap)
+    obs = [random_observation(layout, rng) for _ in range(batch)]
+    x = torch.from_numpy(np.concatenate([layout.flatten(o) for o in obs]))
+    convs = pyg_reference(layout, 64, heads, 2)
+    model = DenseHAN(layout, 64, heads, 2)
+    load_pyg_weights(model, convs)
+
+    def fwd_bwd() -> None:
+        model.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+
+    r: dict[str, Any] = {"encoder": "DenseHAN", "n_experts": n_experts, "cap": cap, "batch": batch, "heads": heads,
+                         "threads": torch.get_num_threads()}
+    r["fwd_bwd_ms"], r["fwd_bwd_cpu_ms"], r["fwd_bwd_min_ms"] = _timed(fwd_bwd, iters)
+    with torch.no_grad():
+        r["fwd_ms"], r["fwd_cpu_ms"], _ = _timed(lambda: model(x), iters)
+        b1 = _timed(lambda: model(x[:1]), 20 * iters)
+        r["b1_fwd_us"], r["b1_fwd_cpu_us"] = b1[0] * 1e3, b1[1] * 1e3
+        r["b1_onnxruntime_us"] = _onnx_b1_us(model, layout, x[:1].numpy())
+        batched = {k: np.stack([o[k] for o in obs]) for k in layout.keys}
+        r["pyg_batch_build_ms"] = _timed(lambda: to_hetero_batch(batched), 3, 1)[0]
+        pb = to_hetero_batch(batched)
+
+        def pyg_fwd() -> None:
+            h = pb.x_dict
+            for conv in convs:
+                h = conv(h, pb.edge_index_dict)
+
+        r["pyg_batch_fwd_ms"] = _timed(pyg_fwd, max(5, iters // 5), 2)[0]
+        data = to_hetero_data(obs[0])
+
+        def pyg_one() -> None:
+            h = data.x_dict
+            for conv in convs:
+                h = conv(h, data.edge_index_dict)
+
+        r["pyg_b1_fwd_us"] = _timed(pyg_one, 20 * iters)[0] * 1e3
+    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
+
+
+def _print_encoder(r: dict[str, Any]) -> None:
+    onnx = "n/a" if r["b1_onnxruntime_us"] is None else f"{r['b1_onnxruntime_us']:.1f}"
+    print(f"DenseHAN, {r['batch']} graphs (N={r['n_experts']}, cap {r['cap']}, heads {r['heads']}), "
+          f"{r['threads']} thread; median wall ms (thread CPU ms)\n"
+          f"  forward + backward       : {r['fwd_bwd_ms']:>9.3f} ms ({r['fwd_bwd_cpu_ms']:.3f}); "
+          f"fastest {r['fwd_bwd_min_ms']:.3f} ms\n"
+          f"  forward                  : {r['fwd_ms']:>9.3f} ms ({r['fwd_cpu_ms']:.3f})\n"
+          f"  batch-1 forward          : {r['b1_fwd_us']:>9.1f} us ({r['b1_fwd_cpu_us']:.1f}); "
+          f"onnxruntime {onnx} us\n"
+          f"PyG HANConv x 2, same graphs\n"
+          f"  build the PyG Batch      : {r['pyg_batch_build_ms']:>9.3f} ms\n"
+          f"  forward of the Batch     : {r['pyg_batch_fwd_ms']:>9.3f} ms (one multi-graph Batch)\n"
+          f"  single-graph forward     : {r['pyg_b1_fwd_us']:>9.1f} us")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m agents.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="workload_router", help="a conf/env preset (flat observation)")
@@ -101,7 +205,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agent", default="ddqn", help="a conf/agent preset")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--encoder", action="store_true", help="benchmark the graph encoder (agents/han.py) instead")
+    ap.add_argument("--heads", type=int, default=4, help="--encoder: attention heads")
     args = ap.parse_args(argv)
+    if args.encoder:
+        r = bench_encoder(heads=args.heads, seed=args.seed)
+        if args.json:
+            print(json.dumps(r))
+        else:
+            _print_encoder(r)
+        return 0
     r = bench(args.env, args.steps, args.num_envs, args.seed, args.agent)
     if args.json:
         print(json.dumps(r))
