@@ -295,6 +295,18 @@ class DenseHAN(nn.Module):
         return torch.cat([feats, mask], -1), mask  # the mask as trailing "ones" column, see _Layer._softmax_sum
 
     def forward(self, x: Tensor) -> Tensor:
+        return self.embed(x)[0]
+
+    @property
+    def expert_dim(self) -> int:
+        """Width of the per-expert embeddings :meth:`embed` returns."""
+        return self.hidden if self.num_layers >= 2 else 3
+
+    def embed(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """(arrived embedding (B, hidden), per-expert embeddings (B, N, expert_dim)): the latter are the last
+        layer's inputs for the experts (layer L-1's expert outputs; the raw expert features when L = 1). The arrived
+        embedding alone is invariant to permuting the experts with their queues (HANConv has no self-loops and
+        expert nodes carry no identity), so a policy that must name an expert needs these too (agents/sac.py)."""
         o = self.layout.unflatten(x)
         am = (o["arrived_mask"] > 0.5).to(x.dtype).unsqueeze(-1)  # (B, 1, 1)
         hq, qm = self._queue(o)
@@ -302,9 +314,11 @@ class DenseHAN(nn.Module):
              "queue": hq}
         b, n, s = x.shape[0], self.layout.n_experts, hq.shape[3]
         m = {"arrived": am, "queue": qm, "queue_att": (qm.view(2 * b * n, s, 1) - 1.0) * _NEG}
+        experts = h["expert"]
         for layer in self.layers:
+            experts = h["expert"]
             h = layer(h, m)
-        return h["arrived"][:, 0]
+        return h["arrived"][:, 0], experts
 
 
 def _param_pairs(dense: DenseHAN, convs: Sequence[nn.Module]) -> Iterator[tuple[Tensor, Tensor]]:
@@ -416,3 +430,23 @@ def export_onnx(module: DenseHAN, layout: GraphLayout, path: str, opset: int = 1
         torch.onnx.export(module, (dummy,), path, dynamic_shapes=({0: batch},), dynamo=True, **names)
     finally:
         module.train(was_training)
+
+
+class PackedHAN(nn.Module):
+    """DenseHAN whose output also names the experts: ``[z, e_1..e_N, r_1..r_N]`` flattened, with z the arrived
+    embedding, e_k expert k's embedding (:meth:`DenseHAN.embed`) and r_k = (prompt, predicted quality, predicted
+    length) of the request on expert k from the arrived node's raw features. The arrived embedding alone cannot
+    tell the experts apart (tests/test_agents_han.py shows it is invariant to permuting them), so a router that
+    picks an expert needs e_k and r_k (agents/sac.py, ``head: experts``)."""
+
+    def __init__(self, han: DenseHAN) -> None:
+        super().__init__()
+        self.han = han
+        self.n, self.z_dim, self.e_dim = han.layout.n_experts, han.hidden, han.expert_dim
+        self.out_dim = self.z_dim + self.n * (self.e_dim + 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        z, e = self.han.embed(x)
+        b = x.shape[0]
+        arrived = self.han.layout.unflatten(x)["arrived"].reshape(b, 3, self.n).transpose(1, 2)
+        return torch.cat([z, e.reshape(b, -1), arrived.reshape(b, -1)], dim=1)

@@ -51,6 +51,7 @@ class SACConfig:
     han_hidden: int = 64
     han_heads: int = 4              # the paper's 4 (the released code: 8)
     han_layers: int = 2
+    head: str = "experts"           # experts: per-expert scores from [z, e_k, r_k]; arrived: z only (the code's)
     share_encoder: bool = True
     gamma: float = 0.99
     tau: float | None = None        # None: gamma per decision (the code's TD(0)); s: gamma ** (dt / tau)
@@ -74,6 +75,8 @@ class SACConfig:
     def __post_init__(self) -> None:
         if self.encoder not in ("han", "mlp"):
             raise ValueError(f"agent.encoder: {self.encoder!r} is not one of han, mlp")
+        if self.head not in ("experts", "arrived"):
+            raise ValueError(f"agent.head: {self.head!r} is not one of experts, arrived")
         if self.guidance != "none":
             raise ValueError(f"agent.guidance={self.guidance!r}: SAC trains on the env's reward only (guidance: none)")
 
@@ -88,21 +91,52 @@ def mlp(d_in: int, hidden: list[int], d_out: int) -> nn.Sequential:
 
 
 def make_encoder(cfg: SACConfig, obs_space: Any) -> tuple[nn.Module, Any]:
-    """(encoder, graph layout or None): DenseHAN over a Dict graph space, identity over a flat Box."""
+    """(encoder, graph layout or None): DenseHAN over a Dict graph space (wrapped to also name the experts with
+    ``head: experts``), identity over a flat Box."""
     if cfg.encoder == "han":
-        from agents.han import DenseHAN, GraphLayout
+        from agents.han import DenseHAN, GraphLayout, PackedHAN
 
         if not hasattr(obs_space, "spaces"):
             raise ValueError("agent.encoder=han needs the graph observation (env.observation.kind=graph)")
         layout = GraphLayout.from_space(obs_space)
-        return DenseHAN(layout, hidden=cfg.han_hidden, heads=cfg.han_heads, layers=cfg.han_layers), layout
+        han = DenseHAN(layout, hidden=cfg.han_hidden, heads=cfg.han_heads, layers=cfg.han_layers)
+        return (PackedHAN(han) if cfg.head == "experts" else han), layout
     if getattr(obs_space, "shape", None) is None or len(obs_space.shape) != 1:
         raise ValueError(f"agent.encoder=mlp needs a flat observation, got {type(obs_space).__name__}")
     return nn.Identity(), None
 
 
-def embed_dim(cfg: SACConfig, obs_space: Any) -> int:
+def embed_dim(cfg: SACConfig, obs_space: Any, encoder: nn.Module | None = None) -> int:
+    if encoder is not None and hasattr(encoder, "out_dim"):
+        return int(encoder.out_dim)
     return cfg.han_hidden if cfg.encoder == "han" else int(obs_space.shape[0])
+
+
+class ExpertHead(nn.Module):
+    """One score per action from a PackedHAN embedding: expert k's from an MLP shared over experts on
+    [z, e_k, r_k] (so the policy can tell which expert is loaded and which suits the request), the other actions
+    (wait, drop: they follow the N expert actions in the env's layout) from an MLP on z."""
+
+    def __init__(self, z_dim: int, e_dim: int, n: int, hidden: list[int], n_actions: int) -> None:
+        super().__init__()
+        self.z_dim, self.e_dim, self.n = z_dim, e_dim, n
+        self.choice = mlp(z_dim + e_dim + 3, hidden, 1)
+        self.other = mlp(z_dim, hidden, n_actions - n)
+
+    def forward(self, emb: torch.Tensor) -> torch.Tensor:
+        b, n, dz, de = emb.shape[0], self.n, self.z_dim, self.e_dim
+        z = emb[:, :dz]
+        e = emb[:, dz:dz + n * de].reshape(b, n, de)
+        r = emb[:, dz + n * de:].reshape(b, n, 3)
+        per = torch.cat([z.unsqueeze(1).expand(b, n, dz), e, r], dim=-1)
+        return torch.cat([self.choice(per).squeeze(-1), self.other(z)], dim=-1)
+
+
+def make_head(encoder: nn.Module, d: int, hidden: list[int], n_out: int) -> nn.Module:
+    """Per-expert scores on a PackedHAN, a plain MLP otherwise."""
+    if hasattr(encoder, "e_dim"):
+        return ExpertHead(encoder.z_dim, encoder.e_dim, encoder.n, hidden, n_out)
+    return mlp(d, hidden, n_out)
 
 
 def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -139,12 +173,14 @@ def build_actor(arch: dict[str, Any]) -> SACActor:
     """An untrained actor of the shape ``arch`` describes (checkpoint loading; weights come after)."""
     layout = None
     if arch["encoder"] == "han":
-        from agents.han import DenseHAN, GraphLayout
+        from agents.han import DenseHAN, GraphLayout, PackedHAN
 
         layout = GraphLayout.from_dict(arch["layout"])
         han = arch["han"]
         encoder: nn.Module = DenseHAN(layout, hidden=int(han["hidden"]), heads=int(han["heads"]),
                                       layers=int(han["layers"]))
+        if arch.get("state_head", "arrived") == "experts":
+            encoder = PackedHAN(encoder)
     elif arch["encoder"] == "mlp":
         encoder = nn.Identity()
     else:
@@ -155,7 +191,7 @@ def build_actor(arch: dict[str, Any]) -> SACActor:
 
         head: nn.Module = GaussianHead(d, hidden, n)
     else:
-        head = mlp(d, hidden, n)
+        head = make_head(encoder, d, hidden, n)
     return SACActor(encoder, head, layout, dict(arch))
 
 
@@ -183,6 +219,7 @@ class SACBase:
     def _arch(self, head: str, n_actions: int, d: int) -> dict[str, Any]:
         cfg = self.cfg
         return {"kind": "sac_actor", "head": head, "encoder": cfg.encoder, "hidden": list(cfg.hidden),
+                "state_head": cfg.head if cfg.encoder == "han" else "arrived",
                 "n_actions": n_actions, "embed_dim": d,
                 "han": {"hidden": cfg.han_hidden, "heads": cfg.han_heads, "layers": cfg.han_layers},
                 "layout": self.layout.to_dict() if self.layout is not None else None}
@@ -246,10 +283,10 @@ class DiscreteSAC(SACBase):
         self.cfg, self.n_actions = cfg, n_actions
         torch.manual_seed(seed)
         self.encoder, self.layout = make_encoder(cfg, obs_space)
-        d = embed_dim(cfg, obs_space)
-        self.q1, self.q2 = mlp(d, cfg.hidden, n_actions), mlp(d, cfg.hidden, n_actions)
+        d = embed_dim(cfg, obs_space, self.encoder)
+        self.q1, self.q2 = (make_head(self.encoder, d, cfg.hidden, n_actions) for _ in range(2))
         actor_enc = self.encoder if cfg.share_encoder else make_encoder(cfg, obs_space)[0]
-        self.actor = SACActor(actor_enc, mlp(d, cfg.hidden, n_actions), self.layout,
+        self.actor = SACActor(actor_enc, make_head(self.encoder, d, cfg.hidden, n_actions), self.layout,
                               self._arch("categorical", n_actions, d))
         self.critic = nn.ModuleList([self.encoder, self.q1, self.q2])
         self._setup(seed)

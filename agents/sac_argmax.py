@@ -69,7 +69,7 @@ class ArgmaxSAC(SACBase):
         self.cfg, self.n_actions = cfg, n_actions
         torch.manual_seed(seed)
         self.encoder, self.layout = make_encoder(cfg, obs_space)
-        d = embed_dim(cfg, obs_space)
+        d = embed_dim(cfg, obs_space, self.encoder)  # with head: experts, a plain MLP over the packed embedding
         self.q1, self.q2 = mlp(d + n_actions, cfg.hidden, 1), mlp(d + n_actions, cfg.hidden, 1)
         actor_enc = self.encoder if cfg.share_encoder else make_encoder(cfg, obs_space)[0]
         self.actor = SACActor(actor_enc, GaussianHead(d, cfg.hidden, n_actions), self.layout,

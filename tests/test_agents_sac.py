@@ -171,3 +171,70 @@ def test_sampling_mode_is_seeded_and_respects_masks(tmp_path):
         from agents.evaluate import normalise_spec
 
         normalise_spec({"checkpoint": str(tmp_path / "last"), "mode": "boltzmann"})
+
+
+class _Random:
+    name = "random"
+
+    def reset(self, env, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs, mask, env):
+        return int(self.rng.choice(np.flatnonzero(mask)))
+
+
+@pytest.mark.timeout(240)
+def test_smoke_training_on_three_experts_beats_random_by_a_clear_margin(tmp_path):
+    """2,000 decisions of discrete SAC over the HAN state (QoS-aware reward, N = 3 at 2.5 req/s): its greedy
+    router's average QoS on held-out seeds beats a random valid-action router's by >= 0.12 (measured: 0.59 vs
+    0.33). About 30 s on one core."""
+    from agents.policy import run_episode
+    from agents.spec000_metrics import env_qos
+    from agents.train import make_env
+
+    env_cfg = {"id": "qos_edge", "num_requests": 400, "experts": SMALL_QOS["experts"], "rate": 2.5}
+    agent = {"name": "sac", "encoder": "han", "han_hidden": 32, "hidden": [32, 32], "batch_size": 64,
+             "learning_starts": 500, "buffer_size": 5000, "train_freq": 2, "lr": 1e-3, "alpha_lr": 1e-3}
+    cfg = _cfg(env_cfg, agent, 2000)
+    cfg["trainer"]["eval_every"] = 0
+    train(cfg, tmp_path)
+    env = make_env(env_cfg)
+
+    def qos(policy) -> float:
+        out = []
+        for s in (1000, 1001):
+            run_episode(policy, env, seed=s, workload_seed=s)
+            out.append(env_qos(env)["avg_qos"])
+        return float(np.mean(out))
+
+    learned, random = qos(CheckpointPolicy(tmp_path / "last")), qos(_Random())
+    assert learned >= random + 0.12, (learned, random)
+
+
+def test_arrived_embedding_cannot_tell_experts_apart_but_the_packed_state_can():
+    """Why agent.head defaults to experts: the HAN's arrived embedding is invariant to permuting the experts with
+    their queues (no self-loops, no expert identity), the per-expert part of PackedHAN is not."""
+    from agents.han import DenseHAN, GraphLayout, PackedHAN
+    from agents.train import make_env
+
+    env = make_env({"id": "qos_edge", "num_requests": 300, "experts": SMALL_QOS["experts"], "rate": 2.5})
+    obs, info = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(150):
+        obs, _, _, _, info = env.step(int(rng.choice(np.flatnonzero(info["action_mask"]))))
+    lay = GraphLayout.from_space(env.observation_space)
+    n, cap, perm = 3, lay.cap_running, [2, 0, 1]
+    q = {k: np.array(v) for k, v in obs.items()}
+    p = dict(q)
+    p["expert"] = q["expert"][perm]
+    for t in ("running", "waiting"):
+        p[t] = q[t].reshape(n, cap, 6)[perm].reshape(n * cap, 6)
+        p[t + "_mask"] = q[t + "_mask"].reshape(n, cap)[perm].reshape(-1)
+    assert not np.array_equal(p["expert"], q["expert"])  # the experts' loads differ
+    torch.manual_seed(0)
+    packed = PackedHAN(DenseHAN(lay, 32, 4, 2))
+    x, y = (torch.from_numpy(lay.flatten(o)) for o in (q, p))
+    with torch.no_grad():
+        zx, zy = packed.han(x), packed.han(y)
+        assert torch.allclose(zx, zy, atol=1e-6)
+        assert not torch.allclose(packed(x), packed(y), atol=1e-3)
