@@ -65,6 +65,7 @@ SIZES = {
 }
 SWEEP_RATES = (3.0, 4.0, 5.0, 6.0, 7.0)
 SWEEP_LIMITS = (0.020, 0.025, 0.030, 0.035, 0.040)
+SWEEP_SEEDS = 2
 
 
 def choose_size(quick: bool) -> Size:
@@ -229,11 +230,14 @@ def sweep_claims(sweep: Mapping[str, Mapping[float, Mapping[str, Mapping[str, An
 
 # ---------------------------------------------------------------------- the run
 def decision_overhead(ckpt: Path, env_cfg: Mapping[str, Any], n: int = 500) -> dict[str, float]:
-    """Per-decision latency (encoder + actor, batch 1, one CPU thread) of a checkpoint's greedy router, in ms."""
+    """Per-decision latency of a checkpoint's greedy router (observation -> action, batch 1, one CPU thread), in
+    ms: torch, and the same actor exported to ONNX under onnxruntime (when installed; with the share of identical
+    actions)."""
     import numpy as np
     import torch
 
     from agents.checkpoint import CheckpointPolicy
+    from agents.nets import masked_argmax
     from envs.testbeds import make_from_config
 
     torch.set_num_threads(1)
@@ -241,16 +245,48 @@ def decision_overhead(ckpt: Path, env_cfg: Mapping[str, Any], n: int = 500) -> d
     pol = CheckpointPolicy(ckpt)
     obs, info = env.reset(seed=1000)
     pol.reset(env, 1000)
-    times = []
+    times, rows = [], []
     done = False
     while not done:
         t0 = time.perf_counter()
         a = pol.act(obs, info["action_mask"], env)
         times.append(time.perf_counter() - t0)
+        rows.append((pol.net.prepare(obs).numpy(), info["action_mask"].copy(), a))
         obs, _, term, trunc, info = env.step(a)
         done = term or trunc
     t = np.array(times[10:] or times) * 1e3
-    return {"median_ms": float(np.median(t)), "p99_ms": float(np.percentile(t, 99)), "decisions": len(times)}
+    out = {"median_ms": float(np.median(t)), "p99_ms": float(np.percentile(t, 99)), "decisions": len(times)}
+    out.update(_onnx_overhead(pol.net, rows, masked_argmax))
+    return out
+
+
+def _onnx_overhead(net: Any, rows: Sequence[tuple[Any, Any, int]], masked_argmax: Any) -> dict[str, float]:
+    import tempfile
+
+    import numpy as np
+    import torch
+
+    try:
+        import onnxruntime as ort
+
+        from agents.han import export_onnx
+    except ImportError:
+        return {}
+    with tempfile.TemporaryDirectory() as d:
+        path = str(Path(d) / "actor.onnx")
+        export_onnx(net, net.layout, path)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    times, same = [], 0
+    for x, mask, a in rows:
+        t0 = time.perf_counter()
+        logits = sess.run(None, {"obs": x[None]})[0]
+        b = int(masked_argmax(torch.from_numpy(logits), torch.from_numpy(mask)[None]).item())
+        times.append(time.perf_counter() - t0)
+        same += b == a
+    t = np.array(times[10:] or times) * 1e3
+    return {"onnx_median_ms": float(np.median(t)), "onnx_same_action": same / len(rows)}
 
 
 def _sweep(ckpts: Mapping[str, Path], env_cfg: dict[str, Any], seeds: int, jobs: int, progress: bool,
@@ -293,14 +329,17 @@ def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True,
                                                               if "baseline_rl" in ckpts else {}),
                               bursty, n_seeds, jobs, progress, out_dir / "bursty", (*BASELINES, STRONG))
     rows += bursty_claims({str(e["policy"]): e for e in summ_b}, common)
-    if size.sweep:
-        rows += sweep_claims(_sweep(ckpts, env_cfg, n_seeds, jobs, progress, out_dir / "sweep"), common)
+    if size.sweep:  # 10 settings: at most 2 seeds each
+        sweep = _sweep(ckpts, env_cfg, min(n_seeds, SWEEP_SEEDS), jobs, progress, out_dir / "sweep")
+        rows += sweep_claims(sweep, {**common, "seeds": common["seeds"][:SWEEP_SEEDS]})
     ov = decision_overhead(ckpts["sac_han"], env_cfg)
     rows.append(claim_row(PAPER, "decision overhead: HAN + actor per routed request (paper: HAN < 1 ms, routing adds "
                           "5 ms, RTX 4090)", "< 1 ms (HAN)", round(ov["median_ms"], 3),
                           "reproduced" if ov["median_ms"] < 1.0 else "partly", kind="at_most", unit="ms",
-                          note=f"median over {ov['decisions']} decisions, batch 1, one CPU thread; p99 "
-                          f"{ov['p99_ms']:.3f} ms", **common))
+                          note=f"torch: median over {ov['decisions']} decisions, batch 1, one CPU thread, p99 "
+                          f"{ov['p99_ms']:.3f} ms" + (f"; the same actor in ONNX (onnxruntime): median "
+                          f"{ov['onnx_median_ms']:.3f} ms, {ov['onnx_same_action']:.1%} identical actions"
+                          if "onnx_median_ms" in ov else ""), **common))
     for r in rows:
         r["out_dir"] = str(out_dir)
     return rows
