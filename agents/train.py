@@ -201,10 +201,18 @@ def _meta(cfg: dict[str, Any], env: RoutingEnv, env_cfg: dict[str, Any], state: 
                                               "numpy": np.__version__}}
 
 
+def make_logger(run_dir: Path) -> Any:
+    """stable-baselines3's logger writing progress.csv and TensorBoard events under ``run_dir``."""
+    from stable_baselines3.common.logger import Logger, make_output_format
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return Logger(str(run_dir), [make_output_format("csv", str(run_dir)),
+                                 make_output_format("tensorboard", str(run_dir / "tensorboard"))])
+
+
 def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     """Train per ``cfg`` (the composed conf/train.yaml as a plain dict); returns the final meta."""
     from omegaconf import OmegaConf
-    from stable_baselines3.common.logger import Logger, make_output_format
     from tqdm import tqdm
 
     run_dir = Path(run_dir)
@@ -222,9 +230,7 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     state, history = LoopState(), []
     _restore(tr, agent, rb, state, history, eval_env)
     config_yaml = OmegaConf.to_yaml(OmegaConf.create(cfg))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    logger = Logger(str(run_dir), [make_output_format("csv", str(run_dir)),
-                                   make_output_format("tensorboard", str(run_dir / "tensorboard"))])
+    logger = make_logger(run_dir)
     total = int(tr["total_steps"])
     bar = tqdm(total=total, initial=min(state.step, total), unit="step", disable=not tr.get("progress", True),
                dynamic_ncols=True, file=sys.stderr)
