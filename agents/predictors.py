@@ -533,9 +533,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    report["command"] = "python -m agents.predictors " + " ".join(sys.argv[1:] if argv is None else argv)
-    print(json.dumps(report, indent=1) if a.json else format_report(report))
-    if a.out and not a.json:
+    return print_report(report, "agents.predictors", argv, a.json, bool(a.out), format_report)
+
+
+def print_report(report: dict[str, Any], module: str, argv: Sequence[str] | None, as_json: bool, saved: bool,
+                 fmt: Any) -> int:
+    """The predictor CLIs' output: the report as JSON or a table (``fmt``), the command, the files saved."""
+    report["command"] = f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
+    print(json.dumps(report, indent=1) if as_json else fmt(report))
+    if saved and not as_json:
         print("saved: " + ", ".join(report["saved"]))
     return 0
 

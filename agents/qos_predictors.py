@@ -503,11 +503,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    report["command"] = "python -m agents.qos_predictors " + " ".join(sys.argv[1:] if argv is None else argv)
-    print(json.dumps(report, indent=1) if a.json else format_report(report))
-    if a.out and not a.json:
-        print("saved: " + ", ".join(report["saved"]))
-    return 0
+    from agents.predictors import print_report
+
+    return print_report(report, "agents.qos_predictors", argv, a.json, bool(a.out), format_report)
 
 
 if __name__ == "__main__":

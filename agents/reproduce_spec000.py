@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.reproduce import claim_row, gain_verdict
-from agents.reproduce_spec001 import SIZE_ENV, _read_env, _read_meta, _train_one, checkpoint_dir, compose_train
+from agents.reproduce_spec001 import SIZE_ENV, _read_env, _read_meta, checkpoint_dir, compose_train, train_all
 from llmsim.errors import ConfigError
 
 PAPER = "spec000"
@@ -86,16 +86,7 @@ def train_variants(size: Size, root: Path, jobs: int, progress: bool) -> dict[st
     dirs = [root / f"spec000_{v.key}" for v in VARIANTS]
     workers = min(jobs, len(VARIANTS))
     _log(f"training {len(cfgs)} routers ({size.name}, {cfgs[0]['trainer']['total_steps']:,} steps each) under {root}")
-    if workers == 1:
-        metas = [_train_one(c, str(d)) for c, d in zip(cfgs, dirs)]
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
-            metas = list(ex.map(_train_one, cfgs, [str(d) for d in dirs]))
-    for m in metas:
-        _log(f"trained {m['label']}: {m['steps']:,} steps, {m['episodes']} episodes, {m['wall_s']:.0f} s")
+    train_all(cfgs, dirs, workers, _log)
     return {v.key: d / "best" for v, d in zip(VARIANTS, dirs)}
 
 

@@ -144,7 +144,13 @@ def train_variants(size: Size, root: Path, jobs: int, progress: bool, eight: boo
         dirs.append(root / f"{prefix}{v.key}")
     _log(f"training {len(cfgs)} routers ({size.name}, {'8' if eight else '4'} instances, "
          f"{cfgs[0]['trainer']['total_steps']:,} steps each, {workers} process(es)) under {root}")
-    if workers == 1:
+    train_all(cfgs, dirs, workers, _log)
+    return [d / "best" for d in dirs]
+
+
+def train_all(cfgs: Sequence[dict[str, Any]], dirs: Sequence[Path], workers: int, log: Any) -> None:
+    """Train each config into its directory, in ``workers`` spawned processes (or inline), logging each result."""
+    if workers <= 1:
         metas = [_train_one(c, str(d)) for c, d in zip(cfgs, dirs)]
     else:
         import multiprocessing as mp
@@ -154,8 +160,7 @@ def train_variants(size: Size, root: Path, jobs: int, progress: bool, eight: boo
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
             metas = list(ex.map(_train_one, cfgs, [str(d) for d in dirs]))
     for m in metas:
-        _log(f"trained {m['label']}: {m['steps']:,} steps, {m['episodes']} episodes, {m['wall_s']:.0f} s")
-    return [d / "best" for d in dirs]
+        log(f"trained {m['label']}: {m['steps']:,} steps, {m['episodes']} episodes, {m['wall_s']:.0f} s")
 
 
 # ---------------------------------------------------------------------- existing runs

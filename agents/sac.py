@@ -247,6 +247,15 @@ class SACBase:
             torch.nn.utils.clip_grad_norm_(own, self.cfg.max_grad_norm)
         opt.step()
 
+    def _finish_update(self, alpha_loss: torch.Tensor) -> None:
+        """After the critic and actor steps: the temperature step (with ``autotune``), Polyak, the counter."""
+        if self.cfg.autotune:
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
+        self.soft_update()
+        self.updates += 1
+
     @torch.no_grad()
     def soft_update(self) -> None:
         p = self.cfg.polyak
@@ -343,13 +352,7 @@ class DiscreteSAC(SACBase):
         entropy = -(probs * logp).sum(dim=-1).detach()
         n_valid = mask.sum(dim=-1).clamp(min=1).float()
         h_target = cfg.target_entropy_scale * torch.log(n_valid)
-        alpha_loss = (self.log_alpha * (entropy - h_target)).mean()
-        if cfg.autotune:
-            self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_opt.step()
-        self.soft_update()
-        self.updates += 1
+        self._finish_update((self.log_alpha * (entropy - h_target)).mean())
         return {"critic_loss": critic_loss.item(), "actor_loss": actor_loss.item(), "alpha": self.alpha,
                 "entropy": entropy.mean().item(), "target_entropy": h_target.mean().item(),
                 "q_mean": q_min.gather(1, a).mean().item()}

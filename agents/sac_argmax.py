@@ -120,12 +120,6 @@ class ArgmaxSAC(SACBase):
             p.requires_grad_(True)
         actor_loss = (self.alpha * logp - q_pi).mean()
         self._step(self.actor_opt, actor_loss)
-        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
-        if self.cfg.autotune:
-            self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_opt.step()
-        self.soft_update()
-        self.updates += 1
+        self._finish_update(-(self.log_alpha * (logp.detach() + self.target_entropy)).mean())
         return {"critic_loss": critic_loss.item(), "actor_loss": actor_loss.item(), "alpha": self.alpha,
                 "entropy": -logp.mean().item(), "target_entropy": self.target_entropy, "q_mean": q1.mean().item()}
