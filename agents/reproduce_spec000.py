@@ -15,7 +15,6 @@ cores (labelled as not the paper's); ``tiny`` (``LLMSIM_REPRODUCE_SIZE=tiny``) i
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -24,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.reproduce import claim_row, gain_verdict
-from agents.reproduce_spec001 import SIZE_ENV, _read_env, _read_meta, checkpoint_dir, compose_train, train_all
+from agents.reproduce_spec001 import _read_env, _read_meta, checkpoint_dir, compose_train, train_all
+from agents.reproduce_spec001 import choose_size as spec001_size
 from llmsim.errors import ConfigError
 
 PAPER = "spec000"
@@ -69,10 +69,7 @@ SWEEP_SEEDS = 2
 
 
 def choose_size(quick: bool) -> Size:
-    name = os.environ.get(SIZE_ENV) or ("quick" if quick else "full")
-    if name not in SIZES:
-        raise ConfigError(f"{SIZE_ENV}={name!r}: expected one of {', '.join(SIZES)}")
-    return SIZES[name]
+    return spec001_size(quick, SIZES)
 
 
 def _log(msg: str) -> None:

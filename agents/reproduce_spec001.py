@@ -101,12 +101,14 @@ SIZES = {
 }
 
 
-def choose_size(quick: bool) -> Size:
-    """``quick``/``full`` from the flag, unless LLMSIM_REPRODUCE_SIZE names another size."""
+def choose_size(quick: bool, sizes: Mapping[str, Any] | None = None) -> Any:
+    """``quick``/``full`` from the flag, unless LLMSIM_REPRODUCE_SIZE names another size (of ``sizes``, default
+    this spec's)."""
+    sizes = SIZES if sizes is None else sizes
     name = os.environ.get(SIZE_ENV) or ("quick" if quick else "full")
-    if name not in SIZES:
-        raise ConfigError(f"{SIZE_ENV}={name!r}: expected one of {', '.join(SIZES)}")
-    return SIZES[name]
+    if name not in sizes:
+        raise ConfigError(f"{SIZE_ENV}={name!r}: expected one of {', '.join(sizes)}")
+    return sizes[name]
 
 
 def _log(msg: str) -> None:
