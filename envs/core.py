@@ -32,12 +32,16 @@ whatever is unfinished then is dropped as ``episode_truncated`` (reward term ``c
 ``reset(options={"workload_seed": s})``) pins one.
 
 Observations and rewards read only the public :class:`~llmsim.state.ClusterState`: ``state()`` is what the
-router sees (the last scrape with ``view_staleness``), ``true_state()`` the exact one rewards judge by.
+router sees (the last scrape with ``view_staleness``), ``true_state()`` the exact one rewards judge by
+(``true_progress()``: its backlog numbers without building it). They are built without syncing the engines
+(``ClusterView.live_state(sync=False)``, exact), and ticks with nothing to decide between two events are
+accounted without an event each (:meth:`RoutingEnv._quiet_ticks`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -181,6 +185,7 @@ class RoutingEnv(gym.Env):
         self._true_key: tuple[int, int] | None = None
         self._state: ClusterState | None = None
         self._true: ClusterState | None = None
+        self._at: tuple[float, int] | None = None  # the instant of a tick evaluated without its event
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -242,11 +247,46 @@ class RoutingEnv(gym.Env):
             self._tick_due = True
         if not c.done:
             self._tick_k += 1
+            if not (c.central or c.deferred or self.tick_when_empty or (self._outcomes and c.arrivals_done)):
+                self._quiet_ticks()
             c.env.call_at(self._tick_k * self.tick, ROUTE, self._on_tick)
+
+    def _quiet_ticks(self) -> None:
+        """The ticks strictly before the next event (within the time limit), with nothing to decide: each only
+        adds its per-tick reward terms, which depend on the state at its instant, where only decode runs have
+        moved. Account for them here, with that state (``ClusterView.live_state(at=...)``), instead of one
+        event each; the chain goes on with an event at the first tick at or after the next event. The same
+        rewards, in the same steps (no step can end between two events without an outcome: the caller checked),
+        for rewards whose ``on_tick`` reads only the env's states (``Reward.tick_reads_state``)."""
+        env = self.cluster.env
+        t_next = env.peek()
+        tick, limit = self.tick, self.limit
+        k = self._tick_k
+        t = k * tick
+        if not (t < t_next and t <= limit and t_next < math.inf):
+            return
+        rf = self.reward_fn
+        if type(rf).on_tick is Reward.on_tick:  # nothing to account: skip to the next event
+            while t < t_next and t <= limit:
+                k += 1
+                t = k * tick
+        elif rf.tick_reads_state:
+            try:
+                while t < t_next and t <= limit:
+                    self._at = (t, ROUTE)
+                    rf.on_tick(self)
+                    k += 1
+                    t = k * tick
+            finally:
+                self._at = None
+        self._tick_k = k
 
     # ------------------------------------------------------------------ what builders and rewards read
     def state(self) -> ClusterState:
         """The ClusterState the agent's router observes now (stale with ``view_staleness``); cached per instant."""
+        if self._at is not None:  # a tick without its event (_quiet_ticks)
+            view = self.cluster.view
+            return view.state(at=self._at) if self.view_staleness > 0 else view.live_state(at=self._at)
         key = (self._events, self._version)
         if self._state_key != key:
             self._state = self.cluster.view.state() if self.view_staleness > 0 else self.true_state()
@@ -255,11 +295,18 @@ class RoutingEnv(gym.Env):
 
     def true_state(self) -> ClusterState:
         """The simulator's exact ClusterState now (rewards judge by it); cached per instant."""
+        if self._at is not None:  # a tick without its event (_quiet_ticks)
+            return self.cluster.view.live_state(at=self._at)
         key = (self._events, self._version)
         if self._true_key != key:
-            self._true = self.cluster.view.live_state()
+            self._true = self.cluster.view.live_state(sync=False)  # engines materialised only for rows read
             self._true_key = key
         return self._true
+
+    def true_progress(self) -> tuple[int, tuple[tuple[int, float], ...]]:
+        """``(central_queue, ((num_requests, progress) per instance))`` of ``true_state()``, without building it
+        (``ClusterView.live_progress``: a per-tick reward's hot path)."""
+        return self.cluster.view.live_progress(self._at)
 
     def predictions(self, req: Request) -> tuple[np.ndarray, np.ndarray]:
         """Predicted (output tokens, quality) of ``req`` on each of ``self.models``."""
@@ -503,20 +550,22 @@ class RoutingEnv(gym.Env):
             return m.copy()
         insts = self.state().instances
         p = req.prompt_tokens
-        ok = [i.can_serve(p) for i in insts]
+        ok = [p <= i.max_prompt_tokens for i in insts]  # (= i.can_serve(p))
         free = ok
         if self.max_waiting is not None:
             mw = self.max_waiting
             free = [ok[k] and insts[k].num_waiting < mw for k in range(len(insts))]
         m[k_n] = self.offer_wait
         m[k_n + 1] = self.offer_drop
+        by_model = self.action_kind.startswith("model")
         for allowed in (free, ok, [True] * len(insts)):  # the first that leaves something valid
-            if self.action_kind.startswith("model"):
+            if by_model:
                 for a, reps in enumerate(self.replicas):
                     m[a] = any(allowed[k] for k in reps)
             else:
                 m[:k_n] = allowed
-            if m.any():
+            # (= m.any(): every instance is a replica of some model)
+            if self.offer_wait or self.offer_drop or any(allowed):
                 break
         return m.copy()
 

@@ -62,7 +62,9 @@ class EnvContext(Protocol):
     """What observation builders and rewards may read of the env (implemented by ``RoutingEnv``).
 
     ``state()`` is what the agent's router observes (stale with ``view_staleness``); ``true_state()`` is the
-    simulator's exact state, which rewards judge by. ``request(id)`` returns a request with its hidden
+    simulator's exact state, which rewards judge by; ``true_progress()`` is its ``(central_queue,
+    ((num_requests, progress) per instance))`` without building it (what a per-tick backlog term reads).
+    ``request(id)`` returns a request with its hidden
     ground truth (true output length, quality): rewards only. ``routed_quality`` is the predicted quality
     of each routed request on the model it was sent to (the router's own bookkeeping)."""
 
@@ -79,6 +81,8 @@ class EnvContext(Protocol):
     def state(self) -> ClusterState: ...
 
     def true_state(self) -> ClusterState: ...
+
+    def true_progress(self) -> tuple[int, tuple[tuple[int, float], ...]]: ...
 
     def predictions(self, req: Request) -> tuple[np.ndarray, np.ndarray]: ...
 

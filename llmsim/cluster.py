@@ -214,6 +214,8 @@ class Cluster(ClusterClock):
                 for r in q:  # a batch policy that idles with requests on purpose: they can never finish
                     self.recorder.drop(r, "stalled_in_engine", now)
                 q.clear()
+            inst._queues_cleared()
+            inst.changes += 1
 
     @property
     def arrivals_done(self) -> bool:

@@ -14,93 +14,16 @@ not import the cluster or instance modules (they import it), so the view stays b
 
 from __future__ import annotations
 
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from llmsim.state import (
-    LAYOUT_VERSION,
-    ClusterState,
-    InstanceRequests,
-    InstanceState,
-    RequestState,
-    StaleStateError,
-    sum_progress,
-)
+from llmsim.live_requests import LiveRequests, new_queued, new_tuple, queued_progress_terms, records
+from llmsim.simenv import ARRIVAL
+from llmsim.state import LAYOUT_VERSION, ClusterState, InstanceRequests, InstanceState, sum_progress
 
 if TYPE_CHECKING:
     from llmsim.request import Request
 
-_new = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (a fifth of the cost)
-
-
-def _records(queue: Any) -> tuple[RequestState, ...]:
-    """RequestStates of an engine queue (the engine's requests have RequestState's attribute names)."""
-    return tuple([_new(RequestState, (r.id, r.prompt_tokens, r.generated, r.computed, r.predicted_output, r.task,
-                                      r.arrival)) for r in queue])
-
-
-def _engine_key(inst: Any) -> tuple[int, int, int, int]:
-    """Changes whenever anything a RequestState or an InstanceState holds can have changed on ``inst``: an
-    iteration (slow path, or fast-path iterations materialised by a sync) or a queue's membership."""
-    return inst.iterations, len(inst.running), len(inst.waiting), len(inst.swapped)
-
-
-class _LiveRequests(InstanceRequests):
-    """An instance's requests, read from its engine when first asked for: valid while that engine has not
-    changed since the state was built (:func:`_engine_key`), else StaleStateError.
-
-    Most decisions read a few sums or a handful of requests; copying every request of every instance at
-    every decision would cost more than the rest of an env step. And an unchanged engine's state (with
-    its sums) is reused by the next ClusterState as it is."""
-
-    __slots__ = ("_inst", "_key")
-
-    def __init__(self, inst: Any, key: tuple[int, int, int, int]) -> None:
-        self._inst = inst
-        self._key = key
-        self._running = self._waiting = self._swapped = None
-        self._memo = {}
-
-    def _rows(self) -> tuple[Any, Any, Any]:
-        inst = self._inst
-        if _engine_key(inst) != self._key:
-            raise StaleStateError(
-                f"the requests of instance {inst.name} in a ClusterState were read after that instance changed "
-                "(the simulation moved on); read them while the state is current, or keep a copy "
-                "(ClusterState.to_dict)")
-        return inst.running, inst.waiting, inst.swapped
-
-    def progress(self) -> float:  # the per-tick hot path of spec 001's reward: no memo round trip
-        v = self._memo.get("progress")
-        if v is None:
-            inst = self._inst
-            if _engine_key(inst) != self._key:
-                self._rows()  # raises
-            v = self._memo["progress"] = sum_progress(inst.running, inst.waiting, inst.swapped)
-        return v
-
-    @property
-    def running(self) -> tuple[RequestState, ...]:
-        if self._running is None:
-            self._running = _records(self._rows()[0])
-        return self._running
-
-    @property
-    def waiting(self) -> tuple[RequestState, ...]:
-        if self._waiting is None:
-            self._waiting = _records(self._rows()[1])
-        return self._waiting
-
-    @property
-    def swapped(self) -> tuple[RequestState, ...]:
-        if self._swapped is None:
-            self._swapped = _records(self._rows()[2])
-        return self._swapped
-
-    def head(self, queue: str, n: int) -> tuple[RequestState, ...]:
-        q = self._rows()[("running", "waiting", "swapped").index(queue)]
-        return _records(q if len(q) <= n else list(islice(q, n)))
-
+_INF = float("inf")
 
 class ClusterView:
     """What a router may observe. Live by default; with staleness, the last scrape's snapshot.
@@ -120,7 +43,18 @@ class ClusterView:
         # per instance, the fields of InstanceState that never change (and the engine)
         self._static = [(i.idx, i.name, i.profile.model.name, i.profile.gpu.name, i.block_size, i.max_seqs,
                          i.max_model_len, i.max_servable_prompt, i) for i in cluster.instances]
-        self._cache: list[tuple[tuple[int, int, int, int], InstanceState] | None] = [None] * self.num_instances
+        self._cache: list[tuple[tuple[int, ...], InstanceState] | None] = [None] * self.num_instances
+        self._queued: list[list[Any]] = [new_queued() for _ in range(self.num_instances)]  # see LiveRequests
+        # per instance, the Instance.changes its cached state was checked at, and until when it holds
+        self._tokens = [-1] * self.num_instances
+        self._until = [0.0] * self.num_instances
+        self._order: tuple[float, bool] = (-_INF, False)  # the latest instant asked about
+        # the same for live_progress, with its (num_requests, progress) pairs and their keys
+        self._p_tokens = [-1] * self.num_instances
+        self._p_until = [0.0] * self.num_instances
+        self._p_order: tuple[float, bool] = (-_INF, False)
+        self._p_keys: list[tuple[int, ...] | None] = [None] * self.num_instances
+        self._p_pairs: list[tuple[int, float]] = [(0, 0.0)] * self.num_instances
 
     @property
     def now(self) -> float:
@@ -143,47 +77,142 @@ class ClusterView:
         return c
 
     # ------------------------------------------------------------------ the public snapshot
-    def state(self) -> ClusterState:
+    def state(self, at: tuple[float, int] | None = None) -> ClusterState:
         """What a router observes now: the live state, or (with ``view_staleness``) the last scrape's
-        instances with the current cluster-level fields (the router's own queue is never stale)."""
+        instances with the current cluster-level fields (the router's own queue is never stale).
+        ``at``: see :meth:`live_state`."""
         if self._snapshot is None:
-            return self.live_state()
-        return self._cluster_state(self._snap_instances, self._snap_at)
+            return self.live_state(sync=at is None, at=at)
+        return self._cluster_state(self._snap_instances, self._snap_at, self._c.env.now if at is None else at[0])
 
-    def live_state(self) -> ClusterState:
-        """The exact current state, whatever the staleness (rewards judge by it; routers should not)."""
-        self._c.sync_all()
-        return self._cluster_state(self._instance_states(), self._c.env.now)
+    def live_state(self, sync: bool = True, at: tuple[float, int] | None = None) -> ClusterState:
+        """The exact current state, whatever the staleness (rewards judge by it; routers should not).
 
-    def _cluster_state(self, instances: tuple[InstanceState, ...], taken_at: float) -> ClusterState:
+        ``sync=False`` leaves the engines as they are: a decode run's iterations up to now are accounted in
+        closed form (the KV blocks from its residues, ``DecodeRun.used_blocks``; the step time from its
+        boundaries) and in the sums and rows (:mod:`llmsim.live_requests`), so the state (every field, sum and
+        row) is the one ``sync=True`` gives, without materialising the run.
+        ``at=(t, phase)``: the state at a later instant ``t`` (in ``phase``) for a driver that knows no event is
+        pending before it (only decode runs move in between): what an event at ``(t, phase)`` would observe,
+        without one. Implies ``sync=False``."""
+        if at is None:
+            if sync:
+                self._c.sync_all()
+            env = self._c.env
+            at = (env.now, env.phase)
+        return self._cluster_state(self._instance_states(at=at), at[0], at[0])
+
+    def live_progress(self, at: tuple[float, int] | None = None) -> tuple[int, tuple[tuple[int, float], ...]]:
+        """``(central_queue, ((num_requests, progress) of each instance))`` of ``live_state(sync=False, at=at)``,
+        the same numbers without building the state: a reward that charges the backlog at every decision tick
+        (spec 001) reads this tens of thousands of times per episode. An instance's pair is kept while no event
+        of it has run, nothing was submitted to it (``Instance.changes``) and its decode run has not passed a
+        boundary; a recomputed ``progress`` sums the running requests (shifted, :mod:`llmsim.live_requests`)
+        and then the kept terms of the queued ones, as ``InstanceState.progress`` does."""
         c = self._c
-        return _new(ClusterState, (c.env.now, taken_at, len(c.central) + len(c.deferred), c.arrivals_done,
-                                   c.num_arrived, self.mean_output_estimate, instances, LAYOUT_VERSION))
+        if at is None:
+            env = c.env
+            now, phase = env.now, env.phase
+        else:
+            now, phase = at
+        order = (now, phase > ARRIVAL)
+        if order < self._p_order:
+            self._p_tokens = [-1] * self.num_instances  # asked about an earlier instant: recompute
+        self._p_order = order
+        tokens, until, pairs = self._p_tokens, self._p_until, self._p_pairs
+        for k, inst in enumerate(c.instances):
+            if tokens[k] == inst.changes and now < until[k]:
+                continue
+            run = inst._run
+            shift = 0
+            nxt = _INF  # when the pair changes without an event: the run's next unseen boundary
+            if run is not None:
+                j = run.seen(now, phase)
+                shift = j - run.applied
+                if j < run.end - 1:
+                    nxt = run.bounds[j]
+            tokens[k] = inst.changes
+            until[k] = nxt
+            key = (inst.iterations + shift, inst.queue_version, inst.started_version, len(inst.running))
+            if self._p_keys[k] == key:
+                continue  # e.g. an event that changed nothing here
+            self._p_keys[k] = key
+            terms = queued_progress_terms(inst, self._queued[k])
+            p = sum_progress(inst.running, shift=shift)
+            for t in terms:
+                p += t
+            pairs[k] = (len(inst.running) + len(inst.waiting) + len(inst.swapped), p)
+        return len(c.central) + len(c.deferred), tuple(pairs)
 
-    def _instance_states(self, eager: bool = False) -> tuple[InstanceState, ...]:
-        """Every instance's state (engines synced by the caller); per-request detail read on demand (an
-        unchanged engine's previous state is reused), or copied now (``eager``: stale snapshots)."""
-        thr = self.throughput()
-        cache = self._cache
+    def _cluster_state(self, instances: tuple[InstanceState, ...], taken_at: float, now: float) -> ClusterState:
+        c = self._c
+        return new_tuple(ClusterState, (now, taken_at, len(c.central) + len(c.deferred), c.arrivals_done,
+                                        c.num_arrived, self.mean_output_estimate, instances, LAYOUT_VERSION))
+
+    def _instance_states(self, at: tuple[float, int]) -> tuple[InstanceState, ...]:
+        """Every instance's state at ``at`` (engines synced by the caller or not), per-request detail read on
+        demand. An instance's previous state is reused while it is unchanged: up to its decode run's next
+        boundary when no event of it has run and nothing was submitted to it (``Instance.changes``), which costs
+        one comparison (an env's per-tick reward between events); else while its key is (same iterations and
+        queues, e.g. an event that changed nothing)."""
+        now, phase = at
+        c = self._c
+        zero = c.scrape_paused and now > c.last_scrape + c.metrics_interval  # see throughput()
+        thr = [0.0] * self.num_instances if zero else c.recent_throughput
+        order = (now, phase > ARRIVAL)  # an arrival at t does not see a boundary at t; later phases do
+        if order < self._order:
+            self._tokens = [-1] * self.num_instances  # asked about an earlier instant: check every key
+        self._order = order
+        cache, tokens, until = self._cache, self._tokens, self._until
         out = []
         for k, (idx, name, model, gpu, bs, ms, mml, mpt, inst) in enumerate(self._static):
-            key = (inst.iterations, len(inst.running), len(inst.waiting), len(inst.swapped))  # = _engine_key(inst)
+            if tokens[k] == inst.changes and now < until[k]:
+                st = cache[k][1]
+                if st.throughput == thr[k]:
+                    out.append(st)
+                    continue
+            run = inst._run
+            it = inst.iterations
+            nxt = _INF  # when this instance's state changes without an event: its run's next unseen boundary
+            if run is not None:
+                j = run.seen(now, phase)
+                it += j - run.applied
+                b = run.bounds
+                if j < run.end - 1:
+                    nxt = b[j]
+            tokens[k] = inst.changes
+            until[k] = nxt
+            key = (it, len(inst.running), len(inst.waiting), len(inst.swapped), inst.queue_version)
+            # (= live_requests.engine_key(inst, now, phase))
             hit = cache[k]
-            if eager:
-                detail = InstanceRequests(_records(inst.running), _records(inst.waiting), _records(inst.swapped))
-            elif hit is not None and hit[0] == key:
+            if hit is not None and hit[0] == key:
                 if hit[1].throughput == thr[k]:
                     out.append(hit[1])
                     continue
                 detail = hit[1].detail  # only the throughput moved: the requests (and their memo) are unchanged
             else:
-                detail = _LiveRequests(inst, key)
-            total = inst.kv_total
-            st = _new(InstanceState, (idx, name, model, gpu, True, key[1], key[2], key[3], total - inst.kv.free,
-                                      total, bs, ms, mml, mpt, inst.step_time, thr[k], detail))
-            if not eager:
-                cache[k] = (key, st)
+                detail = LiveRequests(inst, key, at, self._queued[k])
+            if run is None:
+                used = inst.kv_total - inst.kv.free
+                step = inst.step_time
+            else:  # (what a sync at ``at`` would leave: Instance.step_time and the KV cache's use)
+                step = b[j] - (b[j - 1] if j else run.start) if j < len(b) else 0.0
+                used = inst.kv_total - inst.kv.free if it == inst.iterations else run.used_blocks(j, bs)
+            st = new_tuple(InstanceState, (idx, name, model, gpu, True, key[1], key[2], key[3], used,
+                                           inst.kv_total, bs, ms, mml, mpt, step, thr[k], detail))
+            cache[k] = (key, st)
             out.append(st)
+        return tuple(out)
+
+    def _snapshot_states(self) -> tuple[InstanceState, ...]:
+        """Every instance's state now with its requests copied (stale snapshots; engines synced by the caller)."""
+        thr = self.throughput()
+        out = []
+        for k, (idx, name, model, gpu, bs, ms, mml, mpt, inst) in enumerate(self._static):
+            detail = InstanceRequests(records(inst.running), records(inst.waiting), records(inst.swapped))
+            out.append(new_tuple(InstanceState, (idx, name, model, gpu, True, len(inst.running), len(inst.waiting),
+                                                 len(inst.swapped), inst.kv_total - inst.kv.free, inst.kv_total, bs,
+                                                 ms, mml, mpt, inst.step_time, thr[k], detail)))
         return tuple(out)
 
     # ------------------------------------------------------------------ list helpers of the heuristic routers
@@ -222,14 +251,14 @@ class ClusterView:
         est = self.mean_output_estimate
         return [_work_left(i, est) for i in self._c.instances]
 
-    def throughput(self) -> list[float]:
-        """Output tokens/s of each instance over the last completed scrape interval.
+    def throughput(self, now: float | None = None) -> list[float]:
+        """Output tokens/s of each instance over the last completed scrape interval (as of ``now``, default now).
 
         Scrapes pause while the cluster is idle (see :mod:`llmsim.cluster`); once a skipped scrape would
         have completed an interval without tokens, this reads zero, as an unpaused scrape would have set.
         """
         c = self._c
-        if c.scrape_paused and c.env.now > c.last_scrape + c.metrics_interval:
+        if c.scrape_paused and (c.env.now if now is None else now) > c.last_scrape + c.metrics_interval:
             return [0.0] * self.num_instances
         return list(c.recent_throughput)
 
@@ -261,7 +290,7 @@ class ClusterView:
             "kv_demand": [_kv_demand(i) for i in insts],
             "work": [_work_left(i, est) for i in insts],
         }
-        self._snap_instances = self._instance_states(eager=True)
+        self._snap_instances = self._snapshot_states()
         self._snap_at = c.env.now
 
 

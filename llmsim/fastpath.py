@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from math import log as _log
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,7 +33,7 @@ class RunOwner(Protocol):
 
     block_size: int
     kv: KVCache
-    recorder: Any  # llmsim.metrics.Recorder: the run adds its inter-token latencies (itl)
+    recorder: Any  # llmsim.metrics.Recorder: the run adds its inter-token latencies (itl, itl_hist)
     busy_time: float
     iterations: int
     tokens_out: int
@@ -82,7 +83,7 @@ class DecodeRun:
     """A planned run of identical decode iterations over the same requests."""
 
     __slots__ = ("owner", "start", "reqs", "n", "bounds", "applied", "end", "k_final", "ctx1", "free", "res",
-                 "stop_t", "stop_strict", "planned", "factor", "step")
+                 "stop_t", "stop_strict", "planned", "factor", "step", "blocks0")
 
     def __init__(
         self, owner: str, start: float, reqs: list[Request], b1: float, ctx1: int, free: int, res: list[int],
@@ -104,6 +105,7 @@ class DecodeRun:
         self.planned = FIRST_CHUNK
         self.factor = factor  # co-location slowdown, fixed for the run (a change of it ends the run)
         self.step = step  # decode step time as a function of the context sum (fixed batch size)
+        self.blocks0: tuple[int, int] | None = None  # the last (j, used_blocks(j))
 
     def plan(self, block_size: int) -> None:
         """Extend the planned boundaries by up to ``planned`` iterations, doubling the next chunk."""
@@ -169,16 +171,41 @@ class DecodeRun:
 
     def seen(self, now: float, phase: int) -> int:
         """Iterations an observer at (now, phase) has seen completed (never the event's own boundary)."""
-        bounds = self.bounds
         j = self.applied
         last = self.end - 1  # the boundary event itself materialises run.end
+        if j >= last:
+            return j
+        # the boundaries increase strictly: the first one not yet seen, found by bisection
         if phase <= ARRIVAL:
-            while j < last and bounds[j] < now:
-                j += 1
+            return bisect_left(self.bounds, now, j, last)  # an arrival at b does not see the boundary b
+        return bisect_right(self.bounds, now, j, last)
+
+    def used_blocks(self, j: int, block_size: int) -> int:
+        """GPU blocks the run's requests hold once iterations up to ``j < end`` are materialised: what
+        :meth:`materialise` settles the KV cache at, from the residues instead of a pass over the requests.
+
+        A request with c computed tokens at the run's start holds ceil((c + j + 1) / block_size) blocks mid-run
+        (iteration j + 1 already has its blocks): one more than at j - 1 exactly when c % block_size ==
+        -j % block_size. So from the last answer (j0, u0), u(j) = u0 + res[-j0-1 % bs] + ... + res[-j % bs];
+        from scratch, with c = block_size * q + m, u(j) = sum(q) + sum_m res[m] * ((m + j + block_size) //
+        block_size). Exact integers either way."""
+        b0 = self.blocks0
+        res = self.res
+        if b0 is not None and b0[0] <= j <= b0[0] + 4:
+            used = b0[1]
+            for i in range(b0[0] + 1, j + 1):
+                used += res[-i % block_size]
         else:
-            while j < last and bounds[j] <= now:
-                j += 1
-        return j
+            q = self.ctx1 - self.n  # computed tokens of the requests at the start (ctx1 counts the new token)
+            used = 0
+            top = j + block_size
+            for m, c in enumerate(res):
+                if c:
+                    q -= m * c
+                    used += c * ((m + top) // block_size)
+            used += q // block_size
+        self.blocks0 = (j, used)
+        return used
 
     def materialise(self, inst: RunOwner, j: int) -> list[Request]:
         """Apply iterations ``applied+1 .. j`` to the requests, ``inst``'s KV cache and statistics.
@@ -234,12 +261,17 @@ class DecodeRun:
             start = j0
         prev = bounds[start - 1]
         busy = inst.busy_time
+        # each iteration's gap goes to the ITL histogram with weight n (Recorder.itl, inlined on this hot path)
+        rec = inst.recorder
+        hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN
         for i in range(start, j):
             b = bounds[i]
             delta = b - prev
-            itl(delta, n)
+            hist[int(_log(delta) * inv) + off if delta > lo else 0] += n
             busy += delta
             prev = b
+        if j > start:
+            rec.itl_count += (j - start) * n
         inst.busy_time = busy
         inst.iterations += d
         inst.tokens_out += d * n

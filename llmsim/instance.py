@@ -24,12 +24,14 @@ from __future__ import annotations
 import operator
 from collections import deque
 from collections.abc import Callable
+from math import log as _log
 from typing import TYPE_CHECKING
 
 from llmsim.engine import EngineConfig
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.fastpath import NEVER, DecodeRun, bad_step, decode_step_fn, residues
 from llmsim.kv import KVCache
+from llmsim.queued import QueuedTotals
 from llmsim.scheduling import BATCH_POLICIES, Scheduled
 from llmsim.simenv import ARRIVAL, ENGINE, SimEnv
 
@@ -42,7 +44,7 @@ MAX_STALLED_ITERATIONS = 1000  # consecutive iterations that compute and sample 
 MAX_RESCHEDULES = 100  # schedule() calls in a row that only preempt (emptying the batch) before it is an error
 
 
-class Instance:
+class Instance(QueuedTotals):
     def __init__(
         self,
         idx: int,
@@ -90,6 +92,8 @@ class Instance:
         self._changes = 0  # preemptions, to tell an engine that just freed room from a stuck one
         self._stalls = 0  # consecutive iterations without progress, ending at iteration _stall_at
         self._stall_at = -2
+        self._init_queued()  # totals over the waiting and swapped requests (llmsim.queued)
+        self.changes = 0  # events run + submissions: in between, only a decode run moves what observers see
         # statistics
         self.iterations = 0
         self.busy_time = 0.0
@@ -152,6 +156,13 @@ class Instance:
         r.target_tokens = target if target > 0 else 1
         r.instance = self.idx
         self.waiting.append(r)
+        if r.generated or r.computed:
+            self._enqueued(r)
+        else:  # a fresh request (QueuedTotals._enqueued, inlined on this hot path)
+            self.queue_version += 1
+            self.queued_context += p
+            self.queued_prefill += p
+        self.changes += 1
         if not self._busy:
             self._set_busy(True, now, phase)
             self._gen += 1
@@ -179,6 +190,13 @@ class Instance:
         j = run.seen(now, phase)
         if j > run.applied:
             run.materialise(self, j)
+
+    def seen_iterations(self, now: float, phase: int) -> int:
+        """``iterations`` as ``sync(now, phase)`` would leave it (without materialising a decode run)."""
+        run = self._run
+        if run is None:
+            return self.iterations
+        return self.iterations + run.seen(now, phase) - run.applied
 
     # snapshot helpers used by ClusterView
     @property
@@ -319,6 +337,12 @@ class Instance:
     def admit(self, r: Request, n_new: int, need: int, now: float) -> None:
         """Move waiting ``r`` to running with ``need`` new blocks and ``n_new`` tokens this iteration."""
         self.waiting.remove(r) if self.waiting[0] is not r else self.waiting.popleft()
+        if r.generated or r.computed:
+            self._dequeued(r)
+        else:  # a fresh request (QueuedTotals._dequeued, inlined on this hot path)
+            self.queue_version += 1
+            self.queued_context -= r.prompt_tokens
+            self.queued_prefill -= r.prompt_tokens
         self.kv.allocate(r, need)
         r.n_new = n_new
         if r.first_scheduled < 0:
@@ -344,15 +368,18 @@ class Instance:
             r.swaps += 1
             self.swap_outs += 1
             self.swapped.append(r)
+            self._enqueued(r, swapped=True)
             return r.blocks
         kv.release(r)
         r.computed = 0
         self.waiting.appendleft(r)
+        self._enqueued(r, front=True)
         return 0
 
     def swap_in(self, r: Request, need: int) -> int:
         """Move the head of the swapped queue to running holding ``need`` GPU blocks; returns blocks moved."""
         self.swapped.popleft()
+        self._dequeued(r, swapped=True)
         moved = self.kv.swap_in(r, need)
         r.swapped = False
         self.running.append(r)
@@ -362,6 +389,7 @@ class Instance:
     def _on_boundary(self, gen: int) -> None:
         if gen != self._gen:
             return
+        self.changes += 1
         now = self.env.now
         run = self._run
         if run is not None:
@@ -488,6 +516,7 @@ class Instance:
                 f"prompt tokens, {context - r.computed} to compute) fits: it would never be served"
             )
         queue.popleft()
+        self._dequeued(r, swapped=queue is self.swapped)
         if queue is self.swapped:
             r.swapped = False
             self.kv.drop_swapped(r)
@@ -516,8 +545,10 @@ class Instance:
         self.iterations += 1
         self.busy_time += now - self._iter_start
         rec = self.recorder
+        hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN  # Recorder.itl, inlined
         done = []
-        out = 0
+        out = gaps = 0
+        pv, pb = -1.0, 0  # the last gap and its bin: a batch's decoders mostly share their last token's time
         for r in batch:
             r.computed += r.n_new
             if r.computed == r.prompt_tokens + r.generated:
@@ -526,10 +557,15 @@ class Instance:
                 if r.first_token < 0:
                     r.first_token = now
                 else:
-                    rec.itl(now - r.last_token_time, 1)
+                    v = now - r.last_token_time
+                    if v != pv:
+                        pv, pb = v, int(_log(v) * inv) + off if v > lo else 0
+                    hist[pb] += 1
+                    gaps += 1
                 r.last_token_time = now
                 if r.generated >= r.target_tokens:
                     done.append(r)
+        rec.itl_count += gaps
         self.tokens_out += out
         if done:
             self._complete(done, now)

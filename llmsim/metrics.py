@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from itertools import compress
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,12 +54,15 @@ _INT_COLS = ("id", "prompt_tokens", "output_tokens", "requested_output_tokens", 
 class Recorder:
     """Collects what the engines report; the cluster turns it into tables and a summary."""
 
+    ITL_INV, ITL_MIN, ITL_OFFSET = _ITL_INV, _ITL_MIN, _ITL_OFFSET  # the binning of itl (inlined by llmsim.fastpath)
+
     def __init__(self) -> None:
         self.cols: dict[str, array] = {c: array("d") for c in _FLOAT_COLS}
         self.cols.update({c: array("q") for c in _INT_COLS})
         self.tasks: list[str | None] | None = None
         self.itl_hist = [0] * _ITL_BINS
         self.itl_count = 0
+        self._itl_memo: tuple[int, list[tuple[int, int]]] | None = None
         self.dropped: list[tuple[int, float, int, int, str, float, int]] = []
         self.timeline: dict[str, array] = {
             "time": array("d"), "instance": array("q"), "waiting": array("q"), "running": array("q"),
@@ -132,16 +136,23 @@ class Recorder:
             return float("nan")
         rank = max(1, math.ceil(p / 100.0 * self.itl_count))
         seen = 0
-        hist = self.itl_hist
-        for b, n in enumerate(hist):
-            if n:
-                seen += n
-                if seen >= rank:
-                    if b == 0:
-                        return _ITL_MIN
-                    lo = math.exp((b - _ITL_OFFSET) / _ITL_INV)
-                    return lo * (1 + 0.5 * _ITL_STEP)
+        for b, n in self._itl_nonzero():
+            seen += n
+            if seen >= rank:
+                if b == 0:
+                    return _ITL_MIN
+                lo = math.exp((b - _ITL_OFFSET) / _ITL_INV)
+                return lo * (1 + 0.5 * _ITL_STEP)
         return float("nan")
+
+    def _itl_nonzero(self) -> list[tuple[int, int]]:
+        """(bin, count) of the non-empty histogram bins, in order; one pass over the ~276k bins per ITL count
+        (a summary asks for several percentiles of the same histogram)."""
+        memo = self._itl_memo
+        if memo is None or memo[0] != self.itl_count:
+            hist = self.itl_hist
+            memo = self._itl_memo = (self.itl_count, [(b, hist[b]) for b in compress(range(len(hist)), hist)])
+        return memo[1]
 
 
 def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:

@@ -164,58 +164,78 @@ class InstanceRequests:
 
 
 # Sums over the rows of the three queues (plain RequestStates or the engine's requests: same attribute names).
-def sum_pending_prefill(*queues: Any) -> int:
+# ``shift``: decode iterations the rows of the first queue (the simulator's running requests, mid decode run) are
+# behind the state described: each of them has generated, and computed, ``shift`` more tokens than it says.
+def sum_pending_prefill(*queues: Any, shift: int = 0) -> int:
     n = 0
+    s = shift
     for q in queues:
         for r in q:
             g = r.generated
-            left = r.prompt_tokens + g - r.computed
-            if left > 1 or not g:
+            left = r.prompt_tokens + g - r.computed  # (a shift moves generated and computed alike)
+            if left > 1 or not g + s:
                 n += left  # prompt (or recompute) tokens; a decoder's one pending token is decode work
+        s = 0
     return n
 
 
-def sum_pending_decode(*queues: Any) -> float:
+def sum_pending_decode(*queues: Any, shift: int = 0) -> float:
     x = 0.0
+    s = shift
     for q in queues:
         for r in q:
             d = r.predicted_output
-            if d is not None and d > r.generated:
-                x += d - r.generated
+            g = r.generated + s
+            if d is not None and d > g:
+                x += d - g
+        s = 0
     return x
 
 
-def sum_context(*queues: Any) -> int:
+def sum_context(*queues: Any, shift: int = 0) -> int:
     n = 0
     for q in queues:
         for r in q:
             n += r.prompt_tokens + r.generated
-    return n
+    return n + shift * len(queues[0]) if queues else n
 
 
-def sum_progress(*queues: Any) -> float:
+def sum_progress(*queues: Any, shift: int = 0) -> float:
     x = 0.0
+    s = shift
     for q in queues:
         for r in q:
-            g = r.generated
+            g = r.generated + s
             if g:
                 d = r.predicted_output
                 if d:
                     x += g / d if g < d else 1.0
+        s = 0
     return x
 
 
+def progress_terms(*queues: Any) -> list[float]:
+    """What :func:`sum_progress` adds for these rows, in order: continuing a sum with them is the same sum."""
+    return [(g / d if g < d else 1.0) for q in queues for r in q if (g := r.generated) and (d := r.predicted_output)]
+
+
+def decode_terms(*queues: Any) -> list[float]:
+    """What :func:`sum_pending_decode` adds for these rows, in order."""
+    return [d - g for q in queues for r in q if (d := r.predicted_output) is not None and d > (g := r.generated)]
+
+
 def phase_summary_of(running: Any, waiting: Any, swapped: Any, edges: tuple[float, ...],
-                   default: float) -> tuple[int, list[int], float, int]:
+                   default: float, shift: int = 0) -> tuple[int, list[int], float, int]:
     pre = len(waiting)
     counts = [0] * (len(edges) + 1)
     two = len(edges) == 2  # the common case (spec 001's three buckets), without a call per request
     e0, e1 = edges if two else (0.0, 0.0)
     left = math.inf
     resident = 0
+    s = shift
     for q in (running, swapped):
         for r in q:
-            g = r.generated
+            g = r.generated + s
             resident += r.prompt_tokens + g
             if g == 0:
                 pre += 1
@@ -227,6 +247,7 @@ def phase_summary_of(running: Any, waiting: Any, swapped: Any, edges: tuple[floa
                 counts[bisect_right(edges, d)] += 1
             if d - g < left:
                 left = d - g
+        s = 0
     return pre, counts, left, resident
 
 

@@ -36,6 +36,7 @@ def test_nodes_and_edges_match_cluster_state():
     env, obs = _busy_env()
     data = to_hetero_data(obs)
     c = env.cluster
+    c.sync_all()  # the engines as the observation saw them (envs read the state without syncing the engines)
     now = c.env.now
     n = env.num_instances
     assert data["expert"].x.shape == (n, 3)

@@ -42,6 +42,9 @@ class Reward:
     own_components: ClassVar[tuple[str, ...]] = ()
     default_weights: ClassVar[dict[str, float]] = {}
     default_scale: ClassVar[float] = 1.0
+    # on_tick reads the env only through state() / true_state() and static facts (nothing else that changes
+    # with time): the env may then evaluate ticks between two events without an event each (envs.core)
+    tick_reads_state: ClassVar[bool] = False
 
     def __init__(self, weights: dict[str, float] | None = None, scale: float | None = None,
                  wait_cost: float = 0.1) -> None:

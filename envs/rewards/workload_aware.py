@@ -11,7 +11,9 @@
   so far (``InstanceState.context_tokens``), d_i = the newcomer's predicted output.
 * ``heuristic``: h = r_mix(chosen) - max_m r_mix(m) <= 0 (0 for wait / drop): the HuRL guidance term.
 
-All terms read the true ClusterState. Default weights give the "Workload-Aware RL" reward r + h; set
+All terms read the true ClusterState (``unfinished`` its numbers through ``env.true_progress()``, without
+building it: the term is charged tens of thousands of times per episode). Default weights give the
+"Workload-Aware RL" reward r + h; set
 ``guidance`` to 0 for "Baseline RL" or follow the "Workload-Guided" schedule gamma * exp(-0.5 k) with
 :meth:`set_guidance`. The generic ``waiting`` term has weight 0 here (``unfinished`` already charges every
 queued request), the other outcome terms weight r_c (a lost request costs what a served one earns); ``scale``
@@ -42,6 +44,7 @@ class WorkloadAwareReward(Reward):
     name = "workload_aware"
     own_components = ("unfinished", "completion", "mixing", "heuristic", "mixing_prefill", "mixing_decode")
     default_weights = {"unfinished": 1.0, "completion": 1.0, "heuristic": 1.0, "waiting": 0.0}
+    tick_reads_state = True  # on_tick: the backlog of true_progress()
 
     def __init__(self, completion_reward: float = 60.0, grad_p: float = 3.2e-4, grad_d: float = 3.3e-5,
                  eps: float = 5.0, alpha: float = 0.5, guidance: float = 1.0,
@@ -89,11 +92,12 @@ class WorkloadAwareReward(Reward):
 
     def _backlog(self, env: EnvContext) -> float:
         """sum over requests in the system of (1 - f): the held ones count 1 each, an instance's count minus its
-        ``progress`` (sum of min(1, generated / predicted output))."""
-        state = env.true_state()
-        pen = float(state.central_queue)
-        for inst in state.instances:
-            pen += inst.num_requests - inst.progress
+        ``progress`` (sum of min(1, generated / predicted output)); from the true state's numbers
+        (``true_progress``: the state's ``central_queue`` and each instance's ``num_requests`` and ``progress``)."""
+        central, per_instance = env.true_progress()
+        pen = float(central)
+        for n, progress in per_instance:
+            pen += n - progress
         return pen
 
     def on_tick(self, env: EnvContext) -> None:

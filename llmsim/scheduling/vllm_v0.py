@@ -80,7 +80,8 @@ class VllmV0Policy(BatchPolicy):
                     break
             if victim is r:
                 break
-            kv.allocate(r, need)
+            if need:
+                kv.allocate(r, need)
             r.n_new = 1
             batch.append(r)
             i += 1
