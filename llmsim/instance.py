@@ -21,7 +21,6 @@ request that fits an idle instance, or repeats iterations that compute and sampl
 
 from __future__ import annotations
 
-import operator
 from collections import deque
 from collections.abc import Callable
 from math import log as _log
@@ -31,6 +30,7 @@ from llmsim.engine import EngineConfig
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.fastpath import NEVER, DecodeRun, bad_step, decode_step_fn, residues
 from llmsim.kv import KVCache
+from llmsim.prompt_limits import PromptLimits
 from llmsim.queued import QueuedTotals
 from llmsim.scheduling import BATCH_POLICIES, Scheduled
 from llmsim.simenv import ARRIVAL, ENGINE, SimEnv
@@ -44,7 +44,7 @@ MAX_STALLED_ITERATIONS = 1000  # consecutive iterations that compute and sample 
 MAX_RESCHEDULES = 100  # schedule() calls in a row that only preempt (emptying the batch) before it is an error
 
 
-class Instance(QueuedTotals):
+class Instance(QueuedTotals, PromptLimits):
     def __init__(
         self,
         idx: int,
@@ -126,23 +126,6 @@ class Instance(QueuedTotals):
         return KVCache(int(total), bs, int(cfg.watermark * total), cpu_total, self.name)
 
     # ------------------------------------------------------------------ public API
-    def max_prompt_blocks(self) -> int:
-        """Largest number of blocks a prompt may take and still be admitted."""
-        return self.kv_total - self.watermark_blocks
-
-    @property
-    def max_servable_prompt(self) -> int:
-        """Longest prompt this instance can ever serve (context window and whole KV cache)."""
-        return min(self.max_model_len - 1, self.max_prompt_blocks() * self.block_size - 1)
-
-    def can_ever_serve(self, r: Request) -> str:
-        """'' if this instance can serve ``r``; otherwise the reason it never could."""
-        if r.prompt_tokens >= self.max_model_len:
-            return "prompt_exceeds_max_model_len"
-        if -(-(r.prompt_tokens + 1) // self.block_size) > self.max_prompt_blocks():
-            return "prompt_exceeds_kv_capacity"
-        return ""
-
     def submit(self, r: Request, now: float, phase: int) -> None:
         """Queue ``r``; the engine sees it at its next boundary (see module docstring)."""
         p = r.prompt_tokens
@@ -170,17 +153,6 @@ class Instance(QueuedTotals):
             return
         if self._run is not None:
             self._request_stop(self._run, now, phase == ARRIVAL)
-
-    def _check_prompt(self, r: Request) -> None:
-        """A prompt length must be an integer >= 0 (numpy integers too): anything else would make time run
-        backwards or never end."""
-        p = r.prompt_tokens
-        try:
-            ok = not isinstance(p, bool) and operator.index(p) >= 0
-        except TypeError:
-            ok = False
-        if not ok:
-            raise LLMSimError(f"instance {self.name}: request {r.id} has prompt_tokens {p!r}; expected an integer >= 0")
 
     def sync(self, now: float, phase: int) -> None:
         """Bring request and KV state up to the last boundary an observer at (now, phase) has seen."""

@@ -205,21 +205,27 @@ def _trajectory(env, seed: int) -> list:
             return out
 
 
-def test_ticks_between_events_give_the_same_episode_as_one_event_per_tick(monkeypatch):
-    import gymnasium as gym
-
-    import envs  # noqa: F401
-    from envs.core import RoutingEnv
-
+def _count_quiet_ticks(monkeypatch, env_cls) -> dict:
+    """Wrap ``env_cls._quiet_ticks`` to count the ticks it accounts without an event of their own."""
     calls = {"quiet": 0}
-    quiet = RoutingEnv._quiet_ticks
+    quiet = env_cls._quiet_ticks
 
     def counted(self):
         k = self._tick_k
         quiet(self)
         calls["quiet"] += self._tick_k - k
 
-    monkeypatch.setattr(RoutingEnv, "_quiet_ticks", counted)
+    monkeypatch.setattr(env_cls, "_quiet_ticks", counted)
+    return calls
+
+
+def test_ticks_between_events_give_the_same_episode_as_one_event_per_tick(monkeypatch):
+    import gymnasium as gym
+
+    import envs  # noqa: F401
+    from envs.core import RoutingEnv
+
+    calls = _count_quiet_ticks(monkeypatch, RoutingEnv)
     env = gym.make("llmsim/WorkloadRouter-v0", num_requests=120).unwrapped
     fast = _trajectory(env, 3)
     assert calls["quiet"] > 1000  # most drain ticks had no event of their own
@@ -276,15 +282,7 @@ def test_ticks_on_the_same_instants_as_boundaries_and_completions(monkeypatch):
              for _ in range(2)]
     env = RoutingEnv(insts, wl, num_requests=30, decision="tick", tick=0.125, action="instance_wait",
                      reward="workload_aware", drain_time=60.0)
-    calls = {"quiet": 0}
-    quiet = RoutingEnv._quiet_ticks
-
-    def counted(self):
-        k = self._tick_k
-        quiet(self)
-        calls["quiet"] += self._tick_k - k
-
-    monkeypatch.setattr(RoutingEnv, "_quiet_ticks", counted)
+    calls = _count_quiet_ticks(monkeypatch, RoutingEnv)
     fast = _trajectory(env, 5)
     assert calls["quiet"] > 100
     monkeypatch.setattr(RoutingEnv, "_quiet_ticks", lambda self: None)
