@@ -2,6 +2,7 @@
 
     python -m agents.bench [--env workload_router] [--agent ddqn] [--steps 30000] [--num-envs 1] [--json]
     python -m agents.bench --encoder [--heads 4] [--json]      # the graph encoder (agents/han.py) instead
+    python -m agents.bench --decision [--export DIR ...] [--backends 4] [--json]   # the live router's decisions
 
 Prints, for the env preset (conf/env/<name>.yaml): the env alone under a random mask-respecting policy
 through the same vector env, DDQN training (updates from the first step: ``learning_starts`` = one batch),
@@ -207,7 +208,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--encoder", action="store_true", help="benchmark the graph encoder (agents/han.py) instead")
     ap.add_argument("--heads", type=int, default=4, help="--encoder: attention heads")
+    ap.add_argument("--decision", action="store_true",
+                    help="per-decision latency of the live router (agents/serve/bench.py) instead")
+    ap.add_argument("--export", action="append", default=[], help="--decision: an llmsim-export directory (repeat)")
+    ap.add_argument("--heuristic", action="append", default=None, help="--decision: llmsim routers to time")
+    ap.add_argument("--backends", type=int, default=4, help="--decision: backends for the heuristics")
+    ap.add_argument("--iters", type=int, default=2000, help="--decision: decisions timed per policy")
     args = ap.parse_args(argv)
+    if args.decision:
+        from agents.serve.bench import bench_decisions, print_rows
+
+        heur = args.heuristic if args.heuristic is not None else ["jsq", "least_work_left", "qos_lookahead"]
+        rows = bench_decisions(heur, args.export, args.backends, args.iters, args.seed)
+        print(json.dumps(rows)) if args.json else print_rows(rows)
+        return 0
     if args.encoder:
         r = bench_encoder(heads=args.heads, seed=args.seed)
         if args.json:

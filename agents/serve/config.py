@@ -1,0 +1,144 @@
+"""The live router's config file (YAML), validated: every error is one line naming the key and what was expected.
+
+    backends:                      # the OpenAI-compatible servers (vLLM, llmsim-emulate, ...) it routes over
+      - {name: a100-0, url: http://10.0.0.5:8000, model: llama-3.1-8b, gpu: a100-80gb}
+      - {name: a100-1, url: http://10.0.0.6:8000, model: meta-llama/Llama-3.1-8B-Instruct, policy_model: llama-3.1-8b}
+    policy: {heuristic: jsq}       # any llmsim router (kwargs: {...}), or {onnx: <export dir>} (llmsim-export)
+    scrape_interval_s: 0.5
+    port: 8000
+    limits: {max_in_flight: 1024, max_queue: 256, max_wait_s: 10, max_body_bytes: 4194304}
+    timeouts: {connect_s: 2, first_token_s: 60, request_s: 600, scrape_s: 2}
+    retries: 2
+    health: {interval_s: 1, eject_after: 2, readmit_after: 1}
+
+Bearer tokens: ``api_key`` (clients must send it), a backend's ``api_key`` (sent to that backend). Values of
+the form ``env:NAME`` are read from the environment variable ``NAME`` (keys stay out of config files).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from llmsim.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BackendConfig(_Strict):
+    name: str = Field(min_length=1)
+    url: str
+    model: str | None = None  # served model name; default: read from the backend's /v1/models
+    policy_model: str | None = None  # the llmsim model name a trained policy knows this backend by; default: model
+    gpu: str | None = None
+    api_key: str | None = None
+    max_num_seqs: int = Field(256, ge=1)  # vLLM's default; the engine argument is not in /metrics
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL, got {v!r}")
+        return v.rstrip("/")
+
+
+class PolicyConfig(_Strict):
+    heuristic: str | None = None
+    onnx: str | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _one(self) -> PolicyConfig:
+        if (self.heuristic is None) == (self.onnx is None):
+            raise ValueError("expected exactly one of 'heuristic: <llmsim router name>' or 'onnx: <export dir>'")
+        return self
+
+
+class Limits(_Strict):
+    max_in_flight: int = Field(1024, ge=1)  # requests being answered at once; more get 429
+    max_queue: int = Field(256, ge=0)  # requests a policy holds (WAIT) at once; more get 429
+    max_wait_s: float = Field(10.0, gt=0)  # longest a held request waits for a decision; then 503
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    max_prompt_tokens: int | None = Field(None, ge=1)  # estimated; default: the largest backend context
+
+
+class Timeouts(_Strict):
+    connect_s: float = Field(2.0, gt=0)
+    first_token_s: float = Field(60.0, gt=0)  # until the response headers / first streamed token
+    request_s: float = Field(600.0, gt=0)  # whole request
+    scrape_s: float = Field(2.0, gt=0)
+
+
+class Health(_Strict):
+    interval_s: float = Field(1.0, gt=0)
+    eject_after: int = Field(2, ge=1)  # consecutive failed checks (or one refused connection) eject a backend
+    readmit_after: int = Field(1, ge=1)  # consecutive good checks readmit it
+
+
+class RouterConfig(_Strict):
+    backends: list[BackendConfig] = Field(min_length=1)
+    policy: PolicyConfig
+    scrape_interval_s: float = Field(0.5, gt=0)
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    model_name: str = "llmsim-router"  # the name clients may ask for to let the policy choose any backend
+    api_key: str | None = None
+    retries: int = Field(2, ge=0)
+    chars_per_token: float = Field(4.0, gt=0)  # prompt-length estimate for text prompts (no tokenizer)
+    limits: Limits = Field(default_factory=Limits)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    health: Health = Field(default_factory=Health)
+
+    @model_validator(mode="after")
+    def _unique(self) -> RouterConfig:
+        names = [b.name for b in self.backends]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"backend names must be unique; repeated: {dup}")
+        return self
+
+
+def _secret(v: str | None, where: str) -> str | None:
+    if v is None or not v.startswith("env:"):
+        return v
+    name = v[4:]
+    if name not in os.environ:
+        raise ConfigError(f"{where}: environment variable {name!r} is not set")
+    return os.environ[name]
+
+
+def parse_config(data: Any, where: str = "router config") -> RouterConfig:
+    """A RouterConfig from a mapping; a ConfigError naming the first bad key otherwise."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping with 'backends' and 'policy', got {type(data).__name__}")
+    try:
+        cfg = RouterConfig.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise ConfigError(f"{where}: {loc}: {err['msg']}{more}") from None
+    backends = [b.model_copy(update={"api_key": _secret(b.api_key, f"{where}: backends.{i}.api_key")})
+                for i, b in enumerate(cfg.backends)]
+    return cfg.model_copy(update={"backends": backends, "api_key": _secret(cfg.api_key, f"{where}: api_key")})
+
+
+def load_config(path: str | Path, port: int | None = None) -> RouterConfig:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such router config file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}: not valid YAML{at}: {getattr(e, 'problem', e)}") from None
+    cfg = parse_config(data, str(p))
+    return cfg if port is None else cfg.model_copy(update={"port": port})

@@ -1,0 +1,26 @@
+"""Running the router in-process (tests, notebooks): ``with start_router(cfg) as r: httpx.get(r.url + ...)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.serve.app import create_app
+from agents.serve.config import RouterConfig, parse_config
+from agents.serve.gateway import Gateway
+from llmsim.emulator.server_thread import ServerThread
+
+
+class RouterHandle(ServerThread):
+    """A router serving on a loopback port in a daemon thread; ``gateway`` is its live state (for tests)."""
+
+    def __init__(self, cfg: RouterConfig) -> None:
+        app = create_app(cfg)
+        super().__init__(app, cfg.host, cfg.port, name="llmsim-router")
+        self.gateway: Gateway = app.state.gateway
+
+
+def start_router(cfg: RouterConfig | dict[str, Any]) -> RouterHandle:
+    """Start a router (``port: 0`` picks a free port) and return once it accepts connections."""
+    if not isinstance(cfg, RouterConfig):
+        cfg = parse_config(cfg)
+    return RouterHandle(cfg).start()

@@ -1,0 +1,397 @@
+"""The OpenAI-compatible HTTP API of one emulated vLLM engine (FastAPI).
+
+Endpoints as vLLM answers them: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streaming as SSE or one
+JSON), ``GET /v1/models``, ``GET /health``, ``GET /metrics``. Errors have OpenAI's shape
+``{"error": {"message", "type", "param", "code"}}``. Token counts are approximations without a tokenizer (see
+:func:`text_tokens` and docs/emulator.md); the generated text is synthetic words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
+
+from llmsim.emulator.engine import (
+    EmulatorOptions,
+    EngineFailed,
+    RealTimeEngine,
+    SyntheticText,
+    Ticket,
+    request_seed,
+    sampled_length,
+)
+from llmsim.emulator.metrics import EmulatorMetrics
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's (and OpenAI's) default for /v1/completions
+CHAT_TOKENS_PER_MESSAGE = 3  # role and separators of each chat message (OpenAI's documented count)
+CHAT_REPLY_PRIMING = 3  # the assistant header the template appends
+DISCONNECT_POLL_S = 0.5  # non-streaming requests: how often a waiting handler checks its client is still there
+_MARK = "\u0000token\u0000"  # placeholder of a token's text in a chunk template (never a generated word)
+
+
+class ApiError(Exception):
+    """An error answered as ``{"error": {...}}`` with this HTTP status."""
+
+    TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 413: "RequestTooLargeError",
+             500: "InternalServerError", 503: "ServiceUnavailableError"}
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+    def response(self) -> JSONResponse:
+        body = {"error": {"message": self.message, "type": self.TYPES.get(self.status, "BadRequestError"),
+                          "param": self.param, "code": self.status}}
+        return JSONResponse(body, status_code=self.status)
+
+
+def text_tokens(text: str, chars_per_token: float) -> int:
+    """Tokens of a text without a tokenizer: ceil(characters / chars_per_token)."""
+    return math.ceil(len(text) / chars_per_token)
+
+
+@dataclass
+class Job:
+    """A validated request: what to submit and how to answer."""
+
+    chat: bool
+    prompt_tokens: int
+    max_tokens: int | None
+    stream: bool
+    include_usage: bool
+    seed: int
+    ignore_eos: bool = False
+
+
+# ---------------------------------------------------------------------- parsing and validation
+def _int_or_none(body: dict[str, Any], key: str) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ApiError(400, f"`{key}` must be a positive integer, got {json.dumps(v)[:80]}", key)
+    return v
+
+
+def _common(body: dict[str, Any], served: str) -> tuple[bool, bool]:
+    """Check the fields both endpoints share; returns (stream, include_usage)."""
+    model = body.get("model")
+    if model is None:
+        raise ApiError(400, "`model` is required: the served model name, see GET /v1/models", "model")
+    if not isinstance(model, str):
+        raise ApiError(400, f"`model` must be a string, got {json.dumps(model)[:80]}", "model")
+    if model != served:
+        raise ApiError(404, f"The model `{model}` does not exist.", "model")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise ApiError(400, f"`stream` must be a boolean, got {json.dumps(stream)[:80]}", "stream")
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise ApiError(400, f"`n` must be 1 (the emulator returns one choice per request), got {json.dumps(n)[:80]}",
+                       "n")
+    so = body.get("stream_options")
+    include_usage = False
+    if so is not None:
+        if not stream:
+            raise ApiError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
+        if not isinstance(so, dict) or not isinstance(so.get("include_usage", False), bool | None):
+            raise ApiError(400, "`stream_options` must be an object like {\"include_usage\": true}", "stream_options")
+        include_usage = bool(so.get("include_usage"))
+    return stream, include_usage
+
+
+def _prompt_tokens(prompt: Any, cpt: float) -> int:
+    """Token count of a completions prompt: token ids count exactly, text approximately."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        if not prompt:
+            raise ApiError(400, "`prompt` must not be empty", "prompt")
+        return text_tokens(prompt, cpt)
+    if isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                   for x in prompt):
+        return len(prompt)
+    if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(x, str | list) for x in prompt):
+        raise ApiError(400, "batched prompts (a list of several prompts) are not supported by the emulator; send "
+                       "one request per prompt", "prompt")
+    raise ApiError(400, "`prompt` must be a non-empty string or a non-empty list of token ids (integers >= 0)",
+                   "prompt")
+
+
+def _message_text(i: int, m: Any) -> str:
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        raise ApiError(400, f"`messages[{i}]` must be an object with a string `role`", "messages")
+    c = m.get("content")
+    if c is None or isinstance(c, str):
+        return c or ""
+    if isinstance(c, list):
+        parts = []
+        for p in c:
+            if not isinstance(p, dict) or not isinstance(p.get("type"), str):
+                raise ApiError(400, f"`messages[{i}].content` parts must be objects with a `type`", "messages")
+            if p["type"] == "text":
+                if not isinstance(p.get("text"), str):
+                    raise ApiError(400, f"`messages[{i}].content` text parts need a string `text`", "messages")
+                parts.append(p["text"])
+        return "".join(parts)
+    raise ApiError(400, f"`messages[{i}].content` must be a string, a list of content parts or null", "messages")
+
+
+def parse_job(body: dict[str, Any], chat: bool, opts: EmulatorOptions) -> Job:
+    """Validate a completions or chat body (400 / 404 naming the field) into a :class:`Job`."""
+    stream, include_usage = _common(body, opts.name)
+    cpt = opts.chars_per_token
+    if chat:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise ApiError(400, "`messages` is required: a non-empty list of {\"role\", \"content\"} objects",
+                           "messages")
+        texts = [_message_text(i, m) for i, m in enumerate(msgs)]
+        prompt = text_tokens("".join(texts), cpt) + CHAT_TOKENS_PER_MESSAGE * len(msgs) + CHAT_REPLY_PRIMING
+        max_tokens = _int_or_none(body, "max_completion_tokens")
+        if max_tokens is None:
+            max_tokens = _int_or_none(body, "max_tokens")
+        key: Any = texts
+    else:
+        if "prompt" not in body:
+            raise ApiError(400, "`prompt` is required: a string or a list of token ids", "prompt")
+        prompt = _prompt_tokens(body["prompt"], cpt)
+        max_tokens = _int_or_none(body, "max_tokens")
+        if max_tokens is None:
+            max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
+        key = body["prompt"]
+    user_seed = body.get("seed")
+    seed = request_seed(opts.seed, chat, key, max_tokens, user_seed if isinstance(user_seed, int) else None)
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool | None):
+        raise ApiError(400, f"`ignore_eos` must be a boolean, got {json.dumps(ignore_eos)[:80]}", "ignore_eos")
+    return Job(chat, prompt, max_tokens, stream, include_usage, seed, bool(ignore_eos))
+
+
+async def read_json(request: Request, limit: int) -> dict[str, Any]:
+    """The body as a JSON object; 413 past ``limit`` bytes (checked while reading), 400 if not an object."""
+    cl = request.headers.get("content-length")
+    if cl is not None and cl.isdigit() and int(cl) > limit:
+        raise ApiError(413, f"request body of {cl} bytes is larger than the limit of {limit} bytes")
+    buf = bytearray()
+    async for chunk in request.stream():
+        buf += chunk
+        if len(buf) > limit:
+            raise ApiError(413, f"request body is larger than the limit of {limit} bytes")
+    try:
+        body = json.loads(bytes(buf))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+# ---------------------------------------------------------------------- answers
+def _usage(t: Ticket, n: int) -> dict[str, int]:
+    p = t.req.prompt_tokens
+    return {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
+
+
+class Answer:
+    """Builds the JSON of one request's answer (chunks or the whole), in the endpoint's flavour."""
+
+    def __init__(self, t: Ticket, chat: bool, model: str) -> None:
+        self.t = t
+        self.chat = chat
+        self.model = model
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{t.id}"
+        self.created = int(time.time())
+        self.obj = "chat.completion.chunk" if chat else "text_completion"
+        self._tmpl: list[str] | None = None
+
+    def chunk(self, text: str | None, finish: str | None = None, role: bool = False) -> str:
+        if self.chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+            if text is not None:
+                delta["content"] = text
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish, "stop_reason": None}
+        return self._sse({"id": self.id, "object": self.obj, "created": self.created, "model": self.model,
+                          "choices": [choice]})
+
+    def token_chunks(self, words: list[str]) -> str:
+        """SSE events of several tokens, one per token, as one string (one write per wake-up, not per token):
+        the JSON of a token chunk is built once with a marker in place of the text, then filled per token."""
+        if self._tmpl is None:
+            self._tmpl = self.chunk(_MARK).split(json.dumps(_MARK), 1)
+        head, tail = self._tmpl
+        return "".join(head + json.dumps(w) + tail for w in words)
+
+    def usage_chunk(self, n: int) -> str:
+        return self._sse({"id": self.id, "object": self.obj, "created": self.created, "model": self.model,
+                          "choices": [], "usage": _usage(self.t, n)})
+
+    @staticmethod
+    def _sse(d: dict[str, Any]) -> str:
+        return f"data: {json.dumps(d, separators=(',', ':'))}\n\n"
+
+    def whole(self, text: str, n: int) -> dict[str, Any]:
+        fin = self.t.finish_reason
+        if self.chat:
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                      "logprobs": None, "finish_reason": fin}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": fin, "stop_reason": None}
+        return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
+                "created": self.created, "model": self.model, "choices": [choice], "usage": _usage(self.t, n)}
+
+
+async def stream_tokens(engine: RealTimeEngine, t: Ticket, ans: Answer, include_usage: bool) -> AsyncIterator[str]:
+    """One SSE chunk per token as the engine releases it, then the finish chunk, usage, and [DONE].
+
+    Leaving early (the client disconnected: the response task is cancelled) aborts the request in the engine."""
+    text = SyntheticText(t.seed)
+    sent = 0
+    try:
+        if ans.chat:
+            yield ans.chunk(None, role=True)
+        while True:
+            await t.event.wait()
+            t.event.clear()
+            n = t.available
+            if n > sent:
+                yield ans.token_chunks(text.take(n - sent))
+                sent = n
+            if t.done:
+                break
+        if t.error is not None:
+            yield Answer._sse({"error": {"message": t.error, "type": "InternalServerError", "param": None,
+                                         "code": 500}})
+        else:
+            yield ans.chunk(None if ans.chat else "", finish=t.finish_reason)
+            if include_usage:
+                yield ans.usage_chunk(sent)
+        yield "data: [DONE]\n\n"
+    finally:
+        if not t.done:
+            engine.abort(t)
+
+
+async def wait_done(engine: RealTimeEngine, t: Ticket, request: Request) -> bool:
+    """Wait until the request finishes; False (and the request aborted) if the client went away first."""
+    try:
+        while not t.done:
+            try:
+                await asyncio.wait_for(t.event.wait(), DISCONNECT_POLL_S)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    engine.abort(t)
+                    return False
+            t.event.clear()
+    except asyncio.CancelledError:
+        engine.abort(t)
+        raise
+    return True
+
+
+async def serve_job(engine: RealTimeEngine, opts: EmulatorOptions, job: Job, request: Request) -> Response:
+    """Submit a validated job and answer it: an SSE stream, or one JSON once the engine has finished it."""
+    why = engine.prompt_error(job.prompt_tokens)
+    if why:
+        raise ApiError(400, why, "messages" if job.chat else "prompt")
+    room = engine.max_model_len - job.prompt_tokens
+    max_tokens = min(job.max_tokens or room, room)
+    out = max_tokens
+    if opts.output_len == "sampled" and not job.ignore_eos:
+        out = min(max_tokens, sampled_length(job.seed))
+    try:
+        t = engine.submit(job.prompt_tokens, out, max_tokens, job.seed)
+    except EngineFailed as e:
+        raise ApiError(503, str(e)) from None
+    ans = Answer(t, job.chat, opts.name)
+    if job.stream:
+        return StreamingResponse(stream_tokens(engine, t, ans, job.include_usage), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    if not await wait_done(engine, t, request):
+        return Response(status_code=499)  # nobody is listening (nginx's "client closed request")
+    if t.error is not None:
+        raise ApiError(500, t.error)
+    n = t.available
+    return JSONResponse(ans.whole("".join(SyntheticText(t.seed).take(n)), n))
+
+
+# ---------------------------------------------------------------------- the app
+def create_app(opts: EmulatorOptions | None = None, **kwargs: Any) -> FastAPI:
+    """The FastAPI app of one emulated engine; bad options raise ConfigError before anything serves."""
+    opts = opts or EmulatorOptions(**kwargs)
+    engine = RealTimeEngine(opts)
+    metrics = EmulatorMetrics(engine, opts.name)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine.start()
+        yield
+        engine.stop()
+
+    app = FastAPI(title=f"llmsim emulator: {opts.name} on {opts.gpu}", lifespan=lifespan, docs_url=None,
+                  redoc_url=None, openapi_url=None)
+    app.state.engine = engine
+    app.state.metrics = metrics
+    app.state.opts = opts
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return exc.response()
+
+    def check_auth(request: Request) -> None:
+        got = request.headers.get("authorization", "").encode()
+        if opts.api_key is not None and not hmac.compare_digest(got, f"Bearer {opts.api_key}".encode()):
+            raise ApiError(401, "Unauthorized: send the header `Authorization: Bearer <api key>`")
+
+    async def generate(request: Request, chat: bool) -> Response:
+        check_auth(request)
+        try:
+            body = await read_json(request, opts.max_body_bytes)
+        except ClientDisconnect:  # gone while sending its body: nobody to answer (nginx's 499)
+            return Response(status_code=499)
+        return await serve_job(engine, opts, parse_job(body, chat, opts), request)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await generate(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await generate(request, chat=True)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> JSONResponse:
+        check_auth(request)
+        card = {"id": opts.name, "object": "model", "created": int(time.time()), "owned_by": "llmsim",
+                "root": opts.model, "parent": None, "max_model_len": engine.max_model_len,
+                "permission": []}
+        return JSONResponse({"object": "list", "data": [card]})
+
+    @app.get("/health")
+    async def health() -> Response:
+        if engine.failed is not None:
+            return JSONResponse({"error": engine.failed}, status_code=503)
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return app

@@ -1,0 +1,127 @@
+"""``llmsim-emulate``: serve one emulated vLLM engine (a model on a GPU, timed by llmsim) over HTTP.
+
+Bad input prints one line naming the option and what was expected, and exits with status 2 (no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import NoReturn
+
+from llmsim.engine import EngineConfig
+from llmsim.errors import LLMSimError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its usage dump replaced by one line (the project's rule for bad input)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"llmsim-emulate: error: {message} (see llmsim-emulate --help)\n")
+
+
+def _positive_float(flag: str, what: str):  # noqa: ANN202 - an argparse type
+    def parse(s: str) -> float:
+        try:
+            v = float(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number > 0 ({what}), got {s!r}") from None
+        if not math.isfinite(v) or v <= 0:
+            raise argparse.ArgumentTypeError(f"expected a number > 0 ({what}), got {s!r}")
+        return v
+
+    parse.__name__ = flag
+    return parse
+
+
+def _int(lo: int):  # noqa: ANN202 - an argparse type
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {s!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {s!r}")
+        return v
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="llmsim-emulate", description="An OpenAI-compatible server that behaves like one vLLM engine: "
+                "llmsim's engine for a (model, GPU) profile, run against the wall clock (docs/emulator.md).")
+    p.add_argument("--model", required=True, help="llmsim model name, e.g. llama-3.1-8b")
+    p.add_argument("--gpu", required=True, help="llmsim GPU name, e.g. a100-80gb")
+    p.add_argument("--port", type=_int(0), default=8000, help="TCP port (default 8000; 0 = any free port)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--speedup", type=_positive_float("speedup", "times faster than real time"), default=1.0,
+                   help="run K times faster than real time (default 1)")
+    p.add_argument("--tp", type=_int(1), default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--max-num-seqs", type=_int(1), default=None,
+                   help=f"max requests in a batch (default llmsim's {EngineConfig().max_num_seqs})")
+    p.add_argument("--max-model-len", type=_int(2), default=None, help="context length (default: the model's)")
+    p.add_argument("--num-gpu-blocks", type=_int(1), default=None,
+                   help="KV-cache blocks, overriding what the profile's memory model gives")
+    p.add_argument("--engine", default=None,
+                   help=f"llmsim batch policy (default {EngineConfig().policy}; see llmsim.scheduling)")
+    p.add_argument("--served-model-name", default=None, help="model id clients send (default: --model)")
+    p.add_argument("--output-len", choices=["max_tokens", "sampled"], default="max_tokens",
+                   help="output length: exactly max_tokens, or min(max_tokens, a seeded EOS-like draw)")
+    p.add_argument("--seed", type=_int(0), default=0, help="seed of the synthetic text and sampled lengths")
+    p.add_argument("--chars-per-token", type=_positive_float("chars_per_token", "characters per token"),
+                   default=4.0, help="text prompts count ceil(characters / this) tokens (default 4.0)")
+    p.add_argument("--api-key", default=None, help="require `Authorization: Bearer <key>` on /v1/*")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn log level (default warning)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    # imported here so that --help and argument errors stay fast
+    from llmsim.emulator.app import create_app
+    from llmsim.emulator.engine import EmulatorOptions
+
+    opts = EmulatorOptions(model=args.model, gpu=args.gpu, tp=args.tp, speedup=args.speedup,
+                           max_num_seqs=args.max_num_seqs, engine=args.engine, max_model_len=args.max_model_len,
+                           num_gpu_blocks=args.num_gpu_blocks, served_model_name=args.served_model_name,
+                           output_len=args.output_len, seed=args.seed, chars_per_token=args.chars_per_token,
+                           api_key=args.api_key)
+    try:
+        app = create_app(opts)
+    except LLMSimError as e:
+        sys.stderr.write(f"llmsim-emulate: error: {_flagged(str(e))}\n")
+        raise SystemExit(2) from None
+    import uvicorn
+
+    from llmsim.emulator import listen_socket
+
+    try:  # bound here, so a taken port is one line and status 2, not uvicorn's log and status 1
+        sock = listen_socket(args.host, args.port)
+    except OSError as e:
+        sys.stderr.write(f"llmsim-emulate: error: --host/--port: cannot listen on {args.host}:{args.port}: {e}\n")
+        raise SystemExit(2) from None
+    port = sock.getsockname()[1]
+    eng = app.state.engine
+    print(f"llmsim-emulate: {opts.name} ({eng.inst.profile.name}, {eng.inst.kv_total} KV blocks of "
+          f"{eng.inst.block_size} tokens, max_model_len {eng.max_model_len}) at {args.speedup:g}x real time on "
+          f"http://{args.host}:{port}", file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=2)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def _flagged(msg: str) -> str:
+    """llmsim's messages name config keys (engine.max_num_seqs); say which CLI option that is."""
+    one = " ".join(msg.split())
+    for key, flag in (("engine.policy", "--engine"), ("engine.max_num_seqs", "--max-num-seqs"),
+                      ("engine.max_model_len", "--max-model-len"), ("engine.num_gpu_blocks", "--num-gpu-blocks"),
+                      ("unknown model", "--model: unknown model"), ("unknown GPU", "--gpu: unknown GPU")):
+        if key in one:
+            return one.replace(key, flag, 1) if key.startswith("engine.") else one.replace(
+                "cannot load a profile: ", "").replace(key, flag, 1)
+    return one
+
+
+if __name__ == "__main__":
+    main()
