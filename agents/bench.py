@@ -211,16 +211,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decision", action="store_true",
                     help="per-decision latency of the live router (agents/serve/bench.py) instead")
     ap.add_argument("--export", action="append", default=[], help="--decision: an llmsim-export directory (repeat)")
+    ap.add_argument("--demo-exports", action="store_true",
+                    help="--decision: also build and time full-size exports of the three policy types")
     ap.add_argument("--heuristic", action="append", default=None, help="--decision: llmsim routers to time")
     ap.add_argument("--backends", type=int, default=4, help="--decision: backends for the heuristics")
     ap.add_argument("--iters", type=int, default=2000, help="--decision: decisions timed per policy")
     args = ap.parse_args(argv)
     if args.decision:
-        from agents.serve.bench import bench_decisions, print_rows
+        import tempfile
 
+        from agents.serve.bench import bench_decisions, demo_exports, print_rows
+
+        torch.set_num_threads(1)
         heur = args.heuristic if args.heuristic is not None else ["jsq", "least_work_left", "qos_lookahead"]
-        rows = bench_decisions(heur, args.export, args.backends, args.iters, args.seed)
-        print(json.dumps(rows)) if args.json else print_rows(rows)
+        with tempfile.TemporaryDirectory() as tmp:
+            exports = args.export + (demo_exports(tmp) if args.demo_exports else [])
+            rows = bench_decisions(heur, exports, args.backends, args.iters, args.seed)
+        if args.json:
+            print(json.dumps(rows))
+        else:
+            print_rows(rows)
         return 0
     if args.encoder:
         r = bench_encoder(heads=args.heads, seed=args.seed)

@@ -23,7 +23,7 @@ import torch
 
 from agents.nets import QNetwork, masked, masked_argmax
 from envs.core import RoutingEnv
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, load_json_file
 from llmsim.state import LAYOUT_VERSION
 
 FORMAT = 1
@@ -89,10 +89,7 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     f = p / "checkpoint.json"
     if not f.is_file():
         raise ConfigError(f"{p}: not a checkpoint directory (no checkpoint.json)")
-    try:
-        meta = json.loads(f.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{f}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    meta = load_json_file(f)
     if meta.get("format") != FORMAT:
         raise ConfigError(f"{f}: checkpoint format {meta.get('format')!r}, this llmsim reads format {FORMAT}")
     return meta

@@ -47,6 +47,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from envs.actions import ActionSpec, decode_action, fill_mask
 from envs.observations import ObsBuilder, make_obs
 from envs.predictors import Predictor, make_predictor
 from envs.rewards import Reward, make_reward
@@ -159,6 +160,7 @@ class RoutingEnv(gym.Env):
         self.model_specs = {c.profile.model.name: c.profile.model for c in self.instance_configs}
         self.inst_model_idx = np.array([self.models.index(m) for m in self.instance_models], dtype=np.int64)
         self.replicas = [[k for k in range(n) if self.instance_models[k] == m] for m in self.models]
+        self.actions = ActionSpec.build(opts.action, self.instance_models, opts.max_waiting)  # envs/actions.py
         self.n_choices, self.offer_wait, self.offer_drop = action_layout(opts.action, n, len(self.models))
         self.wait_action, self.drop_action = self.n_choices, self.n_choices + 1
         self.action_space = gym.spaces.Discrete(self.n_choices + 2)
@@ -371,22 +373,11 @@ class RoutingEnv(gym.Env):
             step()
 
     def decode(self, action: int) -> int:
-        """Instance index, WAIT or DROP for an action (a model choice: its least-loaded replica that fits)."""
-        a = int(action)
-        if a == self.wait_action:
-            return WAIT
-        if a == self.drop_action:
-            return DROP if self.offer_drop else WAIT  # an env without drop never loses a request to it
-        if self.action_kind.startswith("model"):
-            reps = self.replicas[a]
-            req = self.pending
-            if req is None:
-                return reps[0]
-            insts = self.state().instances
-            best = min((k for k in reps if insts[k].can_serve(req.prompt_tokens)),
-                       key=lambda k: insts[k].num_requests, default=reps[0])
-            return best
-        return a
+        """Instance index, WAIT or DROP for an action (a model choice: its least-loaded replica that fits);
+        envs/actions.py, shared with the exported-policy router."""
+        req = getattr(self, "pending", None)  # decode() may be asked before the first reset()
+        return decode_action(action, self.actions, None if req is None else req.prompt_tokens,
+                             lambda: self.state().instances)
 
     @property
     def reward_scale(self) -> float:
@@ -533,41 +524,15 @@ class RoutingEnv(gym.Env):
         """Valid actions (MaskablePPO convention): choices whose instance (or a replica of the model) can serve
         the request and is not full (``max_waiting``), then wait / drop where offered. With nothing to decide
         (a drain step, an empty tick) every action is a no-op and the mask marks the env's usual no-op: wait
-        where the env offers it, else every choice (never drop)."""
+        where the env offers it, else every choice (never drop). The rule is envs/actions.py's ``fill_mask``."""
         key = (self._events, self._version)
         if self._mask_key == key:
             return self._mask.copy()  # asked again at the same instant (the learner, then info)
         self._mask_key = key
-        m = self._mask
-        m.fill(False)
-        k_n = self.n_choices
         req = self.pending
-        if req is None:
-            if self.offer_wait:
-                m[k_n] = True
-            else:
-                m[:k_n] = True
-            return m.copy()
-        insts = self.state().instances
-        p = req.prompt_tokens
-        ok = [p <= i.max_prompt_tokens for i in insts]  # (= i.can_serve(p))
-        free = ok
-        if self.max_waiting is not None:
-            mw = self.max_waiting
-            free = [ok[k] and insts[k].num_waiting < mw for k in range(len(insts))]
-        m[k_n] = self.offer_wait
-        m[k_n + 1] = self.offer_drop
-        by_model = self.action_kind.startswith("model")
-        for allowed in (free, ok, [True] * len(insts)):  # the first that leaves something valid
-            if by_model:
-                for a, reps in enumerate(self.replicas):
-                    m[a] = any(allowed[k] for k in reps)
-            else:
-                m[:k_n] = allowed
-            # (= m.any(): every instance is a replica of some model)
-            if self.offer_wait or self.offer_drop or any(allowed):
-                break
-        return m.copy()
+        fill_mask(self._mask, self.actions, None if req is None else req.prompt_tokens,
+                  lambda: self.state().instances)
+        return self._mask.copy()
 
     def _info(self, comps: dict[str, float], dt: float, final: bool) -> dict[str, Any]:
         c = self.cluster

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from llmsim.live_requests import LiveRequests, new_queued, new_tuple, queued_progress_terms, records
 from llmsim.simenv import ARRIVAL
-from llmsim.state import LAYOUT_VERSION, ClusterState, InstanceRequests, InstanceState, sum_progress
+from llmsim.state import (
+    LAYOUT_VERSION,
+    ClusterState,
+    InstanceRequests,
+    InstanceState,
+    request_rows,
+    sum_progress,
+)
 
 if TYPE_CHECKING:
     from llmsim.request import Request
@@ -267,10 +274,7 @@ class ClusterView:
         :meth:`state` has the same per request, honouring staleness)."""
         self._c.sync_all()
         inst = self._c.instances[i]
-        out = [(r.id, r.prompt_tokens, r.generated, r.predicted_output, "running") for r in inst.running]
-        out += [(r.id, r.prompt_tokens, r.generated, r.predicted_output, "waiting") for r in inst.waiting]
-        out += [(r.id, r.prompt_tokens, r.generated, r.predicted_output, "swapped") for r in inst.swapped]
-        return out
+        return request_rows(inst.running, inst.waiting, inst.swapped)
 
     @property
     def central_queue_length(self) -> int:

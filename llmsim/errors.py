@@ -1,4 +1,11 @@
-"""Error types whose messages name the file, row or key at fault and what was expected."""
+"""Error types whose messages name the file, row or key at fault and what was expected, and the file readers
+that raise them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
 
 
 class LLMSimError(Exception):
@@ -15,3 +22,23 @@ class TraceError(LLMSimError, ValueError):
 
 class ProfileError(LLMSimError, ValueError):
     """A missing, corrupt or unknown profile."""
+
+
+def load_yaml_file(path: str | Path, error: type[LLMSimError] = ConfigError) -> Any:
+    """The YAML in ``path``, or one line of ``error`` naming the file and the line at fault (not a parser trace)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise error(f"{path}: not valid YAML{at}: {getattr(e, 'problem', None) or 'parse error'}") from None
+
+
+def load_json_file(path: str | Path, error: type[LLMSimError] = ConfigError) -> Any:
+    """The JSON in ``path``, or one line of ``error`` naming the file and the line at fault."""
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None

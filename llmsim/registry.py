@@ -5,6 +5,10 @@ predictors, length and arrival presets - lives in a :class:`Registry`. Registeri
 (``@ROUTERS.register`` uses the class's ``name``; ``@ROUTERS.register("alias")`` names it), looking
 up an unknown name raises :class:`ConfigError` naming the key and the choices, and ``build`` accepts
 the three spellings configs use: a name, a ``{"kind": name, **kwargs}`` mapping, or a ready instance.
+
+``plugins`` names an entry-point group (``[project.entry-points."llmsim.routers"]`` in a package's
+pyproject.toml): a name not registered is looked up there, loaded and registered on first use. That is how a
+layer above llmsim (the envs' exported-policy router, ``onnx``) plugs in without llmsim importing it.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Name -> entry. ``what`` is how errors name the thing ("batch policy", "engine.policy", ...)."""
 
-    def __init__(self, what: str, key: str = "kind") -> None:
+    def __init__(self, what: str, key: str = "kind", plugins: str | None = None) -> None:
         self.what = what
         self.key = key  # the mapping key that names the entry in ``build`` ("kind", "name")
+        self.plugins = plugins  # entry-point group consulted for names not registered (None: none)
         self._entries: dict[str, T] = {}
 
     def register(self, entry: Any = None, *, name: str | None = None) -> Any:
@@ -40,10 +45,36 @@ class Registry(Generic[T]):
         return entry
 
     def get(self, name: Any, where: str | None = None) -> T:
+        if isinstance(name, str) and name not in self._entries and self.plugins:
+            self._load_plugin(name, where or self.what)
         if not isinstance(name, str) or name not in self._entries:
             at = where or self.what
-            raise ConfigError(f"{at}: unknown {self.what} {name!r}; expected one of {self.names()}")
+            extra = [p for p in self.plugin_names() if p not in self._entries]
+            raise ConfigError(f"{at}: unknown {self.what} {name!r}; expected one of {sorted(self.names() + extra)}")
         return self._entries[name]
+
+    def plugin_names(self) -> list[str]:
+        """Names the ``plugins`` entry-point group offers (installed packages' metadata; nothing imported)."""
+        if not self.plugins:
+            return []
+        from importlib.metadata import entry_points
+
+        return sorted({ep.name for ep in entry_points(group=self.plugins)})
+
+    def _load_plugin(self, name: str, at: str) -> None:
+        """Load and register entry point ``name`` of the ``plugins`` group, if one is installed."""
+        from importlib.metadata import entry_points
+
+        eps = [ep for ep in entry_points(group=self.plugins) if ep.name == name]
+        if not eps:
+            return
+        try:
+            entry = eps[0].load()
+        except Exception as e:  # an optional dependency of the plugin missing, typically
+            raise ConfigError(f"{at}: {self.what} {name!r} is provided by {eps[0].value} (entry point group "
+                              f"{self.plugins!r}), which failed to load: {type(e).__name__}: {e}") from None
+        if name not in self._entries:
+            self._add(name, entry)
 
     def build(self, spec: Any, base: type | None = None, default: str | None = None, where: str | None = None,
               **kwargs: Any) -> Any:

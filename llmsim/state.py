@@ -251,6 +251,14 @@ def phase_summary_of(running: Any, waiting: Any, swapped: Any, edges: tuple[floa
     return pre, counts, left, resident
 
 
+def request_rows(running: Any, waiting: Any, swapped: Any) -> list[tuple[int, int, int, float | None, str]]:
+    """(id, prompt_tokens, generated, predicted_output, queue name) of every row: the routers' ``view.requests``."""
+    out = [(r.id, r.prompt_tokens, r.generated, r.predicted_output, "running") for r in running]
+    out += [(r.id, r.prompt_tokens, r.generated, r.predicted_output, "waiting") for r in waiting]
+    out += [(r.id, r.prompt_tokens, r.generated, r.predicted_output, "swapped") for r in swapped]
+    return out
+
+
 NO_REQUESTS = InstanceRequests()
 
 

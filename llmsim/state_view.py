@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from llmsim.state import ClusterState
+from llmsim.state import ClusterState, request_rows
 
 if TYPE_CHECKING:
     from llmsim.request import Request
@@ -101,10 +101,7 @@ class StateView:
     def requests(self, i: int) -> list[tuple[int, int, int, float | None, str]]:
         """(id, prompt_tokens, generated, predicted_output, state) of every request on instance ``i``."""
         inst = self._state.instances[i]
-        out = [(r.id, r.prompt_tokens, r.generated, r.predicted_output, "running") for r in inst.running]
-        out += [(r.id, r.prompt_tokens, r.generated, r.predicted_output, "waiting") for r in inst.waiting]
-        out += [(r.id, r.prompt_tokens, r.generated, r.predicted_output, "swapped") for r in inst.swapped]
-        return out
+        return request_rows(inst.running, inst.waiting, inst.swapped)
 
     @property
     def central_queue_length(self) -> int:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from llmsim.errors import ProfileError
+from llmsim.errors import ProfileError, load_yaml_file
 from llmsim.hardware import get_gpu
 from llmsim.models import ModelSpec, get_model, register_model
 from llmsim.profile_table import FORMAT, profile_filename
@@ -270,12 +270,7 @@ def read_meta(d: Path) -> dict:
         raise ProfileError(f"--from-raw {d}: not a directory (expected the output of python -m profiles.profile)")
     if not f.is_file():
         raise ProfileError(f"--from-raw {d}: meta.yaml is missing (expected the output of python -m profiles.profile)")
-    try:
-        meta = yaml.safe_load(f.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ProfileError(f"{f}: not valid YAML{at}: {getattr(e, 'problem', None) or 'parse error'}") from None
+    meta = load_yaml_file(f, ProfileError)
     if not isinstance(meta, dict):
         raise ProfileError(f"{f}: expected a mapping, got {type(meta).__name__}")
     for key in ("model", "gpu"):

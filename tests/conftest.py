@@ -58,3 +58,15 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"../shared is absent ({SHARED}): real data is only available in the dev/CI workspace")
     return SHARED
+
+
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test: PyG's scatter on tiny graphs is ~50x slower with OpenMP threads on a busy
+    machine, and the parity checks compare single-thread results."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

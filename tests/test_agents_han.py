@@ -68,12 +68,8 @@ def _check_parity(dense: DenseHAN, convs: torch.nn.Module, layout: GraphLayout, 
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """PyG's scatter on tiny graphs is ~50x slower with OpenMP threads on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+def _one_thread(one_torch_thread):
+    """Every test here on one torch thread (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")

@@ -68,6 +68,12 @@ def test_shipped_config_runs(group: str, option: str, tmp_path: Path) -> None:
         _skip_without_data(option)
         if option in FIXTURE_WORKLOADS:
             overrides.append(f"workload.path={FIXTURE_WORKLOADS[option](tmp_path)}")
+    if (group, option) == ("policy", "onnx"):  # an exported policy for the default cluster (4 x llama-2-7b)
+        pytest.importorskip("torch", reason="building an export to route with needs the rl extra")
+        from agents.export import export
+        from agents.imitate import demo_checkpoint
+
+        overrides.append(f"policy.kwargs.path={export(demo_checkpoint('ddqn_flat', tmp_path), check_steps=0)}")
     cfg = _small(_compose(overrides))
     res = run_from_config(cfg)
     s = res.summary

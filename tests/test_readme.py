@@ -52,11 +52,14 @@ RULES: list[tuple[str, str, str]] = [
     (r"^(llmsim-evaluate|python -m agents\.evaluate)( |$)", "run", "the checkpoint trained above, one seed"),
     (r"^(llmsim-reproduce|python -m agents\.reproduce)( |$)", "run", "LLMSIM_REPRODUCE_SIZE=tiny"),
     (r"^tensorboard ", "skip", "starts a web server (the logs it reads are tested in tests/test_agents_train.py)"),
+    (r"^(llmsim-export|python -m agents\.export)( |$)", "run", "exports the checkpoint trained above"),
+    (r"^for p in .*llmsim-emulate ", "skip", "starts servers: tests/test_serve_onnx.py runs the README's serving flow"),
+    (r"^llmsim-router ", "skip", "starts a server: tests/test_serve_onnx.py runs the README's serving flow"),
 ]
 TRAIN_SMALL = ["env.num_requests=40", "trainer.total_steps=300", "trainer.eval_every=0", "trainer.eval_seeds=[500]",
                "agent.learning_starts=100", "agent.batch_size=32", "trainer.progress=false"]
 AGENT_APPS = {"llmsim-train": "agents.train", "llmsim-evaluate": "agents.evaluate",
-              "llmsim-reproduce": "agents.reproduce"}
+              "llmsim-reproduce": "agents.reproduce", "llmsim-export": "agents.export"}
 
 
 def _rule(cmd: str) -> tuple[str, str, str]:
@@ -114,6 +117,8 @@ def _agent_argv(args: list[str], tmp: Path, state: dict) -> list[str]:
         run = tmp / f"train{n}"
         state.setdefault("train", run)
         return [*args, *TRAIN_SMALL, f"hydra.run.dir={run}"]
+    if mod == "agents.export":
+        return [*args, f"hydra.run.dir={tmp}/export"]
     if mod == "agents.evaluate":
         return [*args, "env.num_requests=40", "seeds=[1000]", "baselines=[round_robin]", "progress=false",
                 "jobs=1", f"hydra.run.dir={tmp}/evaluate"]

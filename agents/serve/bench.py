@@ -3,7 +3,9 @@ bookkeeping, then running the policy (``python -m agents.bench --decision``).
 
 Backends carry a realistic load (by default 8 running requests with tokens streamed back and 4 waiting, and a
 vLLM scrape each), so the state the policy reads is as large as in a busy deployment. Heuristics are timed on
-``--backends`` backends; an exported policy (``--export DIR``) on backends with the models its manifest names.
+``--backends`` backends; an exported policy (``--export DIR``) on backends with the models its manifest names;
+``--demo-exports`` builds and times full-size exports of the three policy types (flat DDQN 64-64 on 4
+instances, best-effort DDQN 256-256, SAC + HAN 64 hidden / 4 heads on 3 experts; agents/imitate.py).
 Medians and p99 of wall time over ``--iters`` decisions, one thread (onnxruntime's intra-op threads: 1).
 """
 
@@ -61,6 +63,14 @@ def time_decisions(decider: Decider, backends: list[Backend], iters: int = 2000,
             "mean_ms": round(float(ms.mean()), 4), "decisions": chosen[: len(backends)].tolist()}
 
 
+def demo_exports(root: str) -> list[str]:
+    from agents.export import export
+    from agents.imitate import demo_checkpoint
+
+    return [str(export(demo_checkpoint(k, root, full_size=True), check_steps=0))
+            for k in ("ddqn_flat", "ddqn_best_effort", "sac_han")]
+
+
 def bench_decisions(heuristics: list[str], exports: list[str], n_backends: int = 4, iters: int = 2000,
                     seed: int = 0) -> list[dict[str, Any]]:
     rows = []
@@ -80,5 +90,5 @@ def bench_decisions(heuristics: list[str], exports: list[str], n_backends: int =
 def print_rows(rows: list[dict[str, Any]]) -> None:
     print(f"{'policy':<44} {'backends':>8} {'median ms':>10} {'p99 ms':>9} {'mean ms':>9}")
     for r in rows:
-        label = r["policy"] + (f" ({r['policy_type']})" if "policy_type" in r else "")
+        label = f"onnx {r['policy_type']}" if "policy_type" in r else r["policy"]
         print(f"{label[:44]:<44} {r['backends']:>8} {r['median_ms']:>10.3f} {r['p99_ms']:>9.3f} {r['mean_ms']:>9.3f}")

@@ -21,10 +21,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, load_yaml_file
 
 
 class _Strict(BaseModel):
@@ -134,11 +133,5 @@ def load_config(path: str | Path, port: int | None = None) -> RouterConfig:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: no such router config file")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{p}: not valid YAML{at}: {getattr(e, 'problem', e)}") from None
-    cfg = parse_config(data, str(p))
+    cfg = parse_config(load_yaml_file(p), str(p))
     return cfg if port is None else cfg.model_copy(update={"port": port})

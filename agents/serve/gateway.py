@@ -221,7 +221,8 @@ class Gateway:
                                   f"of the backends serving this model ({mpt} tokens)")
         rid = self.next_id
         self.next_id += 1
-        req = Request(rid, self.now(), inbound.prompt_tokens, inbound.max_tokens or 16)
+        # the output length a policy's oracle predictor reads: the client's cap, else the running mean answer
+        req = Request(rid, self.now(), inbound.prompt_tokens, inbound.max_tokens or max(1, round(self.mean_output)))
         self.in_flight += 1
         self.metrics.in_flight.set(self.in_flight)
         handed_over = False

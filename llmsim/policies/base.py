@@ -40,7 +40,8 @@ class Router:
         raise NotImplementedError
 
 
-ROUTERS: Registry[type[Router]] = Registry("routing policy", key="name")
+# routers of other packages register by entry point (group "llmsim.routers"; the envs' "onnx" router)
+ROUTERS: Registry[type[Router]] = Registry("routing policy", key="name", plugins="llmsim.routers")
 register_router = ROUTERS.register  # ``@register_router`` uses the class's ``name``
 
 

@@ -1,0 +1,299 @@
+"""``llmsim-export checkpoint=DIR format=onnx [out=DIR]``: a trained router as ONNX + manifest (docs/export.md).
+
+Writes ``policy.onnx`` (observation arrays + action mask in; masked scores and the greedy action out) and
+``manifest.json`` (what the inputs mean, how to rebuild them with the envs' builders, what each action index
+does, the cluster and predictor the policy expects, versions, the config hash and the training metrics) to
+``out`` (default ``<checkpoint>/export``). envs/exported.py loads it with numpy + onnxruntime only and
+envs/policy_router.py runs it as the llmsim router ``onnx``. Every policy type of agents/ exports: DDQN on a
+flat vector (spec 001) or with model-choice actions (spec 002's best-effort router), SAC over the HAN graph
+state or a flat vector (spec 000), and the argmax-decoded continuous SAC. Before writing the manifest the export
+runs a short rollout of the checkpoint's env and checks the ONNX actions against the torch policy's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.checkpoint import check_compatible, load_policy_net, read_meta
+from agents.nets import masked
+from agents.train import LEARNED, make_env
+from envs.core import RoutingEnv
+from envs.exported import FORMAT, FORMAT_VERSION, MANIFEST, MASK_INPUT, OUTPUTS, ExportedPolicy, file_sha256
+from envs.observations import make_obs
+from envs.policy_router import builder_spec, predictor_spec
+from llmsim.errors import ConfigError
+from llmsim.policies import DROP, WAIT
+from llmsim.state import LAYOUT_VERSION
+
+PROG = "llmsim-export"
+FORMATS = ("onnx",)
+TIE_TOL = 1e-5  # two valid actions whose torch scores are this close are a tie (either argmax is correct)
+
+
+class ExportModule(nn.Module):
+    """The checkpoint's network with the observation flattening and action masking the router applies, as
+    one graph: ``(*observation arrays, action_mask) -> (masked scores, argmax)``."""
+
+    def __init__(self, net: nn.Module, n_obs_inputs: int) -> None:
+        super().__init__()
+        self.net, self.n_obs = net, n_obs_inputs
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        obs, mask = inputs[:self.n_obs], inputs[self.n_obs]
+        if self.n_obs == 1:
+            x = obs[0]
+        else:  # GraphLayout.flatten: every array as float32, row-major, in the layout's key order
+            x = torch.cat([o.reshape(o.shape[0], -1).to(torch.float32) for o in obs], dim=1)
+        scores = masked(self.net(x), mask)
+        return scores, scores.argmax(dim=-1)
+
+
+def onnx_inputs(env: RoutingEnv) -> list[dict[str, Any]]:
+    """Name, shape (``None`` = batch) and dtype of each graph input: the observation's arrays, then the mask."""
+    space = env.observation_space
+    n = int(env.action_space.n)
+    if hasattr(space, "spaces"):
+        obs = [{"name": k, "shape": [None, *map(int, s.shape)], "dtype": np.dtype(s.dtype).name}
+               for k, s in space.spaces.items()]
+    else:
+        obs = [{"name": "obs", "shape": [None, *map(int, space.shape)], "dtype": np.dtype(space.dtype).name}]
+    return [*obs, {"name": MASK_INPUT, "shape": [None, n], "dtype": "bool"}]
+
+
+def write_onnx(net: nn.Module, inputs: list[dict[str, Any]], path: Path, opset: int = 17) -> None:
+    """TorchScript-based export (small static graphs: ~1 s, matches onnxruntime to ~1e-7; agents/han.py), with a
+    dynamic batch axis on every input and output."""
+    mod = ExportModule(net, len(inputs) - 1).eval()
+    dummy = tuple(torch.zeros([2, *i["shape"][1:]], dtype=getattr(torch, i["dtype"])) for i in inputs)
+    names = [i["name"] for i in inputs]
+    axes = {k: {0: "batch"} for k in (*names, *OUTPUTS)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", "Constant folding", UserWarning)
+        torch.onnx.export(mod, dummy, str(path), input_names=names, output_names=list(OUTPUTS), dynamic_axes=axes,
+                          opset_version=opset, dynamo=False)
+
+
+def policy_type(meta: dict[str, Any]) -> tuple[str, str | None]:
+    """(type, sampling): ddqn_flat / ddqn_best_effort / sac_han / sac_mlp / sac_argmax_han / sac_argmax_mlp."""
+    arch = meta.get("arch")
+    if not arch:
+        by_model = str(meta.get("actions", {}).get("kind", "")).startswith("model")
+        return ("ddqn_best_effort" if by_model else "ddqn_flat"), None
+    if arch.get("head") == "gaussian":
+        return f"sac_argmax_{arch['encoder']}", None
+    return f"sac_{arch['encoder']}", "softmax"
+
+
+def action_meanings(env: RoutingEnv) -> list[dict[str, Any]]:
+    """What each action index does: an instance (its model), a model choice (its replicas), wait, drop."""
+    spec = env.actions
+    out: list[dict[str, Any]] = []
+    for a in range(spec.n_choices):
+        if spec.by_model:
+            out.append({"index": a, "type": "model", "model": env.models[a], "replicas": list(spec.replicas[a])})
+        else:
+            out.append({"index": a, "type": "instance", "instance": a, "model": env.instance_models[a]})
+    out.append({"index": spec.wait_action, "type": "wait", "offered": spec.offer_wait, "router_returns": WAIT})
+    out.append({"index": spec.drop_action, "type": "drop", "offered": spec.offer_drop,
+                "router_returns": DROP if spec.offer_drop else WAIT})
+    return out
+
+
+def config_hash(ckpt: Path, meta: dict[str, Any]) -> tuple[str, str]:
+    """(sha256 of the resolved config as canonical JSON, its source): config.yaml, else checkpoint.json's env."""
+    f = ckpt / "config.yaml"
+    if f.is_file():
+        import yaml
+
+        cfg, src = yaml.safe_load(f.read_text()), "config.yaml"
+    else:
+        cfg, src = meta.get("env"), "checkpoint.json:env"
+    blob = json.dumps(cfg, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest(), src
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    import onnx
+    import onnxruntime
+
+    try:
+        llmsim_v = version("llmsim")
+    except PackageNotFoundError:  # pragma: no cover - a source tree without install
+        llmsim_v = "unknown"
+    return {"llmsim": llmsim_v, "torch": torch.__version__, "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__, "numpy": np.__version__, "python": platform.python_version()}
+
+
+def env_context(env: RoutingEnv, env_cfg: dict[str, Any]) -> dict[str, Any]:
+    """What a router outside the simulator needs to rebuild the decision (envs.policy_router.DecisionContext)."""
+    return {"env_id": env_cfg.get("id", "routing"), "instance_models": list(env.instance_models),
+            "instance_gpus": [c.profile.gpu.name for c in env.instance_configs], "models": list(env.models),
+            "task_names": list(env.task_names), "predictor": predictor_spec(env.predictor, "checkpoint.json: env"
+                                                                                              ".predictor"),
+            "decision": env.decision, "tick": env.tick, "max_waiting": env.max_waiting, "max_wait_s": env.max_wait_s,
+            "wait_fallback": env.wait_fallback, "view_staleness": env.view_staleness, "action_kind": env.action_kind}
+
+
+def training_summary(meta: dict[str, Any]) -> dict[str, Any]:
+    keys = ("agent", "label", "steps", "episodes", "best_score", "eval_metric", "seed", "evaluations", "versions")
+    return {k: meta.get(k) for k in keys if k in meta}
+
+
+def check_builder(env: RoutingEnv, spec: dict[str, Any]) -> None:
+    """The builder rebuilt from ``spec`` is the env's (same options after binding), or the export is refused."""
+    rebuilt = make_obs(dict(spec))
+    rebuilt.bind(env)
+
+    def opts(b: Any) -> dict[str, Any]:
+        return {k: v for k, v in vars(b).items() if isinstance(v, int | float | str | bool | list | tuple)}
+
+    if opts(rebuilt) != opts(env.obs_builder):
+        raise ConfigError(f"observation {spec['kind']!r}: rebuilt from {spec} it differs from the trained env's "
+                          f"({opts(rebuilt)} vs {opts(env.obs_builder)})")
+
+
+def load_env(ckpt: Path, meta: dict[str, Any]) -> tuple[RoutingEnv, dict[str, Any]]:
+    env_cfg = meta.get("env")
+    if not isinstance(env_cfg, dict):
+        raise ConfigError(f"{ckpt / 'checkpoint.json'}: key 'env' (the env config) missing; cannot rebuild the "
+                          f"observation")
+    pred = env_cfg.get("predictor")
+    kind = pred.get("kind") if isinstance(pred, dict) else pred
+    if kind in LEARNED:
+        raise ConfigError(f"{ckpt / 'checkpoint.json'}: env.predictor {kind!r} is a learned predictor (agents/, "
+                          f"torch); an export runs without it - retrain with predictor oracle, noisy or zero")
+    env = make_env(env_cfg)
+    check_compatible(meta, env, str(ckpt))
+    return env, env_cfg
+
+
+def rollout(env: RoutingEnv, steps: int, seed: int = 0) -> tuple[list[Any], np.ndarray]:
+    """(observations, masks) of ``steps`` decisions of random valid actions (episodes restart as needed)."""
+    rng = np.random.default_rng(seed)
+    obs, info = env.reset(seed=seed)
+    out, masks, ep = [], [], 0
+    while len(out) < steps:
+        m = info["action_mask"]
+        out.append({k: v.copy() for k, v in obs.items()} if isinstance(obs, dict) else obs.copy())
+        masks.append(m.copy())
+        obs, _, term, trunc, info = env.step(int(rng.choice(np.flatnonzero(m))))
+        if term or trunc:
+            ep += 1
+            obs, info = env.reset(seed=seed + ep)
+    return out, np.asarray(masks)
+
+
+@torch.no_grad()
+def torch_scores(net: nn.Module, obs: list[Any], masks: np.ndarray) -> np.ndarray:
+    """The torch policy's masked scores of a batch (what QPolicy takes the argmax of)."""
+    prepare = getattr(net, "prepare", None)
+    x = torch.stack([prepare(o) if prepare is not None else torch.as_tensor(np.asarray(o, np.float32)) for o in obs])
+    return masked(net(x), torch.as_tensor(masks)).numpy()
+
+
+def compare(ref_scores: np.ndarray, ref_actions: np.ndarray, got_scores: np.ndarray, got_actions: np.ndarray,
+            tie_tol: float = TIE_TOL) -> dict[str, Any]:
+    """Parity figures: identical actions, ties (the reference's two best valid scores within ``tie_tol``),
+    mismatches outside ties, and the largest absolute score difference over finite entries."""
+    finite = np.isfinite(ref_scores)
+    if not np.array_equal(finite, np.isfinite(got_scores)):
+        raise AssertionError("the masked (-inf) entries differ between the two policies")
+    diff = float(np.abs(ref_scores[finite] - got_scores[finite]).max()) if finite.any() else 0.0
+    top2 = np.sort(np.where(finite, ref_scores, -np.inf), axis=1)[:, -2:]
+    ties = np.isfinite(top2[:, 0]) & (top2[:, 1] - top2[:, 0] <= tie_tol)
+    same = ref_actions == got_actions
+    return {"observations": int(len(same)), "identical_actions": int(same.sum()), "ties": int(ties.sum()),
+            "mismatches_outside_ties": int((~same & ~ties).sum()), "max_abs_score_diff": diff}
+
+
+def self_check(env: RoutingEnv, net: nn.Module, out: Path, steps: int) -> dict[str, Any]:
+    """The written export against the torch network on ``steps`` rollout decisions; refuses any real mismatch."""
+    if steps <= 0:
+        return {"observations": 0}
+    obs, masks = rollout(env, steps)
+    ref = torch_scores(net, obs, masks)
+    pol = ExportedPolicy.load(out)
+    got = [pol.run(o, m) for o, m in zip(obs, masks)]
+    res = compare(ref, ref.argmax(axis=1), np.stack([g[0] for g in got]), np.array([int(g[1]) for g in got]))
+    if res["mismatches_outside_ties"] or res["max_abs_score_diff"] > 1e-3:
+        raise ConfigError(f"{out}: the ONNX policy disagrees with the checkpoint on the env rollout: {res}")
+    return res
+
+
+def export(checkpoint: str | Path, fmt: str = "onnx", out: str | Path | None = None, opset: int = 17,
+           check_steps: int = 256) -> Path:
+    """Export checkpoint directory ``checkpoint``; returns the export directory."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"format: {fmt!r} is not an export format; expected one of {list(FORMATS)}")
+    ckpt = Path(checkpoint)
+    meta = read_meta(ckpt)  # one line naming checkpoint.json when it is missing or another format
+    env, env_cfg = load_env(ckpt, meta)
+    spec = builder_spec(env.obs_builder)
+    check_builder(env, spec)
+    context = env_context(env, env_cfg)
+    net = load_policy_net(ckpt, meta)
+    dest = Path(out) if out else ckpt / "export"
+    dest.mkdir(parents=True, exist_ok=True)
+    inputs = onnx_inputs(env)
+    with tempfile.TemporaryDirectory(dir=dest) as tmp:  # policy.onnx appears only once it is complete
+        write_onnx(net, inputs, Path(tmp) / "policy.onnx", opset)
+        (Path(tmp) / "policy.onnx").replace(dest / "policy.onnx")
+    ptype, sampling = policy_type(meta)
+    digest, src = config_hash(ckpt, meta)
+    layout = dict(meta["observation"])
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "policy": {"type": ptype, "agent": meta.get("agent"), "label": meta.get("label"), "sampling": sampling,
+                   "greedy": "argmax of the masked scores, first index on ties", "arch": meta.get("arch"),
+                   "network": {k: meta[k] for k in ("obs_dim", "hidden", "dueling") if k in meta}},
+        "onnx": {"file": "policy.onnx", "sha256": file_sha256(dest / "policy.onnx"), "opset": opset,
+                 "inputs": inputs, "outputs": [{"name": "scores", "shape": [None, int(env.action_space.n)],
+                                                "dtype": "float32", "masked": "-inf (unless no action is valid)"},
+                                               {"name": "action", "shape": [None], "dtype": "int64"}]},
+        "observation": {**layout, "builder": spec, "keys": [i["name"] for i in inputs[:-1]],
+                        "state_layout_version": LAYOUT_VERSION,
+                        "normalisation": "inside the builder: see its options in builder (envs/observations)"},
+        "actions": {**env.actions.to_dict(), "meaning": action_meanings(env)},
+        "context": context, "env_config": env_cfg, "versions": versions(),
+        "config_sha256": digest, "config_source": src, "checkpoint": str(ckpt.resolve()),
+        "training": training_summary(meta),
+    }
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+    manifest["export_check"] = self_check(env, net, dest, check_steps)
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+    return dest
+
+
+def main() -> None:
+    from llmsim.cli import run_hydra_app
+
+    def body(cfg: dict, run_dir: str) -> None:
+        if not cfg.get("checkpoint"):
+            raise ConfigError("checkpoint: required (a checkpoint directory with checkpoint.json)")
+        torch.set_num_threads(1)
+        dest = export(cfg["checkpoint"], str(cfg.get("format", "onnx")), cfg.get("out"), int(cfg.get("opset", 17)),
+                      int(cfg.get("check_steps", 256)))
+        m = json.loads((dest / MANIFEST).read_text())
+        chk = m.get("export_check", {})
+        print(f"exported {m['policy']['type']} ({m['policy']['label']}) to {dest}: policy.onnx + {MANIFEST}; "
+              f"self-check {chk.get('identical_actions')}/{chk.get('observations')} identical actions, "
+              f"max |score diff| {chk.get('max_abs_score_diff', 0.0):.2g}")
+
+    run_hydra_app("export", PROG, body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""An exported policy (envs/exported.py) as an llmsim router: ``make_router("onnx", path=EXPORT_DIR)``.
+
+``policy.name=onnx policy.kwargs.path=DIR`` in the llmsim CLI, ``{name: onnx, kwargs: {path: DIR}}`` as an
+llmsim-evaluate baseline, or the live router: llmsim finds the class through the ``llmsim.routers`` entry point
+(pyproject.toml), so llmsim never imports envs. ``route(req, view)`` reads only ``view.state()`` (the public
+ClusterState) and ``view.num_instances``; the observation is built by the SAME envs builder the policy was trained
+with (rebuilt from the manifest) on a :class:`DecisionContext`, the EnvContext of a router outside the simulator,
+and the mask and the meaning of the chosen action are envs/actions.py's, shared with RoutingEnv.
+
+Predictions come from the manifest's predictor spec (envs.predictors). The oracle reads the request's own
+``output_tokens`` / ``outputs_by_model``: in the simulator that is the ground truth (the same features as the
+env); in front of real backends the live router sets ``output_tokens`` to the client's ``max_tokens``, so the
+"oracle" is the client's bound. A noisy predictor draws from the router's own seed, not the env's: features
+(and so actions) then differ from the env's draws. Ground truth ``request(id)`` is not available here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.actions import ActionSpec, action_mask, decode_action
+from envs.exported import ExportedPolicy, read_manifest
+from envs.observations import ObsBuilder, make_obs
+from envs.predictors import NoisyOraclePredictor, OraclePredictor, Predictor, ZeroPredictor, make_predictor
+from llmsim.errors import ConfigError
+from llmsim.policies.base import WAIT, Router, register_router
+from llmsim.request import Request
+from llmsim.state import LAYOUT_VERSION, ClusterState
+
+# constructor option -> the attribute a builder keeps it in, where the names differ (checked at export)
+_ALIASES = {"cap_running": ("cap_r",), "cap_waiting": ("cap_w",), "prompt_scale": ("ps",), "out_scale": ("os",),
+            "latency_scale": ("ls",), "request_features": ("request",), "min_decode_time": ("min_dec",),
+            "rate": ("rate_mode",)}
+_CACHE_MAX = 4096  # predictions kept per router (requests being decided again: tick mode, retries)
+
+
+def builder_spec(builder: ObsBuilder) -> dict[str, Any]:
+    """``{"kind": name, **constructor options}`` of a bound builder, so ``make_obs(spec)`` rebuilds it (agents/export
+    checks that the rebuilt one equals the original)."""
+    out: dict[str, Any] = {"kind": builder.name}
+    for p in list(inspect.signature(type(builder).__init__).parameters.values())[1:]:
+        if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        if p.name == "buckets" and hasattr(builder, "b0"):
+            out[p.name] = [builder.b0, builder.b1]
+            continue
+        for attr in (*_ALIASES.get(p.name, ()), p.name):
+            v = getattr(builder, attr, None)
+            if v is not None and not callable(v):
+                out[p.name] = _plain(v)
+                break
+        else:
+            if p.default is inspect.Parameter.empty:
+                raise ConfigError(f"observation {builder.name!r}: cannot record option {p.name!r} for an export")
+            out[p.name] = _plain(p.default)
+    return out
+
+
+def predictor_spec(pred: Predictor, where: str = "env.predictor") -> str | dict[str, Any]:
+    """The envs.predictors spec of a predictor object; a learned one (agents/, torch or xgboost) is refused."""
+    if type(pred) is OraclePredictor:
+        return "oracle"
+    if type(pred) is ZeroPredictor:
+        return "zero"
+    if type(pred) is NoisyOraclePredictor:
+        return {"kind": "noisy", **{k: _plain(getattr(pred, k)) for k in
+                                    ("len_sigma", "q_sd", "len_buckets", "len_max", "q_buckets", "q_max")}}
+    raise ConfigError(f"{where}: a {type(pred).__name__} cannot be exported (only envs.predictors' oracle, noisy "
+                      f"and zero run outside the trainer; a learned predictor needs its own runtime)")
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, tuple | list):
+        return [_plain(x) for x in v]
+    return v
+
+
+class DecisionContext:
+    """The :class:`envs.schema.EnvContext` of a router outside the simulator: static facts from the manifest, the
+    ClusterState of the current decision, predictions cached per request, the router's routed-quality book."""
+
+    def __init__(self, ctx: dict[str, Any], predictor: Predictor) -> None:
+        self.instance_models: list[str] = list(ctx["instance_models"])
+        self.num_instances = len(self.instance_models)
+        self.models: list[str] = list(ctx["models"])
+        self.inst_model_idx = np.array([self.models.index(m) for m in self.instance_models], dtype=np.int64)
+        self.task_names: list[str] = list(ctx.get("task_names") or [])
+        self.decision: str = str(ctx.get("decision", "arrival"))
+        self.tick: float = float(ctx.get("tick", 0.02))
+        self.predictor = predictor
+        self.routed_quality: dict[int, float] = {}
+        self.preds: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self.current: ClusterState | None = None
+
+    @property
+    def model_specs(self) -> dict[str, Any]:
+        """llmsim's ModelSpec of each model it knows (no builder reads these; the utility reward does)."""
+        from llmsim.models import MODELS
+
+        return {m: MODELS[m] for m in self.models if m in MODELS}
+
+    def reset(self) -> None:
+        self.routed_quality.clear()
+        self.preds.clear()
+        self.current = None
+
+    def state(self) -> ClusterState:
+        if self.current is None:
+            raise ConfigError("DecisionContext.state(): no decision in progress")
+        return self.current
+
+    def true_state(self) -> ClusterState:
+        """Outside the simulator the router's view is all there is."""
+        return self.state()
+
+    def true_progress(self) -> tuple[int, tuple[tuple[int, float], ...]]:
+        s = self.state()
+        return s.central_queue, tuple((i.num_requests, i.progress) for i in s.instances)
+
+    def predictions(self, req: Request) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted (output tokens, quality) on each model, once per request (as the env caches them)."""
+        p = self.preds.get(req.id)
+        if p is None:
+            p = self.preds[req.id] = self.predictor.predict(req, self.models)
+            if len(self.preds) > _CACHE_MAX:
+                self.preds.popitem(last=False)
+        return p
+
+    def request(self, request_id: int) -> Request:
+        raise ConfigError("an exported router has no ground truth of requests (rewards only, in the simulator)")
+
+    def record_routed(self, req: Request, instance: int, state: ClusterState) -> None:
+        """Keep the predicted quality of a routed request on its model (the graph state's running/waiting
+        nodes read it); forget requests no longer on any instance once the book outgrows the cluster."""
+        lens, quals = self.predictions(req)
+        j = int(self.inst_model_idx[instance])
+        req.predicted_output = float(lens[j])
+        self.routed_quality[req.id] = float(quals[j])
+        if len(self.routed_quality) > 2 * sum(i.num_requests for i in state.instances) + 256:
+            live = {r.id for i in state.instances for r in i.requests}
+            self.routed_quality = {k: v for k, v in self.routed_quality.items() if k in live or k == req.id}
+
+
+@register_router
+class ExportedRouter(Router):
+    """Routes with the exported policy in ``path`` (an llmsim-export directory).
+
+    ``mode``: greedy (argmax) or sample (categorical SAC only, seeded by ``seed``). ``models``: the backends'
+    models in order, checked against the manifest at construction (otherwise at the first decision, from the
+    ClusterState's instances)."""
+
+    name = "onnx"
+
+    def __init__(self, seed: int = 0, path: str | None = None, mode: str = "greedy",
+                 models: Sequence[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(seed, **kwargs)
+        if not path:
+            raise ConfigError("policy.kwargs.path: the onnx router needs an export directory (llmsim-export)")
+        if mode not in ("greedy", "sample"):
+            raise ConfigError(f"policy.kwargs.mode: {mode!r} is not greedy or sample")
+        self.path, self.mode, self.seed = Path(path), mode, seed
+        self.policy = _load(self.path)
+        m = self.policy.manifest
+        self.manifest = m
+        self.spec = ActionSpec.from_dict(m["actions"])
+        self.ctx = DecisionContext(m["context"], make_predictor(m["context"].get("predictor"), seed=seed))
+        self.builder = make_obs(dict(m["observation"]["builder"]))
+        check_layout(m, self.builder.bind(self.ctx), str(self.path))
+        self.builder.reset(self.ctx)
+        self.predictor_seed = seed
+        self.ctx.predictor.reset(seed)
+        self.seen: set[int] = set()
+        self.checked: tuple[str, ...] | None = None
+        if models is not None:
+            self.check_backends(list(models))
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        if seed is not None:
+            self.ctx.predictor.reset(seed)
+        self.ctx.reset()
+        self.builder.reset(self.ctx)
+        self.seen.clear()
+
+    def check_backends(self, models: list[str]) -> None:
+        """Refuse backends whose count or models (in order) differ from the cluster the policy was trained on."""
+        check_backends(self.manifest, models, str(self.path))
+        self.checked = tuple(models)
+
+    def route(self, req: Request, view: Any) -> int:
+        state: ClusterState = view.state()
+        if state.version != LAYOUT_VERSION:
+            raise ConfigError(f"{self.path}: backends report ClusterState layout v{state.version}, the export reads "
+                              f"v{LAYOUT_VERSION}")
+        models = tuple(i.model for i in state.instances)
+        if view.num_instances != len(models):
+            raise ConfigError(f"{self.path}: the view has {view.num_instances} instances, its state {len(models)}")
+        if models != self.checked:
+            self.check_backends(list(models))
+        ctx = self.ctx
+        ctx.current = state
+        if req.id not in self.seen:  # the env tells its builder of each arrival once
+            self.seen.add(req.id)
+            self.builder.on_arrival(ctx, req)
+        obs = self.builder.build(ctx, state, req)
+        mask = action_mask(self.spec, req.prompt_tokens, state.instances)
+        a = self.policy.sample(obs, mask, self.rng) if self.mode == "sample" else self.policy.act(obs, mask)
+        d = decode_action(a, self.spec, req.prompt_tokens, lambda: state.instances)
+        if d >= 0:
+            ctx.record_routed(req, d, state)
+        if d != WAIT:  # decided for good: forget it (a held request is offered again, its arrival told once)
+            self.seen.discard(req.id)
+        return d
+
+
+def check_backends(manifest: dict[str, Any], models: list[str], where: str = "export") -> None:
+    """One line naming both sides when the backends' count or models (in order) are not the export's."""
+    want = list(manifest["context"]["instance_models"])
+    if list(models) != want:
+        raise ConfigError(f"{where}: the policy was trained on {len(want)} instances {want}, but the backends are "
+                          f"{len(models)} instances {list(models)}")
+
+
+def check_layout(manifest: dict[str, Any], space: Any, where: str = "export") -> None:
+    """The observation the rebuilt builder produces has the export's shapes (one line naming both)."""
+    obs = manifest["observation"]
+    if hasattr(space, "spaces"):
+        have: Any = {k: list(v.shape) for k, v in space.spaces.items()}
+        want = obs.get("shapes")
+    else:
+        have, want = list(space.shape), obs.get("shape")
+    if have != want:
+        raise ConfigError(f"{where}: the policy's observation {obs['builder'].get('kind')!r} has shape {want}, but "
+                          f"the builder rebuilt for these backends gives {have}")
+
+
+_POLICIES: dict[tuple[str, float], ExportedPolicy] = {}
+
+
+def _load(path: Path) -> ExportedPolicy:
+    """One onnxruntime session per export (evaluation builds a router per episode)."""
+    read_manifest(path)  # checked every time: a changed file is refused, not served from the cache
+    key = (str(path.resolve()), (path / "manifest.json").stat().st_mtime)
+    if key not in _POLICIES:
+        _POLICIES[key] = ExportedPolicy.load(path)
+    return _POLICIES[key]
