@@ -7,20 +7,22 @@ from typing import Any
 from agents.serve.app import create_app
 from agents.serve.config import RouterConfig, parse_config
 from agents.serve.gateway import Gateway
+from agents.serve.policy import Decider
 from llmsim.emulator.server_thread import ServerThread
 
 
 class RouterHandle(ServerThread):
     """A router serving on a loopback port in a daemon thread; ``gateway`` is its live state (for tests)."""
 
-    def __init__(self, cfg: RouterConfig) -> None:
-        app = create_app(cfg)
+    def __init__(self, cfg: RouterConfig, decider: Decider | None = None) -> None:
+        app = create_app(cfg, decider)
         super().__init__(app, cfg.host, cfg.port, name="llmsim-router")
         self.gateway: Gateway = app.state.gateway
 
 
-def start_router(cfg: RouterConfig | dict[str, Any]) -> RouterHandle:
-    """Start a router (``port: 0`` picks a free port) and return once it accepts connections."""
+def start_router(cfg: RouterConfig | dict[str, Any], decider: Decider | None = None) -> RouterHandle:
+    """Start a router (``port: 0`` picks a free port) and return once it accepts connections; ``decider``
+    replaces the config's policy (tests)."""
     if not isinstance(cfg, RouterConfig):
         cfg = parse_config(cfg)
-    return RouterHandle(cfg).start()
+    return RouterHandle(cfg, decider).start()
