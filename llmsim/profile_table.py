@@ -181,6 +181,19 @@ class MeasuredProfile:
         self.estimated = any(self.parts[p] == "estimated" for p in STEP_PARTS)
         self.provenance = data.get("provenance", {})
 
+    def with_overhead(self, per_iteration: float | None = None, per_seq: float | None = None,
+                      source: str = "override") -> MeasuredProfile:
+        """A copy with another CPU overhead (replay what-ifs, profiles.calibrate); the rest is shared data."""
+        ov = dict(self.data["overhead"])
+        if per_iteration is not None:
+            ov["per_iteration"] = float(per_iteration)
+        if per_seq is not None:
+            ov["per_seq"] = float(per_seq)
+        parts = dict(self.data["parts"])
+        parts["overhead"] = {"status": "estimated", "source": source}
+        return MeasuredProfile({**self.data, "overhead": ov, "parts": parts}, f"{self.path} ({source})", self.model,
+                               self.gpu)
+
     def step_time(
         self, n_tokens: int, n_seqs: int, prefill_c2: int, prefill_cp: int, n_decode: int, decode_ctx: int
     ) -> float:

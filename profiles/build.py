@@ -111,6 +111,7 @@ class Built:
     sources: list[str]
     notes: list[str] = field(default_factory=list)
     memory: dict[str, int] = field(default_factory=dict)
+    providers: dict[str, str] = field(default_factory=dict)  # part -> provider name (for the expected-error note)
 
 
 # ------------------------------------------------------------------------------------------------- build
@@ -133,6 +134,7 @@ def build_one(raw: Raw, model: str, gpu: str, tp: int = 1, skip: tuple[str, ...]
         sources=sorted(sources),
         notes=notes,
         memory=d["memory"].value,
+        providers={p: r.provider for p, r in d.items()},
     )
 
 
@@ -194,9 +196,21 @@ def build_texts(raw_dir: Path, only: str | None = None, verbose: bool = True) ->
             if verbose:
                 print(f"skip {model} on {gpu} tp{tp}: does not fit", file=sys.stderr)
             continue
-        doc = render(build_one(raw, model, gpu, tp), model, gpu, tp)
+        b = build_one(raw, model, gpu, tp)
+        doc = render(b, model, gpu, tp)
+        add_expected_error(doc, raw_dir, gpu, b.providers)
         out[f"{g.name}/{profile_filename(m.name, tp)}"] = (dump(doc), doc["provenance"]["summary"])
     return out
+
+
+def add_expected_error(doc: dict, raw_dir: Path, gpu: str, providers: dict[str, str]) -> None:
+    """State in an estimated profile the error its estimation method showed on GPUs with measurements
+    (provenance.expected_error, from profiles.estimate_check; VALIDATION.md section 9)."""
+    from profiles import estimate_check
+
+    kind = estimate_check.estimate_kind(gpu, providers)
+    if kind is not None:
+        doc["provenance"]["expected_error"] = estimate_check.expected_error(raw_dir, kind)
 
 
 def is_committed_dir(d: Path) -> bool:

@@ -2,12 +2,15 @@
 
     python -m profiles.replay --requests FILE --model M --gpu G [--tp N] [--policy chunked]
         [--max-num-batched-tokens 2048] [--max-num-seqs 256] [--gpu-memory-utilization 0.9] [--json]
+        [--timeline] [--plot timeline.png] [--overhead-per-iteration S] [--overhead-per-seq S]
 
 FILE is either vLLM-bench style JSON lines (LLMServingSim ``requests.jsonl``: input_toks, output_toks,
 arrival_time / queued_ts, first_token_ts, last_token_ts) or a CSV with columns
 ``arrival, prompt_tokens, output_tokens`` and optionally measured ``ttft`` and ``e2e`` (seconds) or
 ``first_token, finish`` timestamps. Prints simulated vs measured mean / median / p90 of TTFT, TPOT and
 E2E latency (ms); ``--json`` prints one JSON object per row (metric, simulated, measured, error_pct).
+``--timeline`` / ``--plot`` compare the per-second running / waiting (/ KV) curves with the run's
+``timeseries.csv`` (profiles/replay_timeline.py); ``--overhead-*`` replay with another CPU overhead.
 """
 
 from __future__ import annotations
@@ -143,7 +146,31 @@ def simulate_recorded(
     gpu_memory_utilization: float = 0.9,
     max_model_len: int | None = None,
     profile_kind: str = "auto",
+    overhead: dict[str, float] | None = None,
 ) -> tuple[dict[str, float], list[str]]:
+    """Simulated TTFT / TPOT / E2E statistics of the recorded requests (and notes on the profile used)."""
+    sim, notes, _ = simulate_run(rec, model, gpu, tp, policy, max_num_batched_tokens, max_num_seqs,
+                                 gpu_memory_utilization, max_model_len, profile_kind, overhead)
+    return sim, notes
+
+
+def simulate_run(
+    rec: Recorded,
+    model: str,
+    gpu: str,
+    tp: int = 1,
+    policy: str = "chunked",
+    max_num_batched_tokens: int | None = 2048,
+    max_num_seqs: int = 256,
+    gpu_memory_utilization: float = 0.9,
+    max_model_len: int | None = None,
+    profile_kind: str = "auto",
+    overhead: dict[str, float] | None = None,
+) -> tuple[dict[str, float], list[str], pd.DataFrame]:
+    """:func:`simulate_recorded` plus the simulated timeline (one row per second: running, waiting, KV blocks).
+
+    ``overhead`` (``per_iteration`` / ``per_seq`` seconds) replaces the profile's CPU overhead (measured profiles
+    only): what-if replays and ``python -m profiles.calibrate``."""
     from llmsim.cluster import InstanceConfig
     from llmsim.engine import EngineConfig
     from llmsim.profile import load_profile
@@ -151,6 +178,10 @@ def simulate_recorded(
     from llmsim.sim import simulate
 
     prof = load_profile(model, gpu, tp, profile_kind)
+    if overhead:
+        if not hasattr(prof, "with_overhead"):
+            raise LLMSimError(f"--overhead-*: {prof.name} is a roofline profile; only measured ones take an override")
+        prof = prof.with_overhead(overhead.get("per_iteration"), overhead.get("per_seq"), "replay override")
     mml = max_model_len or int(max(rec.prompt + rec.output)) + 16
     eng = EngineConfig(
         policy=policy,
@@ -170,7 +201,7 @@ def simulate_recorded(
     notes = list(getattr(res, "notes", []) or [])
     d = prof.describe()
     notes.append(f"profile {d['name']} (estimated parts: {', '.join(d.get('estimated_parts', [])) or 'none'})")
-    return stats(ttft, e2e, df.output_tokens.to_numpy(int)), notes
+    return stats(ttft, e2e, df.output_tokens.to_numpy(int)), notes, res.timeline
 
 
 def compare(sim: dict[str, float], meas: dict[str, float] | None) -> list[dict]:
@@ -200,7 +231,7 @@ def engine_meta(path: str | Path) -> dict:
         return {}
 
 
-def run(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
+def run(args: argparse.Namespace) -> tuple[list[dict], list[str], pd.DataFrame]:
     rec = read_requests(args.requests)
     meta = engine_meta(args.requests)
     notes0 = []
@@ -209,7 +240,9 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
         notes0.append(f"max_num_seqs={args.max_num_seqs} ({'meta.json' if meta.get('max_num_seqs') else 'default'})")
     if args.max_num_batched_tokens is None:
         args.max_num_batched_tokens = int(meta.get("max_num_batched_tokens") or 2048)
-    sim, notes = simulate_recorded(
+    overhead = {k: v for k, v in (("per_iteration", getattr(args, "overhead_per_iteration", None)),
+                                  ("per_seq", getattr(args, "overhead_per_seq", None))) if v is not None}
+    sim, notes, timeline = simulate_run(
         rec,
         args.model,
         args.gpu,
@@ -220,9 +253,10 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
         args.gpu_memory_utilization,
         args.max_model_len,
         args.profile_kind,
+        overhead or None,
     )
     meas = None if rec.ttft is None else stats(rec.ttft, rec.e2e, rec.output)
-    return compare(sim, meas), notes0 + notes
+    return compare(sim, meas), notes0 + notes, timeline
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,9 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     ap.add_argument("--profile-kind", default="auto", choices=["auto", "measured", "roofline"])
     ap.add_argument("--json", action="store_true", help="one JSON object per metric")
+    ap.add_argument("--timeline", action="store_true", help="per-second running / waiting next to timeseries.csv")
+    ap.add_argument("--plot", default=None, help="write the timeline comparison as a PNG here")
+    ap.add_argument("--overhead-per-iteration", type=float, default=None, help="CPU overhead override (s)")
+    ap.add_argument("--overhead-per-seq", type=float, default=None, help="CPU overhead override (s per sequence)")
     args = ap.parse_args(argv)
     try:
-        rows, notes = run(args)
+        rows, notes, timeline = run(args)
+        al = _aligned(args, timeline) if args.timeline or args.plot else None
     except LLMSimError as e:
         print(f"{ap.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
@@ -260,7 +299,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['metric']:<18}{r['simulated']:>12.1f}{meas:>12}{err:>10}")
     for n in notes:
         print("note:", n)
+    if al is not None and args.timeline:
+        from profiles.replay_timeline import print_table
+
+        print_table(al)
+    if al is not None and args.plot:
+        from profiles.replay_timeline import plot
+
+        run_name = "/".join(Path(args.requests).parts[-4:-1])
+        print("timeline plot:", plot(al, args.plot, f"{args.model} on {args.gpu}: {run_name}"))
     return 0
+
+
+def _aligned(args: argparse.Namespace, timeline: pd.DataFrame) -> pd.DataFrame:
+    from profiles.replay_timeline import align, read_timeseries
+
+    got = read_timeseries(args.requests)
+    if got is None:
+        raise TraceError(f"{Path(args.requests).parent}: no timeseries.csv next to the requests (--timeline, --plot)")
+    measured, offset = got
+    return align(timeline, measured, offset)
 
 
 if __name__ == "__main__":

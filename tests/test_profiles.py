@@ -241,8 +241,9 @@ def test_replay_real_run_within_target():
     seqs = int(engine_meta(f).get("max_num_seqs", 256))
     sim, _ = simulate_recorded(rec, "llama-3.1-8b", "rtx-pro-6000", 1, "chunked", 2048, seqs)
     meas = stats(rec.ttft, rec.e2e, rec.output)
-    assert abs(sim["mean_tpot_ms"] / meas["mean_tpot_ms"] - 1) < 0.10
-    assert abs(sim["mean_e2el_ms"] / meas["mean_e2el_ms"] - 1) < 0.10
+    for m in ("ttft", "tpot", "e2el"):  # issue 14's targets: every mean within 5 %, every p90 within 8 %
+        assert abs(sim[f"mean_{m}_ms"] / meas[f"mean_{m}_ms"] - 1) < 0.05, m
+        assert abs(sim[f"p90_{m}_ms"] / meas[f"p90_{m}_ms"] - 1) < 0.08, m
 
 
 def test_from_hf_config_opt(tmp_path):

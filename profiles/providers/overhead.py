@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import yaml
 
 from .base import Context, PartResult, provider
 from .fits import SEQ_GRID, fit_nnls
@@ -29,6 +32,30 @@ MODERN_OVERHEAD = {"per_iteration": 5e-4, "per_seq": 2e-6}
 def vidur_cpu(ctx: Context) -> tuple[dict[str, float], list[float]]:
     """The vidur CPU-overhead fit and the sampler times on SEQ_GRID, once per build."""
     return ctx.memo("vidur_cpu", lambda: vidur_overhead(ctx.raw))
+
+
+FITS = Path(__file__).resolve().parents[1] / "fits"
+
+
+@provider("run-fit")
+def run_fit_overhead(ctx: Context) -> PartResult | None:
+    """The per-sequence overhead fitted to a recorded run of this (model, GPU) by ``python -m profiles.calibrate``
+    (profiles/fits/<gpu>/<model>.yaml, derived data), on top of the V1 per-iteration term. Only for profiles whose
+    GPU work is measured with the same engine (the LLMServingSim vLLM 0.19 tables): the fit absorbs whatever the
+    operator tables miss."""
+    f = FITS / ctx.gpu / f"{ctx.model.name}.yaml"
+    if ctx.tp != 1 or not f.is_file() or not lss_measured(ctx.gpu, ctx.model.name, ctx.tp):
+        return None
+    fit = yaml.safe_load(f.read_text())
+    per_seq = float(fit["overhead"]["per_seq"])
+    return PartResult(
+        {"per_iteration": MODERN_OVERHEAD["per_iteration"], "per_seq": per_seq},
+        "measured",
+        f"vLLM 0.19 V1 engine: 0.5 ms/iteration (assumed) + {per_seq * 1e6:.0f} us/sequence fitted to the recorded "
+        f"run {fit['run']} ({fit['method']}; held-out RMSE {fit['holdout_rmse']} requests, "
+        f"{fit['holdout_rmse_before']} with the assumed 2 us); profiles/calibrate.py",
+        frozenset({"llmservingsim"}),
+    )
 
 
 @provider("llmservingsim")
@@ -63,4 +90,4 @@ def vidur_overhead_part(ctx: Context) -> PartResult:
     )
 
 
-CHAIN = (lss_overhead, rtx4090_overhead, vidur_overhead_part)
+CHAIN = (run_fit_overhead, lss_overhead, rtx4090_overhead, vidur_overhead_part)

@@ -1,0 +1,497 @@
+"""How good are estimated profiles? Rebuild measured GPUs with the estimation method alone and compare.
+
+    python -m profiles.validate --write          # section 9 of profiles/VALIDATION.md is made here
+    python -m profiles.estimate_check [--raw DIR] [--profile-out DIR]   # print the tables; optionally write
+                                                 # the estimated profiles (for LLMSIM_PROFILE_PATH=DIR replays)
+
+The estimation method is the one behind the estimated profiles (A30, A10, TITAN RTX, some A40): GEMMs by a
+roofline on datasheet peak / bandwidth with efficiencies measured on other GPUs (the AIConfigurator big and
+weight-streaming GEMMs of A100-80GB and L40S, averaged), norms and activations by the elementwise roofline,
+attention by a roofline at 0.5 of peak (prefill) and 0.8 of bandwidth (decode), vidur's A40-host CPU overhead
+and sampler. For a GPU that *has* measurements we hide them: its own GEMM tables leave the calibration set
+(A100-80GB is estimated from L40S alone and L40S from A100 alone; the others from both), and nothing else of
+that GPU is read (:data:`MEASUREMENT_PATHS`, enforced by tests/test_profiles_estimate.py). The estimate is
+compared with the profile the builder makes from that GPU's measurements over a grid of batch shapes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from llmsim.hardware import get_gpu
+from llmsim.models import get_model
+from llmsim.profile_table import MeasuredProfile, profile_filename
+from profiles.providers.attention import roofline_pair
+from profiles.providers.base import Context
+from profiles.providers.fits import Roofline, gemm_dense, sig
+from profiles.providers.lm_head import lm_gemm
+from profiles.providers.memory import config_memory, reserved_bytes
+from profiles.providers.overhead import vidur_overhead_part
+from profiles.providers.raw import LSS_GPUS, Raw, lss_measured
+
+# GPUs whose step-time parts are measured (their committed profiles are the references).
+HELD_OUT_GPUS = ("a100-80gb", "h100", "l40s", "rtx4090", "rtx-pro-6000")
+# What profiles.providers.fits.mean_efficiency averages for Ampere-and-later GPUs without GEMM tables.
+CALIBRATION_GPUS = ("a100-80gb", "l40s")
+STEP_PARTS = ("dense", "prefill_attention", "decode_attention", "lm_head")
+_AIC = "aiconfigurator/{}aic-core/src/aiconfigurator_core/systems/data/"
+# Everything under ../shared/profiles_raw measured on each held-out GPU (relative paths).
+MEASUREMENT_PATHS: dict[str, tuple[str, ...]] = {
+    "a100-80gb": (
+        _AIC.format("") + "a100_sxm",
+        _AIC.format("csv_gz/") + "a100_sxm",
+        "vidur/data/profiling/compute/a100",
+        "vidur/data/profiling/network/a100_dgx",
+        "vidur/data/profiling/network/a100_pairwise_nvlink",
+        "vidur/history-e2d00e9/data/profiling/a100",
+    ),
+    "h100": (
+        _AIC.format("") + "h100_sxm",
+        _AIC.format("csv_gz/") + "h100_sxm",
+        "vidur/data/profiling/compute/h100",
+        "vidur/data/profiling/network/h100_dgx",
+        "vidur/data/profiling/network/h100_pairwise_nvlink",
+        "llmservingsim/profiler/v0/perf_models/H100",
+    ),
+    "l40s": (_AIC.format("") + "l40s", _AIC.format("csv_gz/") + "l40s"),
+    "rtx4090": ("llmservingsim/profiler/perf/RTX4090",),
+    "rtx-pro-6000": (
+        _AIC.format("") + "rtx_pro_6000_server",
+        _AIC.format("csv_gz/") + "rtx_pro_6000_server",
+        "llmservingsim/profiler/perf/RTXPRO6000",
+        "llmservingsim/bench/examples/RTXPRO6000",
+    ),
+}
+REPLAY_RUN = "llmservingsim/bench/examples/RTXPRO6000/Llama-3.1-8B/vllm/requests.jsonl"
+KV_UTIL = 0.9
+
+
+# ------------------------------------------------------------------------------------- leave-out builder
+def gemm_efficiency(raw: Raw, gpu: str) -> dict[str, float]:
+    """Big-GEMM share of dense peak and weight-streaming share of bandwidth (as fits.calibrated_efficiencies)."""
+    g, gm = get_gpu(gpu), raw.aic_gemm(gpu)
+    return {
+        "eff_c": 2 * 4096 * 12288 * 4096 / gm(4096, 12288, 4096) / g.peak_flops,
+        "eff_m": 16384 * 4096 * 2 / gm(1, 16384, 4096) / g.bandwidth,
+    }
+
+
+def leave_out_efficiency(raw: Raw, hidden: str) -> tuple[dict[str, float], tuple[str, ...]]:
+    """The calibration GPUs' mean efficiencies, without the hidden GPU (whose tables are never read)."""
+    calib = tuple(g for g in CALIBRATION_GPUS if g != hidden)
+    effs = [gemm_efficiency(raw, g) for g in calib]
+    return {k: float(np.mean([e[k] for e in effs])) for k in ("eff_c", "eff_m")}, calib
+
+
+def estimated_doc(raw: Raw, model: str, gpu: str, hidden: str | None = None) -> dict:
+    """The profile document the estimation method gives for (model, gpu) at TP1, ``hidden``'s data unused.
+
+    ``hidden`` defaults to ``gpu``; for a GPU without measurements (e.g. a30) this is exactly the committed
+    estimated profile's step-time model (tested)."""
+    from profiles.build import Built, Part, render
+
+    hidden = gpu if hidden is None else hidden
+    m, spec = get_model(model), get_gpu(gpu)
+    ctx = Context(raw, m, gpu, spec, 1)
+    eff, calib = leave_out_efficiency(raw, hidden)
+    rl = Roofline(spec, eff["eff_c"], eff["eff_m"])
+    pf, dec = roofline_pair(ctx)
+    ov, mem = vidur_overhead_part(ctx), config_memory(ctx)
+    src = f"roofline, GEMM eff {eff['eff_c']:.2f} of peak / {eff['eff_m']:.2f} of bandwidth from {'+'.join(calib)}"
+    parts = {
+        "dense": Part("estimated", src),
+        "prefill_attention": Part(pf.status, pf.source),
+        "decode_attention": Part(dec.status, dec.source),
+        "lm_head": Part("estimated", src + "; sampler from vidur"),
+        "overhead": Part(ov.status, ov.source),
+        "memory": Part(mem.status, mem.source),
+    }
+    b = Built(
+        gemm_dense(ctx, rl.gemm),
+        lm_gemm(ctx, rl.gemm),
+        pf.value,
+        dec.value,
+        ov.value,
+        parts,
+        ["llm-analysis", "vidur-history"],
+        [f"leave-measurements-out estimate: {gpu} measurements hidden"],
+        mem.value,
+    )
+    return render(b, model, gpu, 1)
+
+
+def reference_docs(raw: Raw) -> dict[tuple[str, str], dict]:
+    """``{(gpu, model): doc}`` built from the held-out GPUs' measurements: TP1 targets that fit the GPU and
+    whose four step-time parts are all measured (transferred or estimated parts are not a reference)."""
+    from llmsim.kv_budget import kv_capacity_from_bytes
+    from profiles.build import TARGETS, build_one, render
+
+    out = {}
+    for gpu in HELD_OUT_GPUS:
+        g = get_gpu(gpu)
+        for model in TARGETS[gpu]:
+            if gpu in LSS_GPUS and not lss_measured(gpu, model, 1):
+                continue  # transferred from other GPUs (the 4090's other models): not a reference, skip the build
+            m = get_model(model)
+            try:
+                kv_capacity_from_bytes(
+                    m.name, g, 1, KV_UTIL, m.weight_bytes, m.kv_bytes_per_token, reserved_bytes(m, 1)
+                )
+            except ValueError:
+                continue
+            b = build_one(raw, model, gpu)
+            if all(b.parts[p].status == "measured" for p in STEP_PARTS):
+                out[(gpu, model)] = render(b, model, gpu, 1)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ shape grid
+@dataclass(frozen=True)
+class Shape:
+    """One batch: the arguments of Profile.step_time plus the KV tokens it holds."""
+
+    kind: str  # prefill / decode / mixed
+    n_tokens: int
+    n_seqs: int
+    prefill_c2: int
+    prefill_cp: int
+    n_decode: int
+    decode_ctx: int
+    kv_tokens: int
+
+    def args(self) -> tuple[int, int, int, int, int, int]:
+        return self.n_tokens, self.n_seqs, self.prefill_c2, self.prefill_cp, self.n_decode, self.decode_ctx
+
+
+def shape_grid() -> list[Shape]:
+    """Prefill-only (1 x 128..8192, 4 x 512, 16 x 128), decode-only (batch 1..256 x context 256..4096) and
+    mixed chunked batches under a 2,048-token budget (8/32/128 decodes at 512/2048 context + one chunk with
+    0 or 2,048 cached tokens)."""
+    out = []
+    for b, c in [(1, 128), (1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 8192), (4, 512), (16, 128)]:
+        out.append(Shape("prefill", b * c, b, b * c * c, 0, 0, 0, b * c))
+    for b in (1, 4, 16, 32, 64, 128, 256):
+        for ctx in (256, 1024, 4096):
+            out.append(Shape("decode", b, b, 0, 0, b, b * ctx, b * ctx))
+    for d in (8, 32, 128):
+        for ctx in (512, 2048):
+            for p in (0, 2048):
+                c = 2048 - d
+                out.append(Shape("mixed", c + d, d + 1, c * c, c * p, d, d * ctx, d * ctx + c + p))
+    return out
+
+
+def overhead_s(prof: MeasuredProfile, s: Shape) -> float:
+    ov = prof.data["overhead"]
+    return ov["per_iteration"] + ov["per_seq"] * s.n_seqs
+
+
+@dataclass
+class Row:
+    """Errors (%) of one estimated profile against its reference, per shape (full step and GPU time only)."""
+
+    gpu: str
+    model: str
+    kinds: list[str]
+    step: np.ndarray
+    gpu_only: np.ndarray
+    attention_only: np.ndarray  # measured dense, estimated attention + lm_head (as the A40 profiles)
+    twins: tuple[str, ...] = ()  # models with identical shapes (identical errors), folded into this row
+
+
+def hybrid_doc(ref: dict, est: dict) -> dict:
+    """The reference with the estimated attention and lm_head: what a profile with only a measured dense
+    table (the A40's vidur tables) gets."""
+    return {**ref, **{k: est[k] for k in ("prefill_attention", "decode_attention", "lm_head")}}
+
+
+def compare_profiles(est: dict, ref: dict, shapes: list[Shape]) -> Row:
+    """Per-shape errors (%); shapes whose KV does not fit the reference profile at util 0.9 are left out."""
+    pe, pr, ph = MeasuredProfile(est), MeasuredProfile(ref), MeasuredProfile(hybrid_doc(ref, est))
+    cap = pr.kv_capacity_tokens(KV_UTIL)
+    kinds, err = [], []
+    for s in shapes:
+        if s.kv_tokens > cap:
+            continue
+        te, tr, th = pe.step_time(*s.args()), pr.step_time(*s.args()), ph.step_time(*s.args())
+        ge, gr = te - overhead_s(pe, s), tr - overhead_s(pr, s)
+        kinds.append(s.kind)
+        err.append(((te - tr) / tr, (ge - gr) / gr, (th - tr) / tr))
+    e = np.asarray(err) * 100
+    return Row(pr.gpu.name, pr.model.name, kinds, e[:, 0], e[:, 1], e[:, 2])
+
+
+@cache
+def _rows(raw_root: str) -> tuple[Row, ...]:
+    raw = Raw(Path(raw_root))
+    shapes = shape_grid()
+    rows: list[Row] = []
+    for (gpu, model), ref in reference_docs(raw).items():
+        r = compare_profiles(estimated_doc(raw, model, gpu), ref, shapes)
+        same = [x for x in rows if x.gpu == gpu and np.array_equal(x.step, r.step) and x.kinds == r.kinds]
+        if same:  # a shape twin (vicuna-7b = llama-2-7b, ...): counted once
+            same[0].twins += (model,)
+        else:
+            rows.append(r)
+    return tuple(rows)
+
+
+def leave_out_rows(raw_dir: Path) -> list[Row]:
+    """One Row per (held-out GPU, model), computed once per raw directory and process."""
+    return list(_rows(str(Path(raw_dir).resolve())))
+
+
+def summary(e: np.ndarray) -> dict[str, float]:
+    a = np.abs(e)
+    return {
+        "median_abs_pct": float(np.median(a)),
+        "mean_abs_pct": float(np.mean(a)),
+        "p90_abs_pct": float(np.percentile(a, 90)),
+        "bias_pct": float(np.mean(e)),
+        "n": int(len(e)),
+    }
+
+
+def pooled(rows: list[Row], what: str = "step", kind: str | None = None) -> dict[str, float]:
+    """Summary over every shape of ``rows`` (``what``: step / gpu_only / attention_only; optionally one kind)."""
+    vals = []
+    for r in rows:
+        e = getattr(r, what)
+        vals.append(e if kind is None else e[np.asarray(r.kinds) == kind])
+    return summary(np.concatenate(vals))
+
+
+# ------------------------------------------------------------------------------------------- replay
+def write_estimated(raw: Raw, out_dir: Path, targets: list[tuple[str, str]]) -> list[Path]:
+    """Write leave-out estimated profiles as ``out_dir/<gpu>/<model>.yaml`` (for LLMSIM_PROFILE_PATH)."""
+    from profiles.build import dump
+
+    paths = []
+    for gpu, model in targets:
+        p = out_dir / gpu / profile_filename(model, 1)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(dump(estimated_doc(raw, model, gpu)))
+        paths.append(p)
+    return paths
+
+
+def replay_cmd(requests: Path) -> list[str]:
+    """The replay command of section 7 (engine settings from the run's meta.json), JSON output."""
+    return [sys.executable, "-m", "profiles.replay", "--requests", str(requests)] + [
+        "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000", "--json",
+    ]  # fmt: skip
+
+
+def start_replays(raw_dir: Path) -> tuple[subprocess.Popen, subprocess.Popen, tempfile.TemporaryDirectory]:
+    """Start the replay with the measured and with the estimated RTX PRO 6000 profile (two processes: the
+    profile is chosen by LLMSIM_PROFILE_PATH, and profiles.replay has no way to pass a Profile object)."""
+    tmp = tempfile.TemporaryDirectory(prefix="llmsim-estimated-")
+    write_estimated(Raw(raw_dir), Path(tmp.name), [("rtx-pro-6000", "llama-3.1-8b")])
+    cmd = replay_cmd(raw_dir / REPLAY_RUN)
+    repo = Path(__file__).resolve().parent.parent
+    path = os.pathsep.join(d for d in (tmp.name, os.environ.get("LLMSIM_PROFILE_PATH", "")) if d)
+    env_est = dict(os.environ, LLMSIM_PROFILE_PATH=path)  # the estimate shadows profiles/data
+    pipe = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=repo)
+    return subprocess.Popen(cmd, **pipe), subprocess.Popen(cmd, env=env_est, **pipe), tmp
+
+
+def finish_replays(procs) -> list[dict]:
+    """``[{metric, measured, sim_measured, err_measured, sim_estimated, err_estimated}]`` from start_replays."""
+    p_meas, p_est, tmp = procs
+    out = []
+    try:
+        res = []
+        for p in (p_meas, p_est):
+            so, se = p.communicate(timeout=300)
+            if p.returncode != 0:
+                raise RuntimeError(f"profiles.replay failed ({p.returncode}): {se.strip()[-500:]}")
+            res.append([json.loads(line) for line in so.splitlines() if line.strip()])
+    finally:
+        for p in (p_meas, p_est):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        tmp.cleanup()
+    for a, b in zip(*res):
+        out.append(
+            {
+                "metric": a["metric"],
+                "measured": a["measured"],
+                "sim_measured": a["simulated"],
+                "err_measured": a["error_pct"],
+                "sim_estimated": b["simulated"],
+                "err_estimated": b["error_pct"],
+            }
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------- report
+def _table(rows: list[dict]) -> str:
+    cols = list(rows[0])
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    return "\n".join(out + ["| " + " | ".join(str(r.get(c, "-")) for c in cols) + " |" for r in rows])
+
+
+def _cells(label: dict, e: dict, g: dict | None = None) -> dict:
+    d = dict(label)
+    d.update(
+        {
+            "shapes": e["n"],
+            "median abs %": f"{e['median_abs_pct']:.1f}",
+            "mean abs %": f"{e['mean_abs_pct']:.1f}",
+            "p90 abs %": f"{e['p90_abs_pct']:.1f}",
+            "bias %": f"{e['bias_pct']:+.1f}",
+        }
+    )
+    if g is not None:
+        d["GPU-time median abs % / bias %"] = f"{g['median_abs_pct']:.1f} / {g['bias_pct']:+.1f}"
+    return d
+
+
+def calibrated_on(gpu: str) -> str:
+    return "+".join(g for g in CALIBRATION_GPUS if g != gpu)
+
+
+def error_tables(rows: list[Row]) -> str:
+    """Per (GPU, model) rows, per-GPU and pooled summaries, pooled by kind of batch."""
+    per = []
+    for r in rows:
+        lab = {"GPU": r.gpu, "model": ", ".join((r.model, *r.twins)), "GEMM eff. from": calibrated_on(r.gpu)}
+        per.append(_cells(lab, summary(r.step), summary(r.gpu_only)))
+    agg = []
+    for gpu in dict.fromkeys(r.gpu for r in rows):
+        sub = [r for r in rows if r.gpu == gpu]
+        agg.append(_cells({"pool": gpu}, pooled(sub), pooled(sub, "gpu_only")))
+    agg.append(_cells({"pool": "**all (pooled)**"}, pooled(rows), pooled(rows, "gpu_only")))
+    for kind in ("prefill", "decode", "mixed"):
+        agg.append(_cells({"pool": f"all, {kind} batches"}, pooled(rows, kind=kind), pooled(rows, "gpu_only", kind)))
+    agg.append(_cells({"pool": "all, estimated attention + lm_head only (A40-style)"}, pooled(rows, "attention_only")))
+    return _table(per) + "\n\n" + _table(agg)
+
+
+def replay_table(rows: list[dict]) -> str:
+    return _table(
+        [
+            {
+                "metric": r["metric"],
+                "measured run": f"{r['measured']:.1f}",
+                "measured profile": f"{r['sim_measured']:.1f}",
+                "error %": f"{r['err_measured']:+.1f}",
+                "estimated profile": f"{r['sim_estimated']:.1f}",
+                "error % (estimated)": f"{r['err_estimated']:+.1f}",
+            }
+            for r in rows
+        ]
+    )
+
+
+INTRO = (
+    "How good are the estimated profiles (A30, A10, TITAN RTX; the A40's attention)? For every GPU with "
+    "measured step-time data, the profile is rebuilt with the estimation method alone, its own measurements "
+    "hidden (`profiles/estimate_check.py`): GEMMs and lm_head by a roofline on the datasheet peak and bandwidth "
+    "with GEMM efficiencies measured on the other calibration GPUs (A100-80GB and L40S: each is estimated from "
+    "the other alone), norms/activations by the elementwise roofline, attention by a roofline at 0.5 of peak "
+    "(prefill) and 0.8 of bandwidth (decode), vidur's A40-host CPU overhead and sampler. References: the "
+    "profiles built from each GPU's own measurements (TP1, all four step-time parts measured; shape twins such "
+    "as vicuna-7b = llama-2-7b are counted once). Grid: prefill-only batches (1 x 128 ... 8192 tokens, 4 x 512, "
+    "16 x 128), decode-only batches (batch 1-256 x context 256 / 1,024 / 4,096) and mixed chunked batches "
+    "(2,048-token budget: 8 / 32 / 128 decodes at context 512 / 2,048 plus one chunk with 0 or 2,048 cached "
+    "tokens); shapes whose KV does not fit the GPU at util 0.9 are left out. Error = (estimated - measured) / "
+    "measured step time; GPU time leaves out the CPU overhead (the 4090 / PRO 6000 references assume the vLLM "
+    "V1 overhead, the estimate uses vidur's). Command: `python -m profiles.validate --write` (this section; "
+    "`python -m profiles.estimate_check` prints it).\n"
+)
+
+
+def section(raw_dir: Path, procs=None) -> str:
+    """Section 9 of profiles/VALIDATION.md; ``procs``: replays already started (start_replays), so that they
+    run while the caller computes other sections."""
+    procs = procs or start_replays(raw_dir)
+    rows = leave_out_rows(raw_dir)
+    rep = finish_replays(procs)
+    return (
+        "## 9. Estimated profiles: leave-measurements-out check\n\n"
+        + INTRO
+        + "\n"
+        + error_tables(rows)
+        + "\n\nReplay of the real RTX PRO 6000 run of section 7 (same command and engine settings from "
+        "meta.json: max_num_seqs 128, max_num_batched_tokens 2048, chunked) with the measured profile and with "
+        "the estimated one (`python -m profiles.estimate_check --profile-out DIR`, then the replay command with "
+        "`LLMSIM_PROFILE_PATH=DIR`); latencies in ms:\n\n" + replay_table(rep) + "\n"
+    )
+
+
+# --------------------------------------------------------------------------- expected error of a profile
+APPLIES = {
+    "roofline": "this profile's dense, attention and lm_head come from the estimation method checked there",
+    "attention": "this profile's dense table is measured; its attention and lm_head come from the estimation "
+    "method (figures for the measured GPUs with only those parts estimated)",
+    "v100": "attention is the V100-calibrated roofline (spec-001 facts, section 5); no held-out measurement "
+    "of V100 attention exists, so no figure",
+    "turing": "TITAN RTX uses the V100 GEMM efficiencies and 0.35 of peak for prefill attention; no "
+    "pre-Ampere GPU has measured attention, so these figures (Ampere and later GPUs) are a lower bound",
+}
+
+
+def estimate_kind(gpu: str, providers: dict[str, str]) -> str | None:
+    """Which APPLIES case a built profile is (from the providers of its parts), None when nothing is estimated."""
+    if providers.get("dense") == "roofline":
+        return "turing" if gpu == "titan-rtx" else "roofline"
+    return {"roofline": "attention", "v100-calibrated": "v100"}.get(providers.get("prefill_attention", ""))
+
+
+def expected_error(raw_dir: Path, kind: str) -> dict:
+    """The ``provenance.expected_error`` block of an estimated profile (``kind``: a key of APPLIES); numbers
+    to 3 significant digits so that check mode's relative tolerance absorbs last-digit differences."""
+    out: dict = {
+        "source": "leave-measurements-out check on A100-80GB, H100, L40S, RTX 4090 and RTX PRO 6000 "
+        "(profiles/VALIDATION.md section 9, `python -m profiles.validate`): step-time error over "
+        "prefill, decode and mixed batches",
+        "applies": APPLIES[kind],
+    }
+    if kind == "v100":
+        return {"source": "no held-out check (see profiles/VALIDATION.md sections 5 and 9)", "applies": APPLIES[kind]}
+    rows = leave_out_rows(raw_dir)
+    what = "attention_only" if kind == "attention" else "step"
+    p = pooled(rows, what)
+    per_gpu = [pooled([r for r in rows if r.gpu == g], what)["median_abs_pct"] for g in HELD_OUT_GPUS]
+    out.update(
+        {
+            "median_abs_pct": sig(p["median_abs_pct"], 3),
+            "p90_abs_pct": sig(p["p90_abs_pct"], 3),
+            "bias_pct": sig(p["bias_pct"], 3),
+            "per_gpu_median_abs_pct": [sig(min(per_gpu), 3), sig(max(per_gpu), 3)],
+        }
+    )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from profiles.build import DEFAULT_RAW
+
+    ap = argparse.ArgumentParser(prog="python -m profiles.estimate_check", description=__doc__.split("\n")[0])
+    ap.add_argument("--raw", type=Path, default=DEFAULT_RAW)
+    ap.add_argument("--profile-out", type=Path, help="write the estimated held-out profiles to DIR/<gpu>/<model>.yaml")
+    a = ap.parse_args(argv)
+    if a.profile_out:
+        rows = leave_out_rows(a.raw)
+        for p in write_estimated(Raw(a.raw), a.profile_out, [(r.gpu, m) for r in rows for m in (r.model, *r.twins)]):
+            print(f"wrote {p}")
+        return 0
+    print(section(a.raw))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
