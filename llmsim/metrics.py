@@ -60,6 +60,8 @@ class Recorder:
         self.cols: dict[str, array] = {c: array("d") for c in _FLOAT_COLS}
         self.cols.update({c: array("q") for c in _INT_COLS})
         self.tasks: list[str | None] | None = None
+        self.slo_classes: list[str | None] | None = None  # kept once a request has a class (SLO per class)
+        self.dropped_classes: dict[int, str] = {}
         self.itl_hist = [0] * _ITL_BINS
         self.itl_count = 0
         self._itl_memo: tuple[int, list[tuple[int, int]]] | None = None
@@ -93,10 +95,16 @@ class Recorder:
             self.tasks = [None] * (len(c["id"]) - 1)
         if self.tasks is not None:
             self.tasks.append(r.task)
+        if r.slo_class is not None and self.slo_classes is None:
+            self.slo_classes = [None] * (len(c["id"]) - 1)
+        if self.slo_classes is not None:
+            self.slo_classes.append(r.slo_class)
 
     def drop(self, r: Request, reason: str, now: float) -> None:
         r.dropped = reason
         self.dropped.append((r.id, r.arrival, r.prompt_tokens, r.output_tokens, reason, now, r.instance))
+        if r.slo_class is not None:
+            self.dropped_classes[r.id] = r.slo_class
 
     # ------------------------------------------------------------------ tables
     def requests_frame(self) -> pd.DataFrame:
@@ -109,6 +117,8 @@ class Recorder:
                  "routed_time", "first_scheduled", "first_token", "finish", "preemptions", "swaps", "truncated"]]
         if self.tasks is not None:
             df["task"] = self.tasks
+        if self.slo_classes is not None:
+            df["slo_class"] = self.slo_classes
         df["truncated"] = df["truncated"].astype(bool)
         df["ttft_ms"] = (df["first_token"] - df["arrival"]) * 1e3
         df["e2el_ms"] = (df["finish"] - df["arrival"]) * 1e3
@@ -201,20 +211,38 @@ def summarise(
     s["truncated"] = int(df["truncated"].sum()) if n_done else 0
     # SLOs: dropped requests count as misses
     if slo.any():
-        ok = np.ones(n_done, dtype=bool)
-        for key, col in (("ttft_ms", "ttft_ms"), ("tpot_ms", "tpot_ms"), ("e2el_ms", "e2el_ms")):
-            target = getattr(slo, key)
-            if target is None:
-                continue
-            vals = df[col].to_numpy()
-            met = np.where(np.isnan(vals), True, vals <= target)
-            s[f"slo_{key.removesuffix('_ms')}_attainment"] = float(met.sum() / num_requests) if num_requests else 0.0
-            ok &= met
-        s["slo_attainment"] = float(ok.sum() / num_requests) if num_requests else 0.0
-        s["request_goodput"] = float(ok.sum() / duration) if duration > 0 else float("nan")
+        s.update(slo_summary(df, recorder, num_requests, slo, duration))
     if extra:
         s.update(extra)
     return s
+
+
+def slo_summary(df: pd.DataFrame, recorder: Recorder, num_requests: int, slo: SLO,
+                duration: float) -> dict[str, float]:
+    """Attainment of each target and of all (``slo_attainment``, dropped requests count as misses), goodput,
+    and with ``slo.classes`` the same per request class (``slo_attainment_<class>``, ``request_goodput_<class>``)."""
+    out: dict[str, float] = {}
+    n = len(df)
+    classes = df["slo_class"].to_numpy(object) if "slo_class" in df.columns else np.full(n, None, dtype=object)
+    ok = np.ones(n, dtype=bool)
+    for k, key in enumerate(("ttft_ms", "tpot_ms", "e2el_ms")):
+        target = np.array([slo.targets(c)[k] for c in classes] if slo.classes else [getattr(slo, key)] * n,
+                          dtype=float)
+        if np.isnan(target).all() and getattr(slo, key) is None:
+            continue
+        vals = df[key].to_numpy()
+        met = np.where(np.isnan(vals) | np.isnan(target), True, vals <= target)
+        out[f"slo_{key.removesuffix('_ms')}_attainment"] = float(met.sum() / num_requests) if num_requests else 0.0
+        ok &= met
+    out["slo_attainment"] = float(ok.sum() / num_requests) if num_requests else 0.0
+    out["request_goodput"] = float(ok.sum() / duration) if duration > 0 else float("nan")
+    for name in sorted(slo.classes or {}):
+        mine = classes == name
+        total = int(mine.sum()) + sum(1 for c in recorder.dropped_classes.values() if c == name)
+        met = int((ok & mine).sum())
+        out[f"slo_attainment_{name}"] = met / total if total else float("nan")
+        out[f"request_goodput_{name}"] = met / duration if duration > 0 else float("nan")
+    return out
 
 
 def run_duration(df: pd.DataFrame, recorder: Recorder) -> float:

@@ -52,6 +52,8 @@ def _fmt(v: Any, fmt: str) -> str:
 def summary_rows(summary: dict) -> list[tuple[str, str]]:
     """The ``vllm bench serve`` table: throughput, SLO, and ttft / tpot / itl / e2el statistics (ms)."""
     rows = [(label, _fmt(summary[key], fmt)) for label, key, fmt in _ORDER if summary.get(key) is not None]
+    rows += [(f"  SLO attainment, class {k.removeprefix('slo_attainment_')}", _fmt(v, "{:.3f}"))
+             for k, v in sorted(summary.items()) if k.startswith("slo_attainment_")]
     for metric, name in _LATENCIES:
         rows.append((f"-- {name} --", ""))
         for stat in ("mean", "median", "p90", "p99"):

@@ -239,17 +239,38 @@ class SimConfig(Schema):
     colocation_interference: NonNegFloat = 1.0
 
 
+class SLOTargets(Schema):
+    """Latency targets of one request class (``slo.classes.<name>``), milliseconds; None = not checked."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+    where: ClassVar[str] = "slo.classes"
+    ttft_ms: PosFloat | None = None
+    tpot_ms: PosFloat | None = None
+    e2el_ms: PosFloat | None = None
+
+
 class SLO(Schema):
-    """``slo``: latency targets in milliseconds (None = not checked), as ``vllm bench serve --goodput``."""
+    """``slo``: latency targets in milliseconds (None = not checked), as ``vllm bench serve --goodput``.
+
+    ``classes`` gives a request class (``Request.slo_class``: e.g. ``latency_sensitive`` with an end-to-end
+    deadline of seconds, ``batch`` with one of an hour) its own targets; a request of no listed class is held
+    to the top-level ones. The summary then reports attainment per class too."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
     where: ClassVar[str] = "slo"
     ttft_ms: PosFloat | None = None
     tpot_ms: PosFloat | None = None
     e2el_ms: PosFloat | None = None
+    classes: dict[Annotated[str, Field(min_length=1)], SLOTargets] | None = None
 
     def any(self) -> bool:
-        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2el_ms))
+        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2el_ms)) or bool(self.classes)
+
+    def targets(self, slo_class: str | None) -> tuple[float | None, float | None, float | None]:
+        """(ttft_ms, tpot_ms, e2el_ms) a request of ``slo_class`` is held to."""
+        t = (self.classes or {}).get(slo_class) if slo_class is not None else None
+        src = t if t is not None else self
+        return src.ttft_ms, src.tpot_ms, src.e2el_ms
 
 
 class OutputConfig(Schema):
