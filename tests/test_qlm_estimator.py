@@ -8,13 +8,11 @@ import pytest
 from llmsim import EngineConfig, InstanceConfig, simulate
 from llmsim.policies.qlm_estimator import (
     OutputLengthModel,
-    Variant,
     estimate_completion,
-    main,
-    r2_experiment,
     r2_score,
     rates_from_profile,
 )
+from llmsim.qlm_r2 import Variant, main, r2_experiment
 from llmsim.testing import LinearProfile, requests
 
 # step = 0.01 + 0.001 * tokens: prefill of p tokens 0.01 + 0.001 p, lone decode 0.011, batch of b 0.01 + 0.001 b
