@@ -5,7 +5,7 @@
 with O ~ Normal(mu_o, sigma_o) per request group, so C_q is returned as a Normal (mean, std) that a plan
 generator can put in a chance constraint. Theta, eps, d and the prefill time P come from a llmsim step-time
 profile (:func:`rates_from_profile`), never from the simulation being predicted, so the R^2 reported by
-``python -m llmsim.policies.qlm_estimator --r2`` is an honest accuracy figure. See docs/qlm_estimator.md.
+``python -m llmsim.qlm_r2 --r2`` is an honest accuracy figure. See docs/qlm_estimator.md.
 """
 
 from __future__ import annotations
