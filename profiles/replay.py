@@ -21,6 +21,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -135,22 +136,10 @@ def stats(ttft_s: np.ndarray, e2e_s: np.ndarray, output: np.ndarray) -> dict[str
     return out
 
 
-def simulate_recorded(
-    rec: Recorded,
-    model: str,
-    gpu: str,
-    tp: int = 1,
-    policy: str = "chunked",
-    max_num_batched_tokens: int | None = 2048,
-    max_num_seqs: int = 256,
-    gpu_memory_utilization: float = 0.9,
-    max_model_len: int | None = None,
-    profile_kind: str = "auto",
-    overhead: dict[str, float] | None = None,
-) -> tuple[dict[str, float], list[str]]:
-    """Simulated TTFT / TPOT / E2E statistics of the recorded requests (and notes on the profile used)."""
-    sim, notes, _ = simulate_run(rec, model, gpu, tp, policy, max_num_batched_tokens, max_num_seqs,
-                                 gpu_memory_utilization, max_model_len, profile_kind, overhead)
+def simulate_recorded(rec: Recorded, *args: Any, **kwargs: Any) -> tuple[dict[str, float], list[str]]:
+    """Simulated TTFT / TPOT / E2E statistics of the recorded requests (and notes on the profile used); the
+    arguments of :func:`simulate_run`."""
+    sim, notes, _ = simulate_run(rec, *args, **kwargs)
     return sim, notes
 
 
