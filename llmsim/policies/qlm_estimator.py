@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import erfcx
 
 from llmsim.engine import EngineConfig
 from llmsim.profile import Profile
@@ -185,6 +184,8 @@ class OutputLengthModel:
         if self.std <= 0:
             return np.maximum(self.mean - g, 1.0), np.zeros_like(g)
         alpha = (g - self.mean) / self.std
+        from scipy.special import erfcx  # (lazy: keeps `import llmsim` light)
+
         lam = math.sqrt(2.0 / math.pi) / erfcx(alpha / math.sqrt(2.0))  # phi(alpha) / (1 - Phi(alpha))
         mean = np.maximum(self.mean + self.std * lam - g, 1.0)
         var = np.maximum(self.std**2 * (1.0 + alpha * lam - lam**2), 0.0)

@@ -50,10 +50,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
-from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from llmsim.errors import ConfigError
 
@@ -354,8 +353,11 @@ def _costs(problem: PlanProblem, ix: _Index, models: list[str]) -> tuple[np.ndar
     return c, ub
 
 
-def _build_milp(problem: PlanProblem) -> tuple[_Index, np.ndarray, LinearConstraint, Bounds, np.ndarray]:
+def _build_milp(problem: PlanProblem) -> tuple[_Index, np.ndarray, Any, Any, np.ndarray]:
     """Assemble the formulation of the module docstring: (index, c, constraints, bounds, integrality)."""
+    from scipy import sparse  # scipy.optimize costs ~0.6 s to import: only when a plan is solved
+    from scipy.optimize import Bounds, LinearConstraint
+
     groups, queues, L, z = problem.groups, problem.queues, problem.slots, problem.z
     models = sorted({g.model for g in groups})
     ix = _Index(len(groups), len(queues), L, len(models))
@@ -425,6 +427,8 @@ def solve_plan(problem: PlanProblem, time_budget_s: float = 1.0, mip_rel_gap: fl
     if left <= 0:
         return replace(edf_plan(problem), status="time_limit", solve_time_s=time.perf_counter() - t0)
     options = {"time_limit": left, "mip_rel_gap": mip_rel_gap, "presolve": True, "disp": False}
+    from scipy.optimize import milp
+
     res = milp(c, constraints=constraint, bounds=bounds, integrality=integrality, options=options)
     status = {0: "optimal", 1: "time_limit", 2: "infeasible", 3: "unbounded"}.get(res.status, f"error: {res.message}")
     if res.x is None:
