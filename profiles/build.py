@@ -77,7 +77,7 @@ TARGETS: dict[str, list[str]] = {
     "a40": ["llama-2-7b", "llama-2-13b", "opt-6.7b", "llama-3.1-8b"],
     "a100-40gb": ["llama-2-7b", "llama-3.1-8b", "mistral-7b", "opt-6.7b", "llama-2-13b", "opt-13b"],
     "a30": ["llama-2-7b", "llama-3.1-8b", "opt-6.7b", "opt-1.3b"],
-    "a10": ["llama-2-7b", "llama-3.1-8b", "opt-6.7b", "opt-1.3b"],
+    "a10": ["llama-2-7b", "llama-3.1-8b", "opt-6.7b", "opt-1.3b", "mistral-7b"],  # mistral-7b: QLM (spec 003)
 }
 TP_TARGETS = [
     ("llama-2-70b", "a100-80gb", 2),
@@ -88,6 +88,7 @@ TP_TARGETS = [
     ("llama-2-70b", "h100", 8),
     ("llama-3-70b", "a100-80gb", 4),
     ("llama-2-13b", "a100-80gb", 2),
+    ("vicuna-13b", "a10", 2),  # QLM's Vicuna-13B on A10s (spec 003): 26 GB of weights need two 24 GB GPUs
 ]
 PART_NAMES = ("dense", "prefill_attention", "decode_attention", "lm_head", "overhead", "memory")
 # The vidur CPU-overhead/sampler fit is computed for every profile (it was listed for every build so far).
