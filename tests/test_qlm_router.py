@@ -97,15 +97,15 @@ def test_heterogeneous_instances_and_simultaneous_arrivals_leave_nothing_behind(
 def test_qlm_beats_fcfs_on_the_latency_sensitive_class() -> None:
     """Bursts of batch requests ahead of latency-sensitive ones near saturation (docs/qlm.md, seed 0)."""
     fcfs, n = run("round_robin")
-    qlm, _ = run("qlm", slo_s=SLO_S)
+    qlm, _ = run("qlm", slo_s=SLO_S, planner="milp")
     a_fcfs = fcfs.summary["slo_attainment_latency_sensitive"]
     a_qlm = qlm.summary["slo_attainment_latency_sensitive"]
     assert len(qlm.requests) == len(fcfs.requests) == n and qlm.summary["dropped"] == 0
     assert a_qlm >= a_fcfs + 0.4, (a_qlm, a_fcfs)
     assert qlm.summary["slo_attainment_batch"] >= 0.99  # the loose class does not pay for it
-    # deterministic: the same seed gives the same schedule (EDF plans: the MILP's wall-clock budget can make a
-    # loaded machine fall back where an idle one proves optimality, docs/qlm.md)
-    edf = [run("qlm", slo_s=SLO_S, planner="edf")[0] for _ in range(2)]
+    # deterministic (the default EDF planner): the same seed gives the same schedule (the MILP's wall-clock budget
+    # can make a loaded machine fall back where an idle one proves optimality, docs/qlm.md)
+    edf = [run("qlm", slo_s=SLO_S)[0] for _ in range(2)]
     assert edf[0].requests["finish"].tolist() == edf[1].requests["finish"].tolist()
     assert edf[0].summary["slo_attainment_latency_sensitive"] >= a_fcfs + 0.4
 

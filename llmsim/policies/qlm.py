@@ -21,9 +21,12 @@ is always ahead. Each instance with room takes its VQ head whenever that head is
 room and an empty VQ takes the tail group (or half the only group) of the fullest VQ (load balancing). No loop
 here runs without consuming a group, a request or an instance.
 
-Determinism: groups, plans and ties are ordered by ids and indices. The MILP runs under a wall-clock budget,
-so a plan is kept only when HiGHS proves it optimal; otherwise the EDF plan is used (the same on every
-machine unless the proof lands right at the budget; ``planner="edf"`` is deterministic always).
+Determinism: groups, plans and ties are ordered by ids and indices, and the default planner is EDF, so a run is
+bit-for-bit reproducible. ``planner="milp"`` (the paper's plan generator) runs HiGHS under a wall-clock budget
+and keeps a plan only when it is proven optimal, else EDF: the same on every machine unless a proof lands near
+the budget, which a loaded machine can cross where an idle one does not (HiGHS exposes no deterministic work
+limit through scipy; a node limit does not bound the root node's time). With one model the MILP found nothing
+better than EDF (docs/qlm.md), hence the deterministic default.
 """
 
 from __future__ import annotations
@@ -119,7 +122,7 @@ class QLMRouter(Router):
 
     def __init__(self, seed: int = 0, slo_s: Mapping[str, Any] | None = None, default_slo_s: float = 600.0,
                  delta: float = 4.0, avg_batch_size: int | None = None, max_waiting: int = 2,
-                 planner: str = "milp", plan_budget_s: float = 0.05, milp_max_groups: int = 8,
+                 planner: str = "edf", plan_budget_s: float = 0.05, milp_max_groups: int = 8,
                  alpha: float = 0.05, violation_weight: float | None = 10.0, trigger_prob: float = 0.5,
                  replan_interval_s: float = 1.0, output_mean: float = 256.0, output_std: float = 128.0,
                  class_output: Mapping[str, Any] | None = None, typical_prompt: int = 512,
