@@ -51,10 +51,23 @@ from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, Request, check_request
 from llmsim.schema import SimConfig
 from llmsim.simenv import ARRIVAL, MAX_EVENTS_PER_INSTANT, ROUTE, SimEnv
 
-__all__ = ["Cluster", "ClusterView", "InstanceConfig"]
+__all__ = ["Cluster", "ClusterOpsView", "ClusterView", "InstanceConfig"]
 
 _INF = math.inf
 WAIT_PATIENCE = 100  # consecutive idle tick passes before the tick sleeps (module docstring)
+
+
+class ClusterOpsView(ClusterView):
+    """The router's view, plus the engine operations a policy may trigger (they act on the live engines even
+    when the view is stale; see ``llmsim.engine_ops`` for when they take effect and what they cost)."""
+
+    def evict(self, instance: int, request_id: int) -> None:
+        """``Cluster.evict``: send the request back to the central queue, keeping its generated tokens."""
+        self._c.evict(instance, request_id)
+
+    def swap_out(self, instance: int, request_id: int) -> None:
+        """``Cluster.swap_out``: move a running request's KV blocks to the instance's CPU swap space."""
+        self._c.swap_out(instance, request_id)
 
 
 @dataclass
@@ -126,7 +139,9 @@ class Cluster(ClusterClock):
         self._max_servable_prompt = max(i.max_servable_prompt for i in self.instances)
         limits = {(i.max_model_len, i.max_prompt_blocks() * i.block_size) for i in self.instances}
         self.homogeneous_limits = len(limits) == 1
-        self.view = ClusterView(self)
+        self.view = ClusterOpsView(self)
+        for inst in self.instances:
+            inst.ops.on_evict = self._on_evict
         self.central: deque[Request] = deque()
         self.deferred: deque[Request] = deque()
         self.recent_throughput = [0.0] * len(self.instances)
@@ -346,6 +361,39 @@ class Cluster(ClusterClock):
             self.env.call_at(self.env.now, ROUTE, self._retry)
         if self.user_on_finish is not None:
             self.user_on_finish(r, inst)
+
+    # ------------------------------------------------------------------ engine operations a policy triggers
+    def evict(self, instance: int, request_id: int) -> None:
+        """Evict a request from ``instance`` at its next boundary: it frees its KV blocks, keeps its tokens and is
+        routed again from the central queue (``llmsim.engine_ops``). Raises LLMSimError if it is not there."""
+        self._engine(instance).evict(request_id, self.env.now, self.env.phase)
+
+    def swap_out(self, instance: int, request_id: int) -> None:
+        """Swap a running request's KV blocks on ``instance`` out to its CPU swap space at the next boundary
+        (``llmsim.engine_ops``). Raises LLMSimError if it is not running or the swap space is full."""
+        self._engine(instance).swap_out(request_id, self.env.now, self.env.phase)
+
+    @property
+    def evictions(self) -> int:
+        """Evictions carried out so far, over all instances."""
+        return sum(i.ops.evictions for i in self.instances)
+
+    def _engine(self, instance: int) -> Instance:
+        if isinstance(instance, bool) or not isinstance(instance, Integral) or not 0 <= instance < len(self.instances):
+            raise LLMSimError(f"no instance {instance!r}: expected an index in [0, {len(self.instances) - 1}]")
+        return self.instances[int(instance)]
+
+    def _on_evict(self, r: Request, inst: Instance) -> None:
+        """An evicted request joins the central queue; the router is asked about it at this instant (ROUTE)."""
+        self.central.append(r)
+        now = self.env.now
+        if self._retry_at != now:
+            self._retry_at = now
+            self.env.call_at(now, ROUTE, self._retry)
+        if self.scrape_paused:
+            self._wake_bookkeeping()
+        if self._tick_asleep:
+            self._wake_ticks()
 
     def _retry(self) -> None:
         still: deque[Request] = deque()

@@ -27,6 +27,7 @@ from math import log as _log
 from typing import TYPE_CHECKING
 
 from llmsim.engine import EngineConfig
+from llmsim.engine_ops import EVICT, SWAP_OUT, EngineOps, stepped_decode
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.fastpath import NEVER, DecodeRun, bad_step, decode_step_fn, residues
 from llmsim.kv import KVCache
@@ -92,6 +93,7 @@ class Instance(QueuedTotals, PromptLimits):
         self._changes = 0  # preemptions, to tell an engine that just freed room from a stuck one
         self._stalls = 0  # consecutive iterations without progress, ending at iteration _stall_at
         self._stall_at = -2
+        self.ops = EngineOps(self)  # evictions and swap-outs a policy asked for (llmsim.engine_ops)
         self._init_queued()  # totals over the waiting and swapped requests (llmsim.queued)
         self.changes = 0  # events run + submissions: in between, only a decode run moves what observers see
         # statistics
@@ -162,6 +164,14 @@ class Instance(QueuedTotals, PromptLimits):
         j = run.seen(now, phase)
         if j > run.applied:
             run.materialise(self, j)
+
+    def evict(self, request_id: int, now: float, phase: int | None = None) -> None:
+        """Send a request back to the cluster's central queue at the next boundary, keeping its tokens (engine_ops)."""
+        self.ops.request(EVICT, request_id, now, self.env.phase if phase is None else phase)
+
+    def swap_out(self, request_id: int, now: float, phase: int | None = None) -> None:
+        """Move a running request's KV blocks to CPU swap space at the next boundary (llmsim.engine_ops)."""
+        self.ops.request(SWAP_OUT, request_id, now, self.env.phase if phase is None else phase)
 
     def seen_iterations(self, now: float, phase: int) -> int:
         """``iterations`` as ``sync(now, phase)`` would leave it (without materialising a decode run)."""
@@ -376,6 +386,8 @@ class Instance(QueuedTotals, PromptLimits):
                 self._complete(done, now)
         elif self._batch:
             self._apply(now)
+        if self.ops.pending:
+            self.ops.apply(now)
         self._start_next(now)
 
     def _start_next(self, now: float) -> None:
@@ -385,12 +397,18 @@ class Instance(QueuedTotals, PromptLimits):
         if not batch:
             sched = self._schedule_after_empty(now, changes)
             if sched is None:
+                self.ops.idle()
                 self._set_busy(False, now, ENGINE)
                 self._batch = []
                 return
             batch = sched.batch
         factor = self.slowdown(now)
-        if sched.res is not None and self.fast:
+        xfer = self.ops.transfer  # blocks a swap-out operation moved: this iteration is stepped and pays for them
+        if xfer:
+            self.ops.transfer = 0
+            if sched.res is not None and self.fast:
+                stepped_decode(batch, self.block_size)
+        elif sched.res is not None and self.fast:
             n = len(batch)
             dt = self.profile.step_time(n, n, 0, 0, n, sched.decode_ctx)
             if factor != 1.0:
@@ -424,13 +442,13 @@ class Instance(QueuedTotals, PromptLimits):
         dt = self.profile.step_time(n_tokens, len(batch), c2, cp, n_decode, decode_ctx)
         if factor != 1.0:
             dt *= factor
-        if sched.transfer_blocks:
-            dt += sched.transfer_blocks * self.block_bytes / self.host_bw
+        if sched.transfer_blocks or xfer:
+            dt += (sched.transfer_blocks + xfer) * self.block_bytes / self.host_bw
         end = now + dt
         if not now < end < NEVER:
             raise bad_step(self.name, now, dt, f"a batch of {len(batch)} request(s) ({n_tokens} tokens, "
                                                f"{n_decode} decodes, {sched.transfer_blocks} blocks swapped in)")
-        if self.fast and sched.stable:
+        if self.fast and sched.stable and not xfer:
             res, k_final = residues(batch, self.block_size)
             self._start_run(DecodeRun(self.name, now, list(batch), end, decode_ctx, self.kv.free, res, k_final,
                                       factor, decode_step_fn(self.profile, len(batch))))

@@ -47,6 +47,7 @@ class Request:
         "finish",
         "preemptions",
         "swaps",
+        "evictions",
         "target_tokens",
         "generated",
         "computed",
@@ -97,6 +98,7 @@ class Request:
         self.finish = NOT_SET
         self.preemptions = 0
         self.swaps = 0
+        self.evictions = 0  # times a policy sent it back to the central queue (llmsim.engine_ops)
         self.target_tokens = self.output_tokens
         self.generated = 0
         self.computed = 0

@@ -113,6 +113,7 @@ def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:
     inst_df = instance_table(cluster, run_duration(df, rec))
     extra: dict[str, Any] = {
         "iterations": int(inst_df["iterations"].sum()),
+        "evictions": cluster.evictions,  # requests a policy sent back to the central queue (llmsim.engine_ops)
         "dropped_by_reason": dropped["reason"].value_counts().to_dict() if len(dropped) else {},
         **instance_means(inst_df),
     }
