@@ -45,6 +45,7 @@ from llmsim.engine import EngineConfig
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.instance import Instance
 from llmsim.metrics import Recorder
+from llmsim.model_host import DEFAULT_STORAGE_GBPS, attach_host, catalog_profiles
 from llmsim.policies import DEFER, DROP, WAIT, Router
 from llmsim.profile import Profile, load_profile
 from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, Request, check_request
@@ -69,6 +70,10 @@ class ClusterOpsView(ClusterView):
         """``Cluster.swap_out``: move a running request's KV blocks to the instance's CPU swap space."""
         self._c.swap_out(instance, request_id)
 
+    def prefetch_model(self, instance: int, model: str) -> bool:
+        """``Cluster.prefetch_model``: warm a model in the instance's host-memory cache (QLM's warm start)."""
+        return self._c.prefetch_model(instance, model)
+
 
 @dataclass
 class InstanceConfig:
@@ -82,6 +87,11 @@ class InstanceConfig:
     profile_kind: str = "auto"
     name: str = ""
     device: str | None = None  # instances with the same device share one GPU (and slow each other down)
+    # a multi-model instance (llmsim.model_host): the other models it may load, and what loading costs
+    models: tuple[str, ...] = ()
+    host_cache_gb: float = 0.0  # host-memory model cache (0: every swap reads storage)
+    storage_gbps: float = DEFAULT_STORAGE_GBPS  # storage -> host memory read bandwidth, GB/s
+    swap_overhead_s: float = 0.0  # fixed cost of each swap on top of the transfers
 
     def build_profile(self) -> Profile:
         return self.profile if self.profile is not None else load_profile(self.model, self.gpu, self.tp,
@@ -129,13 +139,13 @@ class Cluster(ClusterClock):
         self.instances: list[Instance] = []
         for idx, ic in enumerate(instances):
             try:
-                prof = ic.build_profile()
-                self.instances.append(
-                    Instance(idx, self.env, prof, ic.engine, self.recorder, self._on_finish, ic.name)
-                )
+                self.instances.append(self._build_instance(idx, ic))
             except LLMSimError as e:
                 raise type(e)(f"cluster.instances[{idx}] ({ic.model} on {ic.gpu}): {e}") from None
         self._link_colocated(interference)
+        hosted = [set(i.host.profiles) if i.host else {i.profile.model.name} for i in self.instances]
+        self.served_models = set().union(*hosted)
+        self.models_everywhere = set.intersection(*hosted)  # requests needing these fit any instance's model
         self._max_servable_prompt = max(i.max_servable_prompt for i in self.instances)
         limits = {(i.max_model_len, i.max_prompt_blocks() * i.block_size) for i in self.instances}
         self.homogeneous_limits = len(limits) == 1
@@ -157,6 +167,14 @@ class Cluster(ClusterClock):
         self._self_driven = False  # run() drives the clock: no outside driver can take DEFERred requests
         self._progress: Any = None
         self._init_clock()
+
+    def _build_instance(self, idx: int, ic: InstanceConfig) -> Instance:
+        if not ic.models:
+            return Instance(idx, self.env, ic.build_profile(), ic.engine, self.recorder, self._on_finish, ic.name)
+        profiles, engine = catalog_profiles(ic)
+        inst = Instance(idx, self.env, profiles[ic.model], engine, self.recorder, self._on_finish, ic.name)
+        attach_host(inst, profiles, ic).on_model_change = lambda i: self.view.refresh_instance(i.idx)
+        return inst
 
     def _link_colocated(self, interference: float) -> None:
         """Instances on one device slow each other down (see ``Instance.slowdown``)."""
@@ -286,7 +304,11 @@ class Cluster(ClusterClock):
         self._route(r, ARRIVAL)
 
     def _unservable(self, r: Request) -> bool:
-        if r.prompt_tokens <= self._max_servable_prompt:
+        m = r.model
+        if m is not None and m not in self.models_everywhere:
+            if m not in self.served_models:
+                return self._no_model(r)
+        elif r.prompt_tokens <= self._max_servable_prompt:
             return False  # some instance can take it (the common case: one comparison)
         reasons = [inst.can_ever_serve(r) for inst in self.instances]
         if all(reasons):
@@ -339,6 +361,14 @@ class Cluster(ClusterClock):
             return True
         return self._bad_decision(r, d)  # raises
 
+    def _no_model(self, r: Request) -> bool:
+        if self.on_unservable == "error":
+            raise ConfigError(f"request {r.id} needs model {r.model!r}, which no instance serves (models: "
+                              f"{sorted(self.served_models)}); add it to an instance's model or models, or set "
+                              "sim.on_unservable=drop to count it")
+        self.recorder.drop(r, "model_not_served", self.env.now)
+        return True
+
     def _bad_decision(self, r: Request, d: Any) -> int:
         """A router answer that is a numpy integer becomes an int; anything else is a ConfigError."""
         name = getattr(self.router, "name", type(self.router).__name__)
@@ -372,6 +402,23 @@ class Cluster(ClusterClock):
         """Swap a running request's KV blocks on ``instance`` out to its CPU swap space at the next boundary
         (``llmsim.engine_ops``). Raises LLMSimError if it is not running or the swap space is full."""
         self._engine(instance).swap_out(request_id, self.env.now, self.env.phase)
+
+    def prefetch_model(self, instance: int, model: str) -> bool:
+        """Copy ``model`` into ``instance``'s host-memory model cache in the background (llmsim.model_host): the
+        next swap to it is warm. False when there is nothing to do or no room; an error on a single-model one."""
+        inst = self._engine(instance)
+        if inst.host is None:
+            raise LLMSimError(f"instance {instance} ({inst.name}) has no model catalog to prefetch into; give it "
+                              "models: [...] and host_cache_gb")
+        return inst.host.prefetch(model, self.env.now)
+
+    @property
+    def model_swap_stats(self) -> dict[str, float]:
+        """Model swaps over all multi-model instances (empty when there are none)."""
+        hosts = [i.host for i in self.instances if i.host is not None]
+        if not hosts:
+            return {}
+        return {k: sum(h.stats()[k] for h in hosts) for k in ("model_swaps", "warm_swaps", "swap_seconds")}
 
     @property
     def evictions(self) -> int:

@@ -28,6 +28,7 @@ from llmsim.state import (
 )
 
 if TYPE_CHECKING:
+    from llmsim.model_host import ModelHostState
     from llmsim.request import Request
 
 _INF = float("inf")
@@ -45,7 +46,7 @@ class ClusterView:
         self._snapshot: dict[str, list] | None = None
         self._snap_instances: tuple[InstanceState, ...] = ()
         self._snap_at = 0.0
-        self._cand_cache: dict[tuple[int, int], list[int]] = {}
+        self._cand_cache: dict[tuple[int, str | None], list[int]] = {}
         self.mean_output_estimate = 128.0
         # per instance, the fields of InstanceState that never change (and the engine)
         self._static = [(i.idx, i.name, i.profile.model.name, i.profile.gpu.name, i.block_size, i.max_seqs,
@@ -67,15 +68,31 @@ class ClusterView:
     def now(self) -> float:
         return self._c.env.now
 
+    def refresh_instance(self, k: int) -> None:
+        """Instance ``k`` now serves another model (a model swap ended): its fixed fields change."""
+        i = self._c.instances[k]
+        self._static[k] = (i.idx, i.name, i.profile.model.name, i.profile.gpu.name, i.block_size, i.max_seqs,
+                           i.max_model_len, i.max_servable_prompt, i)
+        self._cache[k] = None
+        self._tokens[k] = -1
+
+    def model_hosts(self) -> tuple[ModelHostState | None, ...]:
+        """Per instance, its models as a router may know them (``llmsim.model_host.ModelHostState``: loaded,
+        catalog, host-memory cache, swap in progress, held requests); None for a single-model instance. Kept
+        apart from ClusterState so that saved policies' observation layout stays valid; always current."""
+        now = self._c.env.now
+        return tuple(None if i.host is None else i.host.state(now) for i in self._c.instances)
+
     @property
     def stale(self) -> bool:
         return self._snapshot is not None
 
     def candidates(self, req: Request) -> list[int]:
         """Instances that can ever serve ``req`` (prompt fits max_model_len and the KV cache)."""
-        if self._c.homogeneous_limits:
+        model = req.model
+        if self._c.homogeneous_limits and (model is None or model in self._c.models_everywhere):
             return self._all
-        key = (req.prompt_tokens, 0)
+        key = (req.prompt_tokens, model)
         c = self._cand_cache.get(key)
         if c is None:
             c = [i for i, inst in enumerate(self._c.instances) if not inst.can_ever_serve(req)] or self._all
@@ -226,12 +243,13 @@ class ClusterView:
     def queue_lengths(self) -> list[int]:
         if self._snapshot is not None:
             return self._snapshot["queue"]
-        return [len(i.waiting) + len(i.running) + len(i.swapped) for i in self._c.instances]
+        return [len(i.waiting) + len(i.running) + len(i.swapped) + (len(i.host.held) if i.host else 0)
+                for i in self._c.instances]
 
     def num_waiting(self) -> list[int]:
         if self._snapshot is not None:
             return self._snapshot["waiting"]
-        return [len(i.waiting) for i in self._c.instances]
+        return [len(i.waiting) + (len(i.host.held) if i.host else 0) for i in self._c.instances]
 
     def num_running(self) -> list[int]:
         if self._snapshot is not None:

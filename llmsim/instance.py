@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING
 
 from llmsim.engine import EngineConfig
 from llmsim.engine_ops import EVICT, SWAP_OUT, EngineOps, stepped_decode
-from llmsim.errors import ConfigError, LLMSimError
+from llmsim.errors import LLMSimError
 from llmsim.fastpath import NEVER, DecodeRun, bad_step, decode_step_fn, residues
-from llmsim.kv import KVCache
+from llmsim.kv import build_kv_cache
+from llmsim.model_host import SwapsModels
 from llmsim.prompt_limits import PromptLimits
 from llmsim.queued import QueuedTotals
 from llmsim.scheduling import BATCH_POLICIES, Scheduled
@@ -38,6 +39,7 @@ from llmsim.simenv import ARRIVAL, ENGINE, SimEnv
 
 if TYPE_CHECKING:
     from llmsim.metrics import Recorder
+    from llmsim.model_host import ModelHost
     from llmsim.profile import Profile
     from llmsim.request import Request
 
@@ -45,7 +47,7 @@ MAX_STALLED_ITERATIONS = 1000  # consecutive iterations that compute and sample 
 MAX_RESCHEDULES = 100  # schedule() calls in a row that only preempt (emptying the batch) before it is an error
 
 
-class Instance(QueuedTotals, PromptLimits):
+class Instance(QueuedTotals, PromptLimits, SwapsModels):
     def __init__(
         self,
         idx: int,
@@ -68,7 +70,7 @@ class Instance(QueuedTotals, PromptLimits):
         self.max_seqs = cfg.max_num_seqs
         self.max_batched = cfg.max_num_batched_tokens
         self.max_model_len = cfg.max_model_len
-        self.kv = self._build_kv_cache(cfg)
+        self.kv = build_kv_cache(self.name, profile, cfg)
         self.kv_total = self.kv.total
         self.watermark_blocks = self.kv.watermark
         self.block_bytes = bs * profile.model.kv_bytes_per_token // profile.tp
@@ -94,6 +96,7 @@ class Instance(QueuedTotals, PromptLimits):
         self._stalls = 0  # consecutive iterations without progress, ending at iteration _stall_at
         self._stall_at = -2
         self.ops = EngineOps(self)  # evictions and swap-outs a policy asked for (llmsim.engine_ops)
+        self.host: ModelHost | None = None  # the model catalog of a multi-model instance (llmsim.model_host)
         self._init_queued()  # totals over the waiting and swapped requests (llmsim.queued)
         self.changes = 0  # events run + submissions: in between, only a decode run moves what observers see
         # statistics
@@ -105,31 +108,24 @@ class Instance(QueuedTotals, PromptLimits):
         self.prefill_tokens = 0
         self.finished = 0
 
-    def _build_kv_cache(self, cfg: EngineConfig) -> KVCache:
-        bs = cfg.block_size
-        prof = self.profile
-        if cfg.num_gpu_blocks is not None:
-            total = cfg.num_gpu_blocks
-        else:
-            total = prof.kv_capacity_tokens(cfg.gpu_memory_utilization) // bs
-        if not 1 <= total < 1 << 62:
-            raise ConfigError(
-                f"instance {self.name}: the KV cache has room for {total!r} blocks of {bs} tokens "
-                f"({prof.name}, engine.gpu_memory_utilization={cfg.gpu_memory_utilization}); expected at least 1: "
-                "raise engine.gpu_memory_utilization, use a larger GPU or set engine.num_gpu_blocks"
-            )
-        cpu_total = 0
-        if cfg.preemption == "swap":
-            block_bytes = bs * prof.model.kv_bytes_per_token // prof.tp
-            if not block_bytes >= 1 or not prof.gpu.host_link_bw > 0:
-                raise ConfigError(f"instance {self.name}: engine.preemption=swap needs KV blocks of >= 1 byte and a "
-                                  f"host link > 0 B/s; got {block_bytes!r} B and {prof.gpu.host_link_bw!r} B/s")
-            cpu_total = int(cfg.swap_space_gb * 1e9) // block_bytes
-        return KVCache(int(total), bs, int(cfg.watermark * total), cpu_total, self.name)
-
     # ------------------------------------------------------------------ public API
     def submit(self, r: Request, now: float, phase: int) -> None:
-        """Queue ``r``; the engine sees it at its next boundary (see module docstring)."""
+        """Queue ``r``; the engine sees it at its next boundary (see module docstring). On a multi-model instance a
+        request for another model is held until the engine drains and swaps (llmsim.model_host)."""
+        host = self.host
+        if host is not None and not host.admits(r):
+            host.hold(r)
+            r.instance = self.idx
+            self.changes += 1
+            self.queue_version += 1
+            if not self._busy:
+                self._set_busy(True, now, phase)
+                self._gen += 1
+                self.env.call_at(now, ENGINE, self._on_boundary, self._gen)
+            return
+        self._accept(r, now, phase)
+
+    def _accept(self, r: Request, now: float, phase: int) -> None:
         p = r.prompt_tokens
         if p.__class__ is not int or p < 0:
             self._check_prompt(r)
@@ -397,6 +393,8 @@ class Instance(QueuedTotals, PromptLimits):
         if not batch:
             sched = self._schedule_after_empty(now, changes)
             if sched is None:
+                if self.host is not None and self._begin_model_swap(now):
+                    return
                 self.ops.idle()
                 self._set_busy(False, now, ENGINE)
                 self._batch = []

@@ -16,12 +16,38 @@ once and its invariants hold after every operation:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from llmsim.errors import LLMSimError
+from llmsim.errors import ConfigError, LLMSimError
 
 if TYPE_CHECKING:
+    from llmsim.profile import Profile
     from llmsim.request import Request
+
+
+def build_kv_cache(name: str, prof: Profile, cfg: Any) -> KVCache:
+    """The KV cache of instance ``name`` serving ``prof`` under ``cfg``: GPU memory left after the weights (or
+    ``num_gpu_blocks``), plus CPU swap space with swap preemption. Errors name the key to change. (``cfg``: an
+    ``llmsim.engine.EngineConfig``, untyped here since the engine module imports this one.)"""
+    bs = cfg.block_size
+    if cfg.num_gpu_blocks is not None:
+        total = cfg.num_gpu_blocks
+    else:
+        total = prof.kv_capacity_tokens(cfg.gpu_memory_utilization) // bs
+    if not 1 <= total < 1 << 62:
+        raise ConfigError(
+            f"instance {name}: the KV cache has room for {total!r} blocks of {bs} tokens "
+            f"({prof.name}, engine.gpu_memory_utilization={cfg.gpu_memory_utilization}); expected at least 1: "
+            "raise engine.gpu_memory_utilization, use a larger GPU or set engine.num_gpu_blocks"
+        )
+    cpu_total = 0
+    if cfg.preemption == "swap":
+        block_bytes = bs * prof.model.kv_bytes_per_token // prof.tp
+        if not block_bytes >= 1 or not prof.gpu.host_link_bw > 0:
+            raise ConfigError(f"instance {name}: engine.preemption=swap needs KV blocks of >= 1 byte and a "
+                              f"host link > 0 B/s; got {block_bytes!r} B and {prof.gpu.host_link_bw!r} B/s")
+        cpu_total = int(cfg.swap_space_gb * 1e9) // block_bytes
+    return KVCache(int(total), bs, int(cfg.watermark * total), cpu_total, name)
 
 
 class KVCache:

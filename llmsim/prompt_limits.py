@@ -20,10 +20,12 @@ class PromptLimits:
     block_size: int
     max_model_len: int
     name: str
+    prompt_block_cap: int | None = None  # a multi-model instance: the smallest KV cache of its models (model_host)
 
     def max_prompt_blocks(self) -> int:
         """Largest number of blocks a prompt may take and still be admitted."""
-        return self.kv_total - self.watermark_blocks
+        cap = self.prompt_block_cap
+        return self.kv_total - self.watermark_blocks if cap is None else cap
 
     @property
     def max_servable_prompt(self) -> int:
@@ -32,6 +34,8 @@ class PromptLimits:
 
     def can_ever_serve(self, r: Request) -> str:
         """'' if this instance can serve ``r``; otherwise the reason it never could."""
+        if r.model is not None and not self.hosts(r.model):  # type: ignore[attr-defined]
+            return "model_not_served"
         if r.prompt_tokens >= self.max_model_len:
             return "prompt_exceeds_max_model_len"
         if -(-(r.prompt_tokens + 1) // self.block_size) > self.max_prompt_blocks():

@@ -33,6 +33,7 @@ class Request:
         "task",
         "tenant",
         "slo_class",
+        "model",  # the model it must be served by (None: any; llmsim.model_host)
         "hash_ids",
         # ground truth per model, hidden from policies (None when the workload has none)
         "outputs_by_model",
@@ -74,6 +75,7 @@ class Request:
         outputs_by_model: dict[str, int] | None = None,
         quality_by_model: dict[str, float] | None = None,
         extra: dict[str, Any] | None = None,
+        model: str | None = None,
     ) -> None:
         self.id = id
         self.arrival = arrival
@@ -82,6 +84,7 @@ class Request:
         self.task = task
         self.tenant = tenant
         self.slo_class = slo_class
+        self.model = model
         self.hash_ids = hash_ids
         self.outputs_by_model = outputs_by_model
         self.quality_by_model = quality_by_model

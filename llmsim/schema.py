@@ -300,6 +300,11 @@ class InstanceSpec(Schema):
     engine: dict[str, Any] | None = None
     profile_kind: Literal["auto", "measured", "roofline"] = "auto"
     device: str | None = None
+    # a multi-model instance (llmsim.model_host, docs/multi_model.md): other models it may load, swap costs
+    models: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    host_cache_gb: NonNegFloat = 0.0
+    storage_gbps: PosFloat = 2.0
+    swap_overhead_s: NonNegFloat = 0.0
 
 
 class ClusterConfig(Schema):

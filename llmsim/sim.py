@@ -115,6 +115,7 @@ def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:
         "iterations": int(inst_df["iterations"].sum()),
         "evictions": cluster.evictions,  # requests a policy sent back to the central queue (llmsim.engine_ops)
         "dropped_by_reason": dropped["reason"].value_counts().to_dict() if len(dropped) else {},
+        **cluster.model_swap_stats,  # multi-model instances only (llmsim.model_host)
         **instance_means(inst_df),
     }
     summary = summarise(df, rec, num, slo, extra)

@@ -114,6 +114,7 @@ def _build_source(src: Any, seed: int) -> Workload:
         return SyntheticWorkload(
             build_arrival(arrival_cfg), build_lengths(lengths), seed=seed, num_requests=src.num_requests,
             duration=src.duration, task_mix=src.task_mix, tenant_mix=src.tenant_mix, slo_class_mix=src.slo_class_mix,
+            model_mix=src.model_mix,
         )
     if isinstance(src, AzureSource):
         return AzureTrace(src.path, on_error=src.on_error)

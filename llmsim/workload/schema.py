@@ -242,6 +242,7 @@ class SyntheticSource(_Common):
     task_mix: MixWeights | None = None
     tenant_mix: MixWeights | None = None
     slo_class_mix: MixWeights | None = None
+    model_mix: MixWeights | None = None
 
 
 OnError = Literal["raise", "skip"]

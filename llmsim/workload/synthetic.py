@@ -14,7 +14,7 @@ from llmsim.workload.arrivals import BATCH, ArrivalProcess
 from llmsim.workload.base import Workload, WorkloadStats, check_float, check_int
 from llmsim.workload.lengths import PairModel
 
-MIX_FIELDS = ("task", "tenant", "slo_class")
+MIX_FIELDS = ("task", "tenant", "slo_class", "model")
 # A stream bounded only by ``duration`` may not expect more requests than this: 1e12 requests is not a run
 # that ends, so ask for num_requests instead of silently running for days.
 MAX_DURATION_REQUESTS = 1e9
@@ -55,7 +55,8 @@ class SyntheticWorkload(Workload):
 
     Arrivals, lengths and label mixes use independent child streams of ``seed`` so that, e.g.,
     changing the length model leaves the arrival times unchanged. ``task_mix`` / ``tenant_mix`` /
-    ``slo_class_mix`` map labels to weights and set the matching request field.
+    ``slo_class_mix`` / ``model_mix`` map labels to weights and set the matching request field (``model_mix``:
+    the model each request must be served by, for multi-model clusters).
     """
 
     kind = "synthetic"
@@ -71,6 +72,7 @@ class SyntheticWorkload(Workload):
         tenant_mix: Mapping[str, float] | None = None,
         slo_class_mix: Mapping[str, float] | None = None,
         batch: int = BATCH,
+        model_mix: Mapping[str, float] | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(arrival, ArrivalProcess):
@@ -91,6 +93,7 @@ class SyntheticWorkload(Workload):
                     _check_mix("task_mix", task_mix),
                     _check_mix("tenant_mix", tenant_mix),
                     _check_mix("slo_class_mix", slo_class_mix),
+                    _check_mix("model_mix", model_mix),
                 ),
             )
             if m is not None
@@ -137,11 +140,11 @@ class SyntheticWorkload(Workload):
             }
             if labels:
                 cols = [labels.get(f, [None] * n) for f in MIX_FIELDS]
-                for a, p, o, task, tenant, slo in zip(
+                for a, p, o, task, tenant, slo, model in zip(
                     times.tolist(), prompt.tolist(), output.tolist(), *cols
                 ):
                     stats.yielded += 1
-                    yield Request(next_id, a, p, o, task, tenant, slo)
+                    yield Request(next_id, a, p, o, task, tenant, slo, model=model)
                     next_id += 1
             else:
                 for a, p, o in zip(times.tolist(), prompt.tolist(), output.tolist()):
