@@ -6,6 +6,7 @@ the last instance) is a ConfigError naming the router and the value (checked by 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -43,6 +44,17 @@ class Router:
 # routers of other packages register by entry point (group "llmsim.routers"; the envs' "onnx" router)
 ROUTERS: Registry[type[Router]] = Registry("routing policy", key="name", plugins="llmsim.routers")
 register_router = ROUTERS.register  # ``@register_router`` uses the class's ``name``
+
+
+def kwarg_number(name: str, value: Any, *, lo: float = 0.0, strict: bool = True, integer: bool = False) -> float:
+    """A router option that must be a number > lo (>= lo unless ``strict``), else a ConfigError naming
+    ``policy.kwargs.<name>``."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > lo if strict else value >= lo) and (not integer or float(value).is_integer())
+    if not ok:
+        kind = "an integer" if integer else "a finite number"
+        raise ConfigError(f"policy.kwargs.{name}: expected {kind} {'>' if strict else '>='} {lo}, got {value!r}")
+    return float(value)
 
 
 def make_router(name: str, seed: int = 0, **kwargs: Any) -> Router:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from llmsim.engine import EngineConfig
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.policies.base import WAIT, Router, register_router
+from llmsim.policies.base import kwarg_number as _num
 from llmsim.policies.qlm_estimator import EngineRates, OutputLengthModel, estimate_completion, rates_from_profile
 from llmsim.policies.qlm_plan import Plan, PlanProblem, RequestGroup, VirtualQueue, edf_plan, evaluate, solve_plan
 from llmsim.profile import load_profile
@@ -56,16 +57,6 @@ _MISSING = {
     "state_swapping": "policy-triggered GPU->CPU KV-state swapping",
     "warm_start": "multi-model instances with a host-memory model cache",
 }
-
-
-def _num(name: str, value: Any, *, lo: float = 0.0, strict: bool = True, integer: bool = False) -> float:
-    """A number > lo (>= lo unless ``strict``), else a ConfigError naming ``policy.kwargs.<name>``."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > lo if strict else value >= lo) and (not integer or float(value).is_integer())
-    if not ok:
-        kind = "an integer" if integer else "a finite number"
-        raise ConfigError(f"policy.kwargs.{name}: expected {kind} {'>' if strict else '>='} {lo}, got {value!r}")
-    return float(value)
 
 
 def check_ops(ops: Mapping[str, Any] | None) -> dict[str, bool]:
