@@ -66,9 +66,9 @@ class ClusterOpsView(ClusterView):
         """``Cluster.evict``: send the request back to the central queue, keeping its generated tokens."""
         self._c.evict(instance, request_id)
 
-    def swap_out(self, instance: int, request_id: int) -> None:
+    def swap_out(self, instance: int, request_id: int, park: bool = False) -> None:
         """``Cluster.swap_out``: move a running request's KV blocks to the instance's CPU swap space."""
-        self._c.swap_out(instance, request_id)
+        self._c.swap_out(instance, request_id, park)
 
     def prefetch_model(self, instance: int, model: str) -> bool:
         """``Cluster.prefetch_model``: warm a model in the instance's host-memory cache (QLM's warm start)."""
@@ -398,10 +398,11 @@ class Cluster(ClusterClock):
         routed again from the central queue (``llmsim.engine_ops``). Raises LLMSimError if it is not there."""
         self._engine(instance).evict(request_id, self.env.now, self.env.phase)
 
-    def swap_out(self, instance: int, request_id: int) -> None:
+    def swap_out(self, instance: int, request_id: int, park: bool = False) -> None:
         """Swap a running request's KV blocks on ``instance`` out to its CPU swap space at the next boundary
-        (``llmsim.engine_ops``). Raises LLMSimError if it is not running or the swap space is full."""
-        self._engine(instance).swap_out(request_id, self.env.now, self.env.phase)
+        (``llmsim.engine_ops``; ``park``: it stays out while requests wait there). Raises LLMSimError if it is not
+        running or the swap space is full."""
+        self._engine(instance).swap_out(request_id, self.env.now, self.env.phase, park)
 
     def prefetch_model(self, instance: int, model: str) -> bool:
         """Copy ``model`` into ``instance``'s host-memory model cache in the background (llmsim.model_host): the

@@ -19,6 +19,12 @@ to stop at that boundary (as a submission does), so the outcome is bit-identical
   on an engine with room it comes back at once). The transfer costs what swap preemption costs:
   blocks * block_bytes / host_link_bw seconds (``Instance.block_bytes``: block_size * kv_bytes_per_token / tp;
   the GPU's host-link bandwidth from the hardware table), added to the next iteration's step time.
+* **park** (``swap_out(..., park=True)``): a swap-out whose request is *parked*: it stays in CPU memory while the
+  engine has waiting requests, so the room it freed goes to them (a plain swap-out comes straight back, since
+  vLLM swaps in before admitting), and joins the swapped queue at the first boundary with an empty waiting queue
+  (then the batch policy swaps it back in as usual). This is QLM's "GPU-CPU state swapping": make room for the
+  virtual queue's head, restore later. Parked requests are not in the engine's queues, so the public state does
+  not list them (``Instance.ops.parked``); they keep the engine busy until restored.
 
 A call is checked when made (the request must be in the engine, running for a swap, with room for its
 blocks in the swap space net of pending swaps; one pending operation per request) and refused with an
@@ -36,6 +42,7 @@ from llmsim.simenv import ARRIVAL, ENGINE
 
 EVICT = "evict"
 SWAP_OUT = "swap_out"
+PARK = "park"  # a swap-out whose request stays out while the engine has waiting requests (QLM's state swapping)
 
 
 class EngineOps:
@@ -43,7 +50,7 @@ class EngineOps:
 
     ``engine`` is the :class:`llmsim.instance.Instance` (typed loosely: that module imports this one)."""
 
-    __slots__ = ("engine", "pending", "transfer", "on_evict", "evictions", "swap_outs", "lapsed")
+    __slots__ = ("engine", "pending", "transfer", "on_evict", "evictions", "swap_outs", "lapsed", "parked")
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
@@ -53,6 +60,7 @@ class EngineOps:
         self.evictions = 0
         self.swap_outs = 0
         self.lapsed = 0
+        self.parked: list[Any] = []  # parked swap-outs, in the order they left (restored in that order)
 
     def request(self, kind: str, rid: int, now: float, phase: int) -> None:
         """Check an operation against the state the caller sees, then queue it for the next boundary."""
@@ -67,7 +75,7 @@ class EngineOps:
         if kind == EVICT:
             if self.on_evict is None:
                 raise LLMSimError(f"{what}: the instance is not part of a cluster (no central queue to return it to)")
-        elif kind == SWAP_OUT:
+        elif kind in (SWAP_OUT, PARK):
             if where != "running":
                 raise LLMSimError(f"{what}: it is {where}, not running (only a running request's KV state is on the "
                                   "GPU to swap out)")
@@ -75,14 +83,14 @@ class EngineOps:
             if not kv.cpu_total:
                 raise LLMSimError(f"{what}: the instance has no CPU swap space (set engine.preemption=swap and "
                                   "engine.swap_space_gb > 0)")
-            room = kv.cpu_free - sum(self._blocks(x) for k, i, _, _ in self.pending if k == SWAP_OUT
+            room = kv.cpu_free - sum(self._blocks(x) for k, i, _, _ in self.pending if k != EVICT
                                      for _w, x in [self._find(i)] if x is not None)
             need = self._blocks(r)
             if need > room:
                 raise LLMSimError(f"{what}: the CPU swap space is full ({need} block(s) needed, {room} of "
                                   f"{kv.cpu_total} free net of pending swaps)")
         else:
-            raise LLMSimError(f"unknown engine operation {kind!r}; expected {EVICT!r} or {SWAP_OUT!r}")
+            raise LLMSimError(f"unknown engine operation {kind!r}; expected {EVICT!r}, {SWAP_OUT!r} or {PARK!r}")
         self.pending.append((kind, rid, now, phase))
         run = inst._run
         if run is not None:
@@ -96,7 +104,8 @@ class EngineOps:
 
     def _find(self, rid: int) -> tuple[str, Any]:
         inst = self.engine
-        for where, queue in (("running", inst.running), ("waiting", inst.waiting), ("swapped", inst.swapped)):
+        for where, queue in (("running", inst.running), ("waiting", inst.waiting), ("swapped", inst.swapped),
+                             ("parked", self.parked)):
             for r in queue:
                 if r.id == rid:
                     return where, r
@@ -116,10 +125,20 @@ class EngineOps:
             elif kind == EVICT:
                 self._evict(where, r)
             elif where == "running" and self.engine.kv.swap_out(r):
-                self._swapped_out(r)
+                self._swapped_out(r, kind == PARK)
             else:
                 self.lapsed += 1
         self.pending = keep
+        if self.parked and not self.engine.waiting:
+            self._restore()
+
+    def _restore(self) -> None:
+        """Parked requests join the swapped queue (the waiting queue has emptied): swapped back in as usual."""
+        inst = self.engine
+        for r in self.parked:
+            inst.swapped.append(r)
+            inst._enqueued(r, swapped=True)
+        self.parked = []
 
     def _evict(self, where: str, r: Any) -> None:
         inst = self.engine
@@ -131,9 +150,13 @@ class EngineOps:
             inst.waiting.remove(r)
             inst._dequeued(r)
             kv.release(r)
-        else:
+        elif where == "swapped":
             inst.swapped.remove(r)
             inst._dequeued(r, swapped=True)
+            kv.drop_swapped(r)
+            r.swapped = False
+        else:  # parked: its blocks are in CPU memory, outside the engine's queues
+            self.parked.remove(r)
             kv.drop_swapped(r)
             r.swapped = False
         r.computed = 0  # re-admitted, it prefills prompt + generated once (as recompute preemption does)
@@ -143,18 +166,22 @@ class EngineOps:
         assert self.on_evict is not None  # checked when the eviction was asked for
         self.on_evict(r, inst)
 
-    def _swapped_out(self, r: Any) -> None:
+    def _swapped_out(self, r: Any, park: bool) -> None:
         inst = self.engine
         inst.running.remove(r)
         r.swapped = True
         r.swaps += 1
         self.swap_outs += 1
         self.transfer += r.blocks
+        if park:
+            self.parked.append(r)
+            return
         inst.swapped.append(r)
         inst._enqueued(r, swapped=True)
 
     def idle(self) -> None:
         """The engine went idle: nothing is left to operate on or to charge a transfer to."""
+        assert not self.parked, "an engine went idle with parked requests"
         self.lapsed += len(self.pending)
         self.pending = []
         self.transfer = 0

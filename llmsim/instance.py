@@ -27,7 +27,7 @@ from math import log as _log
 from typing import TYPE_CHECKING
 
 from llmsim.engine import EngineConfig
-from llmsim.engine_ops import EVICT, SWAP_OUT, EngineOps, stepped_decode
+from llmsim.engine_ops import EVICT, PARK, SWAP_OUT, EngineOps, stepped_decode
 from llmsim.errors import LLMSimError
 from llmsim.fastpath import NEVER, DecodeRun, bad_step, decode_step_fn, residues
 from llmsim.kv import build_kv_cache
@@ -165,9 +165,10 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels):
         """Send a request back to the cluster's central queue at the next boundary, keeping its tokens (engine_ops)."""
         self.ops.request(EVICT, request_id, now, self.env.phase if phase is None else phase)
 
-    def swap_out(self, request_id: int, now: float, phase: int | None = None) -> None:
-        """Move a running request's KV blocks to CPU swap space at the next boundary (llmsim.engine_ops)."""
-        self.ops.request(SWAP_OUT, request_id, now, self.env.phase if phase is None else phase)
+    def swap_out(self, request_id: int, now: float, phase: int | None = None, park: bool = False) -> None:
+        """Move a running request's KV blocks to CPU swap space at the next boundary (``park``: keep it out while
+        requests wait; llmsim.engine_ops)."""
+        self.ops.request(PARK if park else SWAP_OUT, request_id, now, self.env.phase if phase is None else phase)
 
     def seen_iterations(self, now: float, phase: int) -> int:
         """``iterations`` as ``sync(now, phase)`` would leave it (without materialising a decode run)."""
@@ -382,7 +383,7 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels):
                 self._complete(done, now)
         elif self._batch:
             self._apply(now)
-        if self.ops.pending:
+        if self.ops.pending or self.ops.parked:
             self.ops.apply(now)
         self._start_next(now)
 

@@ -118,7 +118,7 @@ class ModelHost:
     def begin_swap(self, now: float) -> float | None:
         """Start loading the oldest held request's model if the engine has drained; the swap's end time, or None."""
         e = self.engine
-        if not self.held or self.swapping_to is not None or e.running or e.waiting or e.swapped:
+        if not self.held or self.swapping_to is not None or e.running or e.waiting or e.swapped or e.ops.parked:
             return None
         target = self.held[0].model
         if target is None or target == self.loaded:  # (only after a release stopped at another model)

@@ -146,7 +146,7 @@ def test_evict_without_a_cluster_is_an_error():
     assert len(log) == 1
 
 
-OPS = st.lists(st.tuples(st.floats(0.0, 3.0, allow_nan=False), st.sampled_from(["evict", "swap_out"]),
+OPS = st.lists(st.tuples(st.floats(0.0, 3.0, allow_nan=False), st.sampled_from(["evict", "swap_out", "park"]),
                          st.integers(0, 1), st.integers(0, 50)), max_size=25)
 
 
@@ -169,10 +169,13 @@ def _scripted_run(policy: str, fast: bool, seed: int, ops: list, n: int = 30):
             assert r.generated >= last[r.id] or r.generated == 0 and r.finish < 0 and last[r.id] == 0
             last[r.id] = r.generated
         inst = c.instances[idx]
-        pool = inst.running or list(inst.waiting) or list(inst.swapped)
+        pool = inst.running or list(inst.waiting) or list(inst.swapped) or list(inst.ops.parked)
         rid = pool[k % len(pool)].id if pool else k
         try:
-            getattr(c, kind)(idx, rid)
+            if kind == "park":
+                c.swap_out(idx, rid, park=True)
+            else:
+                getattr(c, kind)(idx, rid)
             outcomes.append((kind, idx, rid, "ok"))
         except LLMSimError as e:
             outcomes.append((kind, idx, rid, str(e)))
@@ -199,6 +202,32 @@ def test_ops_conserve_tokens_and_memory_and_the_fast_path_stays_exact(policy, se
     _assert_memory_returned(sc)
     ok = sum(1 for o in f_out if o[3] == "ok")
     assert ok == sum(i.ops.evictions + i.ops.swap_outs + i.ops.lapsed for i in fc.instances)
+
+
+def _park_run(park: bool):
+    c = _cluster(1, preemption="swap", swap_space_gb=0.1, num_gpu_blocks=20, max_num_seqs=8)
+    seen: list[int] = []
+
+    def look() -> None:
+        c.sync_all()
+        seen.append(len(c.instances[0].ops.parked))
+
+    _at(c, 0.05, lambda: c.swap_out(0, 0, park=park))
+    _at(c, 0.2, look)
+    c.run(requests([(0.0, 100, 150), (0.01, 60, 60), (0.02, 60, 60)]))  # 0 fills the cache; 1, 2 wait for room
+    return c, c.recorder.requests_frame().set_index("id"), seen
+
+
+def test_a_parked_request_stays_out_while_requests_wait_then_comes_back():
+    """park: the room goes to the waiting requests; a plain swap-out comes straight back (vLLM swaps in before
+    it admits) and the waiting requests finish later."""
+    c, parked, seen = _park_run(True)
+    _, plain, _ = _park_run(False)
+    assert seen == [1], "still parked while the others run"
+    assert parked.loc[2, "finish"] < plain.loc[2, "finish"] - 0.2
+    assert (parked["output_tokens"] == parked["requested_output_tokens"]).all()
+    assert c.instances[0].ops.swap_outs == 1 and not c.instances[0].ops.parked
+    _assert_memory_returned(c)
 
 
 def test_scripted_ops_do_happen():
