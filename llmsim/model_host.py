@@ -56,6 +56,7 @@ class ModelHostState(NamedTuple):
     swap_ends: float  # when that load ends (s), else 0.0
     num_held: int  # requests held at the instance for another model (or behind one)
     host_cache_bytes: int  # capacity of the host-memory model cache (0: no cache)
+    swap_s: tuple[float, ...]  # per catalog model, what loading it would take if started now (warm or cold)
 
 
 class ModelHost:
@@ -186,7 +187,8 @@ class ModelHost:
     def state(self, now: float) -> ModelHostState:
         self._settle(now)
         return ModelHostState(self.engine.idx, self.loaded, tuple(self.profiles), tuple(self.cache),
-                              self.swapping_to, self.swap_ends, len(self.held), self.cache_capacity)
+                              self.swapping_to, self.swap_ends, len(self.held), self.cache_capacity,
+                              tuple(self.swap_time(m, now)[0] for m in self.profiles))
 
     def stats(self) -> dict[str, Any]:
         return {"model_swaps": self.swaps, "warm_swaps": self.warm_swaps, "swap_seconds": self.swap_seconds}

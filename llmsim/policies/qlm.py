@@ -42,26 +42,22 @@ from llmsim.errors import ConfigError, LLMSimError
 from llmsim.policies.base import WAIT, Router, register_router
 from llmsim.policies.base import kwarg_number as _num
 from llmsim.policies.qlm_estimator import EngineRates, OutputLengthModel, estimate_completion, rates_from_profile
+from llmsim.policies.qlm_ops import QLMOperations
 from llmsim.policies.qlm_plan import Plan, PlanProblem, RequestGroup, VirtualQueue, edf_plan, evaluate, solve_plan
 from llmsim.profile import load_profile
 
 if TYPE_CHECKING:
     from llmsim.cluster_view import ClusterView
+    from llmsim.model_host import ModelHostState
     from llmsim.request import Request
     from llmsim.state import ClusterState, InstanceState
 
 OPS = ("pulling", "load_balancing", "eviction", "state_swapping", "warm_start")
-AVAILABLE_OPS = ("pulling", "load_balancing")
-_MISSING = {
-    "eviction": "request eviction (running requests sent back keeping their tokens)",
-    "state_swapping": "policy-triggered GPU->CPU KV-state swapping",
-    "warm_start": "multi-model instances with a host-memory model cache",
-}
 
 
 def check_ops(ops: Mapping[str, Any] | None) -> dict[str, bool]:
     """The five operations' switches; unknown names, non-booleans and unavailable ones raise a ConfigError."""
-    out = {op: op in AVAILABLE_OPS for op in OPS}
+    out = dict.fromkeys(OPS, True)
     if ops is None:
         return out
     if not isinstance(ops, Mapping):
@@ -71,9 +67,6 @@ def check_ops(ops: Mapping[str, Any] | None) -> dict[str, bool]:
             raise ConfigError(f"policy.kwargs.ops.{k}: unknown operation; known: {list(OPS)}")
         if not isinstance(v, bool):
             raise ConfigError(f"policy.kwargs.ops.{k}: expected true or false, got {v!r}")
-        if v and k not in AVAILABLE_OPS:
-            raise ConfigError(f"policy.kwargs.ops.{k}: needs the engine features of issue 15 ({_MISSING[k]}), "
-                              "which llmsim does not have yet; set it to false")
         out[k] = v
     return out
 
@@ -98,7 +91,7 @@ class _Group:
 
 
 @register_router
-class QLMRouter(Router):
+class QLMRouter(QLMOperations, Router):
     """QLM (shared/specs/003): virtual queues of request groups, pulled by instances, ordered by the plan generator.
 
     Options (``policy.kwargs``): ``slo_s`` {class: end-to-end SLO in s} (match ``slo.classes.*.e2el_ms``) and
@@ -169,6 +162,10 @@ class QLMRouter(Router):
         self._last_plan = -math.inf
         self._last_now = -math.inf
         self.stats = {"plans": 0, "milp": 0, "edf": 0, "solve_s": 0.0, "groups": 0, "out_of_order": 0}
+        self._hosts: tuple[ModelHostState | None, ...] = ()
+        self._view: ClusterView | None = None
+        self._hosts_at = -math.inf
+        self._clear_ops()
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
@@ -182,6 +179,11 @@ class QLMRouter(Router):
             self._vq = [[] for _ in range(view.num_instances)]
         self._last_now = now
         st = view.state()
+        if now != self._hosts_at or view is not self._view:
+            hosts = getattr(view, "model_hosts", None)  # (a view without multi-model instances may lack it)
+            self._hosts = hosts() if hosts is not None else ()  # once per instant: a pass offers every held one
+            self._hosts_at = now
+        self._view = view
         gid = self._held.get(req.id)
         if gid is None:
             gid = self._admit(req, view, st, now)
@@ -191,15 +193,27 @@ class QLMRouter(Router):
         if self.ops["load_balancing"]:
             self._steal(st)
         q = g.queue
-        if self._vq[q][0] == g.id and g.members[0][0] == req.id and self._room(st.instances[q]):
-            return self._take(req.id, g)
+        if self._vq[q][0] == g.id and g.members[0][0] == req.id:
+            room = self._room(st.instances[q])
+            swap = self._loaded(q, st) != g.model
+            if swap or not room:  # make room: for the head's requests, or for the swap to its model
+                self._make_room(view, st, q, g, now, swap)
+            if room:
+                return self._take(req.id, g)
         if not any(i.num_running + i.num_waiting + i.num_swapped for i in st.instances):
             self.stats["out_of_order"] += 1  # nothing in flight: no completion would offer it again
             return self._take(req.id, g)
         return WAIT
 
     def _room(self, inst: InstanceState) -> bool:
-        return inst.up and inst.num_waiting + inst.num_swapped < self.max_waiting
+        h = self._hosts[inst.idx] if self._hosts else None
+        held = h.num_held if h is not None else 0
+        return inst.up and inst.num_waiting + inst.num_swapped + held < self.max_waiting
+
+    def _loaded(self, q: int, st: ClusterState) -> str:
+        """The model instance ``q`` serves next: the one being swapped in, else the loaded one."""
+        h = self._hosts[q] if self._hosts else None
+        return st.instances[q].model if h is None else (h.swapping_to or h.loaded)
 
     def _take(self, rid: int, g: _Group) -> int:
         """Remove request ``rid`` from its group (the head, unless routed out of order) and route it."""
@@ -220,7 +234,7 @@ class QLMRouter(Router):
         """Put a new arrival in its group (opening one when needed) and re-plan if a violation is likely."""
         cands = tuple(int(c) for c in view.candidates(req))
         cls = req.slo_class
-        key = (st.instances[cands[0]].model, cls, cands)
+        key = (req.model if req.model is not None else st.instances[cands[0]].model, cls, cands)
         gid = self._open.get(key)
         opened = gid is None or len(self._groups[gid].members) >= self._group_cap(st)
         if opened:
@@ -228,14 +242,18 @@ class QLMRouter(Router):
             self._gid += 1
             self.stats["groups"] += 1
             slo = self.slo_s.get(cls, self.default_slo_s) if cls is not None else self.default_slo_s
-            q = self._initial_queue(st, cands)
+            q = self._initial_queue(st, cands, key[0])
             self._groups[gid] = _Group(gid, key, slo, q)
             self._open[key] = gid
             self._vq[q].append(gid)  # FCFS placement until a plan says otherwise (paper section 3.1)
-        self._groups[gid].members.append((req.id, float(req.arrival), int(req.prompt_tokens)))
+        g = self._groups[gid]
+        g.members.append((req.id, float(req.arrival), int(req.prompt_tokens)))
         self._held[req.id] = gid
+        self._note_slo(req.id, g.slo_s, st)
         if self.ops["pulling"] and (opened or now - self._last_plan >= self.replan_interval_s):
             self._maybe_replan(st, now)
+        if opened:
+            self._warm(view, self._hosts)
         return gid
 
     def _group_cap(self, st: ClusterState) -> float:
@@ -246,12 +264,22 @@ class QLMRouter(Router):
             batch = sum(sizes) / len(sizes)
         return max(1.0, self.delta * batch)
 
-    def _initial_queue(self, st: ClusterState, cands: tuple[int, ...]) -> int:
+    def _initial_queue(self, st: ClusterState, cands: tuple[int, ...], model: str) -> int:
+        """Least estimated work, counting the model swap a group needs behind what the queue ends with."""
         if not self.ops["load_balancing"]:
             self._rr += 1
             return cands[(self._rr - 1) % len(cands)]
-        work = {q: self._backlog(st.instances[q])[0] + self._vq_work(q, st.instances[q]) for q in cands}
+        work = {q: self._backlog(st.instances[q])[0] + self._vq_work(q, st.instances[q])
+                + self._swap_cost(q, st, model) for q in cands}
         return min(cands, key=lambda q: (work[q], q))
+
+    def _swap_cost(self, q: int, st: ClusterState, model: str) -> float:
+        """Seconds to load ``model`` on instance ``q`` after the last group of its VQ (0 if that is the model)."""
+        h = self._hosts[q] if self._hosts else None
+        if h is None or model not in h.catalog:
+            return 0.0
+        last = self._groups[self._vq[q][-1]].model if self._vq[q] else self._loaded(q, st)
+        return 0.0 if last == model else h.swap_s[h.catalog.index(model)]
 
     def _vq_work(self, q: int, inst: InstanceState) -> float:
         """Mean seconds of the output tokens held in VQ ``q``."""
@@ -265,7 +293,8 @@ class QLMRouter(Router):
             if self._vq[i] or not self._room(inst):
                 continue
             donors = [(sum(len(self._groups[g].members) for g in vq), -j, j) for j, vq in enumerate(self._vq)
-                      if j != i and vq and i in self._groups[vq[-1]].candidates]
+                      if j != i and vq and i in self._groups[vq[-1]].candidates
+                      and self._worth_moving(self._groups[vq[-1]], j, i, st)]
             if not donors:
                 continue
             n, _, j = max(donors)
@@ -288,18 +317,27 @@ class QLMRouter(Router):
                 if self._open.get(tail.key) == tail.id:
                     self._open[tail.key] = half.id  # later arrivals stay behind the moved half (FCFS)
 
+    def _worth_moving(self, g: _Group, src: int, dst: int, st: ClusterState) -> bool:
+        """Stealing a group that needs a model swap pays only if its source queue holds more work than the swap."""
+        cost = self._swap_cost(dst, st, g.model)
+        return cost == 0.0 or self._vq_work(src, st.instances[src]) > cost
+
     # ------------------------------------------------------------------ estimator and plan generator
-    def _rates_of(self, inst: InstanceState) -> EngineRates:
-        """Theta, eps, d, P of the instance's (model, GPU, engine limits) from the profile table, cached."""
-        key = (inst.model, inst.gpu, inst.max_num_seqs, inst.kv_blocks_total, inst.block_size)
+    def _rates_of(self, inst: InstanceState, model: str | None = None) -> EngineRates:
+        """Theta, eps, d, P of the instance's (model, GPU, engine limits) from the profile table, cached.
+        ``model``: another model the instance could load (its KV cache then sized from the profile)."""
+        other = model is not None and model != inst.model
+        name = model if other else inst.model
+        blocks = 0 if other else inst.kv_blocks_total
+        key = (name, inst.gpu, inst.max_num_seqs, blocks, inst.block_size)
         r = self._rates.get(key)
         if r is None:
             try:
-                profile = load_profile(inst.model, inst.gpu)
+                profile = load_profile(name, inst.gpu)
             except LLMSimError as e:
                 raise ConfigError(f"policy qlm: no profile for the estimator of instance {inst.idx}: {e}") from e
             cfg = EngineConfig(max_num_seqs=max(1, inst.max_num_seqs), block_size=max(1, inst.block_size),
-                               num_gpu_blocks=max(1, inst.kv_blocks_total) if inst.kv_blocks_total else None)
+                               num_gpu_blocks=max(1, blocks) if blocks else None)
             r = self._rates[key] = rates_from_profile(profile, cfg, typical_prompt=self.typical_prompt,
                                                       typical_output=int(max(1.0, self.output_prior[0])))
         return r
@@ -325,7 +363,10 @@ class QLMRouter(Router):
         queues = []
         for q, inst in enumerate(st.instances):
             b_mean, b_std = self._backlog(inst)
-            queues.append(VirtualQueue(str(q), inst.model, default_swap_s=0.0, backlog_mean_s=b_mean,
+            h = self._hosts[q] if self._hosts else None
+            swap = {} if h is None else dict(zip(h.catalog, h.swap_s))  # a single-model one never swaps
+            queues.append(VirtualQueue(str(q), self._loaded(q, st), swap_s=swap, default_swap_s=0.0,
+                                       backlog_mean_s=b_mean + (h.swap_ends - now if h and h.swapping_to else 0.0),
                                        backlog_std_s=b_std))
         groups = []
         for gid in (g for vq in self._vq for g in vq):
@@ -335,7 +376,7 @@ class QLMRouter(Router):
             s_mean, s_std, c_mean, c_std = [], [], [], []
             for q, inst in enumerate(st.instances):
                 ok = q in g.candidates and (self.ops["load_balancing"] or q == g.queue)
-                rates = self._rates_of(inst)
+                rates = self._rates_of(inst, g.model)
                 cm, cs = estimate_completion(rates, (n - 1) * om.mean, prompt, om.mean, om.std,
                                              tokens_ahead_std=math.sqrt(n - 1) * om.std)
                 s_mean.append(n * om.mean / rates.theta if ok else math.inf)
@@ -363,6 +404,8 @@ class QLMRouter(Router):
         for q, ids in enumerate(self._vq):
             for gid in ids:
                 self._groups[gid].queue = q
+        if self._view is not None:
+            self._warm(self._view, self._hosts)
 
     def _solve(self, problem: PlanProblem) -> Plan:
         self.stats["plans"] += 1
