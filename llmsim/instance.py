@@ -119,9 +119,7 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels):
             self.changes += 1
             self.queue_version += 1
             if not self._busy:
-                self._set_busy(True, now, phase)
-                self._gen += 1
-                self.env.call_at(now, ENGINE, self._on_boundary, self._gen)
+                self._wake(now, phase)  # an idle engine drains at once and starts the swap
             return
         self._accept(r, now, phase)
 
@@ -145,12 +143,16 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels):
             self.queued_prefill += p
         self.changes += 1
         if not self._busy:
-            self._set_busy(True, now, phase)
-            self._gen += 1
-            self.env.call_at(now, ENGINE, self._on_boundary, self._gen)
+            self._wake(now, phase)
             return
         if self._run is not None:
             self._request_stop(self._run, now, phase == ARRIVAL)
+
+    def _wake(self, now: float, phase: int) -> None:
+        """An idle engine has news: a boundary at ``now`` (seen after ``phase``) looks at it."""
+        self._set_busy(True, now, phase)
+        self._gen += 1
+        self.env.call_at(now, ENGINE, self._on_boundary, self._gen)
 
     def sync(self, now: float, phase: int) -> None:
         """Bring request and KV state up to the last boundary an observer at (now, phase) has seen."""

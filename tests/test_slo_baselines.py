@@ -16,27 +16,9 @@ from llmsim.request import Request
 from llmsim.schema import SLO
 from llmsim.state import ClusterState, InstanceState
 from llmsim.testing import LinearProfile
+from tests.test_qlm_router import SLO_CLASSES, SLO_S, bursty  # the same bursty two-class workload
 
 pytestmark = pytest.mark.timeout(90)
-
-LS_SLO_S = 3.0
-SLO_S = {"latency_sensitive": LS_SLO_S, "batch": 600.0}
-SLO_CLASSES = SLO.parse({"classes": {"latency_sensitive": {"e2el_ms": LS_SLO_S * 1000},
-                                     "batch": {"e2el_ms": 600_000.0}}})
-
-
-def bursty(seed: int = 0, n_bursts: int = 6, burst: int = 80, period: float = 20.0, ls_rate: float = 1.0) -> list:
-    """Bursts of long batch requests every ``period`` s and a Poisson stream of short latency-sensitive ones
-    (the workload of tests/test_qlm_router.py)."""
-    rng = np.random.default_rng(seed)
-    rows = [(b * period + k * 0.01, int(rng.integers(400, 800)), int(rng.integers(200, 500)), "batch")
-            for b in range(n_bursts) for k in range(burst)]
-    t = 0.5
-    while t < n_bursts * period:
-        rows.append((t, int(rng.integers(50, 300)), int(rng.integers(20, 80)), "latency_sensitive"))
-        t += float(rng.exponential(1.0 / ls_rate))
-    rows.sort(key=lambda r: r[0])
-    return [Request(i, float(a), p, o, slo_class=c) for i, (a, p, o, c) in enumerate(rows)]
 
 
 def a100s(n: int = 2, max_num_seqs: int = 16) -> list[InstanceConfig]:
