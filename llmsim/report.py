@@ -78,6 +78,11 @@ def outcome_rows(summary: dict) -> list[tuple[str, str]]:
             ("Preemptions (total)", f"{int(summary.get('preemptions') or 0):,d}"), ("Dropped", count("dropped"))]
     for reason, k in sorted((summary.get("dropped_by_reason") or {}).items()):
         rows.append((f"  dropped: {reason}", f"{int(k):,d}"))
+    if summary.get("evictions"):
+        rows.append(("Evictions (by the policy)", f"{int(summary['evictions']):,d}"))
+    if "model_swaps" in summary:  # a cluster with multi-model instances (llmsim.model_host)
+        rows.append(("Model swaps (warm)", f"{int(summary['model_swaps']):,d} ({int(summary['warm_swaps']):,d})"))
+        rows.append(("Time swapping models (s)", f"{float(summary['swap_seconds']):,.1f}"))
     rows.append(("-- Instances (mean) --", ""))
     if "mean_busy_fraction" in summary:
         rows.append(("Busy fraction", _fmt(summary["mean_busy_fraction"], "{:.3f}")))

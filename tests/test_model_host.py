@@ -180,3 +180,13 @@ def test_a_synthetic_workload_draws_each_requests_model_from_model_mix() -> None
     assert [(r.arrival, r.slo_class) for r in plain] == [(r.arrival, r.slo_class) for r in mixed]
     with pytest.raises(ConfigError, match="model_mix"):
         build_workload({**base, "model_mix": {A: -1}}, seed=1)
+
+
+def test_the_terminal_report_shows_model_swaps() -> None:
+    from llmsim.report import outcome_rows
+
+    res = simulate([_inst(cache_gb=64.0)], [Request(0, 0.0, 100, 10, model=B), Request(1, 50.0, 100, 10, model=A)])
+    rows = dict(outcome_rows(res.summary))
+    assert rows["Model swaps (warm)"] == "2 (1)"
+    plain = dict(outcome_rows(simulate([InstanceConfig(model=A, gpu=GPU)], [Request(0, 0.0, 10, 10)]).summary))
+    assert "Model swaps (warm)" not in plain
