@@ -170,6 +170,27 @@ def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto") -> Profi
     return RooflineProfile(m, g, tp)
 
 
+def profile_for_instance(model: str, gpu: str, kv_blocks: int = 0, block_size: int = 16) -> Profile:
+    """The profile of an instance a router knows only by its public state (model, GPU, KV blocks): its tensor
+    parallelism is not reported, so among the degrees the model loads at (1, 2, 4, 8) take the one whose KV cache
+    (at the default 0.9 memory use) is closest to ``kv_blocks`` (the smallest when ``kv_blocks`` is 0)."""
+    found: list[tuple[float, int, Profile]] = []
+    last: ProfileError | None = None
+    for tp in (1, 2, 4, 8):
+        try:
+            p = load_profile(model, gpu, tp)
+            blocks = p.kv_capacity_tokens(0.9) // max(1, block_size)
+        except (ProfileError, ConfigError) as e:
+            last = e if isinstance(e, ProfileError) else ProfileError(str(e))
+            continue
+        if blocks <= 0:
+            continue
+        found.append((abs(blocks - kv_blocks) if kv_blocks else 0.0, tp, p))
+    if not found:
+        raise last or ProfileError(f"no profile for model {model!r} on {gpu} at tensor parallelism 1, 2, 4 or 8")
+    return min(found, key=lambda x: (x[0], x[1]))[2]
+
+
 def _profile_dirs_text() -> str:
     from llmsim.profile_table import profile_dirs
 

@@ -216,3 +216,14 @@ def test_eviction_and_state_swapping_make_room_for_the_head_group() -> None:
         assert r.stats[key] > 0, (ops, r.stats)
         assert len(res.requests) == len(reqs) and res.summary["dropped"] == 0
         assert (res.requests["output_tokens"] == res.requests["requested_output_tokens"]).all()
+
+
+def test_the_estimator_finds_a_tensor_parallel_instances_profile() -> None:
+    """The state does not report tp: Vicuna-13B on two A10s (it fits no single A10) is still estimated."""
+    insts = [InstanceConfig(model="vicuna-13b", gpu="a10", tp=2), InstanceConfig(model="mistral-7b", gpu="a10")]
+    reqs = [Request(i, 0.2 * i, 200, 50, slo_class="batch", model=("vicuna-13b", "mistral-7b")[i % 2])
+            for i in range(40)]
+    r = make_router("qlm", slo_s=SLO_S)
+    res = simulate(insts, reqs, r, slo=SLO_CLASSES)
+    assert len(res.requests) == 40
+    assert {k[0] for k in r._rates} == {"vicuna-13b", "mistral-7b"}

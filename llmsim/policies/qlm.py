@@ -35,6 +35,7 @@ import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
 from llmsim.engine import EngineConfig
@@ -44,7 +45,7 @@ from llmsim.policies.base import kwarg_number as _num
 from llmsim.policies.qlm_estimator import EngineRates, OutputLengthModel, estimate_completion, rates_from_profile
 from llmsim.policies.qlm_ops import QLMOperations
 from llmsim.policies.qlm_plan import Plan, PlanProblem, RequestGroup, VirtualQueue, edf_plan, evaluate, solve_plan
-from llmsim.profile import load_profile
+from llmsim.profile import profile_for_instance
 
 if TYPE_CHECKING:
     from llmsim.cluster_view import ClusterView
@@ -128,6 +129,7 @@ class QLMRouter(QLMOperations, Router):
         self.alpha = _num("alpha", alpha)
         if self.alpha >= 0.5:
             raise ConfigError(f"policy.kwargs.alpha: expected 0 < alpha < 0.5, got {alpha!r}")
+        self._z = NormalDist().inv_cdf(1.0 - self.alpha)  # chance level of the plans and of making room
         self.violation_weight = None if violation_weight is None else _num("violation_weight", violation_weight,
                                                                            strict=False)
         self.trigger_prob = _num("trigger_prob", trigger_prob, strict=False)
@@ -333,7 +335,7 @@ class QLMRouter(QLMOperations, Router):
         r = self._rates.get(key)
         if r is None:
             try:
-                profile = load_profile(name, inst.gpu)
+                profile = profile_for_instance(name, inst.gpu, blocks, inst.block_size)  # (tp not in the state)
             except LLMSimError as e:
                 raise ConfigError(f"policy qlm: no profile for the estimator of instance {inst.idx}: {e}") from e
             cfg = EngineConfig(max_num_seqs=max(1, inst.max_num_seqs), block_size=max(1, inst.block_size),

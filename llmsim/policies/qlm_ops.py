@@ -22,7 +22,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from llmsim.errors import LLMSimError
+from llmsim.policies.qlm_estimator import OutputLengthModel
 
 if TYPE_CHECKING:
     from llmsim.cluster_view import ClusterView
@@ -65,12 +68,35 @@ class QLMOperations:
             return
         inst = st.instances[q]
         victims = [r for r in inst.running if self._slo_of.get(r.id, 0.0) > head.slo_s]
-        if not victims:
+        if not victims or not self._head_at_risk(st, q, head, now, swap):
             return
         self._last_room[q] = now
         victims.sort(key=lambda r: (-r.arrival, -r.id))
         for r in victims if swap else victims[:len(head.members)]:
             self._remove(view, q, r.id)
+
+    def _head_at_risk(self, st: ClusterState, q: int, head: Any, now: float, swap: bool) -> bool:
+        """Whether the head group's first request would miss its SLO if it waited for the running batch to drain
+        (the mean remaining output of its longest-running request at the current per-token time, plus the model
+        swap): preempting costs the victims a recompute or a transfer, and in multi-model clusters a swap back,
+        so it is done only when waiting would cost the head its SLO."""
+        inst = st.instances[q]
+        rates = self._rates_of(inst)  # type: ignore[attr-defined]
+        per_token = inst.step_time if inst.step_time > 0 else rates.d
+        running = OutputLengthModel(prior_mean=self.output_prior[0], prior_std=self.output_prior[1])  # type: ignore[attr-defined]
+        z = self._z  # type: ignore[attr-defined]  # the plan generator's chance level: Phi^-1(1 - alpha)
+        if inst.running:
+            mean, var = running.remaining([r.generated for r in inst.running])
+            wait = float((mean + z * np.sqrt(var)).max()) * per_token
+        else:
+            wait = 0.0
+        prior = self._output(head)  # type: ignore[attr-defined]
+        if swap:
+            h = self._hosts[q] if self._hosts else None  # type: ignore[attr-defined]
+            if h is not None and head.model in h.catalog:
+                wait += h.swap_s[h.catalog.index(head.model)]
+        serve = rates.prefill_time(head.members[0][2]) + (prior.mean + z * prior.std) * rates.d * rates.epsilon
+        return head.members[0][1] + head.slo_s - now < wait + serve
 
     def _remove(self, view: ClusterView, q: int, rid: int) -> None:
         if self.ops["state_swapping"]:

@@ -32,7 +32,7 @@ import numpy as np
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.policies.base import WAIT, Router, register_router
 from llmsim.policies.base import kwarg_number as _num
-from llmsim.profile import Profile, load_profile
+from llmsim.profile import Profile, profile_for_instance
 
 if TYPE_CHECKING:
     from llmsim.cluster_view import ClusterView
@@ -377,11 +377,12 @@ class ShepherdRouter(_SLORouter):
 
     # ------------------------------------------------------------------ T_i(b) from the profile
     def _profile(self, inst: InstanceState) -> Profile:
-        key = (inst.model, inst.gpu)
+        key = (inst.model, inst.gpu, inst.kv_blocks_total)
         p = self._profiles.get(key)
         if p is None:
             try:
-                p = self._profiles[key] = load_profile(inst.model, inst.gpu)
+                p = self._profiles[key] = profile_for_instance(inst.model, inst.gpu, inst.kv_blocks_total,
+                                                               inst.block_size)
             except LLMSimError as e:
                 raise ConfigError(f"policy shepherd: no profile for instance {inst.idx}'s batch times: {e}") from e
         return p
