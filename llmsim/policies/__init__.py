@@ -1,6 +1,6 @@
 """Routing policies behind one registry (``make_router(name)``)."""
 
-from llmsim.policies import heuristics, papers, papers_qos, qlm, slo_baselines  # noqa: F401  (registers the routers)
+from llmsim.policies import heuristics, papers, papers_qos, qlm, route_baselines, routebalance, slo_baselines  # noqa: F401  (registers the routers)
 from llmsim.policies.base import DEFER, DROP, ROUTERS, WAIT, Router, make_router, register_router
 
 __all__ = ["DEFER", "DROP", "ROUTERS", "WAIT", "Router", "make_router", "register_router"]
