@@ -198,7 +198,7 @@ class QLMRouter(QLMOperations, Router):
         if self._vq[q][0] == g.id and g.members[0][0] == req.id:
             room = self._room(st.instances[q])
             swap = self._loaded(q, st) != g.model
-            if swap or not room:  # make room: for the head's requests, or for the swap to its model
+            if not room:  # make room for the head's requests (not for a model swap alone: measured to thrash)
                 self._make_room(view, st, q, g, now, swap)
             if room:
                 return self._take(req.id, g)
