@@ -6,7 +6,8 @@ SHEPHERD on identical requests and clusters, plus QLM with each operation remove
 the wall time of a 10,000-request QLM run; then gives each headline claim a verdict (agents.reproduce).
 
 Sizes: ``full`` (3 seeds), ``quick`` (1 seed, coarse grids) and ``test`` (a seconds-long smoke run);
-``run(size=...)`` or the environment variable ``LLMSIM_SPEC003_SIZE`` overrides ``--quick``. Writes
+``run(size=...)`` or the environment variable ``LLMSIM_SPEC003_SIZE`` overrides ``--quick``
+(``LLMSIM_REPRODUCE_SIZE=tiny``, the test suite's size for every spec, means ``test``). Writes
 results.json, results.md and spec003.png into the output directory.
 """
 
@@ -463,7 +464,8 @@ def plot(tables: dict[str, Any], path: Path) -> None:
 # ---------------------------------------------------------------------- entry point
 def run(quick: bool, out_dir: Path, jobs: int, progress: bool, size: str | None = None) -> list[dict]:
     """Run every experiment of the size, write results.json / results.md / spec003.png; the claim rows."""
-    name = size or os.environ.get(SIZE_ENV) or ("quick" if quick else "full")
+    common = {"tiny": "test"}.get(os.environ.get("LLMSIM_REPRODUCE_SIZE", ""))  # the test suite's size for every spec
+    name = size or os.environ.get(SIZE_ENV) or common or ("quick" if quick else "full")
     if name not in S.SIZES:
         raise ConfigError(f"{SIZE_ENV}={name!r}: expected one of {sorted(S.SIZES)}")
     sz = S.SIZES[name]
