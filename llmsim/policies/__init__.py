@@ -1,5 +1,6 @@
 """Routing policies behind one registry (``make_router(name)``)."""
 
+import llmsim.policies.routebalance_predictors  # noqa: F401  (estimator knn, tpot_prior xgboost; lazy)
 from llmsim.policies import heuristics, papers, papers_qos, qlm, route_baselines, routebalance, slo_baselines  # noqa: F401  (registers the routers)
 from llmsim.policies.base import DEFER, DROP, ROUTERS, WAIT, Router, make_router, register_router
 

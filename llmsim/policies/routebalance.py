@@ -37,7 +37,7 @@ import numpy as np
 from llmsim.errors import ConfigError
 from llmsim.policies.base import WAIT, Router, register_router
 from llmsim.policies.base import kwarg_number as _num
-from llmsim.policies.routebalance_state import Reckoned, TpotPriors, predicted_latency
+from llmsim.policies.routebalance_state import TPOT_HEADS, Reckoned, TpotPriors, predicted_latency
 
 if TYPE_CHECKING:
     from llmsim.cluster_view import ClusterView
@@ -229,7 +229,7 @@ class RouteBalanceRouter(Router):
                  max_batch_size: int = 8, batch_timeout_ms: float = 100.0, lpt: bool = True,
                  telemetry_period_s: float = 0.0, latency: str = "telemetry", static_tpot_ms: Any = None,
                  tpot_prior: str = "table", tiebreak: str = "queue", reckon_tokens: str = "chosen",
-                 **kw: Any) -> None:
+                 tpot_kwargs: Any = None, **kw: Any) -> None:
         super().__init__(seed, **kw)
         self.weights = parse_weights(weights)
         self.prices = parse_prices(prices)
@@ -244,7 +244,11 @@ class RouteBalanceRouter(Router):
         self.lpt = _flag("lpt", lpt)
         self.telemetry_period_s = _num("telemetry_period_s", telemetry_period_s, strict=False)
         self.latency = _choice("latency", latency, ("telemetry", "static"))
-        self.priors = TpotPriors(static_tpot_ms, tpot_prior)
+        head = TPOT_HEADS.get(tpot_prior) if isinstance(tpot_prior, str) else None  # learned: routebalance_predictors
+        if head is None and tpot_kwargs is not None:
+            raise ConfigError(f"policy.kwargs.tpot_kwargs: only for a learned tpot_prior ({sorted(TPOT_HEADS)})")
+        self.tpot_head = head(tpot_kwargs) if head is not None else None
+        self.priors = TpotPriors(static_tpot_ms, "table" if head is not None else tpot_prior)
         self.tiebreak = _choice("tiebreak", tiebreak, ("queue", "latency"))
         self.reckon_tokens = _choice("reckon_tokens", reckon_tokens, ("chosen", "lpt_key"))
         # called as on_batch(state, D, undispatched) after each refresh (tests, tracing)
@@ -411,6 +415,8 @@ class RouteBalanceRouter(Router):
         for c in cands:
             d = self._D[c.instance]
             tpot = d.step_time if d.step_time > 0 and not static else st_priors[c.instance]
+            if self.tpot_head is not None and not static:
+                tpot = self.tpot_head.tpot_s(d, st_priors[c.instance])
             c.latency = predicted_latency(d, tpot, c.length, queue_term=not static)
 
     def _assign(self, req: Request, cands: list[Candidate]) -> None:
@@ -494,6 +500,8 @@ class RouteBalanceRouter(Router):
 
     def _prior_cache(self, st: ClusterState) -> None:
         self._prior_list = [self.priors.prior_s(inst) for inst in st.instances]
+        if self.tpot_head is not None:
+            self.tpot_head.observe(st)
 
 
 def _minmax(x: float, xs: list[float]) -> float:

@@ -22,6 +22,9 @@ from llmsim.state import InstanceState
 # nominal TPOT, ms/token: the "static per-tier prior" of isolation arm 4 (spec 1.1, low-load medians)
 DEFAULT_TPOT_MS: dict[str, float] = {"qwen2.5-3b": 12.3, "qwen2.5-7b": 20.6, "qwen2.5-14b": 18.4, "qwen2.5-72b": 47.4}
 PROFILE_CONTEXT = 600  # context tokens of the one-sequence decode step a profile-derived prior is read at
+# learned TPOT heads: tpot_prior name -> factory(tpot_kwargs) of an object with observe(state) and
+# tpot_s(reckoned, prior_s); llmsim.policies.routebalance_predictors registers "xgboost"
+TPOT_HEADS: dict[str, Any] = {}
 
 
 @dataclass(slots=True)
