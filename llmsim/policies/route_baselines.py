@@ -38,38 +38,17 @@ import numpy as np
 
 from llmsim.errors import ConfigError
 from llmsim.policies.base import WAIT, Router, kwarg_number, register_router
+from llmsim.policies.routebalance import DEFAULT_PRICES  # noqa: F401  (the testbed's prices, one table)
+from llmsim.policies.routebalance import parse_prices as _prices
 
 if TYPE_CHECKING:
     from llmsim.cluster_view import ClusterView
     from llmsim.request import Request
 
-# USD per 1M input / output tokens of the RouteBalance testbed (envs.routebalance_tasks.PRICES, spec 1.1)
-DEFAULT_PRICES: dict[str, tuple[float, float]] = {
-    "qwen2.5-3b": (0.06, 0.06), "qwen2.5-7b": (0.07, 0.07), "qwen2.5-14b": (0.15, 0.15),
-    "qwen2.5-72b": (0.38, 0.40),
-}
 DISPATCHERS = ("round_robin", "shortest_queue", "random")
 LATE_LIMIT_S = 1.0  # a decided request not offered again within this is a missing central-queue tick
 _TAG = 0x42525420  # separates the classifier's random stream from other users of (seed, id)
 ALL_TASKS = "*"  # the table's row for tasks it has no cluster for
-
-
-def _prices(value: Any) -> dict[str, tuple[float, float]]:
-    """``prices`` merged over the Qwen2.5 defaults; each entry ``[in, out]`` USD per 1M tokens."""
-    out = dict(DEFAULT_PRICES)
-    if value is None:
-        return out
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"policy.kwargs.prices: expected a mapping model -> [in, out] USD per 1M tokens, "
-                          f"got {value!r}")
-    for m, p in value.items():
-        ok = isinstance(p, Sequence) and not isinstance(p, str) and len(p) == 2
-        ok = ok and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
-                        for x in p)
-        if not ok:
-            raise ConfigError(f"policy.kwargs.prices.{m}: expected [in, out] USD per 1M tokens (>= 0), got {p!r}")
-        out[str(m)] = (float(p[0]), float(p[1]))
-    return out
 
 
 def _choice(name: str, value: Any, options: Sequence[str]) -> str:
