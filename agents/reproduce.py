@@ -52,6 +52,32 @@ TOL_ABS = 1.0   # percentage points: below this, seed-to-seed noise of a 5-seed 
 TOL_REL = 0.25  # of the paper's value: a quarter either way is "the same result" for a simulated testbed
 
 
+# ---------------------------------------------------------------------- running many simulations
+def run_pool(fn: Any, items: Sequence[Any], jobs: int, progress: bool, label: str, every: int = 10) -> list[Any]:
+    """``fn`` over ``items`` (in that order of submission) in ``jobs`` processes, results as they finish, with a
+    progress line on stderr every ``every`` results. ``fn`` must be a module-level function (it is pickled)."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    t0 = time.perf_counter()
+    out: list[Any] = []
+
+    def tick() -> None:
+        i = len(out)
+        if progress and (i == len(items) or i % every == 0):
+            print(f"{label}: {i}/{len(items)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+
+    if jobs <= 1:
+        for it in items:
+            out.append(fn(it))
+            tick()
+        return out
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for f in as_completed([pool.submit(fn, it) for it in items]):
+            out.append(f.result())
+            tick()
+    return out
+
+
 # ---------------------------------------------------------------------- verdict rules
 def tolerance(paper: float) -> float:
     """The band around a paper value within which a measurement counts as the same number."""

@@ -16,9 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from agents import spec003_setups as S
-from agents.reproduce import claim_row, gain_verdict, order_verdict
+from agents.reproduce import claim_row, gain_verdict, order_verdict, run_pool
 from llmsim.errors import ConfigError
 
 PAPER = "spec003"
@@ -148,27 +146,11 @@ def make_cells(name: str, refused: tuple[str, ...]) -> list[Cell]:
 
 def run_cells(cells: list[Cell], jobs: int, progress: bool) -> list[dict[str, Any]]:
     todo = [c for c in cells if c.seed >= 0]
-    out = [{**asdict(c), "error": "refused by the QLM router (needs the engine features of issue 15)"}
+    out = [{**asdict(c), "error": "an operation the QLM router refused"}
            for c in cells if c.seed < 0]
     cost = {"speed": 100, "shepherd": 10}
     todo.sort(key=lambda c: -(cost.get(c.exp, 1) * cost.get(c.label, 1)))
-    t0 = time.perf_counter()
-    if jobs <= 1:
-        for i, c in enumerate(todo):
-            out.append(run_cell(c))
-            _tick(progress, i + 1, len(todo), t0)
-        return out
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futs = [pool.submit(run_cell, c) for c in todo]
-        for i, f in enumerate(as_completed(futs)):
-            out.append(f.result())
-            _tick(progress, i + 1, len(todo), t0)
-    return out
-
-
-def _tick(progress: bool, i: int, n: int, t0: float) -> None:
-    if progress and (i == n or i % 10 == 0):
-        print(f"spec003: {i}/{n} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return out + run_pool(run_cell, todo, jobs, progress, "spec003", 10)
 
 
 # ---------------------------------------------------------------------- aggregation
