@@ -265,3 +265,18 @@ def test_cli_serves_in_front_of_an_emulator(tmp_path) -> None:
         proc.terminate()
         proc.wait(timeout=20)
         h.stop()
+
+
+def test_routebalance_serves_live_traffic(backends) -> None:
+    """RouteBalance behind the live router: its batch windows hold requests (WAIT) and the gateway decides them again
+    on its hold tick; every request completes in full, and the batches spread them over the backends."""
+    # the live router knows no backend's GPU, so the decode-time prior comes from the table, not a profile
+    kwargs = {"weights": "latency", "static_tpot_ms": {"llama-3.1-8b": 8.0}}
+    cfg = router_cfg([h.url for h in backends], {"heuristic": "routebalance", "kwargs": kwargs})
+    with start_router(cfg) as r:
+        results = asyncio.run(burst(r.url, 60))
+        assert [x["status"] for x in results] == [200] * 60
+        assert all(x["tokens"] == x["asked"] for x in results), "a client got a cut answer"
+        split = samples(httpx.get(r.url + "/metrics").text, "llmsim_router_decisions_total")
+        assert sum(split.values()) == 60 and len(split) >= 2, split
+        assert r.gateway.in_flight == 0
