@@ -160,13 +160,21 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def claims_table(rows: Sequence[Mapping[str, Any]], with_paper: bool = True) -> list[str]:
+    """The claims as markdown table lines (values with their units, verdicts in bold, "|" escaped)."""
+    head = ["paper"] * with_paper + ["claim", "paper", "measured", "verdict", "note"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["paper"]] * with_paper + [r["claim"], _value(r["paper_value"], r.get("unit")),
+                                             _value(r["measured"], r.get("unit")), f"**{r['verdict']}**",
+                                             str(r.get("note") or "")]
+        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+    return lines
+
+
 def markdown(rows: Sequence[Mapping[str, Any]], header: Sequence[str]) -> str:
     """claims.md: the header lines, the claims table with notes, and the verdict rules it applied."""
-    lines = [*header, "", "| paper | claim | paper | measured | verdict | note |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        cells = [r["paper"], r["claim"], _value(r["paper_value"], r.get("unit")), _value(r["measured"], r.get("unit")),
-                 f"**{r['verdict']}**", str(r.get("note") or "")]
-        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+    lines = [*header, "", *claims_table(rows)]
     counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
     lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "",
               f"Rules (docs/reproduce.md): tol(p) = max({TOL_ABS} pp, {TOL_REL:.0%} of |p|). at_least: reproduced "

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from agents import spec003_setups as S
-from agents.reproduce import claim_row, gain_verdict, order_verdict, run_pool
+from agents.reproduce import claim_row, claims_table, gain_verdict, order_verdict, run_pool
 from llmsim.errors import ConfigError
 
 PAPER = "spec003"
@@ -400,9 +400,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"# spec 003 (QLM) reproduction ({report['size_name']})", "",
              f"Seeds {report['size']['seeds']}; refused QLM operations: {report['refused_ops'] or 'none'}; "
              f"evaluation wall time {report['wall_s']:.0f} s.", "", "## Claims", "",
-             "| claim | paper | measured | verdict | note |", "|---|---|---|---|---|"]
-    lines += [f"| {c['claim']} | {c['paper_value']} | {c['measured']} | {c['verdict']} | {c.get('note', '')} |"
-              for c in report["claims"]]
+             *claims_table(report["claims"], with_paper=False)]
     lines += ["", "Cells: SLO attainment (latency-sensitive / batch) / throughput req/s / model swaps, mean over "
               "seeds; attainment counts dropped requests as missed.", ""]
     for exp, tab in report["tables"].items():

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.reproduce import claims_table
 from envs.routebalance_tasks import MODELS, PRICES, TIERS, routebalance_instances, routebalance_workload
 
 RB_TICK, BR_TICK, SERIAL_TICK = 0.004, 0.01, 0.05
@@ -317,9 +318,7 @@ def markdown(report: dict[str, Any], R: Any, sz: Size) -> str:
     lines = [f"# spec 004 (RouteBalance) reproduction ({report['size_name']})", "",
              f"N = {sz.requests} per cell, seed {sz.seeds[0]}, rates {list(sz.rates)}; learned predictors: "
              f"{report['predictors']}; wall time {report['wall_s']:.0f} s.", "", "## Claims", "",
-             "| claim | paper | measured | verdict | note |", "|---|---|---|---|---|"]
-    lines += [f"| {c['claim']} | {c['paper_value']} | {c['measured']} | {c['verdict']} | {c.get('note', '')} |"
-              for c in report["claims"]]
+             *claims_table(report["claims"], with_paper=False)]
     lines += ["", "Cells: quality = mean ground-truth quality of the served model; cost = USD per request x 1e6; "
               "mix = share of completed requests per tier.", ""]
     return "\n".join(lines + _rate_tables(R, sz) + _other_tables(R, sz))
