@@ -129,6 +129,9 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels):
             self._check_prompt(r)
         limit = self.max_model_len - p
         target = r.output_tokens if r.outputs_by_model is None else r.output_for(self.profile.model.name)
+        cap = r.max_tokens
+        if cap is not None and target > cap:
+            target = cap  # finishes by length, as vLLM does at max_tokens (not a truncation by the context)
         if target > limit:
             target = limit
             r.truncated = True

@@ -34,12 +34,16 @@ class Request:
         "tenant",
         "slo_class",
         "model",  # the model it must be served by (None: any; llmsim.model_host)
-        "hash_ids",
+        "hash_ids",  # chained prefix-block ids: hash_ids[i] names tokens [0, (i + 1) * hash_block) (llmsim.prefix_cache)
+        "hash_block",  # tokens per hash id (Mooncake: 512)
+        "max_tokens",  # the client's cap on output tokens (OpenAI max_tokens; None: no cap beyond the context)
         # ground truth per model, hidden from policies (None when the workload has none)
         "outputs_by_model",
         "quality_by_model",
         # predictor output attached by a router or env (never read by the engine)
         "predicted_output",
+        # prompt tokens the engine found in its prefix cache at the last admission (llmsim.prefix_cache)
+        "cached_tokens",
         # lifecycle, written by the cluster and the engine
         "routed_time",
         "instance",
@@ -76,6 +80,8 @@ class Request:
         quality_by_model: dict[str, float] | None = None,
         extra: dict[str, Any] | None = None,
         model: str | None = None,
+        hash_block: int = 512,
+        max_tokens: int | None = None,
     ) -> None:
         self.id = id
         self.arrival = arrival
@@ -86,6 +92,8 @@ class Request:
         self.slo_class = slo_class
         self.model = model
         self.hash_ids = hash_ids
+        self.hash_block = hash_block
+        self.max_tokens = max_tokens
         self.outputs_by_model = outputs_by_model
         self.quality_by_model = quality_by_model
         self.extra = extra
@@ -112,6 +120,7 @@ class Request:
         self.n_new = 0
         self.truncated = False
         self.dropped = ""
+        self.cached_tokens = 0
 
     def output_for(self, model: str) -> int:
         """Output length this request would have on ``model`` (per-model ground truth if known)."""
@@ -146,6 +155,11 @@ def check_request(r: Any, prev_arrival: float, first: bool) -> Request:
         if isinstance(v, bool) or not isinstance(v, Integral) or not 1 <= v <= MAX_TOKENS:
             raise ConfigError(f"request {rid}: {name} must be an integer in [1, {MAX_TOKENS}], got {v!r}")
         setattr(r, name, int(v))
+    m = r.max_tokens
+    if m is not None:
+        if isinstance(m, bool) or not isinstance(m, Integral) or not 1 <= m <= MAX_TOKENS:
+            raise ConfigError(f"request {rid}: max_tokens must be None or an integer in [1, {MAX_TOKENS}], got {m!r}")
+        r.max_tokens = int(m)
     a = r.arrival
     if isinstance(a, bool) or not isinstance(a, Real) or not math.isfinite(a):
         raise ConfigError(f"request {rid}: arrival must be a finite number of seconds, got {a!r}")

@@ -145,3 +145,14 @@ def test_step_time_scale_stretches_every_iteration(fast):
     r = run([(0.0, 100, 5)], fast, step_time_scale=2.0).requests.iloc[0]
     assert r.ttft_ms == pytest.approx(220.0)
     assert r.e2el_ms == pytest.approx(220.0 + 4 * 22.0)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_max_tokens_caps_the_output_like_the_api(fast):
+    # 100 prompt tokens, 9 outputs wanted but max_tokens=3: prefill 0.110 s then 2 decodes of 0.011 s
+    reqs = requests([(0.0, 100, 9)])
+    reqs[0].max_tokens = 3
+    inst = InstanceConfig(profile=PROF, engine=EngineConfig(fast_path=fast))
+    r = simulate([inst], reqs, "round_robin").requests.iloc[0]
+    assert r.output_tokens == 3
+    assert r.e2el_ms == pytest.approx(110.0 + 2 * 11.0)
