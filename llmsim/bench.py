@@ -8,6 +8,10 @@ per second and peak RSS (each case in a fresh subprocess so RSS is its own):
   instance with the ``vllm_v0`` policy;
 * ``million``: 1,000,000 such requests at 64 req/s on 16 instances (round robin).
 
+``--prefix unique`` gives every request its own prefix-block ids (16-token blocks, nothing shared): the cost
+of prefix caching with no reuse (``--prefix off`` turns ``engine.enable_prefix_caching`` off; the default
+``none`` attaches no ids).
+
 ``env`` delegates to ``envs.bench`` (Gymnasium is only imported there).
 """
 
@@ -31,7 +35,18 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def run_case(name: str, requests: int | None = None) -> dict:
+def _unique_ids(requests):
+    """Every request with its own 16-token block ids: prefix caching at work, nothing to reuse."""
+    nxt = 0
+    for r in requests:
+        n = -(-r.prompt_tokens // 16)
+        r.hash_ids = tuple(range(nxt, nxt + n))
+        r.hash_block = 16
+        nxt += n
+        yield r
+
+
+def run_case(name: str, requests: int | None = None, prefix: str = "none") -> dict:
     from llmsim.cluster import InstanceConfig
     from llmsim.engine import EngineConfig
     from llmsim.sim import simulate
@@ -48,14 +63,15 @@ def run_case(name: str, requests: int | None = None) -> dict:
          "num_requests": n},
         seed=0,
     )
-    insts = [InstanceConfig("llama-2-7b", "a100-80gb", engine=EngineConfig(policy="vllm_v0"))
-             for _ in range(case["instances"])]
+    engine = EngineConfig(policy="vllm_v0", enable_prefix_caching=prefix != "off")
+    insts = [InstanceConfig("llama-2-7b", "a100-80gb", engine=engine) for _ in range(case["instances"])]
     t0 = time.perf_counter()
-    res = simulate(insts, wl, "round_robin", metrics_interval=10.0)
+    res = simulate(insts, _unique_ids(wl) if prefix != "none" else wl, "round_robin", metrics_interval=10.0)
     wall = time.perf_counter() - t0
     s = res.summary
     return {
         "case": name,
+        "prefix": prefix,
         "requests": n,
         "instances": case["instances"],
         "wall_s": round(wall, 3),
@@ -76,6 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
     ap.add_argument("--case", choices=sorted(CASES), action="append", help="run only these cases")
     ap.add_argument("--requests", type=int, help="override the request count (quick checks)")
+    ap.add_argument("--prefix", choices=["none", "unique", "off"], default="none",
+                    help="prefix-block ids: none (default), unique per request (caching on, no reuse), or unique "
+                         "with caching off")
     ap.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args(argv)
     if args.what == "env":
@@ -85,10 +104,10 @@ def main(argv: list[str] | None = None) -> None:
     cases = args.case or list(CASES)
     if args.inline:
         for c in cases:
-            print(json.dumps(run_case(c, args.requests)))
+            print(json.dumps(run_case(c, args.requests, args.prefix)))
         return
     for c in cases:
-        cmd = [sys.executable, "-m", "llmsim.bench", "sim", "--inline", "--case", c]
+        cmd = [sys.executable, "-m", "llmsim.bench", "sim", "--inline", "--case", c, "--prefix", args.prefix]
         if args.requests:
             cmd += ["--requests", str(args.requests)]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]

@@ -159,6 +159,8 @@ class ClusterClock:
             tl["kv_used_blocks"].append(inst.kv_total - inst.kv_free)
             tl["kv_total_blocks"].append(inst.kv_total)
             tl["tokens_out"].append(inst.tokens_out)
+            tl["prefix_cache_queries"].append(inst.prefix_queries)
+            tl["prefix_cache_hits"].append(inst.prefix_hits)
             tl["central_queue"].append(central)
             self.recent_throughput[k] = (inst.tokens_out - self._last_tokens[k]) / dt
             self._last_tokens[k] = inst.tokens_out

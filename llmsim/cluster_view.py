@@ -100,6 +100,22 @@ class ClusterView:
                 self._cand_cache[key] = c
         return c
 
+    def prefix_hit_tokens(self, i: int, req: Request) -> int:
+        """Prompt tokens of ``req`` instance ``i`` would find in its prefix cache now (0 with caching off or no
+        block ids): what a router fed by the engines' KV events knows (llm-d's precise prefix scorer). Always
+        current, like :meth:`model_hosts`; O(blocks of the request)."""
+        inst = self._c.instances[i]
+        inst.sync(self._c.env.now, self._c.env.phase)
+        return inst.prefix_hit_tokens(req)
+
+    def block_size(self, i: int) -> int:
+        """The KV block size (tokens) of instance ``i``: the unit of its prefix cache."""
+        return self._static[i][4]
+
+    def prefix_caching(self, i: int) -> bool:
+        """Whether instance ``i`` caches prefixes (``engine.enable_prefix_caching``)."""
+        return self._c.instances[i].kv.prefix is not None
+
     # ------------------------------------------------------------------ the public snapshot
     def state(self, at: tuple[float, int] | None = None) -> ClusterState:
         """What a router observes now: the live state, or (with ``view_staleness``) the last scrape's
@@ -221,7 +237,8 @@ class ClusterView:
                 step = inst.step_time
             else:  # (what a sync at ``at`` would leave: Instance.step_time and the KV cache's use)
                 step = b[j] - (b[j - 1] if j else run.start) if j < len(b) else 0.0
-                used = inst.kv_total - inst.kv.free if it == inst.iterations else run.used_blocks(j, bs)
+                used = (inst.kv_total - inst.kv.free if it == inst.iterations
+                        else run.used_blocks(j, bs) - inst.kv.shared)  # (shared prefix blocks count once)
             st = new_tuple(InstanceState, (idx, name, model, gpu, True, key[1], key[2], key[3], used,
                                            inst.kv_total, bs, ms, mml, mpt, step, thr[k], detail))
             cache[k] = (key, st)

@@ -33,6 +33,8 @@ class EngineConfig(Schema):
     declare one (V0). ``num_gpu_blocks`` overrides the KV capacity derived from the profile (tests, what-if
     studies). ``step_time_scale`` multiplies every iteration's step time: a knob to emulate a slower (or
     faster) serving stack than the one the profile was measured on, e.g. to calibrate to a paper's testbed.
+    ``enable_prefix_caching`` (on by default, as in vLLM V1) reuses cached KV blocks of requests that carry
+    prefix-block ids (llmsim.prefix_cache); requests without ids are unaffected.
     """
 
     where: ClassVar[str] = "engine"
@@ -48,6 +50,7 @@ class EngineConfig(Schema):
     num_gpu_blocks: PosInt | None = None
     fast_path: bool = True
     step_time_scale: PosFloat = 1.0
+    enable_prefix_caching: bool = True
 
     def resolved(self, model_max_len: int, model_name: str = "the model") -> EngineConfig:
         """A copy with the model- and policy-dependent defaults filled in; errors name the key."""

@@ -26,12 +26,14 @@ from collections.abc import Callable
 from math import log as _log
 from typing import TYPE_CHECKING
 
+from llmsim.colocation import SharesGpu
 from llmsim.engine import EngineConfig
 from llmsim.engine_ops import EVICT, PARK, SWAP_OUT, EngineOps, stepped_decode
 from llmsim.errors import LLMSimError
 from llmsim.fastpath import NEVER, DecodeRun, bad_step, decode_step_fn, residues
 from llmsim.kv import build_kv_cache
 from llmsim.model_host import SwapsModels
+from llmsim.prefix_cache import CachesPrefixes
 from llmsim.prompt_limits import PromptLimits
 from llmsim.queued import QueuedTotals
 from llmsim.scheduling import BATCH_POLICIES, Scheduled
@@ -47,7 +49,7 @@ MAX_STALLED_ITERATIONS = 1000  # consecutive iterations that compute and sample 
 MAX_RESCHEDULES = 100  # schedule() calls in a row that only preempt (emptying the batch) before it is an error
 
 
-class Instance(QueuedTotals, PromptLimits, SwapsModels):
+class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixes):
     def __init__(
         self,
         idx: int,
@@ -104,6 +106,9 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels):
         self.busy_time = 0.0
         self.preemptions = 0
         self.swap_outs = 0
+        self.prefix_queries = 0  # tokens looked up in the prefix cache at admission (vLLM prefix_cache_queries)
+        self.prefix_hits = 0  # of which found cached (vLLM prefix_cache_hits)
+        self.prefix_evicted = 0  # cached blocks evicted by earlier KV caches of this instance (model swaps)
         self.tokens_out = 0
         self.prefill_tokens = 0
         self.finished = 0
@@ -225,42 +230,6 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels):
             return self._iter_end - self._iter_start
         return 0.0
 
-    # ------------------------------------------------------------------ co-location on one GPU
-    def _set_busy(self, busy: bool, now: float, phase: int) -> None:
-        if self._busy_instant != now:
-            self._busy_instant = now
-            self._busy_before = self._busy
-        self._busy = busy
-        arrival = busy and phase == ARRIVAL
-        if arrival:
-            self._arrival_busy_t = now
-        for m in self.mates:
-            if m._run is not None:
-                # the mate's iterations that start after this change run at another speed
-                m._request_stop(m._run, now, arrival)
-
-    def _counts_as_busy(self, t: float) -> bool:
-        """Busy for an iteration of a mate starting at ``t``: busy before the instant, or made busy by an
-        arrival at it. Engine-phase changes at ``t`` count from the next instant, so the answer does
-        not depend on the order in which same-instant boundaries run."""
-        if self._busy_instant == t:
-            return self._busy_before or self._arrival_busy_t == t
-        return self._busy
-
-    def slowdown(self, now: float) -> float:
-        """Step-time factor when an iteration starts: (1 + interference * busy GPU mates) * step_time_scale.
-
-        With interference 1 this is fair time slicing (two busy engines each run at half speed).
-        """
-        scale = self.config.step_time_scale
-        if not self.mates:
-            return scale
-        busy = 0
-        for m in self.mates:
-            if m._counts_as_busy(now):
-                busy += 1
-        return (1.0 + self.interference * busy) * scale
-
     # ------------------------------------------------------------------ helpers for batch policies
     def blocks_needed(self, r: Request, n_new: int) -> int:
         """New blocks ``r`` needs for ``n_new`` more tokens (``KVCache.needed``; kept for custom policies)."""
@@ -304,6 +273,9 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels):
         if need > kv.free:
             return False
         kv.free -= need  # (KVCache.take, inlined on this hot path: checked just above)
+        pc = kv.prefix
+        if pc is not None and pc.free_blocks > kv.free:
+            pc.trim(kv.free)  # the new blocks evict cached ones (llmsim.prefix_cache)
         if not self.fast:
             # stepping applies each iteration per request, so the request state must be exact now
             for r in running:
@@ -318,8 +290,9 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels):
         out.k_min = k_min
         return True
 
-    def admit(self, r: Request, n_new: int, need: int, now: float) -> None:
-        """Move waiting ``r`` to running with ``need`` new blocks and ``n_new`` tokens this iteration."""
+    def admit(self, r: Request, n_new: int, need: int, now: float, cached: int = 0) -> None:
+        """Move waiting ``r`` to running with ``need`` new blocks and ``n_new`` tokens this iteration, reusing
+        ``cached`` blocks of its prompt from the prefix cache (:meth:`cached_prefix`)."""
         self.waiting.remove(r) if self.waiting[0] is not r else self.waiting.popleft()
         if r.generated or r.computed:
             self._dequeued(r)
@@ -327,6 +300,12 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels):
             self.queue_version += 1
             self.queued_context -= r.prompt_tokens
             self.queued_prefill -= r.prompt_tokens
+        if self.kv.prefix is not None and not r.computed:
+            self.prefix_queries += r.prompt_tokens + r.generated
+            if cached:
+                self.kv.acquire_prefix(r, cached)
+                self.prefix_hits += r.computed
+            r.cached_tokens = r.computed
         self.kv.allocate(r, need)
         r.n_new = n_new
         if r.first_scheduled < 0:
@@ -561,6 +540,11 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels):
                     done.append(r)
         rec.itl_count += gaps
         self.tokens_out += out
+        if self.kv.prefix is not None:
+            register = self.kv.register_prompt
+            for r in batch:
+                if r.prefix_state is not None:
+                    register(r)
         if done:
             self._complete(done, now)
 
@@ -569,6 +553,7 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels):
         kv = self.kv
         for r in finished:
             kv.release(r)
+            r.prefix_state = None  # (its block keys: memory a finished request no longer needs)
             r.finish = now
             self.finished += 1
             self.recorder.finish(r)

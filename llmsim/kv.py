@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from llmsim.errors import ConfigError, LLMSimError
+from llmsim.prefix_cache import PrefixCache, block_keys
 
 if TYPE_CHECKING:
     from llmsim.profile import Profile
@@ -47,15 +48,17 @@ def build_kv_cache(name: str, prof: Profile, cfg: Any) -> KVCache:
             raise ConfigError(f"instance {name}: engine.preemption=swap needs KV blocks of >= 1 byte and a "
                               f"host link > 0 B/s; got {block_bytes!r} B and {prof.gpu.host_link_bw!r} B/s")
         cpu_total = int(cfg.swap_space_gb * 1e9) // block_bytes
-    return KVCache(int(total), bs, int(cfg.watermark * total), cpu_total, name)
+    prefix = PrefixCache(bs) if cfg.enable_prefix_caching else None
+    return KVCache(int(total), bs, int(cfg.watermark * total), cpu_total, name, prefix)
 
 
 class KVCache:
     """Block counts of one instance's GPU cache (and CPU swap space), and the operations that move them."""
 
-    __slots__ = ("owner", "block_size", "total", "free", "watermark", "cpu_total", "cpu_free")
+    __slots__ = ("owner", "block_size", "total", "free", "watermark", "cpu_total", "cpu_free", "prefix")
 
-    def __init__(self, total: int, block_size: int, watermark: int = 0, cpu_total: int = 0, owner: str = "") -> None:
+    def __init__(self, total: int, block_size: int, watermark: int = 0, cpu_total: int = 0, owner: str = "",
+                 prefix: PrefixCache | None = None) -> None:
         if not 1 <= total < 1 << 62 or not 0 <= watermark < total or not 0 <= cpu_total < 1 << 62 or block_size < 1:
             raise LLMSimError(f"KV cache {owner}: impossible sizes total={total!r}, watermark={watermark!r}, "
                               f"cpu_total={cpu_total!r}, block_size={block_size!r}")
@@ -66,6 +69,7 @@ class KVCache:
         self.watermark = watermark  # blocks admission keeps free (vLLM V0); 0 for policies without one
         self.cpu_total = cpu_total
         self.cpu_free = cpu_total
+        self.prefix = prefix  # cached prefix blocks (llmsim.prefix_cache); None when prefix caching is off
 
     @property
     def used(self) -> int:
@@ -92,6 +96,9 @@ class KVCache:
             raise self._broken(f"cannot allocate {need} block(s) to request {r.id} with {self.free} free")
         self.free = free
         r.blocks += need
+        pc = self.prefix
+        if pc is not None and pc.free_blocks > free:
+            pc.trim(free)
 
     def take(self, n: int) -> None:
         """Take ``n`` free blocks whose owners the caller records itself (decode steps; see module doc)."""
@@ -99,10 +106,21 @@ class KVCache:
         if free < 0 or n < 0:
             raise self._broken(f"cannot take {n} block(s) with {self.free} free")
         self.free = free
+        pc = self.prefix
+        if pc is not None and pc.free_blocks > free:
+            pc.trim(free)
+
+    @property
+    def shared(self) -> int:
+        """Blocks held by more than one request, counted once per extra holder (a prefix hit on a running
+        request's blocks): ``used == sum(r.blocks for r in running) - shared``."""
+        return self.prefix.shared if self.prefix is not None else 0
 
     def release(self, r: Request) -> None:
-        """Free every GPU block ``r`` holds (it finished, was dropped, or is preempted for recompute)."""
-        free = self.free + r.blocks
+        """Free every GPU block ``r`` holds (it finished, was dropped, or is preempted for recompute); with prefix
+        caching its computed full blocks stay cached, and blocks other requests share stay in use."""
+        still = 0 if r.prefix_state is None or self.prefix is None else self._leave_prefix(r)
+        free = self.free + r.blocks - still
         if free > self.total or r.blocks < 0:
             raise self._broken(f"cannot release {r.blocks} block(s) of request {r.id} with {self.free} of "
                                f"{self.total} free")
@@ -115,10 +133,11 @@ class KVCache:
         n = r.blocks
         if not self.cpu_total or n > self.cpu_free:
             return False
-        if self.free + n > self.total or n < 0:
+        still = 0 if r.prefix_state is None or self.prefix is None else self._leave_prefix(r)
+        if self.free + n - still > self.total or n < 0:
             raise self._broken(f"cannot swap out {n} block(s) of request {r.id} with {self.free} of {self.total} free")
         self.cpu_free -= n
-        self.free += n
+        self.free += n - still
         return True
 
     def swap_in(self, r: Request, need: int) -> int:
@@ -131,6 +150,9 @@ class KVCache:
         self.cpu_free += moved
         self.free = free
         r.blocks = need
+        pc = self.prefix
+        if pc is not None and pc.free_blocks > free:
+            pc.trim(free)
         return moved
 
     def drop_swapped(self, r: Request) -> None:
@@ -144,18 +166,87 @@ class KVCache:
 
     def settle(self, used: int) -> None:
         """Set the GPU blocks in use from the running requests' own counts (end of a fast-path stretch)."""
+        if self.prefix is not None:
+            used -= self.prefix.shared
         if not 0 <= used <= self.total:
             raise self._broken(f"settle at {used} blocks used of {self.total}")
-        self.free = self.total - used
+        self.free = free = self.total - used
+        pc = self.prefix
+        if pc is not None and pc.free_blocks > free:
+            pc.trim(free)
 
     def check(self, running: Iterable[Request], swapped: Iterable[Request] = ()) -> None:
         """Raise if the counts disagree with the blocks the requests hold (tests, debugging; stepped path)."""
-        on_gpu = sum(r.blocks for r in running)
+        on_gpu = sum(r.blocks for r in running) - self.shared
         on_cpu = sum(r.blocks for r in swapped)
         if not (0 <= self.free <= self.total and 0 <= self.cpu_free <= self.cpu_total
                 and on_gpu + self.free == self.total and on_cpu + self.cpu_free == self.cpu_total):
             raise self._broken(f"GPU {self.free} free + {on_gpu} held != {self.total}, or CPU {self.cpu_free} free + "
                                f"{on_cpu} held != {self.cpu_total}")
+
+    # ------------------------------------------------------------------ prefix caching (llmsim.prefix_cache)
+    def prefix_match(self, r: Request) -> tuple[int, int]:
+        """(cached blocks ``r`` would reuse at admission, how many of them are free now: admitting it takes them)."""
+        st = r.prefix_state
+        bs = self.block_size
+        if st is None or st[0] != bs:
+            st = r.prefix_state = [bs, block_keys(r, bs), [], 0]
+        pc = self.prefix
+        assert pc is not None
+        pc.trim(self.free)
+        return pc.match(st[1], (r.prompt_tokens + r.generated - 1) // bs)
+
+    def acquire_prefix(self, r: Request, n: int) -> None:
+        """Give ``r`` (with nothing computed) its ``n`` cached blocks from :meth:`prefix_match`, made just before."""
+        st = r.prefix_state
+        pc = self.prefix
+        assert st is not None and pc is not None and r.blocks == 0 and r.computed == 0
+        keys = st[1]
+        st[2] = held = []
+        self.free -= pc.acquire(keys, n, held)
+        if self.free < 0:
+            raise self._broken(f"prefix hit of {n} block(s) for request {r.id} took more than the free blocks")
+        pc.trim(self.free)
+        st[3] = n
+        r.blocks = n
+        r.computed = n * self.block_size
+
+    def register_prompt(self, r: Request) -> None:
+        """Cache the prompt blocks ``r`` has computed so far (the end of a prefill iteration)."""
+        st = r.prefix_state
+        if st[0] != self.block_size:
+            return  # keys for another engine's blocks: this engine admitted it without a lookup
+        c = r.computed
+        if c > r.prompt_tokens:
+            c = r.prompt_tokens
+        upto = c // self.block_size
+        keys = st[1]
+        if upto > len(keys):
+            upto = len(keys)
+        if upto > st[3]:
+            pc = self.prefix
+            pc.trim(self.free)
+            pc.register(keys, st[3], upto, st[2])
+            st[3] = upto
+
+    def _leave_prefix(self, r: Request) -> int:
+        """``r`` leaves the GPU: cache its computed blocks (outputs too) and drop its holds; returns the blocks
+        other requests still hold."""
+        st = r.prefix_state
+        if st[0] != self.block_size:
+            return 0
+        pc = self.prefix
+        keys = st[1]
+        upto = r.computed // self.block_size
+        if upto > len(keys):
+            upto = len(keys)
+        held = st[2]
+        if upto > st[3]:
+            pc.trim(self.free)
+            pc.register(keys, st[3], upto, held)
+        st[2] = []
+        st[3] = 0
+        return pc.release(held)
 
     def _broken(self, what: str) -> LLMSimError:
         return LLMSimError(f"instance {self.owner}: KV cache accounting broken: {what} (a batch policy moved blocks "

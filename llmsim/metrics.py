@@ -48,7 +48,7 @@ PERCENTILES = (50, 90, 99)
 
 _FLOAT_COLS = ("arrival", "routed_time", "first_scheduled", "first_token", "finish")
 _INT_COLS = ("id", "prompt_tokens", "output_tokens", "requested_output_tokens", "instance", "preemptions",
-             "swaps", "truncated")
+             "swaps", "truncated", "cached_tokens")
 
 
 class Recorder:
@@ -69,7 +69,8 @@ class Recorder:
         self.timeline: dict[str, array] = {
             "time": array("d"), "instance": array("q"), "waiting": array("q"), "running": array("q"),
             "swapped": array("q"), "kv_used_blocks": array("q"), "kv_total_blocks": array("q"),
-            "tokens_out": array("q"), "central_queue": array("q"),
+            "tokens_out": array("q"), "central_queue": array("q"), "prefix_cache_queries": array("q"),
+            "prefix_cache_hits": array("q"),
         }
 
     def itl(self, value: float, weight: int, _log=math.log, _inv=_ITL_INV, _off=_ITL_OFFSET) -> None:
@@ -91,6 +92,7 @@ class Recorder:
         c["preemptions"].append(r.preemptions)
         c["swaps"].append(r.swaps)
         c["truncated"].append(1 if r.truncated else 0)
+        c["cached_tokens"].append(r.cached_tokens)
         if r.task is not None and self.tasks is None:
             self.tasks = [None] * (len(c["id"]) - 1)
         if self.tasks is not None:
@@ -114,7 +116,8 @@ class Recorder:
                                 for k, v in self.cols.items()}
         df = pd.DataFrame(data)
         df = df[["id", "arrival", "prompt_tokens", "output_tokens", "requested_output_tokens", "instance",
-                 "routed_time", "first_scheduled", "first_token", "finish", "preemptions", "swaps", "truncated"]]
+                 "routed_time", "first_scheduled", "first_token", "finish", "preemptions", "swaps", "truncated",
+                 "cached_tokens"]]
         if self.tasks is not None:
             df["task"] = self.tasks
         if self.slo_classes is not None:
@@ -315,6 +318,10 @@ INSTANCE_COLUMNS: dict[str, str] = {
                                 "token rate used, 0..~1",
     "preemptions": "preemptions on it",
     "swap_outs": "preemptions that swapped to CPU memory",
+    "prefix_cache_queries": "prompt tokens looked up in the prefix cache at admission (vLLM prefix_cache_queries)",
+    "prefix_cache_hits": "of which found cached: not prefilled (vLLM prefix_cache_hits)",
+    "prefix_cache_hit_rate": "prefix_cache_hits / prefix_cache_queries (0 without queries)",
+    "prefix_cache_evictions": "cached blocks evicted to make room for new ones",
 }
 """The columns of ``instances.csv`` in order, with their meaning (the README's table is generated from this)."""
 
@@ -339,6 +346,9 @@ def instance_table(cluster: Cluster, duration: float) -> pd.DataFrame:
             "prefill_tokens": inst.prefill_tokens, "output_tokens": inst.tokens_out, "token_throughput": throughput,
             "peak_token_throughput": peak, "token_throughput_vs_peak": throughput / peak if peak > 0 else float("nan"),
             "preemptions": inst.preemptions, "swap_outs": inst.swap_outs,
+            "prefix_cache_queries": inst.prefix_queries, "prefix_cache_hits": inst.prefix_hits,
+            "prefix_cache_hit_rate": inst.prefix_hits / inst.prefix_queries if inst.prefix_queries else 0.0,
+            "prefix_cache_evictions": inst.prefix_evictions,
         })
     return pd.DataFrame(rows, columns=list(INSTANCE_COLUMNS))
 
@@ -347,8 +357,10 @@ def instance_means(inst_df: pd.DataFrame) -> dict[str, float]:
     """Cluster-level summary keys: the instances' mean busy fraction and mean token throughput vs peak."""
     if not len(inst_df):
         return {"mean_busy_fraction": 0.0, "mean_token_throughput_vs_peak": 0.0}
+    q, h = int(inst_df["prefix_cache_queries"].sum()), int(inst_df["prefix_cache_hits"].sum())
     return {"mean_busy_fraction": float(inst_df["busy_fraction"].mean()),
-            "mean_token_throughput_vs_peak": float(inst_df["token_throughput_vs_peak"].mean())}
+            "mean_token_throughput_vs_peak": float(inst_df["token_throughput_vs_peak"].mean()),
+            "prefix_cache_queries": q, "prefix_cache_hits": h, "prefix_cache_hit_rate": h / q if q else 0.0}
 
 
 def profile_notes(cluster: Cluster) -> list[str]:

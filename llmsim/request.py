@@ -34,7 +34,7 @@ class Request:
         "tenant",
         "slo_class",
         "model",  # the model it must be served by (None: any; llmsim.model_host)
-        "hash_ids",  # chained prefix-block ids: hash_ids[i] names tokens [0, (i + 1) * hash_block) (llmsim.prefix_cache)
+        "hash_ids",  # chained prefix-block ids: hash_ids[i] names tokens [0, (i + 1) * hash_block) (prefix_cache)
         "hash_block",  # tokens per hash id (Mooncake: 512)
         "max_tokens",  # the client's cap on output tokens (OpenAI max_tokens; None: no cap beyond the context)
         # ground truth per model, hidden from policies (None when the workload has none)
@@ -44,6 +44,7 @@ class Request:
         "predicted_output",
         # prompt tokens the engine found in its prefix cache at the last admission (llmsim.prefix_cache)
         "cached_tokens",
+        "prefix_state",  # the engine's [block_size, block keys, keys held, blocks registered] (llmsim.prefix_cache)
         # lifecycle, written by the cluster and the engine
         "routed_time",
         "instance",
@@ -121,6 +122,7 @@ class Request:
         self.truncated = False
         self.dropped = ""
         self.cached_tokens = 0
+        self.prefix_state: list | None = None
 
     def output_for(self, model: str) -> int:
         """Output length this request would have on ``model`` (per-model ground truth if known)."""

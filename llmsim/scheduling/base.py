@@ -1,9 +1,9 @@
 """Batch-formation policies: which requests run in the next iteration, and with how many tokens.
 
 A policy's ``schedule(inst, now)`` reads and mutates the instance's queues and KV cache through the
-instance's helpers (``admit``, ``preempt_last``, ``swap_in``, ``decode_all``) and its :class:`~llmsim.kv.KVCache`
-``inst.kv`` (``needed``, ``allocate``, ``free``), and returns a :class:`Scheduled`. New policies
-(priority, EDF, shortest-predicted-job) subclass an existing one and override
+instance's helpers (``cached_prefix``, ``admit``, ``preempt_last``, ``swap_in``, ``decode_all``) and its
+:class:`~llmsim.kv.KVCache` ``inst.kv`` (``needed``, ``allocate``, ``free``), and returns a
+:class:`Scheduled`. New policies (priority, EDF, shortest-predicted-job) subclass an existing one and override
 :meth:`BatchPolicy.admission_order` or ``schedule`` itself, then register with :func:`register_batch_policy`.
 
 A policy declares the engine defaults it implies (the engine reads them from the class, never by name):
@@ -40,7 +40,9 @@ class Engine(Protocol):
     max_seqs: int
     max_batched: int
 
-    def admit(self, r: Request, n_new: int, need: int, now: float) -> None: ...
+    def admit(self, r: Request, n_new: int, need: int, now: float, cached: int = 0) -> None: ...
+
+    def cached_prefix(self, r: Request) -> tuple[int, int]: ...
 
     def preempt_last(self) -> int: ...
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from llmsim.scheduling.base import BatchPolicy, Scheduled, register_batch_policy
 
 if TYPE_CHECKING:
+    from llmsim.request import Request
     from llmsim.scheduling.base import Engine
 
 
@@ -82,12 +83,13 @@ class ChunkedPrefillPolicy(BatchPolicy):
                 for r in list(self.admission_order(inst)):
                     if budget <= 0 or len(running) >= inst.max_seqs:
                         break
-                    remaining = r.prompt_tokens + r.generated - r.computed
+                    hit, taken = self._cached(inst, r)
+                    remaining = r.prompt_tokens + r.generated - r.computed - hit * kv.block_size
                     n_new = remaining if remaining < budget else budget
-                    need = kv.needed(r, n_new)
-                    if need > kv.free:
+                    need = kv.needed(r, hit * kv.block_size + n_new) - hit
+                    if need + taken > kv.free:
                         break
-                    inst.admit(r, n_new, need, now)
+                    inst.admit(r, n_new, need, now, hit)
                     batch.append(r)
                     budget -= n_new
         out.stable = (
@@ -106,6 +108,15 @@ class ChunkedPrefillPolicy(BatchPolicy):
         if not inst.waiting or budget <= 0 or len(inst.running) >= inst.max_seqs:
             return False
         r = next(iter(self.admission_order(inst)))
-        remaining = r.prompt_tokens + r.generated - r.computed
+        hit, taken = self._cached(inst, r)
+        bs = inst.kv.block_size
+        remaining = r.prompt_tokens + r.generated - r.computed - hit * bs
         n_new = remaining if remaining < budget else budget
-        return inst.kv.needed(r, n_new) <= inst.kv.free
+        return inst.kv.needed(r, hit * bs + n_new) - hit + taken <= inst.kv.free
+
+    @staticmethod
+    def _cached(inst: Engine, r: Request) -> tuple[int, int]:
+        """Prefix-cache hit of a fresh waiting request (blocks, of which free now); (0, 0) otherwise."""
+        if r.hash_ids is None or r.computed or inst.kv.prefix is None:
+            return 0, 0
+        return inst.cached_prefix(r)

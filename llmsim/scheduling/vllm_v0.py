@@ -36,14 +36,19 @@ class VllmV0Policy(BatchPolicy):
             nseq = len(inst.running)
             kv = inst.kv
             watermark = kv.watermark
+            bs = kv.block_size
             for r in list(self.admission_order(inst)):
                 n_new = r.prompt_tokens + r.generated - r.computed
+                hit = taken = 0
+                if r.hash_ids is not None and kv.prefix is not None and not r.computed:
+                    hit, taken = inst.cached_prefix(r)  # prefix caching: only the uncached rest is prefilled
+                    n_new -= hit * bs
                 if n_new > budget or nseq >= inst.max_seqs:
                     break
-                need = kv.needed(r, n_new)
-                if kv.free - need < watermark:
+                need = kv.needed(r, hit * bs + n_new) - hit
+                if kv.free - need - taken < watermark:
                     break
-                inst.admit(r, n_new, need, now)
+                inst.admit(r, n_new, need, now, hit)
                 batch.append(r)
                 budget -= n_new
                 nseq += 1

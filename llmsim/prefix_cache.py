@@ -1,0 +1,243 @@
+"""Automatic prefix caching, block by block, as vLLM does it (``enable_prefix_caching``).
+
+Block identities. A request names its content by chained prefix-block ids: ``hash_ids[i]`` identifies the
+tokens ``[0, (i + 1) * hash_block)`` of its sequence (prompt, then output), as Mooncake's 512-token
+``hash_ids`` and vLLM's block hashes do - two requests with the same id at position ``i`` share those
+tokens. An engine with blocks of ``bs`` tokens names its block ``j`` (tokens ``[j*bs, (j+1)*bs)``) by the id of
+the hash block holding the block's last token and that token's offset in it (:func:`block_keys`; when the
+two sizes are equal the key is the id itself), so any ``hash_block`` maps onto any engine block size; a
+chained id carries everything before it, so equal keys mean equal prefixes.
+
+The cache (:class:`PrefixCache`) keeps which running requests hold each cached block; a block that no
+running request holds stays cached and counts as free (vLLM's free-block queue keeps its hash), and is
+evicted least recently used when a new allocation needs its room - among blocks freed together, the last
+block of the sequence first, as vLLM's free queue orders them. Every operation of ``llmsim.kv.KVCache`` that
+lowers the free count trims the cached blocks to it (a decode run of the fast path does so when it
+materialises, which is the same: nothing is released within a run).
+
+Blocks are stored in runs (:class:`Run`): consecutive blocks of one sequence cached together, with one set of
+holders, as a radix tree stores them (SGLang's RadixAttention), indexed by their first key only. A lookup
+walks the request's keys from its first block: each run it meets is entered at its start (keys are chained:
+a block's predecessors come before it) and compared as a list slice; a hit covers a leading part of each run
+it touches, so a run splits at most in two. Registering, releasing and evicting cost Python work per run,
+not per block: with no reuse, caching costs little.
+
+A new request reuses the longest run of cached blocks from its start, but at least one token is
+computed (vLLM recomputes the last prompt token to sample from it). Blocks become cached when the
+iteration that computes them ends (prompt blocks) and when their request leaves the GPU (finished or
+preempted: its output blocks too, as far as its ids cover them). A block computed while an equal one is
+already cached stays private to its request (vLLM does not merge them). Counting follows vLLM's
+``prefix_cache_queries`` / ``prefix_cache_hits`` (tokens; counted by the instance), one query per admission
+of a request with nothing computed (a preempted request is queried again when it comes back).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llmsim.request import Request
+
+def block_keys(r: Request, block_size: int, tokens: int | None = None) -> list[Any]:
+    """Keys of ``r``'s full engine blocks within its first ``tokens`` tokens (default: prompt + output) that its
+    ids cover; empty without ids. Ids cover the prompt; they cover output tokens too only when there are more
+    ids than the prompt needs (then up to ``len(hash_ids) * hash_block`` tokens). A key is the id itself when
+    ``hash_block == block_size``, else the pair (id, offset of the block's last token). Routers that track
+    prefixes themselves hash with this too."""
+    ids = r.hash_ids
+    if not ids:
+        return []
+    h = r.hash_block
+    p = r.prompt_tokens
+    n = p + r.output_tokens if tokens is None else tokens
+    covered = len(ids) * h if len(ids) * h >= p + h else p
+    if covered < n:
+        n = covered
+    nb = n // block_size
+    if h == block_size:
+        return list(ids[:nb])
+    last = block_size - 1
+    if h % block_size == 0:  # several engine blocks per id, e.g. Mooncake's 512 over 16
+        offs = range(last, h, block_size)
+        return [(i, o) for i in ids[:-(-nb * block_size // h)] for o in offs][:nb]
+    return [(ids[t // h], t % h) for t in range(last, nb * block_size, block_size)]
+
+
+class Run:
+    """Consecutive cached blocks of one sequence with the same holders (the held lists of running requests)."""
+
+    __slots__ = ("keys", "holders")
+
+    def __init__(self, keys: list[Any], holders: list[list[Run]]) -> None:
+        self.keys = keys
+        self.holders = holders  # empty: a free run, in the LRU
+
+
+class PrefixCache:
+    """Cached blocks of one instance: runs indexed by their first key, and the free runs in LRU order."""
+
+    __slots__ = ("block_size", "heads", "lru", "free_blocks", "evictions", "shared")
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.heads: dict[Any, Run] = {}  # first key -> run
+        self.lru: OrderedDict[Run, None] = OrderedDict()  # free runs, least recently freed first
+        self.free_blocks = 0  # blocks in free runs (counted as free by the KV cache)
+        self.evictions = 0
+        self.shared = 0  # sum over held runs of (holders - 1) * blocks: blocks counted twice in sum(r.blocks)
+
+    def trim(self, free: int) -> None:
+        """Evict the least recently freed cached blocks beyond ``free`` (their room was allocated)."""
+        over = self.free_blocks - free
+        if over <= 0:
+            return
+        self.evictions += over
+        self.free_blocks = free
+        lru, heads = self.lru, self.heads
+        while over > 0:
+            run = next(iter(lru))
+            keys = run.keys
+            if len(keys) <= over:
+                del lru[run]
+                over -= len(keys)
+                if heads.get(keys[0]) is run:
+                    del heads[keys[0]]
+                run.keys = []
+            else:  # the run's last blocks go first
+                del keys[-over:]
+                over = 0
+
+    def match(self, keys: list[Any], limit: int) -> tuple[int, int]:
+        """(blocks of the longest cached prefix among the first ``limit`` keys, how many of them are free now)."""
+        heads = self.heads
+        n = taken = 0
+        if limit > len(keys):
+            limit = len(keys)
+        while n < limit:
+            run = heads.get(keys[n])
+            if run is None:
+                break
+            m = _common(keys, n, limit, run.keys)
+            if not run.holders:
+                taken += m
+            n += m
+        return n, taken
+
+    def acquire(self, keys: list[Any], n: int, held: list[Run]) -> int:
+        """Hold the first ``n`` keys (what :meth:`match` just found); returns how many were free (in use now)."""
+        heads, lru = self.heads, self.lru
+        i = taken = 0
+        while i < n:
+            run = heads[keys[i]]
+            m = _common(keys, i, n, run.keys)
+            free = not run.holders
+            if m < len(run.keys):
+                run = self._split(run, m)
+            elif free:
+                del lru[run]
+            if free:
+                self.free_blocks -= m
+                taken += m
+            else:
+                self.shared += m
+            run.holders.append(held)
+            held.append(run)
+            i += m
+        return taken
+
+    def _split(self, run: Run, m: int) -> Run:
+        """Cut ``run`` after its first ``m`` blocks and return the new leading run (the same holders; a free run's
+        head is about to be held, so it does not enter the LRU)."""
+        head = Run(run.keys[:m], list(run.holders))
+        del run.keys[:m]
+        self.heads[head.keys[0]] = head
+        self.heads[run.keys[0]] = run
+        for h in head.holders:  # a holder holds both parts, in sequence order
+            h.insert(h.index(run), head)
+        return head
+
+    def register(self, keys: list[Any], start: int, stop: int, held: list[Run]) -> None:
+        """Cache blocks ``start..stop-1`` that a request just computed, held by it (``held``: its held runs in
+        sequence order). Blocks already cached (an equal request computed them too) stay private to it."""
+        if stop <= start:
+            return
+        n = self.match(keys, stop)[0]
+        if n > start:
+            start = n
+            if start >= stop:
+                return
+        last = held[-1] if held else None
+        if last is not None and last.holders == [held] and last.keys and last.keys[-1] == keys[start - 1] \
+                and start:
+            last.keys.extend(keys[start:stop])  # the next chunk of the run it registered last
+            return
+        run = Run(keys[start:stop], [held])
+        self.heads[keys[start]] = run
+        held.append(run)
+
+    def release(self, held: list[Run]) -> int:
+        """Drop a request's holds; returns how many of its blocks other requests still hold (stay in use).
+        Runs it alone held become free, the last of the sequence first (evicted first)."""
+        lru = self.lru
+        still = 0
+        for run in reversed(held):
+            hs = run.holders
+            if len(hs) == 1:
+                hs.clear()
+                lru[run] = None
+                self.free_blocks += len(run.keys)
+            else:
+                for k, h in enumerate(hs):
+                    if h is held:  # (by identity: two requests' held lists may be equal)
+                        del hs[k]
+                        break
+                n = len(run.keys)
+                self.shared -= n
+                still += n
+        return still
+
+
+def _common(a: list[Any], i: int, limit: int, b: list[Any]) -> int:
+    """Length of the common prefix of ``a[i:limit]`` and ``b``."""
+    m = min(limit - i, len(b))
+    if a[i:i + m] == b[:m]:
+        return m
+    k = 0
+    while k < m and a[i + k] == b[k]:
+        k += 1
+    return k
+
+
+class CachesPrefixes:
+    """What an engine (:class:`llmsim.instance.Instance`, a mixin of it) answers about its prefix cache."""
+
+    kv: Any  # llmsim.kv.KVCache (which imports this module)
+    block_size: int
+    prefix_evicted: int
+
+    @property
+    def prefix_evictions(self) -> int:
+        """Cached prefix blocks evicted to make room, over the run."""
+        pc = self.kv.prefix
+        return self.prefix_evicted + (pc.evictions if pc is not None else 0)
+
+    def cached_prefix(self, r: Request) -> tuple[int, int]:
+        """(blocks of ``r``'s prompt found in the prefix cache, how many of them are free now) for a waiting request
+        with nothing computed; (0, 0) without prefix caching or ids. Policies pass the first to :meth:`admit` and
+        count both against the free blocks."""
+        if r.hash_ids is None or r.computed or self.kv.prefix is None:
+            return 0, 0
+        return self.kv.prefix_match(r)
+
+    def prefix_hit_tokens(self, r: Request) -> int:
+        """Prompt tokens ``r`` would find cached here now (what a KV-event-fed router knows; ClusterView)."""
+        if not r.hash_ids or self.kv.prefix is None:
+            return 0
+        if r.computed:  # running or partly computed elsewhere: ask as a fresh request would
+            saved, r.computed = r.computed, 0
+            try:
+                return self.kv.prefix_match(r)[0] * self.block_size
+            finally:
+                r.computed = saved
+        return self.kv.prefix_match(r)[0] * self.block_size

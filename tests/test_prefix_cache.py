@@ -1,0 +1,185 @@
+"""Prefix caching in the engine: hand-made reuse cases, the block-key mapping, and invariants under stress."""
+
+import random
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmsim import EngineConfig, InstanceConfig, simulate
+from llmsim.cluster import Cluster
+from llmsim.instance import Instance
+from llmsim.policies import make_router
+from llmsim.prefix_cache import block_keys
+from llmsim.request import Request
+from llmsim.testing import LinearProfile
+
+# step time = 0.01 + 0.001 * tokens in the iteration
+PROF = LinearProfile(base=0.01, per_token=0.001)
+
+
+def run(reqs, fast=True, policy="vllm_v0", router="round_robin", n=1, **engine):
+    insts = [InstanceConfig(profile=PROF, engine=EngineConfig(fast_path=fast, policy=policy, **engine))] * n
+    return simulate(insts, reqs, router)
+
+
+def req(i, t, prompt, out, ids, block=16):
+    return Request(i, t, prompt, out, hash_ids=tuple(ids), hash_block=block)
+
+
+def test_block_keys_map_any_hash_block_onto_engine_blocks():
+    r = req(0, 0.0, 1024, 1, [7, 9], block=512)
+    keys = block_keys(r, 16)
+    assert len(keys) == 64  # 1024 tokens covered, 16-token blocks
+    # block j ends at token 16 j + 15: id 7 for the first 32 blocks, then id 9, offset within the 512-token block
+    assert keys[0] == (7, 15) and keys[31] == (7, 511) and keys[32] == (9, 15)
+    # engine blocks larger than the hash blocks: named by the id holding their last token
+    r = req(0, 0.0, 64, 1, [1, 2, 3, 4], block=16)
+    assert block_keys(r, 32) == [(2, 15), (4, 15)]
+    assert block_keys(r, 16) == [1, 2, 3, 4]  # equal sizes: the ids themselves
+    # only full engine blocks inside what the ids cover; ids name output tokens only past the prompt's last id
+    assert len(block_keys(req(0, 0.0, 40, 50, [1, 2, 3], block=16), 16)) == 2
+    assert len(block_keys(req(0, 0.0, 40, 50, [1, 2, 3, 4], block=16), 16)) == 4
+    assert block_keys(Request(0, 0.0, 100, 5), 16) == []
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("policy", ["vllm_v0", "chunked"])
+def test_second_request_reuses_exactly_the_shared_blocks(fast, policy):
+    # A: 64 prompt tokens = 4 blocks; prefill 0.01 + 0.064 = 74 ms. B shares A's first 3 blocks: it prefills only
+    # the last 16 tokens (26 ms). C equals A: all 4 blocks are cached, but the last prompt token must be computed
+    # to sample from it, so C too reuses 3 blocks and prefills 16 tokens (as vLLM does).
+    reqs = [req(0, 0.0, 64, 2, [1, 2, 3, 4]), req(1, 1.0, 64, 2, [1, 2, 3, 5]), req(2, 2.0, 64, 2, [1, 2, 3, 4]),
+            req(3, 3.0, 64, 2, [8, 2, 3, 4])]  # D differs in its first block: chained ids, no reuse at all
+    res = run(reqs, fast, policy)
+    df = res.requests
+    assert df["ttft_ms"].tolist() == pytest.approx([74.0, 26.0, 26.0, 74.0])
+    assert df["cached_tokens"].tolist() == [0, 48, 48, 0]
+    s = res.summary
+    assert (s["prefix_cache_queries"], s["prefix_cache_hits"]) == (256, 96)
+    assert s["prefix_cache_hit_rate"] == pytest.approx(96 / 256)
+    assert res.instances["prefix_cache_hits"].tolist() == [96]
+    assert res.timeline["prefix_cache_hits"].iloc[-1] == 96
+
+
+def test_a_running_request_shares_its_prompt_blocks():
+    # B arrives while A decodes (A's prompt blocks are cached once its prefill ends): both hold the 3 shared
+    # blocks, counted once in the cache's use
+    reqs = [req(0, 0.0, 64, 50, [1, 2, 3, 4]), req(1, 0.2, 64, 50, [1, 2, 3, 5])]
+    res = run(reqs)
+    assert res.requests["cached_tokens"].tolist() == [0, 48]
+
+
+def test_disabled_caching_and_requests_without_ids_change_nothing():
+    rows = [(0.01 * i, 40 + 7 * i, 5 + i % 4) for i in range(40)]
+    plain = [Request(i, t, p, o) for i, (t, p, o) in enumerate(rows)]
+    with_ids = [req(i, t, p, o, [1000 * i + k for k in range(p // 16 + 1)]) for i, (t, p, o) in enumerate(rows)]
+    base = run(plain, enable_prefix_caching=False).requests.drop(columns="cached_tokens")
+    pd.testing.assert_frame_equal(run(plain).requests.drop(columns="cached_tokens"), base)
+    # unique ids: nothing to reuse, the same schedule
+    pd.testing.assert_frame_equal(run(with_ids).requests.drop(columns="cached_tokens"), base)
+    off = run(with_ids, enable_prefix_caching=False).summary
+    assert off["prefix_cache_queries"] == 0 and off["prefix_cache_hit_rate"] == 0.0
+
+
+def test_cached_blocks_are_evicted_least_recently_used():
+    # a cache of 8 blocks: A (4 blocks) then B (4 other blocks) fill it with cached blocks; C (4 new blocks)
+    # evicts the older A; D = A misses and its 4 blocks evict B (older than C); so E = C hits
+    a, b, c = [1, 2, 3, 4], [11, 12, 13, 14], [21, 22, 23, 24]
+    reqs = [req(0, 0.0, 64, 1, a), req(1, 1.0, 64, 1, b), req(2, 2.0, 64, 1, c), req(3, 3.0, 64, 1, a),
+            req(4, 4.0, 64, 1, c)]
+    res = run(reqs, num_gpu_blocks=8)
+    assert res.requests["cached_tokens"].tolist() == [0, 0, 0, 0, 48]
+    # evicted: A's 4 (by C), B's 4 (by D), and one of A's again for E's one new block
+    assert int(res.instances["prefix_cache_evictions"].iloc[0]) == 9
+
+
+def _checked_start_next(orig):
+    """Instance._start_next that first checks the KV cache at every boundary (an exact state on both paths)."""
+
+    def start_next(self, now):
+        kv = self.kv
+        kv.check(self.running, self.swapped)
+        pc = kv.prefix
+        if pc is not None:
+            held_by: dict[int, list] = {}
+            runs = {}
+            for r in self.running:
+                if r.prefix_state is not None and r.prefix_state[0] == kv.block_size:
+                    for run in r.prefix_state[2]:
+                        held_by.setdefault(id(run), []).append(r.prefix_state[2])
+                        runs[id(run)] = run
+                        assert run not in pc.lru, "a block in use is on the eviction list"
+            runs.update((id(run), run) for run in pc.lru)
+            for rid, run in runs.items():
+                assert sorted(map(id, run.holders)) == sorted(map(id, held_by.get(rid, [])))
+                assert run.keys and pc.heads[run.keys[0]] is run
+                assert (run in pc.lru) == (not run.holders)
+            assert pc.free_blocks == sum(len(r.keys) for r in pc.lru) <= kv.free
+            assert pc.shared == sum((len(r.holders) - 1) * len(r.keys) for r in runs.values() if r.holders)
+        return orig(self, now)
+
+    return start_next
+
+
+def _stress_workload(seed, n=60):
+    rnd = random.Random(seed)
+    prefixes = [[rnd.randrange(10**6) for _ in range(rnd.randint(1, 6))] for _ in range(4)]
+    out, t = [], 0.0
+    for i in range(n):
+        t += rnd.expovariate(20.0)
+        ids = list(rnd.choice(prefixes)) + [rnd.randrange(10**6, 2 * 10**6) for _ in range(rnd.randint(0, 4))]
+        prompt = rnd.randint(max(1, 16 * (len(ids) - 1) + 1), 16 * len(ids))
+        out.append(req(i, t, prompt, rnd.randint(1, 40), ids))
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), policy=st.sampled_from(["vllm_v0", "chunked"]),
+       preemption=st.sampled_from(["recompute", "swap"]), blocks=st.integers(12, 40))
+def test_invariants_hold_under_eviction_and_preemption(monkeypatch_module, seed, policy, preemption, blocks):
+    reqs = _stress_workload(seed)
+    results = []
+    for fast in (True, False):
+        inst = InstanceConfig(profile=PROF, engine=EngineConfig(
+            fast_path=fast, policy=policy, num_gpu_blocks=blocks, preemption=preemption, swap_space_gb=0.01,
+            max_num_batched_tokens=256 if policy == "chunked" else None))
+        res = simulate([inst], [Request(r.id, r.arrival, r.prompt_tokens, r.output_tokens, hash_ids=r.hash_ids,
+                                        hash_block=16) for r in reqs], "round_robin")
+        assert res.summary["completed"] + res.summary["dropped"] == len(reqs)
+        results.append(res.requests)
+    pd.testing.assert_frame_equal(results[0], results[1])  # the fast path is exact with caching too
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    mp.setattr(Instance, "_start_next", _checked_start_next(Instance._start_next))
+    yield mp
+    mp.undo()
+
+
+def test_end_of_run_everything_is_free_or_cached():
+    reqs = _stress_workload(3, n=80)
+    cl = Cluster([InstanceConfig(profile=PROF, engine=EngineConfig(num_gpu_blocks=30))], make_router("round_robin"))
+    cl.run(reqs)
+    kv = cl.instances[0].kv
+    pc = kv.prefix
+    assert kv.free == kv.total and pc.shared == 0 and all(not r.holders for r in pc.heads.values())
+    assert pc.free_blocks == sum(len(r.keys) for r in pc.lru) <= kv.total
+
+
+def test_prefix_aware_view_reports_hit_tokens():
+    cl = Cluster([InstanceConfig(profile=PROF, engine=EngineConfig())] * 2, make_router("round_robin"))
+    cl.run([req(0, 0.0, 64, 2, [1, 2, 3, 4])])
+    view = cl.view
+    probe = req(9, 5.0, 80, 2, [1, 2, 3, 4, 5])
+    assert view.prefix_hit_tokens(0, probe) == 64 and view.prefix_hit_tokens(1, probe) == 0
+    assert view.block_size(0) == 16 and view.prefix_caching(0)
+
+
+def test_same_seed_same_bytes():
+    a = run(_stress_workload(5), num_gpu_blocks=24).requests
+    b = run(_stress_workload(5), num_gpu_blocks=24).requests
+    pd.testing.assert_frame_equal(a, b)
