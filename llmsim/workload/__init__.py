@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from llmsim.workload.arrivals import (
     ARRIVAL_PRESETS,
     ArrivalProcess,
@@ -29,6 +31,7 @@ from llmsim.workload.lengths import (
     PairModel,
     Uniform,
 )
+from llmsim.workload.sessions import SessionIds
 from llmsim.workload.synthetic import SyntheticWorkload
 from llmsim.workload.traces import AzureTrace, BurstGPTTrace, CsvTrace, MooncakeTrace
 from llmsim.workload.transforms import Limited, RateScaled, Windowed
@@ -54,8 +57,11 @@ __all__ = [
     "Phase",
     "PhasedArrivals",
     "PoissonArrivals",
+    "PromptPool",
     "RandomPhases",
     "RateScaled",
+    "SessionIds",
+    "SharedPrefixWorkload",
     "SyntheticWorkload",
     "TruncatedZipf",
     "Uniform",
@@ -66,5 +72,18 @@ __all__ = [
     "build_length",
     "build_lengths",
     "build_workload",
+    "ideal_prefix_hit_rate",
+    "ideal_prefix_hits",
     "square_wave",
 ]
+
+# llmsim.workload.prefix is imported on first use, so `python -m llmsim.workload.prefix` runs it only once
+_LAZY = {"PromptPool", "SharedPrefixWorkload", "ideal_prefix_hit_rate", "ideal_prefix_hits"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from llmsim.workload import prefix
+
+        return getattr(prefix, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

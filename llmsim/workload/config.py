@@ -45,6 +45,7 @@ from llmsim.workload.schema import (
     MooncakeSource,
     PhasesArrival,
     PoissonArrival,
+    SharedPrefixSource,
     SquareWaveArrival,
     SyntheticSource,
     UniformLength,
@@ -120,9 +121,12 @@ def _build_source(src: Any, seed: int) -> Workload:
         return AzureTrace(src.path, on_error=src.on_error)
     if isinstance(src, BurstGPTSource):
         return BurstGPTTrace(src.path, model=src.model, log_type=src.log_type, on_error=src.on_error,
-                             time_origin=src.time_origin)
+                             time_origin=src.time_origin, sessions=src.sessions, hash_block=src.hash_block,
+                             max_sessions=src.max_sessions)
     if isinstance(src, BurstGPTLikeSource):
         return _burstgpt_like(src, seed)
+    if isinstance(src, SharedPrefixSource):
+        return _shared_prefix(src, seed)
     if isinstance(src, MooncakeSource):
         return MooncakeTrace(src.path, jitter_s=src.jitter_s, seed=seed, on_error=src.on_error)
     assert isinstance(src, CsvSource)
@@ -146,6 +150,27 @@ def _burstgpt_like(src: BurstGPTLikeSource, seed: int) -> BurstGPTLike:
         num_requests=src.num_requests if bounded else src.max_requests, duration=src.duration,
         start_hour=src.start_hour, period_s=src.period_s, diurnal=src.diurnal, overrides=overrides,
         max_prompt=src.max_prompt, max_output=src.max_output,
+    )
+
+
+def _shared_prefix(src: SharedPrefixSource, seed: int) -> Workload:
+    """``max_requests`` alone also bounds the stream (as for burstgpt_like); ``user`` is the message length."""
+    from llmsim.workload.prefix import PromptPool, SharedPrefixWorkload  # lazily: see llmsim.workload.__init__
+
+    arrival_cfg = dict(src.arrival)
+    if src.rate is not None:
+        arrival_cfg["rate"] = src.rate
+    if src.lengths is not None:
+        lengths = build_lengths({"lengths": src.lengths})
+    else:
+        lengths = Independent(build_length(src.user, "workload.user"), build_length(src.output, "workload.output"))
+    bounded = src.num_requests is not None or src.duration is not None
+    pools = [None if p is None else PromptPool(p.count, p.tokens, p.zipf, p.prob) for p in (src.system, src.fewshot)]
+    return SharedPrefixWorkload(
+        build_arrival(arrival_cfg), lengths, seed=seed, num_requests=src.num_requests if bounded else src.max_requests,
+        duration=src.duration, reuse=src.reuse, system=pools[0], fewshot=pools[1],
+        turns=build_length(src.turns, "workload.turns"), think_time=src.think_time, max_prompt=src.max_prompt,
+        hash_block=src.hash_block,
     )
 
 

@@ -22,6 +22,7 @@ from llmsim.workload.trace_io import DECODE_ERRORS, decode_failure, open_text, u
 from llmsim.workload.trace_values import TOKENS_EXPECTED, reject, require_requests, row_message
 
 MOONCAKE_BUCKET_S = 3.0
+MOONCAKE_HASH_BLOCK = 512  # tokens per id (FAST25 README; every row of both traces has ceil(input / 512) ids)
 MAX_TIMESTAMP_MS = 2**53  # integers above this are not exact as floats (and 1e400 would overflow)
 TIMESTAMP_EXPECTED = f"an integer number of ms in [0, {MAX_TIMESTAMP_MS}]"
 LENGTH_KEYS = (("input_length", "zero_prompt_tokens"), ("output_length", "zero_output_tokens"))
@@ -54,7 +55,11 @@ def _integer(value: Any, hi: int) -> int | None:
 class MooncakeTrace(Workload):
     """Mooncake JSONL (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``).
 
-    ``hash_ids`` (512-token prefix-block ids) are kept on the request as a tuple. The conversation
+    ``hash_ids`` (512-token prefix-block ids) are kept on the request as a tuple with ``hash_block=512`` set
+    explicitly; the engine maps them onto its own block size (16 tokens by default) with
+    :func:`llmsim.prefix_cache.block_keys`, so only full engine blocks are cached and a prompt's partial last
+    512-token block still shares its full 16-token blocks. The ids cover the prompt only
+    (``ceil(input_length / 512)``), so outputs are never reused. The conversation
     trace quantises arrivals to ~3 s buckets; ``jitter_s > 0`` (a number of seconds, e.g. 3.0) spreads
     the requests that share a timestamp uniformly over ``[t, t + min(jitter_s, gap to the next
     timestamp))`` (seeded, sorted), so the replay does not see an artificial burst. 0 (the default)
@@ -168,7 +173,7 @@ class MooncakeTrace(Workload):
         if self.jitter_s <= 0:
             for i, (ts, p, o, h) in enumerate(rows):
                 stats.yielded += 1
-                yield Request(i, ts * 1e-3, p, o, hash_ids=h)
+                yield Request(i, ts * 1e-3, p, o, hash_ids=h, hash_block=MOONCAKE_HASH_BLOCK)
             return
         rng = np.random.default_rng(self.seed)
         next_id = 0
@@ -192,7 +197,7 @@ class MooncakeTrace(Workload):
         base = group[0][0] * 1e-3
         offsets = np.sort(rng.uniform(0.0, width, size=len(group))).tolist()
         for k, ((_, p, o, h), off) in enumerate(zip(group, offsets)):
-            yield Request(first_id + k, base + off, p, o, hash_ids=h)
+            yield Request(first_id + k, base + off, p, o, hash_ids=h, hash_block=MOONCAKE_HASH_BLOCK)
 
 
-__all__ = ["MOONCAKE_BUCKET_S", "MooncakeTrace"]
+__all__ = ["MOONCAKE_BUCKET_S", "MOONCAKE_HASH_BLOCK", "MooncakeTrace"]

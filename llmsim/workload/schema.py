@@ -258,6 +258,9 @@ class AzureSource(_Common):
 Labels = Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
 
 
+HashBlock = Annotated[int, BeforeValidator(_not_bool), Field(ge=1, le=2**20)]  # tokens per prefix-block id
+
+
 class BurstGPTSource(_Common):
     kind: Literal["burstgpt"]
     path: Path_ | None = None  # required: checked by parse_workload, whose message says where to download it
@@ -265,6 +268,9 @@ class BurstGPTSource(_Common):
     log_type: Labels | None = None
     time_origin: Literal["first_row", "midnight"] = "first_row"
     on_error: OnError = "raise"
+    sessions: bool = False  # prefix-block ids from Session ID conversations (llmsim.workload.sessions)
+    hash_block: HashBlock = 16
+    max_sessions: PosInt = 4096
 
 
 Unit = Annotated[float, BeforeValidator(_not_bool), Field(gt=-1, lt=1)]
@@ -352,6 +358,39 @@ class MooncakeSource(_Common):
     on_error: OnError = "raise"
 
 
+Share = Annotated[float, BeforeValidator(_not_bool), Field(ge=0, le=1)]
+
+
+class PromptPoolSpec(Schema):
+    """``count`` shared prompts of ``tokens`` tokens, Zipf(``zipf``) popularity (0: uniform), used with
+    probability ``prob`` (llmsim.workload.prefix.PromptPool)."""
+
+    count: PosInt
+    tokens: TokenCount
+    zipf: Annotated[float, BeforeValidator(_not_bool), Field(ge=0, le=10)] = 1.0
+    prob: Share = 1.0
+
+
+class SharedPrefixSource(_Common):
+    """Chat sessions sharing system prompts / few-shot templates (llmsim.workload.prefix.SharedPrefixWorkload)."""
+
+    kind: Literal["shared_prefix"]
+    arrival: dict[str, Any]  # session starts
+    rate: PosFloat | None = None
+    lengths: str | dict[str, Any] | None = None  # (user message, output) pairs
+    user: Any = None  # a length model (checked by parse_length) or a bare token count
+    output: Any = None  # a length model (checked by parse_length) or a bare token count
+    turns: Any = 1  # turns per session: a length model or a bare count
+    think_time: NonNegFloat = 30.0
+    reuse: Share = 1.0
+    system: PromptPoolSpec | None = None
+    fewshot: PromptPoolSpec | None = None
+    max_prompt: TokenCount = 32768
+    hash_block: HashBlock = 16
+    num_requests: PosInt | None = None
+    duration: PosFloat | None = None
+
+
 class CsvColumns(Schema):
     arrival: Annotated[str, Field(min_length=1)]
     prompt: Annotated[str, Field(min_length=1)]
@@ -375,6 +414,7 @@ class CsvSource(_Common):
 SOURCES: dict[str, type[_Common]] = {
     "synthetic": SyntheticSource, "azure": AzureSource, "burstgpt": BurstGPTSource,
     "burstgpt_like": BurstGPTLikeSource, "mooncake": MooncakeSource, "csv": CsvSource,
+    "shared_prefix": SharedPrefixSource,
 }
 
 
@@ -431,18 +471,39 @@ def parse_workload(cfg: Any, where: str = "workload") -> _Common:
     src = SOURCES[kind].parse(cfg, where)
     if isinstance(src, SyntheticSource):
         _check_synthetic(src, where)
+    elif isinstance(src, SharedPrefixSource):
+        _check_shared_prefix(src, where)
     return src
 
 
-def _check_synthetic(src: SyntheticSource, where: str) -> None:
-    arrival = dict(src.arrival)
-    if src.rate is not None:
+def _check_arrival(arrival: dict[str, Any], rate: float | None, where: str) -> None:
+    """The arrival model, with ``rate`` as the shortcut of ``arrival.rate`` (poisson / gamma only)."""
+    arrival = dict(arrival)
+    if rate is not None:
         process = arrival.get("process")
         if process not in ("poisson", "gamma"):
             raise ConfigError(f"{where}.rate: only applies to a poisson or gamma arrival process, got "
                               f"{process or arrival.get('preset')!r}")
-        arrival["rate"] = src.rate
+        arrival["rate"] = rate
     parse_arrival(arrival, f"{where}.arrival")
+
+
+def _check_shared_prefix(src: SharedPrefixSource, where: str) -> None:
+    _check_arrival(src.arrival, src.rate, where)
+    if src.lengths is not None:
+        if src.user is not None or src.output is not None:
+            raise ConfigError(f"{where}: give either 'lengths' or 'user' + 'output', not both")
+        parse_pair(src.lengths, f"{where}.lengths")
+    elif src.user is None or src.output is None:
+        raise ConfigError(f"{where}: expected 'lengths' or both 'user' (message) and 'output' length models")
+    else:
+        parse_length(src.user, f"{where}.user")
+        parse_length(src.output, f"{where}.output")
+    parse_length(src.turns, f"{where}.turns")
+
+
+def _check_synthetic(src: SyntheticSource, where: str) -> None:
+    _check_arrival(src.arrival, src.rate, where)
     if src.lengths is not None:
         if src.prompt is not None or src.output is not None:
             raise ConfigError(f"{where}: give either 'lengths' or 'prompt' + 'output', not both")

@@ -26,6 +26,7 @@ from llmsim.errors import ConfigError, TraceError
 from llmsim.request import Request
 from llmsim.workload.base import Workload, WorkloadStats, check_int, check_on_error
 from llmsim.workload.mooncake import MooncakeTrace
+from llmsim.workload.sessions import DEFAULT_HASH_BLOCK, DEFAULT_MAX_SESSIONS, SessionIds, check_hash_block
 from llmsim.workload.trace_io import Table
 from llmsim.workload.trace_values import (
     DATETIME_EXPECTED,
@@ -329,6 +330,11 @@ class BurstGPTTrace(CsvTrace):
     are kept in ``request.extra``. ``time_origin="midnight"`` keeps ``Timestamp`` as written (seconds since
     0:00 of the trace's first day), so a window can be set in hour-of-day terms; the default
     ``"first_row"`` starts the clock at the file's first valid row like every reader.
+
+    ``sessions=True`` (``_3`` files) gives every request prefix-block ids (``hash_block`` tokens each) so that
+    consecutive rows of one ``Session ID`` form a conversation for the prefix cache: see
+    :class:`llmsim.workload.sessions.SessionIds` for the rule (an assumption: the trace holds no content) and
+    its cap of ``max_sessions`` open conversations. Off by default, so a replay without it is unchanged.
     """
 
     kind = "burstgpt"
@@ -341,11 +347,19 @@ class BurstGPTTrace(CsvTrace):
         on_error: str = "raise",
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
         time_origin: str = "first_row",
+        sessions: bool = False,
+        hash_block: int = DEFAULT_HASH_BLOCK,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
     ) -> None:
         if not isinstance(path, str | Path) or not str(path):
             raise ConfigError(f"path: {BURSTGPT_PATH_HINT}, got {path!r}")
         if time_origin not in TIME_ORIGINS:
             raise ConfigError(f"time_origin: expected one of {list(TIME_ORIGINS)}, got {time_origin!r}")
+        if not isinstance(sessions, bool):
+            raise ConfigError(f"sessions: expected true or false, got {sessions!r}")
+        self.sessions = sessions
+        self.hash_block = check_hash_block(hash_block)
+        self.max_sessions = check_int("max_sessions", max_sessions, ge=1)
         filters: dict[str, Collection[str]] = {}
         models = _labels("model", model)
         log_types = _labels("log_type", log_type)
@@ -373,9 +387,19 @@ class BurstGPTTrace(CsvTrace):
     def _iter(self, stats: WorkloadStats) -> Iterator[Request]:
         if not self.path.exists():
             raise TraceError(f"{self.path}: trace file not found; {BURSTGPT_DOWNLOAD}")
-        yield from super()._iter(stats)
+        if not self.sessions:
+            yield from super()._iter(stats)
+            return
+        ids = SessionIds(self.hash_block, self.max_sessions)
+        for r in super()._iter(stats):
+            r.hash_ids = ids.assign(r.extra["session_id"] if r.extra else None, r.prompt_tokens, r.output_tokens)
+            r.hash_block = self.hash_block
+            yield r
 
     def _select(self, names: list[str], where: str) -> list[str]:
+        if self.sessions and BURSTGPT_EXTRA["session_id"] not in names:
+            raise TraceError(f"{self.path}: {where}: sessions: true needs the 'Session ID' column (BurstGPT_3 "
+                             f"files), found {list(names)}")
         # keep the _3 files' extra columns when present
         self.extra = {k: c for k, c in BURSTGPT_EXTRA.items() if c in names or k in ("model", "log_type")}
         return super()._select(names, where)
@@ -399,4 +423,6 @@ class BurstGPTTrace(CsvTrace):
             "log_type": self.log_type,
             "time_origin": self.time_origin,
             "on_error": self.on_error,
+            **({"sessions": True, "hash_block": self.hash_block, "max_sessions": self.max_sessions}
+               if self.sessions else {}),
         }
