@@ -99,6 +99,7 @@ class DecisionContext:
         self.routed_quality: dict[int, float] = {}
         self.preds: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self.current: ClusterState | None = None
+        self.view: Any = None  # the router's view of the current decision (prefix hits: ClusterView.prefix_hit_tokens)
 
     @property
     def model_specs(self) -> dict[str, Any]:
@@ -207,6 +208,7 @@ class ExportedRouter(Router):
             self.check_backends(list(models))
         ctx = self.ctx
         ctx.current = state
+        ctx.view = view
         if req.id not in self.seen:  # the env tells its builder of each arrival once
             self.seen.add(req.id)
             self.builder.on_arrival(ctx, req)

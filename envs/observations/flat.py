@@ -1,5 +1,8 @@
 """Flat vector of spec 001 (Sec. 3.2): 3 queue features + 6 features per instance (27 for 4 instances).
 
+With ``prefix_hit=True`` (off by default: the default layout and saved policies are unchanged) N more features
+follow, one per instance (31 for 4 instances; docs/prefix_routing.md).
+
 Layout (float32, index: meaning, normalisation):
 
   0            w_t: central queue length (incl. the head) / 512 (4 x max batch 128), clipped to 1
@@ -12,6 +15,9 @@ Layout (float32, index: meaning, normalisation):
   3 + 6k + 4   C: available capacity, 1 - max(batch slots used, KV blocks used) in [0, 1], 2 decimals
   3 + 6k + 5   T: estimated time to the earliest completion on instance k (s) / 10, clipped to 1, 2 decimals;
                T = min_j max(0, d_hat_j - o_j) * t_dec with t_dec = max(0.02, grad_d * resident tokens)
+  3 + 6N + k   only with prefix_hit: expected prefix-cache hit of the request on instance k, hit tokens / prompt
+               tokens in [0, 1] (``ClusterView.prefix_hit_tokens``: what the engine's cache holds now; 0 when
+               prefix caching is off, the request has no hash ids, or nothing is decided)
 
 All request counts are over the instance's running, waiting and swapped queues, as the (possibly stale)
 ClusterState lists them; a request without a prediction counts with the state's ``mean_output``. With
@@ -27,6 +33,7 @@ import gymnasium as gym
 import numpy as np
 
 from envs.observations.base import ObsBuilder
+from llmsim.errors import ConfigError
 
 if TYPE_CHECKING:
     from envs.schema import EnvContext
@@ -39,7 +46,10 @@ class FlatObs(ObsBuilder):
 
     def __init__(self, queue_cap: int = 512, prompt_scale: float = 1000.0,
                  buckets: tuple[int, int] = (256, 2048), grad_d: float = 3.3e-5,
-                 min_decode_time: float = 0.02, time_scale: float = 10.0) -> None:
+                 min_decode_time: float = 0.02, time_scale: float = 10.0, prefix_hit: bool = False) -> None:
+        if not isinstance(prefix_hit, bool):
+            raise ConfigError(f"observation.prefix_hit: expected true or false, got {prefix_hit!r}")
+        self.prefix_hit = prefix_hit
         self.queue_cap = queue_cap
         self.prompt_scale = prompt_scale
         self.b0, self.b1 = buckets
@@ -49,7 +59,7 @@ class FlatObs(ObsBuilder):
 
     def bind(self, env: EnvContext) -> gym.Space:
         n = env.num_instances
-        self.buf = np.zeros(3 + 6 * n, dtype=np.float32)
+        self.buf = np.zeros(3 + 6 * n + (n if self.prefix_hit else 0), dtype=np.float32)
         hi = np.ones_like(self.buf)
         hi[1] = 4.0
         return gym.spaces.Box(0.0, hi, dtype=np.float32)
@@ -85,4 +95,23 @@ class FlatObs(ObsBuilder):
                 t = min(1.0, max(0.0, left) * t_dec / ts)
             buf[o + 5] = round(t, 2)
             o += 6
+        if self.prefix_hit:
+            self.fill_prefix_hits(env, req, o)
         return buf.copy()
+
+    def fill_prefix_hits(self, env: EnvContext, req: Request | None, o: int) -> None:
+        """Hit tokens / prompt tokens of ``req`` on each instance, from the cluster view the router sees."""
+        buf = self.buf
+        n = len(buf) - o
+        if req is None or req.prompt_tokens <= 0 or not req.hash_ids:
+            buf[o:] = 0.0
+            return
+        view = getattr(env, "view", None)  # a router outside the env (envs.policy_router.DecisionContext)
+        if view is None:
+            view = getattr(getattr(env, "cluster", None), "view", None)
+        if not hasattr(view, "prefix_hit_tokens"):
+            raise ConfigError("observation.prefix_hit: the router's cluster view cannot tell prefix-cache hits "
+                              "(no prefix_hit_tokens); train without prefix_hit or serve behind a view that has it")
+        p = req.prompt_tokens
+        for k in range(n):
+            buf[o + k] = min(1.0, view.prefix_hit_tokens(k, req) / p)
