@@ -41,12 +41,14 @@ from typing import Any
 
 from llmsim.cluster_clock import ClusterClock
 from llmsim.cluster_view import ClusterView
+from llmsim.disagg import DECODE, MIXED, ROLES, KVTransfers
 from llmsim.engine import EngineConfig
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.instance import Instance
 from llmsim.metrics import Recorder
 from llmsim.model_host import DEFAULT_STORAGE_GBPS, attach_host, catalog_profiles
 from llmsim.policies import DEFER, DROP, WAIT, Router
+from llmsim.policies.base import default_decode_choice
 from llmsim.profile import Profile, load_profile
 from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, Request, check_request
 from llmsim.schema import SimConfig
@@ -92,6 +94,7 @@ class InstanceConfig:
     host_cache_gb: float = 0.0  # host-memory model cache (0: every swap reads storage)
     storage_gbps: float = DEFAULT_STORAGE_GBPS  # storage -> host memory read bandwidth, GB/s
     swap_overhead_s: float = 0.0  # fixed cost of each swap on top of the transfers
+    role: str = "mixed"  # prefill / decode disaggregation (llmsim.disagg): mixed, prefill or decode
 
     def build_profile(self) -> Profile:
         return self.profile if self.profile is not None else load_profile(self.model, self.gpu, self.tp,
@@ -110,6 +113,8 @@ class Cluster(ClusterClock):
         on_unservable: str = "error",
         on_finish: Callable[[Request, Instance], None] | None = None,
         colocation_interference: float = 1.0,
+        kv_link: str = "infiniband",
+        kv_transfer: str = "overlap",
         wait_patience: int = WAIT_PATIENCE,
         max_events_per_instant: int = MAX_EVENTS_PER_INSTANT,
     ) -> None:
@@ -118,7 +123,8 @@ class Cluster(ClusterClock):
         # the sim group's schema (the CLI and the envs check the same one): finite, in range, named sim.<key>
         sim = SimConfig.parse({"view_staleness": view_staleness, "metrics_interval": metrics_interval,
                                "central_queue_tick": central_queue_tick, "on_unservable": on_unservable,
-                               "colocation_interference": colocation_interference})
+                               "colocation_interference": colocation_interference, "kv_link": kv_link,
+                               "kv_transfer": kv_transfer})
         self.metrics_interval = float(sim.metrics_interval)
         self.view_staleness = float(sim.view_staleness)
         self.central_queue_tick = None if sim.central_queue_tick is None else float(sim.central_queue_tick)
@@ -143,6 +149,7 @@ class Cluster(ClusterClock):
             except LLMSimError as e:
                 raise type(e)(f"cluster.instances[{idx}] ({ic.model} on {ic.gpu}): {e}") from None
         self._link_colocated(interference)
+        self.transfers = self._disaggregate(str(sim.kv_link), str(sim.kv_transfer))
         hosted = [set(i.host.profiles) if i.host else {i.profile.model.name} for i in self.instances]
         self.served_models = set().union(*hosted)
         self.models_everywhere = set.intersection(*hosted)  # requests needing these fit any instance's model
@@ -175,6 +182,42 @@ class Cluster(ClusterClock):
         inst = Instance(idx, self.env, profiles[ic.model], engine, self.recorder, self._on_finish, ic.name)
         attach_host(inst, profiles, ic).on_model_change = lambda i: self.view.refresh_instance(i.idx)
         return inst
+
+    def _disaggregate(self, link: str, mode: str) -> KVTransfers | None:
+        """Give the instances their roles; with any prefill or decode instance, the KV copies between them."""
+        roles = [ic.role for ic in self.instance_configs]
+        for k, role in enumerate(roles):
+            if role not in ROLES:
+                raise ConfigError(f"cluster.instances[{k}].role: {role!r} is not one of {list(ROLES)}")
+        if all(role == MIXED for role in roles):
+            return None
+        for inst, role in zip(self.instances, roles):
+            inst.role = role
+        transfers = KVTransfers(self, link, mode)
+        for inst in self.instances:
+            inst.transfers = transfers
+        return transfers
+
+    def route_decode(self, r: Request, src: Instance) -> int:
+        """The decode instance of ``r``, prefilled on ``src`` (the router's second stage; llmsim.disagg)."""
+        view = self.view
+        view.stage = "decode"
+        try:
+            route = getattr(self.router, "route_decode", None)
+            d = route(r, view) if route is not None else default_decode_choice(r, view)
+            cands = view.candidates(r)
+        finally:
+            view.stage = "prefill"
+        if type(d) is not int and not isinstance(d, bool) and isinstance(d, Integral):
+            d = int(d)
+        if d == DEFER and not self._self_driven:
+            return d  # an outside driver (a Gymnasium env) chooses: KVTransfers.dispatch
+        if d not in cands:
+            name = getattr(self.router, "name", type(self.router).__name__)
+            raise ConfigError(f"router {name!r} chose {d!r} as the decode instance of request {r.id}; expected one "
+                              f"of the decode-stage candidates {cands} (decode or mixed instances of "
+                              f"{src.profile.model.name} that can hold it)")
+        return d
 
     def _link_colocated(self, interference: float) -> None:
         """Instances on one device slow each other down (see ``Instance.slowdown``)."""
@@ -264,7 +307,7 @@ class Cluster(ClusterClock):
     def done(self) -> bool:
         return self._arrivals_done and not self.central and not self.deferred and all(
             not i._busy for i in self.instances
-        )
+        ) and not (self.transfers is not None and self.transfers.in_flight)
 
     def sync_all(self) -> None:
         env = self.env
@@ -337,7 +380,7 @@ class Cluster(ClusterClock):
             if d >= len(self.instances):
                 self._bad_decision(r, d)
             inst = self.instances[d]
-            why = inst.can_ever_serve(r)
+            why = inst.can_ever_serve(r) or ("decode_only_instance" if inst.role == DECODE else "")
             if why:
                 self.recorder.drop(r, f"routed_to_unfit_instance:{why}", now)
                 return True

@@ -48,6 +48,9 @@ class ClusterView:
         self._snap_at = 0.0
         self._cand_cache: dict[tuple[int, str | None], list[int]] = {}
         self.mean_output_estimate = 128.0
+        # disaggregated clusters (llmsim.disagg): which stage is being routed, and each instance's role
+        self.stage = "prefill"
+        self._roles = None if cluster.transfers is None else [i.role for i in cluster.instances]
         # per instance, the fields of InstanceState that never change (and the engine)
         self._static = [(i.idx, i.name, i.profile.model.name, i.profile.gpu.name, i.block_size, i.max_seqs,
                          i.max_model_len, i.max_servable_prompt, i) for i in cluster.instances]
@@ -88,7 +91,11 @@ class ClusterView:
         return self._snapshot is not None
 
     def candidates(self, req: Request) -> list[int]:
-        """Instances that can ever serve ``req`` (prompt fits max_model_len and the KV cache)."""
+        """Instances that can ever serve ``req`` (prompt fits max_model_len and the KV cache); in a disaggregated
+        cluster, of the stage being routed (``stage``): prefill and mixed instances for a new request, decode and
+        mixed instances of its model for a prefilled one."""
+        if self._roles is not None:
+            return self._stage_candidates(req)
         model = req.model
         if self._c.homogeneous_limits and (model is None or model in self._c.models_everywhere):
             return self._all
@@ -115,6 +122,25 @@ class ClusterView:
     def prefix_caching(self, i: int) -> bool:
         """Whether instance ``i`` caches prefixes (``engine.enable_prefix_caching``)."""
         return self._c.instances[i].kv.prefix is not None
+
+    def _stage_candidates(self, req: Request) -> list[int]:
+        insts = self._c.instances
+        decode = self.stage == "decode"
+        model = insts[req.instance].profile.model.name if decode else req.model
+        key = (req.prompt_tokens, model, decode)
+        c = self._cand_cache.get(key)  # type: ignore[call-overload]
+        if c is None:
+            skip = "prefill" if decode else "decode"
+            mine = [i for i, role in enumerate(self._roles or ()) if role != skip
+                    and (not decode or insts[i].profile.model.name == model)]
+            c = [i for i in mine if not insts[i].can_ever_serve(req)] or mine
+            if len(self._cand_cache) < 65536:
+                self._cand_cache[key] = c  # type: ignore[index]
+        return c
+
+    def roles(self) -> tuple[str, ...]:
+        """Each instance's role: mixed, prefill or decode (all mixed unless the cluster is disaggregated)."""
+        return tuple(self._roles) if self._roles is not None else ("mixed",) * self.num_instances
 
     # ------------------------------------------------------------------ the public snapshot
     def state(self, at: tuple[float, int] | None = None) -> ClusterState:
@@ -238,7 +264,7 @@ class ClusterView:
             else:  # (what a sync at ``at`` would leave: Instance.step_time and the KV cache's use)
                 step = b[j] - (b[j - 1] if j else run.start) if j < len(b) else 0.0
                 used = (inst.kv_total - inst.kv.free if it == inst.iterations
-                        else run.used_blocks(j, bs) - inst.kv.shared)  # (shared prefix blocks count once)
+                        else run.used_blocks(j, bs) - inst.kv.shared + inst.kv.outside)  # (llmsim.kv.settle)
             st = new_tuple(InstanceState, (idx, name, model, gpu, True, key[1], key[2], key[3], used,
                                            inst.kv_total, bs, ms, mml, mpt, step, thr[k], detail))
             cache[k] = (key, st)

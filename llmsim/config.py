@@ -33,7 +33,7 @@ def expand_instance(spec: InstanceSpec, engine: Mapping[str, Any] | EngineConfig
             name=f"{name}#{c}" if spec.count > 1 else name,
             device=None if spec.device is None else spec.device.replace("{i}", str(c)),
             models=tuple(spec.models), host_cache_gb=spec.host_cache_gb, storage_gbps=spec.storage_gbps,
-            swap_overhead_s=spec.swap_overhead_s,
+            swap_overhead_s=spec.swap_overhead_s, role=spec.role,
         ))
     return out
 

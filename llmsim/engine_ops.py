@@ -149,6 +149,7 @@ class EngineOps:
         elif where == "waiting":
             inst.waiting.remove(r)
             inst._dequeued(r)
+            kv.outside -= r.blocks  # (a request whose KV came from a prefill instance holds some; llmsim.disagg)
             kv.release(r)
         elif where == "swapped":
             inst.swapped.remove(r)

@@ -59,3 +59,41 @@ def get_gpu(name: str) -> GpuSpec:
     if key not in GPUS:
         raise ConfigError(f"unknown GPU {name!r}; known GPUs: {', '.join(sorted(GPUS))}")
     return GPUS[key]
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A link KV caches cross between instances (prefill/decode disaggregation, llmsim.disagg).
+
+    ``bandwidth`` is bytes/s per direction for one GPU's share of the link (0: the GPU's own ``interconnect_bw``,
+    i.e. NVLink); with ``per_gpu`` every GPU of a tensor-parallel instance moves its KV shard over its own link,
+    so the copy is as fast as the smaller TP degree of the two sides times that. Nominal datasheet figures: what
+    vLLM's NIXL connector or NCCL reach in practice is lower; scale with ``efficiency``."""
+
+    name: str
+    bandwidth: float
+    latency: float  # seconds per transfer (setup and first byte)
+    per_gpu: bool
+    efficiency: float = 0.8  # achieved / nominal bandwidth
+
+
+LINKS: dict[str, LinkSpec] = {
+    # NVLink within a node: A100 NVLink3 300 GB/s per direction, H100 NVLink4 450 GB/s (GpuSpec.interconnect_bw)
+    "nvlink": LinkSpec("nvlink", 0.0, 5e-6, True),
+    # one HDR InfiniBand NIC (200 Gb/s) per GPU, as in a DGX A100
+    "infiniband": LinkSpec("infiniband", 25e9, 10e-6, True),
+    # PCIe 4.0 x16 through the host (32 GB/s nominal)
+    "pcie": LinkSpec("pcie", 32e9, 10e-6, True),
+    # one 100 GbE port per node, shared by its GPUs
+    "ethernet": LinkSpec("ethernet", 12.5e9, 50e-6, False),
+}
+
+
+def transfer_seconds(nbytes: int, link: LinkSpec, gpu: GpuSpec, tp_src: int = 1, tp_dst: int = 1) -> float:
+    """Time to copy ``nbytes`` of KV cache over ``link`` from a ``tp_src``-GPU to a ``tp_dst``-GPU instance."""
+    bw = (link.bandwidth or gpu.interconnect_bw) * link.efficiency
+    if link.per_gpu:
+        bw *= min(tp_src, tp_dst)
+    if not bw > 0:
+        raise ConfigError(f"link {link.name}: no bandwidth for {gpu.name} (interconnect_bw {gpu.interconnect_bw})")
+    return link.latency + nbytes / bw

@@ -27,6 +27,7 @@ from math import log as _log
 from typing import TYPE_CHECKING
 
 from llmsim.colocation import SharesGpu
+from llmsim.disagg import PREFILL, HandsOff
 from llmsim.engine import EngineConfig
 from llmsim.engine_ops import EVICT, PARK, SWAP_OUT, EngineOps, stepped_decode
 from llmsim.errors import LLMSimError
@@ -49,7 +50,7 @@ MAX_STALLED_ITERATIONS = 1000  # consecutive iterations that compute and sample 
 MAX_RESCHEDULES = 100  # schedule() calls in a row that only preempt (emptying the batch) before it is an error
 
 
-class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixes):
+class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixes, HandsOff):
     def __init__(
         self,
         idx: int,
@@ -99,6 +100,7 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixe
         self._stall_at = -2
         self.ops = EngineOps(self)  # evictions and swap-outs a policy asked for (llmsim.engine_ops)
         self.host: ModelHost | None = None  # the model catalog of a multi-model instance (llmsim.model_host)
+        self.kv_pending: deque = deque()  # KV copies waiting for room here (a decode instance; llmsim.disagg)
         self._init_queued()  # totals over the waiting and swapped requests (llmsim.queued)
         self.changes = 0  # events run + submissions: in between, only a decode run moves what observers see
         # statistics
@@ -300,6 +302,8 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixe
             self.queue_version += 1
             self.queued_context -= r.prompt_tokens
             self.queued_prefill -= r.prompt_tokens
+        if r.blocks:  # its KV came from a prefill instance (llmsim.disagg): now held by a running request
+            self.kv.outside -= r.blocks
         if self.kv.prefix is not None and not r.computed:
             self.prefix_queries += r.prompt_tokens + r.generated
             if cached:
@@ -369,9 +373,14 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixe
             self._apply(now)
         if self.ops.pending or self.ops.parked:
             self.ops.apply(now)
+        if self.kv_pending:
+            self.transfers.start_ready(self, now)  # type: ignore[union-attr]  # blocks freed: KV copies may start
         self._start_next(now)
 
     def _start_next(self, now: float) -> None:
+        if self.sends_in_flight:  # a blocking prefill engine waits for its KV copies (llmsim.disagg)
+            self._batch = []
+            return
         changes = self._changes
         sched = self.policy.schedule(self, now)
         batch = sched.batch
@@ -453,6 +462,8 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixe
         policy = self.policy
         reschedules = 0
         while True:
+            if self.copies and not self.running:
+                return None  # KV copies hold blocks here (llmsim.disagg): their landing wakes the engine
             if self.running:
                 raise LLMSimError(
                     f"instance {self.name}: batch policy {policy.name!r} scheduled nothing at t={now!r} while "
@@ -493,6 +504,9 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixe
         if queue is self.swapped:
             r.swapped = False
             self.kv.drop_swapped(r)
+        elif r.blocks:  # its KV came from a prefill instance (llmsim.disagg)
+            self.kv.outside -= r.blocks
+            self.kv.release(r)
         self.recorder.drop(r, "cannot_be_scheduled", now)
 
     def _count_stall(self, batch: list[Request], now: float) -> None:
@@ -545,6 +559,8 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixe
             for r in batch:
                 if r.prefix_state is not None:
                     register(r)
+        if self.role == PREFILL:
+            self._hand_off(batch, now)  # prefilled requests leave for a decode instance (llmsim.disagg)
         if done:
             self._complete(done, now)
 

@@ -55,7 +55,7 @@ def build_kv_cache(name: str, prof: Profile, cfg: Any) -> KVCache:
 class KVCache:
     """Block counts of one instance's GPU cache (and CPU swap space), and the operations that move them."""
 
-    __slots__ = ("owner", "block_size", "total", "free", "watermark", "cpu_total", "cpu_free", "prefix")
+    __slots__ = ("owner", "block_size", "total", "free", "watermark", "cpu_total", "cpu_free", "prefix", "outside")
 
     def __init__(self, total: int, block_size: int, watermark: int = 0, cpu_total: int = 0, owner: str = "",
                  prefix: PrefixCache | None = None) -> None:
@@ -70,6 +70,7 @@ class KVCache:
         self.cpu_total = cpu_total
         self.cpu_free = cpu_total
         self.prefix = prefix  # cached prefix blocks (llmsim.prefix_cache); None when prefix caching is off
+        self.outside = 0  # blocks held by requests not running here: KV copies in flight (llmsim.disagg)
 
     @property
     def used(self) -> int:
@@ -99,6 +100,11 @@ class KVCache:
         pc = self.prefix
         if pc is not None and pc.free_blocks > free:
             pc.trim(free)
+
+    def reserve(self, n: int) -> None:
+        """Hold ``n`` free blocks for a request that is not running here (a KV copy coming in; llmsim.disagg)."""
+        self.take(n)
+        self.outside += n
 
     def take(self, n: int) -> None:
         """Take ``n`` free blocks whose owners the caller records itself (decode steps; see module doc)."""
@@ -168,6 +174,7 @@ class KVCache:
         """Set the GPU blocks in use from the running requests' own counts (end of a fast-path stretch)."""
         if self.prefix is not None:
             used -= self.prefix.shared
+        used += self.outside
         if not 0 <= used <= self.total:
             raise self._broken(f"settle at {used} blocks used of {self.total}")
         self.free = free = self.total - used
@@ -177,7 +184,7 @@ class KVCache:
 
     def check(self, running: Iterable[Request], swapped: Iterable[Request] = ()) -> None:
         """Raise if the counts disagree with the blocks the requests hold (tests, debugging; stepped path)."""
-        on_gpu = sum(r.blocks for r in running) - self.shared
+        on_gpu = sum(r.blocks for r in running) - self.shared + self.outside
         on_cpu = sum(r.blocks for r in swapped)
         if not (0 <= self.free <= self.total and 0 <= self.cpu_free <= self.cpu_total
                 and on_gpu + self.free == self.total and on_cpu + self.cpu_free == self.cpu_total):

@@ -83,6 +83,13 @@ def outcome_rows(summary: dict) -> list[tuple[str, str]]:
     if "model_swaps" in summary:  # a cluster with multi-model instances (llmsim.model_host)
         rows.append(("Model swaps (warm)", f"{int(summary['model_swaps']):,d} ({int(summary['warm_swaps']):,d})"))
         rows.append(("Time swapping models (s)", f"{float(summary['swap_seconds']):,.1f}"))
+    if summary.get("prefix_cache_hits"):  # llmsim.prefix_cache (requests with block ids reused some)
+        rows.append(("Prefix cache hit rate (tokens)", f"{100 * float(summary['prefix_cache_hit_rate']):.1f} %"))
+    if summary.get("kv_transfers"):  # prefill/decode disaggregation (llmsim.disagg)
+        rows.append(("KV transfers (GB)", f"{int(summary['kv_transfers']):,d} ({summary['kv_transfer_gb']:,.2f})"))
+        rows.append(("KV transfer mean / p99 (ms)",
+                     f"{summary['mean_kv_transfer_ms']:.2f} / {summary['p99_kv_transfer_ms']:.2f}"))
+        rows.append(("KV transfer wait for room (ms)", f"{summary['mean_kv_transfer_wait_ms']:.2f}"))
     rows.append(("-- Instances (mean) --", ""))
     if "mean_busy_fraction" in summary:
         rows.append(("Busy fraction", _fmt(summary["mean_busy_fraction"], "{:.3f}")))

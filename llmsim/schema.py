@@ -237,6 +237,8 @@ class SimConfig(Schema):
     central_queue_tick: PosFloat | None = None
     on_unservable: Literal["error", "drop"] = "error"
     colocation_interference: NonNegFloat = 1.0
+    kv_link: Literal["nvlink", "infiniband", "pcie", "ethernet"] = "infiniband"  # prefill -> decode (llmsim.disagg)
+    kv_transfer: Literal["overlap", "blocking"] = "overlap"
 
 
 class SLOTargets(Schema):
@@ -305,6 +307,7 @@ class InstanceSpec(Schema):
     host_cache_gb: NonNegFloat = 0.0
     storage_gbps: PosFloat = 2.0
     swap_overhead_s: NonNegFloat = 0.0
+    role: Literal["mixed", "prefill", "decode"] = "mixed"  # prefill/decode disaggregation (llmsim.disagg)
 
 
 class ClusterConfig(Schema):

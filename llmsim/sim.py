@@ -71,6 +71,8 @@ def simulate(
     central_queue_tick: float | None = None,
     on_unservable: str = "error",
     colocation_interference: float = 1.0,
+    kv_link: str = "infiniband",
+    kv_transfer: str = "overlap",
     progress: bool | SimProgress = False,
     total: int | None = None,
     policy_kwargs: dict[str, Any] | None = None,
@@ -90,6 +92,8 @@ def simulate(
         central_queue_tick=central_queue_tick,
         on_unservable=on_unservable,
         colocation_interference=colocation_interference,
+        kv_link=kv_link,
+        kv_transfer=kv_transfer,
     )
     reporter = progress if isinstance(progress, SimProgress) else SimProgress() if progress else None
     if reporter is not None:
@@ -116,6 +120,7 @@ def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:
         "evictions": cluster.evictions,  # requests a policy sent back to the central queue (llmsim.engine_ops)
         "dropped_by_reason": dropped["reason"].value_counts().to_dict() if len(dropped) else {},
         **cluster.model_swap_stats,  # multi-model instances only (llmsim.model_host)
+        **(cluster.transfers.summary() if cluster.transfers is not None else {}),  # disaggregated (llmsim.disagg)
         **instance_means(inst_df),
     }
     summary = summarise(df, rec, num, slo, extra)

@@ -40,6 +40,22 @@ class Router:
     def route(self, req: Request, view: ClusterView) -> int:
         raise NotImplementedError
 
+    def route_decode(self, req: Request, view: ClusterView) -> int:
+        """The second stage in a disaggregated cluster (llmsim.disagg): the decode instance of ``req``, whose
+        prefill just ended (``view.stage == "decode"``; ``view.candidates(req)`` lists the decode and mixed
+        instances of its model). Default: :func:`default_decode_choice`; the load heuristics apply their own
+        rule to both stages."""
+        return default_decode_choice(req, view)
+
+
+def default_decode_choice(req: Request, view: ClusterView) -> int:
+    """The decode instance a router without its own second stage gets (llmsim.disagg): the candidate with the
+    least KV demand (running and queued context over capacity), ties to the lower index - the load signal that
+    matters for decoding, where memory, not compute, runs out first."""
+    cands = view.candidates(req)
+    demand = view.kv_demand_fractions()
+    return min(cands, key=lambda i: (demand[i], i))
+
 
 # routers of other packages register by entry point (group "llmsim.routers"; the envs' "onnx" router)
 ROUTERS: Registry[type[Router]] = Registry("routing policy", key="name", plugins="llmsim.routers")

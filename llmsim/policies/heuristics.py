@@ -1,4 +1,7 @@
-"""Non-learned routers. Ties go to the lowest index, so runs are deterministic."""
+"""Non-learned routers. Ties go to the lowest index, so runs are deterministic.
+
+In a disaggregated cluster (llmsim.disagg) each applies its rule to both stages: ``view.candidates`` lists the
+prefill (and mixed) instances for a new request and the decode (and mixed) ones for a prefilled request."""
 
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ class RandomRouter(Router):
         c = view.candidates(req)
         return c[int(self.rng.integers(len(c)))]
 
+    route_decode = route
+
 
 @register_router
 class RoundRobinRouter(Router):
@@ -36,21 +41,25 @@ class RoundRobinRouter(Router):
 
     def __init__(self, seed: int = 0, **kw) -> None:
         super().__init__(seed, **kw)
-        self._next = 0
+        self._next = [0, 0]  # per stage: new requests, prefilled requests (disaggregated clusters)
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
-        self._next = 0
+        self._next = [0, 0]
 
-    def route(self, req: Request, view: ClusterView) -> int:
+    def route(self, req: Request, view: ClusterView, stage: int = 0) -> int:
         c = view.candidates(req)
         n = view.num_instances
+        nxt = self._next
         for _ in range(n):
-            i = self._next % n
-            self._next += 1
+            i = nxt[stage] % n
+            nxt[stage] += 1
             if i in c:
                 return i
         return c[0]
+
+    def route_decode(self, req: Request, view: ClusterView) -> int:
+        return self.route(req, view, 1)
 
 
 @register_router
@@ -62,6 +71,8 @@ class JoinShortestQueueRouter(Router):
     def route(self, req: Request, view: ClusterView) -> int:
         return _argmin(view.queue_lengths(), view.candidates(req))
 
+    route_decode = route
+
 
 @register_router
 class LeastKVRouter(Router):
@@ -71,6 +82,8 @@ class LeastKVRouter(Router):
 
     def route(self, req: Request, view: ClusterView) -> int:
         return _argmin(view.kv_demand_fractions(), view.candidates(req))
+
+    route_decode = route
 
 
 @register_router
@@ -85,6 +98,8 @@ class LeastWorkLeftRouter(Router):
 
     def route(self, req: Request, view: ClusterView) -> int:
         return _argmin(view.work_left(), view.candidates(req))
+
+    route_decode = route
 
 
 @register_router
@@ -101,3 +116,5 @@ class PowerOfTwoRouter(Router):
         q = view.queue_lengths()
         i, j = c[int(a)], c[int(b)]
         return i if q[i] <= q[j] else j
+
+    route_decode = route

@@ -1,0 +1,171 @@
+"""Prefill/decode disaggregation: hand-computed transfers, one copy per request, memory on both sides, roles."""
+
+import pandas as pd
+import pytest
+
+from llmsim import EngineConfig, InstanceConfig, simulate
+from llmsim.cluster import Cluster
+from llmsim.errors import ConfigError
+from llmsim.hardware import LINKS, get_gpu, transfer_seconds
+from llmsim.policies import Router, make_router
+from llmsim.request import Request
+from llmsim.testing import LinearProfile, requests
+
+# step time = 0.01 + 0.001 * tokens; Llama-2-7B KV: 512 KiB per token
+PROF = LinearProfile(base=0.01, per_token=0.001)
+KV_PER_TOKEN = 524288
+
+
+def split(n_prefill=1, n_decode=2, **engine):
+    eng = EngineConfig(**engine)
+    return ([InstanceConfig(profile=PROF, role="prefill", engine=eng)] * n_prefill
+            + [InstanceConfig(profile=PROF, role="decode", engine=eng)] * n_decode)
+
+
+def test_transfer_time_is_latency_plus_bytes_over_bandwidth():
+    ib = LINKS["infiniband"]
+    a100 = get_gpu("a100-80gb")
+    assert transfer_seconds(100 * KV_PER_TOKEN, ib, a100) == pytest.approx(10e-6 + 100 * KV_PER_TOKEN / 20e9)
+    # NVLink uses the GPU's own interconnect; per-GPU links scale with the smaller TP degree
+    nv = LINKS["nvlink"]
+    assert transfer_seconds(10**9, nv, a100, 4, 2) == pytest.approx(5e-6 + 1e9 / (300e9 * 0.8 * 2))
+    eth = LINKS["ethernet"]
+    assert transfer_seconds(10**9, eth, a100, 8, 8) == pytest.approx(50e-6 + 1e9 / (12.5e9 * 0.8))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_hand_computed_disaggregated_request(fast):
+    # prefill of 100 tokens on the prefill instance: TTFT 110 ms; the KV (100 x 512 KiB) crosses InfiniBand in
+    # 10 us + 52.4288 MB / 20 GB/s = 2.63144 ms; on the decode instance an iteration of 1 token (11 ms) samples
+    # token 2, then 3 decodes of 11 ms: e2e 110 + 2.63144 + 44 ms
+    res = simulate(split(fast_path=fast), requests([(0.0, 100, 5)]), "round_robin")
+    r = res.requests.iloc[0]
+    assert r.ttft_ms == pytest.approx(110.0)
+    assert r.e2el_ms == pytest.approx(110.0 + 2.63144 + 44.0)
+    assert r.instance == 1  # finished on the decode instance
+    s = res.summary
+    assert s["kv_transfers"] == 1 and s["mean_kv_transfer_ms"] == pytest.approx(2.63144)
+    assert list(res.instances["role"]) == ["prefill", "decode", "decode"]
+
+
+def test_blocking_transfers_stall_the_prefill_engine():
+    # B arrives while A prefills; with blocking sends the prefill engine waits for A's copy before B's prefill
+    rows = [(0.0, 100, 5), (0.1, 110, 5)]
+    over = simulate(split(), requests(rows), "round_robin").requests
+    block = simulate(split(), requests(rows), "round_robin", kv_transfer="blocking").requests
+    assert over.ttft_ms.tolist() == pytest.approx([110.0, 130.0])
+    assert block.ttft_ms.tolist() == pytest.approx([110.0, 130.0 + 2.63144])
+
+
+def _cluster(insts, router="jsq", **kw):
+    return Cluster(insts, make_router(router), **kw)
+
+
+def test_every_request_crosses_the_link_once_with_the_computed_time():
+    rows = [(0.02 * i, 50 + 37 * (i % 9), 1 + (i * 7) % 30) for i in range(120)]
+    cl = _cluster(split(n_prefill=2, n_decode=2, num_gpu_blocks=60), kv_link="pcie")
+    cl.run(requests(rows))
+    log = {k: list(v) for k, v in cl.transfers.log.items()}
+    multi = [i for i, (_, _, o) in enumerate(rows) if o > 1]  # one-token requests finish on the prefill side
+    assert sorted(log["id"]) == multi  # once each
+    link = LINKS["pcie"]
+    for start, end, nbytes, rid in zip(log["start"], log["end"], log["bytes"], log["id"]):
+        assert nbytes == rows[rid][1] * KV_PER_TOKEN
+        assert end - start == pytest.approx(transfer_seconds(nbytes, link, PROF.gpu))
+    assert all(s >= r for s, r in zip(log["start"], log["ready"]))
+    for inst in cl.instances:  # nothing leaks: every block is free (or cached) again
+        assert inst.kv.free == inst.kv.total and not inst.kv_pending
+    assert cl.transfers.in_flight == 0
+    roles = [cl.instances[i].role for i in log["dst"]]
+    assert set(roles) == {"decode"} and {cl.instances[i].role for i in log["src"]} == {"prefill"}
+
+
+def test_memory_is_held_on_both_sides_until_the_copy_lands():
+    # a decode instance with room for one prompt at a time: later copies wait for room (counted), and the prefill
+    # instance keeps their blocks meanwhile, so it too runs out of room
+    rows = [(0.0, 150, 40)] + [(0.001 * i, 150, 40) for i in range(1, 6)]
+    res = simulate([InstanceConfig(profile=PROF, role="prefill", engine=EngineConfig(num_gpu_blocks=30)),
+                    InstanceConfig(profile=PROF, role="decode", engine=EngineConfig(num_gpu_blocks=14))],
+                   requests(rows), "round_robin")
+    s = res.summary
+    assert s["completed"] == 6 and s["kv_transfers"] == 6
+    assert s["mean_kv_transfer_wait_ms"] > 100.0
+    # at most 3 prompts (10 blocks each) fit the prefill cache: the 4th waits for a copy to land before prefill
+    ttft = res.requests.sort_values("id").ttft_ms.tolist()
+    assert ttft[3] > ttft[2] + 100.0
+
+
+def test_decode_preemption_recomputes_there_and_still_one_copy():
+    rows = [(0.0, 60, 200), (0.001, 60, 200), (0.002, 60, 200)]
+    res = simulate([InstanceConfig(profile=PROF, role="prefill"),
+                    InstanceConfig(profile=PROF, role="decode", engine=EngineConfig(num_gpu_blocks=20))],
+                   requests(rows), "round_robin")
+    s = res.summary
+    assert s["completed"] == 3 and s["kv_transfers"] == 3 and s["preemptions"] > 0
+
+
+def test_mixed_instances_serve_both_stages_and_new_requests_skip_decode_ones():
+    insts = [InstanceConfig(profile=PROF, role="prefill"), InstanceConfig(profile=PROF, role="mixed"),
+             InstanceConfig(profile=PROF, role="decode")]
+    cl = _cluster(insts, "round_robin")
+    view = cl.view
+    r = Request(0, 0.0, 100, 5)
+    assert view.candidates(r) == [0, 1]
+    r.instance = 0
+    view.stage = "decode"
+    assert view.candidates(r) == [1, 2]
+    view.stage = "prefill"
+    assert view.roles() == ("prefill", "mixed", "decode")
+
+
+class _BadDecode(Router):
+    name = "bad_decode"
+
+    def route(self, req, view):
+        return 0
+
+    def route_decode(self, req, view):
+        return 0  # the prefill instance: not a decode candidate
+
+
+def test_a_wrong_decode_choice_is_one_clear_error_and_decode_only_instances_refuse_new_requests():
+    with pytest.raises(ConfigError, match=r"decode instance of request 0; expected one of the decode-stage"):
+        simulate(split(), requests([(0.0, 100, 5)]), _BadDecode())
+
+    class ToDecode(Router):
+        name = "to_decode"
+
+        def route(self, req, view):
+            return 1
+
+    res = simulate(split(), requests([(0.0, 100, 5)]), ToDecode())
+    assert res.dropped.reason.tolist() == ["routed_to_unfit_instance:decode_only_instance"]
+
+
+@pytest.mark.parametrize("insts, match", [
+    ([InstanceConfig(profile=PROF, role="prefill")], "needs a decode or mixed instance of the same model"),
+    ([InstanceConfig(profile=PROF, role="decode")], "every instance has role decode"),
+    ([InstanceConfig(profile=PROF, role="both")], r"cluster.instances\[0\].role: 'both' is not one of"),
+])
+def test_impossible_role_layouts_name_the_key(insts, match):
+    with pytest.raises(ConfigError, match=match):
+        _cluster(insts)
+
+
+def test_config_keys_are_checked_by_the_schemas():
+    from llmsim.config import instances_from_config, sim_options
+
+    with pytest.raises(ConfigError, match="role"):
+        instances_from_config({"instances": [{"model": "llama-2-7b", "role": "prefil"}]})
+    with pytest.raises(ConfigError, match="kv_link"):
+        sim_options({"kv_link": "carrier_pigeon"})
+    assert [i.role for i in instances_from_config({"instances": [{"role": "prefill"}, {"role": "decode"}]})] == \
+        ["prefill", "decode"]
+
+
+def test_same_config_same_bytes():
+    rows = [(0.013 * i, 40 + 17 * (i % 11), 2 + (i * 5) % 40) for i in range(150)]
+    a = simulate(split(2, 2, num_gpu_blocks=50), requests(rows), "jsq")
+    b = simulate(split(2, 2, num_gpu_blocks=50), requests(rows), "jsq")
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    assert a.summary["kv_transfer_gb"] == b.summary["kv_transfer_gb"]
