@@ -47,6 +47,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from envs import pd_stage
 from envs.actions import ActionSpec, decode_action, fill_mask
 from envs.observations import ObsBuilder, make_obs
 from envs.predictors import Predictor, make_predictor
@@ -97,7 +98,10 @@ class _AgentRouter(Router):
 
     def route(self, req: Request, view: Any) -> int:
         self.env.handle_arrival(req)
-        return self.decision
+        return pd_stage.route_new(self.env, req, view, self.decision)
+
+    def route_decode(self, req: Request, view: Any) -> int:
+        return pd_stage.route_decode(self.env, req, view)
 
 
 class RoutingEnv(gym.Env):
@@ -127,6 +131,10 @@ class RoutingEnv(gym.Env):
         metrics_interval: float = 1.0,
         on_unservable: str = "drop",
         colocation_interference: float = 1.0,
+        stage: str = "prefill",
+        first_stage: str = "least_kv",
+        kv_link: str = "infiniband",
+        kv_transfer: str = "overlap",
     ) -> None:
         super().__init__()
         opts = EnvOptions(
@@ -134,7 +142,8 @@ class RoutingEnv(gym.Env):
             time_limit=time_limit, drain_time=drain_time, max_wait_s=max_wait_s, wait_fallback=wait_fallback,
             view_staleness=view_staleness, max_waiting=max_waiting, fixed_workload_seed=fixed_workload_seed,
             metrics_interval=metrics_interval, on_unservable=on_unservable,
-            colocation_interference=colocation_interference,
+            colocation_interference=colocation_interference, stage=stage, first_stage=first_stage, kv_link=kv_link,
+            kv_transfer=kv_transfer,
         )
         if opts.decision == "tick" and "wait" not in opts.action:
             raise ConfigError("env.action: decision='tick' needs an action with wait ('instance_wait' or "
@@ -146,7 +155,7 @@ class RoutingEnv(gym.Env):
         self.task_names = list(getattr(self.workload, "task_names", []))
         for k in ("num_requests", "decision", "tick", "tick_when_empty", "time_limit", "drain_time", "max_wait_s",
                   "wait_fallback", "view_staleness", "max_waiting", "fixed_workload_seed", "metrics_interval",
-                  "on_unservable", "colocation_interference"):
+                  "on_unservable", "colocation_interference", "stage", "first_stage", "kv_link", "kv_transfer"):
             setattr(self, k, getattr(opts, k))
         self.action_kind = opts.action
         self.slo = SLO.parse(slo)
@@ -165,7 +174,11 @@ class RoutingEnv(gym.Env):
         self.wait_action, self.drop_action = self.n_choices, self.n_choices + 1
         self.action_space = gym.spaces.Discrete(self.n_choices + 2)
         self.cluster: Cluster | None = None
+        self.stage_router = pd_stage.first_stage_router(self)
+        self.pending_stage = "prefill"
+        self.stage_fallbacks = 0
         self._build_cluster([])
+        pd_stage.check_stage(self)
         self.observation_space = self.obs_builder.bind(self)
         self._mask = np.zeros(self.n_choices + 2, dtype=np.bool_)
 
@@ -176,7 +189,8 @@ class RoutingEnv(gym.Env):
         self.cluster = Cluster(self.instance_configs, _AgentRouter(self), view_staleness=self.view_staleness,
                                metrics_interval=self.metrics_interval, central_queue_tick=retry,
                                on_unservable=self.on_unservable, on_finish=self._on_finish,
-                               colocation_interference=self.colocation_interference)
+                               colocation_interference=self.colocation_interference, kv_link=self.kv_link,
+                               kv_transfer=self.kv_transfer)
         self._preds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.routed_quality: dict[int, float] = {}
         self._requests = reqs
@@ -203,6 +217,7 @@ class RoutingEnv(gym.Env):
         self.limit = self.time_limit if self.time_limit is not None else \
             last + (self.max_wait_s or 0.0) + self.drain_time
         self.steps = self.num_decisions = self.completed = self.agent_dropped = self.timeouts = 0
+        self.stage_fallbacks = 0
         self.terminated = self.truncated = False
         self._tick_due = False
         self._n_drops = self._outcomes = 0
@@ -338,7 +353,12 @@ class RoutingEnv(gym.Env):
         limit = self.limit
         self._outcomes = 0
         self.pending = None
+        self.pending_stage = "prefill"
         while True:
+            t_pd = pd_stage.next_decode(self) if c.transfers is not None else None
+            if t_pd is not None:  # a prefilled request waits for the agent's decode choice (envs/pd_stage.py)
+                self.pending, self.pending_stage = t_pd.r, "decode"
+                return
             if tick_mode:
                 if self._tick_due:
                     self._tick_due = False
@@ -396,7 +416,8 @@ class RoutingEnv(gym.Env):
         if req.predicted_output is None:
             lens, _ = self.predictions(req)
             req.predicted_output = float(lens[0])
-        d = router.route(req, self.cluster.view)
+        view = self.cluster.view
+        d = router.route_decode(req, view) if self.pending_stage == "decode" else router.route(req, view)
         if d == WAIT:
             return self.wait_action
         if d == DROP:
@@ -437,6 +458,9 @@ class RoutingEnv(gym.Env):
     def _take(self, req: Request, d: int) -> None:
         """Carry out the agent's decision ``d`` for the pending request."""
         c = self.cluster
+        if self.pending_stage == "decode":
+            pd_stage.take_decode(self, d)
+            return
         if self.decision == "tick":
             if d != WAIT:
                 c.central.popleft()
@@ -532,6 +556,7 @@ class RoutingEnv(gym.Env):
         req = self.pending
         fill_mask(self._mask, self.actions, None if req is None else req.prompt_tokens,
                   lambda: self.state().instances)
+        pd_stage.stage_mask(self, self._mask)
         return self._mask.copy()
 
     def _info(self, comps: dict[str, float], dt: float, final: bool) -> dict[str, Any]:

@@ -56,6 +56,11 @@ class EnvOptions(Schema):
     metrics_interval: PosFloat = 1.0
     on_unservable: Literal["error", "drop"] = "drop"
     colocation_interference: NonNegFloat = 1.0
+    # disaggregated clusters (llmsim.disagg, envs/pd_stage.py): which routing stage the agent drives
+    stage: Literal["prefill", "decode", "both"] = "prefill"
+    first_stage: str = "least_kv"  # the heuristic for new requests with stage="decode"
+    kv_link: Literal["nvlink", "infiniband", "pcie", "ethernet"] = "infiniband"
+    kv_transfer: Literal["overlap", "blocking"] = "overlap"
 
 
 class EnvContext(Protocol):
