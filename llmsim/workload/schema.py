@@ -490,28 +490,26 @@ def _check_arrival(arrival: dict[str, Any], rate: float | None, where: str) -> N
 
 def _check_shared_prefix(src: SharedPrefixSource, where: str) -> None:
     _check_arrival(src.arrival, src.rate, where)
-    if src.lengths is not None:
-        if src.user is not None or src.output is not None:
-            raise ConfigError(f"{where}: give either 'lengths' or 'user' + 'output', not both")
-        parse_pair(src.lengths, f"{where}.lengths")
-    elif src.user is None or src.output is None:
-        raise ConfigError(f"{where}: expected 'lengths' or both 'user' (message) and 'output' length models")
-    else:
-        parse_length(src.user, f"{where}.user")
-        parse_length(src.output, f"{where}.output")
+    _check_lengths(src, "user", where)
     parse_length(src.turns, f"{where}.turns")
 
 
 def _check_synthetic(src: SyntheticSource, where: str) -> None:
     _check_arrival(src.arrival, src.rate, where)
+    _check_lengths(src, "prompt", where)
+
+
+def _check_lengths(src: Any, first: str, where: str) -> None:
+    """``lengths`` (a pair model) or both ``<first>`` and ``output`` (one length model each), not both ways."""
+    head = getattr(src, first)
     if src.lengths is not None:
-        if src.prompt is not None or src.output is not None:
-            raise ConfigError(f"{where}: give either 'lengths' or 'prompt' + 'output', not both")
+        if head is not None or src.output is not None:
+            raise ConfigError(f"{where}: give either 'lengths' or '{first}' + 'output', not both")
         parse_pair(src.lengths, f"{where}.lengths")
-    elif src.prompt is None or src.output is None:
-        raise ConfigError(f"{where}: expected 'lengths' or both 'prompt' and 'output' length models")
+    elif head is None or src.output is None:
+        raise ConfigError(f"{where}: expected 'lengths' or both '{first}' and 'output' length models")
     else:
-        parse_length(src.prompt, f"{where}.prompt")
+        parse_length(head, f"{where}.{first}")
         parse_length(src.output, f"{where}.output")
 
 
