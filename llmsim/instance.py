@@ -136,7 +136,7 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixe
             self._check_prompt(r)
         limit = self.max_model_len - p
         target = r.output_tokens if r.outputs_by_model is None else r.output_for(self.profile.model.name)
-        cap = r.max_tokens
+        cap = r.max_tokens if r.token_cap is None else r.output_cap()  # (a router's cap for this run: token_cap)
         if cap is not None and target > cap:
             target = cap  # finishes by length, as vLLM does at max_tokens (not a truncation by the context)
         if target > limit:

@@ -46,6 +46,7 @@ class Request:
         "cached_tokens",
         "prefix_state",  # the engine's [block_size, block keys, keys held, blocks registered] (llmsim.prefix_cache)
         # lifecycle, written by the cluster and the engine
+        "token_cap",  # an output cap a router imposed for this run (RouteBalance's budget clamp); None: none
         "routed_time",
         "instance",
         "first_scheduled",
@@ -103,6 +104,7 @@ class Request:
 
     def reset_lifecycle(self) -> None:
         """Forget any earlier simulation of this request (everything the cluster and engine write)."""
+        self.token_cap: int | None = None
         self.routed_time = NOT_SET
         self.instance = -1
         self.first_scheduled = NOT_SET
@@ -131,6 +133,13 @@ class Request:
             if n is not None:
                 return n
         return self.output_tokens
+
+    def output_cap(self) -> int | None:
+        """The output cap in force: the client's ``max_tokens`` or a router's tighter ``token_cap`` (None: none)."""
+        m, t = self.max_tokens, self.token_cap
+        if t is not None and (m is None or t < m):
+            return t
+        return m
 
     def __repr__(self) -> str:
         return (
