@@ -43,6 +43,13 @@ BR_T = (0.0, 0.3, 0.5, 0.6, 0.7, 0.8)
 AP_PW = (0.25, 0.39, 0.53, 0.70, 0.80)
 ARMS = ("arm1", "arm2", "arm3", "arm4", "arm1_profile", "arm1_mm", "arm2_mm", "arm1_knn", "arm2_knn", "arm3_knn",
         "arm4_knn", "arm1_xgb")
+# the budget study (spec 6.11): % of prompts with a budget (nested: 30 of the 45, 45 of the 75), lambda 16
+BUDGET_MIXES, BUDGET_RATE, BUDGET_FLOOR_TOKENS = (75, 45, 30), 16.0, 128
+# the batching ablation (spec 6.12): arms of panel (a) and the fixed batch sizes of panel (b)
+BATCH_ARMS: dict[str, dict[str, Any]] = {"default": {}, "lptoff": {"lpt": False},
+                                         "adaptoff": {"batching": "fixed", "max_batch_size": 32}}
+BATCH_SIZES = (1, 4, 16, 32)
+SECTIONS = ("main", "budget", "batching")
 TELEMETRY = "llmsim.routebalance_telemetry"  # the XGBoost TPOT head's training telemetry (issue 16, in progress)
 
 
@@ -63,6 +70,15 @@ class Size:
     extra_seeds: tuple[int, ...]      # repeat the headline cells (uniform, quality, BR t=0.5) on these seeds
     nonstat: bool = True
     arms: tuple[str, ...] = ARMS
+    budget_weights: tuple[str, ...] = ("uniform", "quality")  # budget study (kNN RouteBalance)
+    budget_mixes: tuple[int, ...] = BUDGET_MIXES
+    batch_rates: tuple[float, ...] = (8.0, 16.0, 24.0)        # batching ablation panel (b)
+    batch_sizes: tuple[int, ...] = BATCH_SIZES
+    batch_arm_rates: tuple[float, ...] = ()                   # panel (a); () = ``rates``
+
+    @property
+    def arm_rates(self) -> tuple[float, ...]:
+        return tuple(sorted(self.batch_arm_rates or self.rates))
 
 
 def _w(t: tuple[float, ...]) -> str:
@@ -79,7 +95,9 @@ SIZES = {
                   (12.0, 30.0), ()),
     "test": Size(120, (12.0, 30.0), (5,), ("cost", "uniform", "quality"), ("quality",), ("quality",), (0.0, 0.5),
                  (0.53,),
-                 ("sq",), (12.0,), (), nonstat=False, arms=("arm1", "arm2", "arm3", "arm4", "arm1_knn")),
+                 ("sq",), (12.0,), (), nonstat=False, arms=("arm1", "arm2", "arm3", "arm4", "arm1_knn"),
+                 budget_weights=("uniform",), budget_mixes=(75,), batch_rates=(16.0,), batch_sizes=(1,),
+                 batch_arm_rates=(12.0,)),
 }
 
 
@@ -128,6 +146,12 @@ def policy(label: str) -> tuple[str, dict[str, Any], float | None]:
         return _rb(weights_of(rest), estimator="knn")
     if kind == "rbn":
         return _rb(weights_of(rest), estimator="noisy", estimator_kwargs=dict(NOISY))
+    if kind == "rbb":  # rbb:<weights>:<mix %>:<f|n>: kNN RouteBalance, budgets on mix % of prompts, filter on/off
+        w, _, flt = rest.split(":")
+        return _rb(weights_of(w), estimator="knn", budget_filter=flt == "f")
+    if kind == "bat":  # bat:<default|lptoff|adaptoff|bs<k>>: kNN RouteBalance, uniform weights
+        kw = dict(BATCH_ARMS[rest]) if rest in BATCH_ARMS else {"batching": "fixed", "max_batch_size": int(rest[2:])}
+        return _rb(PRESETS["uniform"], estimator="knn", **kw)
     if kind in ARM_KW:
         kw = dict(ARM_KW[kind])
         w = kw.pop("weights", PRESETS["uniform"])
@@ -164,25 +188,15 @@ def telemetry_sample() -> list:
     return _TABLE["tel"]
 
 
-class BatchedKnn:
-    """The registered ``knn`` estimator (trained once per process on :func:`train_sample`, k = 10), queried with
-    one batched neighbour search over the whole workload up front, as the paper's batched KNN does; the
-    predictions are the estimator's own (features: task and prompt length only, never the request's labels)."""
+def knn_estimator() -> Any:
+    """The registered ``knn`` estimator (k = 10) trained on :func:`train_sample`, once per process. RouteBalance
+    calls its ``predict_batch`` once per batch window (one neighbour search, as the paper's batched KNN); the
+    features are task, prompt length and the prompt embedding, never the request's labels."""
+    if "knn" not in _TABLE:
+        from llmsim.policies.routebalance import make_estimator
 
-    def __init__(self, reqs: list) -> None:
-        if "knn" not in _TABLE:
-            from llmsim.policies.routebalance import make_estimator
-
-            _TABLE["knn"] = make_estimator("knn", 0, {"train": train_sample(), "k": 10})
-        self.est = _TABLE["knn"]
-        q, ln = self.est.predict_all(reqs)
-        self.rows = {r.id: (q[k], ln[k]) for k, r in enumerate(reqs)}
-
-    def predict(self, request: Any, models: Any) -> tuple[list[float], list[float]]:
-        hit = self.rows.get(request.id)
-        if hit is None:
-            return self.est.predict(request, models)
-        return [float(hit[0][self.est.col[m]]) for m in models], [float(hit[1][self.est.col[m]]) for m in models]
+        _TABLE["knn"] = make_estimator("knn", 0, {"train": train_sample(), "k": 10})
+    return _TABLE["knn"]
 
 
 def train_sample() -> list:
@@ -222,11 +236,58 @@ def workload(rate: float, n: int, seed: int, process: str = "poisson") -> list:
     raise ValueError(f"unknown arrival process {process!r}")
 
 
+def assign_budgets(reqs: list, mix_pct: int, seed: int) -> None:
+    """Give ``mix_pct`` % of ``reqs`` a cost budget (``extra.cost_budget``, USD) ~ Uniform[l_in c_in(3B) + 128
+    c_out(3B), l_in c_in(72B) + 128 c_out(72B)] (spec 6.11, build_budget_dataset.py; l_in = the prompt's
+    tokens). Nested: one seeded order and one draw per request, so a smaller mix is a subset of a larger one."""
+    rng = np.random.default_rng([seed, 3])
+    order = rng.permutation(len(reqs))
+    u = rng.random(len(reqs))
+    (i3, o3), (i72, o72) = PRICES["qwen2.5-3b"], PRICES["qwen2.5-72b"]
+    for k in order[: round(len(reqs) * mix_pct / 100)].tolist():
+        r = reqs[k]
+        lo = (r.prompt_tokens * i3 + BUDGET_FLOOR_TOKENS * o3) / 1e6
+        hi = (r.prompt_tokens * i72 + BUDGET_FLOOR_TOKENS * o72) / 1e6
+        r.extra = {**(r.extra or {}), "cost_budget": lo + float(u[k]) * (hi - lo)}
+
+
+def budget_metrics(reqs: list, insts: list, df: Any, stats: dict[str, float]) -> dict[str, float]:
+    """The budget study's per-cell figures over the budgeted requests that completed: shares clamped (max_tokens
+    lowered below 1024), cut (the served model's answer was longer than the clamp, so generation stopped at
+    the budget), exhausted (cut, or the budget did not pay for the prompt and one output token: spec 2.6),
+    filtered (the admission filter removed some candidate) and fallback (no candidate fitted); their mean
+    quality and cost; and ``quality_cut0``, the mean quality of all completed requests if a cut answer scored 0
+    (the other bound of served-text quality; the label quality scores it as if complete)."""
+    from envs.routebalance_tasks import MAX_TOKENS, request_cost
+
+    by_id = {r.id: r for r in reqs}
+    rows = [(by_id[int(i)], insts[int(k)].model) for i, k in zip(df["id"], df["instance"])]
+    rows = [(r, m) for r, m in rows if (r.extra or {}).get("cost_budget") is not None]
+    n = max(len(rows), 1)
+    cap = [r.output_cap() or MAX_TOKENS for r, _ in rows]
+    cut = [r.output_for(m) > c for (r, m), c in zip(rows, cap)]
+    nocover = [(r.prompt_tokens * PRICES[m][0] + PRICES[m][1]) / 1e6 > r.extra["cost_budget"] for r, m in rows]
+    lost = sum(r.quality_by_model[m] for (r, m), c in zip(rows, cut) if c)  # what cut answers would score if 0
+    b = max(stats.get("budgeted", 0), 1)
+    return {"budgeted": len(rows), "clamped_share": sum(c < MAX_TOKENS for c in cap) / n,
+            "cut_share": sum(cut) / n, "exhausted_share": sum(x or y for x, y in zip(cut, nocover)) / n,
+            "filtered_share": stats.get("filtered", 0) / b, "fallback_share": stats.get("budget_fallbacks", 0) / b,
+            "budget_quality": float(np.mean([r.quality_by_model[m] for r, m in rows])) if rows else float("nan"),
+            "budget_cost": float(np.mean([request_cost(r, m) for r, m in rows])) if rows else float("nan"),
+            "quality_cut0": float(np.mean([r.quality_by_model[m] for r, m in
+                                           ((by_id[int(i)], insts[int(k)].model) for i, k in zip(df["id"],
+                                                                                                df["instance"]))])
+                                  - lost / max(len(df), 1)),
+            "over_budget": sum(request_cost(r, m) > r.extra["cost_budget"] + 1e-12 and not x
+                               for (r, m), x in zip(rows, nocover))}
+
+
 def best_model_accuracy(reqs: list, estimator: Any) -> float:
     """Share of requests where the estimator's argmax quality is the true best model (spec 5.4)."""
+    from llmsim.policies.routebalance import predict_batch
+
     ok = 0
-    for r in reqs:
-        q, _ = estimator.predict(r, list(MODELS))
+    for r, (q, _) in zip(reqs, predict_batch(estimator, reqs, [list(MODELS)] * len(reqs))):
         if q is None:
             return float("nan")
         ok += int(np.argmax(q) == np.argmax([r.quality_by_model[m] for m in MODELS]))
@@ -314,14 +375,62 @@ def _other_tables(R: Any, sz: Size) -> list[str]:
     return lines
 
 
-def markdown(report: dict[str, Any], R: Any, sz: Size) -> str:
+def _budget_tables(R: Any, sz: Size) -> list[str]:
+    head = ["weights", "budgeted %", "filter", "quality (all)", "quality, cut = 0", "cost (1e-6 USD, all)",
+            "mean E2E s",
+            "budgeted: quality", "budgeted: cost", "clamped %", "cut %", "exhausted %", "filtered %", "fallback %"]
+    rows = []
+    for w in sz.budget_weights:
+        for mix in (0, *sz.budget_mixes):
+            for flt in (("f", "n") if mix else ("f",)):
+                c = R.get(f"rbb:{w}:{mix}:{flt}", BUDGET_RATE, exp="budget")
+                if "error" in c:
+                    rows.append([w, str(mix), flt, "missing: " + str(c["error"])[:60]] + [""] * 10)
+                    continue
+                pct = [f"{100 * c.get(k, float('nan')):.1f}" for k in ("clamped_share", "cut_share", "exhausted_share",
+                                                                       "filtered_share", "fallback_share")]
+                rows.append([w, str(mix), "on" if flt == "f" else "off", f"{c['quality']:.4f}",
+                             f"{c.get('quality_cut0', float('nan')):.4f}",
+                             f"{1e6 * c['cost']:.2f}", f"{c['e2e']:.2f}",
+                             f"{c.get('budget_quality', float('nan')):.4f}",
+                             f"{1e6 * c.get('budget_cost', float('nan')):.2f}", *pct])
+    return _table(f"Budget study (kNN RouteBalance, lambda {BUDGET_RATE:g}; spec 6.11 / Table 8)", head, rows)
+
+
+def _batching_tables(R: Any, sz: Size) -> list[str]:
+    cols = (("e2e", "{:.2f}", 1), ("p99", "{:.1f}", 1), ("router_wait", "{:.0f}", 1000), ("decision_ms", "{:.2f}", 1),
+            ("per_window", "{:.1f}", 1), ("quality", "{:.3f}", 1))
+    head = ["mean E2E s", "p99 s", "batch wait ms", "decision ms/req", "req/window", "quality"]
+
+    def fmt(c: dict[str, Any]) -> list[str]:
+        if "error" in c:
+            return ["missing: " + str(c["error"])[:60]] + [""] * (len(cols) - 1)
+        return [f.format(c.get(k, float("nan")) * s) for k, f, s in cols]
+
+    rows = [[arm, f"{r:g}", *fmt(R.get(f"bat:{arm}", r, exp="batching"))]
+            for arm in BATCH_ARMS for r in sz.arm_rates]
+    out = _table("Batching ablation (a): default vs LPT-off vs adaptive-off (kNN RouteBalance, uniform)",
+                 ["arm", "lambda", *head], rows)
+    rows = [[f"bs={b}" if b else "adaptive", f"{r:g}",
+             *fmt(R.get(f"bat:bs{b}" if b else "bat:default", r, exp="batching"))]
+            for r in sz.batch_rates for b in (0, *sz.batch_sizes)]
+    return out + _table("Batching ablation (b): fixed batch size vs adaptive", ["batch", "lambda", *head], rows)
+
+
+def markdown(report: dict[str, Any], R: Any, sz: Size, sections: tuple[str, ...] = SECTIONS) -> str:
     lines = [f"# spec 004 (RouteBalance) reproduction ({report['size_name']})", "",
-             f"N = {sz.requests} per cell, seed {sz.seeds[0]}, rates {list(sz.rates)}; learned predictors: "
-             f"{report['predictors']}; wall time {report['wall_s']:.0f} s.", "", "## Claims", "",
+             f"N = {sz.requests} per cell, seed {sz.seeds[0]}, rates {list(sz.rates)}; sections {list(sections)}; "
+             f"learned predictors: {report['predictors']}; wall time {report['wall_s']:.0f} s.", "", "## Claims", "",
              *claims_table(report["claims"], with_paper=False)]
     lines += ["", "Cells: quality = mean ground-truth quality of the served model; cost = USD per request x 1e6; "
               "mix = share of completed requests per tier.", ""]
-    return "\n".join(lines + _rate_tables(R, sz) + _other_tables(R, sz))
+    if "main" in sections:
+        lines += _rate_tables(R, sz) + _other_tables(R, sz)
+    if "budget" in sections:
+        lines += _budget_tables(R, sz)
+    if "batching" in sections:
+        lines += _batching_tables(R, sz)
+    return "\n".join(lines)
 
 
 def plot(R: Any, sz: Size, path: Any) -> None:

@@ -83,6 +83,19 @@ ORACLE_QUALITY = 0.582  # spec 6.15: per-prompt argmax of judge scores
 QUALITY_SD = 0.30
 QUALITY_RHO = 0.709
 QUALITY_PRECLIP = {"qwen2.5-3b": 0.3262, "qwen2.5-7b": 0.3565, "qwen2.5-14b": 0.3862, "qwen2.5-72b": 0.3998}
+# Topics (issue 16): the paper's kNN beats chance (34.8 % vs 25 % best-model accuracy, spec 2.8) because similar
+# prompts favour the same model. Each dataset has TOPICS_PER_DATASET topics; a topic shifts the model-specific
+# part of the quality: z_m = a * s[topic, m] + sqrt(1 - a^2) * e_m with s, e ~ N(0, 1), so z_m stays N(0, 1) and the
+# per-tier means and the oracle keep their calibration (a = TOPIC_SIGNAL). A request carries a prompt embedding
+# extra["embedding"] = centroid[topic] + EMBED_NOISE * N(0, I) (EMBED_DIM dims), the stand-in for MiniLM. Topic
+# shifts and centroids are properties of the datasets (drawn from TOPIC_SEED, the same for every workload seed:
+# a train split and a test split share them). TOPIC_SIGNAL and EMBED_NOISE are ASSUMED, chosen so that the kNN
+# estimator (k = 10, 14,919 training requests) picks the best model on ~34 % of requests (docs/routebalance_testbed.md).
+TOPICS_PER_DATASET = 8
+EMBED_DIM = 8
+TOPIC_SEED = 16
+TOPIC_SIGNAL = 0.3
+EMBED_NOISE = 0.7
 
 # ------------------------------------------------------------------------------------------------ tasks
 # (name, test-set count [spec 4.2 table], mean prompt tokens, prompt sigma, mean output tokens, output sigma).
@@ -186,7 +199,8 @@ def arrivals(rng: np.random.Generator, n: int, rate: float = 12.0, process: str 
 # ------------------------------------------------------------------------------------------------ builders
 def routebalance_workload(rate: float = 12.0, n: int = NUM_REQUESTS, seed: int = SEED, process: str = "poisson",
                           burstiness: float = 0.3, square: tuple[float, float] = (6.0, 30.0), start: str = "hi",
-                          models: Sequence[str] = MODELS, exact_means: bool = True) -> list[Request]:
+                          models: Sequence[str] = MODELS, exact_means: bool = True,
+                          topic_signal: float = TOPIC_SIGNAL) -> list[Request]:
     """``n`` requests (ids 0..n-1 in arrival order) with per-model output lengths (<= 1024) and qualities.
 
     Datasets get exactly their test-set share of ``n`` (``dataset_counts``) in a seeded random order; the same
@@ -194,7 +208,10 @@ def routebalance_workload(rate: float = 12.0, n: int = NUM_REQUESTS, seed: int =
     times differ), as replaying one test set at several rates does. ``exact_means`` (default): scale each
     model's qualities of this realisation by one factor (q -> min(1, s_m * q), zeros stay zeros) so that
     serving every request on model m scores exactly TIER_QUALITY[m] (the paper's always-3B 0.346 and
-    always-14B 0.398 are properties of its fixed test set; without it a realisation is off by up to ~0.01)."""
+    always-14B 0.398 are properties of its fixed test set; without it a realisation is off by up to ~0.01).
+    Every request carries ``max_tokens`` = 1024 (spec 4.2) and a topic embedding (``extra["embedding"]``); with
+    ``topic_signal`` > 0 its topic shifts the per-model qualities (see TOPIC_SIGNAL); ``topic_signal=0`` gives
+    the pre-topic qualities of :class:`envs.tasks.TaskSpec` (the workload of the first full results)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"n: expected a positive integer, got {n!r}")
     models = list(models)
@@ -215,11 +232,46 @@ def routebalance_workload(rate: float = 12.0, n: int = NUM_REQUESTS, seed: int =
         for slot, r in zip(slots.tolist(), mix.sample(rng_tasks, times[slots])):
             out[slot] = Request(slot, r.arrival, r.prompt_tokens, r.output_tokens, task=r.task,
                                 outputs_by_model=r.outputs_by_model, quality_by_model=r.quality_by_model,
-                                extra={"dataset": r.task, "max_tokens": MAX_TOKENS})
+                                extra={"dataset": r.task}, max_tokens=MAX_TOKENS)
     reqs = [r for r in out if r is not None]
+    _add_topics(reqs, np.random.default_rng([seed, 2]), models, topic_signal)
     if exact_means:
         _match_means(reqs, models)
     return reqs
+
+
+def topic_table() -> tuple[np.ndarray, np.ndarray]:
+    """(shifts [dataset, topic, model of MODELS], centroids [dataset, topic, EMBED_DIM]), from TOPIC_SEED."""
+    rng = np.random.default_rng(TOPIC_SEED)
+    shape = (len(DATASETS), TOPICS_PER_DATASET)
+    return rng.standard_normal((*shape, len(MODELS))), rng.standard_normal((*shape, EMBED_DIM))
+
+
+def _add_topics(reqs: list[Request], rng: np.random.Generator, models: Sequence[str], signal: float) -> None:
+    """Give each request a topic of its dataset and its embedding; with ``signal`` > 0 redraw its qualities
+    from the topic model (TOPIC_SIGNAL), keeping the TaskSpec marginals (same pre-clip means, sd and rho)."""
+    if not (0.0 <= signal <= 1.0):
+        raise ConfigError(f"topic_signal: expected a number in [0, 1], got {signal!r}")
+    shifts, centroids = topic_table()
+    ds = {d[0]: k for k, d in enumerate(DATASETS)}
+    n, nm = len(reqs), len(models)
+    if not n:
+        return
+    topic = rng.integers(0, TOPICS_PER_DATASET, size=n)
+    noise = rng.standard_normal((n, EMBED_DIM))
+    z, e = rng.standard_normal(n), rng.standard_normal((n, nm))
+    d = np.array([ds[str(r.task)] for r in reqs], dtype=np.int64)
+    emb = np.round(centroids[d, topic] + EMBED_NOISE * noise, 4).tolist()
+    for k, r in enumerate(reqs):
+        r.extra = {**(r.extra or {}), "topic": int(topic[k]), "embedding": tuple(emb[k])}
+    if signal > 0:
+        cols = [MODELS.index(m) for m in models]
+        zm = signal * shifts[d, topic][:, cols] + math.sqrt(1.0 - signal * signal) * e
+        mu = np.array([QUALITY_PRECLIP[m] for m in models])
+        bq = math.sqrt(1.0 - QUALITY_RHO * QUALITY_RHO)
+        q = np.clip(mu + QUALITY_SD * (QUALITY_RHO * z[:, None] + bq * zm), 0.0, 1.0).tolist()
+        for r, row in zip(reqs, q):
+            r.quality_by_model = dict(zip(models, row))
 
 
 def _match_means(reqs: list[Request], models: Sequence[str]) -> None:
@@ -256,9 +308,14 @@ def num_gpus(instances: Sequence[InstanceConfig]) -> int:
 
 
 def request_cost(r: Request, model: str, prices: dict[str, tuple[float, float]] = PRICES) -> float:
-    """Realised cost in USD of serving ``r`` on ``model`` (spec 3.2, per-token prices, in and out priced apart)."""
+    """Realised cost in USD of serving ``r`` on ``model`` (spec 3.2, per-token prices, in and out priced apart); the
+    output stops at ``r.output_cap()`` (max_tokens, or a router's budget clamp), as the engine's does."""
     p_in, p_out = prices[model]
-    return (r.prompt_tokens * p_in + r.output_for(model) * p_out) / 1e6
+    out = r.output_for(model)
+    cap = r.output_cap()
+    if cap is not None:
+        out = min(out, cap)
+    return (r.prompt_tokens * p_in + out * p_out) / 1e6
 
 
 def workload_summary(reqs: Sequence[Request], models: Sequence[str] = MODELS) -> dict[str, object]:

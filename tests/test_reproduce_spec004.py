@@ -14,6 +14,7 @@ from agents import reproduce
 from agents import reproduce_spec004 as R
 from agents import spec004_setups as S
 from agents.reproduce import KEYS, VERDICTS
+from llmsim.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -110,3 +111,24 @@ def test_bad_size_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="LLMSIM_SPEC004_SIZE"):
         R.run(False, tmp_path, 1, False, size="huge")
+
+
+def test_budget_and_batching_sections_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LLMSIM_SPEC004_SECTIONS selects the budget study and the batching ablation without the main grid;
+    LLMSIM_REPRODUCE_SIZE=tiny means the test size."""
+    monkeypatch.setenv("LLMSIM_REPRODUCE_SIZE", "tiny")
+    monkeypatch.setenv(R.SECTIONS_ENV, "budget,batching")
+    rows = R.run(False, tmp_path, 1, False)
+    report = json.loads((tmp_path / "results.json").read_text())
+    assert report["size_name"] == "test" and report["sections"] == ["budget", "batching"]
+    assert {r["exp"] for r in report["runs"]} == {"budget", "batching"} and not (tmp_path / "spec004.png").exists()
+    assert rows and all(r["verdict"] in VERDICTS for r in rows)
+    claims = " ".join(r["claim"] for r in rows)
+    assert "admission filter" in claims and "LPT-off" in claims and "decision compute" in claims
+    runs = {r["label"]: r for r in report["runs"] if r["exp"] == "budget"}
+    assert runs["rbb:uniform:0:f"]["budgeted"] == 0 and runs["rbb:uniform:75:f"]["budgeted"] > 0
+    assert runs["rbb:uniform:75:f"]["over_budget"] == 0 and 0 < runs["rbb:uniform:75:n"]["clamped_share"] <= 1
+    md = (tmp_path / "results.md").read_text()
+    assert "Budget study" in md and "Batching ablation (b)" in md and "Frontier" not in md
+    with pytest.raises(ConfigError, match="LLMSIM_SPEC004_SECTIONS"):
+        R.sections_of("budget,nope")

@@ -53,9 +53,10 @@ def skewed(n: int, seed: int) -> list:
 
 @pytest.fixture(scope="module")
 def telemetry() -> tuple[pd.DataFrame, pd.DataFrame]:
-    tr = pd.concat([collect_telemetry(four_instances(), routebalance_workload(rate, n=300, seed=s), run=rate)
-                    for s, rate in ((1, 2.0), (2, 5.0))], ignore_index=True)
-    te = collect_telemetry(four_instances(), routebalance_workload(4.0, n=300, seed=9), run=4.0)
+    # topic_signal=0: the pre-topic qualities, under which these 300-request runs put some traffic on every tier
+    tr = pd.concat([collect_telemetry(four_instances(), routebalance_workload(rate, n=300, seed=s, topic_signal=0.0),
+                                      run=rate) for s, rate in ((1, 2.0), (2, 5.0))], ignore_index=True)
+    te = collect_telemetry(four_instances(), routebalance_workload(4.0, n=300, seed=9, topic_signal=0.0), run=4.0)
     return tr, te
 
 
@@ -70,7 +71,8 @@ def test_knn_beats_the_constant_predictor_where_features_carry_signal() -> None:
 
 
 def test_knn_on_the_routebalance_task_model_learns_lengths_only() -> None:
-    """The task model's qualities do not depend on task or prompt length: only lengths are learnable."""
+    """Lengths are learnable from task and prompt length; quality only through the topic embedding, which a
+    400-request sample barely covers (accuracy near chance; the 14,919-request case is in test_routebalance_clamp)."""
     est = KnnEstimator(train=TRAIN, k=50, weights="uniform")
     test = routebalance_workload(12.0, n=400, seed=7)
     acc = estimator_accuracy(est, test, train=routebalance_workload(12.0, n=400, seed=101))

@@ -17,6 +17,7 @@ the form ``env:NAME`` are read from the environment variable ``NAME`` (keys stay
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -124,9 +125,33 @@ def parse_config(data: Any, where: str = "router config") -> RouterConfig:
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
         raise ConfigError(f"{where}: {loc}: {err['msg']}{more}") from None
+    check_static_tpot(cfg.policy, [b.policy_model or b.model for b in cfg.backends], where)
     backends = [b.model_copy(update={"api_key": _secret(b.api_key, f"{where}: backends.{i}.api_key")})
                 for i, b in enumerate(cfg.backends)]
     return cfg.model_copy(update={"backends": backends, "api_key": _secret(cfg.api_key, f"{where}: api_key")})
+
+
+def check_static_tpot(policy: PolicyConfig, models: list[str | None], where: str = "router config") -> None:
+    """RouteBalance behind the live router needs ``policy.kwargs.static_tpot_ms``: a finite decode time per token
+    (ms, > 0) for every backend's model. The router knows no backend's GPU, so it cannot fall back to a profile,
+    and an idle backend has no step time yet. Models not yet known (read from /v1/models at start) are None
+    here (or ""); the gateway checks them again after discovery (``Decider.check_backends``)."""
+    if policy.heuristic != "routebalance":
+        return
+    key = f"{where}: policy.kwargs.static_tpot_ms"
+    table = policy.kwargs.get("static_tpot_ms")
+    if table is None:
+        raise ConfigError(f"{key}: missing; policy routebalance needs the decode time per token (ms, > 0) of every "
+                          "backend model, e.g. static_tpot_ms: {llama-3.1-8b: 8.0}")
+    if not isinstance(table, dict) or not table:
+        raise ConfigError(f"{key}: expected a mapping of model name to ms per token (> 0), got {table!r}")
+    for k, v in table.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ConfigError(f"{key}.{k}: expected a finite number of ms per token > 0, got {v!r}")
+    missing = sorted({m for m in models if m and m not in table})
+    if missing:
+        raise ConfigError(f"{key}: no entry for backend model(s) {missing}; add them (ms per token > 0); it has "
+                          f"{sorted(table)}")
 
 
 def load_config(path: str | Path, port: int | None = None) -> RouterConfig:

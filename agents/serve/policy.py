@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from agents.serve.config import PolicyConfig
+from agents.serve.config import PolicyConfig, check_static_tpot
 from llmsim.policies import make_router
 from llmsim.request import Request
 from llmsim.state import ClusterState
@@ -25,7 +25,9 @@ class Decider:
             self.label = f"onnx:{cfg.onnx}"
 
     def check_backends(self, models: list[str]) -> None:
-        """An exported policy refuses backends that are not the ones it was trained for (ConfigError)."""
+        """An exported policy refuses backends that are not the ones it was trained for, RouteBalance backends whose
+        model has no ``static_tpot_ms`` entry (ConfigError)."""
+        check_static_tpot(self.cfg, list(models))
         check = getattr(self.router, "check_backends", None)
         if check is not None:
             check(models)

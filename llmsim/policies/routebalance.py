@@ -69,6 +69,19 @@ class Estimator(Protocol):
         ...
 
 
+Prediction = tuple[Sequence[float] | None, Sequence[float]]
+
+
+def predict_batch(est: Any, requests: Sequence[Request], models: Sequence[Sequence[str]]) -> list[Prediction]:
+    """Every request's prediction for its candidate models (``models[k]`` for ``requests[k]``): one call of the
+    estimator's own ``predict_batch`` when it has one (the kNN estimator: one neighbour search per batch window,
+    spec 2.8), else ``predict`` per request."""
+    batch = getattr(est, "predict_batch", None)
+    if batch is not None:
+        return list(batch(requests, models))
+    return [est.predict(r, m) for r, m in zip(requests, models)]
+
+
 class OracleEstimator:
     """The ablation arm: the request's hidden per-model ground truth (``quality_by_model``, ``outputs_by_model``).
 
@@ -196,8 +209,9 @@ class Assignment:
     instance: int
     length: float  # predicted output tokens on the chosen model (attached as Request.predicted_output)
     prompt: int
-    max_tokens: int  # after the budget clamp (spec 2.6; recorded, see docs)
+    max_tokens: int  # after the budget clamp (spec 2.6)
     score: float
+    clamp: bool = False  # a budget applied: the engine gets max_tokens as the request's cap at dispatch
 
 
 @dataclass(slots=True)
@@ -217,7 +231,7 @@ class Candidate:
 class RouteBalanceRouter(Router):
     """RouteBalance (shared/specs/004): batched, LPT-ordered greedy assignment maximising Eq. 1 on dead-reckoned
     instance state. Options (``policy.kwargs``; docs/routebalance.md): ``weights``, ``prices``, ``estimator``,
-    ``estimator_kwargs``, ``quality_norm``, ``norm``, ``cost_budget``, ``max_tokens``, ``batching``,
+    ``estimator_kwargs``, ``quality_norm``, ``norm``, ``cost_budget``, ``budget_filter``, ``max_tokens``, ``batching``,
     ``max_batch_size``, ``batch_timeout_ms``, ``lpt``, ``telemetry_period_s``, ``latency``, ``static_tpot_ms``,
     ``tpot_prior``, ``tiebreak``, ``reckon_tokens``."""
 
@@ -229,7 +243,7 @@ class RouteBalanceRouter(Router):
                  max_batch_size: int = 8, batch_timeout_ms: float = 100.0, lpt: bool = True,
                  telemetry_period_s: float = 0.0, latency: str = "telemetry", static_tpot_ms: Any = None,
                  tpot_prior: str = "table", tiebreak: str = "queue", reckon_tokens: str = "chosen",
-                 tpot_kwargs: Any = None, **kw: Any) -> None:
+                 tpot_kwargs: Any = None, budget_filter: bool = True, **kw: Any) -> None:
         super().__init__(seed, **kw)
         self.weights = parse_weights(weights)
         self.prices = parse_prices(prices)
@@ -237,6 +251,7 @@ class RouteBalanceRouter(Router):
         self.quality_norm = _choice("quality_norm", quality_norm, ("raw", "minmax"))
         self.norm = _choice("norm", norm, ("max", "minmax"))
         self.cost_budget = None if cost_budget is None else _num("cost_budget", cost_budget)
+        self.budget_filter = _flag("budget_filter", budget_filter)  # False: the dispatch clamp only (spec 6.11 arm)
         self.max_tokens = int(_num("max_tokens", max_tokens, integer=True))
         self.batching = _choice("batching", batching, ("adaptive", "fixed", "off"))
         self.init_batch = (int(_num("max_batch_size", max_batch_size, integer=True)),
@@ -270,7 +285,8 @@ class RouteBalanceRouter(Router):
         self.budget_log: dict[int, tuple[int, bool]] = {}  # request id -> (clamped max_tokens, exhausted)
         self.stats: dict[str, float] = {
             "batches": 0, "decisions": 0, "decide_s": 0.0, "route_s": 0.0, "refreshes": 0, "idle_closes": 0,
-            "no_quality": 0, "budgeted": 0, "budget_fallbacks": 0, "clamped": 0, "exhausted": 0, "routed": 0}
+            "no_quality": 0, "budgeted": 0, "filtered": 0, "budget_fallbacks": 0, "clamped": 0, "exhausted": 0,
+            "routed": 0, "estimate_s": 0.0, "estimate_calls": 0}
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
@@ -318,6 +334,8 @@ class RouteBalanceRouter(Router):
 
     def _dispatch(self, req: Request, a: Assignment) -> int:
         req.predicted_output = a.length  # the telemetry's pending decode tokens count it from now on
+        if a.clamp and (req.max_tokens is None or a.max_tokens < req.max_tokens):
+            req.token_cap = a.max_tokens  # the engine stops there (spec 2.6); never above the client's own cap
         self.stats["routed"] += 1
         return int(a.instance)
 
@@ -336,7 +354,7 @@ class RouteBalanceRouter(Router):
         batch, self._open, self._open_ids = self._open, [], set()
         self._refresh(st, now)
         self._prior_cache(st)
-        preds = [self._predict(r, view) for r in batch]
+        preds = self._predict_all(batch, view)
         order = range(len(batch))
         if self.lpt:  # longest predicted output first; ties by arrival (the batch is in arrival order)
             order = sorted(order, key=lambda k: -max(c.length for c in preds[k]))
@@ -376,9 +394,12 @@ class RouteBalanceRouter(Router):
         self._checked_prices = True
 
     def _max_tokens(self, req: Request) -> int:
-        extra = req.extra or {}
-        m = extra.get("max_tokens")
-        return int(m) if isinstance(m, (int, float)) and not isinstance(m, bool) and m >= 1 else self.max_tokens
+        """The request's output cap: the client's ``Request.max_tokens``, else ``extra.max_tokens`` (older
+        workloads), else the policy's ``max_tokens`` (the benchmark's 1024)."""
+        for m in (req.max_tokens, (req.extra or {}).get("max_tokens")):
+            if isinstance(m, (int, float)) and not isinstance(m, bool) and m >= 1:
+                return int(m)
+        return self.max_tokens
 
     def _budget(self, req: Request) -> float | None:
         b = (req.extra or {}).get("cost_budget")
@@ -388,13 +409,27 @@ class RouteBalanceRouter(Router):
             raise ConfigError(f"request {req.id}: extra.cost_budget must be a number >= 0 (USD), got {b!r}")
         return float(b)
 
+    def _predict_all(self, batch: list[Request], view: ClusterView) -> list[list[Candidate]]:
+        """Every request's candidates (:meth:`_predict`), the estimator called once for the whole batch window."""
+        cands = []
+        for req in batch:
+            cs = [c for c in view.candidates(req) if self._D[c].up]
+            if req.model is not None:
+                cs = [c for c in cs if self._D[c].model == req.model] or cs
+            cands.append(cs)
+        models = [sorted({self._D[c].model for c in cs}) for cs in cands]
+        t0 = time.perf_counter()
+        est = predict_batch(self.estimator, batch, models)
+        self.stats["estimate_s"] += time.perf_counter() - t0
+        self.stats["estimate_calls"] += 1
+        return [self._candidates(r, cs, ms, *e) for r, cs, ms, e in zip(batch, cands, models, est)]
+
     def _predict(self, req: Request, view: ClusterView) -> list[Candidate]:
         """The request's candidates with quality, length (capped at max_tokens), cost and latency on D."""
-        cands = [c for c in view.candidates(req) if self._D[c].up]
-        if req.model is not None:
-            cands = [c for c in cands if self._D[c].model == req.model] or cands
-        models = sorted({self._D[c].model for c in cands})
-        quals, lens = self.estimator.predict(req, models)
+        return self._predict_all([req], view)[0]
+
+    def _candidates(self, req: Request, cands: list[int], models: list[str], quals: Sequence[float] | None,
+                    lens: Sequence[float]) -> list[Candidate]:
         if quals is None:
             self.stats["no_quality"] += 1
         cap = self._max_tokens(req)
@@ -431,7 +466,8 @@ class RouteBalanceRouter(Router):
                 raise ConfigError(f"policy.kwargs.prices: request {req.id} has a cost budget but model(s) {unpriced} "
                                   "have no price; add prices.<model>: [in, out] USD per 1M tokens")
             self.stats["budgeted"] += 1
-            pool = [c for c in cands if c.cost <= budget]
+            pool = [c for c in cands if c.cost <= budget] if self.budget_filter else cands
+            self.stats["filtered"] += len(pool) < len(cands)
             if not pool:  # none fits: the smallest worst-case cost (prompt + max_tokens), spec 2.6
                 self.stats["budget_fallbacks"] += 1
                 worst = [self._cost(req.prompt_tokens, cap, c.model) for c in cands]
@@ -440,11 +476,13 @@ class RouteBalanceRouter(Router):
         self.score_pool(pool)
         best = min(pool, key=self._tie_key)
         d = self._D[best.instance]
+        n = self._clamp(req, best.model, cap, budget)
+        length = min(best.length, float(n))  # the engine stops at the clamped max_tokens
         lpt_key = max(c.length for c in cands)
         self._counter += 1
-        d.assign(req.prompt_tokens, best.length if self.reckon_tokens == "chosen" else lpt_key, self._counter)
-        self._assigned[req.id] = Assignment(best.instance, best.length, req.prompt_tokens,
-                                            self._clamp(req, best.model, cap, budget), best.score)
+        d.assign(req.prompt_tokens, length if self.reckon_tokens == "chosen" else lpt_key, self._counter)
+        self._assigned[req.id] = Assignment(best.instance, length, req.prompt_tokens, n, best.score,
+                                            clamp=budget is not None)
 
     def _tie_key(self, c: Candidate) -> tuple[float, float, int, int]:
         d = self._D[c.instance]
@@ -468,13 +506,18 @@ class RouteBalanceRouter(Router):
         return x / hi if hi > 0 else 0.0
 
     def _clamp(self, req: Request, model: str, cap: int, budget: float | None) -> int:
-        """The dispatch-time clamp max_tokens := min(max_tokens, floor((b - l_in c_in) / c_out)) (spec 2.6)."""
+        """The dispatch-time clamp max_tokens := min(max_tokens, floor((b - l_in c_in) / c_out)) (spec 2.6); 1 token
+        and budget-exhausted when the budget does not cover the prompt and one output token. :meth:`_dispatch`
+        writes it to ``Request.token_cap`` for this run (the engine stops there, as vLLM does at max_tokens; the
+        client's ``Request.max_tokens`` stays as sent, so the request objects can be simulated again)."""
         if budget is None:
             return cap
         p_in, p_out = self.prices[model]
         left = budget - req.prompt_tokens * p_in / 1e6
-        exhausted = left <= 0
-        n = 1 if exhausted else (cap if p_out <= 0 else min(cap, max(1, math.floor(left * 1e6 / p_out))))
+        # + 1e-9 token: a budget of exactly k output tokens must not lose one to float rounding
+        tokens = math.inf if p_out <= 0 else math.floor(left * 1e6 / p_out + 1e-9)
+        exhausted = left <= 0 or tokens < 1  # not even one output token is paid for: 1 token, over budget
+        n = 1 if exhausted else int(min(cap, tokens))
         self.stats["clamped"] += n < cap
         self.stats["exhausted"] += exhausted
         self.budget_log[int(req.id)] = (n, exhausted)
@@ -491,7 +534,7 @@ class RouteBalanceRouter(Router):
             self._prior_cache(st)
             cands = self._predict(req, view)
             self._latencies(cands, self._prior_list)
-            budget = self._budget(req)
+            budget = self._budget(req) if self.budget_filter else None
             pool = [c for c in cands if budget is None or c.cost <= budget] or cands
             self.score_pool(pool)
             return sorted(pool, key=self._tie_key)

@@ -4,9 +4,12 @@
   the k nearest labelled training requests (scikit-learn ``NearestNeighbors``, exact k-d tree search,
   inverse-distance weights as the paper's ``w_n = (1 / (d_n + 1e-6)) / sum``). The request features are the
   ones a router has at routing time and nothing else: the request's ``task`` (one-hot, scaled so that a
-  neighbour from another task is farther than any of the same task) and ``log1p(prompt_tokens)``
-  (standardised over the training sample). Never the request's own labels (``quality_by_model``,
-  ``outputs_by_model``, ``output_tokens``): those are the training targets, read from training requests only.
+  neighbour from another task is farther than any of the same task), ``log1p(prompt_tokens)`` (standardised
+  over the training sample) and, when the training requests carry one, the prompt embedding
+  ``extra["embedding"]`` (the stand-in for the paper's MiniLM vector; envs/routebalance_tasks.py). Never the
+  request's own labels (``quality_by_model``, ``outputs_by_model``, ``output_tokens``): those are the training
+  targets, read from training requests only. :meth:`KnnEstimator.predict_batch` answers a whole batch window
+  with one neighbour search (``python -m llmsim.policies.routebalance_predictors --bench`` times it).
 * :class:`XgbTpotHead`, registered as ``tpot_prior: xgboost``: one XGBoost regressor per tier (model name)
   from an instance's telemetry features (:data:`TPOT_FEATURES`) to the realised mean per-token decode time
   over the next window, trained on telemetry recorded by ``llmsim.routebalance_telemetry``. RouteBalance's
@@ -65,15 +68,29 @@ def training_requests(train: Any, key: str = "estimator_kwargs.train") -> list[R
     return list(train)
 
 
-def request_features(tasks: Sequence[str], reqs: Sequence[Request], mu: float, sd: float) -> np.ndarray:
-    """[one-hot(task) x TASK_SCALE, (log1p(prompt_tokens) - mu) / sd]: routing-time features only."""
+def embedding_of(r: Request) -> Sequence[float] | None:
+    """The request's prompt embedding (``extra["embedding"]``), or None."""
+    e = (r.extra or {}).get("embedding")
+    return e if isinstance(e, (list, tuple, np.ndarray)) and len(e) else None
+
+
+def request_features(tasks: Sequence[str], reqs: Sequence[Request], mu: float, sd: float,
+                     dim: int = 0) -> np.ndarray:
+    """[one-hot(task) x TASK_SCALE, (log1p(prompt_tokens) - mu) / sd, embedding[:dim]]: routing-time features
+    only (a request without an embedding, or a shorter one, gets zeros there: the embedding's centre)."""
     idx = {t: k for k, t in enumerate(tasks)}
-    x = np.zeros((len(reqs), len(tasks) + 1))
+    nt = len(tasks)
+    x = np.zeros((len(reqs), nt + 1 + dim))
     for row, r in enumerate(reqs):
         k = idx.get(str(r.task))
         if k is not None:  # an unseen task: equally far from every training task
             x[row, k] = TASK_SCALE
-        x[row, -1] = (math.log1p(r.prompt_tokens) - mu) / sd
+        x[row, nt] = (math.log1p(r.prompt_tokens) - mu) / sd
+        if dim:
+            e = embedding_of(r)
+            if e is not None:
+                v = np.asarray(e, dtype=float)[:dim]
+                x[row, nt + 1:nt + 1 + len(v)] = v
     return x
 
 
@@ -83,7 +100,7 @@ class KnnEstimator:
     """Quality and output length per model: inverse-distance-weighted means over the k nearest training
     requests (module docstring). ``train``: labelled requests (each with ``quality_by_model``; lengths from
     ``outputs_by_model``, else ``output_tokens``) or a sampler mapping. ``weights``: ``distance`` (paper) or
-    ``uniform``. Deterministic: exact search, ties by training order; predictions are cached per feature key."""
+    ``uniform``. Deterministic: exact search, ties by training order."""
 
     def __init__(self, seed: int = 0, train: Any = None, k: Any = DEFAULT_K, weights: str = "distance") -> None:
         self.seed = seed
@@ -111,15 +128,17 @@ class KnnEstimator:
         if not self.models:
             raise ConfigError("policy.kwargs.estimator_kwargs.train: no model is labelled in every training request")
         self.tasks = sorted({str(r.task) for r in reqs})
+        dims = {len(e) for e in map(embedding_of, reqs) if e is not None}
+        self.dim = min(dims) if dims else 0  # the embedding is used only if the training requests carry one
         logp = np.log1p([r.prompt_tokens for r in reqs])
         self.mu, self.sd = float(logp.mean()), float(logp.std()) or 1.0
         self.q = np.array([[float(r.quality_by_model[m]) for m in self.models] for r in reqs])  # type: ignore[index]
         self.length = np.array([[float(r.output_for(m)) for m in self.models] for r in reqs])
         self.k_eff = min(self.k, len(reqs))
         self.nn = NearestNeighbors(n_neighbors=self.k_eff, algorithm="kd_tree").fit(
-            request_features(self.tasks, reqs, self.mu, self.sd))
+            request_features(self.tasks, reqs, self.mu, self.sd, self.dim))
         self.col = {m: j for j, m in enumerate(self.models)}
-        self._cache: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.calls = 0  # neighbour searches (one per batch window in RouteBalance)
 
     def _weights(self, dist: np.ndarray) -> np.ndarray:
         w = np.ones_like(dist) if self.weights == "uniform" else 1.0 / (dist + EPS)
@@ -127,21 +146,27 @@ class KnnEstimator:
 
     def predict_all(self, reqs: Sequence[Request]) -> tuple[np.ndarray, np.ndarray]:
         """(qualities, lengths), each (len(reqs), len(self.models)): one batched neighbour search."""
-        dist, ind = self.nn.kneighbors(request_features(self.tasks, reqs, self.mu, self.sd))
+        self.calls += 1
+        dist, ind = self.nn.kneighbors(request_features(self.tasks, reqs, self.mu, self.sd, self.dim))
         w = self._weights(dist)[:, :, None]
         return (w * self.q[ind]).sum(axis=1), (w * self.length[ind]).sum(axis=1)
 
-    def predict(self, request: Request, models: Sequence[str]) -> tuple[list[float], list[float]]:
+    def _cols(self, models: Sequence[str]) -> list[int]:
         missing = [m for m in models if m not in self.col]
         if missing:
             raise ConfigError(f"policy.kwargs.estimator_kwargs.train: the knn estimator has no labels for "
                               f"model(s) {missing} (trained on {self.models})")
-        key = (str(request.task), int(request.prompt_tokens))
-        hit = self._cache.get(key)
-        if hit is None:
-            q, ln = self.predict_all([request])
-            hit = self._cache[key] = (q[0], ln[0])
-        return [float(hit[0][self.col[m]]) for m in models], [float(hit[1][self.col[m]]) for m in models]
+        return [self.col[m] for m in models]
+
+    def predict(self, request: Request, models: Sequence[str]) -> tuple[list[float], list[float]]:
+        return self.predict_batch([request], [models])[0]
+
+    def predict_batch(self, requests: Sequence[Request], models: Sequence[Sequence[str]]
+                      ) -> list[tuple[list[float], list[float]]]:
+        """One neighbour search for a whole batch window; ``models[k]``: the candidate models of request k."""
+        cols = [self._cols(ms) for ms in models]
+        q, ln = self.predict_all(requests)
+        return [(q[k, c].tolist(), ln[k, c].tolist()) for k, c in enumerate(cols)]
 
 
 def estimator_accuracy(est: Any, test: Sequence[Request], models: Sequence[str] | None = None,
@@ -300,3 +325,65 @@ def tpot_accuracy(head: XgbTpotHead, test: pd.DataFrame, static_s: Mapping[str, 
         out[f"{name}_mae_ms"] = float(np.abs(p - y).mean() * 1000.0)
         out[f"{name}_mape"] = float((np.abs(p - y) / y).mean())
     return out
+
+
+# ---------------------------------------------------------------------- decision-cost benchmark
+TESTBED = "envs.routebalance_tasks"  # the spec 004 testbed (imported by name: llmsim does not depend on envs)
+
+
+def bench_decision_cost(rate: float = 12.0, n: int = 3534, train_n: int = 14919, seed: int = 5,
+                        batching: Sequence[str] = ("adaptive", "off"), weights: str = "uniform") -> list[dict]:
+    """RouteBalance's wall-clock decision cost on the spec 004 testbed with the kNN estimator (k = 10, trained on
+    ``train_n`` requests of seed 1005), one simulation per ``batching`` mode: per request decided, the batch
+    decision's wall time (neighbour search + LPT + Eq. 1 over 13 instances + D updates; what the paper's 27-32 ms
+    covers, less the MiniLM encoder), the estimator's share, windows and requests per window."""
+    import importlib
+
+    from llmsim import simulate
+    from llmsim.policies import make_router
+
+    tb = importlib.import_module(TESTBED)
+    train = tb.routebalance_workload(12.0, n=train_n, seed=1005)
+    est = KnnEstimator(train=train, k=DEFAULT_K)
+    out = []
+    for mode in batching:
+        reqs = tb.routebalance_workload(rate, n=n, seed=seed)
+        router = make_router("routebalance", seed=seed, weights=weights, prices={m: list(p) for m, p in
+                                                                                  tb.PRICES.items()},
+                             estimator=est, batching=mode)
+        simulate(tb.routebalance_instances(), reqs, router, central_queue_tick=0.004, seed=seed)
+        st = router.stats
+        d = max(st["decisions"], 1)
+        out.append({"batching": mode, "rate": rate, "requests": int(st["decisions"]), "windows": int(st["batches"]),
+                    "per_window": st["decisions"] / max(st["batches"], 1),
+                    "decision_ms_per_request": 1000 * st["decide_s"] / d,
+                    "estimator_ms_per_request": 1000 * st["estimate_s"] / d,
+                    "estimator_ms_per_window": 1000 * st["estimate_s"] / max(st["estimate_calls"], 1),
+                    "route_ms_per_call": 1000 * st["route_s"] / max(st["routed"], 1)})
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m llmsim.policies.routebalance_predictors --bench``: print the decision cost per request."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m llmsim.policies.routebalance_predictors",
+                                 description="RouteBalance's kNN decision cost on the spec 004 testbed")
+    ap.add_argument("--bench", action="store_true", help="run the decision-cost benchmark (required)")
+    ap.add_argument("--rate", type=float, default=12.0)
+    ap.add_argument("--n", type=int, default=3534)
+    ap.add_argument("--batching", default="adaptive,off", help="comma-separated: adaptive, fixed, off")
+    a = ap.parse_args(argv)
+    if not a.bench:
+        ap.error("nothing to do: pass --bench")
+    rows = bench_decision_cost(a.rate, a.n, batching=tuple(a.batching.split(",")))
+    print("batching  requests  windows  req/window  decision ms/req  kNN ms/req  kNN ms/window")
+    for r in rows:
+        print(f"{r['batching']:<9} {r['requests']:>8} {r['windows']:>8} {r['per_window']:>11.2f} "
+              f"{r['decision_ms_per_request']:>16.3f} {r['estimator_ms_per_request']:>11.3f} "
+              f"{r['estimator_ms_per_window']:>14.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
