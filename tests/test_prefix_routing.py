@@ -305,3 +305,11 @@ def test_observation_flag_on_the_simulator():
         seen.append(obs[15:].tolist())
     assert seen[0] == [0.0, 0.0]
     assert all(b == 0.0 for _, b in seen) and max(a for a, _ in seen) == pytest.approx(2048 / 2304)
+
+
+def test_session_affinity_follows_the_workloads_session_ids():
+    from llmsim.policies.prefix_aware import session_of
+
+    r = Request(0, 0.0, 64, 8, hash_ids=(1, 2, 3, 4), extra={"session_id": 7, "turn": 2})
+    assert session_of(r) == ("session", 7)
+    assert session_of(Request(1, 0.0, 64, 8, hash_ids=(1, 2))) == ("prefix", 1)

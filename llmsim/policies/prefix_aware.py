@@ -16,7 +16,7 @@ are scored by weighted scorers (:mod:`llmsim.policies.prefix_scorers`) and the p
   one instance (ours, not llm-d's; null: no guard).
 
 ``session_affinity`` sends a session to the instance that served it before. The session is
-``req.extra["session"]`` when present, else the request's first hash id (its first ``hash_block`` tokens,
+``req.extra["session"]`` (or ``"session_id"``) when present, else the request's first hash id (its first ``hash_block`` tokens,
 e.g. a shared system prompt or a conversation's opening). A new session, a request without either, or a sticky
 instance whose queue exceeds the shortest by more than ``overload`` requests goes to the shortest queue (JSQ,
 lowest index on ties), and the session then sticks there. At most ``max_sessions`` sessions are remembered
@@ -154,10 +154,14 @@ class PrefixAwareRouter(Router):
 
 
 def session_of(req: Request) -> Hashable | None:
-    """The request's session: ``extra["session"]``, else its first hash id, else None (no session)."""
+    """The request's session: ``extra["session"]`` (or ``extra["session_id"]``, what the shared_prefix and BurstGPT
+    session workloads set), else its first hash id, else None (no session)."""
     extra = req.extra
-    if extra and "session" in extra:
-        return ("session", extra["session"])
+    if extra:
+        if "session" in extra:
+            return ("session", extra["session"])
+        if "session_id" in extra:
+            return ("session", extra["session_id"])
     if req.hash_ids:
         return ("prefix", req.hash_ids[0])
     return None
