@@ -8,8 +8,9 @@ engine; the cluster asks the router for a decode instance of the same model (``R
 view's ``stage`` is then ``"decode"`` and ``candidates`` lists the decode and mixed instances), and the KV
 moves as vLLM's disaggregated serving pulls it (NIXL connector):
 
-1. the decode instance reserves blocks for the prompt's KV as soon as it has room (FCFS among the requests
-   waiting for room there; the prefill instance keeps its blocks meanwhile, so memory is held on both sides);
+1. the decode instance reserves blocks for the prompt's KV (and the next token) as soon as it has room (FCFS
+   among the copies waiting for room there; the prefill instance keeps its blocks meanwhile, so memory is held
+   on both sides); a request whose KV landed waits ahead of those that still need blocks, so it always starts;
 2. the copy takes ``latency + bytes / bandwidth`` over the link ``sim.kv_link`` of the hardware table
    (:data:`llmsim.hardware.LINKS`), bytes = prompt tokens x the model's KV bytes per token;
 3. then the prefill instance frees its blocks (its prefix cache keeps them) and the request joins the decode
@@ -80,15 +81,35 @@ class HandsOff:
             self.transfers.send(r, self, now)
 
     def _take_prefilled(self, r: Request, now: float, phase: int) -> None:
-        """A request whose KV just landed joins the waiting queue, prompt computed (``Instance._accept``'s tail)."""
+        """A request whose KV just landed joins the waiting queue, prompt computed (``Instance._accept``'s tail),
+        behind the other landed ones but ahead of requests that still need blocks (as vLLM V0 resumes swapped-in
+        requests first): it holds its blocks, including the one for its next token, so it can always start, and
+        a preempted request at the head that waits for room cannot lock it out."""
         r.instance = self.idx  # type: ignore[attr-defined]
-        self.waiting.append(r)
-        self._enqueued(r)  # type: ignore[attr-defined]
+        self._queue_behind_landed(r)
         self.changes += 1  # type: ignore[attr-defined]
         if not self._busy:  # type: ignore[attr-defined]
             self._wake(now, phase)  # type: ignore[attr-defined]
         elif self._run is not None:  # type: ignore[attr-defined]
             self._request_stop(self._run, now, False)  # type: ignore[attr-defined]
+
+    def _queue_behind_landed(self, r: Request) -> int:
+        """Put ``r`` right behind the waiting requests that hold blocks (whose KV landed here: they stay first),
+        with the queue bookkeeping (``QueuedTotals``; those k requests have all started, so ``r`` goes at k among
+        the started ones too)."""
+        w = self.waiting
+        k = 0
+        for q in w:
+            if not q.blocks:
+                break
+            k += 1
+        w.insert(k, r)
+        self._enqueued(r, front=True)  # type: ignore[attr-defined]
+        if r.generated and k:
+            started = self.waiting_started  # type: ignore[attr-defined]
+            started.popleft()
+            started.insert(k, r)
+        return 0  # (no blocks swapped out: what Instance.preempt_last returns)
 
     def _resume_after_sends(self, now: float) -> None:
         """A blocking prefill engine whose last copy landed starts its next iteration."""
@@ -161,7 +182,7 @@ class KVTransfers:
         kv = dst.kv
         while q:
             t = q[0]
-            need = kv.blocks_for(t.r.computed)
+            need = kv.blocks_for(t.r.computed + 1)  # the prompt's KV and room for the next token
             if need > kv.free - kv.watermark:
                 if need > kv.max_allocation:
                     raise LLMSimError(f"instance {dst.name}: request {t.r.id}'s KV ({need} blocks) can never fit its "

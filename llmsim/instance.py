@@ -339,6 +339,8 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixe
             return r.blocks
         kv.release(r)
         r.computed = 0
+        if self.transfers is not None:
+            return self._queue_behind_landed(r)  # (llmsim.disagg: requests whose KV landed here stay first)
         self.waiting.appendleft(r)
         self._enqueued(r, front=True)
         return 0

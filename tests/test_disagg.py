@@ -169,3 +169,29 @@ def test_same_config_same_bytes():
     b = simulate(split(2, 2, num_gpu_blocks=50), requests(rows), "jsq")
     pd.testing.assert_frame_equal(a.requests, b.requests)
     assert a.summary["kv_transfer_gb"] == b.summary["kv_transfer_gb"]
+
+
+@pytest.mark.parametrize("policy", ["vllm_v0", "chunked"])
+def test_landed_copies_are_not_locked_out_by_a_preempted_head(policy, monkeypatch):
+    from llmsim.instance import Instance
+
+    start = Instance._start_next
+
+    def checked(self, now):  # at every boundary: block accounting and the queued requests' bookkeeping agree
+        self.kv.check(self.running, self.swapped)
+        assert list(self.waiting_started) == [r for r in self.waiting if r.generated]
+        landed = [bool(r.blocks) for r in self.waiting]
+        assert landed == sorted(landed, reverse=True)  # requests holding blocks come first
+        return start(self, now)
+
+    monkeypatch.setattr(Instance, "_start_next", checked)
+    # a small decode cache under a stream of copies: decodes preempt each other (recompute), and a preempted request
+    # at the head of the waiting queue needs more room than is left while landed requests hold theirs; landed
+    # requests go ahead of it (they hold their blocks, the next token's included), so the run always finishes
+    rows = [(0.01 * i, 100 + (i * 37) % 200, 40 + (i * 13) % 110) for i in range(80)]
+    res = simulate([InstanceConfig(profile=PROF, role="prefill", engine=EngineConfig(policy=policy)),
+                    InstanceConfig(profile=PROF, role="decode", engine=EngineConfig(policy=policy,
+                                                                                      num_gpu_blocks=60))],
+                   requests(rows), "round_robin")
+    s = res.summary
+    assert s["completed"] == 80 and s["kv_transfers"] == 80 and s["preemptions"] > 0
