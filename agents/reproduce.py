@@ -8,6 +8,8 @@
     llmsim-reproduce spec000 --from-runs sac_han=RUN,baseline_rl=RUN,dsa=RUN,no_pred=RUN
     llmsim-reproduce spec003 --quick --jobs 2       # QLM: W_A / W_B / W_C, baselines, ablations (minutes)
     llmsim-reproduce spec004 --quick --jobs 2       # RouteBalance: frontier, latency vs rate, isolation arms
+    llmsim-reproduce prefix --jobs 2                # issue 17 KV reuse: Mooncake 36.6 % check, routers (not a paper)
+    llmsim-reproduce disagg --jobs 2                # issue 17 P/D disaggregation vs colocated (DistServe, Splitwise)
 
 Each spec module (``agents.reproduce_<spec>``, imported only when asked for) trains and evaluates what its
 paper's claims need and returns one row per claim; this module owns what is common: the verdict rules, the
@@ -45,7 +47,8 @@ from typing import Any
 PROG = "llmsim-reproduce"
 SPECS = {"spec000": "agents.reproduce_spec000", "spec001": "agents.reproduce_spec001",
          "spec002": "agents.reproduce_spec002", "spec003": "agents.reproduce_spec003",
-         "spec004": "agents.reproduce_spec004"}
+         "spec004": "agents.reproduce_spec004", "prefix": "agents.reproduce_prefix",
+         "disagg": "agents.reproduce_disagg"}
 KEYS = ("paper", "claim", "paper_value", "measured", "verdict")
 VERDICTS = ("reproduced", "partly", "not")
 TOL_ABS = 1.0   # percentage points: below this, seed-to-seed noise of a 5-seed mean is of the same size
