@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from agents import reproduce_disagg_report as R
+from agents.reproduce_disagg_report import DEFAULT_LINK, SCALES, SLO_FACTORS, TARGET
 from llmsim.errors import ConfigError
 
 PAPER = "disagg"
@@ -46,12 +48,8 @@ SIZE_ENV = "LLMSIM_DISAGG_SIZE"
 MODEL, GPU, ROUTER = "opt-13b", "a100-80gb", "jsq"
 CONTEXT = 2048                        # OPT-13B's positions: ShareGPT pairs longer than this are left out
 POLICIES = ("vllm_v0", "chunked")
-SLO_FACTORS = {"tight": 1.5, "base": 3.0, "loose": 6.0}  # x the colocated cluster's unloaded p90 TTFT / TPOT
-SCALES = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0)  # SLO-scale sweep
 UNLOADED_RATE_PER_GPU = 0.1           # req/s per GPU: no queueing, batches of one or two
-TARGET = 0.9                          # DistServe's goodput: >= 90 % of requests meet both SLOs
 LINK_VARIANTS = (("nvlink", "overlap"), ("ethernet", "overlap"), ("infiniband", "blocking"))
-DEFAULT_LINK = ("infiniband", "overlap")
 
 
 @dataclass(frozen=True)
@@ -291,7 +289,6 @@ def simulate_all(sz: Size, jobs: int, progress: bool) -> dict[str, Any]:
 
 def run(quick: bool, out_dir: Path, jobs: int, progress: bool, size: str | None = None) -> list[dict]:
     """Run every part at the size, write results.json / results.md; the claim rows."""
-    from agents import reproduce_disagg_report as R
 
     name = size_name(quick, size)
     sz = SIZES[name]

@@ -14,7 +14,11 @@ from typing import Any
 import numpy as np
 
 from agents.reproduce import claim_row, claims_table, gain_verdict, order_verdict
-from agents.reproduce_disagg import DEFAULT_LINK, SCALES, SLO_FACTORS, TARGET
+
+SLO_FACTORS = {"tight": 1.5, "base": 3.0, "loose": 6.0}  # x the colocated cluster's unloaded p90 TTFT / TPOT
+SCALES = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0)  # SLO-scale sweep
+TARGET = 0.9  # DistServe's goodput: >= 90 % of requests meet both SLOs
+DEFAULT_LINK = ("infiniband", "overlap")
 
 DISTSERVE, SPLITWISE = "DistServe (OSDI 2024)", "Splitwise (ISCA 2024)"
 
