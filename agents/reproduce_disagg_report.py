@@ -389,7 +389,8 @@ def verdict_lines(rep: dict[str, Any]) -> list[str]:
 
 
 def why_lines(rep: dict[str, Any]) -> list[str]:
-    """What the grid shows at the highest rate both the colocated and the best P:D layout ran cleanly."""
+    """What the grid shows near the colocated cluster's capacity (base SLO): the highest grid rate at or below it
+    that both the colocated and the best P:D layout ran cleanly (the lowest such rate when none is below)."""
     n = min(sizes(rep))
     lay = rep["best"].get(f"{n}/vllm_v0")
     g = grid_mean(rep)
@@ -397,23 +398,24 @@ def why_lines(rep: dict[str, Any]) -> list[str]:
           and (n, "mixed", "vllm_v0", k[3]) in g]
     if not lay or not ok:
         return []
-    rate = max(ok)
+    cap = capacity(rep, n, "mixed", "vllm_v0", "base")
+    below = [r for r in ok if cap is not None and r <= cap]
+    rate = max(below) if below else min(ok)
     a, b = g[(n, "mixed", "vllm_v0", rate)], g[(n, lay, "vllm_v0", rate)]
     cen = sum(censored(rep, r) for r in rep["capacity"])
-    return [f"- **Why (N = {n}, vllm_v0, {rate / n:g} req/s per GPU)**: colocated p90 TTFT {a['p90_ttft_ms']:.0f} ms, "
+    out = [f"- **Why (N = {n}, vllm_v0, {rate / n:g} req/s per GPU)**: colocated p90 TTFT {a['p90_ttft_ms']:.0f} ms, "
             f"p90 TPOT {a['p90_tpot_ms']:.1f} ms; {lay}: p90 TTFT {b['p90_ttft_ms']:.0f} ms, p90 TPOT "
             f"{b['p90_tpot_ms']:.1f} ms (KV copy {b['mean_kv_transfer_ms']:.1f} ms + wait for room "
             f"{b['mean_kv_transfer_wait_ms']:.1f} ms, which only delay the second token). Whole-prompt prefills of "
             "~600 tokens (~70 ms) interrupt decodes only briefly in the colocated cluster, so its TPOT stays well "
             "under the targets until it runs out of capacity, while the split gives each phase a fixed whole "
             "number of GPUs: the prefill side queues (TTFT) and the decode side runs larger batches (TPOT) at "
-            "rates the colocated cluster absorbs by sharing every GPU between both phases.",
-            f"- **Engine errors** ({len(rep['errors'])} runs, all on disaggregated layouts; {cen} "
-            f"capacit{'y is' if cen == 1 else 'ies are'} only a lower bound, marked †, mostly at the loose SLO where "
-            "attainment stays high until the engine stops, so the loose-SLO ratios (and the Splitwise row) are lower "
-            "bounds, while the tight and base ones of the best layouts are not affected): a decode instance deadlocks "
-            "when a request preempted there (recompute) heads its waiting queue while landed KV copies of the "
-            "requests behind it hold almost all its blocks; see Engine problems."]
+            "rates the colocated cluster absorbs by sharing every GPU between both phases."]
+    if rep["errors"]:
+        out.append(f"- **Engine errors** ({len(rep['errors'])} runs; {cen} capacit{'y is' if cen == 1 else 'ies are'} "
+                   "only a lower bound, marked †): the runs stopped by an LLMSimError are listed under Engine "
+                   "problems and count as 0 attainment.")
+    return out
 
 
 def differences() -> list[str]:
