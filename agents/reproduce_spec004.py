@@ -258,8 +258,8 @@ def quality_claims(R: Results, r12: float) -> list[dict[str, Any]]:
     rows.append(_row("kNN RB quality: cost / uniform / quality presets (lambda 12)", "0.354 / 0.371 / 0.419",
                      " / ".join(f"{q:.3f}" for q in knn), "reproduced" if far <= 0.015 else
                      ("partly" if order_verdict(knn, descending=False) == "reproduced" else "not"),
-                     "the registered knn estimator (task + prompt length features); the testbed's quality does not "
-                     "depend on either, so it is close to prompt-blind"))
+                     "the registered knn estimator (task, prompt length and the request's topic embedding; "
+                     "docs/routebalance_testbed.md, Topics)"))
     qs = [R.m(f"rb:{w}", r12, "quality") for w in ("cost", "uniform", "mid", "quality")]
     ls = [R.m(f"rb:{w}", r12, "e2e") for w in ("cost", "uniform", "mid", "quality")]
     rows.append(_row("RB presets cost < uniform < mid < quality in quality (lambda 12)", "0.354 < 0.371 < 0.397 < "
