@@ -276,8 +276,8 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixe
             return False
         kv.free -= need  # (KVCache.take, inlined on this hot path: checked just above)
         pc = kv.prefix
-        if pc is not None and pc.free_blocks > kv.free:
-            pc.trim(kv.free)  # the new blocks evict cached ones (llmsim.prefix_cache)
+        if pc is not None and pc.free_blocks - pc.owed > kv.free:
+            pc.owed = pc.free_blocks - kv.free  # the new blocks evict cached ones (llmsim.prefix_cache)
         if not self.fast:
             # stepping applies each iteration per request, so the request state must be exact now
             for r in running:

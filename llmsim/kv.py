@@ -98,8 +98,8 @@ class KVCache:
         self.free = free
         r.blocks += need
         pc = self.prefix
-        if pc is not None and pc.free_blocks > free:
-            pc.trim(free)
+        if pc is not None and pc.free_blocks - pc.owed > free:
+            pc.owed = pc.free_blocks - free  # (PrefixCache.owe, inlined: evictions carried out at the next read)
 
     def reserve(self, n: int) -> None:
         """Hold ``n`` free blocks for a request that is not running here (a KV copy coming in; llmsim.disagg)."""
@@ -113,8 +113,8 @@ class KVCache:
             raise self._broken(f"cannot take {n} block(s) with {self.free} free")
         self.free = free
         pc = self.prefix
-        if pc is not None and pc.free_blocks > free:
-            pc.trim(free)
+        if pc is not None and pc.free_blocks - pc.owed > free:
+            pc.owed = pc.free_blocks - free  # (PrefixCache.owe, inlined: evictions carried out at the next read)
 
     @property
     def shared(self) -> int:
@@ -157,8 +157,8 @@ class KVCache:
         self.free = free
         r.blocks = need
         pc = self.prefix
-        if pc is not None and pc.free_blocks > free:
-            pc.trim(free)
+        if pc is not None and pc.free_blocks - pc.owed > free:
+            pc.owed = pc.free_blocks - free  # (PrefixCache.owe, inlined: evictions carried out at the next read)
         return moved
 
     def drop_swapped(self, r: Request) -> None:
@@ -179,8 +179,8 @@ class KVCache:
             raise self._broken(f"settle at {used} blocks used of {self.total}")
         self.free = free = self.total - used
         pc = self.prefix
-        if pc is not None and pc.free_blocks > free:
-            pc.trim(free)
+        if pc is not None and pc.free_blocks - pc.owed > free:
+            pc.owed = pc.free_blocks - free  # (PrefixCache.owe, inlined: evictions carried out at the next read)
 
     def check(self, running: Iterable[Request], swapped: Iterable[Request] = ()) -> None:
         """Raise if the counts disagree with the blocks the requests hold (tests, debugging; stepped path)."""
@@ -200,7 +200,7 @@ class KVCache:
             st = r.prefix_state = [bs, block_keys(r, bs), [], 0]
         pc = self.prefix
         assert pc is not None
-        pc.trim(self.free)
+        pc.owe(self.free)
         return pc.match(st[1], (r.prompt_tokens + r.generated - 1) // bs)
 
     def acquire_prefix(self, r: Request, n: int) -> None:
@@ -213,7 +213,7 @@ class KVCache:
         self.free -= pc.acquire(keys, n, held)
         if self.free < 0:
             raise self._broken(f"prefix hit of {n} block(s) for request {r.id} took more than the free blocks")
-        pc.trim(self.free)
+        pc.owe(self.free)
         st[3] = n
         r.blocks = n
         r.computed = n * self.block_size
@@ -232,7 +232,7 @@ class KVCache:
             upto = len(keys)
         if upto > st[3]:
             pc = self.prefix
-            pc.trim(self.free)
+            pc.owe(self.free)
             pc.register(keys, st[3], upto, st[2])
             st[3] = upto
 
@@ -249,7 +249,7 @@ class KVCache:
             upto = len(keys)
         held = st[2]
         if upto > st[3]:
-            pc.trim(self.free)
+            pc.owe(self.free)
             pc.register(keys, st[3], upto, held)
         st[2] = []
         st[3] = 0

@@ -218,7 +218,7 @@ class SwapsModels:
         assert not (e.running or e.waiting or e.swapped), "model swap on an engine that holds requests"
         e.profile = profile
         if e.kv.prefix is not None:
-            e.prefix_evicted += e.kv.prefix.evictions  # the new model's cache starts empty
+            e.prefix_evicted += e.kv.prefix.evicted  # the new model's cache starts empty
         e.kv = build_kv_cache(e.name, profile, e.config)
         e.kv_total = e.kv.total
         e.watermark_blocks = e.kv.watermark

@@ -12,8 +12,8 @@ The cache (:class:`PrefixCache`) keeps which running requests hold each cached b
 running request holds stays cached and counts as free (vLLM's free-block queue keeps its hash), and is
 evicted least recently used when a new allocation needs its room - among blocks freed together, the last
 block of the sequence first, as vLLM's free queue orders them. Every operation of ``llmsim.kv.KVCache`` that
-lowers the free count trims the cached blocks to it (a decode run of the fast path does so when it
-materialises, which is the same: nothing is released within a run).
+lowers the free count records the evictions it causes, carried out before the cache is next read (``owed``;
+a decode run of the fast path does so when it materialises, which is the same: nothing is released within a run).
 
 Blocks are stored in runs (:class:`Run`): consecutive blocks of one sequence cached together, with one set of
 holders, as a radix tree stores them (SGLang's RadixAttention), indexed by their first key only. A lookup
@@ -77,23 +77,38 @@ class Run:
 class PrefixCache:
     """Cached blocks of one instance: runs indexed by their first key, and the free runs in LRU order."""
 
-    __slots__ = ("block_size", "heads", "lru", "free_blocks", "evictions", "shared")
+    __slots__ = ("block_size", "heads", "lru", "free_blocks", "owed", "evictions", "shared")
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.heads: dict[Any, Run] = {}  # first key -> run
         self.lru: OrderedDict[Run, None] = OrderedDict()  # free runs, least recently freed first
         self.free_blocks = 0  # blocks in free runs (counted as free by the KV cache)
-        self.evictions = 0
+        # evictions allocations made that are not carried out yet: the KV cache's hot paths only raise this (one
+        # subtraction and a compare), and :meth:`pay` evicts before the cache is next read. The oldest blocks are
+        # the ones owed - releases append newer ones and nothing else reorders the LRU - so this is eager eviction.
+        self.owed = 0
+        self.evictions = 0  # carried out (``evicted`` adds the ones owed)
         self.shared = 0  # sum over held runs of (holders - 1) * blocks: blocks counted twice in sum(r.blocks)
 
-    def trim(self, free: int) -> None:
-        """Evict the least recently freed cached blocks beyond ``free`` (their room was allocated)."""
-        over = self.free_blocks - free
-        if over <= 0:
+    @property
+    def evicted(self) -> int:
+        """Cached blocks evicted to make room so far (owed ones included)."""
+        return self.evictions + self.owed
+
+    def owe(self, free: int) -> None:
+        """The free count fell to ``free``: the cached blocks beyond it are evicted (see ``owed``)."""
+        if self.free_blocks - self.owed > free:
+            self.owed = self.free_blocks - free
+
+    def pay(self) -> None:
+        """Evict the blocks owed: the least recently freed runs, each from its last block."""
+        over = self.owed
+        if not over:
             return
+        self.owed = 0
         self.evictions += over
-        self.free_blocks = free
+        self.free_blocks -= over
         lru, heads = self.lru, self.heads
         while over > 0:
             run = next(iter(lru))
@@ -110,6 +125,8 @@ class PrefixCache:
 
     def match(self, keys: list[Any], limit: int) -> tuple[int, int]:
         """(blocks of the longest cached prefix among the first ``limit`` keys, how many of them are free now)."""
+        if self.owed:
+            self.pay()
         heads = self.heads
         n = taken = 0
         if limit > len(keys):
@@ -126,6 +143,8 @@ class PrefixCache:
 
     def acquire(self, keys: list[Any], n: int, held: list[Run]) -> int:
         """Hold the first ``n`` keys (what :meth:`match` just found); returns how many were free (in use now)."""
+        if self.owed:
+            self.pay()
         heads, lru = self.heads, self.lru
         i = taken = 0
         while i < n:
@@ -220,7 +239,7 @@ class CachesPrefixes:
     def prefix_evictions(self) -> int:
         """Cached prefix blocks evicted to make room, over the run."""
         pc = self.kv.prefix
-        return self.prefix_evicted + (pc.evictions if pc is not None else 0)
+        return self.prefix_evicted + (pc.evicted if pc is not None else 0)
 
     def cached_prefix(self, r: Request) -> tuple[int, int]:
         """(blocks of ``r``'s prompt found in the prefix cache, how many of them are free now) for a waiting request

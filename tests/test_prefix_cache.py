@@ -116,7 +116,7 @@ def _checked_start_next(orig):
                 assert sorted(map(id, run.holders)) == sorted(map(id, held_by.get(rid, [])))
                 assert run.keys and pc.heads[run.keys[0]] is run
                 assert (run in pc.lru) == (not run.holders)
-            assert pc.free_blocks == sum(len(r.keys) for r in pc.lru) <= kv.free
+            assert pc.free_blocks == sum(len(r.keys) for r in pc.lru) and pc.free_blocks - pc.owed <= kv.free
             assert pc.shared == sum((len(r.holders) - 1) * len(r.keys) for r in runs.values() if r.holders)
         return orig(self, now)
 
