@@ -16,11 +16,11 @@ are scored by weighted scorers (:mod:`llmsim.policies.prefix_scorers`) and the p
   one instance (ours, not llm-d's; null: no guard).
 
 ``session_affinity`` sends a session to the instance that served it before. The session is
-``req.extra["session"]`` (or ``"session_id"``) when present, else the request's first hash id (its first ``hash_block`` tokens,
-e.g. a shared system prompt or a conversation's opening). A new session, a request without either, or a sticky
-instance whose queue exceeds the shortest by more than ``overload`` requests goes to the shortest queue (JSQ,
-lowest index on ties), and the session then sticks there. At most ``max_sessions`` sessions are remembered
-(least recently used forgotten).
+``req.extra["session"]`` (or ``"session_id"``) when present, else the request's first hash id (its first
+``hash_block`` tokens, e.g. a shared system prompt or a conversation's opening). A new session, a request
+without either, or a sticky instance whose queue exceeds the shortest by more than ``overload`` requests goes to
+the shortest queue (JSQ, lowest index on ties), and the session then sticks there. At most ``max_sessions``
+sessions are remembered (least recently used forgotten).
 
 Ties go to the shorter queue, then the lower index: runs are deterministic (no random draws).
 """
