@@ -37,12 +37,15 @@ import importlib
 import inspect
 import json
 import math
+import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from llmsim.errors import ConfigError
 
 PROG = "llmsim-reproduce"
 SPECS = {"spec000": "agents.reproduce_spec000", "spec001": "agents.reproduce_spec001",
@@ -56,6 +59,16 @@ TOL_REL = 0.25  # of the paper's value: a quarter either way is "the same result
 
 
 # ---------------------------------------------------------------------- running many simulations
+def size_name(quick: bool, size: str | None, sizes: Collection[str], size_env: str) -> str:
+    """Which size a harness runs: ``size`` (its ``run(size=...)``), else its own ``size_env`` variable, else
+    ``LLMSIM_REPRODUCE_SIZE=tiny`` (the test suite's size for every harness: ``test``), else the flag."""
+    common = {"tiny": "test"}.get(os.environ.get("LLMSIM_REPRODUCE_SIZE", ""))
+    name = size or os.environ.get(size_env) or common or ("quick" if quick else "full")
+    if name not in sizes:
+        raise ConfigError(f"{size_env}={name!r}: expected one of {sorted(sizes)}")
+    return name
+
+
 def run_pool(fn: Any, items: Sequence[Any], jobs: int, progress: bool, label: str, every: int = 10) -> list[Any]:
     """``fn`` over ``items`` (in that order of submission) in ``jobs`` processes, results as they finish, with a
     progress line on stderr every ``every`` results. ``fn`` must be a module-level function (it is pickled)."""

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from agents import reproduce_disagg_report as R
+from agents.reproduce import size_name as common_size_name
 from agents.reproduce_disagg_report import DEFAULT_LINK, SCALES, SLO_FACTORS, TARGET
 from llmsim.errors import ConfigError
 
@@ -246,11 +247,7 @@ def best_layouts(caps: list[dict[str, Any]]) -> dict[tuple[int, str], str]:
 
 # ---------------------------------------------------------------------- driver
 def size_name(quick: bool, size: str | None) -> str:
-    common = {"tiny": "test"}.get(os.environ.get("LLMSIM_REPRODUCE_SIZE", ""))  # the test suite's size for all
-    name = size or os.environ.get(SIZE_ENV) or common or ("quick" if quick else "full")
-    if name not in SIZES:
-        raise ConfigError(f"{SIZE_ENV}={name!r}: expected one of {sorted(SIZES)}")
-    return name
+    return common_size_name(quick, size, SIZES, SIZE_ENV)
 
 
 def simulate_all(sz: Size, jobs: int, progress: bool) -> dict[str, Any]:

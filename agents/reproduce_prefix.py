@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from agents.reproduce import run_pool
-from llmsim.errors import ConfigError
+from agents.reproduce import size_name as common_size_name
 
 PAPER = "prefix"
 SIZE_ENV = "LLMSIM_PREFIX_SIZE"
@@ -274,11 +274,7 @@ def mean_rows(rows: list[dict[str, Any]]) -> dict[tuple[str, int, str], dict[str
 
 # ---------------------------------------------------------------------- driver
 def size_name(quick: bool, size: str | None) -> str:
-    common = {"tiny": "test"}.get(os.environ.get("LLMSIM_REPRODUCE_SIZE", ""))  # the test suite's size for all
-    name = size or os.environ.get(SIZE_ENV) or common or ("quick" if quick else "full")
-    if name not in SIZES:
-        raise ConfigError(f"{SIZE_ENV}={name!r}: expected one of {sorted(SIZES)}")
-    return name
+    return common_size_name(quick, size, SIZES, SIZE_ENV)
 
 
 def simulate_all(sz: Size, jobs: int, progress: bool) -> dict[str, Any]:

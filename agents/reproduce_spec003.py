@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from agents import spec003_setups as S
-from agents.reproduce import claim_row, claims_table, gain_verdict, order_verdict, run_pool
+from agents.reproduce import claim_row, claims_table, gain_verdict, order_verdict, run_pool, size_name
 from llmsim.errors import ConfigError
 
 PAPER = "spec003"
@@ -444,10 +443,7 @@ def plot(tables: dict[str, Any], path: Path) -> None:
 # ---------------------------------------------------------------------- entry point
 def run(quick: bool, out_dir: Path, jobs: int, progress: bool, size: str | None = None) -> list[dict]:
     """Run every experiment of the size, write results.json / results.md / spec003.png; the claim rows."""
-    common = {"tiny": "test"}.get(os.environ.get("LLMSIM_REPRODUCE_SIZE", ""))  # the test suite's size for every spec
-    name = size or os.environ.get(SIZE_ENV) or common or ("quick" if quick else "full")
-    if name not in S.SIZES:
-        raise ConfigError(f"{SIZE_ENV}={name!r}: expected one of {sorted(S.SIZES)}")
+    name = size_name(quick, size, S.SIZES, SIZE_ENV)
     sz = S.SIZES[name]
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
