@@ -244,21 +244,13 @@ def grid_lines(rep: dict[str, Any]) -> list[str]:
     lines = [f"## Attainment vs rate ({slo} SLO)", "",
              "Each cell: both % (TTFT % / TPOT %), goodput req/s. Means over seeds. The other SLO variants are in "
              "results.json (`grid`)."]
-    for n in sizes(rep):
-        for pol in ("vllm_v0", "chunked"):
-            lays = layouts(rep, n)
-            lines += ["", f"N = {n}, {pol}:", "", "| rate/GPU | " + " | ".join(lays) + " |",
-                      "|---|" + "---|" * len(lays)]
-            for rate in sorted({k[3] for k in g if k[0] == n and k[2] == pol}):
-                cells = []
-                for lay in lays:
-                    r = g.get((n, lay, pol, rate))
-                    cells.append("-" if r is None else (
-                        f"{100 * r[f'att_{slo}']:.0f} ({100 * r[f'att_ttft_{slo}']:.0f}/"
-                        f"{100 * r[f'att_tpot_{slo}']:.0f}), {r[f'goodput_{slo}']:.2f}"
-                        + (" (engine error)" if r["errors"] else "")))
-                lines.append(f"| {rate / n:g} | " + " | ".join(cells) + " |")
-    return lines
+
+    def cell(r: dict[str, Any] | None) -> str:
+        return "-" if r is None else (
+            f"{100 * r[f'att_{slo}']:.0f} ({100 * r[f'att_ttft_{slo}']:.0f}/{100 * r[f'att_tpot_{slo}']:.0f}), "
+            f"{r[f'goodput_{slo}']:.2f}" + (" (engine error)" if r["errors"] else ""))
+
+    return lines + rate_tables(rep, g, cell)
 
 
 def scale_lines(rep: dict[str, Any]) -> list[str]:
@@ -267,14 +259,20 @@ def scale_lines(rep: dict[str, Any]) -> list[str]:
     lines = ["## Tightest SLO scale at a given rate", "",
              f"Smallest s in {list(SCALES)} such that >= 90 % of requests meet TTFT <= s x {_ms(rep, 'ttft')} and "
              f"TPOT <= s x {_ms(rep, 'tpot')} (the unloaded p90s); '-' = none up to {SCALES[-1]:g}."]
+    return lines + rate_tables(rep, g, _scale)
+
+
+def rate_tables(rep: dict[str, Any], g: dict[tuple, Any], cell: Any) -> list[str]:
+    """One table per (N, policy): a row per grid rate (per GPU), a column per layout, ``cell(grid entry)``."""
+    lines: list[str] = []
     for n in sizes(rep):
         for pol in ("vllm_v0", "chunked"):
             lays = layouts(rep, n)
             lines += ["", f"N = {n}, {pol}:", "", "| rate/GPU | " + " | ".join(lays) + " |",
                       "|---|" + "---|" * len(lays)]
             for rate in sorted({k[3] for k in g if k[0] == n and k[2] == pol}):
-                cells = [_scale(g.get((n, lay, pol, rate))) for lay in lays]
-                lines.append(f"| {rate / n:g} | " + " | ".join(cells) + " |")
+                lines.append(f"| {rate / n:g} | " + " | ".join(cell(g.get((n, lay, pol, rate))) for lay in lays)
+                             + " |")
     return lines
 
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from llmsim import EngineConfig
+from llmsim.engine_guards import MAX_RESCHEDULES, MAX_STALLED_ITERATIONS
 from llmsim.errors import LLMSimError
-from llmsim.instance import MAX_RESCHEDULES, MAX_STALLED_ITERATIONS, Instance
+from llmsim.instance import Instance
 from llmsim.metrics import Recorder
 from llmsim.request import Request
 from llmsim.scheduling import BatchPolicy, Scheduled, VllmV0Policy
