@@ -97,9 +97,8 @@ class KVCache:
             raise self._broken(f"cannot allocate {need} block(s) to request {r.id} with {self.free} free")
         self.free = free
         r.blocks += need
-        pc = self.prefix
-        if pc is not None and pc.free_blocks - pc.owed > free:
-            pc.owed = pc.free_blocks - free  # (PrefixCache.owe, inlined: evictions carried out at the next read)
+        if self.prefix is not None:
+            self.prefix.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
 
     def reserve(self, n: int) -> None:
         """Hold ``n`` free blocks for a request that is not running here (a KV copy coming in; llmsim.disagg)."""
@@ -112,9 +111,8 @@ class KVCache:
         if free < 0 or n < 0:
             raise self._broken(f"cannot take {n} block(s) with {self.free} free")
         self.free = free
-        pc = self.prefix
-        if pc is not None and pc.free_blocks - pc.owed > free:
-            pc.owed = pc.free_blocks - free  # (PrefixCache.owe, inlined: evictions carried out at the next read)
+        if self.prefix is not None:
+            self.prefix.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
 
     @property
     def shared(self) -> int:
@@ -156,9 +154,8 @@ class KVCache:
         self.cpu_free += moved
         self.free = free
         r.blocks = need
-        pc = self.prefix
-        if pc is not None and pc.free_blocks - pc.owed > free:
-            pc.owed = pc.free_blocks - free  # (PrefixCache.owe, inlined: evictions carried out at the next read)
+        if self.prefix is not None:
+            self.prefix.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
         return moved
 
     def drop_swapped(self, r: Request) -> None:
@@ -178,9 +175,8 @@ class KVCache:
         if not 0 <= used <= self.total:
             raise self._broken(f"settle at {used} blocks used of {self.total}")
         self.free = free = self.total - used
-        pc = self.prefix
-        if pc is not None and pc.free_blocks - pc.owed > free:
-            pc.owed = pc.free_blocks - free  # (PrefixCache.owe, inlined: evictions carried out at the next read)
+        if self.prefix is not None:
+            self.prefix.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
 
     def check(self, running: Iterable[Request], swapped: Iterable[Request] = ()) -> None:
         """Raise if the counts disagree with the blocks the requests hold (tests, debugging; stepped path)."""
@@ -200,7 +196,6 @@ class KVCache:
             st = r.prefix_state = [bs, block_keys(r, bs), [], 0]
         pc = self.prefix
         assert pc is not None
-        pc.owe(self.free)
         return pc.match(st[1], (r.prompt_tokens + r.generated - 1) // bs)
 
     def acquire_prefix(self, r: Request, n: int) -> None:
@@ -213,7 +208,6 @@ class KVCache:
         self.free -= pc.acquire(keys, n, held)
         if self.free < 0:
             raise self._broken(f"prefix hit of {n} block(s) for request {r.id} took more than the free blocks")
-        pc.owe(self.free)
         st[3] = n
         r.blocks = n
         r.computed = n * self.block_size
@@ -231,9 +225,7 @@ class KVCache:
         if upto > len(keys):
             upto = len(keys)
         if upto > st[3]:
-            pc = self.prefix
-            pc.owe(self.free)
-            pc.register(keys, st[3], upto, st[2])
+            self.prefix.register(keys, st[3], upto, st[2])
             st[3] = upto
 
     def _leave_prefix(self, r: Request) -> int:
@@ -249,7 +241,6 @@ class KVCache:
             upto = len(keys)
         held = st[2]
         if upto > st[3]:
-            pc.owe(self.free)
             pc.register(keys, st[3], upto, held)
         st[2] = []
         st[3] = 0
