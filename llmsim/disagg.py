@@ -87,11 +87,7 @@ class HandsOff:
         a preempted request at the head that waits for room cannot lock it out."""
         r.instance = self.idx  # type: ignore[attr-defined]
         self._queue_behind_landed(r)
-        self.changes += 1  # type: ignore[attr-defined]
-        if not self._busy:  # type: ignore[attr-defined]
-            self._wake(now, phase)  # type: ignore[attr-defined]
-        elif self._run is not None:  # type: ignore[attr-defined]
-            self._request_stop(self._run, now, False)  # type: ignore[attr-defined]
+        self._queued_news(now, phase)  # type: ignore[attr-defined]
 
     def _queue_behind_landed(self, r: Request) -> int:
         """Put ``r`` right behind the waiting requests that hold blocks (whose KV landed here: they stay first),

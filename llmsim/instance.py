@@ -150,11 +150,14 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixe
             self.queue_version += 1
             self.queued_context += p
             self.queued_prefill += p
+        self._queued_news(now, phase)
+
+    def _queued_news(self, now: float, phase: int) -> None:
+        """A request joined the waiting queue: an idle engine wakes, a decode run ends at the boundary that sees it."""
         self.changes += 1
         if not self._busy:
             self._wake(now, phase)
-            return
-        if self._run is not None:
+        elif self._run is not None:
             self._request_stop(self._run, now, phase == ARRIVAL)
 
     def _wake(self, now: float, phase: int) -> None:
