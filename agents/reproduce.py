@@ -10,6 +10,8 @@
     llmsim-reproduce spec004 --quick --jobs 2       # RouteBalance: frontier, latency vs rate, isolation arms
     llmsim-reproduce prefix --jobs 2                # issue 17 KV reuse: Mooncake 36.6 % check, routers (not a paper)
     llmsim-reproduce disagg --jobs 2                # issue 17 P/D disaggregation vs colocated (DistServe, Splitwise)
+    llmsim-reproduce all --jobs 2 --report docs/REPRODUCTION.md    # every spec into OUT/<spec>/, then the report
+    llmsim-reproduce report --from DIR,SPEC=DIR --report FILE       # the report from existing output directories
 
 Each spec module (``agents.reproduce_<spec>``, imported only when asked for) trains and evaluates what its
 paper's claims need and returns one row per claim; this module owns what is common: the verdict rules, the
@@ -52,6 +54,7 @@ SPECS = {"spec000": "agents.reproduce_spec000", "spec001": "agents.reproduce_spe
          "spec002": "agents.reproduce_spec002", "spec003": "agents.reproduce_spec003",
          "spec004": "agents.reproduce_spec004", "prefix": "agents.reproduce_prefix",
          "disagg": "agents.reproduce_disagg"}
+MODES = ("all", "report")  # not specs: every spec in turn, and the report from existing outputs
 KEYS = ("paper", "claim", "paper_value", "measured", "verdict")
 VERDICTS = ("reproduced", "partly", "not")
 TOL_ABS = 1.0   # percentage points: below this, seed-to-seed noise of a 5-seed mean is of the same size
@@ -239,7 +242,8 @@ def _fail(message: str) -> None:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = _Parser(prog=PROG, description="Measure a paper's headline claims and give each a verdict "
                                        "(reproduced / partly / not); docs/reproduce.md.")
-    p.add_argument("spec", help=f"which paper: {', '.join(SPECS)}")
+    p.add_argument("spec", help=f"which paper: {', '.join(SPECS)}; or all (every one, then --report), or report "
+                                "(the report from --from directories)")
     p.add_argument("--quick", action="store_true", help="a small setting that runs in minutes (not the paper's)")
     p.add_argument("--json", action="store_true", help="one JSON object per claim on stdout")
     p.add_argument("--out", type=Path, help="output directory (default outputs/reproduce/<spec>/<timestamp>)")
@@ -251,12 +255,35 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--from-runs-8", help="spec001: the same for the 8-instance runs (adds the scalability claims)")
     p.add_argument("--scale8", action="store_true", help="spec001: also train and evaluate on 8 instances")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    p.add_argument("--report", type=Path, help="all / report: where the reproduction report goes "
+                                               "(all: default OUT/REPRODUCTION.md)")
+    p.add_argument("--from", dest="from_dirs", help="report: output directories DIR[,SPEC=DIR...] (their claims.json)")
     a = p.parse_args(argv)
-    if a.spec not in SPECS:
-        _fail(f"unknown spec {a.spec!r}; expected one of {', '.join(SPECS)}")
+    if a.spec not in (*SPECS, *MODES):
+        _fail(f"unknown spec {a.spec!r}; expected one of {', '.join((*SPECS, *MODES))}")
     if a.jobs < 1 or (a.seeds is not None and a.seeds < 1):
         _fail("--jobs and --seeds must be positive integers")
+    _check_mode(a)
     return a
+
+
+def _check_mode(a: argparse.Namespace) -> None:
+    """Options that belong to one mode only are refused elsewhere, with the option named."""
+    per_spec = {"--from-runs": a.from_runs, "--from-runs-8": a.from_runs_8, "--scale8": a.scale8,
+                "--seeds": a.seeds, "--json": a.json}
+    if a.spec in MODES:
+        given = [k for k, v in per_spec.items() if v]
+        if given:
+            _fail(f"{a.spec} does not take {given[0]} (run that spec on its own)")
+    if a.spec == "report":
+        if not a.from_dirs or a.report is None:
+            _fail("report needs --from DIR[,SPEC=DIR...] and --report FILE")
+        if a.quick or a.out:
+            _fail("report reads existing directories: it takes only --from and --report")
+    elif a.from_dirs:
+        _fail("--from is for report (all runs every spec itself)")
+    elif a.report is not None and a.spec != "all":
+        _fail("--report is for all and report")
 
 
 def runs_option(value: str | None) -> str | dict[str, str] | None:
@@ -283,37 +310,103 @@ def _spec_kwargs(run: Any, a: argparse.Namespace) -> dict[str, Any]:
     return given
 
 
-def _load(spec: str) -> Any:
+def _import_spec(spec: str) -> Any:
+    """The spec's module; a ConfigError (not an exit) when it is not installed, so ``all`` can go on."""
     name = SPECS[spec]
     try:
         return importlib.import_module(name)  # by name: a spec module may import this one
     except ModuleNotFoundError as e:
         if e.name == name:
-            _fail(f"{spec} is not available in this installation (no module {name})")
+            raise ConfigError(f"{spec} is not available in this installation (no module {name})") from None
         raise
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Run one spec's reproduction, write claims.json / claims.md, print the table (or JSON lines)."""
+def _load(spec: str) -> Any:
+    try:
+        return _import_spec(spec)
+    except ConfigError as e:
+        _fail(str(e))
+
+
+def run_spec(module: Any, a: argparse.Namespace, out: Path, kwargs: Mapping[str, Any], command: str) -> list[Any]:
+    """Run one spec into ``out`` and write claims.json / claims.md; its rows. Errors propagate (an empty ``out``
+    made here is removed first)."""
     from llmsim.errors import LLMSimError
 
-    a = parse_args(argv)
-    module = _load(a.spec)
-    kwargs = _spec_kwargs(module.run, a)
-    out = a.out or Path("outputs/reproduce") / a.spec / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    command = " ".join([PROG, *(sys.argv[1:] if argv is None else argv)])
     t0 = time.perf_counter()
     existed = out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
         rows = module.run(a.quick, out, a.jobs, not a.no_progress, **kwargs)
-    except (LLMSimError, OSError) as e:
+    except (LLMSimError, OSError):
         if not existed and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # refused before anything was written: leave no empty directory behind
-        _fail(str(e))
+        raise
     rows = [{**r, "command": command} for r in rows]
+    write_claims(rows, out, command, time.perf_counter() - t0)
+    return rows
+
+
+def run_all(a: argparse.Namespace, out: Path) -> list[tuple[str | None, Path]]:
+    """Every spec in turn into ``out/<spec>/``. A spec that raises does not stop the others: its one-line error
+    goes to stderr and to ``out/<spec>/failed.json`` (the report lists it). The (spec, directory) entries."""
+    entries: list[tuple[str | None, Path]] = []
+    for i, spec in enumerate(SPECS, 1):
+        sub = out / spec
+        command = " ".join([PROG, spec, *["--quick"] * a.quick, "--jobs", str(a.jobs), "--out", str(sub)])
+        print(f"[{PROG} all] {spec} ({i}/{len(SPECS)}): {command}", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        try:
+            run_spec(_import_spec(spec), a, sub, {}, command)
+        except Exception as e:  # any failure of one spec is reported; the others still run
+            error = " ".join(f"{type(e).__name__}: {e}".split())
+            print(f"[{PROG} all] {spec} failed: {error}", file=sys.stderr, flush=True)
+            sub.mkdir(parents=True, exist_ok=True)
+            body = {"spec": spec, "error": error, "command": command, "date": dt.datetime.now().isoformat(
+                timespec="seconds"), "commit": _commit(), "wall_s": round(time.perf_counter() - t0, 1)}
+            (sub / "failed.json").write_text(json.dumps(body, indent=1) + "\n")
+        entries.append((spec, sub))
+    return entries
+
+
+def _report_mode(a: argparse.Namespace, command: str) -> None:
+    """``all`` (run every spec, then the report) and ``report`` (the report from ``--from`` directories)."""
+    from agents import reproduce_report as rr
+
+    try:
+        if a.spec == "all":
+            out = a.out or Path("outputs/reproduce/all") / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+            entries = run_all(a, out)
+            target = a.report or out / "REPRODUCTION.md"
+            reports = rr.write_report(entries, target, command, origin="all", strict=False)
+        else:
+            target = a.report
+            reports = rr.write_report(rr.parse_from(a.from_dirs), target, command)
+    except ConfigError as e:
+        _fail(str(e))
+    print(rr.summary_line(reports))
+    print(f"report: {target}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run one spec's reproduction, write claims.json / claims.md, print the table (or JSON lines); or ``all`` /
+    ``report`` (the reproduction report)."""
+    from llmsim.errors import LLMSimError
+
+    a = parse_args(argv)
+    command = " ".join([PROG, *(sys.argv[1:] if argv is None else argv)])
+    if a.spec in MODES:
+        _report_mode(a, command)
+        return
+    module = _load(a.spec)
+    kwargs = _spec_kwargs(module.run, a)
+    out = a.out or Path("outputs/reproduce") / a.spec / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    t0 = time.perf_counter()
+    try:
+        rows = run_spec(module, a, out, kwargs, command)
+    except (LLMSimError, OSError) as e:
+        _fail(str(e))
     wall = time.perf_counter() - t0
-    write_claims(rows, out, command, wall)
     if a.json:
         for r in rows:
             print(json.dumps(r, default=str))

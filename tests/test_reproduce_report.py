@@ -1,0 +1,202 @@
+"""The reproduction report (agents/reproduce_report.py) and ``llmsim-reproduce all`` / ``report``: on fixture
+claims.json directories and monkeypatched fast spec runners (no real reproduction runs here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents import reproduce
+from agents import reproduce_report as rr
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _row(claim: str, verdict: str, paper: str = "spec001", **extra: Any) -> dict[str, Any]:
+    return {"paper": paper, "claim": claim, "paper_value": 4.35, "measured": 2.68, "verdict": verdict,
+            "unit": "%", "seeds": [1000, 1001, 1002], "setting": "runs", "setting_note": "existing runs", **extra}
+
+
+def _dir(root: Path, name: str, rows: list[dict[str, Any]], command: str, wall: float = 60.0,
+         file: str = "claims.json") -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    body = {"command": command, "date": "2026-01-01T00:00:00", "commit": "abc1234", "wall_s": wall, "claims": rows}
+    if file == "claims_partial.json":
+        body = {"rows": rows, "overhead": {"median_ms": 2.5}}
+    (d / file).write_text(json.dumps(body))
+    return d
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> dict[str, Path]:
+    """spec001 (3 claims, one of each verdict), spec003 (full), a failed spec004, a partial spec000; the other
+    specs have no directory."""
+    s1 = _dir(tmp_path, "s1", [_row("a gain", "reproduced"), _row("b gain", "partly", note="x | y"),
+                               _row("c gain", "not")], "llmsim-reproduce spec001 --from-runs A,B,C --out s1", 120.0)
+    # a verdict the numbers would not give under the usual rule: the report must copy it, not recompute it
+    s3 = _dir(tmp_path, "s3", [_row("q1", "reproduced", paper="spec003", measured=-50.0, setting="full size (3 seeds)"),
+                               _row("q2", "reproduced", paper="spec003", setting="full size (3 seeds)")],
+              "llmsim-reproduce spec003 --jobs 2 --out s3", 600.0)
+    s4 = tmp_path / "s4"
+    s4.mkdir()
+    (s4 / "failed.json").write_text(json.dumps({"spec": "spec004", "error": "RuntimeError: boom\nsecond line",
+                                                "command": "llmsim-reproduce spec004 --out s4", "wall_s": 3.0}))
+    s0 = _dir(tmp_path, "s0", [_row("p1", "reproduced", paper="spec000"), _row("p2", "partly", paper="spec000")],
+              "", file="claims_partial.json")
+    return {"spec001": s1, "spec003": s3, "spec004": s4, "spec000": s0}
+
+
+def _summary_row(text: str, spec: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(f"| [{spec}]"))
+
+
+@pytest.mark.timeout(30)
+def test_report_lists_every_spec_with_counts_and_a_row_per_claim(dirs: dict[str, Path], tmp_path: Path) -> None:
+    entries = [(None, dirs["spec001"]), (None, dirs["spec003"]), ("spec004", dirs["spec004"]), (None, dirs["spec000"])]
+    out = tmp_path / "docs" / "REPRODUCTION.md"
+    reports = rr.write_report(entries, out, "llmsim-reproduce report --from ...")
+    text = out.read_text()
+    assert text.startswith("# Reproduction report")
+    assert "llmsim-reproduce report --from ..." in text and "**NOT** run end to end" in text
+    assert set(reports) == set(reproduce.SPECS)
+    r1 = _summary_row(text, "spec001").split(" | ")
+    assert r1[2:7] == ["3", "1", "1", "1", "**partly**"] and r1[7] == "2.0 min"
+    assert _summary_row(text, "spec003").split(" | ")[2:7] == ["2", "2", "0", "0", "**reproduced**"]
+    assert "q1 | 4.35 % | -50 % | **reproduced**" in text  # copied from claims.json, not recomputed
+    for spec in ("spec002", "prefix", "disagg"):  # not given: listed, not dropped
+        assert "no claims.json" in _summary_row(text, spec)
+    failed = _summary_row(text, "spec004")
+    assert "**failed**: RuntimeError: boom second line" in failed and "**failed**" in failed
+    assert "**PARTIAL** (claims_partial.json)" in _summary_row(text, "spec000")
+    for claim in ("a gain", "b gain", "c gain", "q1", "q2", "p1", "p2"):
+        assert sum(line.startswith(f"| {claim} |") for line in text.splitlines()) == 1
+    assert "x / y" in text  # a "|" in a note does not break the table
+    assert "Held-out seeds: 1000-1002." in text
+    assert "llmsim-reproduce spec001 --from-runs A,B,C --out s1" in text
+    assert all(f"docs/results/{page}" in text for page in rr.PAGES.values())
+    assert text.index("## Papers") < text.index('<a id="spec004">') < text.index("## llmsim studies")
+    assert text.index("## llmsim studies") < text.index('<a id="prefix">')
+
+
+@pytest.mark.timeout(30)
+def test_the_same_claim_from_two_directories_counts_once(tmp_path: Path) -> None:
+    cmd = "llmsim-reproduce spec001 --from-runs A,B,C"
+    a = _dir(tmp_path, "a", [_row("a gain", "reproduced"), _row("eight", "not")], cmd + " --from-runs-8 X,Y,Z", 200.0)
+    b = _dir(tmp_path, "b", [_row("a gain", "partly")], cmd, 80.0)
+    reports = rr.collect([(None, a), (None, b)])
+    rep = reports["spec001"]
+    assert [r["claim"] for r in rep.claims] == ["a gain", "eight"] and rep.counts["reproduced"] == 1
+    assert rep.sources[1].duplicates == 1 and rep.wall_s == 200.0  # b added nothing: not in the wall time
+    assert any("partly" in n for n in rep.notes)  # the other verdict is noted, never silently chosen
+
+
+def _fake_specs(monkeypatch: pytest.MonkeyPatch, calls: list[tuple[str, bool, int]]) -> None:
+    """Every spec module replaced by a runner that returns at once; spec002's raises."""
+    def runner(spec: str) -> Any:
+        def run(quick: bool, out_dir: Path, jobs: int, progress: bool) -> list[dict[str, Any]]:
+            calls.append((spec, quick, jobs))
+            if spec == "spec002":
+                raise RuntimeError("training diverged\n(traceback elided)")
+            setting = "quick" if quick else "full"
+            return [reproduce.claim_row(spec, f"{spec} claim", 1.0, 1.0, "reproduced", setting=setting)]
+        return run
+
+    for spec, module in reproduce.SPECS.items():
+        monkeypatch.setitem(sys.modules, module, types.SimpleNamespace(run=runner(spec)))
+    monkeypatch.setattr(reproduce, "_commit", lambda: "abc1234")
+
+
+@pytest.mark.timeout(60)
+def test_all_runs_every_spec_in_order_and_goes_on_past_a_failure(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[tuple[str, bool, int]] = []
+    _fake_specs(monkeypatch, calls)
+    out, report = tmp_path / "out", tmp_path / "REPRODUCTION.md"
+    reproduce.main(["all", "--quick", "--jobs", "2", "--out", str(out), "--report", str(report), "--no-progress"])
+    assert calls == [(s, True, 2) for s in reproduce.SPECS]
+    for spec in reproduce.SPECS:
+        assert (out / spec / ("failed.json" if spec == "spec002" else "claims.json")).is_file()
+    body = json.loads((out / "spec003" / "claims.json").read_text())
+    assert body["command"] == f"llmsim-reproduce spec003 --quick --jobs 2 --out {out / 'spec003'}"
+    text = report.read_text()
+    assert "**failed**: RuntimeError: training diverged (traceback elided)" in _summary_row(text, "spec002")
+    assert "Every spec below was run by this one command" in text
+    assert _summary_row(text, "disagg").split(" | ")[2:7] == ["1", "1", "0", "0", "**reproduced**"]
+    captured = capsys.readouterr()
+    assert "spec002 failed: RuntimeError: training diverged" in captured.err
+    assert f"report: {report}" in captured.out
+
+
+@pytest.mark.timeout(60)
+def test_all_writes_its_report_under_out_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _fake_specs(monkeypatch, [])
+    reproduce.main(["all", "--out", str(tmp_path / "o"), "--no-progress"])
+    assert "quick" not in _summary_row((tmp_path / "o" / "REPRODUCTION.md").read_text(), "spec001")
+
+
+@pytest.mark.timeout(30)
+def test_report_from_the_command_line(dirs: dict[str, Path], tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "r" / "R.md"
+    reproduce.main(["report", "--from", f"{dirs['spec001']},spec003={dirs['spec003']}", "--report", str(report)])
+    out = capsys.readouterr().out
+    assert "spec001: partly (1 reproduced, 1 partly, 1 not; runs)" in out and "spec002: no claims" in out
+    assert f"--report {report}" in report.read_text()
+
+
+@pytest.mark.timeout(60)
+def test_report_from_the_installed_entry_point_module(dirs: dict[str, Path], tmp_path: Path) -> None:
+    report = tmp_path / "R.md"
+    p = subprocess.run([sys.executable, "-m", "agents.reproduce", "report", "--from", str(dirs["spec003"]),
+                        "--report", str(report)], cwd=ROOT, capture_output=True, text=True, timeout=50,
+                       env={**os.environ, "MPLBACKEND": "Agg"})
+    assert p.returncode == 0, p.stderr
+    assert "spec003: reproduced" in p.stdout and report.is_file()
+
+
+def _one_line_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as e:
+        reproduce.main(args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("llmsim-reproduce: error: ")
+    return err
+
+
+@pytest.mark.timeout(30)
+def test_bad_input_is_one_line_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    report = str(tmp_path / "R.md")
+    assert str(empty / "claims.json") in _one_line_error(["report", "--from", str(empty), "--report", report], capsys)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "claims.json").write_text('{"claims": [')
+    err = _one_line_error(["report", "--from", str(bad), "--report", report], capsys)
+    assert str(bad / "claims.json") in err and "malformed JSON" in err
+    (bad / "claims.json").write_text(json.dumps({"claims": [{"paper": "spec001", "claim": "x"}]}))
+    assert "claim row 0" in _one_line_error(["report", "--from", str(bad), "--report", report], capsys)
+    (bad / "claims.json").write_text(json.dumps({"command": "something", "claims": [_row("x", "reproduced", "P")]}))
+    assert "SPEC=DIR" in _one_line_error(["report", "--from", str(bad), "--report", report], capsys)
+    assert not (tmp_path / "R.md").exists()
+
+
+@pytest.mark.timeout(30)
+def test_options_of_the_wrong_mode_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "report needs --from" in _one_line_error(["report", "--report", str(tmp_path / "R.md")], capsys)
+    assert "unknown spec 'nope'" in _one_line_error(["report", "--from", f"nope={tmp_path}", "--report",
+                                                     str(tmp_path / "R.md")], capsys)
+    assert "--from is for report" in _one_line_error(["spec001", "--from", str(tmp_path)], capsys)
+    assert "--report is for all" in _one_line_error(["spec001", "--report", "x.md"], capsys)
+    assert "all does not take --from-runs" in _one_line_error(["all", "--from-runs", "a,b,c"], capsys)
+    assert "only --from and --report" in _one_line_error(["report", "--quick", "--from", "d", "--report", "r"],
+                                                         capsys)
+    assert not any(tmp_path.iterdir())
