@@ -39,6 +39,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from llmsim.request import Request
 
+# blocks owed before a lookup that cannot hit pays them: bounds the memory of evicted-but-kept runs per instance
+# (a few hundred kB) while one pay evicts many runs at once
+PAY_SLACK = 4096
+
+
 def block_keys(r: Request, block_size: int, tokens: int | None = None) -> list[Any]:
     """Keys of ``r``'s full engine blocks within its first ``tokens`` tokens (default: prompt + output) that its
     ids cover; empty without ids. Ids cover the prompt; they cover output tokens too only when there are more
@@ -87,6 +92,7 @@ class PrefixCache:
         # evictions allocations made that are not carried out yet: the KV cache's hot paths only raise this (one
         # subtraction and a compare), and :meth:`pay` evicts before the cache is next read. The oldest blocks are
         # the ones owed - releases append newer ones and nothing else reorders the LRU - so this is eager eviction.
+        # A lookup that cannot hit (its first key is not cached) pays only once more than PAY_SLACK blocks are owed.
         self.owed = 0
         self.evictions = 0  # carried out (``evicted`` adds the ones owed)
         self.shared = 0  # sum over held runs of (holders - 1) * blocks: blocks counted twice in sum(r.blocks)
@@ -113,24 +119,27 @@ class PrefixCache:
         while over > 0:
             run = next(iter(lru))
             keys = run.keys
-            if len(keys) <= over:
-                del lru[run]
-                over -= len(keys)
-                if heads.get(keys[0]) is run:
-                    del heads[keys[0]]
-                run.keys = []
-            else:  # the run's last blocks go first
+            if len(keys) > over:  # the run's last blocks go first
                 del keys[-over:]
-                over = 0
+                return
+            lru.popitem(last=False)
+            over -= len(keys)
+            if heads.get(keys[0]) is run:
+                del heads[keys[0]]
+            run.keys = []
 
     def match(self, keys: list[Any], limit: int) -> tuple[int, int]:
         """(blocks of the longest cached prefix among the first ``limit`` keys, how many of them are free now)."""
-        if self.owed:
-            self.pay()
         heads = self.heads
-        n = taken = 0
         if limit > len(keys):
             limit = len(keys)
+        if limit <= 0 or keys[0] not in heads:  # nothing to find (evicting only shrinks the cache): pay later,
+            if self.owed > PAY_SLACK:           # in bulk, so a cache with no reuse costs little
+                self.pay()
+            return 0, 0
+        if self.owed:
+            self.pay()
+        n = taken = 0
         while n < limit:
             run = heads.get(keys[n])
             if run is None:
@@ -181,7 +190,7 @@ class PrefixCache:
         sequence order). Blocks already cached (an equal request computed them too) stay private to it."""
         if stop <= start:
             return
-        n = self.match(keys, stop)[0]
+        n = self.match(keys, stop)[0] if keys[0] in self.heads else 0  # (a miss needs no lookup)
         if n > start:
             start = n
             if start >= stop:
