@@ -1,6 +1,7 @@
 """Training-speed benchmark: env steps/s of Double DQN training, gradient updates included.
 
     python -m agents.bench [--env workload_router] [--agent ddqn] [--steps 30000] [--num-envs 1] [--json]
+    python -m agents.bench --num-envs 1,2,4 --steps 10000     # parallel experience collection: speed-up table
     python -m agents.bench --encoder [--heads 4] [--json]      # the graph encoder (agents/han.py) instead
     python -m agents.bench --decision [--export DIR ...] [--backends 4] [--json]   # the live router's decisions
 
@@ -198,11 +199,56 @@ def _print_encoder(r: dict[str, Any]) -> None:
           f"  single-graph forward     : {r['pyg_b1_fwd_us']:>9.1f} us")
 
 
+def _int_list(text: str) -> list[int]:
+    """``--num-envs 1,2,4`` -> [1, 2, 4]."""
+    try:
+        out = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return out
+
+
+def _scaling(args: argparse.Namespace) -> int:
+    """``--num-envs 1,2,4``: :func:`bench` per setting, then steps/s and speed-up over the first setting, with
+    the 1-minute load average around each (other jobs on the machine take cores from the parallel envs)."""
+    import os
+
+    rows = []
+    for n in args.num_envs:
+        load0 = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        r = bench(args.env, args.steps, n, args.seed, args.agent)
+        r.update(wall_s=round(time.perf_counter() - t0, 1), load_before=round(load0, 2),
+                 load_after=round(os.getloadavg()[0], 2), cpus=os.cpu_count())
+        rows.append(r)
+        if not args.json:
+            print(f"num_envs={n}: {r['train_steps_per_s']:.1f} training steps/s ({r['wall_s']} s)", flush=True)
+    base_env, base_train = rows[0]["env_only_steps_per_s"], rows[0]["train_steps_per_s"]
+    for r in rows:
+        r["env_only_speedup"] = round(r["env_only_steps_per_s"] / base_env, 2)
+        r["train_speedup"] = round(r["train_steps_per_s"] / base_train, 2)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"{args.env}, {args.agent}, {args.steps} steps per setting, {rows[0]['cpus']} CPUs\n"
+          f"{'num_envs':>8} {'env alone steps/s':>18} {'speed-up':>8} {'training steps/s':>17} {'speed-up':>8} "
+          f"{'load avg (1 min) before / after':>32}")
+    for r in rows:
+        print(f"{r['num_envs']:>8} {r['env_only_steps_per_s']:>18.1f} {r['env_only_speedup']:>8.2f} "
+              f"{r['train_steps_per_s']:>17.1f} {r['train_speedup']:>8.2f} "
+              f"{r['load_before']:>20.2f} / {r['load_after']:.2f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m agents.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="workload_router", help="a conf/env preset (flat observation)")
     ap.add_argument("--steps", type=int, default=30_000)
-    ap.add_argument("--num-envs", type=int, default=1)
+    ap.add_argument("--num-envs", type=_int_list, default=[1],
+                    help="parallel envs (trainer.num_envs); a list such as 1,2,4 runs each in turn and ends with "
+                         "a table of training steps/s and speed-up over the first, with the load average")
     ap.add_argument("--agent", default="ddqn", help="a conf/agent preset")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
@@ -239,7 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _print_encoder(r)
         return 0
-    r = bench(args.env, args.steps, args.num_envs, args.seed, args.agent)
+    if len(args.num_envs) > 1:
+        return _scaling(args)
+    r = bench(args.env, args.steps, args.num_envs[0], args.seed, args.agent)
     if args.json:
         print(json.dumps(r))
     else:

@@ -97,20 +97,35 @@ def collect_sweep(sweep_dir: str | Path) -> Sweep:
         raise ReportError(f"{root}: no */summary.json in it; is it a Hydra multirun directory of `llmsim -m ...`?")
     rows, keys = [], []
     for job in jobs:
-        overrides_file = job / ".hydra" / "overrides.yaml"
-        overrides = _read_overrides(overrides_file) if overrides_file.exists() else {}
+        overrides = job_overrides(job)
         keys += [k for k in overrides if k not in keys]
-        try:
-            summary = json.loads((job / "summary.json").read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ReportError(f"{job / 'summary.json'}: unreadable ({' '.join(str(e).split())})") from None
-        row = dict(overrides)
-        row.update({k: v for k, v in summary.items() if k not in overrides and not isinstance(v, dict | list)})
-        row["job_dir"] = str(job)
-        rows.append(row)
+        rows.append(job_row(job, overrides, read_json(job / "summary.json")))
     frame = pd.DataFrame(rows)
     metric_cols = [c for c in frame.columns if c not in keys and c != "job_dir"]
     return Sweep(frame[[*keys, *metric_cols, "job_dir"]], keys)
+
+
+def job_overrides(job: Path) -> dict[str, Any]:
+    """A job's typed overrides from its ``.hydra/overrides.yaml`` ({} without one); shared with llmsim.collect."""
+    overrides_file = job / ".hydra" / "overrides.yaml"
+    return _read_overrides(overrides_file) if overrides_file.exists() else {}
+
+
+def read_json(path: Path) -> Any:
+    """A job's ``summary.json`` (or another json it wrote); ReportError naming the file when unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ReportError(f"{path}: unreadable ({' '.join(str(e).split())})") from None
+
+
+def job_row(job: Path, overrides: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """One table row: the overrides, then the summary's scalar metrics (an override wins a name clash), then
+    ``job_dir``; nested values (``dropped_by_reason``, ...) are left out of the table."""
+    row = dict(overrides)
+    row.update({k: v for k, v in summary.items() if k not in overrides and not isinstance(v, dict | list)})
+    row["job_dir"] = str(job)
+    return row
 
 
 def _read_overrides(path: Path) -> dict[str, Any]:
