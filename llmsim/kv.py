@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from llmsim.errors import ConfigError, LLMSimError
-from llmsim.prefix_cache import PrefixCache, block_keys
+from llmsim.prefix_cache import PrefixCache, key_view
 
 if TYPE_CHECKING:
     from llmsim.profile import Profile
@@ -97,8 +97,9 @@ class KVCache:
             raise self._broken(f"cannot allocate {need} block(s) to request {r.id} with {self.free} free")
         self.free = free
         r.blocks += need
-        if self.prefix is not None:
-            self.prefix.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
+        pc = self.prefix
+        if pc is not None and pc.free_blocks - pc.owed > free:  # PrefixCache.owe, inlined on this hot path
+            pc.owed = pc.free_blocks - free
 
     def reserve(self, n: int) -> None:
         """Hold ``n`` free blocks for a request that is not running here (a KV copy coming in; llmsim.disagg)."""
@@ -111,8 +112,9 @@ class KVCache:
         if free < 0 or n < 0:
             raise self._broken(f"cannot take {n} block(s) with {self.free} free")
         self.free = free
-        if self.prefix is not None:
-            self.prefix.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
+        pc = self.prefix
+        if pc is not None and pc.free_blocks - pc.owed > free:  # PrefixCache.owe, inlined on this hot path
+            pc.owed = pc.free_blocks - free
 
     @property
     def shared(self) -> int:
@@ -169,14 +171,15 @@ class KVCache:
 
     def settle(self, used: int) -> None:
         """Set the GPU blocks in use from the running requests' own counts (end of a fast-path stretch)."""
-        if self.prefix is not None:
-            used -= self.prefix.shared
+        pc = self.prefix
+        if pc is not None:
+            used -= pc.shared
         used += self.outside
         if not 0 <= used <= self.total:
             raise self._broken(f"settle at {used} blocks used of {self.total}")
         self.free = free = self.total - used
-        if self.prefix is not None:
-            self.prefix.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
+        if pc is not None and pc.free_blocks - pc.owed > free:  # PrefixCache.owe, inlined on this hot path
+            pc.owed = pc.free_blocks - free
 
     def check(self, running: Iterable[Request], swapped: Iterable[Request] = ()) -> None:
         """Raise if the counts disagree with the blocks the requests hold (tests, debugging; stepped path)."""
@@ -193,10 +196,11 @@ class KVCache:
         st = r.prefix_state
         bs = self.block_size
         if st is None or st[0] != bs:
-            st = r.prefix_state = [bs, block_keys(r, bs), [], 0]
+            st = r.prefix_state = [bs, *key_view(r, bs), [], 0]
         pc = self.prefix
         assert pc is not None
-        return pc.match(st[1], (r.prompt_tokens + r.generated - 1) // bs)
+        limit = (r.prompt_tokens + r.generated - 1) // bs
+        return pc.match(st[1], limit if limit < st[2] else st[2])
 
     def acquire_prefix(self, r: Request, n: int) -> None:
         """Give ``r`` (with nothing computed) its ``n`` cached blocks from :meth:`prefix_match`, made just before."""
@@ -204,11 +208,11 @@ class KVCache:
         pc = self.prefix
         assert st is not None and pc is not None and r.blocks == 0 and r.computed == 0
         keys = st[1]
-        st[2] = held = []
+        st[3] = held = []
         self.free -= pc.acquire(keys, n, held)
         if self.free < 0:
             raise self._broken(f"prefix hit of {n} block(s) for request {r.id} took more than the free blocks")
-        st[3] = n
+        st[4] = n
         r.blocks = n
         r.computed = n * self.block_size
 
@@ -221,12 +225,11 @@ class KVCache:
         if c > r.prompt_tokens:
             c = r.prompt_tokens
         upto = c // self.block_size
-        keys = st[1]
-        if upto > len(keys):
-            upto = len(keys)
-        if upto > st[3]:
-            self.prefix.register(keys, st[3], upto, st[2])
-            st[3] = upto
+        if upto > st[2]:
+            upto = st[2]
+        if upto > st[4]:
+            self.prefix.register(st[1], st[4], upto, st[3])
+            st[4] = upto
 
     def _leave_prefix(self, r: Request) -> int:
         """``r`` leaves the GPU: cache its computed blocks (outputs too) and drop its holds; returns the blocks
@@ -235,16 +238,16 @@ class KVCache:
         if st[0] != self.block_size:
             return 0
         pc = self.prefix
-        keys = st[1]
         upto = r.computed // self.block_size
-        if upto > len(keys):
-            upto = len(keys)
-        held = st[2]
-        if upto > st[3]:
-            pc.register(keys, st[3], upto, held)
-        st[2] = []
-        st[3] = 0
-        return pc.release(held)
+        if upto > st[2]:
+            upto = st[2]
+        held = st[3]
+        if upto > st[4]:
+            pc.register(st[1], st[4], upto, held)
+        st[4] = 0
+        still = pc.release(held)
+        held.clear()  # (no run names it any more: reused if the request comes back)
+        return still
 
     def _broken(self, what: str) -> LLMSimError:
         return LLMSimError(f"instance {self.owner}: KV cache accounting broken: {what} (a batch policy moved blocks "

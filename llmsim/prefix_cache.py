@@ -34,6 +34,7 @@ of a request with nothing computed (a preempted request is queried again when it
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -69,14 +70,36 @@ def block_keys(r: Request, block_size: int, tokens: int | None = None) -> list[A
     return [(ids[t // h], t % h) for t in range(last, nb * block_size, block_size)]
 
 
+def key_view(r: Request, block_size: int) -> tuple[Sequence[Any], int]:
+    """(keys, how many of them name ``r``'s full blocks) as :func:`block_keys` gives them, without copying the
+    request's ids when they are the keys (``hash_block == block_size``): the cache reads and stores slices of the
+    sequence by position, so a request with no reuse costs no per-block work."""
+    ids = r.hash_ids
+    if ids and r.hash_block == block_size:
+        p = r.prompt_tokens
+        n = p + r.output_tokens
+        covered = len(ids) * block_size
+        if covered < p + block_size:
+            covered = p
+        return ids, (n if n < covered else covered) // block_size
+    keys = block_keys(r, block_size)
+    return keys, len(keys)
+
+
 class Run:
-    """Consecutive cached blocks of one sequence with the same holders (the held lists of running requests)."""
+    """Consecutive cached blocks of one sequence with the same holders (the held lists of running requests): the
+    keys ``src[lo:hi]`` of a request's key sequence, not a copy of them."""
 
-    __slots__ = ("keys", "holders")
+    __slots__ = ("src", "lo", "hi", "holders")
 
-    def __init__(self, keys: list[Any], holders: list[list[Run]]) -> None:
-        self.keys = keys
+    def __init__(self, src: Sequence[Any], lo: int, hi: int, holders: list[list[Run]]) -> None:
+        self.src, self.lo, self.hi = src, lo, hi
         self.holders = holders  # empty: a free run, in the LRU
+
+    @property
+    def keys(self) -> list[Any]:
+        """The run's block keys (a copy; tests and debugging)."""
+        return list(self.src[self.lo:self.hi])
 
 
 class PrefixCache:
@@ -118,17 +141,18 @@ class PrefixCache:
         lru, heads = self.lru, self.heads
         while over > 0:
             run = next(iter(lru))
-            keys = run.keys
-            if len(keys) > over:  # the run's last blocks go first
-                del keys[-over:]
+            n = run.hi - run.lo
+            if n > over:  # the run's last blocks go first
+                run.hi -= over
                 return
             lru.popitem(last=False)
-            over -= len(keys)
-            if heads.get(keys[0]) is run:
-                del heads[keys[0]]
-            run.keys = []
+            over -= n
+            first = run.src[run.lo]
+            if heads.get(first) is run:
+                del heads[first]
+            run.src, run.lo, run.hi = (), 0, 0
 
-    def match(self, keys: list[Any], limit: int) -> tuple[int, int]:
+    def match(self, keys: Sequence[Any], limit: int) -> tuple[int, int]:
         """(blocks of the longest cached prefix among the first ``limit`` keys, how many of them are free now)."""
         heads = self.heads
         if limit > len(keys):
@@ -144,13 +168,13 @@ class PrefixCache:
             run = heads.get(keys[n])
             if run is None:
                 break
-            m = _common(keys, n, limit, run.keys)
+            m = _common(keys, n, limit, run)
             if not run.holders:
                 taken += m
             n += m
         return n, taken
 
-    def acquire(self, keys: list[Any], n: int, held: list[Run]) -> int:
+    def acquire(self, keys: Sequence[Any], n: int, held: list[Run]) -> int:
         """Hold the first ``n`` keys (what :meth:`match` just found); returns how many were free (in use now)."""
         if self.owed:
             self.pay()
@@ -158,9 +182,9 @@ class PrefixCache:
         i = taken = 0
         while i < n:
             run = heads[keys[i]]
-            m = _common(keys, i, n, run.keys)
+            m = _common(keys, i, n, run)
             free = not run.holders
-            if m < len(run.keys):
+            if m < run.hi - run.lo:
                 run = self._split(run, m)
             elif free:
                 del lru[run]
@@ -177,15 +201,15 @@ class PrefixCache:
     def _split(self, run: Run, m: int) -> Run:
         """Cut ``run`` after its first ``m`` blocks and return the new leading run (the same holders; a free run's
         head is about to be held, so it does not enter the LRU)."""
-        head = Run(run.keys[:m], list(run.holders))
-        del run.keys[:m]
-        self.heads[head.keys[0]] = head
-        self.heads[run.keys[0]] = run
+        head = Run(run.src, run.lo, run.lo + m, list(run.holders))
+        run.lo += m
+        self.heads[run.src[head.lo]] = head
+        self.heads[run.src[run.lo]] = run
         for h in head.holders:  # a holder holds both parts, in sequence order
             h.insert(h.index(run), head)
         return head
 
-    def register(self, keys: list[Any], start: int, stop: int, held: list[Run]) -> None:
+    def register(self, keys: Sequence[Any], start: int, stop: int, held: list[Run]) -> None:
         """Cache blocks ``start..stop-1`` that a request just computed, held by it (``held``: its held runs in
         sequence order). Blocks already cached (an equal request computed them too) stay private to it."""
         if stop <= start:
@@ -196,11 +220,10 @@ class PrefixCache:
             if start >= stop:
                 return
         last = held[-1] if held else None
-        if last is not None and last.holders == [held] and last.keys and last.keys[-1] == keys[start - 1] \
-                and start:
-            last.keys.extend(keys[start:stop])  # the next chunk of the run it registered last
+        if last is not None and last.src is keys and last.hi == start and last.holders == [held]:
+            last.hi = stop  # the next chunk of the run it registered last
             return
-        run = Run(keys[start:stop], [held])
+        run = Run(keys, start, stop, [held])
         self.heads[keys[start]] = run
         held.append(run)
 
@@ -214,25 +237,26 @@ class PrefixCache:
             if len(hs) == 1:
                 hs.clear()
                 lru[run] = None
-                self.free_blocks += len(run.keys)
+                self.free_blocks += run.hi - run.lo
             else:
                 for k, h in enumerate(hs):
                     if h is held:  # (by identity: two requests' held lists may be equal)
                         del hs[k]
                         break
-                n = len(run.keys)
+                n = run.hi - run.lo
                 self.shared -= n
                 still += n
         return still
 
 
-def _common(a: list[Any], i: int, limit: int, b: list[Any]) -> int:
-    """Length of the common prefix of ``a[i:limit]`` and ``b``."""
-    m = min(limit - i, len(b))
-    if a[i:i + m] == b[:m]:
+def _common(a: Sequence[Any], i: int, limit: int, run: Run) -> int:
+    """Length of the common prefix of ``a[i:limit]`` and ``run``'s keys."""
+    b, lo = run.src, run.lo
+    m = min(limit - i, run.hi - lo)
+    if (b is a and lo == i) or a[i:i + m] == b[lo:lo + m]:
         return m
     k = 0
-    while k < m and a[i + k] == b[k]:
+    while k < m and a[i + k] == b[lo + k]:
         k += 1
     return k
 
