@@ -16,11 +16,13 @@ lowers the free count records the evictions it causes, carried out before the ca
 a decode run of the fast path does so when it materialises, which is the same: nothing is released within a run).
 
 Blocks are stored in runs (:class:`Run`): consecutive blocks of one sequence cached together, with one set of
-holders, as a radix tree stores them (SGLang's RadixAttention), indexed by their first key only. A lookup
-walks the request's keys from its first block: each run it meets is entered at its start (keys are chained:
-a block's predecessors come before it) and compared as a list slice; a hit covers a leading part of each run
-it touches, so a run splits at most in two. Registering, releasing and evicting cost Python work per run,
-not per block: with no reuse, caching costs little.
+holders, as a radix tree stores them (SGLang's RadixAttention), indexed by their first key only. A run is a view
+``src[lo:hi]`` of the key sequence of the request that computed it (:func:`key_view`: its own ids, not a copy, when
+they are the keys), so splitting, trimming and extending a run move two integers. A lookup walks the request's
+keys from its first block: each run it meets is entered at its start (keys are chained: a block's predecessors
+come before it) and compared as a slice; a hit covers a leading part of each run it touches, so a run splits at
+most in two. Registering, releasing and evicting cost Python work per run, not per block, and a lookup whose first
+key is not cached returns at once: with no reuse, caching costs little (docs/prefix_caching.md, Speed).
 
 A new request reuses the longest run of cached blocks from its start, but at least one token is
 computed (vLLM recomputes the last prompt token to sample from it). Blocks become cached when the
