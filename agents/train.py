@@ -148,10 +148,12 @@ def build_agent(agent_cfg: AgentConfig, env: RoutingEnv, seed: int) -> tuple[Age
 
 
 def make_vec(env_cfg: dict[str, Any], n: int) -> Any:
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    from agents.vec import FreshInfoVecEnv
 
     fns = [functools.partial(make_env, env_cfg) for _ in range(n)]
-    return SubprocVecEnv(fns) if n > 1 else DummyVecEnv(fns)
+    return SubprocVecEnv(fns) if n > 1 else FreshInfoVecEnv(fns)
 
 
 def evaluate_greedy(policy: QPolicy, env: RoutingEnv, seeds: list[int], metric: str) -> dict[str, float]:

@@ -1,0 +1,28 @@
+"""The single-process vector env for training: stable-baselines3's ``DummyVecEnv`` without its per-step copy.
+
+``DummyVecEnv.step_wait`` returns ``deepcopy(self.buf_infos)``, because a gym env may hand back the same info
+dict every step. llmsim's envs build a fresh dict (and a fresh action-mask array) on every step
+(``envs.core.RoutingEnv._info``), so a shallow copy of the list is enough, and the deep copy was ~8 % of a DDQN
+training step on spec 001's testbed (`python -m agents.bench`). Everything else is stable-baselines3's code path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
+
+
+class FreshInfoVecEnv(DummyVecEnv):
+    """``DummyVecEnv`` for envs whose info dicts are new every step (see module doc)."""
+
+    def step_wait(self) -> VecEnvStepReturn:
+        for i in range(self.num_envs):
+            obs, self.buf_rews[i], terminated, truncated, self.buf_infos[i] = self.envs[i].step(self.actions[i])
+            self.buf_dones[i] = terminated or truncated
+            self.buf_infos[i]["TimeLimit.truncated"] = truncated and not terminated  # as DummyVecEnv does
+            if self.buf_dones[i]:
+                self.buf_infos[i]["terminal_observation"] = obs
+                obs, self.reset_infos[i] = self.envs[i].reset()
+            self._save_obs(i, obs)
+        return self._obs_from_buf(), np.copy(self.buf_rews), np.copy(self.buf_dones), list(self.buf_infos)
