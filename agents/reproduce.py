@@ -40,25 +40,17 @@ import inspect
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agents.claims import KEYS, PROG, SPECS, TOL_ABS, TOL_REL, VERDICTS  # noqa: F401 (KEYS: the harnesses' import)
+from agents.claims import source_commit as _commit
 from llmsim.errors import ConfigError
 
-PROG = "llmsim-reproduce"
-SPECS = {"spec000": "agents.reproduce_spec000", "spec001": "agents.reproduce_spec001",
-         "spec002": "agents.reproduce_spec002", "spec003": "agents.reproduce_spec003",
-         "spec004": "agents.reproduce_spec004", "prefix": "agents.reproduce_prefix",
-         "disagg": "agents.reproduce_disagg"}
 MODES = ("all", "report")  # not specs: every spec in turn, and the report from existing outputs
-KEYS = ("paper", "claim", "paper_value", "measured", "verdict")
-VERDICTS = ("reproduced", "partly", "not")
-TOL_ABS = 1.0   # percentage points: below this, seed-to-seed noise of a 5-seed mean is of the same size
-TOL_REL = 0.25  # of the paper's value: a quarter either way is "the same result" for a simulated testbed
 
 
 # ---------------------------------------------------------------------- running many simulations
@@ -201,17 +193,6 @@ def markdown(rows: Sequence[Mapping[str, Any]], header: Sequence[str]) -> str:
               "partly if same sign. at_most: reproduced if measured <= p + tol, partly if <= p + 2 tol. order: "
               "reproduced if every pair is in the claimed order, partly if more than half are."]
     return "\n".join(lines) + "\n"
-
-
-def _commit() -> str | None:
-    """The source commit (read-only git), for the record; None outside a checkout."""
-    try:
-        root = Path(__file__).resolve().parents[1]
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10)
-        return (out.stdout.strip() or None) if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def write_claims(rows: Sequence[Mapping[str, Any]], out_dir: Path, command: str, wall_s: float) -> None:

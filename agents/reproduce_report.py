@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.reproduce import KEYS, PROG, SPECS, TOL_ABS, TOL_REL, VERDICTS, _commit
+from agents.claims import KEYS, PROG, SPECS, TOL_ABS, TOL_REL, VERDICTS, source_commit
 from llmsim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -402,7 +402,7 @@ def write_report(entries: Sequence[tuple[str | None, Path]], report: Path, comma
                  strict: bool = True) -> dict[str, SpecReport]:
     """Read the output directories, write the page to ``report``; the per-spec reports (for the summary line)."""
     reports = collect(entries, strict)
-    text = render(reports, report, command, origin, _commit())
+    text = render(reports, report, command, origin, source_commit())
     try:
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(text)

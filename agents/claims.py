@@ -1,0 +1,32 @@
+"""What a claims.json row is (``llmsim-reproduce``'s output), shared by the runner and the report.
+
+``agents.reproduce`` runs the specs and writes these rows; ``agents.reproduce_report`` only reads them. Both take
+the names of the specs, the row keys, the verdicts and the tolerance from here, so neither imports the other's
+module for them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+PROG = "llmsim-reproduce"
+SPECS = {"spec000": "agents.reproduce_spec000", "spec001": "agents.reproduce_spec001",
+         "spec002": "agents.reproduce_spec002", "spec003": "agents.reproduce_spec003",
+         "spec004": "agents.reproduce_spec004", "prefix": "agents.reproduce_prefix",
+         "disagg": "agents.reproduce_disagg"}
+KEYS = ("paper", "claim", "paper_value", "measured", "verdict")
+VERDICTS = ("reproduced", "partly", "not")
+TOL_ABS = 1.0   # percentage points: below this, seed-to-seed noise of a 5-seed mean is of the same size
+TOL_REL = 0.25  # of the paper's value: a quarter either way is "the same result" for a simulated testbed
+
+
+def source_commit() -> str | None:
+    """The source commit (read-only git), for the record; None outside a checkout."""
+    try:
+        root = Path(__file__).resolve().parents[1]
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=10)
+        return (out.stdout.strip() or None) if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
