@@ -97,9 +97,8 @@ class KVCache:
             raise self._broken(f"cannot allocate {need} block(s) to request {r.id} with {self.free} free")
         self.free = free
         r.blocks += need
-        pc = self.prefix
-        if pc is not None and pc.free_blocks - pc.owed > free:  # PrefixCache.owe, inlined on this hot path
-            pc.owed = pc.free_blocks - free
+        if self.prefix is not None:
+            self.prefix.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
 
     def reserve(self, n: int) -> None:
         """Hold ``n`` free blocks for a request that is not running here (a KV copy coming in; llmsim.disagg)."""
@@ -112,9 +111,8 @@ class KVCache:
         if free < 0 or n < 0:
             raise self._broken(f"cannot take {n} block(s) with {self.free} free")
         self.free = free
-        pc = self.prefix
-        if pc is not None and pc.free_blocks - pc.owed > free:  # PrefixCache.owe, inlined on this hot path
-            pc.owed = pc.free_blocks - free
+        if self.prefix is not None:
+            self.prefix.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
 
     @property
     def shared(self) -> int:
@@ -178,8 +176,8 @@ class KVCache:
         if not 0 <= used <= self.total:
             raise self._broken(f"settle at {used} blocks used of {self.total}")
         self.free = free = self.total - used
-        if pc is not None and pc.free_blocks - pc.owed > free:  # PrefixCache.owe, inlined on this hot path
-            pc.owed = pc.free_blocks - free
+        if pc is not None:
+            pc.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
 
     def check(self, running: Iterable[Request], swapped: Iterable[Request] = ()) -> None:
         """Raise if the counts disagree with the blocks the requests hold (tests, debugging; stepped path)."""

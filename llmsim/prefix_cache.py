@@ -57,12 +57,7 @@ def block_keys(r: Request, block_size: int, tokens: int | None = None) -> list[A
     if not ids:
         return []
     h = r.hash_block
-    p = r.prompt_tokens
-    n = p + r.output_tokens if tokens is None else tokens
-    covered = len(ids) * h if len(ids) * h >= p + h else p
-    if covered < n:
-        n = covered
-    nb = n // block_size
+    nb = _full_blocks(r, block_size, tokens)
     if h == block_size:
         return list(ids[:nb])
     last = block_size - 1
@@ -78,14 +73,20 @@ def key_view(r: Request, block_size: int) -> tuple[Sequence[Any], int]:
     sequence by position, so a request with no reuse costs no per-block work."""
     ids = r.hash_ids
     if ids and r.hash_block == block_size:
-        p = r.prompt_tokens
-        n = p + r.output_tokens
-        covered = len(ids) * block_size
-        if covered < p + block_size:
-            covered = p
-        return ids, (n if n < covered else covered) // block_size
+        return ids, _full_blocks(r, block_size)
     keys = block_keys(r, block_size)
     return keys, len(keys)
+
+
+def _full_blocks(r: Request, block_size: int, tokens: int | None = None) -> int:
+    """Full engine blocks of ``r`` within its first ``tokens`` tokens that its ids cover (``block_keys``'s rule)."""
+    h = r.hash_block
+    p = r.prompt_tokens
+    n = p + r.output_tokens if tokens is None else tokens
+    covered = len(r.hash_ids) * h
+    if covered < p + h:
+        covered = p
+    return (n if n < covered else covered) // block_size
 
 
 class Run:
