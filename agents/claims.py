@@ -7,8 +7,10 @@ module for them.
 
 from __future__ import annotations
 
+import math
 import subprocess
 from pathlib import Path
+from typing import Any
 
 PROG = "llmsim-reproduce"
 SPECS = {"spec000": "agents.reproduce_spec000", "spec001": "agents.reproduce_spec001",
@@ -30,3 +32,17 @@ def source_commit() -> str | None:
         return (out.stdout.strip() or None) if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def missing(x: Any) -> bool:
+    """A claim value that was not measured (None or NaN)."""
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def format_value(x: Any, unit: str | None, spec: str = ".2f") -> str:
+    """A claim value for a table: floats with ``spec`` (claims.md: 2 decimals; the report: 6 significant digits)."""
+    if missing(x):
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:{spec}}{' ' + unit if unit else ''}"
+    return str(x)

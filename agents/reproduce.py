@@ -46,7 +46,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.claims import KEYS, PROG, SPECS, TOL_ABS, TOL_REL, VERDICTS  # noqa: F401 (KEYS: the harnesses' import)
+from agents.claims import KEYS, PROG, SPECS, TOL_ABS, TOL_REL, VERDICTS, format_value, missing  # noqa: F401 (KEYS: the harnesses' import)
 from agents.claims import source_commit as _commit
 from llmsim.errors import ConfigError
 
@@ -95,13 +95,9 @@ def tolerance(paper: float) -> float:
     return max(TOL_ABS, TOL_REL * abs(paper))
 
 
-def _missing(x: float | None) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
-
-
 def gain_verdict(paper: float, measured: float | None, kind: str = "at_least") -> str:
     """Verdict of a numeric claim (module docstring): ``kind`` is at_least, about or at_most."""
-    if _missing(measured):
+    if missing(measured):
         return "not"
     assert measured is not None
     tol = tolerance(paper)
@@ -128,7 +124,7 @@ def pairs_in_order(values: Sequence[float | None], descending: bool = True) -> t
     for i in range(n):
         for j in range(i + 1, n):
             a, b = values[i], values[j]
-            if not _missing(a) and not _missing(b) and ((a > b) if descending else (a < b)):  # type: ignore[operator]
+            if not missing(a) and not missing(b) and ((a > b) if descending else (a < b)):  # type: ignore[operator]
                 good += 1
     return good, n * (n - 1) // 2
 
@@ -152,19 +148,11 @@ def claim_row(paper: str, claim: str, paper_value: Any, measured: Any, verdict: 
 
 
 # ---------------------------------------------------------------------- output
-def _value(x: Any, unit: str | None) -> str:
-    if _missing(x):
-        return "n/a"
-    if isinstance(x, float):
-        return f"{x:.2f}{' ' + unit if unit else ''}"
-    return str(x)
-
-
 def table(rows: Sequence[Mapping[str, Any]]) -> str:
     """The claims as an aligned plain-text table (what the command prints)."""
     head = ["paper", "claim", "paper_value", "measured", "verdict"]
-    body = [[str(r["paper"]), str(r["claim"]), _value(r["paper_value"], r.get("unit")),
-             _value(r["measured"], r.get("unit")), str(r["verdict"])] for r in rows]
+    body = [[str(r["paper"]), str(r["claim"]), format_value(r["paper_value"], r.get("unit")),
+             format_value(r["measured"], r.get("unit")), str(r["verdict"])] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [head, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -176,8 +164,8 @@ def claims_table(rows: Sequence[Mapping[str, Any]], with_paper: bool = True) -> 
     head = ["paper"] * with_paper + ["claim", "paper", "measured", "verdict", "note"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["paper"]] * with_paper + [r["claim"], _value(r["paper_value"], r.get("unit")),
-                                             _value(r["measured"], r.get("unit")), f"**{r['verdict']}**",
+        cells = [r["paper"]] * with_paper + [r["claim"], format_value(r["paper_value"], r.get("unit")),
+                                             format_value(r["measured"], r.get("unit")), f"**{r['verdict']}**",
                                              str(r.get("note") or "")]
         lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
     return lines

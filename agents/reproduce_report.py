@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.claims import KEYS, PROG, SPECS, TOL_ABS, TOL_REL, VERDICTS, source_commit
+from agents.claims import KEYS, PROG, SPECS, TOL_ABS, TOL_REL, VERDICTS, format_value, source_commit
 from llmsim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,12 +240,8 @@ def overall(rep: SpecReport) -> str:
 
 
 def _value(x: Any, unit: str | None) -> str:
-    """A value as claims.json has it (floats to 6 significant digits, not the 2 decimals of claims.md)."""
-    if x is None or (isinstance(x, float) and x != x):
-        return "n/a"
-    if isinstance(x, float):
-        return f"{x:.6g}{' ' + unit if unit else ''}"
-    return str(x)
+    """A value as claims.json has it: 6 significant digits, not the 2 decimals of claims.md."""
+    return format_value(x, unit, ".6g")
 
 
 def _minutes(wall: float | None) -> str:
