@@ -107,8 +107,9 @@ def check_compatible(meta: dict[str, Any], env: RoutingEnv, where: str = "checkp
 
 
 def _fmt(layout: dict[str, Any]) -> str:
-    return (f"{layout.get('kind')!r} shape {layout.get('shape')} on ClusterState layout "
-            f"v{layout.get('state_layout_version')}")
+    shapes = layout.get("shapes")  # a graph observation: its arrays' shapes say how many experts it has
+    shape = ", ".join(f"{k} {v}" for k, v in sorted(shapes.items())) if shapes else layout.get("shape")
+    return f"{layout.get('kind')!r} shape {shape} on ClusterState layout v{layout.get('state_layout_version')}"
 
 
 def load_policy_net(path: str | Path, meta: dict[str, Any] | None = None) -> torch.nn.Module:

@@ -5,9 +5,11 @@ ablations with the conf/experiment/spec000_* presets (or takes existing runs, ``
 their ``best/`` checkpoints next to the paper's heuristic baselines (BERT router = ``quality_first`` with oracle
 qualities, round robin, shortest-queue-first = ``jsq``) and our stronger greedy ``qos_lookahead`` on the same
 held-out seeds: Poisson lambda = 5 (the training workload), bursty BurstGPT-like traffic averaging 5 req/s
-(never trained on), and a sweep of lambda and of L without retraining. Gains follow the paper: relative
-(ours - other) / other for average QoS, (other - ours) / other for latency per token and end-to-end latency;
-"at least X %" is the smallest gain over the baselines. Paper values and sources: spec 000 section 7.1.
+(never trained on), a sweep of lambda and of L without retraining, and the sweep over N (Fig. 11) with a router
+trained per number of experts (``sac_han_n<N>``; the experts beyond the code's six: envs.tasks.QOS_MORE_EXPERTS).
+Gains follow the paper: relative (ours - other) / other for average QoS, (other - ours) / other for latency per
+token and end-to-end latency; "at least X %" is the smallest gain over the baselines.
+Paper values and sources: spec 000 section 7.1.
 
 Sizes: ``full`` = the presets as they are; ``quick`` = short runs that finish in well under an hour on two
 cores (labelled as not the paper's); ``tiny`` (``LLMSIM_REPRODUCE_SIZE=tiny``) is for the test suite.
@@ -15,6 +17,7 @@ cores (labelled as not the paper's); ``tiny`` (``LLMSIM_REPRODUCE_SIZE=tiny``) i
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +28,7 @@ from typing import Any
 from agents.reproduce import claim_row, gain_verdict
 from agents.reproduce_spec001 import _read_env, _read_meta, checkpoint_dir, compose_train, train_all
 from agents.reproduce_spec001 import choose_size as spec001_size
+from envs.tasks import QOS_EXPERTS, qos_edge_experts
 from llmsim.errors import ConfigError
 
 PAPER = "spec000"
@@ -49,11 +53,12 @@ class Size:
     seeds: int
     sweep: bool
     note: str = ""
+    experts_sweep: tuple[int, ...] = ()   # N of the extra routers (Fig. 11); the main router's N is added
 
 
 SIZES = {
     "full": Size("full", (), 5, True, "the presets' setting (conf/experiment/spec000_*.yaml): 150,000 decisions of "
-                 "training per router where the paper trains 1M; 5 held-out seeds"),
+                 "training per router where the paper trains 1M; 5 held-out seeds", (3, 8, 10)),
     "quick": Size("quick", ("trainer.total_steps=40000", "trainer.eval_every=10000", "agent.learning_starts=5000",
                             "env.num_requests=2000"), 2, False,
                   "QUICK setting, not the paper's: 40,000 decisions of training on 2,000-request episodes, 2 held-out "
@@ -61,11 +66,12 @@ SIZES = {
     "tiny": Size("tiny", ("env.num_requests=60", "trainer.total_steps=300", "trainer.eval_every=300",
                           "trainer.eval_seeds=[500]", "agent.learning_starts=100", "agent.batch_size=32",
                           "agent.buffer_size=1000", "agent.train_freq=8", "env.experts=[alpaca-native,chatglm-6b]"),
-                 1, True, "TINY test setting: meaningless numbers (a wiring check)"),
+                 1, True, "TINY test setting: meaningless numbers (a wiring check)", (3,)),
 }
 SWEEP_RATES = (3.0, 4.0, 5.0, 6.0, 7.0)
 SWEEP_LIMITS = (0.020, 0.025, 0.030, 0.035, 0.040)
 SWEEP_SEEDS = 2
+N_KEY = re.compile(r"sac_han_n(\d+)")   # --from-runs key of the router trained with N experts
 
 
 def choose_size(quick: bool) -> Size:
@@ -77,27 +83,41 @@ def _log(msg: str) -> None:
 
 
 def train_variants(size: Size, root: Path, jobs: int, progress: bool) -> dict[str, Path]:
-    """Train every variant (in up to ``jobs`` processes); their ``best/`` checkpoints by key."""
-    cfgs = [compose_train(f"spec000_{v.key}", [*size.overrides, f"trainer.progress={str(progress).lower()}"])
-            for v in VARIANTS]
-    dirs = [root / f"spec000_{v.key}" for v in VARIANTS]
-    workers = min(jobs, len(VARIANTS))
+    """Train every variant and the per-N routers (in up to ``jobs`` processes); ``best/`` checkpoints by key."""
+    prog = f"trainer.progress={str(progress).lower()}"
+    keys = [v.key for v in VARIANTS] + [f"sac_han_n{n}" for n in size.experts_sweep]
+    cfgs = [compose_train(f"spec000_{v.key}", [*size.overrides, prog]) for v in VARIANTS]
+    same = [o for o in size.overrides if not o.startswith("env.experts=")]
+    cfgs += [compose_train("spec000_sac_han", [*same, f"env.experts={n}", prog]) for n in size.experts_sweep]
+    dirs = [root / f"spec000_{k}" for k in keys]
     _log(f"training {len(cfgs)} routers ({size.name}, {cfgs[0]['trainer']['total_steps']:,} steps each) under {root}")
-    train_all(cfgs, dirs, workers, _log)
-    return {v.key: d / "best" for v, d in zip(VARIANTS, dirs)}
+    train_all(cfgs, dirs, min(jobs, len(cfgs)), _log)
+    return {k: d / "best" for k, d in zip(keys, dirs)}
 
 
 def resolve_runs(spec: str | Mapping[str, str]) -> dict[str, Path]:
-    """``key=DIR,...`` (keys: sac_han, baseline_rl, dsa, no_pred; sac_han required) -> checkpoints."""
+    """``key=DIR,...`` (keys: sac_han, baseline_rl, dsa, no_pred, sac_han_n<N>; sac_han required) -> checkpoints."""
     if isinstance(spec, str):
         raise ConfigError("--from-runs: expected KEY=DIR pairs, e.g. sac_han=RUN,baseline_rl=RUN "
-                          f"(keys: {', '.join(v.key for v in VARIANTS)})")
+                          f"(keys: {', '.join(v.key for v in VARIANTS)}, sac_han_n<N>)")
     keys = {v.key for v in VARIANTS}
-    bad = sorted(set(spec) - keys)
+    bad = sorted(k for k in spec if k not in keys and not N_KEY.fullmatch(k))
     if bad or "sac_han" not in spec:
         raise ConfigError(f"--from-runs: keys {', '.join(sorted(spec))}; expected sac_han and any of "
-                          f"{', '.join(sorted(keys))}")
-    return {k: checkpoint_dir(p) for k, p in spec.items()}
+                          f"{', '.join(sorted(keys))} or sac_han_n<N> (a router trained with N experts)")
+    ckpts = {k: checkpoint_dir(p) for k, p in spec.items()}
+    for k, c in ckpts.items():
+        m = N_KEY.fullmatch(k)
+        if m and len(experts_of(_read_env(c))) != int(m.group(1)):
+            raise ConfigError(f"--from-runs {k}={spec[k]}: the run was trained with "
+                              f"{len(experts_of(_read_env(c)))} experts, expected {m.group(1)}")
+    return ckpts
+
+
+def experts_of(env_cfg: Mapping[str, Any]) -> list[str]:
+    """The experts of a qos_edge env config (a list of names, or a count N)."""
+    ex = env_cfg.get("experts", QOS_EXPERTS)
+    return list(qos_edge_experts(ex) if isinstance(ex, int) else ex)
 
 
 def _env_of(ckpts: Mapping[str, Path]) -> dict[str, Any]:
@@ -216,6 +236,40 @@ def sweep_claims(sweep: Mapping[str, Mapping[float, Mapping[str, Mapping[str, An
     return rows
 
 
+def _num(v: float | None, spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def experts_claims(sweep: Mapping[int, Mapping[str, Mapping[str, Any]]],
+                   common: dict[str, Any]) -> list[dict[str, Any]]:
+    """Fig. 11: ours best in QoS and latency per token at every N, and better in both as N grows."""
+    ns = sorted(sweep)
+    qs = {f"N={n}": _vs_baselines(sweep[n], "sac_han", "avg_qos")[0] for n in ns}
+    ls = {f"N={n}": _vs_baselines(sweep[n], "sac_han", "latency_per_token_ms")[0] for n in ns}
+    rows = []
+    for what, gains in (("avg QoS", qs), ("latency per token reduction", ls)):
+        low, at = min_over(gains)
+        ahead = sum(1 for v in gains.values() if v is not None and v > 0)
+        verdict = "reproduced" if ahead == len(ns) else "partly" if 2 * ahead >= len(ns) else "not"
+        rows.append(claim_row(PAPER, f"N sweep (a router per N): {what} vs every baseline at every N (smallest)",
+                              "> 0 at every N (best)", low, verdict, kind="at_least", unit="%",
+                              note=f"ahead at {ahead} of {len(ns)} N; smallest at {at}; per N: " + ", ".join(
+                                  f"{k} {'n/a' if v is None else f'{v:+.1f} %'}" for k, v in gains.items()), **common))
+    q = [_get(sweep[n], "sac_han", "avg_qos") for n in ns]
+    lat = [_get(sweep[n], "sac_han", "latency_per_token_ms") for n in ns]
+    known = all(v is not None for v in q + lat)
+    steady = known and all(b >= a for a, b in zip(q, q[1:])) and all(b <= a for a, b in zip(lat, lat[1:]))
+    ends = known and q[-1] > q[0] and lat[-1] < lat[0]
+    rise = (q[-1] - q[0]) / q[0] * 100.0 if known and q[0] else None
+    rows.append(claim_row(PAPER, f"N sweep: ours' avg QoS rises (and latency per token falls) from N = {ns[0]} "
+                          f"to N = {ns[-1]}", "improves in both as N grows", rise,
+                          "reproduced" if steady else "partly" if ends else "not", kind="at_least", unit="%",
+                          note="ours' avg QoS per N: " + ", ".join(f"{n}: {_num(v, '.3f')}" for n, v in zip(ns, q))
+                          + "; latency per token (ms): " + ", ".join(f"{n}: {_num(v, '.1f')}" for n, v in zip(ns, lat)),
+                          **common))
+    return rows
+
+
 # ---------------------------------------------------------------------- the run
 def decision_overhead(ckpt: Path, env_cfg: Mapping[str, Any], n: int = 500) -> dict[str, float]:
     """Per-decision latency of a checkpoint's greedy router (observation -> action, batch 1, one CPU thread), in
@@ -293,6 +347,24 @@ def _sweep(ckpts: Mapping[str, Path], env_cfg: dict[str, Any], seeds: int, jobs:
     return out
 
 
+def _experts_sweep(ckpts: Mapping[str, Path], env_cfg: dict[str, Any], seeds: int, jobs: int, progress: bool,
+                   out_dir: Path) -> dict[int, dict[str, Mapping[str, Any]]]:
+    """Each N's own router (the main one at its N) and the baselines on N experts; empty with one N only."""
+    routers = {len(experts_of(env_cfg)): (ckpts["sac_han"], experts_of(env_cfg))}
+    for key, ckpt in ckpts.items():
+        if N_KEY.fullmatch(key):
+            ex = experts_of(_read_env(ckpt))
+            routers[len(ex)] = (ckpt, ex)
+    out: dict[int, dict[str, Mapping[str, Any]]] = {}
+    for n in sorted(routers) if len(routers) > 1 else ():
+        ckpt, ex = routers[n]
+        _log(f"sweep N={n}")
+        summ = evaluate_setting({"sac_han": ckpt}, {**env_cfg, "experts": ex}, seeds, jobs, progress,
+                                out_dir / f"experts_{n}", (*BASELINES, STRONG))
+        out[n] = {str(e["policy"]): e for e in summ}
+    return out
+
+
 def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True,
         from_runs: str | Mapping[str, str] | None = None, seeds: int | None = None) -> list[dict[str, Any]]:
     """Train (unless ``from_runs``), evaluate and check spec 000's claims; everything goes under ``out_dir``."""
@@ -310,7 +382,8 @@ def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True,
         setting, note = size.name, size.note
     env_cfg = _env_of(ckpts)
     common = {"seeds": list(range(1000, 1000 + n_seeds)), "setting": setting, "setting_note": note}
-    summ = evaluate_setting(ckpts, env_cfg, n_seeds, jobs, progress, out_dir / "poisson", (*BASELINES, STRONG))
+    main = {k: c for k, c in ckpts.items() if not N_KEY.fullmatch(k)}  # the per-N routers only see their own N
+    summ = evaluate_setting(main, env_cfg, n_seeds, jobs, progress, out_dir / "poisson", (*BASELINES, STRONG))
     rows = main_claims({str(e["policy"]): e for e in summ}, common)
     bursty = {**env_cfg, "arrival": {"kind": "burstgpt_like", "rate": float(env_cfg.get("rate", 5.0))}}
     summ_b = evaluate_setting({"sac_han": ckpts["sac_han"]} | ({"baseline_rl": ckpts["baseline_rl"]}
@@ -320,6 +393,8 @@ def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True,
     if size.sweep:  # 10 settings: at most 2 seeds each
         sweep = _sweep(ckpts, env_cfg, min(n_seeds, SWEEP_SEEDS), jobs, progress, out_dir / "sweep")
         rows += sweep_claims(sweep, {**common, "seeds": common["seeds"][:SWEEP_SEEDS]})
+    by_n = _experts_sweep(ckpts, env_cfg, min(n_seeds, SWEEP_SEEDS), jobs, progress, out_dir / "sweep")
+    rows += experts_claims(by_n, {**common, "seeds": common["seeds"][:SWEEP_SEEDS]}) if by_n else []
     ov = decision_overhead(ckpts["sac_han"], env_cfg)
     rows.append(claim_row(PAPER, "decision overhead: HAN + actor per routed request (paper: HAN < 1 ms, routing adds "
                           "5 ms, RTX 4090)", "< 1 ms (HAN)", round(ov["median_ms"], 3),

@@ -239,12 +239,25 @@ def best_effort_mixture(tasks: Sequence[str] | None = None, out_mean: float | No
 # PairRanker card (spec 000 Sec. 3); mpt-7b-instruct writes longer, narrower answers (Fig. 4b). Outputs
 # are capped at 300 tokens (paper). The quality sd (0.06) and length sigmas are choices.
 QOS_EXPERTS = ("alpaca-native", "chatglm-6b", "mpt-7b-instruct", "koala-7b", "baize-7b", "mpt-7b")
+# Fig. 11 (N from 3 to 12) needs more experts than the code's six: the ~7B members of four more mix-instruct
+# families, in this order (Vicuna's card figure is for 13B, Open Assistant's for Pythia-12B, Dolly's for 12B).
+# Flan-T5 (encoder-decoder) and MOSS (16B) have no ~7B decoder-only member, so N stops at 10 here.
+QOS_MORE_EXPERTS = ("vicuna-7b", "oasst-stablelm-7b", "stablelm-tuned-alpha-7b", "dolly-v2-7b")
 QOS_QUALITY = {"alpaca-native": 0.7146, "chatglm-6b": 0.7038, "mpt-7b-instruct": 0.6321, "koala-7b": 0.6396,
-               "baize-7b": 0.6557, "mpt-7b": 0.6321}
+               "baize-7b": 0.6557, "mpt-7b": 0.6321, "vicuna-7b": 0.6960, "oasst-stablelm-7b": 0.7468,
+               "stablelm-tuned-alpha-7b": 0.6247, "dolly-v2-7b": 0.6226}
 QOS_OUT_MEAN = {"alpaca-native": 110.0, "chatglm-6b": 130.0, "mpt-7b-instruct": 180.0, "koala-7b": 120.0,
                 "baize-7b": 100.0, "mpt-7b": 140.0}
 QOS_OUT_SIGMA = {"alpaca-native": 0.8, "chatglm-6b": 0.8, "mpt-7b-instruct": 0.45, "koala-7b": 0.8,
                  "baize-7b": 0.8, "mpt-7b": 0.9}
+
+
+def qos_edge_experts(n: int) -> tuple[str, ...]:
+    """The first ``n`` experts (3 = the released code's N = 3 setting, 6 = the default, up to 10)."""
+    pool = QOS_EXPERTS + QOS_MORE_EXPERTS
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= len(pool):
+        raise ConfigError(f"qos_edge experts: expected a count from 1 to {len(pool)} or a list of names, got {n!r}")
+    return pool[:n]
 
 
 def qos_edge_mixture(experts: Sequence[str] = QOS_EXPERTS) -> TaskMixture:

@@ -11,6 +11,7 @@ from envs.tasks import (
     BEST_EFFORT_MODELS,
     QOS_EXPERTS,
     best_effort_mixture,
+    qos_edge_experts,
     qos_edge_mixture,
     workload_router_mixture,
 )
@@ -80,7 +81,7 @@ def static_instances(model: str, num_gpus: int = 4, gpu: str = "titan-rtx",
 
 @validated("QoSEdge-v0")
 def qos_edge(num_requests: PosInt = 5000, rate: PosFloat = 5.0, latency_limit: PosFloat = 0.03,
-             experts: Sequence[str] = QOS_EXPERTS, gpu: str = "rtx4090", cap: PosInt = 10,
+             experts: Sequence[str] | PosInt = QOS_EXPERTS, gpu: str = "rtx4090", cap: PosInt = 10,
              predictor: Any = None, timing: Literal["measured", "paper"] = "paper",
              intercept: NonNegFloat | None = None, drain_time: NonNegFloat = QOS_EDGE_DRAIN_S,
              arrival: dict[str, Any] | None = None, **kwargs: Any) -> RoutingEnv:
@@ -94,7 +95,10 @@ def qos_edge(num_requests: PosInt = 5000, rate: PosFloat = 5.0, latency_limit: P
     ``drain_time`` (60 s): simulated time allowed after the last arrival + ``max_wait_s`` before the episode
     is truncated; heuristics drain in 4-9 s, quality-first in up to ~46 s (docs/testbeds.md). ``arrival``
     replaces the Poisson process, e.g. ``{kind: burstgpt_like, rate: 5}`` (bursty traffic averaging ``rate``,
-    spec 000's real-world test; envs.workloads)."""
+    spec 000's real-world test; envs.workloads). ``experts``: names, or a count N (the first N of the code's six,
+    then envs.tasks.QOS_MORE_EXPERTS, up to 10; Fig. 11's sweep)."""
+    if isinstance(experts, int):
+        experts = qos_edge_experts(experts)
     instances = qos_edge_instances(experts, gpu, timing, intercept)
     pred = predictor if predictor is not None else {"kind": "noisy", "len_sigma": 0.25, "q_sd": 0.03,
                                                      "len_buckets": 10, "len_max": 300.0, "q_buckets": 10}

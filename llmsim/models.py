@@ -116,6 +116,16 @@ _MODELS: list[ModelSpec] = [
               max_position=2048, hf_id="mosaicml/mpt-7b"),
     ModelSpec("mpt-7b-instruct", 32, 4096, 32, 32, 16384, 50432, gated_mlp=False, tied_embeddings=True,
               max_position=2048, hf_id="mosaicml/mpt-7b-instruct"),
+    # ~7B members of the other mix-instruct families, for spec 000's N > 6 (envs.tasks.QOS_MORE_EXPERTS).
+    # Dolly v2 7B = Pythia-6.9B (GPT-NeoX): 32 layers, MHA, GELU MLP 16384, vocab 50432, untied.
+    ModelSpec("dolly-v2-7b", 32, 4096, 32, 32, 16384, 50432, gated_mlp=False, max_position=2048,
+              hf_id="databricks/dolly-v2-7b"),
+    # StableLM-Tuned-Alpha 7B (GPT-NeoX): 16 layers, hidden 6144, 48 heads, GELU MLP 24576, vocab 50432.
+    ModelSpec("stablelm-tuned-alpha-7b", 16, 6144, 48, 48, 24576, 50432, gated_mlp=False, max_position=4096,
+              hf_id="stabilityai/stablelm-tuned-alpha-7b"),
+    # Open Assistant's SFT of StableLM-Alpha 7B (the same shape; mix-instruct used its 12B Pythia sibling).
+    ModelSpec("oasst-stablelm-7b", 16, 6144, 48, 48, 24576, 50288, gated_mlp=False, max_position=4096,
+              hf_id="OpenAssistant/stablelm-7b-sft-v7-epoch-3"),
 ]
 
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _MODELS}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agents.reproduce import KEYS, VERDICTS
-from agents.reproduce_spec000 import bursty_claims, main_claims, qos_gain, reduction, resolve_runs
+from agents.reproduce_spec000 import bursty_claims, experts_claims, main_claims, qos_gain, reduction, resolve_runs
 from llmsim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +46,24 @@ def test_from_runs_needs_key_value_pairs(tmp_path):
         resolve_runs("a,b")
     with pytest.raises(ConfigError, match="sac_han"):
         resolve_runs({"baseline_rl": str(tmp_path)})
+    with pytest.raises(ConfigError, match="sac_han_n<N>"):
+        resolve_runs({"sac_han": str(tmp_path), "sac_han_nine": str(tmp_path)})
+
+
+def test_experts_sweep_claims_need_a_lead_at_every_n_and_growth():
+    def by(q: float, lat: float, rr_q: float = 0.4, rr_lat: float = 30.0) -> dict:
+        return {"sac_han": _entry(q, lat, 2000.0), "round_robin": _entry(rr_q, rr_lat, 4000.0),
+                "jsq": _entry(rr_q + 0.1, rr_lat - 2, 3000.0)}
+
+    rows = experts_claims({3: by(0.60, 22.0), 6: by(0.66, 20.0), 10: by(0.70, 19.0)}, {})
+    assert [r["verdict"] for r in rows] == ["reproduced"] * 3
+    assert rows[0]["measured"] == pytest.approx(round((0.60 - 0.5) / 0.5 * 100, 2))  # jsq at N = 3
+    assert rows[2]["measured"] == pytest.approx(round((0.70 - 0.60) / 0.60 * 100, 2))
+    # behind jsq at one N of three, and QoS not rising steadily: partly; behind everywhere: not
+    rows = experts_claims({3: by(0.45, 22.0), 6: by(0.68, 20.0), 10: by(0.66, 19.0)}, {})
+    assert [r["verdict"] for r in rows] == ["partly", "reproduced", "partly"]
+    rows = experts_claims({3: by(0.45, 40.0), 6: by(0.40, 41.0)}, {})
+    assert [r["verdict"] for r in rows] == ["not", "not", "not"]
 
 
 def test_tiny_end_to_end(tmp_path):
@@ -55,8 +73,9 @@ def test_tiny_end_to_end(tmp_path):
                         str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
-    assert len(rows) == 15 and all(set(KEYS) <= set(r) and r["setting"] == "tiny" for r in rows)
-    for d in ("poisson", "bursty", "sweep/rate_3", "sweep/latency_limit_0.04"):
+    assert len(rows) == 18 and all(set(KEYS) <= set(r) and r["setting"] == "tiny" for r in rows)
+    assert sum("N sweep" in r["claim"] for r in rows) == 3
+    for d in ("poisson", "bursty", "sweep/rate_3", "sweep/latency_limit_0.04", "sweep/experts_2", "sweep/experts_3"):
         assert (tmp_path / d / "evaluation.json").is_file(), d
     summary = json.loads((tmp_path / "poisson" / "evaluation.json").read_text())["summary"]
     policies = {e["policy"] for e in summary}

@@ -26,6 +26,31 @@ def test_intercept_is_the_measured_fixed_step_cost():
     assert p.step_time(4, 4, 0, 0, 4, 600) == pytest.approx(c0 + 600 * 2.5e-5)
 
 
+def test_experts_beyond_the_code_s_six_get_a_scaled_fixed_cost():
+    """No measured profile: the roofline's fixed cost times the measured/roofline ratio of the six, so a ~7B
+    stand-in is neither free nor ~35 % slower than the measured experts (the roofline alone)."""
+    from llmsim.profile import load_profile
+
+    for m in ("oasst-stablelm-7b", "dolly-v2-7b"):
+        roof = load_profile(m, "rtx4090", kind="roofline").step_time(1, 1, 0, 0, 1, 0)
+        c = measured_intercept(m, "rtx4090")
+        assert 0.65 * roof < c < 0.85 * roof
+        floor = get_model(m).weight_bytes / get_gpu("rtx4090").bandwidth
+        assert floor < c < 0.02
+    assert measured_intercept("vicuna-7b", "rtx4090") == measured_intercept("alpaca-native", "rtx4090")  # measured
+
+
+def test_qos_edge_takes_a_number_of_experts():
+    from envs.tasks import QOS_EXPERTS, QOS_MORE_EXPERTS
+    from llmsim.errors import ConfigError
+
+    env = gym.make("llmsim/QoSEdge-v0", experts=10, num_requests=50)
+    assert env.unwrapped.instance_models == [*QOS_EXPERTS, *QOS_MORE_EXPERTS]
+    assert gym.make("llmsim/QoSEdge-v0", experts=3, num_requests=50).unwrapped.instance_models == list(QOS_EXPERTS[:3])
+    with pytest.raises(ConfigError, match="from 1 to 10"):
+        gym.make("llmsim/QoSEdge-v0", experts=11)
+
+
 def _per_token_latency(greedy: bool, **kw) -> np.ndarray:
     env = gym.make("llmsim/QoSEdge-v0", num_requests=400, rate=5.0, **kw)
     env.reset(seed=0)
