@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from llmsim.errors import ConfigError, LLMSimError
-from llmsim.prefix_cache import PrefixCache, key_view
+from llmsim.prefix_cache import PAY_SLACK, PrefixCache, key_view
 
 if TYPE_CHECKING:
     from llmsim.profile import Profile
@@ -195,10 +195,14 @@ class KVCache:
         bs = self.block_size
         if st is None or st[0] != bs:
             st = r.prefix_state = [bs, *key_view(r, bs), [], 0]
+        keys = st[1]
         pc = self.prefix
-        assert pc is not None
+        if keys and keys[0] not in pc.heads:  # a miss (PrefixCache.match's first test, without the call)
+            if pc.owed > PAY_SLACK:
+                pc.pay()
+            return 0, 0
         limit = (r.prompt_tokens + r.generated - 1) // bs
-        return pc.match(st[1], limit if limit < st[2] else st[2])
+        return pc.match(keys, limit if limit < st[2] else st[2])
 
     def acquire_prefix(self, r: Request, n: int) -> None:
         """Give ``r`` (with nothing computed) its ``n`` cached blocks from :meth:`prefix_match`, made just before."""
