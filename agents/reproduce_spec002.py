@@ -420,6 +420,10 @@ def run(quick: bool, out_dir: Path, jobs: int, progress: bool, from_runs: dict |
     sweep, windows, hw = sweep_table(results, sz.rates), window_table(results), hw_table(results)
     claims = availability_claims(sweep, sz.rates) + window_claims(windows) + hw_claims(hw) + \
         [soft_claim(sweep, sz.rates)]
+    note = (f"existing runs ({', '.join(f'{k}={v}' for k, v in runs.items())}), " if from_runs else "") + \
+        f"the {name} evaluation grid: rates {list(sz.rates)} req/s"
+    for c in claims:  # what every spec's rows state (the reproduction report reads them)
+        c.update(setting="runs" if from_runs else name, setting_note=note, seeds=list(sz.seeds))
     report = {"size_name": name, "size": asdict(sz), "runs": {k: str(v) for k, v in runs.items()},
               "checkpoints": {k: str(v) for k, v in ckpts.items()}, "claims": claims, "sweep": sweep,
               "windows": windows, "hardware_utility": hw,

@@ -103,6 +103,7 @@ def test_tiny_end_to_end(tmp_path) -> None:
     claims = run(True, tmp_path, 1, False, size="test")
     assert claims and all({"paper", "claim", "paper_value", "measured", "verdict"} <= set(c) for c in claims)
     assert all(c["verdict"] in {"reproduced", "partly", "not"} for c in claims)
+    assert all(c["setting"] == "test" and c["seeds"] and "evaluation grid" in c["setting_note"] for c in claims)
     rep = json.loads((tmp_path / "results.json").read_text())
     assert rep["same_requests"] is True
     assert (tmp_path / "results.md").is_file() and (tmp_path / "availability.png").is_file()
