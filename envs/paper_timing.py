@@ -67,7 +67,8 @@ class PaperLinearProfile:
 
 def measured_intercept(model: str, gpu: str) -> float:
     """Step time of one sequence at zero context in the measured (model, gpu) profile: the fixed cost of an
-    iteration (reading the weights, launch and scheduling overhead) that Eqs. 13-14 leave out."""
+    iteration (reading the weights, launch and scheduling overhead) that Eqs. 13-14 leave out. Without a measured
+    profile, the roofline's, scaled as the measured experts' fixed costs compare with their rooflines."""
     from llmsim.profile import RooflineProfile, load_profile
 
     def fixed_cost(m: str, kind: str = "auto") -> tuple[float, bool]:
@@ -77,8 +78,8 @@ def measured_intercept(model: str, gpu: str) -> float:
     fixed, measured = fixed_cost(model)
     if measured:
         return fixed
-    # No measurement (the N > 6 experts): the roofline's fixed cost, scaled by how the code's six experts' measured
-    # costs on this GPU compare with their rooflines (median 0.74 on the RTX 4090), so no expert is slow by model.
+    # No measurement (three of the N > 6 experts): the roofline's fixed cost times the median measured / roofline
+    # ratio of the experts measured on this GPU (0.74 on the RTX 4090), so no expert is slower for want of data.
     ratios = sorted(c / fixed_cost(m, "roofline")[0] for m in QOS_EDGE_K for c, ok in [fixed_cost(m)] if ok)
     return fixed * (ratios[len(ratios) // 2] if ratios else 1.0)
 
