@@ -306,14 +306,24 @@ def _worker_init() -> None:
 
 
 def run_task(task: Task) -> dict[str, Any]:
-    """One episode on a fresh env; the row carries the policy's label and the episode's wall time."""
+    """One episode on a fresh env; the row carries the policy's label and the episode's wall time.
+
+    A learned policy acts with one torch thread, in workers and in this process alike: its floating-point sums
+    (and so a near tie between two actions) depend on the thread count, so results would change with the machine's
+    cores (the HAN router's QoS moved in the 4th digit between 1 and 2 threads)."""
     t0 = time.perf_counter()
     env = make_from_config(task.env_cfg)
     policy = build_policy(task.spec, env, task.env_cfg)
-    if _IN_WORKER and "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
-    wseed = workload_seed(task.seed, task.episode)
-    out = run_episode(policy, env, seed=task.seed, workload_seed=wseed)
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else 0
+    if torch is not None:
+        torch.set_num_threads(1)
+    try:
+        wseed = workload_seed(task.seed, task.episode)
+        out = run_episode(policy, env, seed=task.seed, workload_seed=wseed)
+    finally:
+        if torch is not None and not _IN_WORKER:
+            torch.set_num_threads(threads)  # the caller's setting back (a notebook's, say)
     return episode_row(policy.name, task, wseed, out, env, time.perf_counter() - t0)
 
 

@@ -115,6 +115,31 @@ def test_rows_are_deterministic_and_independent_of_jobs(tmp_path):
     assert _without_wall(one) == _without_wall(two)
 
 
+def test_learned_policies_act_with_one_torch_thread_and_the_caller_s_setting_is_restored():
+    """Float sums depend on the thread count (a near tie between two actions can flip), so evaluation pins it to
+    one whatever the machine has; a notebook's own setting comes back afterwards."""
+    torch = pytest.importorskip("torch")
+
+    class Recorder:
+        name = "recorder"
+        seen: set[int] = set()
+
+        def reset(self, env: Any, seed: int) -> None:
+            pass
+
+        def act(self, obs: Any, mask: Any, env: Any) -> int:
+            Recorder.seen.add(torch.get_num_threads())
+            return int(mask.nonzero()[0][0])
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        evaluate(_env_cfg(), [Recorder()], SEEDS[:1], jobs=1)
+        assert Recorder.seen == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_held_out_task_mix_changes_the_workload():
     base = evaluate(_env_cfg(), ["round_robin"], [1000])[0]
     cfg = _compose(SMALL + ["+env_overrides.task_weights=long_decode"])
