@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.claims import format_value
 from agents.reproduce import claim_row, gain_verdict
 from agents.reproduce_spec001 import _read_env, _read_meta, checkpoint_dir, compose_train, train_all
 from agents.reproduce_spec001 import choose_size as spec001_size
@@ -236,10 +237,6 @@ def sweep_claims(sweep: Mapping[str, Mapping[float, Mapping[str, Mapping[str, An
     return rows
 
 
-def _num(v: float | None, spec: str) -> str:
-    return "n/a" if v is None else format(v, spec)
-
-
 def experts_claims(sweep: Mapping[int, Mapping[str, Mapping[str, Any]]],
                    common: dict[str, Any]) -> list[dict[str, Any]]:
     """Fig. 11: ours best in QoS and latency per token at every N, and better in both as N grows."""
@@ -261,11 +258,14 @@ def experts_claims(sweep: Mapping[int, Mapping[str, Mapping[str, Any]]],
     steady = known and all(b >= a for a, b in zip(q, q[1:])) and all(b <= a for a, b in zip(lat, lat[1:]))
     ends = known and q[-1] > q[0] and lat[-1] < lat[0]
     rise = (q[-1] - q[0]) / q[0] * 100.0 if known and q[0] else None
+
+    def per_n(values: list[float | None], spec: str) -> str:
+        return ", ".join(f"{n}: {format_value(v, None, spec)}" for n, v in zip(ns, values))
+
     rows.append(claim_row(PAPER, f"N sweep: ours' avg QoS rises (and latency per token falls) from N = {ns[0]} "
                           f"to N = {ns[-1]}", "improves in both as N grows", rise,
                           "reproduced" if steady else "partly" if ends else "not", kind="at_least", unit="%",
-                          note="ours' avg QoS per N: " + ", ".join(f"{n}: {_num(v, '.3f')}" for n, v in zip(ns, q))
-                          + "; latency per token (ms): " + ", ".join(f"{n}: {_num(v, '.1f')}" for n, v in zip(ns, lat)),
+                          note=f"ours' avg QoS per N: {per_n(q, '.3f')}; latency per token (ms): {per_n(lat, '.1f')}",
                           **common))
     return rows
 

@@ -197,8 +197,8 @@ class KVCache:
             st = r.prefix_state = [bs, *key_view(r, bs), [], 0]
         keys = st[1]
         pc = self.prefix
-        if keys and keys[0] not in pc.heads:  # a miss (PrefixCache.match's first test, without the call)
-            if pc.owed > PAY_SLACK:
+        if keys and keys[0] not in pc.heads:  # nothing to find (evicting only shrinks the cache): pay later, in
+            if pc.owed > PAY_SLACK:           # bulk, so a cache with no reuse costs little
                 pc.pay()
             return 0, 0
         limit = (r.prompt_tokens + r.generated - 1) // bs

@@ -158,13 +158,13 @@ class PrefixCache:
             run.src, run.lo, run.hi = (), 0, 0
 
     def match(self, keys: Sequence[Any], limit: int) -> tuple[int, int]:
-        """(blocks of the longest cached prefix among the first ``limit`` keys, how many of them are free now)."""
+        """(blocks of the longest cached prefix among the first ``limit`` keys, how many of them are free now).
+        Callers answer a miss (first key not cached) themselves, paying owed evictions only past ``PAY_SLACK``
+        (``KVCache.prefix_match``, ``register``): here the owed evictions are paid first, as before any read."""
         heads = self.heads
         if limit > len(keys):
             limit = len(keys)
-        if limit <= 0 or keys[0] not in heads:  # nothing to find (evicting only shrinks the cache): pay later,
-            if self.owed > PAY_SLACK:           # in bulk, so a cache with no reuse costs little
-                self.pay()
+        if limit <= 0:
             return 0, 0
         if self.owed:
             self.pay()
