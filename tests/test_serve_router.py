@@ -36,7 +36,9 @@ def samples(text: str, name: str) -> dict[tuple, float]:
 def router_cfg(urls: list[str], policy: dict, **kw) -> dict:
     return {"backends": [{"name": f"b{i}", "url": u} for i, u in enumerate(urls)], "policy": policy, "port": 0,
             "scrape_interval_s": 0.05, "health": {"interval_s": 0.1, "eject_after": 2, "readmit_after": 1},
-            "timeouts": {"first_token_s": 20, "request_s": 60, "scrape_s": 5}, **kw}
+            # connect_s as generous as the rest: 201 requests at once on a loaded 2-core CI machine took over the
+            # default 2 s to connect once, and the retry made 202 routing decisions
+            "timeouts": {"connect_s": 20, "first_token_s": 20, "request_s": 60, "scrape_s": 5}, **kw}
 
 
 async def one(client: httpx.AsyncClient, url: str, i: int, stream: bool, chat: bool, max_tokens: int = 0) -> dict:
