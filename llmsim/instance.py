@@ -485,10 +485,10 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixe
         rec.itl_count += gaps
         self.tokens_out += out
         if self.kv.prefix is not None:
-            register = self.kv.register_prompt
+            computed = self.kv.prefix.computed
             for r in batch:
                 if r.prefix_state is not None:
-                    register(r)
+                    computed(r)  # its prompt blocks computed so far become cached
         if self.role == PREFILL:
             self._hand_off(batch, now)  # prefilled requests leave for a decode instance (llmsim.disagg)
         if done:

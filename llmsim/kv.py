@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from llmsim.errors import ConfigError, LLMSimError
-from llmsim.prefix_cache import PAY_SLACK, PrefixCache, key_view
+from llmsim.prefix_cache import PrefixCache
 
 if TYPE_CHECKING:
     from llmsim.profile import Profile
@@ -97,8 +97,9 @@ class KVCache:
             raise self._broken(f"cannot allocate {need} block(s) to request {r.id} with {self.free} free")
         self.free = free
         r.blocks += need
-        if self.prefix is not None:
-            self.prefix.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
+        pc = self.prefix
+        if pc is not None and pc.free_blocks - pc.owed > free:  # (PrefixCache.owe, inlined on this hot path)
+            pc.owed = pc.free_blocks - free
 
     def reserve(self, n: int) -> None:
         """Hold ``n`` free blocks for a request that is not running here (a KV copy coming in; llmsim.disagg)."""
@@ -123,7 +124,7 @@ class KVCache:
     def release(self, r: Request) -> None:
         """Free every GPU block ``r`` holds (it finished, was dropped, or is preempted for recompute); with prefix
         caching its computed full blocks stay cached, and blocks other requests share stay in use."""
-        still = 0 if r.prefix_state is None or self.prefix is None else self._leave_prefix(r)
+        still = 0 if r.prefix_state is None or self.prefix is None else self.prefix.leave(r)
         free = self.free + r.blocks - still
         if free > self.total or r.blocks < 0:
             raise self._broken(f"cannot release {r.blocks} block(s) of request {r.id} with {self.free} of "
@@ -137,7 +138,7 @@ class KVCache:
         n = r.blocks
         if not self.cpu_total or n > self.cpu_free:
             return False
-        still = 0 if r.prefix_state is None or self.prefix is None else self._leave_prefix(r)
+        still = 0 if r.prefix_state is None or self.prefix is None else self.prefix.leave(r)
         if self.free + n - still > self.total or n < 0:
             raise self._broken(f"cannot swap out {n} block(s) of request {r.id} with {self.free} of {self.total} free")
         self.cpu_free -= n
@@ -176,8 +177,8 @@ class KVCache:
         if not 0 <= used <= self.total:
             raise self._broken(f"settle at {used} blocks used of {self.total}")
         self.free = free = self.total - used
-        if pc is not None:
-            pc.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
+        if pc is not None and pc.free_blocks - pc.owed > free:  # (PrefixCache.owe, inlined on this hot path)
+            pc.owed = pc.free_blocks - free
 
     def check(self, running: Iterable[Request], swapped: Iterable[Request] = ()) -> None:
         """Raise if the counts disagree with the blocks the requests hold (tests, debugging; stepped path)."""
@@ -191,65 +192,16 @@ class KVCache:
     # ------------------------------------------------------------------ prefix caching (llmsim.prefix_cache)
     def prefix_match(self, r: Request) -> tuple[int, int]:
         """(cached blocks ``r`` would reuse at admission, how many of them are free now: admitting it takes them)."""
-        st = r.prefix_state
-        bs = self.block_size
-        if st is None or st[0] != bs:
-            st = r.prefix_state = [bs, *key_view(r, bs), [], 0]
-        keys = st[1]
-        pc = self.prefix
-        if keys and keys[0] not in pc.heads:  # nothing to find (evicting only shrinks the cache): pay later, in
-            if pc.owed > PAY_SLACK:           # bulk, so a cache with no reuse costs little
-                pc.pay()
-            return 0, 0
-        limit = (r.prompt_tokens + r.generated - 1) // bs
-        return pc.match(keys, limit if limit < st[2] else st[2])
+        return self.prefix.lookup(r)
 
     def acquire_prefix(self, r: Request, n: int) -> None:
         """Give ``r`` (with nothing computed) its ``n`` cached blocks from :meth:`prefix_match`, made just before."""
-        st = r.prefix_state
-        pc = self.prefix
-        assert st is not None and pc is not None and r.blocks == 0 and r.computed == 0
-        keys = st[1]
-        st[3] = held = []
-        self.free -= pc.acquire(keys, n, held)
+        assert r.prefix_state is not None and self.prefix is not None and r.blocks == 0 and r.computed == 0
+        self.free -= self.prefix.take(r, n)
         if self.free < 0:
             raise self._broken(f"prefix hit of {n} block(s) for request {r.id} took more than the free blocks")
-        st[4] = n
         r.blocks = n
         r.computed = n * self.block_size
-
-    def register_prompt(self, r: Request) -> None:
-        """Cache the prompt blocks ``r`` has computed so far (the end of a prefill iteration)."""
-        st = r.prefix_state
-        if st[0] != self.block_size:
-            return  # keys for another engine's blocks: this engine admitted it without a lookup
-        c = r.computed
-        if c > r.prompt_tokens:
-            c = r.prompt_tokens
-        upto = c // self.block_size
-        if upto > st[2]:
-            upto = st[2]
-        if upto > st[4]:
-            self.prefix.register(st[1], st[4], upto, st[3])
-            st[4] = upto
-
-    def _leave_prefix(self, r: Request) -> int:
-        """``r`` leaves the GPU: cache its computed blocks (outputs too) and drop its holds; returns the blocks
-        other requests still hold."""
-        st = r.prefix_state
-        if st[0] != self.block_size:
-            return 0
-        pc = self.prefix
-        upto = r.computed // self.block_size
-        if upto > st[2]:
-            upto = st[2]
-        held = st[3]
-        if upto > st[4]:
-            pc.register(st[1], st[4], upto, held)
-        st[4] = 0
-        still = pc.release(held)
-        held.clear()  # (no run names it any more: reused if the request comes back)
-        return still
 
     def _broken(self, what: str) -> LLMSimError:
         return LLMSimError(f"instance {self.owner}: KV cache accounting broken: {what} (a batch policy moved blocks "

@@ -35,7 +35,6 @@ of a request with nothing computed (a preempted request is queried again when it
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -69,15 +68,22 @@ def block_keys(r: Request, block_size: int, tokens: int | None = None) -> list[A
     return [(ids[t // h], t % h) for t in range(last, nb * block_size, block_size)]
 
 
-def key_view(r: Request, block_size: int) -> tuple[Sequence[Any], int]:
-    """(keys, how many of them name ``r``'s full blocks) as :func:`block_keys` gives them, without copying the
-    request's ids when they are the keys (``hash_block == block_size``): the cache reads and stores slices of the
-    sequence by position, so a request with no reuse costs no per-block work."""
+def request_state(r: Request, block_size: int) -> list[Any]:
+    """What an engine keeps about ``r``'s blocks (``r.prefix_state``): [block size, keys as :func:`block_keys` gives
+    them, how many of them name full blocks, blocks registered, then the runs it holds, in sequence order]. One list:
+    a run's holders are these lists. The keys are the request's own ids, not a copy, when they are the keys
+    (``hash_block == block_size``): the cache reads and stores slices of the sequence by position, so a request with
+    no reuse costs no per-block work."""
     ids = r.hash_ids
-    if ids and r.hash_block == block_size:
-        return ids, _full_blocks(r, block_size)
+    if ids and r.hash_block == block_size:  # (_full_blocks for equal sizes, inlined: once per request, every request)
+        p = r.prompt_tokens
+        n = p + r.output_tokens
+        covered = len(ids) * block_size
+        if covered < p + block_size:
+            covered = p
+        return [block_size, ids, (n if n < covered else covered) // block_size, 0]
     keys = block_keys(r, block_size)
-    return keys, len(keys)
+    return [block_size, keys, len(keys), 0]
 
 
 def _full_blocks(r: Request, block_size: int, tokens: int | None = None) -> int:
@@ -92,13 +98,14 @@ def _full_blocks(r: Request, block_size: int, tokens: int | None = None) -> int:
 
 
 class Run:
-    """Consecutive cached blocks of one sequence with the same holders (the held lists of running requests): the
+    """Consecutive cached blocks of one sequence with the same holders (the ``prefix_state`` of running requests): the
     keys ``src[lo:hi]`` of a request's key sequence, not a copy of them."""
 
     __slots__ = ("src", "lo", "hi", "holders")
 
-    def __init__(self, src: Sequence[Any], lo: int, hi: int, holders: list[list[Run]]) -> None:
+    def __init__(self, src: Sequence[Any], lo: int, hi: int, holders: tuple[list[Run], ...]) -> None:
         self.src, self.lo, self.hi = src, lo, hi
+        # a tuple: most runs have one holder all their life, and a 1-tuple is one small allocation (a list is two)
         self.holders = holders  # empty: a free run, in the LRU
 
     @property
@@ -115,7 +122,9 @@ class PrefixCache:
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.heads: dict[Any, Run] = {}  # first key -> run
-        self.lru: OrderedDict[Run, None] = OrderedDict()  # free runs, least recently freed first
+        # free runs, least recently freed first: a plain dict (insertion-ordered; the oldest is the first one
+        # iterated), as an OrderedDict would allocate a node per entry on this hot path
+        self.lru: dict[Run, None] = {}
         self.free_blocks = 0  # blocks in free runs (counted as free by the KV cache)
         # evictions allocations made that are not carried out yet: the KV cache's hot paths only raise this (one
         # subtraction and a compare), and :meth:`pay` evicts before the cache is next read. The oldest blocks are
@@ -150,17 +159,16 @@ class PrefixCache:
             if n > over:  # the run's last blocks go first
                 run.hi -= over
                 return
-            lru.popitem(last=False)
+            del lru[run]
             over -= n
             first = run.src[run.lo]
             if heads.get(first) is run:
                 del heads[first]
-            run.src, run.lo, run.hi = (), 0, 0
 
     def match(self, keys: Sequence[Any], limit: int) -> tuple[int, int]:
         """(blocks of the longest cached prefix among the first ``limit`` keys, how many of them are free now).
-        Callers answer a miss (first key not cached) themselves, paying owed evictions only past ``PAY_SLACK``
-        (``KVCache.prefix_match``, ``register``): here the owed evictions are paid first, as before any read."""
+        :meth:`lookup` answers a miss (first key not cached) itself, paying owed evictions only past ``PAY_SLACK``:
+        here the owed evictions are paid first, as before any read."""
         heads = self.heads
         if limit > len(keys):
             limit = len(keys)
@@ -179,10 +187,29 @@ class PrefixCache:
             n += m
         return n, taken
 
-    def acquire(self, keys: Sequence[Any], n: int, held: list[Run]) -> int:
-        """Hold the first ``n`` keys (what :meth:`match` just found); returns how many were free (in use now)."""
+    # ------------------------------------------------------------------ a request's blocks (r.prefix_state)
+    def lookup(self, r: Request) -> tuple[int, int]:
+        """(cached blocks ``r`` would reuse at admission, how many of them are free now: admitting it takes them)."""
+        st = r.prefix_state
+        bs = self.block_size
+        if st is None or st[0] != bs:
+            st = r.prefix_state = request_state(r, bs)
+        keys = st[1]
+        if keys and keys[0] not in self.heads:  # nothing to find (evicting only shrinks the cache): pay later, in
+            if self.owed > PAY_SLACK:           # bulk, so a cache with no reuse costs little
+                self.pay()
+            return 0, 0
+        limit = (r.prompt_tokens + r.generated - 1) // bs
+        return self.match(keys, limit if limit < st[2] else st[2])
+
+    def take(self, r: Request, n: int) -> int:
+        """``r`` (nothing computed) holds the first ``n`` of its keys, which :meth:`lookup` just found; returns how
+        many of them were free (in use now)."""
         if self.owed:
             self.pay()
+        st = r.prefix_state
+        keys = st[1]
+        st[3] = n
         heads, lru = self.heads, self.lru
         i = taken = 0
         while i < n:
@@ -198,15 +225,15 @@ class PrefixCache:
                 taken += m
             else:
                 self.shared += m
-            run.holders.append(held)
-            held.append(run)
+            run.holders += (st,)
+            st.append(run)
             i += m
         return taken
 
     def _split(self, run: Run, m: int) -> Run:
         """Cut ``run`` after its first ``m`` blocks and return the new leading run (the same holders; a free run's
         head is about to be held, so it does not enter the LRU)."""
-        head = Run(run.src, run.lo, run.lo + m, list(run.holders))
+        head = Run(run.src, run.lo, run.lo + m, run.holders)
         run.lo += m
         self.heads[run.src[head.lo]] = head
         self.heads[run.src[run.lo]] = run
@@ -214,44 +241,77 @@ class PrefixCache:
             h.insert(h.index(run), head)
         return head
 
-    def register(self, keys: Sequence[Any], start: int, stop: int, held: list[Run]) -> None:
-        """Cache blocks ``start..stop-1`` that a request just computed, held by it (``held``: its held runs in
-        sequence order). Blocks already cached (an equal request computed them too) stay private to it."""
-        if stop <= start:
-            return
-        n = self.match(keys, stop)[0] if keys[0] in self.heads else 0  # (a miss needs no lookup)
-        if n > start:
-            start = n
-            if start >= stop:
-                return
-        last = held[-1] if held else None
-        if last is not None and last.src is keys and last.hi == start and last.holders == [held]:
-            last.hi = stop  # the next chunk of the run it registered last
-            return
-        run = Run(keys, start, stop, [held])
-        self.heads[keys[start]] = run
-        held.append(run)
+    def computed(self, r: Request) -> None:
+        """Cache the prompt blocks ``r`` has computed so far (the end of a prefill iteration)."""
+        st = r.prefix_state
+        bs = self.block_size
+        if st[0] != bs:
+            return  # keys for another engine's blocks: this engine admitted it without a lookup
+        c = r.computed
+        p = r.prompt_tokens
+        upto = (c if c < p else p) // bs
+        if upto > st[2]:
+            upto = st[2]
+        if upto > st[3]:
+            self._register(st, upto)
 
-    def release(self, held: list[Run]) -> int:
-        """Drop a request's holds; returns how many of its blocks other requests still hold (stay in use).
-        Runs it alone held become free, the last of the sequence first (evicted first)."""
+    def leave(self, r: Request) -> int:
+        """``r`` leaves the GPU: cache its computed blocks (outputs too) and drop its holds; returns the blocks other
+        requests still hold (stay in use). Runs it alone held become free, the last of the sequence first
+        (evicted first)."""
+        st = r.prefix_state
+        if st[0] != self.block_size:
+            return 0
+        upto = r.computed // self.block_size
+        if upto > st[2]:
+            upto = st[2]
+        if upto > st[3]:
+            self._register(st, upto)
+        st[3] = 0
         lru = self.lru
-        still = 0
-        for run in reversed(held):
-            hs = run.holders
-            if len(hs) == 1:
-                hs.clear()
+        if len(st) == 5:  # one run, which it alone holds: the common case without reuse
+            run = st[4]
+            if len(run.holders) == 1:
+                run.holders = ()
                 lru[run] = None
                 self.free_blocks += run.hi - run.lo
-            else:
-                for k, h in enumerate(hs):
-                    if h is held:  # (by identity: two requests' held lists may be equal)
-                        del hs[k]
-                        break
+                del st[4]
+                return 0
+        still = 0
+        for k in range(len(st) - 1, 3, -1):
+            run = st[k]
+            hs = run.holders
+            if len(hs) == 1:
+                run.holders = ()
+                lru[run] = None
+                self.free_blocks += run.hi - run.lo
+            else:  # (by identity: two requests' states may be equal)
+                run.holders = tuple([h for h in hs if h is not st])
                 n = run.hi - run.lo
                 self.shared -= n
                 still += n
+        del st[4:]  # (no run names it any more: reused if the request comes back)
         return still
+
+    def _register(self, st: list[Any], stop: int) -> None:
+        """Cache blocks ``st[3]..stop-1`` that a request just computed, held by it. Blocks already cached (an equal
+        request computed them too) stay private to it."""
+        keys, start = st[1], st[3]
+        st[3] = stop
+        if keys[0] in self.heads:  # (a miss needs no lookup)
+            n = self.match(keys, stop)[0]
+            if n > start:
+                start = n
+                if start >= stop:
+                    return
+        if len(st) > 4:
+            last = st[-1]
+            if last.src is keys and last.hi == start and len(last.holders) == 1 and last.holders[0] is st:
+                last.hi = stop  # the next chunk of the run it registered last
+                return
+        run = Run(keys, start, stop, (st,))
+        self.heads[keys[start]] = run
+        st.append(run)
 
 
 def _common(a: Sequence[Any], i: int, limit: int, run: Run) -> int:
@@ -285,7 +345,7 @@ class CachesPrefixes:
         count both against the free blocks."""
         if r.hash_ids is None or r.computed or self.kv.prefix is None:
             return 0, 0
-        return self.kv.prefix_match(r)
+        return self.kv.prefix.lookup(r)
 
     def prefix_hit_tokens(self, r: Request) -> int:
         """Prompt tokens ``r`` would find cached here now (what a KV-event-fed router knows; ClusterView)."""
@@ -294,7 +354,7 @@ class CachesPrefixes:
         if r.computed:  # running or partly computed elsewhere: ask as a fresh request would
             saved, r.computed = r.computed, 0
             try:
-                return self.kv.prefix_match(r)[0] * self.block_size
+                return self.kv.prefix.lookup(r)[0] * self.block_size
             finally:
                 r.computed = saved
-        return self.kv.prefix_match(r)[0] * self.block_size
+        return self.kv.prefix.lookup(r)[0] * self.block_size

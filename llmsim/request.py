@@ -44,7 +44,7 @@ class Request:
         "predicted_output",
         # prompt tokens the engine found in its prefix cache at the last admission (llmsim.prefix_cache)
         "cached_tokens",
-        "prefix_state",  # the engine's [block_size, block keys, how many, runs held, blocks registered] (llmsim.kv)
+        "prefix_state",  # the engine's [block size, keys, full blocks, registered, *runs held] (prefix_cache)
         # lifecycle, written by the cluster and the engine
         "token_cap",  # an output cap a router imposed for this run (RouteBalance's budget clamp); None: none
         "routed_time",

@@ -107,8 +107,8 @@ def _checked_start_next(orig):
             runs = {}
             for r in self.running:
                 if r.prefix_state is not None and r.prefix_state[0] == kv.block_size:
-                    for run in r.prefix_state[3]:
-                        held_by.setdefault(id(run), []).append(r.prefix_state[3])
+                    for run in r.prefix_state[4:]:
+                        held_by.setdefault(id(run), []).append(r.prefix_state)
                         runs[id(run)] = run
                         assert run not in pc.lru, "a block in use is on the eviction list"
             runs.update((id(run), run) for run in pc.lru)

@@ -41,7 +41,7 @@ class VllmV0Policy(BatchPolicy):
                 n_new = r.prompt_tokens + r.generated - r.computed
                 hit = taken = 0
                 if r.hash_ids is not None and kv.prefix is not None and not r.computed:
-                    hit, taken = inst.cached_prefix(r)  # prefix caching: only the uncached rest is prefilled
+                    hit, taken = kv.prefix.lookup(r)  # prefix caching (inst.cached_prefix, inlined on this hot path)
                     n_new -= hit * bs
                 if n_new > budget or nseq >= inst.max_seqs:
                     break
