@@ -17,7 +17,7 @@ a decode run of the fast path does so when it materialises, which is the same: n
 
 Blocks are stored in runs (:class:`Run`): consecutive blocks of one sequence cached together, with one set of
 holders, as a radix tree stores them (SGLang's RadixAttention), indexed by their first key only. A run is a view
-``src[lo:hi]`` of the key sequence of the request that computed it (:func:`key_view`: its own ids, not a copy, when
+``src[lo:hi]`` of the key sequence of the request that computed it (:func:`request_state`: its own ids, not a copy, when
 they are the keys), so splitting, trimming and extending a run move two integers. A lookup walks the request's
 keys from its first block: each run it meets is entered at its start (keys are chained: a block's predecessors
 come before it) and compared as a slice; a hit covers a leading part of each run it touches, so a run splits at
