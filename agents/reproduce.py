@@ -11,6 +11,7 @@
     llmsim-reproduce prefix --jobs 2                # issue 17 KV reuse: Mooncake 36.6 % check, routers (not a paper)
     llmsim-reproduce disagg --jobs 2                # issue 17 P/D disaggregation vs colocated (DistServe, Splitwise)
     llmsim-reproduce all --jobs 2 --report docs/REPRODUCTION.md    # every spec into OUT/<spec>/, then the report
+    llmsim-reproduce all --jobs 2 --out OUT --resume                # again: keeps the specs OUT finished, runs the rest
     llmsim-reproduce report --from DIR,SPEC=DIR --report FILE       # the report from existing output directories
 
 Each spec module (``agents.reproduce_<spec>``, imported only when asked for) trains and evaluates what its
@@ -227,6 +228,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--report", type=Path, help="all / report: where the reproduction report goes "
                                                "(all: default OUT/REPRODUCTION.md)")
     p.add_argument("--from", dest="from_dirs", help="report: output directories DIR[,SPEC=DIR...] (their claims.json)")
+    p.add_argument("--resume", action="store_true", help="all: keep the specs whose OUT/<spec>/claims.json an earlier "
+                                                         "all with the same setting finished, run the others")
     a = p.parse_args(argv)
     if a.spec not in (*SPECS, *MODES):
         _fail(f"unknown spec {a.spec!r}; expected one of {', '.join((*SPECS, *MODES))}")
@@ -253,6 +256,8 @@ def _check_mode(a: argparse.Namespace) -> None:
         _fail("--from is for report (all runs every spec itself)")
     elif a.report is not None and a.spec != "all":
         _fail("--report is for all and report")
+    if a.resume and (a.spec != "all" or a.out is None):
+        _fail("--resume is for all, with the --out directory of the run to resume")
 
 
 def runs_option(value: str | None) -> str | dict[str, str] | None:
@@ -316,12 +321,51 @@ def run_spec(module: Any, a: argparse.Namespace, out: Path, kwargs: Mapping[str,
     return rows
 
 
-def run_all(a: argparse.Namespace, out: Path) -> list[tuple[str | None, Path]]:
+def finished_specs(out: Path, quick: bool) -> dict[str, str]:
+    """``all --resume``: the specs ``out/<spec>/claims.json`` holds finished runs of, with their dates. A run of
+    the other setting (quick vs full) there is refused: one report must not mix them."""
+    done: dict[str, str] = {}
+    for spec in SPECS:
+        path = out / spec / "claims.json"
+        if not path.is_file():
+            continue
+        try:
+            body = json.loads(path.read_text())
+            command, when = str(body["command"]), str(body.get("date", "an unknown date"))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{path}: not a finished run's claims.json ({type(e).__name__}: {e}); move it away "
+                              "to run that spec again") from None
+        if ("--quick" in command.split()) != quick:
+            was, now = ("full", "quick") if quick else ("quick", "full")
+            raise ConfigError(f"{path}: a {was} run ({command}); this is the {now} setting: resume with the same "
+                              "setting or use another --out")
+        done[spec] = when
+    return done
+
+
+def _set_aside(sub: Path) -> None:
+    """An unfinished spec directory (failed.json, or a run cut off) is kept beside, not overwritten."""
+    stamp = dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    aside = sub.with_name(f"{sub.name}.unfinished-{stamp}")
+    sub.rename(aside)
+    print(f"[{PROG} all] {sub} held no finished run: moved to {aside}, running it again", file=sys.stderr, flush=True)
+
+
+def run_all(a: argparse.Namespace, out: Path) -> tuple[list[tuple[str | None, Path]], list[str]]:
     """Every spec in turn into ``out/<spec>/``. A spec that raises does not stop the others: its one-line error
-    goes to stderr and to ``out/<spec>/failed.json`` (the report lists it). The (spec, directory) entries."""
+    goes to stderr and to ``out/<spec>/failed.json`` (the report lists it). With ``--resume``, specs finished
+    there earlier are kept. The (spec, directory) entries and the specs kept."""
     entries: list[tuple[str | None, Path]] = []
+    done = finished_specs(out, a.quick) if a.resume else {}
     for i, spec in enumerate(SPECS, 1):
         sub = out / spec
+        entries.append((spec, sub))
+        if spec in done:
+            print(f"[{PROG} all] {spec} ({i}/{len(SPECS)}): finished on {done[spec]}, kept (--resume)",
+                  file=sys.stderr, flush=True)
+            continue
+        if a.resume and sub.exists():
+            _set_aside(sub)
         command = " ".join([PROG, spec, *["--quick"] * a.quick, "--jobs", str(a.jobs), "--out", str(sub)])
         print(f"[{PROG} all] {spec} ({i}/{len(SPECS)}): {command}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
@@ -334,8 +378,7 @@ def run_all(a: argparse.Namespace, out: Path) -> list[tuple[str | None, Path]]:
             body = {"spec": spec, "error": error, "command": command, "date": dt.datetime.now().isoformat(
                 timespec="seconds"), "commit": _commit(), "wall_s": round(time.perf_counter() - t0, 1)}
             (sub / "failed.json").write_text(json.dumps(body, indent=1) + "\n")
-        entries.append((spec, sub))
-    return entries
+    return entries, list(done)
 
 
 def _report_mode(a: argparse.Namespace, command: str) -> None:
@@ -345,9 +388,9 @@ def _report_mode(a: argparse.Namespace, command: str) -> None:
     try:
         if a.spec == "all":
             out = a.out or Path("outputs/reproduce/all") / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-            entries = run_all(a, out)
+            entries, kept = run_all(a, out)
             target = a.report or out / "REPRODUCTION.md"
-            reports = rr.write_report(entries, target, command, origin="all", strict=False)
+            reports = rr.write_report(entries, target, command, origin="all", strict=False, kept=kept)
         else:
             target = a.report
             reports = rr.write_report(rr.parse_from(a.from_dirs), target, command)

@@ -142,6 +142,52 @@ def test_all_writes_its_report_under_out_by_default(monkeypatch: pytest.MonkeyPa
     assert "quick" not in _summary_row((tmp_path / "o" / "REPRODUCTION.md").read_text(), "spec001")
 
 
+@pytest.mark.timeout(60)
+def test_all_resume_keeps_finished_specs_and_runs_the_failed_one_again(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[tuple[str, bool, int]] = []
+    _fake_specs(monkeypatch, calls)
+    out = tmp_path / "out"
+    reproduce.main(["all", "--quick", "--out", str(out), "--no-progress"])
+    first = {s: (out / s / "claims.json").read_text() for s in reproduce.SPECS if s != "spec002"}
+    calls.clear()
+    ok = reproduce.claim_row("spec002", "spec002 claim", 1.0, 1.0, "reproduced", setting="quick")
+    monkeypatch.setitem(sys.modules, reproduce.SPECS["spec002"], types.SimpleNamespace(run=lambda *a: [ok]))
+    capsys.readouterr()
+    reproduce.main(["all", "--quick", "--out", str(out), "--resume", "--no-progress"])
+    assert calls == []  # (spec002's runner is the new one, which does not record) every other spec was kept
+    assert {s: (out / s / "claims.json").read_text() for s in first} == first
+    assert (out / "spec002" / "claims.json").is_file() and not (out / "spec002" / "failed.json").exists()
+    aside = [d.name for d in out.iterdir() if d.name.startswith("spec002.unfinished-")]
+    assert len(aside) == 1 and (out / aside[0] / "failed.json").is_file()  # the failure is kept, not overwritten
+    err = capsys.readouterr().err
+    assert "spec003 (4/" in err and "kept (--resume)" in err and "moved to" in err
+    text = (out / "REPRODUCTION.md").read_text()
+    assert "over more than one invocation (`--resume`)" in text and "spec000, spec001, spec003" in text
+    assert "**failed**" not in _summary_row(text, "spec002")
+
+
+@pytest.mark.timeout(60)
+def test_all_resume_refuses_another_setting_and_needs_out(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[tuple[str, bool, int]] = []
+    _fake_specs(monkeypatch, calls)
+    out = tmp_path / "out"
+    reproduce.main(["all", "--quick", "--out", str(out), "--no-progress"])
+    calls.clear()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        reproduce.main(["all", "--out", str(out), "--resume", "--no-progress"])
+    assert e.value.code == 2 and calls == []
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("llmsim-reproduce: error: ") and "claims.json: a quick run" in err
+    assert "this is the full setting" in err and len(err.splitlines()) == 1
+    for argv in (["all", "--resume"], ["spec001", "--resume", "--out", str(out)]):
+        with pytest.raises(SystemExit):
+            reproduce.main(argv)
+        assert "--resume is for all, with the --out directory" in capsys.readouterr().err
+
+
 @pytest.mark.timeout(30)
 def test_report_from_the_command_line(dirs: dict[str, Path], tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
