@@ -35,6 +35,7 @@ of a request with nothing computed (a preempted request is queried again when it
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -122,9 +123,9 @@ class PrefixCache:
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.heads: dict[Any, Run] = {}  # first key -> run
-        # free runs, least recently freed first: a plain dict (insertion-ordered; the oldest is the first one
-        # iterated), as an OrderedDict would allocate a node per entry on this hot path
-        self.lru: dict[Run, None] = {}
+        # free runs, least recently freed first (not a plain dict: taking its first key costs a scan past the
+        # deleted ones, O(free runs) per eviction)
+        self.lru: OrderedDict[Run, None] = OrderedDict()
         self.free_blocks = 0  # blocks in free runs (counted as free by the KV cache)
         # evictions allocations made that are not carried out yet: the KV cache's hot paths only raise this (one
         # subtraction and a compare), and :meth:`pay` evicts before the cache is next read. The oldest blocks are
@@ -159,7 +160,7 @@ class PrefixCache:
             if n > over:  # the run's last blocks go first
                 run.hi -= over
                 return
-            del lru[run]
+            lru.popitem(last=False)
             over -= n
             first = run.src[run.lo]
             if heads.get(first) is run:
