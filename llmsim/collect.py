@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -141,15 +142,23 @@ def failure_reason(run: Path) -> str:
     return "no summary (no error log beside it; the error, if any, went to the sweep's terminal)"
 
 
+# srun's own closing line on a real Slurm node ("srun: error: node12: task 0: Exited with exit code 2") only
+# restates the exit status: the job's own last line, above it, says why
+_SRUN_EXIT = re.compile(r"srun: error: \S+: tasks? [\d,-]+: Exited with exit code \d+")
+
+
 def last_line(path: Path, tail: int = 8192) -> str | None:
-    """The last non-empty line of a (possibly large) text file, None when it has none."""
+    """The last non-empty line of a (possibly large) text file, None when it has none; srun's closing exit-status
+    line is passed over when a line stands above it."""
     try:
         with path.open("rb") as f:
             f.seek(max(0, f.seek(0, os.SEEK_END) - tail))
             lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
     except OSError:
         return None
-    return next((ln for ln in reversed(lines) if ln), None)
+    lines = [ln for ln in lines if ln]
+    said = [ln for ln in lines if not _SRUN_EXIT.fullmatch(ln)]
+    return (said or lines or [None])[-1]
 
 
 def _job_id(run: Path) -> str | None:
@@ -185,13 +194,20 @@ def orphan_jobs(root: Path, job_ids: set[str]) -> list[dict[str, Any]]:
     rows = []
     for sub in sorted(root.rglob(".submitit")):
         for folder in sorted(p for p in sub.iterdir() if p.is_dir() and p.name != "%j"):
-            if folder.name in job_ids:
+            if folder.name in job_ids or _array_script_only(folder):
                 continue
             logs = [*sorted(folder.glob("*_log.err")), *sorted(folder.glob("*_log.out"))]
             line = next((f"{ln} ({log.name})" for log in logs if (ln := last_line(log))), None)
             rows.append({"status": "failed", "source": None, "job_dir": str(folder),
                          "error": line or "submitit job without a run directory and without logs (never started?)"})
     return rows
+
+
+def _array_script_only(folder: Path) -> bool:
+    """On Slurm, submitit keeps a job array's sbatch script in ``.submitit/<array id>/<array id>_submission.sh``
+    beside its tasks' ``<array id>_<task>/`` folders: not a job of its own."""
+    files = [p.name for p in folder.iterdir()]
+    return bool(files) and all(f.endswith("_submission.sh") for f in files)
 
 
 def _multirun_config(sweep_dir: Path) -> dict[str, Any]:

@@ -63,11 +63,14 @@ def submitit_sweep(root: Path) -> Path:
         folder = root / ".submitit" / f"7_{task}"
         folder.mkdir(parents=True)
         (folder / f"7_{task}_0_log.out").write_text("submitit INFO - Starting with JobEnvironment(...)\n")
-        err = "llmsim: error: workload.rate: expected a value > 0, got -1\n\n" if task == 2 else ""
+        err = ("llmsim: error: workload.rate: expected a value > 0, got -1\n\n"  # then srun's line (real Slurm)
+               "srun: error: node12: task 0: Exited with exit code 2\n") if task == 2 else ""
         if task == 3:
             err = "slurmstepd: error: *** JOB 7 ON node12 CANCELLED DUE TO TIME LIMIT ***\n"
         (folder / f"7_{task}_0_log.err").write_text(err)
     (root / ".submitit" / "%j").mkdir()  # submitit leaves its unexpanded folder pattern behind
+    (root / ".submitit" / "7").mkdir()  # and, on Slurm, the array's sbatch script (seen on a real slurmd)
+    (root / ".submitit" / "7" / "7_submission.sh").write_text("#!/bin/bash\n#SBATCH --array=0-3%256\n")
     return root
 
 
@@ -92,7 +95,7 @@ def test_submitit_layout_reads_the_error_logs_and_finds_jobs_without_a_run(tmp_p
     errors = dict(zip(col.failed["job_dir"].map(lambda p: Path(p).name), col.failed["error"]))
     assert errors["2_workload.rate=-1"] == "llmsim: error: workload.rate: expected a value > 0, got -1 (7_2_0_log.err)"
     assert errors["7_3"].startswith("slurmstepd: error: *** JOB 7 ON node12 CANCELLED DUE TO TIME LIMIT")
-    assert "%j" not in errors
+    assert "%j" not in errors and "7" not in errors  # the array's own script folder is not a job
     assert col.launchers == ["SlurmLauncher"]
 
 

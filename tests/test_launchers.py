@@ -1,6 +1,7 @@
 """The Hydra launchers of conf/hydra/launcher/ (docs/scale-out.md): each resolves for both apps (`llmsim`,
 `llmsim-train`), and real tiny multiruns with joblib (2 workers) and with submitit's local executor (the Slurm
-code path) are collected by ``llmsim.collect`` into one table. Everything is written under tmp_path."""
+code path) are collected by ``llmsim.collect`` into one table; the `slurm` config also through a real sbatch where
+a Slurm controller answers (skipped elsewhere). Everything is written under tmp_path."""
 
 from __future__ import annotations
 
@@ -112,3 +113,39 @@ def test_both_launchers_collected_into_one_table(tmp_path):
     assert len(col.frame) == 4 and col.failed.empty
     assert sorted(col.frame["seed"]) == [0, 1, 2, 3]
     assert col.launchers == ["JoblibLauncher", "LocalLauncher"]
+
+
+def _slurm_reachable() -> str | None:
+    """Why a real Slurm run cannot be tried here (None: sbatch is installed and a controller answers)."""
+    import shutil
+
+    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
+        return "no Slurm here (sbatch / sinfo not installed); docs/scale-out.md says how this was run on one"
+    try:
+        p = subprocess.run(["sinfo", "-h", "-o", "%a"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"sinfo did not answer ({type(e).__name__})"
+    if p.returncode != 0 or "up" not in p.stdout.split():
+        return f"no Slurm partition is up (sinfo: {(p.stderr or p.stdout).strip()[:200]!r})"
+    return None
+
+
+@pytest.mark.timeout(60)
+def test_real_slurm_multirun_with_a_failed_job_is_collected(tmp_path):
+    """Our `slurm` launcher config through sbatch on a real Slurm controller (skipped where there is none, as in
+    CI): one job array, a task that fails, and collect lists exactly that one, reading its Slurm log, with the
+    array's own sbatch-script folder not mistaken for a job."""
+    why = _slurm_reachable()
+    if why:
+        pytest.skip(why)
+    sweep = tmp_path / "sweeps" / "slurm"
+    p = _multirun(tmp_path, sweep, "hydra/launcher=slurm", "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=5",
+                  "workload.rate=2,-1")
+    assert p.returncode != 0  # the failed task is re-raised by submitit
+    col = collect(sweep)
+    assert len(col.ok) == 1 and len(col.failed) == 1, col.failed.to_dict("records")
+    assert col.ok["workload.rate"].tolist() == [2]
+    assert col.failed.iloc[0]["error"].startswith("llmsim: error: workload.rate: expected a value > 0, got -1 (")
+    assert col.launchers == ["SlurmLauncher"]
+    jobs = [d.name for d in (sweep / ".submitit").iterdir()]
+    assert any("_" not in j and j != "%j" for j in jobs)  # the array's script folder was there and was skipped
