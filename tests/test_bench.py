@@ -1,0 +1,38 @@
+"""``python -m llmsim.bench sim --prefix-cost``: the paired measurement of prefix caching's cost with no reuse
+(issue 17's target), on a tiny case; its figures are the benchmark's business, not asserted here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llmsim.bench", "sim", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=100)
+
+
+@pytest.mark.timeout(120)
+def test_prefix_cost_pairs_caching_on_and_off_and_reports_the_median_ratio():
+    p = _bench("--prefix-cost", "--pairs", "2", "--case", "single", "--requests", "150", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    row = json.loads(p.stdout.strip().splitlines()[-1])
+    assert row["case"] == "single" and row["requests"] == 150 and row["pairs"] == 2 and row["target"] == 1.10
+    assert 0 < row["min_ratio"] <= row["median_ratio"] <= row["max_ratio"]
+    assert row["met"] == (row["median_ratio"] <= 1.10)
+    text = _bench("--prefix-cost", "--pairs", "1", "--case", "single", "--requests", "150").stdout
+    assert "prefix caching with no reuse costs" in text and "median of 1 pair(s)" in text and "target <= 1.10" in text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("args, message", [(["--pairs", "0"], "--pairs must be at least 1, got 0"),
+                                           (["--pin", "4096"], "--pin 4096: expected one of this process's CPUs")])
+def test_prefix_cost_refuses_bad_options_in_one_line(args, message):
+    p = _bench("--prefix-cost", "--case", "single", *args)
+    assert p.returncode == 2 and message in p.stderr.strip().splitlines()[-1]
+    assert p.stdout == ""
