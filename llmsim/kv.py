@@ -190,12 +190,8 @@ class KVCache:
                                f"{on_cpu} held != {self.cpu_total}")
 
     # ------------------------------------------------------------------ prefix caching (llmsim.prefix_cache)
-    def prefix_match(self, r: Request) -> tuple[int, int]:
-        """(cached blocks ``r`` would reuse at admission, how many of them are free now: admitting it takes them)."""
-        return self.prefix.lookup(r)
-
     def acquire_prefix(self, r: Request, n: int) -> None:
-        """Give ``r`` (with nothing computed) its ``n`` cached blocks from :meth:`prefix_match`, made just before."""
+        """Give ``r`` (with nothing computed) its ``n`` cached blocks from ``PrefixCache.lookup``, made just before."""
         assert r.prefix_state is not None and self.prefix is not None and r.blocks == 0 and r.computed == 0
         self.free -= self.prefix.take(r, n)
         if self.free < 0:
