@@ -76,8 +76,13 @@ def request_state(r: Request, block_size: int) -> list[Any]:
     (``hash_block == block_size``): the cache reads and stores slices of the sequence by position, so a request with
     no reuse costs no per-block work."""
     ids = r.hash_ids
-    if ids and r.hash_block == block_size:
-        return [block_size, ids, _full_blocks(r, block_size), 0]
+    if ids and r.hash_block == block_size:  # (_full_blocks's rule, inlined: once per request and instance)
+        p = r.prompt_tokens
+        covered = len(ids) * block_size
+        if covered < p + block_size:
+            covered = p
+        n = p + r.output_tokens
+        return [block_size, ids, (n if n < covered else covered) // block_size, 0]
     keys = block_keys(r, block_size)
     return [block_size, keys, len(keys), 0]
 
@@ -150,12 +155,13 @@ class PrefixCache:
         self.free_blocks -= over
         lru, heads = self.lru, self.heads
         while over > 0:
-            run = next(iter(lru))
+            run = lru.popitem(last=False)[0]
             n = run.hi - run.lo
-            if n > over:  # the run's last blocks go first
+            if n > over:  # the run's last blocks go first; the rest stays oldest
                 run.hi -= over
+                lru[run] = None
+                lru.move_to_end(run, last=False)
                 return
-            lru.popitem(last=False)
             over -= n
             first = run.src[run.lo]
             if heads.get(first) is run:
@@ -243,12 +249,22 @@ class PrefixCache:
         bs = self.block_size
         if st[0] != bs:
             return  # keys for another engine's blocks: this engine admitted it without a lookup
+        done, full = st[3], st[2]
+        if done >= full:
+            return  # every full block it names is cached already (a decoding request)
         c = r.computed
         p = r.prompt_tokens
         upto = (c if c < p else p) // bs
-        if upto > st[2]:
-            upto = st[2]
-        if upto > st[3]:
+        if upto > full:
+            upto = full
+        if upto > done:
+            keys = st[1]
+            if not done and len(st) == 4 and keys[0] not in self.heads:  # a first run, nothing like it cached: the
+                st[3] = upto                                                # common case without reuse (_register's
+                run = Run(keys, 0, upto, (st,))                             # path for it, inlined)
+                self.heads[keys[0]] = run
+                st.append(run)
+                return
             self._register(st, upto)
 
     def leave(self, r: Request) -> int:
@@ -256,23 +272,26 @@ class PrefixCache:
         requests still hold (stay in use). Runs it alone held become free, the last of the sequence first
         (evicted first)."""
         st = r.prefix_state
-        if st[0] != self.block_size:
+        bs = self.block_size
+        if st[0] != bs:
             return 0
-        upto = r.computed // self.block_size
-        if upto > st[2]:
-            upto = st[2]
-        if upto > st[3]:
-            self._register(st, upto)
+        done, full = st[3], st[2]
+        if done < full:  # blocks its ids name that are not cached yet (outputs, or a prompt cut short)
+            upto = r.computed // bs
+            if upto > full:
+                upto = full
+            if upto > done:
+                self._register(st, upto)
         st[3] = 0
-        lru = self.lru
         if len(st) == 5:  # one run, which it alone holds: the common case without reuse (~1.5 % of the bench)
             run = st[4]
             if len(run.holders) == 1:
                 run.holders = ()
-                lru[run] = None
+                self.lru[run] = None
                 self.free_blocks += run.hi - run.lo
                 del st[4]
                 return 0
+        lru = self.lru
         still = 0
         for k in range(len(st) - 1, 3, -1):
             run = st[k]
@@ -281,8 +300,8 @@ class PrefixCache:
                 run.holders = ()
                 lru[run] = None
                 self.free_blocks += run.hi - run.lo
-            else:  # (by identity: two requests' states may be equal)
-                run.holders = tuple([h for h in hs if h is not st])
+            else:
+                run.holders = _without(hs, st)
                 n = run.hi - run.lo
                 self.shared -= n
                 still += n
@@ -308,6 +327,12 @@ class PrefixCache:
         run = Run(keys, start, stop, (st,))
         self.heads[keys[start]] = run
         st.append(run)
+
+
+def _without(holders: tuple[list[Any], ...], st: list[Any]) -> tuple[list[Any], ...]:
+    """``holders`` less ``st``, by identity: two requests' states may be equal. (Not a comprehension in
+    :meth:`PrefixCache.leave`: its closure would make ``st`` a cell there, a cost on every call.)"""
+    return tuple([h for h in holders if h is not st])
 
 
 def _common(a: Sequence[Any], i: int, limit: int, run: Run) -> int:
