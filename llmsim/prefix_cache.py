@@ -35,7 +35,7 @@ of a request with nothing computed (a preempted request is queried again when it
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -102,12 +102,13 @@ class Run:
     """Consecutive cached blocks of one sequence with the same holders (the ``prefix_state`` of running requests): the
     keys ``src[lo:hi]`` of a request's key sequence, not a copy of them."""
 
-    __slots__ = ("src", "lo", "hi", "holders")
+    __slots__ = ("src", "lo", "hi", "holders", "queued")
 
     def __init__(self, src: Sequence[Any], lo: int, hi: int, holders: tuple[list[Run], ...]) -> None:
         self.src, self.lo, self.hi = src, lo, hi
         # a tuple: most runs have one holder all their life, and a 1-tuple is one small allocation (a list is two)
         self.holders = holders  # empty: a free run, in the LRU
+        self.queued = 0  # entries naming it in the LRU queue (the newest counts while it is free; PrefixCache.lru)
 
     @property
     def keys(self) -> list[Any]:
@@ -118,14 +119,18 @@ class Run:
 class PrefixCache:
     """Cached blocks of one instance: runs indexed by their first key, and the free runs in LRU order."""
 
-    __slots__ = ("block_size", "heads", "lru", "free_blocks", "owed", "evictions", "shared")
+    __slots__ = ("block_size", "heads", "lru", "stale", "free_blocks", "owed", "evictions", "shared")
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.heads: dict[Any, Run] = {}  # first key -> run
-        # free runs, least recently freed first (not a plain dict: taking its first key costs a scan past the
-        # deleted ones, O(free runs) per eviction)
-        self.lru: OrderedDict[Run, None] = OrderedDict()
+        # free runs, least recently freed first, as a queue with lazy deletion: a free run that a request takes keeps
+        # its entry, which eviction skips (the run is held, or freed again later with a newer entry: ``Run.queued``).
+        # Appending and popping cost no hashing and no allocation per entry, unlike an OrderedDict (docs/
+        # prefix_caching.md, Speed); :meth:`free_runs` lists the live entries. (Not a plain dict: taking its first
+        # key costs a scan past the deleted ones, O(free runs) per eviction.)
+        self.lru: deque[Run] = deque()
+        self.stale = 0  # entries of the queue that no longer count (compacted when they are the majority)
         self.free_blocks = 0  # blocks in free runs (counted as free by the KV cache)
         # evictions allocations made that are not carried out yet: the KV cache's hot paths only raise this (one
         # subtraction and a compare), and :meth:`pay` evicts before the cache is next read. The oldest blocks are
@@ -139,6 +144,17 @@ class PrefixCache:
     def evicted(self) -> int:
         """Cached blocks evicted to make room so far (owed ones included)."""
         return self.evictions + self.owed
+
+    def free_runs(self) -> list[Run]:
+        """The free runs, least recently freed first: the queue's live entries (tests, debugging)."""
+        out, seen = [], set()
+        for run in reversed(self.lru):  # the newest entry of a free run is its place
+            if not run.holders and id(run) not in seen:
+                seen.add(id(run))
+                out.append(run)
+        assert len(out) + self.stale == len(self.lru), "LRU queue entries miscounted"
+        out.reverse()
+        return out
 
     def owe(self, free: int) -> None:
         """The free count fell to ``free``: the cached blocks beyond it are evicted (see ``owed``)."""
@@ -154,13 +170,19 @@ class PrefixCache:
         self.evictions += over
         self.free_blocks -= over
         lru, heads = self.lru, self.heads
+        pop = lru.popleft
         while over > 0:
-            run = lru.popitem(last=False)[0]
+            run = pop()
+            q = run.queued - 1
+            run.queued = q
+            if q or run.holders:  # a stale entry: the run was taken since (and maybe freed again: a newer entry)
+                self.stale -= 1
+                continue
             n = run.hi - run.lo
             if n > over:  # the run's last blocks go first; the rest stays oldest
                 run.hi -= over
-                lru[run] = None
-                lru.move_to_end(run, last=False)
+                run.queued = 1
+                lru.appendleft(run)
                 return
             over -= n
             first = run.src[run.lo]
@@ -212,16 +234,15 @@ class PrefixCache:
         st = r.prefix_state
         keys = st[1]
         st[3] = n
-        heads, lru = self.heads, self.lru
+        heads = self.heads
         i = taken = 0
         while i < n:
             run = heads[keys[i]]
             m = _common(keys, i, n, run)
             free = not run.holders
-            if m < run.hi - run.lo:
-                run = self._split(run, m)
-            elif free:
-                del lru[run]
+            whole = m == run.hi - run.lo
+            if not whole:
+                run = self._split(run, m)  # (the rest stays free, its queue entry live)
             if free:
                 self.free_blocks -= m
                 taken += m
@@ -229,8 +250,27 @@ class PrefixCache:
                 self.shared += m
             run.holders += (st,)
             st.append(run)
+            if free and whole:
+                self._unqueue()  # (once held: a compaction drops its entry)
             i += m
         return taken
+
+    def _unqueue(self) -> None:
+        """A free run was taken: its queue entry goes stale. Once stale entries are most of a long queue, keep only
+        the live ones (amortised O(1); without evictions nothing else would ever drop them)."""
+        self.stale += 1
+        lru = self.lru
+        if self.stale > 64 and 2 * self.stale > len(lru):
+            live = []
+            for run in reversed(lru):  # the newest entry of a free run is its place
+                if run.queued and not run.holders:
+                    live.append(run)
+                run.queued = 0
+            live.reverse()
+            for run in live:
+                run.queued = 1
+            self.lru = deque(live)
+            self.stale = 0
 
     def _split(self, run: Run, m: int) -> Run:
         """Cut ``run`` after its first ``m`` blocks and return the new leading run (the same holders; a free run's
@@ -287,18 +327,20 @@ class PrefixCache:
             run = st[4]
             if len(run.holders) == 1:
                 run.holders = ()
-                self.lru[run] = None
+                self.lru.append(run)
+                run.queued += 1
                 self.free_blocks += run.hi - run.lo
                 del st[4]
                 return 0
-        lru = self.lru
+        queue = self.lru.append
         still = 0
         for k in range(len(st) - 1, 3, -1):
             run = st[k]
             hs = run.holders
             if len(hs) == 1:
                 run.holders = ()
-                lru[run] = None
+                queue(run)
+                run.queued += 1
                 self.free_blocks += run.hi - run.lo
             else:
                 run.holders = _without(hs, st)

@@ -110,13 +110,15 @@ def _checked_start_next(orig):
                     for run in r.prefix_state[4:]:
                         held_by.setdefault(id(run), []).append(r.prefix_state)
                         runs[id(run)] = run
-                        assert run not in pc.lru, "a block in use is on the eviction list"
-            runs.update((id(run), run) for run in pc.lru)
+            free = pc.free_runs()
+            for run in runs.values():
+                assert run not in free, "a block in use is on the eviction list"
+            runs.update((id(run), run) for run in free)
             for rid, run in runs.items():
                 assert sorted(map(id, run.holders)) == sorted(map(id, held_by.get(rid, [])))
                 assert run.keys and pc.heads[run.keys[0]] is run
-                assert (run in pc.lru) == (not run.holders)
-            assert pc.free_blocks == sum(len(r.keys) for r in pc.lru) and pc.free_blocks - pc.owed <= kv.free
+                assert (run in free) == (not run.holders)
+            assert pc.free_blocks == sum(len(r.keys) for r in free) and pc.free_blocks - pc.owed <= kv.free
             assert pc.shared == sum((len(r.holders) - 1) * len(r.keys) for r in runs.values() if r.holders)
         return orig(self, now)
 
@@ -167,7 +169,7 @@ def test_end_of_run_everything_is_free_or_cached():
     kv = cl.instances[0].kv
     pc = kv.prefix
     assert kv.free == kv.total and pc.shared == 0 and all(not r.holders for r in pc.heads.values())
-    assert pc.free_blocks == sum(len(r.keys) for r in pc.lru) <= kv.total
+    assert pc.free_blocks == sum(len(r.keys) for r in pc.free_runs()) <= kv.total
 
 
 def test_prefix_aware_view_reports_hit_tokens():
@@ -183,3 +185,38 @@ def test_same_seed_same_bytes():
     a = run(_stress_workload(5), num_gpu_blocks=24).requests
     b = run(_stress_workload(5), num_gpu_blocks=24).requests
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_lru_queue_keeps_its_order_through_hits_and_compaction():
+    """A free run taken again leaves a stale entry in the LRU queue; once stale entries pile up the queue is compacted,
+    and eviction still takes the least recently freed runs first (an OrderedDict as the reference)."""
+    from collections import OrderedDict
+
+    from llmsim.kv import KVCache
+    from llmsim.prefix_cache import PrefixCache
+
+    kv = KVCache(10_000, 16, prefix=PrefixCache(16))
+    pc = kv.prefix
+    ref: OrderedDict[int, None] = OrderedDict()  # prefix k, least recently freed first
+    rng = random.Random(0)
+    longest = 0
+    for i in range(600):
+        k = rng.randrange(8)
+        r = Request(i, 0.0, 40, 4, hash_ids=(100 * k, 100 * k + 1), hash_block=16)  # two full blocks
+        hit, _ = pc.lookup(r)
+        assert hit == (2 if k in ref else 0)
+        if hit:
+            kv.acquire_prefix(r, hit)
+        kv.allocate(r, kv.needed(r, r.prompt_tokens - r.computed))
+        r.computed = r.prompt_tokens
+        pc.computed(r)
+        kv.release(r)
+        ref.pop(k, None)
+        ref[k] = None
+        longest = max(longest, len(pc.lru))
+        assert [run.src[run.lo] // 100 for run in pc.free_runs()] == list(ref)
+    assert pc.stale <= 64 < longest <= 2 * 64 + 8  # stale entries were dropped, more than once
+    kv.take(kv.free - (pc.free_blocks - 6))  # room for all but three runs: the three least recently freed go
+    pc.pay()
+    assert sorted(key // 100 for key in pc.heads) == sorted(list(ref)[3:])
+    assert [run.src[run.lo] // 100 for run in pc.free_runs()] == list(ref)[3:]
