@@ -24,9 +24,23 @@ def test_prefix_cost_pairs_caching_on_and_off_and_reports_the_median_ratio():
     row = json.loads(p.stdout.strip().splitlines()[-1])
     assert row["case"] == "single" and row["requests"] == 150 and row["pairs"] == 2 and row["target"] == 1.10
     assert 0 < row["min_ratio"] <= row["median_ratio"] <= row["max_ratio"]
-    assert row["met"] == (row["median_ratio"] <= 1.10)
+    assert row["met"] == (row["median_ratio"] <= 1.10) and len(row["ratios"]) == 2
+    assert row["ci95_low"] <= row["median_ratio"] <= row["ci95_high"]
+    assert row["verdict"] in {"met", "NOT met", "undecided"}
     text = _bench("--prefix-cost", "--pairs", "1", "--case", "single", "--requests", "150").stdout
     assert "prefix caching with no reuse costs" in text and "median of 1 pair(s)" in text and "target <= 1.10" in text
+    assert "95 % interval" in text
+
+
+def test_cost_verdict_says_undecided_when_the_interval_spans_the_target():
+    from llmsim.bench import cost_verdict, median_interval
+
+    assert cost_verdict([1.05, 1.06, 1.07, 1.04, 1.08] * 4) == "met"
+    assert cost_verdict([1.12, 1.15, 1.13, 1.18, 1.14] * 4) == "NOT met"
+    assert cost_verdict([1.06, 1.14, 1.09, 1.12, 1.08, 1.11] * 3) == "undecided"
+    assert median_interval([1.0, 1.1, 1.2]) == median_interval([1.0, 1.1, 1.2])  # a fixed seed
+    lo, hi = median_interval([1.02, 1.2] * 10)
+    assert 1.02 <= lo <= hi <= 1.2
 
 
 @pytest.mark.timeout(60)
