@@ -76,13 +76,8 @@ def request_state(r: Request, block_size: int) -> list[Any]:
     (``hash_block == block_size``): the cache reads and stores slices of the sequence by position, so a request with
     no reuse costs no per-block work."""
     ids = r.hash_ids
-    if ids and r.hash_block == block_size:  # (_full_blocks's rule, inlined: once per request and instance)
-        p = r.prompt_tokens
-        covered = len(ids) * block_size
-        if covered < p + block_size:
-            covered = p
-        n = p + r.output_tokens
-        return [block_size, ids, (n if n < covered else covered) // block_size, 0]
+    if ids and r.hash_block == block_size:
+        return [block_size, ids, _full_blocks(r, block_size), 0]
     keys = block_keys(r, block_size)
     return [block_size, keys, len(keys), 0]
 
@@ -298,13 +293,6 @@ class PrefixCache:
         if upto > full:
             upto = full
         if upto > done:
-            keys = st[1]
-            if not done and len(st) == 4 and keys[0] not in self.heads:  # a first run, nothing like it cached: the
-                st[3] = upto                                                # common case without reuse (_register's
-                run = Run(keys, 0, upto, (st,))                             # path for it, inlined)
-                self.heads[keys[0]] = run
-                st.append(run)
-                return
             self._register(st, upto)
 
     def leave(self, r: Request) -> int:
