@@ -15,7 +15,9 @@ of prefix caching with no reuse (``--prefix off`` turns ``engine.enable_prefix_c
 median of the per-pair ratios of their simulation wall times, against issue 17's target of 1.10. The verdict
 carries its uncertainty: a 95 % bootstrap interval of that median, "met" only when the whole interval is at or
 under the target, "NOT met" when it is all above, "undecided" otherwise (then more pairs decide). On this
-project's 2-core VM the medians of 16-20-pair sets of the same code moved by +-2-3 %.
+project's 2-core VM the medians of 16-20-pair sets of the same code moved by +-2-3 %. Give ``million`` at least
+60,000 requests: a run's first full garbage collection (~45 ms) comes within 30,000 requests with caching on but
+not with caching off, ~2 % of such a pair that the million-request run does not carry (docs/prefix_caching.md).
 
 ``env`` delegates to ``envs.bench`` (Gymnasium is only imported there).
 """

@@ -276,10 +276,9 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixe
         need = res[0]  # one new block for each request at a block boundary
         if need > kv.free:
             return False
-        kv.free -= need  # (KVCache.take, inlined on this hot path: checked just above)
-        pc = kv.prefix
-        if pc is not None and pc.free_blocks - pc.owed > kv.free:
-            pc.owed = pc.free_blocks - kv.free  # the new blocks evict cached ones (llmsim.prefix_cache)
+        kv.free = free = kv.free - need  # (KVCache.take, inlined on this hot path: checked just above)
+        if kv.cached > free:
+            kv.cached = free  # the new blocks evict cached ones (llmsim.prefix_cache)
         if not self.fast:
             # stepping applies each iteration per request, so the request state must be exact now
             for r in running:
@@ -485,10 +484,7 @@ class Instance(QueuedTotals, PromptLimits, SwapsModels, SharesGpu, CachesPrefixe
         rec.itl_count += gaps
         self.tokens_out += out
         if self.kv.prefix is not None:
-            computed = self.kv.prefix.computed
-            for r in batch:
-                if r.prefix_state is not None:
-                    computed(r)  # its prompt blocks computed so far become cached
+            self.kv.prefix.computed(batch)  # the prompt blocks computed so far become cached
         if self.role == PREFILL:
             self._hand_off(batch, now)  # prefilled requests leave for a decode instance (llmsim.disagg)
         if done:

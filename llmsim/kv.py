@@ -55,7 +55,8 @@ def build_kv_cache(name: str, prof: Profile, cfg: Any) -> KVCache:
 class KVCache:
     """Block counts of one instance's GPU cache (and CPU swap space), and the operations that move them."""
 
-    __slots__ = ("owner", "block_size", "total", "free", "watermark", "cpu_total", "cpu_free", "prefix", "outside")
+    __slots__ = ("owner", "block_size", "total", "free", "watermark", "cpu_total", "cpu_free", "prefix", "outside",
+                 "cached", "shared")
 
     def __init__(self, total: int, block_size: int, watermark: int = 0, cpu_total: int = 0, owner: str = "",
                  prefix: PrefixCache | None = None) -> None:
@@ -70,6 +71,15 @@ class KVCache:
         self.cpu_total = cpu_total
         self.cpu_free = cpu_total
         self.prefix = prefix  # cached prefix blocks (llmsim.prefix_cache); None when prefix caching is off
+        # free blocks whose cached prefix content is kept (not owed for eviction; llmsim.prefix_cache): never above
+        # ``free``, so each operation that lowers ``free`` ends with ``if self.cached > free: self.cached = free``,
+        # the same two compares with caching off (then 0) as on
+        self.cached = 0
+        # blocks held by more than one request, counted once per extra holder (a prefix hit on a running request's
+        # blocks): ``used == sum(r.blocks for r in running) - shared``; 0 without prefix caching
+        self.shared = 0
+        if prefix is not None:
+            prefix.kv = self
         self.outside = 0  # blocks held by requests not running here: KV copies in flight (llmsim.disagg)
 
     @property
@@ -97,9 +107,8 @@ class KVCache:
             raise self._broken(f"cannot allocate {need} block(s) to request {r.id} with {self.free} free")
         self.free = free
         r.blocks += need
-        pc = self.prefix
-        if pc is not None and pc.free_blocks - pc.owed > free:  # (PrefixCache.owe, inlined on this hot path)
-            pc.owed = pc.free_blocks - free
+        if self.cached > free:
+            self.cached = free  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
 
     def reserve(self, n: int) -> None:
         """Hold ``n`` free blocks for a request that is not running here (a KV copy coming in; llmsim.disagg)."""
@@ -112,14 +121,8 @@ class KVCache:
         if free < 0 or n < 0:
             raise self._broken(f"cannot take {n} block(s) with {self.free} free")
         self.free = free
-        if self.prefix is not None:
-            self.prefix.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
-
-    @property
-    def shared(self) -> int:
-        """Blocks held by more than one request, counted once per extra holder (a prefix hit on a running
-        request's blocks): ``used == sum(r.blocks for r in running) - shared``."""
-        return self.prefix.shared if self.prefix is not None else 0
+        if self.cached > free:
+            self.cached = free  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
 
     def release(self, r: Request) -> None:
         """Free every GPU block ``r`` holds (it finished, was dropped, or is preempted for recompute); with prefix
@@ -155,8 +158,8 @@ class KVCache:
         self.cpu_free += moved
         self.free = free
         r.blocks = need
-        if self.prefix is not None:
-            self.prefix.owe(free)  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
+        if self.cached > free:
+            self.cached = free  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
         return moved
 
     def drop_swapped(self, r: Request) -> None:
@@ -170,15 +173,12 @@ class KVCache:
 
     def settle(self, used: int) -> None:
         """Set the GPU blocks in use from the running requests' own counts (end of a fast-path stretch)."""
-        pc = self.prefix
-        if pc is not None:
-            used -= pc.shared
-        used += self.outside
+        used += self.outside - self.shared
         if not 0 <= used <= self.total:
             raise self._broken(f"settle at {used} blocks used of {self.total}")
         self.free = free = self.total - used
-        if pc is not None and pc.free_blocks - pc.owed > free:  # (PrefixCache.owe, inlined on this hot path)
-            pc.owed = pc.free_blocks - free
+        if self.cached > free:
+            self.cached = free  # the cached blocks beyond the free count are evicted (llmsim.prefix_cache)
 
     def check(self, running: Iterable[Request], swapped: Iterable[Request] = ()) -> None:
         """Raise if the counts disagree with the blocks the requests hold (tests, debugging; stepped path)."""

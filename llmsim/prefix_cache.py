@@ -12,17 +12,20 @@ The cache (:class:`PrefixCache`) keeps which running requests hold each cached b
 running request holds stays cached and counts as free (vLLM's free-block queue keeps its hash), and is
 evicted least recently used when a new allocation needs its room - among blocks freed together, the last
 block of the sequence first, as vLLM's free queue orders them. Every operation of ``llmsim.kv.KVCache`` that
-lowers the free count records the evictions it causes, carried out before the cache is next read (``owed``;
-a decode run of the fast path does so when it materialises, which is the same: nothing is released within a run).
+lowers the free count records the evictions it causes by lowering ``kv.cached`` (the free blocks whose content is
+kept) to it, the same two compares with caching off; they are carried out before the cache is next read
+(``owed``; a decode run of the fast path records them when it materialises, which is the same: nothing is released
+within a run).
 
 Blocks are stored in runs (:class:`Run`): consecutive blocks of one sequence cached together, with one set of
 holders, as a radix tree stores them (SGLang's RadixAttention), indexed by their first key only. A run is a view
-``src[lo:hi]`` of the key sequence of the request that computed it (:func:`request_state`: its own ids, not a copy, when
-they are the keys), so splitting, trimming and extending a run move two integers. A lookup walks the request's
-keys from its first block: each run it meets is entered at its start (keys are chained: a block's predecessors
-come before it) and compared as a slice; a hit covers a leading part of each run it touches, so a run splits at
-most in two. Registering, releasing and evicting cost Python work per run, not per block, and a lookup whose first
-key is not cached returns at once: with no reuse, caching costs little (docs/prefix_caching.md, Speed).
+``src[lo:hi]`` of the key sequence of the request that computed it (its ``prefix_state``: its own ids, not a copy,
+when they are the keys; :meth:`PrefixCache.lookup`), so splitting, trimming and extending a run move two integers.
+A lookup walks the request's keys from its first block: each run it meets is entered at its start (keys are
+chained: a block's predecessors come before it) and compared as a slice; a hit covers a leading part of each run
+it touches, so a run splits at most in two. Registering, releasing and evicting cost Python work per run, not per
+block, and a lookup whose first key is not cached returns at once: with no reuse, caching costs little
+(docs/prefix_caching.md, Speed).
 
 A new request reuses the longest run of cached blocks from its start, but at least one token is
 computed (vLLM recomputes the last prompt token to sample from it). Blocks become cached when the
@@ -38,6 +41,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from llmsim.errors import LLMSimError
 
 if TYPE_CHECKING:
     from llmsim.request import Request
@@ -69,19 +74,6 @@ def block_keys(r: Request, block_size: int, tokens: int | None = None) -> list[A
     return [(ids[t // h], t % h) for t in range(last, nb * block_size, block_size)]
 
 
-def request_state(r: Request, block_size: int) -> list[Any]:
-    """What an engine keeps about ``r``'s blocks (``r.prefix_state``): [block size, keys as :func:`block_keys` gives
-    them, how many of them name full blocks, blocks registered, then the runs it holds, in sequence order]. One list:
-    a run's holders are these lists. The keys are the request's own ids, not a copy, when they are the keys
-    (``hash_block == block_size``): the cache reads and stores slices of the sequence by position, so a request with
-    no reuse costs no per-block work."""
-    ids = r.hash_ids
-    if ids and r.hash_block == block_size:
-        return [block_size, ids, _full_blocks(r, block_size), 0]
-    keys = block_keys(r, block_size)
-    return [block_size, keys, len(keys), 0]
-
-
 def _full_blocks(r: Request, block_size: int, tokens: int | None = None) -> int:
     """Full engine blocks of ``r`` within its first ``tokens`` tokens that its ids cover (``block_keys``'s rule)."""
     h = r.hash_block
@@ -89,6 +81,10 @@ def _full_blocks(r: Request, block_size: int, tokens: int | None = None) -> int:
     n = p + r.output_tokens if tokens is None else tokens
     covered = len(r.hash_ids) * h
     if covered < p + h:
+        if covered < p - p % block_size:  # (the keys of its full blocks would run out)
+            raise LLMSimError(f"request {r.id}: its {len(r.hash_ids)} hash_ids of {h} tokens name {covered} tokens, "
+                              f"fewer than the {p - p % block_size} of its {p}-token prompt's full {block_size}-token "
+                              "blocks; expected ids covering the prompt (the last may be partial)")
         covered = p
     return (n if n < covered else covered) // block_size
 
@@ -114,7 +110,7 @@ class Run:
 class PrefixCache:
     """Cached blocks of one instance: runs indexed by their first key, and the free runs in LRU order."""
 
-    __slots__ = ("block_size", "heads", "lru", "stale", "free_blocks", "owed", "evictions", "shared")
+    __slots__ = ("block_size", "heads", "lru", "stale", "free_blocks", "evictions", "kv")
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
@@ -127,13 +123,19 @@ class PrefixCache:
         self.lru: deque[Run] = deque()
         self.stale = 0  # entries of the queue that no longer count (compacted when they are the majority)
         self.free_blocks = 0  # blocks in free runs (counted as free by the KV cache)
-        # evictions allocations made that are not carried out yet: the KV cache's hot paths only raise this (one
-        # subtraction and a compare), and :meth:`pay` evicts before the cache is next read. The oldest blocks are
-        # the ones owed - releases append newer ones and nothing else reorders the LRU - so this is eager eviction.
-        # A lookup that cannot hit (its first key is not cached) pays only once more than PAY_SLACK blocks are owed.
-        self.owed = 0
         self.evictions = 0  # carried out (``evicted`` adds the ones owed)
-        self.shared = 0  # sum over held runs of (holders - 1) * blocks: blocks counted twice in sum(r.blocks)
+        # the KV cache of the instance (it sets this): ``kv.cached`` is how many of the free runs' blocks are kept,
+        # ``kv.shared`` the blocks held twice (sum over held runs of (holders - 1) * blocks)
+        self.kv: Any = None
+
+    @property
+    def owed(self) -> int:
+        """Evictions that allocations made and that are not carried out yet: the KV cache's hot paths only lower
+        ``kv.cached`` below the free count, and :meth:`pay` evicts the difference before the cache is next read.
+        The oldest blocks are the ones owed - releases append newer ones and nothing else reorders the LRU - so
+        this is eager eviction. A lookup that cannot hit (its first key is not cached) pays only once more than
+        PAY_SLACK blocks are owed."""
+        return self.free_blocks - self.kv.cached
 
     @property
     def evicted(self) -> int:
@@ -151,19 +153,14 @@ class PrefixCache:
         out.reverse()
         return out
 
-    def owe(self, free: int) -> None:
-        """The free count fell to ``free``: the cached blocks beyond it are evicted (see ``owed``)."""
-        if self.free_blocks - self.owed > free:
-            self.owed = self.free_blocks - free
-
     def pay(self) -> None:
         """Evict the blocks owed: the least recently freed runs, each from its last block."""
-        over = self.owed
+        kept = self.kv.cached
+        over = self.free_blocks - kept
         if not over:
             return
-        self.owed = 0
         self.evictions += over
-        self.free_blocks -= over
+        self.free_blocks = kept
         lru, heads = self.lru, self.heads
         pop = lru.popleft
         while over > 0:
@@ -193,7 +190,7 @@ class PrefixCache:
             limit = len(keys)
         if limit <= 0:
             return 0, 0
-        if self.owed:
+        if self.free_blocks != self.kv.cached:
             self.pay()
         n = taken = 0
         while n < limit:
@@ -212,10 +209,19 @@ class PrefixCache:
         st = r.prefix_state
         bs = self.block_size
         if st is None or st[0] != bs:
-            st = r.prefix_state = request_state(r, bs)
+            # what the engine keeps about r's blocks: [block size, keys as block_keys gives them, how many of them
+            # name full blocks, blocks registered, then the runs it holds, in sequence order]. One list: a run's
+            # holders are these lists. The keys are the request's own ids, not a copy, when they are the keys
+            # (hash_block == block_size): runs are slices of them by position, so no reuse costs no per-block work.
+            ids = r.hash_ids
+            if ids and r.hash_block == bs:
+                st = r.prefix_state = [bs, ids, _full_blocks(r, bs), 0]
+            else:
+                keys = block_keys(r, bs)
+                st = r.prefix_state = [bs, keys, len(keys), 0]
         keys = st[1]
         if keys and keys[0] not in self.heads:  # nothing to find (evicting only shrinks the cache): pay later, in
-            if self.owed > PAY_SLACK:           # bulk, so a cache with no reuse costs little
+            if self.free_blocks - self.kv.cached > PAY_SLACK:  # bulk, so a cache with no reuse costs little
                 self.pay()
             return 0, 0
         limit = (r.prompt_tokens + r.generated - 1) // bs
@@ -224,7 +230,8 @@ class PrefixCache:
     def take(self, r: Request, n: int) -> int:
         """``r`` (nothing computed) holds the first ``n`` of its keys, which :meth:`lookup` just found; returns how
         many of them were free (in use now)."""
-        if self.owed:
+        kv = self.kv
+        if self.free_blocks != kv.cached:
             self.pay()
         st = r.prefix_state
         keys = st[1]
@@ -240,9 +247,10 @@ class PrefixCache:
                 run = self._split(run, m)  # (the rest stays free, its queue entry live)
             if free:
                 self.free_blocks -= m
+                kv.cached -= m
                 taken += m
             else:
-                self.shared += m
+                kv.shared += m
             run.holders += (st,)
             st.append(run)
             if free and whole:
@@ -278,64 +286,63 @@ class PrefixCache:
             h.insert(h.index(run), head)
         return head
 
-    def computed(self, r: Request) -> None:
-        """Cache the prompt blocks ``r`` has computed so far (the end of a prefill iteration)."""
-        st = r.prefix_state
+    def computed(self, batch: list[Request]) -> None:
+        """Cache the prompt blocks the requests of ``batch`` have computed so far (the end of an iteration)."""
         bs = self.block_size
-        if st[0] != bs:
-            return  # keys for another engine's blocks: this engine admitted it without a lookup
-        done, full = st[3], st[2]
-        if done >= full:
-            return  # every full block it names is cached already (a decoding request)
-        c = r.computed
-        p = r.prompt_tokens
-        upto = (c if c < p else p) // bs
-        if upto > full:
-            upto = full
-        if upto > done:
-            self._register(st, upto)
+        for r in batch:
+            st = r.prefix_state
+            if st is None or st[0] != bs or st[3] >= st[2]:
+                continue  # no ids; keys for another engine's blocks (admitted without a lookup); or all cached
+            c = r.computed
+            p = r.prompt_tokens
+            upto = (c if c < p else p) // bs  # (never above st[2]: ids cover at least the prompt's full blocks)
+            if upto > st[3]:
+                self._register(st, upto)
 
     def leave(self, r: Request) -> int:
         """``r`` leaves the GPU: cache its computed blocks (outputs too) and drop its holds; returns the blocks other
         requests still hold (stay in use). Runs it alone held become free, the last of the sequence first
         (evicted first)."""
         st = r.prefix_state
-        bs = self.block_size
-        if st[0] != bs:
+        bs = st[0]
+        if bs != self.block_size:
             return 0
-        done, full = st[3], st[2]
-        if done < full:  # blocks its ids name that are not cached yet (outputs, or a prompt cut short)
+        done = st[3]
+        if done < st[2]:  # blocks its ids name that are not cached yet (outputs, or a prompt cut short)
             upto = r.computed // bs
-            if upto > full:
-                upto = full
+            if upto > st[2]:
+                upto = st[2]
             if upto > done:
                 self._register(st, upto)
         st[3] = 0
-        if len(st) == 5:  # one run, which it alone holds: the common case without reuse (~1.5 % of the bench)
-            run = st[4]
-            if len(run.holders) == 1:
-                run.holders = ()
-                self.lru.append(run)
-                run.queued += 1
-                self.free_blocks += run.hi - run.lo
-                del st[4]
-                return 0
+        if len(st) == 5 and len(st[4].holders) == 1:  # one run, which it alone holds: the common case
+            run = st.pop()
+            run.holders = ()
+            self.lru.append(run)
+            run.queued += 1
+            n = run.hi - run.lo
+            self.free_blocks += n
+            self.kv.cached += n
+            return 0
         queue = self.lru.append
-        still = 0
+        still = freed = 0
         for k in range(len(st) - 1, 3, -1):
             run = st[k]
             hs = run.holders
+            n = run.hi - run.lo
             if len(hs) == 1:
                 run.holders = ()
                 queue(run)
                 run.queued += 1
-                self.free_blocks += run.hi - run.lo
+                freed += n
             else:
                 run.holders = _without(hs, st)
-                n = run.hi - run.lo
-                self.shared -= n
                 still += n
         del st[4:]  # (no run names it any more: reused if the request comes back)
+        self.free_blocks += freed
+        kv = self.kv
+        kv.cached += freed
+        kv.shared -= still
         return still
 
     def _register(self, st: list[Any], stop: int) -> None:

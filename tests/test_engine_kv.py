@@ -79,6 +79,7 @@ def test_accounting_holds_after_every_operation(total, cpu_total, watermark, ops
         assert 0 <= kv.free <= kv.total and 0 <= kv.cpu_free <= kv.cpu_total
         assert kv.free + held == kv.total and kv.used == held
         assert kv.cpu_free + sum(reqs[k].blocks for k in on_cpu) == kv.cpu_total
+        assert kv.cached == 0 and kv.shared == 0, "without prefix caching nothing is kept cached or held twice"
     if not taken:
         kv.check([reqs[k] for k in on_gpu], [reqs[k] for k in on_cpu])
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from llmsim import EngineConfig, InstanceConfig, simulate
 from llmsim.cluster import Cluster
+from llmsim.errors import LLMSimError
 from llmsim.instance import Instance
 from llmsim.policies import make_router
 from llmsim.prefix_cache import block_keys
@@ -118,8 +119,9 @@ def _checked_start_next(orig):
                 assert sorted(map(id, run.holders)) == sorted(map(id, held_by.get(rid, [])))
                 assert run.keys and pc.heads[run.keys[0]] is run
                 assert (run in free) == (not run.holders)
-            assert pc.free_blocks == sum(len(r.keys) for r in free) and pc.free_blocks - pc.owed <= kv.free
-            assert pc.shared == sum((len(r.holders) - 1) * len(r.keys) for r in runs.values() if r.holders)
+            assert pc.free_blocks == sum(len(r.keys) for r in free) and 0 <= kv.cached <= kv.free
+            assert kv.cached <= pc.free_blocks and pc.owed == pc.free_blocks - kv.cached
+            assert kv.shared == sum((len(r.holders) - 1) * len(r.keys) for r in runs.values() if r.holders)
         return orig(self, now)
 
     return start_next
@@ -168,7 +170,7 @@ def test_end_of_run_everything_is_free_or_cached():
     cl.run(reqs)
     kv = cl.instances[0].kv
     pc = kv.prefix
-    assert kv.free == kv.total and pc.shared == 0 and all(not r.holders for r in pc.heads.values())
+    assert kv.free == kv.total and kv.shared == 0 and all(not r.holders for r in pc.heads.values())
     assert pc.free_blocks == sum(len(r.keys) for r in pc.free_runs()) <= kv.total
 
 
@@ -209,7 +211,7 @@ def test_lru_queue_keeps_its_order_through_hits_and_compaction():
             kv.acquire_prefix(r, hit)
         kv.allocate(r, kv.needed(r, r.prompt_tokens - r.computed))
         r.computed = r.prompt_tokens
-        pc.computed(r)
+        pc.computed([r])
         kv.release(r)
         ref.pop(k, None)
         ref[k] = None
@@ -220,3 +222,12 @@ def test_lru_queue_keeps_its_order_through_hits_and_compaction():
     pc.pay()
     assert sorted(key // 100 for key in pc.heads) == sorted(list(ref)[3:])
     assert [run.src[run.lo] // 100 for run in pc.free_runs()] == list(ref)[3:]
+
+
+def test_ids_that_do_not_cover_the_prompt_are_one_clear_error() -> None:
+    """A request whose ids name fewer tokens than its prompt would index past its keys: named, not a traceback."""
+    reqs = [Request(0, 0.0, 100, 4, hash_ids=(1, 2, 3, 4, 5, 6, 7), hash_block=16),  # 112 tokens: fine
+            Request(1, 0.1, 100, 4, hash_ids=(1,), hash_block=16)]
+    with pytest.raises(LLMSimError, match=r"request 1: its 1 hash_ids of 16 tokens name 16 tokens, fewer than the 96 "
+                                          r"of its 100-token prompt's full 16-token blocks; expected ids covering"):
+        simulate([InstanceConfig("llama-2-7b", "a100-80gb")], reqs, "round_robin")

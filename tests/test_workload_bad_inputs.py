@@ -183,6 +183,19 @@ def test_jsonl_missing_key(tmp_path: Path, fmt: Fmt) -> None:
         list(fmt.reader(path))
 
 
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f.name.startswith("mooncake")], ids=["plain", "xz"])
+def test_jsonl_hash_ids_that_do_not_cover_the_prompt(tmp_path: Path, fmt: Fmt) -> None:
+    """The engine caches the blocks a request's ids name: ids too few for input_length are a bad row, not a crash."""
+    path = tmp_path / fmt.filename
+    text = ('{"timestamp": 0, "input_length": 1024, "output_length": 2, "hash_ids": [1, 2]}\n'
+            '{"timestamp": 1, "input_length": 1025, "output_length": 2, "hash_ids": [1, 2]}\n')
+    path.write_bytes(lzma.compress(text.encode()) if fmt.filename.endswith(".xz") else text.encode())
+    with one_clear_line(path, "line 2", "'hash_ids'", "at least 3 ids", "input_length 1025", "2 ids"):
+        list(fmt.reader(path))
+    wl = fmt.reader(path, on_error="skip")
+    assert [r.prompt_tokens for r in wl] == [1024] and wl.stats.skipped == {"malformed": 1}
+
+
 @pytest.mark.parametrize("fmt", FORMATS, ids=IDS)
 def test_binary_garbage(tmp_path: Path, fmt: Fmt) -> None:
     path = tmp_path / fmt.filename

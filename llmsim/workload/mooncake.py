@@ -106,6 +106,10 @@ class MooncakeTrace(Workload):
         hashes = obj.get("hash_ids")
         if hashes is not None and not _is_int_list(hashes):
             raise _BadLine(row_message(self.path, f"line {line_no}", "hash_ids", "a list of integers", hashes))
+        if hashes is not None and len(hashes) * MOONCAKE_HASH_BLOCK < p:  # (the engine caches the blocks they name)
+            need = -(-p // MOONCAKE_HASH_BLOCK)
+            raise _BadLine(row_message(self.path, f"line {line_no}", "hash_ids", f"at least {need} ids (one per "
+                                       f"{MOONCAKE_HASH_BLOCK}-token block of input_length {p})", f"{len(hashes)} ids"))
         return ts, p, o, (tuple(hashes) if hashes is not None else None)
 
     def _not_an_object(self, obj: Any, line: str, line_no: int) -> _BadLine:
