@@ -190,7 +190,7 @@ class PrefixCache:
             limit = len(keys)
         if limit <= 0:
             return 0, 0
-        if self.free_blocks != self.kv.cached:
+        if self.owed:
             self.pay()
         n = taken = 0
         while n < limit:
@@ -221,7 +221,7 @@ class PrefixCache:
                 st = r.prefix_state = [bs, keys, len(keys), 0]
         keys = st[1]
         if keys and keys[0] not in self.heads:  # nothing to find (evicting only shrinks the cache): pay later, in
-            if self.free_blocks - self.kv.cached > PAY_SLACK:  # bulk, so a cache with no reuse costs little
+            if self.free_blocks - self.kv.cached > PAY_SLACK:  # (self.owed, inlined) bulk: no reuse costs little
                 self.pay()
             return 0, 0
         limit = (r.prompt_tokens + r.generated - 1) // bs
@@ -230,9 +230,9 @@ class PrefixCache:
     def take(self, r: Request, n: int) -> int:
         """``r`` (nothing computed) holds the first ``n`` of its keys, which :meth:`lookup` just found; returns how
         many of them were free (in use now)."""
-        kv = self.kv
-        if self.free_blocks != kv.cached:
+        if self.owed:
             self.pay()
+        kv = self.kv
         st = r.prefix_state
         keys = st[1]
         st[3] = n
@@ -307,11 +307,11 @@ class PrefixCache:
         bs = st[0]
         if bs != self.block_size:
             return 0
-        done = st[3]
-        if done < st[2]:  # blocks its ids name that are not cached yet (outputs, or a prompt cut short)
+        done, full = st[3], st[2]
+        if done < full:  # blocks its ids name that are not cached yet (outputs, or a prompt cut short)
             upto = r.computed // bs
-            if upto > st[2]:
-                upto = st[2]
+            if upto > full:
+                upto = full
             if upto > done:
                 self._register(st, upto)
         st[3] = 0
