@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import socket
 import subprocess
 import sys
 import threading
@@ -414,6 +415,32 @@ def test_stop_with_open_streams_does_not_hang() -> None:
     assert len(ended) == 3 and min(got) > 5, (ended, got)
     with pytest.raises(httpx.ConnectError):
         httpx.get(h.url + "/health", timeout=2)
+
+
+def test_a_stopping_server_lets_no_new_connection_in() -> None:
+    """Once stop() has begun, the port refuses connections at once (not at uvicorn's next tick): a router's health
+    check let in meanwhile was answered by the dying backend and readmitted it. The kill is held inside on_kill,
+    on the server's loop, so uvicorn cannot tick meanwhile and the check is deterministic."""
+    h = start_emulator(MODEL, "a100-80gb", speedup=20.0)
+    in_kill, release = threading.Event(), threading.Event()
+    stop_engine = h.on_kill
+
+    def held_kill() -> None:
+        stop_engine()
+        in_kill.set()
+        release.wait(10)
+
+    h.on_kill = held_kill  # type: ignore[method-assign]
+    stopper = threading.Thread(target=h.stop, daemon=True)
+    stopper.start()
+    try:
+        assert in_kill.wait(10), "stop() never reached on_kill"
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((h.host, h.port), timeout=2).close()
+    finally:
+        release.set()
+        stopper.join(10)
+    assert not stopper.is_alive()
 
 
 # ---------------------------------------------------------------------- the CLI
