@@ -48,7 +48,7 @@ def expect_error(env, inst, reqs, match: str) -> None:
     t0 = time.perf_counter()
     with pytest.raises(LLMSimError, match=match):
         run(env, inst, reqs)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 5.0  # at once, not after a long loop (a hang bound, not a speed target)
 
 
 # ---------------------------------------------------------------------------------------------- policies
