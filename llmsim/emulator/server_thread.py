@@ -66,7 +66,7 @@ class ServerThread:
         return self
 
     def stop(self) -> None:
-        """Stop now: cut every open connection, close the server; joins the thread."""
+        """Stop now: refuse new connections at once, cut every open one, close the server; joins the thread."""
         loop = self._loop
         if loop is not None and self._thread.is_alive():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
