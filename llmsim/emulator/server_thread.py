@@ -83,7 +83,7 @@ class ServerThread:
         server.should_exit = True  # not force_exit: uvicorn still runs the app's lifespan shutdown (no orphan tasks)
         # Stop accepting now: uvicorn notices should_exit only at its next tick (0.1 s, longer on a loaded
         # machine), and a health check let in meanwhile was answered by the dying server and readmitted it.
-        for listener in getattr(server, "servers", ()):
+        for listener in getattr(server, "servers", ()):  # (uvicorn sets it at startup: none if that failed)
             listener.close()
         self.on_kill()
         for conn in list(server.server_state.connections):

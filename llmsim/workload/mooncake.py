@@ -106,7 +106,7 @@ class MooncakeTrace(Workload):
         hashes = obj.get("hash_ids")
         if hashes is not None and not _is_int_list(hashes):
             raise _BadLine(row_message(self.path, f"line {line_no}", "hash_ids", "a list of integers", hashes))
-        if hashes is not None and len(hashes) * MOONCAKE_HASH_BLOCK < p:  # (the engine caches the blocks they name)
+        if hashes is not None and len(hashes) * MOONCAKE_HASH_BLOCK < p:  # Mooncake: an id per block, the last partial
             need = -(-p // MOONCAKE_HASH_BLOCK)
             raise _BadLine(row_message(self.path, f"line {line_no}", "hash_ids", f"at least {need} ids (one per "
                                        f"{MOONCAKE_HASH_BLOCK}-token block of input_length {p})", f"{len(hashes)} ids"))
