@@ -11,10 +11,10 @@ per second and peak RSS (each case in a fresh subprocess so RSS is its own):
 ``--prefix unique`` gives every request its own prefix-block ids (16-token blocks, nothing shared): the cost
 of prefix caching with no reuse (``--prefix off`` turns ``engine.enable_prefix_caching`` off; the default
 ``none`` attaches no ids). ``--prefix-cost`` measures that cost the way it can be trusted on a shared machine:
-``--pairs`` alternating runs of the two in fresh processes (optionally pinned to one CPU with ``--pin``), the
-median of the per-pair ratios of their simulation wall times, against issue 17's target of 1.10. The verdict
-carries its uncertainty: a 95 % bootstrap interval of that median, "met" only when the whole interval is at or
-under the target, "NOT met" when it is all above, "undecided" otherwise (then more pairs decide). On this
+``--pairs`` pairs of runs of the two in fresh processes, in alternating order (optionally pinned to one CPU with
+``--pin``), the median of the per-pair ratios of their simulation wall times, against issue 17's target of 1.10.
+The verdict carries its uncertainty: a 95 % bootstrap interval of that median, "met" only when the whole interval
+is at or under the target, "NOT met" when it is all above, "undecided" otherwise (then more pairs decide). On this
 project's 2-core VM the medians of 16-20-pair sets of the same code moved by +-2-3 %. Give ``million`` at least
 60,000 requests: a run's first full garbage collection (~45 ms) comes within 30,000 requests with caching on but
 not with caching off, ~2 % of such a pair that the million-request run does not carry (docs/prefix_caching.md).
@@ -129,11 +129,17 @@ def cost_verdict(ratios: list[float], target: float = 1.10) -> str:
 def prefix_cost(case: str, requests: int | None, pairs: int, pin: int | None) -> dict:
     """Simulation wall time with prefix caching on and no reuse over caching off, as the median of ``pairs``
     alternating pairs: one pair says little on a shared machine (an A/A comparison's pair ratios spread over
-    0.84-1.30x on this project's VM; docs/prefix_caching.md, Speed)."""
+    0.84-1.30x on this project's VM; docs/prefix_caching.md, Speed). The order within a pair alternates (on first,
+    then off first), so whatever favours a process by its place in the sequence (a core warmed or throttled by the
+    one before) weighs on both sides equally."""
     ratios = []
-    for _ in range(pairs):
-        on = _case_row(case, requests, "unique", pin)
-        off = _case_row(case, requests, "off", pin)
+    for k in range(pairs):
+        if k % 2 == 0:
+            on = _case_row(case, requests, "unique", pin)
+            off = _case_row(case, requests, "off", pin)
+        else:
+            off = _case_row(case, requests, "off", pin)
+            on = _case_row(case, requests, "unique", pin)
         ratios.append(on["wall_s"] / off["wall_s"])
     median = statistics.median(ratios)
     lo, hi = median_interval(ratios)

@@ -50,3 +50,19 @@ def test_prefix_cost_refuses_bad_options_in_one_line(args, message):
     p = _bench("--prefix-cost", "--case", "single", *args)
     assert p.returncode == 2 and message in p.stderr.strip().splitlines()[-1]
     assert p.stdout == ""
+
+
+def test_prefix_cost_alternates_the_order_within_pairs(monkeypatch):
+    """Caching on runs first in even pairs and second in odd ones: a run's place in the sequence weighs on both."""
+    import llmsim.bench as bench
+
+    calls = []
+
+    def fake_row(case, requests, prefix, pin=None):
+        calls.append(prefix)
+        return {"wall_s": 1.1 if prefix == "unique" else 1.0, "requests": 10, "instances": 1}
+
+    monkeypatch.setattr(bench, "_case_row", fake_row)
+    row = bench.prefix_cost("single", 10, 3, None)
+    assert calls == ["unique", "off", "off", "unique", "unique", "off"]
+    assert row["ratios"] == [1.1, 1.1, 1.1] and row["median_ratio"] == 1.1
