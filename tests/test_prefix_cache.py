@@ -174,6 +174,21 @@ def test_end_of_run_everything_is_free_or_cached():
     assert pc.free_blocks == sum(len(r.keys) for r in pc.free_runs()) <= kv.total
 
 
+def test_equal_prompts_prefilled_in_one_iteration_cache_their_blocks_once():
+    # A and B (equal, 4 blocks) are admitted in one batch: both miss, A's blocks become cached and B's stay private
+    # to it (vLLM does not merge them), so B's blocks are plain free blocks when it is done; C (equal, later) reuses
+    # 3 of A's, its last token recomputed
+    reqs = [req(0, 0.0, 64, 2, [1, 2, 3, 4]), req(1, 0.0, 64, 2, [1, 2, 3, 4]), req(2, 5.0, 64, 2, [1, 2, 3, 4])]
+    cl = Cluster([InstanceConfig(profile=PROF, engine=EngineConfig(num_gpu_blocks=16))], make_router("round_robin"))
+    cl.run(reqs)
+    assert [r.cached_tokens for r in reqs] == [0, 0, 48]
+    assert reqs[0].first_token == reqs[1].first_token == pytest.approx(0.138)  # one prefill of 128 tokens
+    pc = cl.instances[0].kv.prefix
+    # A's run, split by C's hit on its first 3 blocks, which C freed last (C's own 4th block stayed private too)
+    assert [run.keys for run in pc.free_runs()] == [[4], [1, 2, 3]] and sorted(pc.heads) == [1, 4]
+    assert pc.free_blocks == 4 and cl.instances[0].kv.free == 16
+
+
 def test_prefix_aware_view_reports_hit_tokens():
     cl = Cluster([InstanceConfig(profile=PROF, engine=EngineConfig())] * 2, make_router("round_robin"))
     cl.run([req(0, 0.0, 64, 2, [1, 2, 3, 4])])
