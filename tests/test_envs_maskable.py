@@ -55,6 +55,13 @@ def _episode_returns(env, policy) -> tuple[float, int]:
     return float(np.mean(returns)), masked_steps
 
 
+def _quiet_logger(model) -> None:
+    """A logger that writes nowhere: without one, ``learn`` makes an empty /tmp/SB3-<date> directory per run."""
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
+
+
 @pytest.mark.timeout(120)
 def test_maskable_ppo_learns_the_fast_instance_rule_beyond_a_random_policy():
     from sb3_contrib import MaskablePPO
@@ -70,6 +77,7 @@ def test_maskable_ppo_learns_the_fast_instance_rule_beyond_a_random_policy():
 
         model = MaskablePPO("MlpPolicy", env, n_steps=256, batch_size=64, n_epochs=4, learning_rate=3e-3,
                             gamma=0.5, seed=0, verbose=0)
+        _quiet_logger(model)
         model.learn(total_timesteps=2048)
         ppo_ret, _ = _episode_returns(
             env, lambda o, m, rng: int(model.predict(o, action_masks=m, deterministic=False)[0]))
@@ -88,6 +96,7 @@ def test_maskable_ppo_smoke_on_tick_env_never_picks_masked_actions():
 
     env = gym.make("llmsim/WorkloadRouter-v0", num_requests=60, tick_when_empty=True)
     model = MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, verbose=0)
+    _quiet_logger(model)
     model.learn(total_timesteps=128)
     assert np.isfinite(model.logger.name_to_value["train/loss"])
     obs, _ = env.reset(seed=1)
