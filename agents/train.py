@@ -203,6 +203,17 @@ def _meta(cfg: dict[str, Any], env: RoutingEnv, env_cfg: dict[str, Any], state: 
                                               "numpy": np.__version__}}
 
 
+def log_episode(logger: Any, st: LoopState, info: dict[str, Any]) -> None:
+    """An episode's return and its run summary's headline latencies, under ``rollout/`` at the current step."""
+    logger.record("rollout/ep_return", st.returns[-1])
+    summary = info.get("summary") or {}
+    for k in ("mean_e2el_ms", "p99_e2el_ms", "mean_ttft_ms", "dropped", "duration"):
+        if summary.get(k) is not None:
+            logger.record(f"rollout/{k}", summary[k])
+    logger.record("rollout/episodes", st.episode)
+    logger.dump(st.step)
+
+
 def make_logger(run_dir: Path) -> Any:
     """stable-baselines3's logger writing progress.csv and TensorBoard events under ``run_dir``."""
     from stable_baselines3.common.logger import Logger, make_output_format
@@ -262,13 +273,7 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     next_eval = [(state.step // tr["eval_every"] + 1) * tr["eval_every"] if tr["eval_every"] else math.inf]
 
     def on_episode(st: LoopState, info: dict[str, Any]) -> None:
-        logger.record("rollout/ep_return", st.returns[-1])
-        summary = info.get("summary") or {}
-        for k in ("mean_e2el_ms", "p99_e2el_ms", "mean_ttft_ms", "dropped", "duration"):
-            if summary.get(k) is not None:
-                logger.record(f"rollout/{k}", summary[k])
-        logger.record("rollout/episodes", st.episode)
-        logger.dump(st.step)
+        log_episode(logger, st, info)
         bar.set_postfix(ep=st.episode, ret=f"{st.returns[-1]:.4g}", best=f"{st.best_score:.4g}")
 
     def on_step(st: LoopState, stats: dict[str, float]) -> None:
