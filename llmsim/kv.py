@@ -141,7 +141,7 @@ class KVCache:
         n = r.blocks
         if not self.cpu_total or n > self.cpu_free:
             return False
-        still = 0 if r.prefix_state is None or self.prefix is None else self.prefix.leave(r)
+        still = 0 if r.prefix_state is None or self.prefix is None else self.prefix.leave(r, back=True)
         if self.free + n - still > self.total or n < 0:
             raise self._broken(f"cannot swap out {n} block(s) of request {r.id} with {self.free} of {self.total} free")
         self.cpu_free -= n

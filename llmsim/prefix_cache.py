@@ -19,8 +19,10 @@ within a run).
 
 Blocks are stored in runs (:class:`Run`): consecutive blocks of one sequence cached together, with one set of
 holders, as a radix tree stores them (SGLang's RadixAttention), indexed by their first key only. A run is a view
-``src[lo:hi]`` of the key sequence of the request that computed it (its ``prefix_state``: its own ids, not a copy,
-when they are the keys; :meth:`PrefixCache.lookup`), so splitting, trimming and extending a run move two integers.
+``src[lo:hi]`` of the key sequence of the request that computed it (its own ids, not a copy, when they are the
+keys; :meth:`PrefixCache.lookup`), so splitting, trimming and extending a run move two integers. What the engine
+keeps about a request (its ``prefix_state``, a :class:`State`) is itself the first run the request registers, so a
+request that reuses nothing costs one object; the state stays behind in the cache when the request leaves.
 A lookup walks the request's keys from its first block: each run it meets is entered at its start (keys are
 chained: a block's predecessors come before it) and compared as a slice; a hit covers a leading part of each run
 it touches, so a run splits at most in two. Registering, releasing and evicting cost Python work per run, not per
@@ -90,12 +92,12 @@ def _full_blocks(r: Request, block_size: int, tokens: int | None = None) -> int:
 
 
 class Run:
-    """Consecutive cached blocks of one sequence with the same holders (the ``prefix_state`` of running requests): the
+    """Consecutive cached blocks of one sequence with the same holders (the :class:`State` of running requests): the
     keys ``src[lo:hi]`` of a request's key sequence, not a copy of them."""
 
     __slots__ = ("src", "lo", "hi", "holders", "queued")
 
-    def __init__(self, src: Sequence[Any], lo: int, hi: int, holders: tuple[list[Run], ...]) -> None:
+    def __init__(self, src: Sequence[Any], lo: int, hi: int, holders: tuple[State, ...]) -> None:
         self.src, self.lo, self.hi = src, lo, hi
         # a tuple: most runs have one holder all their life, and a 1-tuple is one small allocation (a list is two)
         self.holders = holders  # empty: a free run, in the LRU
@@ -105,6 +107,31 @@ class Run:
     def keys(self) -> list[Any]:
         """The run's block keys (a copy; tests and debugging)."""
         return list(self.src[self.lo:self.hi])
+
+
+class State(Run):
+    """What an engine keeps about a request's blocks (``Request.prefix_state``): its block size ``bs``, its keys
+    (``src``), how many of them name full blocks (``full``) and how many are registered (``done``). It is also the
+    first run of blocks the request registers itself (its *home* run, ``src[lo:hi]``, among its own holders once
+    registered), so a request that reuses nothing and registers one run costs this one object. ``held`` lists the
+    runs it holds in sequence order, or is None while that is its home run alone (or nothing). Once its home run is
+    registered the object outlives the request as a cached run: the request leaves it behind (:meth:`PrefixCache.
+    leave`) and gets a new state if it comes back."""
+
+    __slots__ = ("bs", "full", "done", "held")
+
+    def __init__(self, bs: int, keys: Sequence[Any], full: int) -> None:
+        self.src = keys
+        self.lo = self.hi = self.done = self.queued = 0
+        self.holders = ()  # (its home run is not registered yet)
+        self.bs, self.full = bs, full
+        self.held: list[Run] | None = None
+
+    def runs(self) -> list[Run]:
+        """The runs it holds, in sequence order (tests, debugging)."""
+        if self.held is not None:
+            return list(self.held)
+        return [self] if self.holders else []
 
 
 class PrefixCache:
@@ -208,24 +235,22 @@ class PrefixCache:
         """(cached blocks ``r`` would reuse at admission, how many of them are free now: admitting it takes them)."""
         st = r.prefix_state
         bs = self.block_size
-        if st is None or st[0] != bs:
-            # what the engine keeps about r's blocks: [block size, keys as block_keys gives them, how many of them
-            # name full blocks, blocks registered, then the runs it holds, in sequence order]. One list: a run's
-            # holders are these lists. The keys are the request's own ids, not a copy, when they are the keys
-            # (hash_block == block_size): runs are slices of them by position, so no reuse costs no per-block work.
+        if st is None or st.bs != bs:
+            # the keys are the request's own ids, not a copy, when they are the keys (hash_block == block_size):
+            # runs are slices of them by position, so no reuse costs no per-block work
             ids = r.hash_ids
             if ids and r.hash_block == bs:
-                st = r.prefix_state = [bs, ids, _full_blocks(r, bs), 0]
+                st = r.prefix_state = State(bs, ids, _full_blocks(r, bs))
             else:
                 keys = block_keys(r, bs)
-                st = r.prefix_state = [bs, keys, len(keys), 0]
-        keys = st[1]
+                st = r.prefix_state = State(bs, keys, len(keys))
+        keys = st.src
         if keys and keys[0] not in self.heads:  # nothing to find (evicting only shrinks the cache): pay later, in
             if self.free_blocks - self.kv.cached > PAY_SLACK:  # (self.owed, inlined) bulk: no reuse costs little
                 self.pay()
             return 0, 0
         limit = (r.prompt_tokens + r.generated - 1) // bs
-        return self.match(keys, limit if limit < st[2] else st[2])
+        return self.match(keys, limit if limit < st.full else st.full)
 
     def take(self, r: Request, n: int) -> int:
         """``r`` (nothing computed) holds the first ``n`` of its keys, which :meth:`lookup` just found; returns how
@@ -234,8 +259,9 @@ class PrefixCache:
             self.pay()
         kv = self.kv
         st = r.prefix_state
-        keys = st[1]
-        st[3] = n
+        keys = st.src
+        st.done = n
+        held = st.held = []  # (it holds nothing yet: a new state, or one that left without registering a run)
         heads = self.heads
         i = taken = 0
         while i < n:
@@ -252,7 +278,7 @@ class PrefixCache:
             else:
                 kv.shared += m
             run.holders += (st,)
-            st.append(run)
+            held.append(run)
             if free and whole:
                 self._unqueue()  # (once held: a compaction drops its entry)
             i += m
@@ -283,7 +309,11 @@ class PrefixCache:
         self.heads[run.src[head.lo]] = head
         self.heads[run.src[run.lo]] = run
         for h in head.holders:  # a holder holds both parts, in sequence order
-            h.insert(h.index(run), head)
+            held = h.held
+            if held is None:  # it held its home run alone: this one
+                h.held = [head, run]
+            else:
+                held.insert(held.index(run), head)
         return head
 
     def computed(self, batch: list[Request]) -> None:
@@ -291,43 +321,49 @@ class PrefixCache:
         bs = self.block_size
         for r in batch:
             st = r.prefix_state
-            if st is None or st[0] != bs or st[3] >= st[2]:
+            if st is None or st.bs != bs or st.done >= st.full:
                 continue  # no ids; keys for another engine's blocks (admitted without a lookup); or all cached
             c = r.computed
             p = r.prompt_tokens
-            upto = (c if c < p else p) // bs  # (never above st[2]: ids cover at least the prompt's full blocks)
-            if upto > st[3]:
+            upto = (c if c < p else p) // bs  # (never above full: ids cover at least the prompt's full blocks)
+            if upto > st.done:
                 self._register(st, upto)
 
-    def leave(self, r: Request) -> int:
+    def leave(self, r: Request, back: bool = False) -> int:
         """``r`` leaves the GPU: cache its computed blocks (outputs too) and drop its holds; returns the blocks other
         requests still hold (stay in use). Runs it alone held become free, the last of the sequence first
-        (evicted first)."""
+        (evicted first). A state whose home run was registered stays behind as that run: ``r`` gets a new one if it
+        comes ``back`` as it is (a swap), else none (a lookup at its next admission makes one)."""
         st = r.prefix_state
-        bs = st[0]
-        if bs != self.block_size:
+        if st.bs != self.block_size:
             return 0
-        done, full = st[3], st[2]
-        if done < full:  # blocks its ids name that are not cached yet (outputs, or a prompt cut short)
-            upto = r.computed // bs
-            if upto > full:
-                upto = full
-            if upto > done:
+        if st.done < st.full:  # blocks its ids name that are not cached yet (outputs, or a prompt cut short)
+            upto = r.computed // st.bs
+            if upto > st.full:
+                upto = st.full
+            if upto > st.done:
                 self._register(st, upto)
-        st[3] = 0
-        if len(st) == 5 and len(st[4].holders) == 1:  # one run, which it alone holds: the common case
-            run = st.pop()
-            run.holders = ()
-            self.lru.append(run)
-            run.queued += 1
-            n = run.hi - run.lo
-            self.free_blocks += n
-            self.kv.cached += n
-            return 0
+        st.done = 0
+        held = st.held
+        if held is None:
+            hs = st.holders
+            if not hs:
+                return 0  # it registered nothing and holds nothing
+            if len(hs) == 1:  # its home run, which it alone holds: the common case
+                st.holders = ()
+                self.lru.append(st)
+                st.queued += 1
+                n = st.hi - st.lo
+                self.free_blocks += n
+                self.kv.cached += n
+                r.prefix_state = State(st.bs, st.src, st.full) if back else None
+                return 0
+            held = [st]
+        home = bool(st.holders)
         queue = self.lru.append
         still = freed = 0
-        for k in range(len(st) - 1, 3, -1):
-            run = st[k]
+        for k in range(len(held) - 1, -1, -1):
+            run = held[k]
             hs = run.holders
             n = run.hi - run.lo
             if len(hs) == 1:
@@ -338,35 +374,48 @@ class PrefixCache:
             else:
                 run.holders = _without(hs, st)
                 still += n
-        del st[4:]  # (no run names it any more: reused if the request comes back)
+        st.held = None
         self.free_blocks += freed
         kv = self.kv
         kv.cached += freed
         kv.shared -= still
+        if home:
+            r.prefix_state = State(st.bs, st.src, st.full) if back else None
         return still
 
-    def _register(self, st: list[Any], stop: int) -> None:
-        """Cache blocks ``st[3]..stop-1`` that a request just computed, held by it. Blocks already cached (an equal
+    def _register(self, st: State, stop: int) -> None:
+        """Cache blocks ``st.done..stop-1`` that a request just computed, held by it. Blocks already cached (an equal
         request computed them too) stay private to it."""
-        keys, start = st[1], st[3]
-        st[3] = stop
-        if keys[0] in self.heads:  # (a miss needs no lookup)
+        keys, start = st.src, st.done
+        st.done = stop
+        heads = self.heads
+        if keys[0] in heads:  # (a miss needs no lookup)
             n = self.match(keys, stop)[0]
             if n > start:
                 start = n
                 if start >= stop:
                     return
-        if len(st) > 4:
-            last = st[-1]
-            if last.src is keys and last.hi == start and len(last.holders) == 1 and last.holders[0] is st:
-                last.hi = stop  # the next chunk of the run it registered last
-                return
-        run = Run(keys, start, stop, (st,))
-        self.heads[keys[start]] = run
-        st.append(run)
+        held = st.held
+        last = held[-1] if held else st if st.holders else None
+        if last is not None and last.src is keys and last.hi == start and len(last.holders) == 1 \
+                and last.holders[0] is st:
+            last.hi = stop  # the next chunk of the run it registered last
+            return
+        if st.holders:  # its home run is registered already: a new run
+            run = Run(keys, start, stop, (st,))
+            if held is None:
+                st.held = [st, run]
+            else:
+                held.append(run)
+        else:  # its first run is its state
+            st.lo, st.hi, st.holders = start, stop, (st,)
+            run = st
+            if held is not None:
+                held.append(st)
+        heads[keys[start]] = run
 
 
-def _without(holders: tuple[list[Any], ...], st: list[Any]) -> tuple[list[Any], ...]:
+def _without(holders: tuple[State, ...], st: State) -> tuple[State, ...]:
     """``holders`` less ``st``, by identity: two requests' states may be equal. (Not a comprehension in
     :meth:`PrefixCache.leave`: its closure would make ``st`` a cell there, a cost on every call.)"""
     return tuple([h for h in holders if h is not st])

@@ -44,7 +44,7 @@ class Request:
         "predicted_output",
         # prompt tokens the engine found in its prefix cache at the last admission (llmsim.prefix_cache)
         "cached_tokens",
-        "prefix_state",  # the engine's [block size, keys, full blocks, registered, *runs held] (prefix_cache)
+        "prefix_state",  # what the engine keeps about its blocks (llmsim.prefix_cache.State)
         # lifecycle, written by the cluster and the engine
         "token_cap",  # an output cap a router imposed for this run (RouteBalance's budget clamp); None: none
         "routed_time",
@@ -124,7 +124,7 @@ class Request:
         self.truncated = False
         self.dropped = ""
         self.cached_tokens = 0
-        self.prefix_state: list | None = None
+        self.prefix_state: Any = None
 
     def output_for(self, model: str) -> int:
         """Output length this request would have on ``model`` (per-model ground truth if known)."""

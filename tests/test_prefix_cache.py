@@ -107,8 +107,8 @@ def _checked_start_next(orig):
             held_by: dict[int, list] = {}
             runs = {}
             for r in self.running:
-                if r.prefix_state is not None and r.prefix_state[0] == kv.block_size:
-                    for run in r.prefix_state[4:]:
+                if r.prefix_state is not None and r.prefix_state.bs == kv.block_size:
+                    for run in r.prefix_state.runs():
                         held_by.setdefault(id(run), []).append(r.prefix_state)
                         runs[id(run)] = run
             free = pc.free_runs()
@@ -246,3 +246,41 @@ def test_ids_that_do_not_cover_the_prompt_are_one_clear_error() -> None:
     with pytest.raises(LLMSimError, match=r"request 1: its 1 hash_ids of 16 tokens name 16 tokens, fewer than the 96 "
                                           r"of its 100-token prompt's full 16-token blocks; expected ids covering"):
         simulate([InstanceConfig("llama-2-7b", "a100-80gb")], reqs, "round_robin")
+
+
+def test_a_request_state_is_its_first_run_and_stays_behind_as_it():
+    """The engine's state of a request (``prefix_state``) is the first run it registers: a hit on part of it splits
+    it into the holders' run lists, and when the request leaves, the object stays cached and the request keeps none
+    (a swap gets a new, empty state); a request that registered nothing keeps its state, emptied."""
+    from types import SimpleNamespace
+
+    from llmsim.prefix_cache import PrefixCache, State
+
+    pc = PrefixCache(16)
+    pc.kv = kv = SimpleNamespace(cached=0, shared=0)
+    a, b = req(0, 0.0, 64, 4, [1, 2, 3, 4]), req(1, 0.0, 64, 4, [1, 2, 9, 10])
+    assert pc.lookup(a) == (0, 0)
+    sa = a.prefix_state
+    assert isinstance(sa, State) and sa.runs() == [] and sa.full == 4
+    a.computed = 64
+    pc.computed([a])
+    assert pc.heads[1] is sa and sa.runs() == [sa] and sa.keys == [1, 2, 3, 4] and sa.holders == (sa,)
+    assert pc.lookup(b) == (2, 0)  # A's first 2 blocks, held by A (not free)
+    assert pc.take(b, 2) == 0 and kv.shared == 2
+    sb = b.prefix_state
+    head = pc.heads[1]
+    assert [r.keys for r in sa.runs()] == [[1, 2], [3, 4]] and sa.runs() == [head, sa]
+    assert sb.runs() == [head] and head.holders == (sa, sb) and sa.holders == (sa,)
+    assert pc.leave(a) == 2 and a.prefix_state is None  # B still holds 2 blocks; A's state is a cached run now
+    assert pc.free_runs() == [sa] and sa.keys == [3, 4] and pc.free_blocks == 2 and kv.shared == 0
+    assert pc.leave(b) == 0  # it registered no run of its own: it keeps its state, emptied
+    assert b.prefix_state is sb and sb.runs() == [] and sb.done == 0
+    assert pc.free_runs() == [sa, head] and pc.free_blocks == 4 and kv.cached == 4
+    c = req(2, 0.0, 40, 4, [5, 6, 7])
+    pc.lookup(c)
+    sc = c.prefix_state
+    c.computed = 40
+    pc.computed([c])
+    assert sc.keys == [5, 6] and pc.leave(c, back=True) == 0  # swapped out: it comes back with a new state
+    assert c.prefix_state is not sc and c.prefix_state.runs() == [] and c.prefix_state.full == 2
+    assert pc.free_runs() == [sa, head, sc] and pc.free_blocks == 6
