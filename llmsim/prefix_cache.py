@@ -456,12 +456,11 @@ class CachesPrefixes:
 
     def prefix_hit_tokens(self, r: Request) -> int:
         """Prompt tokens ``r`` would find cached here now (what a KV-event-fed router knows; ClusterView)."""
-        if not r.hash_ids or self.kv.prefix is None:
+        pc = self.kv.prefix
+        if not r.hash_ids or pc is None:
             return 0
-        if r.computed:  # running or partly computed elsewhere: ask as a fresh request would
-            saved, r.computed = r.computed, 0
-            try:
-                return self.kv.prefix.lookup(r)[0] * self.block_size
-            finally:
-                r.computed = saved
-        return self.kv.prefix.lookup(r)[0] * self.block_size
+        bs = self.block_size
+        if r.computed:  # running or partly computed elsewhere: ask as a fresh request would, leaving its state (the
+            # engine's that runs it, perhaps with another block size) as it is
+            return pc.match(block_keys(r, bs), (r.prompt_tokens + r.generated - 1) // bs)[0] * bs
+        return pc.lookup(r)[0] * bs

@@ -198,6 +198,36 @@ def test_prefix_aware_view_reports_hit_tokens():
     assert view.block_size(0) == 16 and view.prefix_caching(0)
 
 
+def test_asking_about_a_running_request_leaves_its_state_alone():
+    """A router may ask any instance what a request would find cached (ClusterView.prefix_hit_tokens), also while it
+    runs elsewhere: the answer is a fresh request's, and the running engine's state of it (here for 16-token blocks,
+    asked of a 32-token instance) is not replaced - its blocks are released as usual at the end."""
+    from llmsim.policies.base import Router
+
+    class Peek(Router):
+        name = "peek"
+
+        def __init__(self) -> None:
+            self.first, self.seen = None, []
+
+        def route(self, r, view):
+            if self.first is None:
+                self.first = r
+            else:
+                st = self.first.prefix_state
+                self.seen.append([view.prefix_hit_tokens(i, self.first) for i in range(2)])
+                assert self.first.prefix_state is st
+            return 0
+
+    router = Peek()
+    cl = Cluster([InstanceConfig(profile=PROF, engine=EngineConfig()),
+                  InstanceConfig(profile=PROF, engine=EngineConfig(block_size=32))], router)
+    cl.run([req(0, 0.0, 64, 50, [1, 2, 3, 4]), req(1, 0.5, 20, 2, [9, 10])])
+    assert router.seen == [[64, 0]]  # running on instance 0 with its 4 blocks cached; nothing on instance 1
+    kv = cl.instances[0].kv
+    assert kv.free == kv.total and kv.shared == 0 and [run.keys for run in kv.prefix.free_runs()] == [[9], [1, 2, 3, 4]]
+
+
 def test_same_seed_same_bytes():
     a = run(_stress_workload(5), num_gpu_blocks=24).requests
     b = run(_stress_workload(5), num_gpu_blocks=24).requests
