@@ -416,8 +416,8 @@ class PrefixCache:
 
 
 def _without(holders: tuple[State, ...], st: State) -> tuple[State, ...]:
-    """``holders`` less ``st``, by identity: two requests' states may be equal. (Not a comprehension in
-    :meth:`PrefixCache.leave`: its closure would make ``st`` a cell there, a cost on every call.)"""
+    """``holders`` less ``st``. (Not a comprehension in :meth:`PrefixCache.leave`: its closure would make ``st`` a
+    cell there, a cost on every call.)"""
     return tuple([h for h in holders if h is not st])
 
 
