@@ -12,7 +12,7 @@ from llmsim.cluster import Cluster
 from llmsim.errors import LLMSimError
 from llmsim.instance import Instance
 from llmsim.policies import make_router
-from llmsim.prefix_cache import block_keys
+from llmsim.prefix_cache import BlockKeys, block_keys, engine_keys
 from llmsim.request import Request
 from llmsim.testing import LinearProfile
 
@@ -43,6 +43,49 @@ def test_block_keys_map_any_hash_block_onto_engine_blocks():
     assert len(block_keys(req(0, 0.0, 40, 50, [1, 2, 3], block=16), 16)) == 2
     assert len(block_keys(req(0, 0.0, 40, 50, [1, 2, 3, 4], block=16), 16)) == 4
     assert block_keys(Request(0, 0.0, 100, 5), 16) == []
+
+
+@pytest.mark.parametrize("hash_block, bs, prompt, out, n_ids", [(512, 16, 1150, 100, 3), (512, 16, 1024, 600, 4),
+                                                                 (64, 16, 100, 5, 2), (512, 32, 700, 10, 2)])
+def test_keys_made_when_asked_are_block_keys(hash_block, bs, prompt, out, n_ids):
+    """Where each id names several blocks the engine's keys are made when asked (BlockKeys): the same keys, slices
+    and lengths as block_keys' list."""
+    r = req(0, 0.0, prompt, out, range(70, 70 + n_ids), block=hash_block)
+    ref, keys = block_keys(r, bs), engine_keys(r, bs)
+    assert isinstance(keys, BlockKeys) and len(keys) == len(ref) > 0
+    assert [keys[j] for j in range(len(keys))] == ref and keys[-1] == ref[-1]
+    for lo in range(0, len(ref) + 2, 3):
+        for hi in range(lo, len(ref) + 3, 5):
+            assert keys[lo:hi] == ref[lo:hi]
+    with pytest.raises(IndexError):
+        keys[len(ref)]
+    assert engine_keys(req(0, 0.0, 64, 1, [1, 2, 3, 4], block=16), 16) == [1, 2, 3, 4]  # one block per id: the list
+
+
+def test_keys_made_when_asked_cache_and_evict_as_lists_do(monkeypatch):
+    """The same run with the engine's keys as block_keys' lists gives the same requests, hits and evictions: 64-token
+    ids over 16-token blocks, sessions that share prefixes, a cache small enough to evict and preempt."""
+    rng = random.Random(5)
+    reqs, t = [], 0.0
+    for i in range(300):
+        t += rng.expovariate(4.0)
+        base = rng.randrange(6)  # six shared system prompts of 3 ids, then the request's own ids
+        prompt = rng.randrange(200, 600)
+        ids = [base * 1000 + k for k in range(3)] + [10**6 + 100 * i + k for k in range(-(-prompt // 64) - 3)]
+        reqs.append(req(i, t, prompt, rng.randrange(1, 80), ids, block=64))
+
+    def frames():
+        res = run([Request(r.id, r.arrival, r.prompt_tokens, r.output_tokens, hash_ids=r.hash_ids, hash_block=64)
+                   for r in reqs], num_gpu_blocks=220)
+        return res.requests, res.instances
+
+    lazy = frames()
+    monkeypatch.setattr("llmsim.prefix_cache.engine_keys", block_keys)
+    lists = frames()
+    pd.testing.assert_frame_equal(lazy[0], lists[0])
+    pd.testing.assert_frame_equal(lazy[1], lists[1])
+    assert lazy[0]["cached_tokens"].sum() > 0 and lazy[1]["prefix_cache_evictions"].sum() > 0
+    assert lazy[1]["preemptions"].sum() > 0
 
 
 @pytest.mark.parametrize("fast", [True, False])
