@@ -10,7 +10,8 @@ per second and peak RSS (each case in a fresh subprocess so RSS is its own):
 
 ``--prefix unique`` gives every request its own prefix-block ids (16-token blocks, nothing shared): the cost
 of prefix caching with no reuse (``--prefix off`` turns ``engine.enable_prefix_caching`` off; the default
-``none`` attaches no ids). ``--prefix-cost`` measures that cost the way it can be trusted on a shared machine:
+``none`` attaches no ids). ``--hash-block 512`` makes them Mooncake-like 512-token ids, each naming 32 of the
+engine's 16-token blocks. ``--prefix-cost`` measures that cost the way it can be trusted on a shared machine:
 ``--pairs`` pairs of runs of the two in fresh processes, in alternating order (optionally pinned to one CPU with
 ``--pin``), the median of the per-pair ratios of their simulation wall times, against issue 17's target of 1.10.
 The verdict carries its uncertainty: a 95 % bootstrap interval of that median, "met" only when the whole interval
@@ -44,18 +45,18 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _unique_ids(requests):
-    """Every request with its own 16-token block ids: prefix caching at work, nothing to reuse."""
+def _unique_ids(requests, hash_block: int = 16):
+    """Every request with its own ids of ``hash_block`` tokens: prefix caching at work, nothing to reuse."""
     nxt = 0
     for r in requests:
-        n = -(-r.prompt_tokens // 16)
+        n = -(-r.prompt_tokens // hash_block)
         r.hash_ids = tuple(range(nxt, nxt + n))
-        r.hash_block = 16
+        r.hash_block = hash_block
         nxt += n
         yield r
 
 
-def run_case(name: str, requests: int | None = None, prefix: str = "none") -> dict:
+def run_case(name: str, requests: int | None = None, prefix: str = "none", hash_block: int = 16) -> dict:
     from llmsim.cluster import InstanceConfig
     from llmsim.engine import EngineConfig
     from llmsim.sim import simulate
@@ -75,12 +76,14 @@ def run_case(name: str, requests: int | None = None, prefix: str = "none") -> di
     engine = EngineConfig(policy="vllm_v0", enable_prefix_caching=prefix != "off")
     insts = [InstanceConfig("llama-2-7b", "a100-80gb", engine=engine) for _ in range(case["instances"])]
     t0 = time.perf_counter()
-    res = simulate(insts, _unique_ids(wl) if prefix != "none" else wl, "round_robin", metrics_interval=10.0)
+    res = simulate(insts, _unique_ids(wl, hash_block) if prefix != "none" else wl, "round_robin",
+                   metrics_interval=10.0)
     wall = time.perf_counter() - t0
     s = res.summary
     return {
         "case": name,
         "prefix": prefix,
+        "hash_block": hash_block if prefix != "none" else None,
         "requests": n,
         "instances": case["instances"],
         "wall_s": round(wall, 3),
@@ -97,9 +100,10 @@ def run_case(name: str, requests: int | None = None, prefix: str = "none") -> di
 PREFIX_COST_TARGET = 1.10  # issue 17: the bench loses at most 10 % with caching on and no reuse
 
 
-def _case_row(case: str, requests: int | None, prefix: str, pin: int | None = None) -> dict:
+def _case_row(case: str, requests: int | None, prefix: str, pin: int | None = None, hash_block: int = 16) -> dict:
     """One case in a fresh process (its own peak RSS, no warm caches from the last one), optionally on one CPU."""
-    cmd = [sys.executable, "-m", "llmsim.bench", "sim", "--inline", "--case", case, "--prefix", prefix]
+    cmd = [sys.executable, "-m", "llmsim.bench", "sim", "--inline", "--case", case, "--prefix", prefix,
+           "--hash-block", str(hash_block)]
     if requests:
         cmd += ["--requests", str(requests)]
     pinned = None if pin is None else (lambda: os.sched_setaffinity(0, {pin}))
@@ -126,7 +130,7 @@ def cost_verdict(ratios: list[float], target: float = 1.10) -> str:
     return "met" if hi <= target else "NOT met" if lo > target else "undecided"
 
 
-def prefix_cost(case: str, requests: int | None, pairs: int, pin: int | None) -> dict:
+def prefix_cost(case: str, requests: int | None, pairs: int, pin: int | None, hash_block: int = 16) -> dict:
     """Simulation wall time with prefix caching on and no reuse over caching off, as the median of ``pairs``
     alternating pairs: one pair says little on a shared machine (an A/A comparison's pair ratios spread over
     0.84-1.30x on this project's VM; docs/prefix_caching.md, Speed). The order within a pair alternates (on first,
@@ -135,15 +139,16 @@ def prefix_cost(case: str, requests: int | None, pairs: int, pin: int | None) ->
     ratios = []
     for k in range(pairs):
         if k % 2 == 0:
-            on = _case_row(case, requests, "unique", pin)
-            off = _case_row(case, requests, "off", pin)
+            on = _case_row(case, requests, "unique", pin, hash_block)
+            off = _case_row(case, requests, "off", pin, hash_block)
         else:
-            off = _case_row(case, requests, "off", pin)
-            on = _case_row(case, requests, "unique", pin)
+            off = _case_row(case, requests, "off", pin, hash_block)
+            on = _case_row(case, requests, "unique", pin, hash_block)
         ratios.append(on["wall_s"] / off["wall_s"])
     median = statistics.median(ratios)
     lo, hi = median_interval(ratios)
-    return {"case": case, "requests": on["requests"], "instances": on["instances"], "pairs": pairs, "pin": pin,
+    return {"case": case, "requests": on["requests"], "instances": on["instances"], "hash_block": hash_block,
+            "pairs": pairs, "pin": pin,
             "median_ratio": round(median, 3), "min_ratio": round(min(ratios), 3), "max_ratio": round(max(ratios), 3),
             "ci95_low": round(lo, 3), "ci95_high": round(hi, 3), "target": PREFIX_COST_TARGET,
             "met": median <= PREFIX_COST_TARGET, "verdict": cost_verdict(ratios, PREFIX_COST_TARGET),
@@ -174,29 +179,35 @@ def main(argv: list[str] | None = None) -> None:
                          "--prefix off, median ratio of their simulation wall times (target <= 1.10)")
     ap.add_argument("--pairs", type=int, default=10, help="with --prefix-cost: pairs per case (default 10)")
     ap.add_argument("--pin", type=int, metavar="CPU", help="with --prefix-cost: run every process on this CPU")
+    ap.add_argument("--hash-block", type=int, default=16, metavar="TOKENS",
+                    help="tokens per id with --prefix unique/off and --prefix-cost (default 16, the engine's block "
+                         "size; 512: Mooncake-like ids, 32 engine blocks each)")
     ap.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args(argv)
     if args.what == "env":
         # envs sits above llmsim (layers contract, tests/test_layers.py): run it, never import it
         cmd = [sys.executable, "-m", "envs.bench", *rest, *(["--json"] if args.json else [])]
         raise SystemExit(subprocess.run(cmd).returncode)
+    if args.hash_block < 1:
+        ap.error(f"--hash-block must be a positive number of tokens, got {args.hash_block}")
     cases = args.case or list(CASES)
     if args.inline:
         for c in cases:
-            print(json.dumps(run_case(c, args.requests, args.prefix)))
+            print(json.dumps(run_case(c, args.requests, args.prefix, args.hash_block)))
         return
     if args.prefix_cost:
         _prefix_cost_args(ap, args)
         for c in cases:
-            cost = prefix_cost(c, args.requests, args.pairs, args.pin)
+            cost = prefix_cost(c, args.requests, args.pairs, args.pin, args.hash_block)
             print(json.dumps(cost) if args.json else
                   f"{c:>8}: prefix caching with no reuse costs {cost['median_ratio']:.3f}x the simulation wall time "
-                  f"of caching off ({cost['requests']:,} requests; median of {args.pairs} pair(s), 95 % interval "
-                  f"{cost['ci95_low']:.3f}-{cost['ci95_high']:.3f}, range {cost['min_ratio']:.3f}-"
+                  f"of caching off ({cost['requests']:,} requests, {args.hash_block}-token ids; median of "
+                  f"{args.pairs} pair(s), 95 % interval {cost['ci95_low']:.3f}-{cost['ci95_high']:.3f}, range "
+                  f"{cost['min_ratio']:.3f}-"
                   f"{cost['max_ratio']:.3f}); target <= {PREFIX_COST_TARGET:.2f}: {cost['verdict']}", flush=True)
         return
     for c in cases:
-        row = _case_row(c, args.requests, args.prefix)
+        row = _case_row(c, args.requests, args.prefix, None, args.hash_block)
         if args.json:
             print(json.dumps(row))
         else:

@@ -26,7 +26,7 @@ def test_prefix_cost_pairs_caching_on_and_off_and_reports_the_median_ratio():
     assert 0 < row["min_ratio"] <= row["median_ratio"] <= row["max_ratio"]
     assert row["met"] == (row["median_ratio"] <= 1.10) and len(row["ratios"]) == 2
     assert row["ci95_low"] <= row["median_ratio"] <= row["ci95_high"]
-    assert row["verdict"] in {"met", "NOT met", "undecided"}
+    assert row["verdict"] in {"met", "NOT met", "undecided"} and row["hash_block"] == 16
     text = _bench("--prefix-cost", "--pairs", "1", "--case", "single", "--requests", "150").stdout
     assert "prefix caching with no reuse costs" in text and "median of 1 pair(s)" in text and "target <= 1.10" in text
     assert "95 % interval" in text
@@ -45,7 +45,9 @@ def test_cost_verdict_says_undecided_when_the_interval_spans_the_target():
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("args, message", [(["--pairs", "0"], "--pairs must be at least 1, got 0"),
-                                           (["--pin", "4096"], "--pin 4096: expected one of this process's CPUs")])
+                                           (["--pin", "4096"], "--pin 4096: expected one of this process's CPUs"),
+                                           (["--hash-block", "0"],
+                                            "--hash-block must be a positive number of tokens, got 0")])
 def test_prefix_cost_refuses_bad_options_in_one_line(args, message):
     p = _bench("--prefix-cost", "--case", "single", *args)
     assert p.returncode == 2 and message in p.stderr.strip().splitlines()[-1]
@@ -58,7 +60,7 @@ def test_prefix_cost_alternates_the_order_within_pairs(monkeypatch):
 
     calls = []
 
-    def fake_row(case, requests, prefix, pin=None):
+    def fake_row(case, requests, prefix, pin=None, hash_block=16):
         calls.append(prefix)
         return {"wall_s": 1.1 if prefix == "unique" else 1.0, "requests": 10, "instances": 1}
 
