@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from operator import index
 from typing import TYPE_CHECKING, Any
 
 from llmsim.errors import LLMSimError
@@ -93,14 +94,18 @@ class BlockKeys:
         return self.n
 
     def __getitem__(self, j: Any) -> Any:
+        if j.__class__ is int and 0 <= j < self.n:  # the engine's question: one key (first, cheapest)
+            per, bs = self.per, self.bs
+            return self.ids[j // per], (j % per + 1) * bs - 1
         if isinstance(j, slice):
             per, bs, ids = self.per, self.bs, self.ids
-            return [(ids[k // per], k % per * bs + bs - 1) for k in range(*j.indices(self.n))]
+            return [(ids[k // per], (k % per + 1) * bs - 1) for k in range(*j.indices(self.n))]
+        j = index(j)  # (numpy integers too)
         if j < 0:
             j += self.n
-        if not 0 <= j < self.n:
-            raise IndexError(f"block key {j} of {self.n}")
-        return self.ids[j // self.per], j % self.per * self.bs + self.bs - 1
+        if 0 <= j < self.n:
+            return self[j]
+        raise IndexError(f"block key {j} of {self.n}")
 
 
 def engine_keys(r: Request, block_size: int) -> Sequence[Any]:
@@ -425,7 +430,8 @@ class PrefixCache:
         keys, start = st.src, st.done
         st.done = stop
         heads = self.heads
-        if keys[0] in heads:  # (a miss needs no lookup)
+        first = keys[0]  # (asked once: BlockKeys makes a key when asked)
+        if first in heads:  # (a miss needs no lookup)
             n = self.match(keys, stop)[0]
             if n > start:
                 start = n
@@ -448,7 +454,7 @@ class PrefixCache:
             run = st
             if held is not None:
                 held.append(st)
-        heads[keys[start]] = run
+        heads[keys[start] if start else first] = run
 
 
 def _without(holders: tuple[State, ...], st: State) -> tuple[State, ...]:

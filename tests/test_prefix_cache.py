@@ -2,6 +2,7 @@
 
 import random
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -57,8 +58,10 @@ def test_keys_made_when_asked_are_block_keys(hash_block, bs, prompt, out, n_ids)
     for lo in range(0, len(ref) + 2, 3):
         for hi in range(lo, len(ref) + 3, 5):
             assert keys[lo:hi] == ref[lo:hi]
-    with pytest.raises(IndexError):
-        keys[len(ref)]
+    assert keys[-len(ref)] == ref[0] and keys[np.int64(1)] == ref[1]
+    for bad in (len(ref), -len(ref) - 1):
+        with pytest.raises(IndexError):
+            keys[bad]
     assert engine_keys(req(0, 0.0, 64, 1, [1, 2, 3, 4], block=16), 16) == [1, 2, 3, 4]  # one block per id: the list
 
 
