@@ -203,8 +203,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"{c:>8}: prefix caching with no reuse costs {cost['median_ratio']:.3f}x the simulation wall time "
                   f"of caching off ({cost['requests']:,} requests, {args.hash_block}-token ids; median of "
                   f"{args.pairs} pair(s), 95 % interval {cost['ci95_low']:.3f}-{cost['ci95_high']:.3f}, range "
-                  f"{cost['min_ratio']:.3f}-"
-                  f"{cost['max_ratio']:.3f}); target <= {PREFIX_COST_TARGET:.2f}: {cost['verdict']}", flush=True)
+                  f"{cost['min_ratio']:.3f}-{cost['max_ratio']:.3f}); target <= {PREFIX_COST_TARGET:.2f}: "
+                  f"{cost['verdict']}", flush=True)
         return
     for c in cases:
         row = _case_row(c, args.requests, args.prefix, None, args.hash_block)
