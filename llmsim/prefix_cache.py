@@ -70,11 +70,9 @@ def block_keys(r: Request, block_size: int, tokens: int | None = None) -> list[A
     nb = _full_blocks(r, block_size, tokens)
     if h == block_size:
         return list(ids[:nb])
-    last = block_size - 1
     if h % block_size == 0:  # several engine blocks per id, e.g. Mooncake's 512 over 16
-        offs = range(last, h, block_size)
-        return [(i, o) for i in ids[:-(-nb * block_size // h)] for o in offs][:nb]
-    return [(ids[t // h], t % h) for t in range(last, nb * block_size, block_size)]
+        return BlockKeys(ids, h // block_size, block_size, nb)[:]
+    return [(ids[t // h], t % h) for t in range(block_size - 1, nb * block_size, block_size)]
 
 
 class BlockKeys:

@@ -54,6 +54,9 @@ def test_keys_made_when_asked_are_block_keys(hash_block, bs, prompt, out, n_ids)
     r = req(0, 0.0, prompt, out, range(70, 70 + n_ids), block=hash_block)
     ref, keys = block_keys(r, bs), engine_keys(r, bs)
     assert isinstance(keys, BlockKeys) and len(keys) == len(ref) > 0
+    # the definition, independently: block j is named by the id holding its last token and that token's offset
+    assert ref == [(r.hash_ids[(j * bs + bs - 1) // hash_block], (j * bs + bs - 1) % hash_block)
+                   for j in range(len(ref))]
     assert [keys[j] for j in range(len(keys))] == ref and keys[-1] == ref[-1]
     for lo in range(0, len(ref) + 2, 3):
         for hi in range(lo, len(ref) + 3, 5):
