@@ -80,7 +80,8 @@ class BlockKeys:
     block size, as Mooncake's 512-token ids over 16-token blocks): key ``j`` is :func:`block_keys`' pair (id,
     offset of the block's last token), made when asked. A list of those pairs, one tuple per block kept while the
     blocks stay cached, made caching with no reuse cost ~1.5x the wall time of caching off on such ids (the
-    garbage collector traced them: docs/prefix_caching.md, Speed); the engine asks for a few keys per request.
+    garbage collector traced them: docs/prefix_caching.md, Speed); the engine keeps a request's first key and each
+    run's, and asks for others only where a run starts or a hit is compared.
     Slices are lists of pairs, so runs compare as with :func:`block_keys`' lists."""
 
     __slots__ = ("ids", "per", "bs", "n")
@@ -106,13 +107,19 @@ class BlockKeys:
         raise IndexError(f"block key {j} of {self.n}")
 
 
-def engine_keys(r: Request, block_size: int) -> Sequence[Any]:
-    """The keys the prefix cache uses for ``r``'s full blocks: :func:`block_keys`' keys, as a :class:`BlockKeys`
-    when each id names several blocks (no per-block objects), else :func:`block_keys`' list."""
+def new_state(r: Request, bs: int) -> State:
+    """A new engine state for ``r``'s blocks of ``bs`` tokens. Its keys are the request's own ids, not a copy, when
+    they are the keys (hash_block == bs: runs are slices of them by position, so no reuse costs no per-block work),
+    a :class:`BlockKeys` when each id names several blocks (its first key made here, once), else :func:`block_keys`'
+    list."""
     ids, h = r.hash_ids, r.hash_block
-    if ids and h % block_size == 0 and h > block_size:
-        return BlockKeys(ids, h // block_size, block_size, _full_blocks(r, block_size))
-    return block_keys(r, block_size)
+    if ids and h % bs == 0:
+        full = _full_blocks(r, bs)
+        if h == bs:
+            return State(bs, ids, full, ids[0])
+        return State(bs, BlockKeys(ids, h // bs, bs, full), full, (ids[0], bs - 1) if full else None)
+    keys = block_keys(r, bs)
+    return State(bs, keys, len(keys), keys[0] if keys else None)
 
 
 def _full_blocks(r: Request, block_size: int, tokens: int | None = None) -> int:
@@ -132,12 +139,13 @@ def _full_blocks(r: Request, block_size: int, tokens: int | None = None) -> int:
 
 class Run:
     """Consecutive cached blocks of one sequence with the same holders (the :class:`State` of running requests): the
-    keys ``src[lo:hi]`` of a request's key sequence, not a copy of them."""
+    keys ``src[lo:hi]`` of a request's key sequence, not a copy of them, and ``first``, its key in the index
+    (``src[lo]``, kept: a :class:`BlockKeys` makes a key each time it is asked)."""
 
-    __slots__ = ("src", "lo", "hi", "holders", "queued")
+    __slots__ = ("src", "lo", "hi", "holders", "queued", "first")
 
-    def __init__(self, src: Sequence[Any], lo: int, hi: int, holders: tuple[State, ...]) -> None:
-        self.src, self.lo, self.hi = src, lo, hi
+    def __init__(self, src: Sequence[Any], lo: int, hi: int, holders: tuple[State, ...], first: Any) -> None:
+        self.src, self.lo, self.hi, self.first = src, lo, hi, first
         # a tuple: most runs have one holder all their life, and a 1-tuple is one small allocation (a list is two)
         self.holders = holders  # empty: a free run, in the LRU
         self.queued = 0  # entries naming it in the LRU queue (the newest counts while it is free; PrefixCache.lru)
@@ -153,14 +161,16 @@ class State(Run):
     (``src``), how many of them name full blocks (``full``) and how many are registered (``done``). It is also the
     first run of blocks the request registers itself (its *home* run, ``src[lo:hi]``, among its own holders once
     registered), so a request that reuses nothing and registers one run costs this one object. ``held`` lists the
-    runs it holds in sequence order, or is None while that is its home run alone (or nothing). Once its home run is
+    runs it holds in sequence order, or is None while that is its home run alone (or nothing); ``key0`` is its first
+    key (None without keys), asked at every lookup and registration. Once its home run is
     registered the object outlives the request as a cached run: the request leaves it behind (:meth:`PrefixCache.
     leave`) and gets a new state if it comes back."""
 
-    __slots__ = ("bs", "full", "done", "held")
+    __slots__ = ("bs", "full", "done", "held", "key0")
 
-    def __init__(self, bs: int, keys: Sequence[Any], full: int) -> None:
+    def __init__(self, bs: int, keys: Sequence[Any], full: int, key0: Any) -> None:
         self.src = keys
+        self.first = self.key0 = key0  # (its home run's key while that starts at 0: the common case)
         self.lo = self.hi = self.done = self.queued = 0
         self.holders = ()  # (its home run is not registered yet)
         self.bs, self.full = bs, full
@@ -243,7 +253,7 @@ class PrefixCache:
                 lru.appendleft(run)
                 return
             over -= n
-            first = run.src[run.lo]
+            first = run.first
             if heads.get(first) is run:
                 del heads[first]
 
@@ -275,21 +285,13 @@ class PrefixCache:
         st = r.prefix_state
         bs = self.block_size
         if st is None or st.bs != bs:
-            # the keys are the request's own ids, not a copy, when they are the keys (hash_block == block_size):
-            # runs are slices of them by position, so no reuse costs no per-block work
-            ids = r.hash_ids
-            if ids and r.hash_block == bs:
-                st = r.prefix_state = State(bs, ids, _full_blocks(r, bs))
-            else:
-                keys = engine_keys(r, bs)
-                st = r.prefix_state = State(bs, keys, len(keys))
-        keys = st.src
-        if keys and keys[0] not in self.heads:  # nothing to find (evicting only shrinks the cache): pay later, in
-            if self.free_blocks - self.kv.cached > PAY_SLACK:  # (self.owed, inlined) bulk: no reuse costs little
+            st = r.prefix_state = new_state(r, bs)
+        if st.key0 not in self.heads:  # nothing to find (evicting only shrinks the cache): pay later, in bulk:
+            if self.free_blocks - self.kv.cached > PAY_SLACK:  # (self.owed, inlined) no reuse costs little
                 self.pay()
             return 0, 0
         limit = (r.prompt_tokens + r.generated - 1) // bs
-        return self.match(keys, limit if limit < st.full else st.full)
+        return self.match(st.src, limit if limit < st.full else st.full)
 
     def take(self, r: Request, n: int) -> int:
         """``r`` (nothing computed) holds the first ``n`` of its keys, which :meth:`lookup` just found; returns how
@@ -343,10 +345,11 @@ class PrefixCache:
     def _split(self, run: Run, m: int) -> Run:
         """Cut ``run`` after its first ``m`` blocks and return the new leading run (the same holders; a free run's
         head is about to be held, so it does not enter the LRU)."""
-        head = Run(run.src, run.lo, run.lo + m, run.holders)
+        head = Run(run.src, run.lo, run.lo + m, run.holders, run.first)
         run.lo += m
-        self.heads[run.src[head.lo]] = head
-        self.heads[run.src[run.lo]] = run
+        run.first = run.src[run.lo]
+        self.heads[head.first] = head
+        self.heads[run.first] = run
         for h in head.holders:  # a holder holds both parts, in sequence order
             held = h.held
             if held is None:  # it held its home run alone: this one
@@ -395,7 +398,7 @@ class PrefixCache:
                 n = st.hi - st.lo
                 self.free_blocks += n
                 self.kv.cached += n
-                r.prefix_state = State(st.bs, st.src, st.full) if back else None
+                r.prefix_state = State(st.bs, st.src, st.full, st.key0) if back else None
                 return 0
             held = [st]
         home = bool(st.holders)
@@ -419,7 +422,7 @@ class PrefixCache:
         kv.cached += freed
         kv.shared -= still
         if home:
-            r.prefix_state = State(st.bs, st.src, st.full) if back else None
+            r.prefix_state = State(st.bs, st.src, st.full, st.key0) if back else None
         return still
 
     def _register(self, st: State, stop: int) -> None:
@@ -428,13 +431,17 @@ class PrefixCache:
         keys, start = st.src, st.done
         st.done = stop
         heads = self.heads
-        first = keys[0]  # (asked once: BlockKeys makes a key when asked)
+        first = st.key0
         if first in heads:  # (a miss needs no lookup)
             n = self.match(keys, stop)[0]
             if n > start:
                 start = n
                 if start >= stop:
                     return
+        elif not start and not st.holders:  # its first blocks, none of them cached: its home run (the common case)
+            st.hi, st.holders = stop, (st,)  # (lo = 0, and it holds nothing yet: take() only follows a hit)
+            heads[first] = st
+            return
         held = st.held
         last = held[-1] if held else st if st.holders else None
         if last is not None and last.src is keys and last.hi == start and len(last.holders) == 1 \
@@ -442,17 +449,18 @@ class PrefixCache:
             last.hi = stop  # the next chunk of the run it registered last
             return
         if st.holders:  # its home run is registered already: a new run
-            run = Run(keys, start, stop, (st,))
+            run = Run(keys, start, stop, (st,), keys[start])
             if held is None:
                 st.held = [st, run]
             else:
                 held.append(run)
         else:  # its first run is its state
             st.lo, st.hi, st.holders = start, stop, (st,)
+            st.first = keys[start] if start else first
             run = st
             if held is not None:
                 held.append(st)
-        heads[keys[start] if start else first] = run
+        heads[run.first] = run
 
 
 def _without(holders: tuple[State, ...], st: State) -> tuple[State, ...]:
@@ -502,5 +510,7 @@ class CachesPrefixes:
         bs = self.block_size
         if r.computed:  # running or partly computed elsewhere: ask as a fresh request would, leaving its state (the
             # engine's that runs it, perhaps with another block size) as it is
-            return pc.match(engine_keys(r, bs), (r.prompt_tokens + r.generated - 1) // bs)[0] * bs
+            st = new_state(r, bs)
+            limit = (r.prompt_tokens + r.generated - 1) // bs
+            return pc.match(st.src, limit if limit < st.full else st.full)[0] * bs
         return pc.lookup(r)[0] * bs

@@ -13,7 +13,7 @@ from llmsim.cluster import Cluster
 from llmsim.errors import LLMSimError
 from llmsim.instance import Instance
 from llmsim.policies import make_router
-from llmsim.prefix_cache import BlockKeys, block_keys, engine_keys
+from llmsim.prefix_cache import BlockKeys, block_keys, new_state
 from llmsim.request import Request
 from llmsim.testing import LinearProfile
 
@@ -52,8 +52,10 @@ def test_keys_made_when_asked_are_block_keys(hash_block, bs, prompt, out, n_ids)
     """Where each id names several blocks the engine's keys are made when asked (BlockKeys): the same keys, slices
     and lengths as block_keys' list."""
     r = req(0, 0.0, prompt, out, range(70, 70 + n_ids), block=hash_block)
-    ref, keys = block_keys(r, bs), engine_keys(r, bs)
-    assert isinstance(keys, BlockKeys) and len(keys) == len(ref) > 0
+    st = new_state(r, bs)
+    ref, keys = block_keys(r, bs), st.src
+    assert isinstance(keys, BlockKeys) and len(keys) == st.full == len(ref) > 0
+    assert st.key0 == st.first == ref[0]  # (kept: asked at every lookup)
     # the definition, independently: block j is named by the id holding its last token and that token's offset
     assert ref == [(r.hash_ids[(j * bs + bs - 1) // hash_block], (j * bs + bs - 1) % hash_block)
                    for j in range(len(ref))]
@@ -65,7 +67,13 @@ def test_keys_made_when_asked_are_block_keys(hash_block, bs, prompt, out, n_ids)
     for bad in (len(ref), -len(ref) - 1):
         with pytest.raises(IndexError):
             keys[bad]
-    assert engine_keys(req(0, 0.0, 64, 1, [1, 2, 3, 4], block=16), 16) == [1, 2, 3, 4]  # one block per id: the list
+    one = req(0, 0.0, 64, 1, (1, 2, 3, 4, 5), block=16)  # one block per id: the keys are the ids themselves
+    st = new_state(one, 16)
+    assert st.src is one.hash_ids and st.full == 4 and st.key0 == 1
+    st = new_state(req(0, 0.0, 64, 1, [1, 2, 3, 4], block=32), 16)  # ids of two blocks: BlockKeys
+    assert st.src[:] == [(1, 15), (1, 31), (2, 15), (2, 31)] and st.key0 == (1, 15)
+    st = new_state(req(0, 0.0, 64, 1, [1, 2, 3, 4, 5, 6, 7, 8], block=8), 16)  # blocks of two ids: block_keys' list
+    assert st.src == [(2, 7), (4, 7), (6, 7), (8, 7)] and st.key0 == (2, 7)
 
 
 def test_keys_made_when_asked_cache_and_evict_as_lists_do(monkeypatch):
@@ -86,7 +94,7 @@ def test_keys_made_when_asked_cache_and_evict_as_lists_do(monkeypatch):
         return res.requests, res.instances
 
     lazy = frames()
-    monkeypatch.setattr("llmsim.prefix_cache.engine_keys", block_keys)
+    monkeypatch.setattr("llmsim.prefix_cache.BlockKeys", lambda *a: BlockKeys(*a)[:])  # lists of the same pairs
     lists = frames()
     pd.testing.assert_frame_equal(lazy[0], lists[0])
     pd.testing.assert_frame_equal(lazy[1], lists[1])
@@ -166,7 +174,7 @@ def _checked_start_next(orig):
             runs.update((id(run), run) for run in free)
             for rid, run in runs.items():
                 assert sorted(map(id, run.holders)) == sorted(map(id, held_by.get(rid, [])))
-                assert run.keys and pc.heads[run.keys[0]] is run
+                assert run.keys and pc.heads[run.keys[0]] is run and run.first == run.keys[0]
                 assert (run in free) == (not run.holders)
             assert pc.free_blocks == sum(len(r.keys) for r in free) and 0 <= kv.cached <= kv.free
             assert kv.cached <= pc.free_blocks and pc.owed == pc.free_blocks - kv.cached
