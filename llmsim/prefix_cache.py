@@ -114,7 +114,9 @@ def new_state(r: Request, bs: int) -> State:
     list."""
     ids, h = r.hash_ids, r.hash_block
     if ids and h % bs == 0:
-        full = _full_blocks(r, bs)
+        p = r.prompt_tokens
+        # ids that cover the prompt and no output (the usual case) name its full blocks; else _full_blocks' whole rule
+        full = p // bs if p + h > len(ids) * h >= p - p % bs else _full_blocks(r, bs)
         if h == bs:
             return State(bs, ids, full, ids[0])
         # (its first key is BlockKeys' key 0, written out: asking it costs a call per request, ~1.5 % with no reuse)
@@ -163,7 +165,8 @@ class State(Run):
     first run of blocks the request registers itself (its *home* run, ``src[lo:hi]``, among its own holders once
     registered), so a request that reuses nothing and registers one run costs this one object. ``held`` lists the
     runs it holds in sequence order, or is None while that is its home run alone (or nothing); ``key0`` is its first
-    key (None without keys), asked at every lookup and registration. Once its home run is
+    key (None without keys), asked at every lookup and registration. While ``done`` is 0 it holds nothing (its
+    holders are empty and ``held`` is None: a hit sets ``done``, and leaving resets both). Once its home run is
     registered the object outlives the request as a cached run: the request leaves it behind (:meth:`PrefixCache.
     leave`) and gets a new state if it comes back."""
 
@@ -367,6 +370,7 @@ class PrefixCache:
     def computed(self, batch: list[Request]) -> None:
         """Cache the prompt blocks the requests of ``batch`` have computed so far (the end of an iteration)."""
         bs = self.block_size
+        heads = self.heads
         for r in batch:
             st = r.prefix_state
             if st is None or st.bs != bs or st.done >= st.full:
@@ -375,7 +379,12 @@ class PrefixCache:
             p = r.prompt_tokens
             upto = (c if c < p else p) // bs  # (never above full: ids cover at least the prompt's full blocks)
             if upto > st.done:
-                self._register(st, upto)
+                if st.done or st.key0 in heads:  # (a state with none registered holds nothing: State)
+                    self._register(st, upto)
+                else:  # its first blocks, none cached (_register's home-run case, inlined: the path of no reuse)
+                    st.done = st.hi = upto
+                    st.holders = (st,)
+                    heads[st.key0] = st
 
     def leave(self, r: Request, back: bool = False) -> int:
         """``r`` leaves the GPU: cache its computed blocks (outputs too) and drop its holds; returns the blocks other
