@@ -248,6 +248,34 @@ def test_equal_prompts_prefilled_in_one_iteration_cache_their_blocks_once():
     assert pc.free_blocks == 4 and cl.instances[0].kv.free == 16
 
 
+def test_blocks_computed_beside_an_equal_cached_copy_stay_private_after_it_is_evicted():
+    """B computes its first 4 blocks in the iteration that caches A's equal ones: B's stay private (registered as
+    done, held by nobody). Once A's copies are evicted, B's next chunk caches from B's 5th block on, never B's private
+    blocks before it - a registration that looked only at what is cached, not at how many blocks B counts as done,
+    would cache them too."""
+    from llmsim.kv import KVCache
+    from llmsim.prefix_cache import PrefixCache
+
+    kv = KVCache(9, 16, prefix=PrefixCache(16))
+    pc = kv.prefix
+    a, b = req(0, 0.0, 64, 2, [1, 2, 3, 4]), req(1, 0.0, 144, 2, range(1, 10))
+    for r in (a, b):
+        assert pc.lookup(r) == (0, 0)
+        kv.allocate(r, kv.needed(r, 64))
+        r.computed = 64  # one iteration: A's prompt and B's first chunk
+    pc.computed([a, b])
+    st = b.prefix_state
+    assert pc.heads[1] is a.prefix_state and st.done == 4 and not st.holders and st.held is None
+    kv.release(a)  # A's 4 blocks cached and free; B's 5 more blocks take the room they keep
+    kv.allocate(b, kv.needed(b, 80))
+    pc.pay()
+    assert not pc.heads and kv.free == 0
+    b.computed = 144
+    pc.computed([b])
+    assert [run.keys for run in st.runs()] == [[5, 6, 7, 8, 9]] and list(pc.heads) == [5]
+    assert pc.lookup(req(2, 1.0, 80, 2, range(1, 6))) == (0, 0)  # B's private first blocks are not cached
+
+
 def test_prefix_aware_view_reports_hit_tokens():
     cl = Cluster([InstanceConfig(profile=PROF, engine=EngineConfig())] * 2, make_router("round_robin"))
     cl.run([req(0, 0.0, 64, 2, [1, 2, 3, 4])])
