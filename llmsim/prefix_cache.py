@@ -166,9 +166,9 @@ class State(Run):
     registered), so a request that reuses nothing and registers one run costs this one object. ``held`` lists the
     runs it holds in sequence order, or is None while that is its home run alone (or nothing); ``key0`` is its first
     key (None without keys), asked at every lookup and registration. While ``done`` is 0 it holds nothing (its
-    holders are empty and ``held`` is None: a hit sets ``done``, and leaving resets both). Once its home run is
-    registered the object outlives the request as a cached run: the request leaves it behind (:meth:`PrefixCache.
-    leave`) and gets a new state if it comes back."""
+    holders are empty, ``held`` is None and ``first`` is ``key0``: a hit sets ``done``, and leaving resets both).
+    Once its home run is registered the object outlives the request as a cached run: the request leaves it behind
+    (:meth:`PrefixCache.leave`) and gets a new state if it comes back."""
 
     __slots__ = ("bs", "full", "done", "held", "key0")
 

@@ -165,10 +165,10 @@ def _checked_start_next(orig):
             runs = {}
             for r in self.running:
                 if r.prefix_state is not None and r.prefix_state.bs == kv.block_size:
-                    st = r.prefix_state
-                    assert st.done or (not st.holders and st.held is None), "a state with none registered holds"
-                    for run in r.prefix_state.runs():
-                        held_by.setdefault(id(run), []).append(r.prefix_state)
+                    st = r.prefix_state  # one with none registered holds nothing, its home run's key its first
+                    assert st.done or (not st.holders and st.held is None and st.first == st.key0), "fresh state"
+                    for run in st.runs():
+                        held_by.setdefault(id(run), []).append(st)
                         runs[id(run)] = run
             free = pc.free_runs()
             for run in runs.values():
