@@ -8,7 +8,7 @@
     replay.npz        the replay buffer (only with ``trainer.save_replay``; resuming without it refills it)
 
 The observation layout is the observation builder's name, the observation's shape and the version of the
-public ClusterState it is computed from (``llmsim.state.LAYOUT_VERSION``); loading a checkpoint into an env
+public ClusterState it is computed from (``llmsim.state.cluster_state.LAYOUT_VERSION``); loading a checkpoint into an env
 with another layout or another number of actions is refused with one line naming both.
 """
 
@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.nets import QNetwork, masked, masked_argmax
-from envs.core import RoutingEnv
+from llmsim.agents.nets import QNetwork, masked, masked_argmax
+from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError, load_json_file
-from llmsim.state import LAYOUT_VERSION
+from llmsim.state.cluster_state import LAYOUT_VERSION
 
 FORMAT = 1
 
@@ -118,7 +118,7 @@ def load_policy_net(path: str | Path, meta: dict[str, Any] | None = None) -> tor
     meta = meta or read_meta(p)
     if not meta.get("arch"):
         return load_q_net(p, meta)
-    from agents.sac import build_actor
+    from llmsim.agents.sac import build_actor
 
     try:
         net = build_actor(meta["arch"])

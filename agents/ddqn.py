@@ -24,10 +24,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agents import guided
-from agents.buffer import Batch
-from agents.loop import LoopState, learn
-from agents.nets import NumpyActor, QNetwork, masked_argmax
+from llmsim.agents import guided
+from llmsim.agents.buffer import Batch
+from llmsim.agents.loop import LoopState, learn
+from llmsim.agents.nets import NumpyActor, QNetwork, masked_argmax
 
 
 @dataclass

@@ -1,6 +1,6 @@
-"""``python -m agents.evaluate`` (``llmsim-evaluate``): learned routers and llmsim heuristics on held-out seeds.
+"""``python -m llmsim.agents.evaluate`` (``llmsim-evaluate``): learned routers and llmsim heuristics on held-out seeds.
 
-Every (policy, seed, episode) is one :func:`agents.policy.run_episode` on a fresh env built from the same
+Every (policy, seed, episode) is one :func:`llmsim.agents.policy.run_episode` on a fresh env built from the same
 config with the same workload seed, so every policy is judged on identical requests (same arrivals, lengths
 and tasks; the ``workload_digest`` column says so) under the same decision points and reward. Rows are a pure
 function of the config: the number of worker processes (``jobs``) changes only ``wall_s``.
@@ -10,10 +10,10 @@ Held-out seeds: evaluation pins the workload seed of every episode (``seeds``, d
 *workload* (another task mix, rate, ...) goes in ``env_overrides`` (docs/evaluation.md).
 
 Python API: :func:`evaluate` (used by the app and by ``llmsim-reproduce``). Policies are given as
-:class:`~agents.policy.Policy` objects or as specs: a router name (``"jsq"``), ``{name, kwargs, label}`` for
+:class:`~llmsim.agents.policy.Policy` objects or as specs: a router name (``"jsq"``), ``{name, kwargs, label}`` for
 a router, ``{checkpoint: DIR, label}`` for a trained router. Router options an env determines (KV capacity of
 the capacity routers, the instances' models of the model routers, the QoSEdge lookahead's step model) are
-filled in from the env when left null, as ``envs.calibrate`` passes them.
+filled in from the env when left null, as ``experiments.testbeds.calibrate`` passes them.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from agents.policy import HeuristicPolicy, Policy, run_episode
-from agents.spec000_metrics import env_qos
-from envs.core import RoutingEnv
-from envs.testbeds import make_from_config
+from llmsim.agents.policy import HeuristicPolicy, Policy, run_episode
+from llmsim.envs.qos_metrics import env_qos
+from llmsim.envs.routing_env import RoutingEnv
+from llmsim.envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
 
 PROG = "llmsim-evaluate"
@@ -143,7 +143,7 @@ def router_kwargs(name: str, kwargs: Mapping[str, Any], env: RoutingEnv, env_cfg
     if name == "quality_first":
         fill("max_waiting", env.max_waiting)
     if name == "qos_lookahead":
-        from envs.paper_timing import QOS_EDGE_K
+        from llmsim.envs.paper_timing import QOS_EDGE_K
 
         models = kw["models"]
         if all(m in QOS_EDGE_K for m in models):
@@ -155,7 +155,7 @@ def router_kwargs(name: str, kwargs: Mapping[str, Any], env: RoutingEnv, env_cfg
 
 
 def kv_tokens(inst: Any) -> int:
-    """KV-cache capacity of an instance in tokens (whole blocks), as envs.calibrate gives the capacity routers."""
+    """KV-cache capacity of an instance in tokens (whole blocks), as experiments.testbeds.calibrate gives the capacity routers."""
     prof = inst.build_profile()
     bs = inst.engine.block_size
     return prof.kv_capacity_tokens(inst.engine.gpu_memory_utilization) // bs * bs
@@ -166,7 +166,7 @@ def build_policy(spec: dict[str, Any] | Policy, env: RoutingEnv, env_cfg: Mappin
     if not isinstance(spec, dict):
         return copy.deepcopy(spec)
     if spec["kind"] == "checkpoint":
-        from agents.checkpoint import CheckpointPolicy
+        from llmsim.agents.checkpoint import CheckpointPolicy
 
         path = Path(spec["path"])
         if not path.is_dir():
@@ -336,7 +336,7 @@ def policy_env_cfg(env_cfg: dict[str, Any], spec: Any) -> dict[str, Any]:
     cluster, the workload and the reward, which judge it, stay the evaluation's."""
     if not isinstance(spec, dict) or spec.get("kind") != "checkpoint" or not Path(spec["path"]).is_dir():
         return env_cfg
-    from agents.checkpoint import read_meta
+    from llmsim.agents.checkpoint import read_meta
 
     trained = read_meta(spec["path"]).get("env") or {}
     view = {k: trained[k] for k in VIEW_KEYS if k in trained and trained[k] != env_cfg.get(k)}
@@ -418,7 +418,7 @@ def run_tasks(tasks: list[Task], jobs: int, progress: bool) -> list[dict[str, An
 # ---------------------------------------------------------------------- the app
 def run_app(cfg: Mapping[str, Any], out_dir: str | Path, quiet: bool = False) -> list[dict[str, Any]]:
     """The whole app on a plain (resolved) config: evaluate, write evaluation.json / .md / .png, print the table."""
-    from agents.evaluate_report import write_outputs
+    from llmsim.agents.evaluate_report import write_outputs
 
     env_cfg = env_config(cfg.get("env") or {}, cfg.get("env_overrides"))
     env_id = str(env_cfg.get("id", "routing"))

@@ -3,7 +3,7 @@
 Per policy, every numeric column of the rows is summarised as mean and sample standard deviation over its
 episodes (0 with one episode). Gains are against the reference policy (round robin by default), on the
 means: ``(reference - policy) / reference`` in per cent, so a positive gain is a lower mean E2E latency or an
-earlier finish. Nothing here runs a simulation; it reads the rows of :func:`agents.evaluate.evaluate`.
+earlier finish. Nothing here runs a simulation; it reads the rows of :func:`llmsim.agents.evaluate.evaluate`.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def _requests(meta: Mapping[str, Any]) -> str:
 
 def plot(summary: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], path: Path) -> Path:
     """Bar chart of mean E2E latency per policy (s) with std error bars, in the table's order."""
-    from llmsim.report_plots import new_figure
+    from llmsim.metrics.plots import new_figure
 
     kinds = {p.get("label"): p.get("kind") for p in meta.get("policies", [])}
     ref = meta.get("reference", "round_robin")

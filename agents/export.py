@@ -24,16 +24,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.checkpoint import check_compatible, load_policy_net, read_meta
-from agents.nets import masked
-from agents.train import LEARNED, make_env
-from envs.core import RoutingEnv
-from envs.exported import FORMAT, FORMAT_VERSION, MANIFEST, MASK_INPUT, OUTPUTS, ExportedPolicy, file_sha256
-from envs.observations import make_obs
-from envs.policy_router import builder_spec, predictor_spec
+from llmsim.agents.checkpoint import check_compatible, load_policy_net, read_meta
+from llmsim.agents.nets import masked
+from llmsim.agents.train import LEARNED, make_env
+from llmsim.envs.exported import FORMAT, FORMAT_VERSION, MANIFEST, MASK_INPUT, OUTPUTS, ExportedPolicy, file_sha256
+from llmsim.envs.observations import make_obs
+from llmsim.envs.policy_router import builder_spec, predictor_spec
+from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
-from llmsim.policies import DROP, WAIT
-from llmsim.state import LAYOUT_VERSION
+from llmsim.routing import DROP, WAIT
+from llmsim.state.cluster_state import LAYOUT_VERSION
 
 PROG = "llmsim-export"
 FORMATS = ("onnx",)
@@ -138,7 +138,7 @@ def versions() -> dict[str, str]:
 
 
 def env_context(env: RoutingEnv, env_cfg: dict[str, Any]) -> dict[str, Any]:
-    """What a router outside the simulator needs to rebuild the decision (envs.policy_router.DecisionContext)."""
+    """What a router outside the simulator needs to rebuild the decision (llmsim.envs.policy_router.DecisionContext)."""
     return {"env_id": env_cfg.get("id", "routing"), "instance_models": list(env.instance_models),
             "instance_gpus": [c.profile.gpu.name for c in env.instance_configs], "models": list(env.models),
             "task_names": list(env.task_names), "predictor": predictor_spec(env.predictor, "checkpoint.json: env"

@@ -2,7 +2,7 @@
 
 The paper's encoder is L x ``torch_geometric.nn.HANConv`` (hidden 64; 4 heads in the paper, 8 in the released code)
 on the graph of envs/observations/graph.py; its output is the final embedding of the single arrived node. PyG is
-slow on many small graphs (``python -m agents.bench --encoder``) and does not export to ONNX, so :class:`DenseHAN`
+slow on many small graphs (``python -m experiments.bench.train --encoder``) and does not export to ONNX, so :class:`DenseHAN`
 computes the same function on the padded arrays + masks (flattened by :class:`GraphLayout` for replay buffers) with
 masked dense attention, no loop over graphs. It is HANConv applied to ONE graph at a time: semantic attention
 averages over the destination nodes of the same graph (PyG on a multi-graph Batch would mix graphs in that mean;
@@ -356,7 +356,7 @@ def pyg_reference(layout: GraphLayout, hidden: int = 64, heads: int = 4, layers:
     """The authors' encoder: ``layers`` HANConv modules with the metadata of ``to_hetero_data`` graphs."""
     from torch_geometric.nn import HANConv
 
-    from envs.observations.graph import to_hetero_data
+    from llmsim.envs.observations.graph import to_hetero_data
 
     meta = to_hetero_data(layout.zeros()).metadata()
     dims: dict[str, int] = {"arrived": 3 * layout.n_experts, "expert": 3, "running": 6, "waiting": 6}
@@ -365,7 +365,7 @@ def pyg_reference(layout: GraphLayout, hidden: int = 64, heads: int = 4, layers:
 
 def pyg_forward(convs: Sequence[nn.Module], obs: Mapping[str, Any], dtype: torch.dtype = torch.float32) -> Tensor:
     """PyG's arrived embedding (hidden,) of ONE observation (zeros without an arrived node)."""
-    from envs.observations.graph import to_hetero_data
+    from llmsim.envs.observations.graph import to_hetero_data
 
     data = to_hetero_data(obs)
     x = {k: v.to(dtype) for k, v in data.x_dict.items()}

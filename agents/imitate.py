@@ -3,7 +3,7 @@ training. For smoke tests of the export and serving path, the decision-latency b
 result (docs/export.md). Untrained networks mostly pick one action, which would make parity and routing tests
 vacuous.
 
-    from agents.imitate import demo_checkpoint
+    from llmsim.agents.imitate import demo_checkpoint
     ckpt = demo_checkpoint("ddqn_flat", "runs/demo")      # a 4-instance WorkloadRouter DDQN that mimics JSQ
 """
 
@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.checkpoint import action_layout, observation_layout, save_checkpoint
-from agents.nets import QNetwork
-from agents.sac import DiscreteSAC, SACConfig, masked_logits
-from agents.sac_argmax import ArgmaxSAC
-from agents.train import make_env
+from llmsim.agents.checkpoint import action_layout, observation_layout, save_checkpoint
+from llmsim.agents.nets import QNetwork
+from llmsim.agents.sac import DiscreteSAC, SACConfig, masked_logits
+from llmsim.agents.sac_argmax import ArgmaxSAC
+from llmsim.agents.train import make_env
 from llmsim.errors import ConfigError
-from llmsim.policies import make_router
+from llmsim.routing import make_router
 
 EXPERTS = ["alpaca-native", "chatglm-6b", "mpt-7b-instruct"]
 # small testbeds of the three policy types (plus argmax-SAC); 4 x llama-2-7b is also the llmsim CLI's default cluster

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.buffer import ReplayBuffer
+from llmsim.agents.buffer import ReplayBuffer
 
 Flatten = Callable[[Any], np.ndarray]
 

@@ -1,6 +1,6 @@
 """What evaluation runs: anything that picks an action from the observation and action mask of a RoutingEnv.
 
-Learned routers (:class:`agents.checkpoint.CheckpointPolicy`) and llmsim's heuristics
+Learned routers (:class:`llmsim.agents.checkpoint.CheckpointPolicy`) and llmsim's heuristics
 (:class:`HeuristicPolicy`) share this interface, so both are judged on the same env, workload and reward.
 """
 
@@ -10,8 +10,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from envs.core import RoutingEnv
-from llmsim.policies import make_router
+from llmsim.envs.routing_env import RoutingEnv
+from llmsim.routing import make_router
 
 
 class Policy(Protocol):

@@ -15,8 +15,8 @@ The entropy target is per state because the number of valid actions varies (full
 ``target_entropy_scale`` is the share of the uniform policy's entropy to aim for. Target critics track the
 online ones by Polyak averaging after each gradient step.
 
-Encoder: ``han`` embeds Dict graph observations (flattened by :class:`agents.han.GraphLayout` so the replay
-stores vectors) with :class:`agents.han.DenseHAN`; ``mlp`` feeds a flat observation straight to the heads
+Encoder: ``han`` embeds Dict graph observations (flattened by :class:`llmsim.agents.han.GraphLayout` so the replay
+stores vectors) with :class:`llmsim.agents.han.DenseHAN`; ``mlp`` feeds a flat observation straight to the heads
 (spec 000's Baseline RL, expert-level features). With ``share_encoder`` (default) one encoder is trained by the
 critic loss and the actor reads its embedding without a gradient (as SAC-AE and DrQ do: the actor's gradient
 through a shared encoder destabilises the critic); the released code hands one HAN object to both, trained by
@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agents.buffer import Batch
-from agents.loop import LoopState
+from llmsim.agents.buffer import Batch
+from llmsim.agents.loop import LoopState
 
 
 @dataclass
@@ -94,7 +94,7 @@ def make_encoder(cfg: SACConfig, obs_space: Any) -> tuple[nn.Module, Any]:
     """(encoder, graph layout or None): DenseHAN over a Dict graph space (wrapped to also name the experts with
     ``head: experts``), identity over a flat Box."""
     if cfg.encoder == "han":
-        from agents.han import DenseHAN, GraphLayout, PackedHAN
+        from llmsim.agents.han import DenseHAN, GraphLayout, PackedHAN
 
         if not hasattr(obs_space, "spaces"):
             raise ValueError("agent.encoder=han needs the graph observation (env.observation.kind=graph)")
@@ -173,7 +173,7 @@ def build_actor(arch: dict[str, Any]) -> SACActor:
     """An untrained actor of the shape ``arch`` describes (checkpoint loading; weights come after)."""
     layout = None
     if arch["encoder"] == "han":
-        from agents.han import DenseHAN, GraphLayout, PackedHAN
+        from llmsim.agents.han import DenseHAN, GraphLayout, PackedHAN
 
         layout = GraphLayout.from_dict(arch["layout"])
         han = arch["han"]
@@ -187,7 +187,7 @@ def build_actor(arch: dict[str, Any]) -> SACActor:
         raise ValueError(f"encoder {arch['encoder']!r}")
     d, hidden, n = int(arch["embed_dim"]), list(arch["hidden"]), int(arch["n_actions"])
     if arch.get("head", "categorical") == "gaussian":
-        from agents.sac_argmax import GaussianHead
+        from llmsim.agents.sac_argmax import GaussianHead
 
         head: nn.Module = GaussianHead(d, hidden, n)
     else:

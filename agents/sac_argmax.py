@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agents.buffer import Batch
-from agents.loop import LoopState
-from agents.sac import SACActor, SACBase, SACConfig, embed_dim, make_encoder, mlp
+from llmsim.agents.buffer import Batch
+from llmsim.agents.loop import LoopState
+from llmsim.agents.sac import SACActor, SACBase, SACConfig, embed_dim, make_encoder, mlp
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 

@@ -1,4 +1,4 @@
-"""``llmsim-train`` (also ``python -m agents.train``): train a router with one Hydra command.
+"""``llmsim-train`` (also ``python -m llmsim.agents.train``): train a router with one Hydra command.
 
     llmsim-train agent=ddqn env=workload_router trainer.total_steps=200000
     llmsim-train +experiment=spec001_guided
@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents import guided
-from agents.buffer import ReplayBuffer
-from agents.checkpoint import (
+from llmsim.agents import guided
+from llmsim.agents.buffer import ReplayBuffer
+from llmsim.agents.checkpoint import (
     QPolicy,
     action_layout,
     check_compatible,
@@ -40,14 +40,14 @@ from agents.checkpoint import (
     read_meta,
     save_checkpoint,
 )
-from agents.ddqn import DDQNConfig, DoubleDQN
-from agents.loop import LoopState, learn
-from agents.policy import run_episode
-from agents.sac import DiscreteSAC, SACConfig
-from agents.sac_argmax import ArgmaxSAC
-from agents.spec000_metrics import env_qos
-from envs.core import RoutingEnv
-from envs.testbeds import make_from_config
+from llmsim.agents.ddqn import DDQNConfig, DoubleDQN
+from llmsim.agents.loop import LoopState, learn
+from llmsim.agents.policy import run_episode
+from llmsim.agents.sac import DiscreteSAC, SACConfig
+from llmsim.agents.sac_argmax import ArgmaxSAC
+from llmsim.envs.qos_metrics import env_qos
+from llmsim.envs.routing_env import RoutingEnv
+from llmsim.envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
 
 LOST_REQUEST_MS = 1e9  # a dropped request outweighs any latency difference in the evaluation score
@@ -55,17 +55,17 @@ LOST_REQUEST_MS = 1e9  # a dropped request outweighs any latency difference in t
 
 def make_env(env_cfg: dict[str, Any]) -> RoutingEnv:
     """One env from a conf/env mapping (picklable through functools.partial, for worker processes); a
-    ``predictor: {kind: learned, path: ...}`` entry is loaded here (agents/predictors.py)."""
+    ``predictor: {kind: learned, path: ...}`` entry is loaded here (envs/predictors/length_buckets.py)."""
     cfg = dict(env_cfg)
     pred = cfg.get("predictor")
     if _is_learned(pred):
-        from agents.predictors import make_agent_predictor
+        from llmsim.envs.predictors.length_buckets import make_agent_predictor
 
         cfg["predictor"] = make_agent_predictor(pred)
     return make_from_config(cfg)
 
 
-LEARNED = ("learned", "learned_qos")  # agents/predictors.py (spec 001's buckets), agents/qos_predictors.py (spec 000)
+LEARNED = ("learned", "learned_qos")  # envs/predictors/length_buckets.py (spec 001's buckets), envs/predictors/qos.py (spec 000)
 
 
 def _is_learned(spec: Any) -> bool:
@@ -80,7 +80,7 @@ def env_config(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     if spec is None:
         return env_cfg
     if _is_learned(spec) and not (isinstance(spec, dict) and spec.get("path")):
-        from agents.predictors import make_agent_predictor
+        from llmsim.envs.predictors.length_buckets import make_agent_predictor
 
         kind = spec if isinstance(spec, str) else spec["kind"]
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -150,7 +150,7 @@ def build_agent(agent_cfg: AgentConfig, env: RoutingEnv, seed: int) -> tuple[Age
 def make_vec(env_cfg: dict[str, Any], n: int) -> Any:
     from stable_baselines3.common.vec_env import SubprocVecEnv
 
-    from agents.vec import FreshInfoVecEnv
+    from llmsim.agents.vec import FreshInfoVecEnv
 
     fns = [functools.partial(make_env, env_cfg) for _ in range(n)]
     return SubprocVecEnv(fns) if n > 1 else FreshInfoVecEnv(fns)

@@ -10,10 +10,10 @@ import gymnasium as gym
 
 ENV_IDS = ("llmsim/QoSEdge-v0", "llmsim/WorkloadRouter-v0", "llmsim/BestEffort-v0", "llmsim/Routing-v0")
 _ENTRY = {
-    "llmsim/QoSEdge-v0": "envs.testbeds:qos_edge",
-    "llmsim/WorkloadRouter-v0": "envs.testbeds:workload_router",
-    "llmsim/BestEffort-v0": "envs.testbeds:best_effort",
-    "llmsim/Routing-v0": "envs.testbeds:routing",
+    "llmsim/QoSEdge-v0": "llmsim.envs.testbeds:qos_edge",
+    "llmsim/WorkloadRouter-v0": "llmsim.envs.testbeds:workload_router",
+    "llmsim/BestEffort-v0": "llmsim.envs.testbeds:best_effort",
+    "llmsim/Routing-v0": "llmsim.envs.testbeds:routing",
 }
 for _id, _ep in _ENTRY.items():
     if _id not in gym.registry:

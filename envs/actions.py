@@ -1,11 +1,11 @@
 """The action space of one routing decision: which actions are valid, and what an action does.
 
-One code path for :class:`envs.core.RoutingEnv` (``action_masks()`` / ``decode()``) and for a trained policy
-running as an llmsim router (:class:`envs.policy_router.ExportedRouter`), so a policy is offered the same valid
+One code path for :class:`llmsim.envs.routing_env.RoutingEnv` (``action_masks()`` / ``decode()``) and for a trained policy
+running as an llmsim router (:class:`llmsim.envs.policy_router.ExportedRouter`), so a policy is offered the same valid
 actions and its choice means the same instance in front of real backends as in training. Both functions are
-pure: they read the request's prompt length and the public :class:`~llmsim.state.InstanceState` rows only.
+pure: they read the request's prompt length and the public :class:`~llmsim.state.cluster_state.InstanceState` rows only.
 
-Layout (Discrete(K + 2) in every env, see envs/core.py): index i < K chooses instance i (``instance*``) or model i
+Layout (Discrete(K + 2) in every env, see envs/routing_env.py): index i < K chooses instance i (``instance*``) or model i
 (``model*``: its least-loaded replica that can serve the request), K is wait and K + 1 is drop.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from envs.schema import action_layout
-from llmsim.policies.base import DROP, WAIT
+from llmsim.envs.schema import action_layout
+from llmsim.routing.base import DROP, WAIT
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 An export directory holds ``policy.onnx`` and ``manifest.json`` (docs/export.md). The ONNX graph takes the
 observation arrays and the action mask and returns the masked scores (Q-values or logits; invalid actions at
 -inf unless no action is valid) and their argmax: the greedy action, with the first index winning ties, as
-``torch.argmax`` does in :class:`agents.checkpoint.QPolicy`. Loading needs no torch, stable-baselines3 or
+``torch.argmax`` does in :class:`llmsim.agents.checkpoint.QPolicy`. Loading needs no torch, stable-baselines3 or
 ``agents`` code, so a serving process stays small; the manifest says how to rebuild the observation
 (envs/policy_router.py does it with the envs' own builders).
 """
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from llmsim.errors import ConfigError, load_json_file
-from llmsim.state import LAYOUT_VERSION
+from llmsim.state.cluster_state import LAYOUT_VERSION
 
 FORMAT = "llmsim-policy"
 FORMAT_VERSION = 1
@@ -53,7 +53,7 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     have = m["observation"].get("state_layout_version")
     if have != LAYOUT_VERSION:
         raise ConfigError(f"{f}: observation.state_layout_version {have!r} (the export's ClusterState layout), "
-                          f"but this llmsim's llmsim.state.LAYOUT_VERSION is {LAYOUT_VERSION}")
+                          f"but this llmsim's llmsim.state.cluster_state.LAYOUT_VERSION is {LAYOUT_VERSION}")
     onnx_file = d / str(m["onnx"].get("file", ""))
     if not m["onnx"].get("file") or not onnx_file.is_file():
         raise ConfigError(f"{f}: onnx.file {m['onnx'].get('file')!r} is not a file in {d}")

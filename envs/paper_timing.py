@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmsim.hardware import GpuSpec, get_gpu
-from llmsim.models import ModelSpec, get_model
-from llmsim.profile import kv_capacity_tokens
+from llmsim.perf.hardware import GpuSpec, get_gpu
+from llmsim.perf.models import ModelSpec, get_model
+from llmsim.perf.profile import kv_capacity_tokens
 
 # spec 000 section 2.4 (k1 prefill s/token, k2 decode s/context token)
 QOS_EDGE_K = {
@@ -26,7 +26,7 @@ QOS_EDGE_K = {
     "koala-7b": (7.2e-5, 2.5e-5),
     "baize-7b": (7.2e-5, 2.5e-5),
     "mpt-7b": (7.2e-5, 2.5e-5),
-    # N > 6 (envs.tasks.QOS_MORE_EXPERTS): the code has no constants for these; its ~7B values, a choice.
+    # N > 6 (llmsim.envs.tasks.QOS_MORE_EXPERTS): the code has no constants for these; its ~7B values, a choice.
     "vicuna-7b": (7.2e-5, 2.5e-5),
     "oasst-stablelm-7b": (7.2e-5, 2.5e-5),
     "stablelm-tuned-alpha-7b": (7.2e-5, 2.5e-5),
@@ -69,7 +69,7 @@ def measured_intercept(model: str, gpu: str) -> float:
     """Step time of one sequence at zero context in the measured (model, gpu) profile: the fixed cost of an
     iteration (reading the weights, launch and scheduling overhead) that Eqs. 13-14 leave out. Without a measured
     profile, the roofline's, scaled as the measured experts' fixed costs compare with their rooflines."""
-    from llmsim.profile import RooflineProfile, load_profile
+    from llmsim.perf.profile import RooflineProfile, load_profile
 
     def fixed_cost(m: str, kind: str = "auto") -> tuple[float, bool]:
         prof = load_profile(m, gpu, kind=kind)

@@ -1,4 +1,4 @@
-"""Which routing stage a :class:`envs.core.RoutingEnv` agent drives in a disaggregated cluster (llmsim.disagg).
+"""Which routing stage a :class:`llmsim.envs.routing_env.RoutingEnv` agent drives in a disaggregated cluster (llmsim.cluster.disagg).
 
 ``stage="prefill"`` (default): the agent routes new requests (among the prefill and mixed instances); the
 decode instance is the router default (least KV demand). ``stage="decode"``: a heuristic (``first_stage``,
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llmsim.errors import ConfigError
-from llmsim.policies import make_router
-from llmsim.policies.base import DEFER, default_decode_choice
+from llmsim.routing import make_router
+from llmsim.routing.base import DEFER, default_decode_choice
 
 if TYPE_CHECKING:
-    from llmsim.disagg import Transfer
+    from llmsim.cluster.disagg import Transfer
     from llmsim.request import Request
 
 STAGES = ("prefill", "decode", "both")

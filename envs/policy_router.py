@@ -7,7 +7,7 @@ ClusterState) and ``view.num_instances``; the observation is built by the SAME e
 with (rebuilt from the manifest) on a :class:`DecisionContext`, the EnvContext of a router outside the simulator,
 and the mask and the meaning of the chosen action are envs/actions.py's, shared with RoutingEnv.
 
-Predictions come from the manifest's predictor spec (envs.predictors). The oracle reads the request's own
+Predictions come from the manifest's predictor spec (llmsim.envs.predictors.base). The oracle reads the request's own
 ``output_tokens`` / ``outputs_by_model``: in the simulator that is the ground truth (the same features as the
 env); in front of real backends the live router sets ``output_tokens`` to the client's ``max_tokens``, so the
 "oracle" is the client's bound. A noisy predictor draws from the router's own seed, not the env's: features
@@ -24,14 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from envs.actions import ActionSpec, action_mask, decode_action
-from envs.exported import ExportedPolicy, read_manifest
-from envs.observations import ObsBuilder, make_obs
-from envs.predictors import NoisyOraclePredictor, OraclePredictor, Predictor, ZeroPredictor, make_predictor
+from llmsim.envs.actions import ActionSpec, action_mask, decode_action
+from llmsim.envs.exported import ExportedPolicy, read_manifest
+from llmsim.envs.observations import ObsBuilder, make_obs
+from llmsim.envs.predictors.base import NoisyOraclePredictor, OraclePredictor, Predictor, ZeroPredictor, make_predictor
 from llmsim.errors import ConfigError
-from llmsim.policies.base import WAIT, Router, register_router
 from llmsim.request import Request
-from llmsim.state import LAYOUT_VERSION, ClusterState
+from llmsim.routing.base import WAIT, Router, register_router
+from llmsim.state.cluster_state import LAYOUT_VERSION, ClusterState
 
 # constructor option -> the attribute a builder keeps it in, where the names differ (checked at export)
 _ALIASES = {"cap_running": ("cap_r",), "cap_waiting": ("cap_w",), "prompt_scale": ("ps",), "out_scale": ("os",),
@@ -63,7 +63,7 @@ def builder_spec(builder: ObsBuilder) -> dict[str, Any]:
 
 
 def predictor_spec(pred: Predictor, where: str = "env.predictor") -> str | dict[str, Any]:
-    """The envs.predictors spec of a predictor object; a learned one (agents/, torch or xgboost) is refused."""
+    """The llmsim.envs.predictors.base spec of a predictor object; a learned one (agents/, torch or xgboost) is refused."""
     if type(pred) is OraclePredictor:
         return "oracle"
     if type(pred) is ZeroPredictor:
@@ -71,7 +71,7 @@ def predictor_spec(pred: Predictor, where: str = "env.predictor") -> str | dict[
     if type(pred) is NoisyOraclePredictor:
         return {"kind": "noisy", **{k: _plain(getattr(pred, k)) for k in
                                     ("len_sigma", "q_sd", "len_buckets", "len_max", "q_buckets", "q_max")}}
-    raise ConfigError(f"{where}: a {type(pred).__name__} cannot be exported (only envs.predictors' oracle, noisy "
+    raise ConfigError(f"{where}: a {type(pred).__name__} cannot be exported (only llmsim.envs.predictors.base' oracle, noisy "
                       f"and zero run outside the trainer; a learned predictor needs its own runtime)")
 
 
@@ -84,7 +84,7 @@ def _plain(v: Any) -> Any:
 
 
 class DecisionContext:
-    """The :class:`envs.schema.EnvContext` of a router outside the simulator: static facts from the manifest, the
+    """The :class:`llmsim.envs.schema.EnvContext` of a router outside the simulator: static facts from the manifest, the
     ClusterState of the current decision, predictions cached per request, the router's routed-quality book."""
 
     def __init__(self, ctx: dict[str, Any], predictor: Predictor) -> None:
@@ -104,7 +104,7 @@ class DecisionContext:
     @property
     def model_specs(self) -> dict[str, Any]:
         """llmsim's ModelSpec of each model it knows (no builder reads these; the utility reward does)."""
-        from llmsim.models import MODELS
+        from llmsim.perf.models import MODELS
 
         return {m: MODELS[m] for m in self.models if m in MODELS}
 

@@ -10,7 +10,7 @@ records where each number comes from and what had to be assumed. In short:
   14B 0.15/0.15, 72B 0.38/0.40 (``PRICES``, the RouteBalance policy's ``prices`` kwarg).
 * **Tasks** (spec 4.2): the seven source datasets with their test-set counts; per request a prompt length and,
   per model, an output length (clamped to max_tokens = 1024, spec 1.2) and a DeepEval-like quality in [0, 1]
-  drawn by :class:`envs.tasks.TaskSpec`. Per-tier mean quality is calibrated to the paper's always-3B 0.346 and
+  drawn by :class:`llmsim.envs.tasks.TaskSpec`. Per-tier mean quality is calibrated to the paper's always-3B 0.346 and
   always-14B 0.398; 7B and 72B are assumptions (0.372, 0.410: see ``TIER_QUALITY``); the per-request spread is
   calibrated so that the per-prompt oracle (max over the four models) is 0.582 (spec 6.15).
 * **Arrivals** (spec 4.3): gamma renewal gaps with shape = burstiness (1 = Poisson), rescaled so that the last
@@ -18,7 +18,7 @@ records where each number comes from and what had to be assumed. In short:
   then lo*30 at lo req/s, repeated).
 
 The real per-(prompt, model) labels are in the Hugging Face dataset ``asdwb/route_balance_model_estimator``
-(not available here); with it, :class:`envs.tasks.LabelledPool` replaces this parametric model.
+(not available here); with it, :class:`llmsim.envs.tasks.LabelledPool` replaces this parametric model.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from envs.tasks import TaskMixture, TaskSpec
-from llmsim.cluster import InstanceConfig
-from llmsim.engine import EngineConfig
+from llmsim.cluster.cluster import InstanceConfig
+from llmsim.engine.config import EngineConfig
+from llmsim.envs.tasks import TaskMixture, TaskSpec
 from llmsim.errors import ConfigError
 from llmsim.request import Request
 
@@ -211,7 +211,7 @@ def routebalance_workload(rate: float = 12.0, n: int = NUM_REQUESTS, seed: int =
     always-14B 0.398 are properties of its fixed test set; without it a realisation is off by up to ~0.01).
     Every request carries ``max_tokens`` = 1024 (spec 4.2) and a topic embedding (``extra["embedding"]``); with
     ``topic_signal`` > 0 its topic shifts the per-model qualities (see TOPIC_SIGNAL); ``topic_signal=0`` gives
-    the pre-topic qualities of :class:`envs.tasks.TaskSpec` (the workload of the first full results)."""
+    the pre-topic qualities of :class:`llmsim.envs.tasks.TaskSpec` (the workload of the first full results)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"n: expected a positive integer, got {n!r}")
     models = list(models)

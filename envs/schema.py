@@ -4,9 +4,9 @@ The option field types are llmsim's (:mod:`llmsim.schema`), so ``tick=0``, ``num
 ``time_limit=nan`` fail at construction with one line naming the option, as in the CLI.
 
 :class:`EnvContext` is everything an observation builder or a reward may read of the env: static facts
-(instances, models, tasks), the public :class:`~llmsim.state.ClusterState` (``state()`` as the router
+(instances, models, tasks), the public :class:`~llmsim.state.cluster_state.ClusterState` (``state()`` as the router
 sees it, ``true_state()`` for rewards), the predictor's outputs and the router's own bookkeeping. It lives
-here, below ``envs.core``, so that builders and rewards never import the env that calls them.
+here, below ``llmsim.envs.routing_env``, so that builders and rewards never import the env that calls them.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from llmsim.schema import NonNegFloat, NonNegInt, PosFloat, PosInt, Schema
 if TYPE_CHECKING:
     import numpy as np
 
-    from llmsim.models import ModelSpec
+    from llmsim.perf.models import ModelSpec
     from llmsim.request import Request
-    from llmsim.state import ClusterState
+    from llmsim.state.cluster_state import ClusterState
 
 # action kinds: what the first indices choose (instances or models), and which of wait / drop are offered
 ACTIONS = ("instance", "instance_wait", "instance_drop", "instance_wait_drop",
@@ -37,7 +37,7 @@ def action_layout(kind: str, n_instances: int, n_models: int) -> tuple[int, bool
 
 
 class EnvOptions(Schema):
-    """Scalar options of :class:`envs.core.RoutingEnv` (instances, workload and the pluggable parts are
+    """Scalar options of :class:`llmsim.envs.routing_env.RoutingEnv` (instances, workload and the pluggable parts are
     checked by their own schemas and registries)."""
 
     where: ClassVar[str] = "env"
@@ -56,7 +56,7 @@ class EnvOptions(Schema):
     metrics_interval: PosFloat = 1.0
     on_unservable: Literal["error", "drop"] = "drop"
     colocation_interference: NonNegFloat = 1.0
-    # disaggregated clusters (llmsim.disagg, envs/pd_stage.py): which routing stage the agent drives
+    # disaggregated clusters (llmsim.cluster.disagg, envs/pd_stage.py): which routing stage the agent drives
     stage: Literal["prefill", "decode", "both"] = "prefill"
     first_stage: str = "least_kv"  # the heuristic for new requests with stage="decode"
     kv_link: Literal["nvlink", "infiniband", "pcie", "ethernet"] = "infiniband"

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from envs.core import RoutingEnv
-from envs.paper_timing import qos_edge_paper_profile
-from envs.tasks import (
+from llmsim.cluster.cluster import InstanceConfig
+from llmsim.engine.config import EngineConfig
+from llmsim.envs.paper_timing import qos_edge_paper_profile
+from llmsim.envs.routing_env import RoutingEnv
+from llmsim.envs.tasks import (
     BEST_EFFORT_MODELS,
     QOS_EXPERTS,
     best_effort_mixture,
@@ -15,9 +17,7 @@ from envs.tasks import (
     qos_edge_mixture,
     workload_router_mixture,
 )
-from envs.workloads import MixtureWorkload
-from llmsim.cluster import InstanceConfig
-from llmsim.engine import EngineConfig
+from llmsim.envs.workloads import MixtureWorkload
 from llmsim.errors import ConfigError
 from llmsim.schema import NonNegFloat, PosFloat, PosInt, check_choice, validated
 
@@ -95,8 +95,8 @@ def qos_edge(num_requests: PosInt = 5000, rate: PosFloat = 5.0, latency_limit: P
     ``drain_time`` (60 s): simulated time allowed after the last arrival + ``max_wait_s`` before the episode
     is truncated; heuristics drain in 4-9 s, quality-first in up to ~46 s (docs/testbeds.md). ``arrival``
     replaces the Poisson process, e.g. ``{kind: burstgpt_like, rate: 5}`` (bursty traffic averaging ``rate``,
-    spec 000's real-world test; envs.workloads). ``experts``: names, or a count N (the first N of the code's six,
-    then envs.tasks.QOS_MORE_EXPERTS, up to 10; Fig. 11's sweep)."""
+    spec 000's real-world test; llmsim.envs.workloads). ``experts``: names, or a count N (the first N of the code's six,
+    then llmsim.envs.tasks.QOS_MORE_EXPERTS, up to 10; Fig. 11's sweep)."""
     if isinstance(experts, int):
         experts = qos_edge_experts(experts)
     instances = qos_edge_instances(experts, gpu, timing, intercept)
@@ -126,7 +126,7 @@ def workload_router(num_requests: PosInt = 2000, rate: PosFloat = 20.0, num_inst
     the paper is ``num_instances=8, rate=40, num_requests=4000``. Why these knobs: docs/testbeds.md.
     ``drain_time`` (600 s): simulated time allowed after the last arrival + ``max_wait_s`` before the episode
     is truncated; heuristics drain in 200-590 s, median ~380 s (outputs reach ~4,000 tokens; docs/testbeds.md).
-    ``task_weights``: another task mix (a name of envs.tasks.WORKLOAD_ROUTER_MIXES such as ``long_decode``,
+    ``task_weights``: another task mix (a name of llmsim.envs.tasks.WORKLOAD_ROUTER_MIXES such as ``long_decode``,
     or task -> weight), for held-out evaluation (docs/evaluation.md); None = Table 1's mix."""
     instances = workload_router_instances(num_instances, gpu, max_num_seqs, gpu_memory_utilization, step_time_scale)
     kw: dict[str, Any] = dict(
@@ -156,9 +156,9 @@ def best_effort(num_requests: PosInt = 2000, schedule: Literal["stable", "bursty
     one GPU share a ``device``, so each busy mate adds ``colocation_interference`` (default 1: time slicing) to the
     step-time factor of the others (the paper leaves interference open; spec 002 lists it as optional).
     ``step_time_scale`` (default 1.0) multiplies every engine's step time. With the default request shapes
-    (zero-shot prompts, 512 generated tokens; envs.tasks) static OPT-6.7B on 4 GPUs with the whole memory
+    (zero-shot prompts, 512 generated tokens; llmsim.envs.tasks) static OPT-6.7B on 4 GPUs with the whole memory
     keeps >= 95 % of deadlines up to ~2 req/s, OPT-1.3B fails near 40 req/s and OPT-125M is the best static
-    choice only at the top rates, as spec 002 reports (``python -m envs.calibrate --testbed best_effort``).
+    choice only at the top rates, as spec 002 reports (``python -m experiments.testbeds.calibrate --testbed best_effort``).
     ``drain_time`` (300 s): simulated time allowed after the last arrival + ``max_wait_s`` before the episode
     is truncated; heuristic and random policies drain in 22-159 s (docs/testbeds.md)."""
     instances = best_effort_instances(num_gpus, gpu, step_time_scale)

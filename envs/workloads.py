@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from envs import tasks as T
+from llmsim.envs import tasks as T
 from llmsim.errors import ConfigError
 from llmsim.registry import Registry
 from llmsim.request import Request
@@ -76,14 +76,14 @@ def burstgpt_like_arrivals(rng: np.random.Generator, spec: Mapping[str, Any], k:
 
 @dataclass
 class MixtureWorkload(EnvWorkload):
-    """A task mixture (envs.tasks) with Poisson or spec-002 arrival schedules."""
+    """A task mixture (llmsim.envs.tasks) with Poisson or spec-002 arrival schedules."""
 
     mixture: T.TaskMixture
     arrival: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_ARRIVAL))
 
     def __post_init__(self) -> None:
         if not isinstance(self.mixture, T.TaskMixture):
-            raise ConfigError(f"workload.mixture: expected an envs.tasks.TaskMixture, got {self.mixture!r}")
+            raise ConfigError(f"workload.mixture: expected an llmsim.envs.tasks.TaskMixture, got {self.mixture!r}")
         self.arrival = check_arrival(self.arrival)
         self.task_names = [t.name for t in self.mixture.tasks]
 
@@ -100,7 +100,7 @@ class MixtureWorkload(EnvWorkload):
 
 @dataclass
 class LabelledWorkload(EnvWorkload):
-    """Requests resampled from a user table (see :class:`envs.tasks.LabelledPool`) with given arrivals."""
+    """Requests resampled from a user table (see :class:`llmsim.envs.tasks.LabelledPool`) with given arrivals."""
 
     path: str
     arrival: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_ARRIVAL))

@@ -1,10 +1,11 @@
 """llmsim: a discrete-event simulator of LLM-serving clusters (no torch, gymnasium or hydra here)."""
 
-from llmsim.cluster import Cluster, ClusterView, InstanceConfig
-from llmsim.engine import EngineConfig
-from llmsim.metrics import SLO
+from llmsim.cluster.cluster import Cluster, ClusterView, InstanceConfig
+from llmsim.engine.config import EngineConfig
+from llmsim.metrics.result import SimResult
 from llmsim.request import Request
-from llmsim.sim import SimResult, simulate
+from llmsim.schema import SLO
+from llmsim.simulation.run import simulate
 from llmsim.state import LAYOUT_VERSION, ClusterState, InstanceRequests, InstanceState, RequestState, StaleStateError
 
 __version__ = "0.1.0"

@@ -41,10 +41,10 @@ def resolve_workload_path(workload: dict[str, Any]) -> dict[str, Any]:
 
 def run_from_config(cfg: dict[str, Any], out_dir: str | Path | None = None, progress: bool = False):
     """Build everything from a plain config dict, simulate, save outputs; returns the SimResult."""
-    from llmsim.config import instances_from_config
-    from llmsim.report import save_plots
+    from llmsim.cluster.config import instances_from_config
+    from llmsim.metrics.report import save_plots
     from llmsim.schema import RunConfig
-    from llmsim.sim import simulate
+    from llmsim.simulation.run import simulate
     from llmsim.workload import build_workload
 
     run = RunConfig.parse(cfg)
@@ -81,7 +81,7 @@ def _hydra_main() -> None:
         from omegaconf.errors import OmegaConfBaseException
 
         from llmsim.errors import LLMSimError
-        from llmsim.report import empty_result_reason, print_summary
+        from llmsim.metrics.report import empty_result_reason, print_summary
 
         out_dir = HydraConfig.get().runtime.output_dir
         try:
@@ -126,7 +126,7 @@ class SweepReportCallback(Callback):
         print(f"sweep: {len(summaries)} runs in {sweep_dir}")
         if empty:
             print(f"sweep: {empty} of them completed no request (their error lines are above); exit status 1")
-        print(f"report: python -m llmsim.report {shlex.quote(sweep_dir)}")
+        print(f"report: python -m llmsim.metrics.report {shlex.quote(sweep_dir)}")
         sys.stdout.flush()
         if empty:
             raise SystemExit(1)  # the whole sweep ran; its exit status still says that part of it is empty
@@ -139,6 +139,24 @@ def _one_line(e: BaseException) -> str:
 
 def main() -> None:
     _quiet_on_closed_pipe(_hydra_main)
+
+
+def reproduce() -> None:
+    """``llmsim-reproduce``: the paper reproductions live in a source checkout's ``experiments/`` (not in the
+    wheel); found beside this package, they run, else one line says what is needed."""
+    from llmsim.resources import experiments_dir
+
+    root = experiments_dir()
+    if root is None:
+        print("llmsim-reproduce: error: the reproductions live in the source checkout's experiments/ folder, which "
+              "an installed wheel does not ship; run it from a checkout: git clone <llmsim repository> && "
+              "pip install -e '.[rl]' && llmsim-reproduce --help", file=sys.stderr)
+        raise SystemExit(2)
+    if str(root.parent) not in sys.path:
+        sys.path.insert(0, str(root.parent))
+    from experiments.reproduce import main as run  # optional: only in a source checkout (above)
+
+    raise SystemExit(run())
 
 
 def _quiet_on_closed_pipe(fn: Callable[[], None]) -> None:

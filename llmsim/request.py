@@ -33,7 +33,7 @@ class Request:
         "task",
         "tenant",
         "slo_class",
-        "model",  # the model it must be served by (None: any; llmsim.model_host)
+        "model",  # the model it must be served by (None: any; llmsim.engine.model_host)
         "hash_ids",  # chained prefix-block ids: hash_ids[i] names tokens [0, (i + 1) * hash_block) (prefix_cache)
         "hash_block",  # tokens per hash id (Mooncake: 512)
         "max_tokens",  # the client's cap on output tokens (OpenAI max_tokens; None: no cap beyond the context)
@@ -42,9 +42,9 @@ class Request:
         "quality_by_model",
         # predictor output attached by a router or env (never read by the engine)
         "predicted_output",
-        # prompt tokens the engine found in its prefix cache at the last admission (llmsim.prefix_cache)
+        # prompt tokens the engine found in its prefix cache at the last admission (llmsim.engine.prefix_cache)
         "cached_tokens",
-        "prefix_state",  # what the engine keeps about its blocks (llmsim.prefix_cache.State)
+        "prefix_state",  # what the engine keeps about its blocks (llmsim.engine.prefix_cache.State)
         # lifecycle, written by the cluster and the engine
         "token_cap",  # an output cap a router imposed for this run (RouteBalance's budget clamp); None: none
         "routed_time",
@@ -112,7 +112,7 @@ class Request:
         self.finish = NOT_SET
         self.preemptions = 0
         self.swaps = 0
-        self.evictions = 0  # times a policy sent it back to the central queue (llmsim.engine_ops)
+        self.evictions = 0  # times a policy sent it back to the central queue (llmsim.engine.ops)
         self.target_tokens = self.output_tokens
         self.generated = 0
         self.computed = 0

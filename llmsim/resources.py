@@ -30,7 +30,7 @@ def conf_dir() -> Path:
 @cache
 def profile_data_dir() -> Path:
     """The directory of the shipped profiles, ``<gpu>/<model>[-tpN].yaml``."""
-    path = Path(str(resources.files("profiles") / "data"))
+    path = Path(str(resources.files("llmsim") / "profiles" / "data"))
     if not path.is_dir():
         raise LLMSimError(f"llmsim's profile data is missing ({path}); reinstall llmsim")
     return path.resolve()
@@ -41,3 +41,10 @@ def repo_root() -> Path | None:
     written in conf/, such as ``../shared/traces``)."""
     root = Path(__file__).resolve().parent.parent
     return root if (root / "pyproject.toml").is_file() and (root / "conf").is_dir() else None
+
+
+def experiments_dir() -> Path | None:
+    """The source checkout's ``experiments/`` folder (reproductions, studies, benchmarks), or None when llmsim is
+    installed from a wheel, which does not ship it."""
+    path = Path(__file__).resolve().parents[1] / "experiments"
+    return path if (path / "reproduce.py").is_file() else None

@@ -8,10 +8,10 @@ forbids unknown keys and reports the first problem as::
 
     engine.max_num_seqs: expected an integer, got 1.5
 
-Groups: ``engine`` (:class:`llmsim.engine.EngineConfig`), ``cluster`` (:class:`ClusterConfig`), ``workload``
+Groups: ``engine`` (:class:`llmsim.engine.config.EngineConfig`), ``cluster`` (:class:`ClusterConfig`), ``workload``
 (:mod:`llmsim.workload.schema`), ``policy`` (:class:`PolicyConfig`), ``slo`` (:class:`SLO`), ``sim``
 (:class:`SimConfig`), ``output`` (:class:`OutputConfig`) and the whole run (:class:`RunConfig`). The envs'
-options are :class:`envs.schema.EnvOptions`, built from the same field types.
+options are :class:`llmsim.envs.schema.EnvOptions`, built from the same field types.
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ class SimConfig(Schema):
     central_queue_tick: PosFloat | None = None
     on_unservable: Literal["error", "drop"] = "error"
     colocation_interference: NonNegFloat = 1.0
-    kv_link: Literal["nvlink", "infiniband", "pcie", "ethernet"] = "infiniband"  # prefill -> decode (llmsim.disagg)
+    kv_link: Literal["nvlink", "infiniband", "pcie", "ethernet"] = "infiniband"  # prefill -> decode (llmsim.cluster.disagg)
     kv_transfer: Literal["overlap", "blocking"] = "overlap"
 
 
@@ -302,12 +302,12 @@ class InstanceSpec(Schema):
     engine: dict[str, Any] | None = None
     profile_kind: Literal["auto", "measured", "roofline"] = "auto"
     device: str | None = None
-    # a multi-model instance (llmsim.model_host, docs/multi_model.md): other models it may load, swap costs
+    # a multi-model instance (llmsim.engine.model_host, docs/multi_model.md): other models it may load, swap costs
     models: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
     host_cache_gb: NonNegFloat = 0.0
     storage_gbps: PosFloat = 2.0
     swap_overhead_s: NonNegFloat = 0.0
-    role: Literal["mixed", "prefill", "decode"] = "mixed"  # prefill/decode disaggregation (llmsim.disagg)
+    role: Literal["mixed", "prefill", "decode"] = "mixed"  # prefill/decode disaggregation (llmsim.cluster.disagg)
 
 
 class ClusterConfig(Schema):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmsim.hardware import GpuSpec, get_gpu
-from llmsim.models import ModelSpec, get_model
+from llmsim.perf.hardware import GpuSpec, get_gpu
+from llmsim.perf.models import ModelSpec, get_model
 from llmsim.request import Request
 
 

@@ -1,5 +1,5 @@
 """Measured (model, GPU) profiles for llmsim: committed compact data in ``profiles/data`` and the tools
-that derive (``profiles.build`` with one provider chain per part in ``profiles.providers``), check
-(``profiles.compare``), validate (``profiles.validate``, ``profiles.replay``) and measure
-(``profiles.profile``) them. See docs/profiles.md.
+that derive (``llmsim.profiles.build`` with one provider chain per part in ``llmsim.profiles.providers``), check
+(``llmsim.profiles.compare``), validate (``llmsim.profiles.validate``, ``llmsim.profiles.replay``) and measure
+(``llmsim.profiles.profile``) them. See docs/profiles.md.
 """

@@ -1,7 +1,7 @@
 """How good are estimated profiles? Rebuild measured GPUs with the estimation method alone and compare.
 
-    python -m profiles.validate --write          # section 9 of profiles/VALIDATION.md is made here
-    python -m profiles.estimate_check [--raw DIR] [--profile-out DIR]   # print the tables; optionally write
+    python -m llmsim.profiles.validate --write          # section 9 of profiles/VALIDATION.md is made here
+    python -m llmsim.profiles.estimate_check [--raw DIR] [--profile-out DIR]   # print the tables; optionally write
                                                  # the estimated profiles (for LLMSIM_PROFILE_PATH=DIR replays)
 
 The estimation method is the one behind the estimated profiles (A30, A10, TITAN RTX, some A40): GEMMs by a
@@ -28,20 +28,20 @@ from pathlib import Path
 
 import numpy as np
 
-from llmsim.hardware import get_gpu
-from llmsim.models import get_model
-from llmsim.profile_table import MeasuredProfile, profile_filename
-from profiles.providers.attention import roofline_pair
-from profiles.providers.base import Context
-from profiles.providers.fits import Roofline, gemm_dense, sig
-from profiles.providers.lm_head import lm_gemm
-from profiles.providers.memory import config_memory, reserved_bytes
-from profiles.providers.overhead import vidur_overhead_part
-from profiles.providers.raw import LSS_GPUS, Raw, lss_measured
+from llmsim.perf.hardware import get_gpu
+from llmsim.perf.models import get_model
+from llmsim.perf.profile_table import MeasuredProfile, profile_filename
+from llmsim.profiles.providers.attention import roofline_pair
+from llmsim.profiles.providers.base import Context
+from llmsim.profiles.providers.fits import Roofline, gemm_dense, sig
+from llmsim.profiles.providers.lm_head import lm_gemm
+from llmsim.profiles.providers.memory import config_memory, reserved_bytes
+from llmsim.profiles.providers.overhead import vidur_overhead_part
+from llmsim.profiles.providers.raw import LSS_GPUS, Raw, lss_measured
 
 # GPUs whose step-time parts are measured (their committed profiles are the references).
 HELD_OUT_GPUS = ("a100-80gb", "h100", "l40s", "rtx4090", "rtx-pro-6000")
-# What profiles.providers.fits.mean_efficiency averages for Ampere-and-later GPUs without GEMM tables.
+# What llmsim.profiles.providers.fits.mean_efficiency averages for Ampere-and-later GPUs without GEMM tables.
 CALIBRATION_GPUS = ("a100-80gb", "l40s")
 STEP_PARTS = ("dense", "prefill_attention", "decode_attention", "lm_head")
 _AIC = "aiconfigurator/{}aic-core/src/aiconfigurator_core/systems/data/"
@@ -98,7 +98,7 @@ def estimated_doc(raw: Raw, model: str, gpu: str, hidden: str | None = None) -> 
 
     ``hidden`` defaults to ``gpu``; for a GPU without measurements (e.g. a30) this is exactly the committed
     estimated profile's step-time model (tested)."""
-    from profiles.build import Built, Part, render
+    from llmsim.profiles.build import Built, Part, render
 
     hidden = gpu if hidden is None else hidden
     m, spec = get_model(model), get_gpu(gpu)
@@ -133,8 +133,8 @@ def estimated_doc(raw: Raw, model: str, gpu: str, hidden: str | None = None) -> 
 def reference_docs(raw: Raw) -> dict[tuple[str, str], dict]:
     """``{(gpu, model): doc}`` built from the held-out GPUs' measurements: TP1 targets that fit the GPU and
     whose four step-time parts are all measured (transferred or estimated parts are not a reference)."""
-    from llmsim.kv_budget import kv_capacity_from_bytes
-    from profiles.build import TARGETS, build_one, render
+    from llmsim.perf.kv_budget import kv_capacity_from_bytes
+    from llmsim.profiles.build import TARGETS, build_one, render
 
     out = {}
     for gpu in HELD_OUT_GPUS:
@@ -274,7 +274,7 @@ def pooled(rows: list[Row], what: str = "step", kind: str | None = None) -> dict
 # ------------------------------------------------------------------------------------------- replay
 def write_estimated(raw: Raw, out_dir: Path, targets: list[tuple[str, str]]) -> list[Path]:
     """Write leave-out estimated profiles as ``out_dir/<gpu>/<model>.yaml`` (for LLMSIM_PROFILE_PATH)."""
-    from profiles.build import dump
+    from llmsim.profiles.build import dump
 
     paths = []
     for gpu, model in targets:
@@ -287,14 +287,14 @@ def write_estimated(raw: Raw, out_dir: Path, targets: list[tuple[str, str]]) -> 
 
 def replay_cmd(requests: Path) -> list[str]:
     """The replay command of section 7 (engine settings from the run's meta.json), JSON output."""
-    return [sys.executable, "-m", "profiles.replay", "--requests", str(requests)] + [
+    return [sys.executable, "-m", "llmsim.profiles.replay", "--requests", str(requests)] + [
         "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000", "--json",
     ]  # fmt: skip
 
 
 def start_replays(raw_dir: Path) -> tuple[subprocess.Popen, subprocess.Popen, tempfile.TemporaryDirectory]:
     """Start the replay with the measured and with the estimated RTX PRO 6000 profile (two processes: the
-    profile is chosen by LLMSIM_PROFILE_PATH, and profiles.replay has no way to pass a Profile object)."""
+    profile is chosen by LLMSIM_PROFILE_PATH, and llmsim.profiles.replay has no way to pass a Profile object)."""
     tmp = tempfile.TemporaryDirectory(prefix="llmsim-estimated-")
     write_estimated(Raw(raw_dir), Path(tmp.name), [("rtx-pro-6000", "llama-3.1-8b")])
     cmd = replay_cmd(raw_dir / REPLAY_RUN)
@@ -314,7 +314,7 @@ def finish_replays(procs) -> list[dict]:
         for p in (p_meas, p_est):
             so, se = p.communicate(timeout=300)
             if p.returncode != 0:
-                raise RuntimeError(f"profiles.replay failed ({p.returncode}): {se.strip()[-500:]}")
+                raise RuntimeError(f"llmsim.profiles.replay failed ({p.returncode}): {se.strip()[-500:]}")
             res.append([json.loads(line) for line in so.splitlines() if line.strip()])
     finally:
         for p in (p_meas, p_est):
@@ -409,8 +409,8 @@ INTRO = (
     "(2,048-token budget: 8 / 32 / 128 decodes at context 512 / 2,048 plus one chunk with 0 or 2,048 cached "
     "tokens); shapes whose KV does not fit the GPU at util 0.9 are left out. Error = (estimated - measured) / "
     "measured step time; GPU time leaves out the CPU overhead (the 4090 / PRO 6000 references assume the vLLM "
-    "V1 overhead, the estimate uses vidur's). Command: `python -m profiles.validate --write` (this section; "
-    "`python -m profiles.estimate_check` prints it).\n"
+    "V1 overhead, the estimate uses vidur's). Command: `python -m llmsim.profiles.validate --write` (this section; "
+    "`python -m llmsim.profiles.estimate_check` prints it).\n"
 )
 
 
@@ -427,7 +427,7 @@ def section(raw_dir: Path, procs=None) -> str:
         + error_tables(rows)
         + "\n\nReplay of the real RTX PRO 6000 run of section 7 (same command and engine settings from "
         "meta.json: max_num_seqs 128, max_num_batched_tokens 2048, chunked) with the measured profile and with "
-        "the estimated one (`python -m profiles.estimate_check --profile-out DIR`, then the replay command with "
+        "the estimated one (`python -m llmsim.profiles.estimate_check --profile-out DIR`, then the replay command with "
         "`LLMSIM_PROFILE_PATH=DIR`); latencies in ms:\n\n" + replay_table(rep) + "\n"
     )
 
@@ -456,7 +456,7 @@ def expected_error(raw_dir: Path, kind: str) -> dict:
     to 3 significant digits so that check mode's relative tolerance absorbs last-digit differences."""
     out: dict = {
         "source": "leave-measurements-out check on A100-80GB, H100, L40S, RTX 4090 and RTX PRO 6000 "
-        "(profiles/VALIDATION.md section 9, `python -m profiles.validate`): step-time error over "
+        "(profiles/VALIDATION.md section 9, `python -m llmsim.profiles.validate`): step-time error over "
         "prefill, decode and mixed batches",
         "applies": APPLIES[kind],
     }
@@ -478,9 +478,9 @@ def expected_error(raw_dir: Path, kind: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from profiles.build import DEFAULT_RAW
+    from llmsim.profiles.build import DEFAULT_RAW
 
-    ap = argparse.ArgumentParser(prog="python -m profiles.estimate_check", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m llmsim.profiles.estimate_check", description=__doc__.split("\n")[0])
     ap.add_argument("--raw", type=Path, default=DEFAULT_RAW)
     ap.add_argument("--profile-out", type=Path, help="write the estimated held-out profiles to DIR/<gpu>/<model>.yaml")
     a = ap.parse_args(argv)

@@ -1,7 +1,7 @@
 """Measure a model's operator shapes on this machine's GPU (or CPU) with torch; no weights are downloaded.
 
-    python -m profiles.profile --model llama-2-7b --device cuda [--gpu-name a100-80gb] [--out DIR]
-    python -m profiles.build --from-raw DIR --write     # -> profiles/data/<gpu>/<model>.yaml
+    python -m llmsim.profiles.profile --model llama-2-7b --device cuda [--gpu-name a100-80gb] [--out DIR]
+    python -m llmsim.profiles.build --from-raw DIR --write     # -> profiles/data/<gpu>/<model>.yaml
 
 ``--model`` is a registry name or a Hugging Face ``config.json`` path. One decoder layer is timed with
 random fp16/bf16 tensors: fused QKV, O, (gate+)up and down GEMMs, RMS/LayerNorm, RoPE-like elementwise,
@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from llmsim.errors import LLMSimError, ProfileError
-from llmsim.models import ModelSpec, from_hf_config, get_model
+from llmsim.perf.models import ModelSpec, from_hf_config, get_model
 
 DENSE_TOKENS = sorted(
     set(list(range(1, 17)) + list(range(20, 65, 4)) + list(range(80, 257, 16)) + list(range(288, 2049, 32)))
@@ -344,7 +344,7 @@ def resolve_model(spec: str) -> ModelSpec:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m profiles.profile", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m llmsim.profiles.profile", description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="registry name or HF config.json")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--gpu-name", help="llmsim GPU name to file the profile under (default: from the device)")
@@ -370,10 +370,10 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         profile_model(m, a.device, out, a.gpu_name, a.quick, a.max_tokens, a.max_ctx, a.max_batch, a.iters, a.repeats)
     except LLMSimError as e:
-        print(f"python -m profiles.profile: error: {e}", file=sys.stderr)
+        print(f"python -m llmsim.profiles.profile: error: {e}", file=sys.stderr)
         return 2
     print(
-        f"wrote {out} in {time.perf_counter() - t0:.1f} s; next: python -m profiles.build --from-raw {out} --write"
+        f"wrote {out} in {time.perf_counter() - t0:.1f} s; next: python -m llmsim.profiles.build --from-raw {out} --write"
         " (or --out DIR)"
     )
     return 0

@@ -1,6 +1,6 @@
 """Replay a recorded serving run through llmsim and compare latencies with the measured ones.
 
-    python -m profiles.replay --requests FILE --model M --gpu G [--tp N] [--policy chunked]
+    python -m llmsim.profiles.replay --requests FILE --model M --gpu G [--tp N] [--policy chunked]
         [--max-num-batched-tokens 2048] [--max-num-seqs 256] [--gpu-memory-utilization 0.9] [--json]
         [--timeline] [--plot timeline.png] [--overhead-per-iteration S] [--overhead-per-seq S]
 
@@ -159,12 +159,12 @@ def simulate_run(
     """:func:`simulate_recorded` plus the simulated timeline (one row per second: running, waiting, KV blocks).
 
     ``overhead`` (``per_iteration`` / ``per_seq`` seconds) replaces the profile's CPU overhead (measured profiles
-    only): what-if replays and ``python -m profiles.calibrate``."""
-    from llmsim.cluster import InstanceConfig
-    from llmsim.engine import EngineConfig
-    from llmsim.profile import load_profile
+    only): what-if replays and ``python -m llmsim.profiles.calibrate``."""
+    from llmsim.cluster.cluster import InstanceConfig
+    from llmsim.engine.config import EngineConfig
+    from llmsim.perf.profile import load_profile
     from llmsim.request import Request
-    from llmsim.sim import simulate
+    from llmsim.simulation.run import simulate
 
     prof = load_profile(model, gpu, tp, profile_kind)
     if overhead:
@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[str], pd.DataFrame]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m profiles.replay", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m llmsim.profiles.replay", description=__doc__.split("\n")[0])
     ap.add_argument("--requests", required=True, help="requests.jsonl (vLLM bench) or CSV")
     ap.add_argument("--model", required=True)
     ap.add_argument("--gpu", required=True)
@@ -289,11 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     for n in notes:
         print("note:", n)
     if al is not None and args.timeline:
-        from profiles.replay_timeline import print_table
+        from llmsim.profiles.replay_timeline import print_table
 
         print_table(al)
     if al is not None and args.plot:
-        from profiles.replay_timeline import plot
+        from llmsim.profiles.replay_timeline import plot
 
         run_name = "/".join(Path(args.requests).parts[-4:-1])
         print("timeline plot:", plot(al, args.plot, f"{args.model} on {args.gpu}: {run_name}"))
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _aligned(args: argparse.Namespace, timeline: pd.DataFrame) -> pd.DataFrame:
-    from profiles.replay_timeline import align, read_timeseries
+    from llmsim.profiles.replay_timeline import align, read_timeseries
 
     got = read_timeseries(args.requests)
     if got is None:

@@ -17,40 +17,23 @@ Tests scale their example counts with :func:`examples`, so a profile changes eve
 the ones without an explicit count; their time limits (:func:`hang_limit`) scale the same way.
 """
 
-import math
 import os
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+from tests.helpers import BASE_EXAMPLES as _BASE_EXAMPLES
+from tests.helpers import HYPOTHESIS_PROFILE, REPO, SHARED, examples, hang_limit  # noqa: F401 (old imports)
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-_BASE_EXAMPLES = 100  # what examples(n) is relative to: dev and ci run n, fuzz 20 n
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("dev", max_examples=_BASE_EXAMPLES, **_COMMON)
 settings.register_profile("ci", max_examples=_BASE_EXAMPLES, derandomize=True, database=None, print_blob=True,
                           **_COMMON)
 settings.register_profile("fuzz", max_examples=20 * _BASE_EXAMPLES, print_blob=True, **_COMMON)
-HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or "ci"
 settings.load_profile(HYPOTHESIS_PROFILE)
-
-
-def examples(n: int) -> int:
-    """``n`` examples under dev / ci, proportionally more under fuzz (tests state their cost, profiles scale)."""
-    return max(1, math.ceil(n * settings.get_profile(HYPOTHESIS_PROFILE).max_examples / _BASE_EXAMPLES))
-
-
-def hang_limit(seconds: float) -> pytest.MarkDecorator:
-    """pytest-timeout mark for a Hypothesis test, scaled like :func:`examples`.
-
-    The thread method ends the (xdist worker) process: with the default signal method, Hypothesis takes
-    the timeout's failure for a failing example and goes on shrinking, replaying the hanging example.
-    """
-    return pytest.mark.timeout(examples(seconds), method="thread")
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from agents import guided  # noqa: E402
-from agents.buffer import Batch, ReplayBuffer  # noqa: E402
-from agents.ddqn import DDQNConfig, DoubleDQN, LoopState, epsilon, learn  # noqa: E402
-from agents.nets import NumpyActor, QNetwork, masked_argmax  # noqa: E402
+from llmsim.agents import guided  # noqa: E402
+from llmsim.agents.buffer import Batch, ReplayBuffer  # noqa: E402
+from llmsim.agents.ddqn import DDQNConfig, DoubleDQN, LoopState, epsilon, learn  # noqa: E402
+from llmsim.agents.nets import NumpyActor, QNetwork, masked_argmax  # noqa: E402
 
 
 def _set_linear_q(net: QNetwork, table: np.ndarray) -> None:
@@ -145,8 +145,8 @@ TWO_SPEEDS = {"id": "routing", "num_requests": 150, "decision": "arrival", "acti
 def test_learns_to_avoid_the_slow_instance():
     """Two instances, one ten times slower: a random policy sends half the requests there; after a few
     seconds of training the greedy policy sends > 90 % to the fast one."""
-    from agents.checkpoint import QPolicy
-    from agents.train import make_env, make_vec
+    from llmsim.agents.checkpoint import QPolicy
+    from llmsim.agents.train import make_env, make_vec
 
     torch.set_num_threads(1)
     vec = make_vec(TWO_SPEEDS, 1)

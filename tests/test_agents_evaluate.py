@@ -1,4 +1,4 @@
-"""``python -m agents.evaluate``: every policy sees the same requests, rows are deterministic and independent of
+"""``python -m llmsim.agents.evaluate``: every policy sees the same requests, rows are deterministic and independent of
 the number of worker processes, the outputs are written, and a bad checkpoint is one line with exit status 2."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from agents.checkpoint import action_layout, observation_layout, save_checkpoint
-from agents.evaluate import (
+from llmsim.agents.checkpoint import action_layout, observation_layout, save_checkpoint
+from llmsim.agents.evaluate import (
     baseline_specs,
     env_config,
     evaluate,
@@ -22,9 +22,9 @@ from agents.evaluate import (
     workload_digest,
     workload_seed,
 )
-from agents.evaluate_report import markdown, summarise
-from agents.nets import QNetwork
-from envs.testbeds import make_from_config
+from llmsim.agents.evaluate_report import markdown, summarise
+from llmsim.agents.nets import QNetwork
+from llmsim.envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
 from llmsim.resources import conf_dir
 
@@ -47,7 +47,7 @@ def _without_wall(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _run_app(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agents.evaluate", *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "llmsim.agents.evaluate", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -79,7 +79,7 @@ def test_app_with_baselines_writes_json_markdown_and_plot(tmp_path):
         assert "slo_attainment" in r  # null: the workload_router env sets no SLO
     assert body["seeds"] == SEEDS and body["env"]["num_requests"] == 60
     assert [p_["label"] for p_ in body["policies"]] == ["round_robin", "jsq", "earliest_available"]
-    assert body["policies"][2]["kwargs"]["kv_tokens"]  # filled in from the env, as envs.calibrate does
+    assert body["policies"][2]["kwargs"]["kv_tokens"]  # filled in from the env, as experiments.testbeds.calibrate does
     md = (run / "evaluation.md").read_text()
     assert "| policy | episodes | mean E2E (s)" in md and "E2E vs RR" in md
     assert md.strip() in p.stdout

@@ -9,12 +9,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs  # noqa: F401
+import llmsim.envs  # noqa: F401
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric")
 
-from agents.han import (  # noqa: E402
+from llmsim.agents.han import (  # noqa: E402
     DenseHAN,
     GraphLayout,
     _param_pairs,
@@ -89,7 +89,7 @@ def test_parity_on_env_graphs(env3, heads):
 
 
 def test_parity_on_env_graphs_six_experts():
-    from envs.tasks import QOS_EXPERTS
+    from llmsim.envs.tasks import QOS_EXPERTS
 
     obs_list, layout = _env_observations(list(QOS_EXPERTS), rate=120.0, seed=1, every=6)
     assert layout.n_experts == 6

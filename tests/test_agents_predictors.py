@@ -1,4 +1,4 @@
-"""The learned output-length bucket predictor (agents/predictors.py, spec 001 Sec. 4.1)."""
+"""The learned output-length bucket predictor (envs/predictors/length_buckets.py, spec 001 Sec. 4.1)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
-from agents.predictors import (  # noqa: E402
+from llmsim.envs.predictors.length_buckets import (  # noqa: E402
     BUCKET_NAMES,
     GRID_MAX,
     BucketPredictor,
@@ -24,7 +24,7 @@ from agents.predictors import (  # noqa: E402
     split,
     train_predictor,
 )
-from envs.tasks import TaskMixture, TaskSpec  # noqa: E402
+from llmsim.envs.tasks import TaskMixture, TaskSpec  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.request import Request  # noqa: E402
 
@@ -150,7 +150,7 @@ def test_learned_predictor_uses_task_and_prompt_only(fitted) -> None:
 def test_learned_predictor_runs_in_env(fitted) -> None:
     import gymnasium as gym
 
-    import envs  # noqa: F401  (registers the ids)
+    import llmsim.envs  # noqa: F401  (registers the ids)
 
     lp = LearnedPredictor(fitted[0])
     env = gym.make("llmsim/WorkloadRouter-v0", num_requests=50, predictor=lp)

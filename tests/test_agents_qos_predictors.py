@@ -1,4 +1,4 @@
-"""Spec 000's score and length bucket predictors (agents/qos_predictors.py) and the zero-predictor ablation."""
+"""Spec 000's score and length bucket predictors (envs/predictors/qos.py) and the zero-predictor ablation."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 pytest.importorskip("gymnasium")
 pytest.importorskip("xgboost")
 
-from agents.predictors import make_agent_predictor  # noqa: E402
-from agents.qos_predictors import (  # noqa: E402
+from llmsim.envs.predictors.base import PREDICTORS, ZeroPredictor, make_predictor  # noqa: E402
+from llmsim.envs.predictors.length_buckets import make_agent_predictor  # noqa: E402
+from llmsim.envs.predictors.qos import (  # noqa: E402
     GRID_MAX,
     QoSBucketModel,
     QoSBucketPredictor,
@@ -23,10 +24,9 @@ from agents.qos_predictors import (  # noqa: E402
     split_requests,
     train_qos_predictor,
 )
-from envs.predictors import PREDICTORS, ZeroPredictor, make_predictor  # noqa: E402
-from envs.tasks import qos_edge_mixture  # noqa: E402
-from envs.testbeds import make_from_config  # noqa: E402
-from envs.workloads import MixtureWorkload  # noqa: E402
+from llmsim.envs.tasks import qos_edge_mixture  # noqa: E402
+from llmsim.envs.testbeds import make_from_config  # noqa: E402
+from llmsim.envs.workloads import MixtureWorkload  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 
 EXPERTS = ["alpaca-native", "mpt-7b-instruct", "baize-7b"]

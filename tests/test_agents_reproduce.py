@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from agents import reproduce
-from agents.reproduce import KEYS, VERDICTS, gain_verdict, order_verdict, tolerance
-from agents.reproduce_spec001 import REFERENCE, VARIANTS, claims
+from experiments import reproduce
+from experiments.papers.intelligent_router import REFERENCE, VARIANTS, claims
+from experiments.reproduce import KEYS, VERDICTS, gain_verdict, order_verdict, tolerance
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cli(args: list[str], size: str = "tiny", timeout: int = 110) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LLMSIM_REPRODUCE_SIZE": size, "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, "-m", "agents.reproduce", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "experiments.reproduce", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -192,7 +192,7 @@ def test_spec002_is_dispatched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
         calls.append((quick, out_dir, jobs, progress))
         return [reproduce.claim_row("spec002", "a claim", 1.0, 1.1, "reproduced", unit="%")]
 
-    monkeypatch.setitem(sys.modules, "agents.reproduce_spec002", types.SimpleNamespace(run=run))
+    monkeypatch.setitem(sys.modules, "experiments.papers.best_effort", types.SimpleNamespace(run=run))
     reproduce.main(["spec002", "--quick", "--json", "--jobs", "2", "--out", str(tmp_path)])
     assert calls == [(True, tmp_path, 2, True)]
     row = json.loads(capsys.readouterr().out)
@@ -205,7 +205,7 @@ def test_spec002_is_dispatched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 
 def test_missing_spec_module_is_one_line_exit_2(monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "agents.reproduce_spec002", None)  # import raises ModuleNotFoundError
+    monkeypatch.setitem(sys.modules, "experiments.papers.best_effort", None)  # import raises ModuleNotFoundError
     with pytest.raises(SystemExit) as e:
         reproduce.main(["spec002", "--quick"])
     assert e.value.code == 2
@@ -214,7 +214,7 @@ def test_missing_spec_module_is_one_line_exit_2(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_from_runs_option_forms(tiny_run: tuple[Path, list[dict[str, Any]]]) -> None:
-    from agents.reproduce_spec001 import resolve_runs
+    from experiments.papers.intelligent_router import resolve_runs
 
     assert reproduce.runs_option("a,b,c") == "a,b,c"
     assert reproduce.runs_option("hard=x/y, soft=z") == {"hard": "x/y", "soft": "z"}

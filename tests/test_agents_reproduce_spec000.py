@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.reproduce import KEYS, VERDICTS
-from agents.reproduce_spec000 import bursty_claims, experts_claims, main_claims, qos_gain, reduction, resolve_runs
+from experiments.papers.qos_edge import bursty_claims, experts_claims, main_claims, qos_gain, reduction, resolve_runs
+from experiments.reproduce import KEYS, VERDICTS
 from llmsim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def test_experts_sweep_claims_need_a_lead_at_every_n_and_growth():
 def test_tiny_end_to_end(tmp_path):
     pytest.importorskip("torch")
     env = {**os.environ, "LLMSIM_REPRODUCE_SIZE": "tiny", "MPLBACKEND": "Agg"}
-    p = subprocess.run([sys.executable, "-m", "agents.reproduce", "spec000", "--json", "--no-progress", "--out",
+    p = subprocess.run([sys.executable, "-m", "experiments.reproduce", "spec000", "--json", "--no-progress", "--out",
                         str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]

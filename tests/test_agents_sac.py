@@ -8,10 +8,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from agents.buffer import Batch, ReplayBuffer  # noqa: E402
-from agents.checkpoint import CheckpointPolicy, read_meta  # noqa: E402
-from agents.sac import DiscreteSAC, SACConfig, policy_terms  # noqa: E402
-from agents.train import agent_config, train  # noqa: E402
+from llmsim.agents.buffer import Batch, ReplayBuffer  # noqa: E402
+from llmsim.agents.checkpoint import CheckpointPolicy, read_meta  # noqa: E402
+from llmsim.agents.sac import DiscreteSAC, SACConfig, policy_terms  # noqa: E402
+from llmsim.agents.train import agent_config, train  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 
 BOX = gym.spaces.Box(0.0, 1.0, (4,), np.float32)
@@ -117,7 +117,7 @@ def test_mlp_sac_trains_saves_and_reloads(tmp_path):
     assert (tmp_path / "last" / "policy.pt").is_file()
     assert meta["evaluations"][-1]["avg_qos"] is not None
     pol = CheckpointPolicy(tmp_path / "last")
-    from agents.train import make_env
+    from llmsim.agents.train import make_env
 
     env = make_env(dict(SMALL_QOS))
     obs, info = env.reset(seed=3)
@@ -129,7 +129,7 @@ def test_mlp_sac_trains_saves_and_reloads(tmp_path):
 
 
 def test_argmax_variant_decodes_valid_argmax_and_trains(tmp_path):
-    from agents.sac_argmax import decode, squashed_sample
+    from llmsim.agents.sac_argmax import decode, squashed_sample
 
     vec = np.array([[0.9, 0.1, -0.5], [0.2, 0.8, 0.1]], np.float32)
     masks = np.array([[False, True, True], [True, True, True]])
@@ -143,7 +143,7 @@ def test_argmax_variant_decodes_valid_argmax_and_trains(tmp_path):
     m = read_meta(tmp_path / "last")
     assert m["arch"]["head"] == "gaussian"
     pol = CheckpointPolicy(tmp_path / "last")
-    from agents.train import make_env
+    from llmsim.agents.train import make_env
 
     env = make_env(dict(SMALL_QOS))
     obs, info = env.reset(seed=1)
@@ -155,7 +155,7 @@ def test_sampling_mode_is_seeded_and_respects_masks(tmp_path):
     agent = {"name": "sac", "encoder": "mlp", "hidden": [16], "batch_size": 32, "learning_starts": 100,
              "buffer_size": 1000, "train_freq": 8}
     train(_cfg(dict(SMALL_QOS), agent, 200), tmp_path)
-    from agents.train import make_env
+    from llmsim.agents.train import make_env
 
     env = make_env(dict(SMALL_QOS))
     obs, info = env.reset(seed=0)
@@ -168,7 +168,7 @@ def test_sampling_mode_is_seeded_and_respects_masks(tmp_path):
         runs.append([pol.act(obs, mask, env) for _ in range(200)])
     assert runs[0] == runs[1] and 0 not in runs[0] and len(set(runs[0])) > 1
     with pytest.raises(ConfigError, match="mode"):
-        from agents.evaluate import normalise_spec
+        from llmsim.agents.evaluate import normalise_spec
 
         normalise_spec({"checkpoint": str(tmp_path / "last"), "mode": "boltzmann"})
 
@@ -188,9 +188,9 @@ def test_smoke_training_on_three_experts_beats_random_by_a_clear_margin(tmp_path
     """2,000 decisions of discrete SAC over the HAN state (QoS-aware reward, N = 3 at 2.5 req/s): its greedy
     router's average QoS on held-out seeds beats a random valid-action router's by >= 0.12 (measured: 0.59 vs
     0.33). About 30 s on one core."""
-    from agents.policy import run_episode
-    from agents.spec000_metrics import env_qos
-    from agents.train import make_env
+    from llmsim.agents.policy import run_episode
+    from llmsim.agents.train import make_env
+    from llmsim.envs.qos_metrics import env_qos
 
     env_cfg = {"id": "qos_edge", "num_requests": 400, "experts": SMALL_QOS["experts"], "rate": 2.5}
     agent = {"name": "sac", "encoder": "han", "han_hidden": 32, "hidden": [32, 32], "batch_size": 64,
@@ -214,8 +214,8 @@ def test_smoke_training_on_three_experts_beats_random_by_a_clear_margin(tmp_path
 def test_arrived_embedding_cannot_tell_experts_apart_but_the_packed_state_can():
     """Why agent.head defaults to experts: the HAN's arrived embedding is invariant to permuting the experts with
     their queues (no self-loops, no expert identity), the per-expert part of PackedHAN is not."""
-    from agents.han import DenseHAN, GraphLayout, PackedHAN
-    from agents.train import make_env
+    from llmsim.agents.han import DenseHAN, GraphLayout, PackedHAN
+    from llmsim.agents.train import make_env
 
     env = make_env({"id": "qos_edge", "num_requests": 300, "experts": SMALL_QOS["experts"], "rate": 2.5})
     obs, info = env.reset(seed=0)

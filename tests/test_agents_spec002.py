@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from agents import spec002_metrics as M
-from agents.reproduce_spec002 import compose, run
+from experiments.papers import best_effort_metrics as M
+from experiments.papers.best_effort import compose, run
 
 
 def test_window_means_slide_with_stride_one() -> None:

@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from agents.checkpoint import CheckpointPolicy, read_meta  # noqa: E402
-from agents.train import evaluate_greedy, make_env, train  # noqa: E402
+from llmsim.agents.checkpoint import CheckpointPolicy, read_meta  # noqa: E402
+from llmsim.agents.train import evaluate_greedy, make_env, train  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.resources import conf_dir  # noqa: E402
 
@@ -119,7 +119,7 @@ def test_cli_is_deterministic_across_processes(tmp_path, trained):
     run, _ = trained
     ref = _cfg(save_replay=True)
     out = tmp_path / "cli"
-    p = subprocess.run([sys.executable, "-m", "agents.train", *OVERRIDES, "trainer.total_steps=800",
+    p = subprocess.run([sys.executable, "-m", "llmsim.agents.train", *OVERRIDES, "trainer.total_steps=800",
                         f"hydra.run.dir={out}"], cwd=ROOT, capture_output=True, text=True, timeout=200)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "trained ddqn" in p.stdout
@@ -130,7 +130,7 @@ def test_cli_is_deterministic_across_processes(tmp_path, trained):
 
 
 def test_cli_bad_resume_is_one_line(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "agents.train", *OVERRIDES, f"trainer.resume={tmp_path}/nothing",
+    p = subprocess.run([sys.executable, "-m", "llmsim.agents.train", *OVERRIDES, f"trainer.resume={tmp_path}/nothing",
                         f"hydra.run.dir={tmp_path}/run"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
@@ -147,7 +147,7 @@ def test_every_agent_env_config_composes(agent, env):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from agents.train import agent_config
+    from llmsim.agents.train import agent_config
 
     with initialize_config_dir(str(conf_dir()), version_base="1.3"):
         cfg = compose("train", overrides=[f"agent={agent}", f"env={env}"])
@@ -161,7 +161,7 @@ def test_every_experiment_composes_and_builds(experiment, tmp_path):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from agents.train import agent_config, check_setup, env_config
+    from llmsim.agents.train import agent_config, check_setup, env_config
 
     with initialize_config_dir(str(conf_dir()), version_base="1.3"):
         cfg = compose("train", overrides=[f"+experiment={experiment}"])
@@ -186,7 +186,7 @@ def test_learned_predictor_is_fitted_once_and_saved(tmp_path):
 
 
 def test_eval_score_ranks_lost_requests_first():
-    from agents.train import eval_score
+    from llmsim.agents.train import eval_score
 
     fast_but_lossy = eval_score("mean_e2el_ms", 50_000.0, 3)
     slow_complete = eval_score("mean_e2el_ms", 400_000.0, 0)

@@ -11,8 +11,8 @@ pytest.importorskip("stable_baselines3")
 
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
-from agents.train import make_env  # noqa: E402
-from agents.vec import FreshInfoVecEnv  # noqa: E402
+from llmsim.agents.train import make_env  # noqa: E402
+from llmsim.agents.vec import FreshInfoVecEnv  # noqa: E402
 
 ENV = {"id": "workload_router", "num_requests": 12, "rate": 20.0, "reward": {"kind": "workload_aware", "guidance": 0.0}}
 

@@ -91,7 +91,7 @@ def test_cli_absurd_rate_is_a_clear_error(tmp_path) -> None:
 
 @pytest.mark.timeout(30)
 def test_api_always_wait_router_ends_with_never_routed() -> None:
-    from llmsim.policies import WAIT, Router
+    from llmsim.routing import WAIT, Router
 
     class AlwaysWait(Router):
         name = "always_wait"
@@ -121,8 +121,8 @@ def test_api_bad_request_fields(field, value) -> None:
 def test_env_defer_action_rejected() -> None:
     import gymnasium as gym
 
-    import envs  # noqa: F401
-    from envs.core import InvalidAction
+    import llmsim.envs  # noqa: F401
+    from llmsim.envs.routing_env import InvalidAction
 
     env = gym.make("llmsim/Routing-v0", num_requests=5)
     env.reset(seed=0)
@@ -210,7 +210,7 @@ def test_replay_bad_jsonl(name, content, needle, tmp_path) -> None:
     f = tmp_path / f"{name}.jsonl"
     f.write_text(content)
     p = _cli(["--requests", str(f), "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000"], tmp_path,
-             module="profiles.replay")
+             module="llmsim.profiles.replay")
     _assert_clear(p, f.name, needle)
 
 
@@ -224,8 +224,8 @@ def test_replay_bad_jsonl(name, content, needle, tmp_path) -> None:
 def test_bad_profile_yaml(mutate, needle, tmp_path) -> None:
     import yaml
 
-    from llmsim.profile_table import load_profile_file
-    from tests.conftest import REPO
+    from llmsim.perf.profile_table import load_profile_file
+    from tests.helpers import REPO
 
     doc = yaml.safe_load((REPO / "profiles" / "data" / "a100-80gb" / "llama-2-7b.yaml").read_text())
     mutate(doc)

@@ -1,4 +1,4 @@
-"""``python -m llmsim.bench sim --prefix-cost``: the paired measurement of prefix caching's cost with no reuse
+"""``python -m experiments.bench.sim sim --prefix-cost``: the paired measurement of prefix caching's cost with no reuse
 (issue 17's target), on a tiny case; its figures are the benchmark's business, not asserted here."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmsim.bench", "sim", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "experiments.bench.sim", "sim", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=100)
 
 
@@ -34,7 +34,7 @@ def test_prefix_cost_pairs_caching_on_and_off_and_reports_the_median_ratio():
 
 
 def test_cost_verdict_says_undecided_when_the_interval_spans_the_target():
-    from llmsim.bench import cost_verdict, median_interval
+    from experiments.bench.sim import cost_verdict, median_interval
 
     assert cost_verdict([1.05, 1.06, 1.07, 1.04, 1.08] * 4) == "met"
     assert cost_verdict([1.12, 1.15, 1.13, 1.18, 1.14] * 4) == "NOT met"
@@ -57,7 +57,7 @@ def test_prefix_cost_refuses_bad_options_in_one_line(args, message):
 
 def test_prefix_cost_alternates_the_order_within_pairs(monkeypatch):
     """Caching on runs first in even pairs and second in odd ones: a run's place in the sequence weighs on both."""
-    import llmsim.bench as bench
+    import experiments.bench.sim as bench
 
     calls = []
 

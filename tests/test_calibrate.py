@@ -1,4 +1,4 @@
-"""``python -m envs.calibrate``: the command's output and its target checks (the calibration itself is a
+"""``python -m experiments.testbeds.calibrate``: the command's output and its target checks (the calibration itself is a
 command, not a test: docs/testbeds.md)."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from envs.calibrate import aggregate, check_targets
-from envs.calibrate_cases import Job, jobs_for, run_job
+from experiments.testbeds.calibrate import aggregate, check_targets
+from experiments.testbeds.cases import Job, jobs_for, run_job
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ("testbed", "policy", "mean_e2el_ms", "p99_e2el_ms", "makespan_s", "preempted_frac", "kv_mean")
 
 
 def test_quick_json_run_prints_the_required_keys():
-    out = subprocess.run([sys.executable, "-m", "envs.calibrate", "--testbed", "qos_edge", "--quick", "--json",
+    out = subprocess.run([sys.executable, "-m", "experiments.testbeds.calibrate", "--testbed", "qos_edge", "--quick", "--json",
                           "--jobs", "2"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
     assert [r["policy"] for r in rows] == ["round_robin", "jsq", "quality_first", "qos_lookahead"]

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmsim.capacity import (
+from llmsim.errors import ConfigError
+from llmsim.planning.capacity import (
     CapacityConfig,
     Point,
     RateSearch,
@@ -25,7 +26,6 @@ from llmsim.capacity import (
     run_config,
     search_all,
 )
-from llmsim.errors import ConfigError
 from llmsim.resources import conf_dir
 
 
@@ -201,7 +201,7 @@ def test_no_slo_is_an_error(tmp_path) -> None:
 
 # ------------------------------------------------------------------------------------------ the Hydra app
 def _app(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmsim.capacity", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "llmsim.planning.capacity", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
 
 

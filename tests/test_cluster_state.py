@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from llmsim.cluster import Cluster, InstanceConfig
-from llmsim.engine import EngineConfig
+from llmsim.cluster.cluster import Cluster, InstanceConfig
+from llmsim.engine.config import EngineConfig
 from llmsim.errors import ConfigError
-from llmsim.policies import Router
 from llmsim.request import Request
-from llmsim.state import (
+from llmsim.routing import Router
+from llmsim.state.cluster_state import (
     LAYOUT_VERSION,
     ClusterState,
     InstanceRequests,

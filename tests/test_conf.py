@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from llmsim.cli import run_from_config
 from llmsim.errors import ConfigError
 from llmsim.resources import conf_dir
-from tests.conftest import REPO, SHARED
+from tests.helpers import REPO, SHARED
 from tests.test_workload_burstgpt import write_burstgpt
 
 CONF = REPO / "conf"
@@ -70,8 +70,8 @@ def test_shipped_config_runs(group: str, option: str, tmp_path: Path) -> None:
             overrides.append(f"workload.path={FIXTURE_WORKLOADS[option](tmp_path)}")
     if (group, option) == ("policy", "onnx"):  # an exported policy for the default cluster (4 x llama-2-7b)
         pytest.importorskip("torch", reason="building an export to route with needs the rl extra")
-        from agents.export import export
-        from agents.imitate import demo_checkpoint
+        from llmsim.agents.export import export
+        from llmsim.agents.imitate import demo_checkpoint
 
         overrides.append(f"policy.kwargs.path={export(demo_checkpoint('ddqn_flat', tmp_path), check_steps=0)}")
     cfg = _small(_compose(overrides))
@@ -155,7 +155,7 @@ def test_switching_kind_works_once_the_other_keys_are_dropped() -> None:
 
 @pytest.mark.parametrize("name", _options("env"))
 def test_shipped_env_config_steps(name: str) -> None:
-    from envs.testbeds import make_from_config
+    from llmsim.envs.testbeds import make_from_config
 
     cfg = OmegaConf.to_container(OmegaConf.load(CONF / "env" / f"{name}.yaml"), resolve=True)
     cfg["num_requests"] = 30
@@ -177,7 +177,7 @@ def test_shipped_env_config_steps(name: str) -> None:
 
 @pytest.mark.parametrize("name", _options("reward"))
 def test_shipped_reward_configs_build(name: str) -> None:
-    from envs.rewards import Reward, make_reward
+    from llmsim.envs.rewards import Reward, make_reward
 
     cfg = OmegaConf.to_container(OmegaConf.load(CONF / "reward" / f"{name}.yaml"), resolve=True)
     assert isinstance(make_reward(cfg), Reward)

@@ -13,9 +13,9 @@ from hydra import compose, initialize_config_dir
 
 from llmsim import EngineConfig, InstanceConfig, simulate
 from llmsim.cli import run_from_config
-from llmsim.policies import DROP, WAIT, Router
+from llmsim.routing import DROP, WAIT, Router
 from llmsim.testing import LinearProfile, requests
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def composed(overrides: list[str]) -> dict:

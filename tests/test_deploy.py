@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from llmsim.deploy import DeployConfig, Prices, enumerate_candidates, run_deploy
-from llmsim.deploy_report import _mark_pareto
 from llmsim.errors import ConfigError
+from llmsim.planning.deploy import DeployConfig, Prices, enumerate_candidates, run_deploy
+from llmsim.planning.deploy_report import _mark_pareto
 from llmsim.resources import conf_dir
 from tests.test_capacity import compose
 
@@ -82,7 +82,7 @@ def test_tiny_search_finds_the_cheaper_feasible_gpu(tmp_path) -> None:
             "deploy.target_rate=3", "deploy.prune=false", "deploy.counts=[1,2,4]", "capacity.seeds=1",
             "capacity.num_requests=150", "capacity.tolerance=0.1", "capacity.workers=2", "deploy.verify_parallel=1",
             f"hydra.run.dir={tmp_path}/run"]
-    p = subprocess.run([sys.executable, "-m", "llmsim.deploy", *args], cwd=tmp_path, capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "llmsim.planning.deploy", *args], cwd=tmp_path, capture_output=True, text=True,
                        timeout=110)
     assert p.returncode == 0, p.stderr[-3000:]
     run = tmp_path / "run"
@@ -106,7 +106,7 @@ def test_tiny_search_finds_the_cheaper_feasible_gpu(tmp_path) -> None:
 
 
 def test_app_bad_deploy_config_exits_2(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "llmsim.deploy", "deploy.budget=0", f"hydra.run.dir={tmp_path}/run"],
+    p = subprocess.run([sys.executable, "-m", "llmsim.planning.deploy", "deploy.budget=0", f"hydra.run.dir={tmp_path}/run"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
@@ -126,7 +126,7 @@ def test_same_report_on_one_and_two_workers(tmp_path) -> None:
     assert run(1) == run(2)
 
 
-@pytest.mark.parametrize("module,name", [("llmsim.deploy", "llmsim-deploy"), ("llmsim.capacity", "llmsim-capacity")])
+@pytest.mark.parametrize("module,name", [("llmsim.planning.deploy", "llmsim-deploy"), ("llmsim.planning.capacity", "llmsim-capacity")])
 def test_help_names_the_app(module, name, tmp_path) -> None:
     p = subprocess.run([sys.executable, "-m", module, "--help"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=60)

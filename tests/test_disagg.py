@@ -4,11 +4,11 @@ import pandas as pd
 import pytest
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.cluster import Cluster
+from llmsim.cluster.cluster import Cluster
 from llmsim.errors import ConfigError
-from llmsim.hardware import LINKS, get_gpu, transfer_seconds
-from llmsim.policies import Router, make_router
+from llmsim.perf.hardware import LINKS, get_gpu, transfer_seconds
 from llmsim.request import Request
+from llmsim.routing import Router, make_router
 from llmsim.testing import LinearProfile, requests
 
 # step time = 0.01 + 0.001 * tokens; Llama-2-7B KV: 512 KiB per token
@@ -153,7 +153,7 @@ def test_impossible_role_layouts_name_the_key(insts, match):
 
 
 def test_config_keys_are_checked_by_the_schemas():
-    from llmsim.config import instances_from_config, sim_options
+    from llmsim.cluster.config import instances_from_config, sim_options
 
     with pytest.raises(ConfigError, match="role"):
         instances_from_config({"instances": [{"model": "llama-2-7b", "role": "prefil"}]})
@@ -173,7 +173,7 @@ def test_same_config_same_bytes():
 
 @pytest.mark.parametrize("policy", ["vllm_v0", "chunked"])
 def test_landed_copies_are_not_locked_out_by_a_preempted_head(policy, monkeypatch):
-    from llmsim.instance import Instance
+    from llmsim.engine.instance import Instance
 
     start = Instance._start_next
 

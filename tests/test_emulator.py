@@ -483,7 +483,7 @@ def test_cli_serves() -> None:
 
 
 def test_import_llmsim_does_not_import_fastapi() -> None:
-    code = "import sys, llmsim, llmsim.cluster; assert 'fastapi' not in sys.modules and 'uvicorn' not in sys.modules"
+    code = "import sys, llmsim, llmsim.cluster.cluster; assert 'fastapi' not in sys.modules and 'uvicorn' not in sys.modules"
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
 

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from llmsim import EngineConfig
-from llmsim.engine_guards import MAX_RESCHEDULES, MAX_STALLED_ITERATIONS
+from llmsim.engine.guards import MAX_RESCHEDULES, MAX_STALLED_ITERATIONS
+from llmsim.engine.instance import Instance
+from llmsim.engine.scheduling import BatchPolicy, Scheduled, VllmV0Policy
 from llmsim.errors import LLMSimError
-from llmsim.instance import Instance
-from llmsim.metrics import Recorder
+from llmsim.event_loop import ARRIVAL, SimEnv
+from llmsim.metrics.recorder import Recorder
 from llmsim.request import Request
-from llmsim.scheduling import BatchPolicy, Scheduled, VllmV0Policy
-from llmsim.simenv import ARRIVAL, SimEnv
 from llmsim.testing import LinearProfile
 
 PROF = LinearProfile(base=0.01, per_token=0.001)

@@ -1,4 +1,4 @@
-"""The KV cache (llmsim.kv.KVCache): block accounting never goes negative and free + held == total after
+"""The KV cache (llmsim.engine.kv.KVCache): block accounting never goes negative and free + held == total after
 every operation, including swaps; a wrong move raises and changes nothing."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmsim import EngineConfig, InstanceConfig, simulate
+from llmsim.engine.kv import KVCache
 from llmsim.errors import LLMSimError
-from llmsim.kv import KVCache
 from llmsim.request import Request
 from llmsim.testing import LinearProfile, requests
-from tests.conftest import examples
+from tests.helpers import examples
 
 OPS = st.lists(st.tuples(st.sampled_from(["allocate", "release", "swap_out", "swap_in", "drop_swapped", "take"]),
                          st.integers(0, 5), st.integers(0, 12)), max_size=80)
@@ -124,8 +124,8 @@ def test_a_run_under_pressure_gives_every_block_back(fast, preemption, policy):
     inst = InstanceConfig(profile=LinearProfile(), engine=EngineConfig(
         policy=policy, fast_path=fast, block_size=4, num_gpu_blocks=20, watermark=0.0, preemption=preemption,
         swap_space_gb=0.01, max_model_len=64))
-    from llmsim.cluster import Cluster
-    from llmsim.policies import make_router
+    from llmsim.cluster.cluster import Cluster
+    from llmsim.routing import make_router
 
     cluster = Cluster([inst], make_router("round_robin"), on_unservable="drop")
     cluster.run(requests(rows))

@@ -1,4 +1,4 @@
-"""Engine operations a policy triggers (llmsim.engine_ops): request eviction and GPU -> CPU KV swap-out.
+"""Engine operations a policy triggers (llmsim.engine.ops): request eviction and GPU -> CPU KV swap-out.
 
 They conserve tokens (a finished request generated exactly its target; generated never decreases) and memory
 (no KV block, GPU or CPU, is held at the end); an evicted request is routed again and completes; a swap-out
@@ -13,15 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmsim import EngineConfig, InstanceConfig
-from llmsim.cluster import Cluster
+from llmsim.cluster.cluster import Cluster
 from llmsim.errors import LLMSimError
-from llmsim.metrics import SLO
-from llmsim.policies import make_router
+from llmsim.event_loop import ROUTE
+from llmsim.metrics.recorder import SLO
 from llmsim.request import Request
-from llmsim.sim import collect
-from llmsim.simenv import ROUTE
+from llmsim.routing import make_router
+from llmsim.simulation.run import collect
 from llmsim.testing import LinearProfile, requests
-from tests.conftest import examples
+from tests.helpers import examples
 from tests.test_properties import assert_frames_identical
 
 BASE, PER_TOKEN = 0.01, 0.001  # LinearProfile: a step takes BASE + PER_TOKEN * tokens

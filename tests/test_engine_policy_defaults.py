@@ -6,10 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.errors import ConfigError
-from llmsim.registry import Registry
-from llmsim.request import Request
-from llmsim.scheduling import (
+from llmsim.engine.scheduling import (
     BATCH_POLICIES,
     BatchPolicy,
     ChunkedPrefillPolicy,
@@ -18,6 +15,9 @@ from llmsim.scheduling import (
     VllmV0SJFPolicy,
     register_batch_policy,
 )
+from llmsim.errors import ConfigError
+from llmsim.registry import Registry
+from llmsim.request import Request
 
 
 @pytest.mark.parametrize(("cls", "watermark", "whole", "budget_4096", "budget_1024"), [

@@ -9,11 +9,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs
-from envs.core import RoutingEnv
-from llmsim.metrics import SLO
-from llmsim.policies import Router
-from llmsim.sim import simulate
+from llmsim import envs
+from llmsim.envs.routing_env import RoutingEnv
+from llmsim.metrics.recorder import SLO
+from llmsim.routing import Router
+from llmsim.simulation.run import simulate
 
 SMALL = {"num_requests": 30}
 
@@ -144,7 +144,7 @@ def test_subproc_vec_env():
     from stable_baselines3.common.vec_env import SubprocVecEnv
 
     def make(i):
-        return lambda: gym.make("envs:llmsim/Routing-v0", num_requests=20)  # imports envs in the worker
+        return lambda: gym.make("llmsim.envs:llmsim/Routing-v0", num_requests=20)  # imports envs in the worker
 
     vec = SubprocVecEnv([make(0), make(1)])
     try:
@@ -202,7 +202,7 @@ def test_truncation_by_time_limit():
 
 
 def test_routing_from_config_dict():
-    from envs.testbeds import make_from_config
+    from llmsim.envs.testbeds import make_from_config
 
     env = make_from_config({
         "id": "routing", "num_requests": 20, "decision": "arrival", "action": "instance_wait",
@@ -222,10 +222,10 @@ def test_routing_from_config_dict():
 def test_tick_episode_summary_equals_core_replay():
     """Tick mode: replaying the agent's (time, request, instance) decisions on a plain Cluster at the same
     instants (phase ROUTE) gives the summary the env reports."""
-    from llmsim.cluster import Cluster
-    from llmsim.policies import WAIT
-    from llmsim.sim import collect
-    from llmsim.simenv import ROUTE
+    from llmsim.cluster.cluster import Cluster
+    from llmsim.event_loop import ROUTE
+    from llmsim.routing import WAIT
+    from llmsim.simulation.run import collect
 
     slo = SLO(ttft_ms=500.0, tpot_ms=50.0)
     env = gym.make("llmsim/WorkloadRouter-v0", num_requests=200, slo=slo, max_wait_s=None).unwrapped

@@ -1,11 +1,11 @@
 """BestEffort's regime (spec 002 section 4.3.1): the static baselines' deadline curves bend where the paper's
-do. Small runs of the calibration command's own jobs (envs.calibrate_cases); the full curves are
-``python -m envs.calibrate --testbed best_effort`` (docs/testbeds.md)."""
+do. Small runs of the calibration command's own jobs (experiments.testbeds.cases); the full curves are
+``python -m experiments.testbeds.calibrate --testbed best_effort`` (docs/testbeds.md)."""
 
 import numpy as np
 
-from envs.calibrate_cases import Job, run_job
-from envs.tasks import BEST_EFFORT_MAX_TOKENS, best_effort_mixture
+from experiments.testbeds.cases import Job, run_job
+from llmsim.envs.tasks import BEST_EFFORT_MAX_TOKENS, best_effort_mixture
 
 
 def _met(model: str, rate: float, n: int = 300, gpus: int = 4) -> float:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs.tasks import qos_edge_mixture
-from envs.workloads import MixtureWorkload
+from llmsim.envs.tasks import qos_edge_mixture
+from llmsim.envs.workloads import MixtureWorkload
 from llmsim.errors import ConfigError
 
 

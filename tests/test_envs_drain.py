@@ -6,11 +6,11 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 
-import envs  # noqa: F401  (registers the ids)
-from envs import testbeds
-from envs.core import RoutingEnv
+import llmsim.envs  # noqa: F401  (registers the ids)
+from llmsim.envs import testbeds
+from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
-from llmsim.policies import make_router
+from llmsim.routing import make_router
 
 DEFAULT_DRAIN = {
     "llmsim/QoSEdge-v0": testbeds.QOS_EDGE_DRAIN_S,

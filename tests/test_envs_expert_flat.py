@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
-from envs.testbeds import make_from_config  # noqa: E402
+from llmsim.envs.testbeds import make_from_config  # noqa: E402
 
 EXPERTS = ["alpaca-native", "chatglm-6b", "mpt-7b-instruct"]
 

@@ -6,8 +6,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs  # noqa: F401
-from envs.observations import from_hetero_data, to_hetero_batch, to_hetero_data
+import llmsim.envs  # noqa: F401
+from llmsim.envs.observations import from_hetero_data, to_hetero_batch, to_hetero_data
 
 torch = pytest.importorskip("torch")
 

@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs  # noqa: F401
+import llmsim.envs  # noqa: F401
 
 pytest.importorskip("sb3_contrib")  # the rl extra (third-party); the project's own modules are plain imports
 torch = pytest.importorskip("torch")

@@ -4,10 +4,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs  # noqa: F401
-from envs.paper_timing import measured_intercept, qos_edge_paper_profile
-from llmsim.hardware import get_gpu
-from llmsim.models import get_model
+import llmsim.envs  # noqa: F401
+from llmsim.envs.paper_timing import measured_intercept, qos_edge_paper_profile
+from llmsim.perf.hardware import get_gpu
+from llmsim.perf.models import get_model
 
 
 def test_paper_profile_is_the_linear_fit():
@@ -29,7 +29,7 @@ def test_intercept_is_the_measured_fixed_step_cost():
 def test_experts_beyond_the_code_s_six_get_a_scaled_fixed_cost():
     """No measured profile: the roofline's fixed cost times the measured/roofline ratio of the six, so a ~7B
     stand-in is neither free nor ~35 % slower than the measured experts (the roofline alone)."""
-    from llmsim.profile import load_profile
+    from llmsim.perf.profile import load_profile
 
     for m in ("oasst-stablelm-7b", "dolly-v2-7b"):
         roof = load_profile(m, "rtx4090", kind="roofline").step_time(1, 1, 0, 0, 1, 0)
@@ -41,7 +41,7 @@ def test_experts_beyond_the_code_s_six_get_a_scaled_fixed_cost():
 
 
 def test_qos_edge_takes_a_number_of_experts():
-    from envs.tasks import QOS_EXPERTS, QOS_MORE_EXPERTS
+    from llmsim.envs.tasks import QOS_EXPERTS, QOS_MORE_EXPERTS
     from llmsim.errors import ConfigError
 
     env = gym.make("llmsim/QoSEdge-v0", experts=10, num_requests=50)

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from envs.core import RoutingEnv
-from envs.workloads import EnvWorkload
+from llmsim.envs.routing_env import RoutingEnv
+from llmsim.envs.workloads import EnvWorkload
 from llmsim.errors import ConfigError
-from llmsim.policies import make_router
 from llmsim.request import Request
+from llmsim.routing import make_router
 
 SPLIT = [{"model": "llama-2-7b", "gpu": "a100-80gb", "count": 1, "role": "prefill"},
          {"model": "llama-2-7b", "gpu": "a100-80gb", "count": 2, "role": "decode"}]

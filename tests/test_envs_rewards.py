@@ -6,12 +6,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs  # noqa: F401  (registers the ids)
-from envs.core import RoutingEnv
-from envs.rewards import action_impact, deadline_weight, latency_increase, mixing_penalty
-from envs.workloads import EnvWorkload
-from llmsim.cluster import InstanceConfig
-from llmsim.engine import EngineConfig
+import llmsim.envs  # noqa: F401  (registers the ids)
+from llmsim.cluster.cluster import InstanceConfig
+from llmsim.engine.config import EngineConfig
+from llmsim.envs.rewards import action_impact, deadline_weight, latency_increase, mixing_penalty
+from llmsim.envs.routing_env import RoutingEnv
+from llmsim.envs.workloads import EnvWorkload
 from llmsim.request import Request
 
 K1, K2, L = 7.2e-5, 2.5e-5, 0.030

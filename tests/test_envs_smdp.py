@@ -8,13 +8,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs
-from envs.core import RoutingEnv
-from envs.workloads import EnvWorkload
-from llmsim.cluster import InstanceConfig
-from llmsim.engine import EngineConfig
-from llmsim.policies import DROP, WAIT
+from llmsim import envs
+from llmsim.cluster.cluster import InstanceConfig
+from llmsim.engine.config import EngineConfig
+from llmsim.envs.routing_env import RoutingEnv
+from llmsim.envs.workloads import EnvWorkload
 from llmsim.request import Request
+from llmsim.routing import DROP, WAIT
 
 SMALL = {"num_requests": 40}
 

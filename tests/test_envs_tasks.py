@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from envs.predictors import NoisyOraclePredictor, OraclePredictor
-from envs.tasks import (
+from llmsim.envs.predictors.base import NoisyOraclePredictor, OraclePredictor
+from llmsim.envs.tasks import (
     BEST_EFFORT_ACCURACY,
     WORKLOAD_ROUTER_TASKS,
     LabelledPool,
@@ -21,8 +21,8 @@ from envs.tasks import (
     qos_edge_mixture,
     workload_router_mixture,
 )
-from envs.testbeds import make_from_config
-from envs.workloads import MIXTURE_PRESETS, LabelledWorkload, MixtureWorkload, make_workload
+from llmsim.envs.testbeds import make_from_config
+from llmsim.envs.workloads import MIXTURE_PRESETS, LabelledWorkload, MixtureWorkload, make_workload
 from llmsim.errors import ConfigError, TraceError
 from llmsim.workload import ARRIVAL_PRESETS, RandomPhases
 
@@ -202,7 +202,7 @@ def test_env_yaml_configs_build(name):
 
 
 def test_testbed_clusters_are_the_documented_ones():
-    from envs.testbeds import qos_edge_instances, static_instances, workload_router_instances
+    from llmsim.envs.testbeds import qos_edge_instances, static_instances, workload_router_instances
 
     wr = workload_router_instances()
     prof = wr[0].build_profile()

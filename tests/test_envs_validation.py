@@ -8,9 +8,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs  # noqa: F401  (registers the ids)
-from envs.core import InvalidAction
-from envs.testbeds import make_from_config
+import llmsim.envs  # noqa: F401  (registers the ids)
+from llmsim.envs.routing_env import InvalidAction
+from llmsim.envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
 
 

@@ -3,10 +3,10 @@
 import pytest
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.cluster import Cluster
-from llmsim.config import instances_from_config
+from llmsim.cluster.cluster import Cluster
+from llmsim.cluster.config import instances_from_config
 from llmsim.errors import ConfigError
-from llmsim.policies import make_router
+from llmsim.routing import make_router
 from llmsim.testing import LinearProfile, requests
 
 
@@ -76,7 +76,7 @@ def test_unsorted_workload():
 
 
 def test_router_wait_and_drop_are_reported():
-    from llmsim.policies import DROP, WAIT, Router
+    from llmsim.routing import DROP, WAIT, Router
 
     class Picky(Router):
         name = "picky"

@@ -23,16 +23,16 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from agents.checkpoint import CheckpointPolicy, action_layout, observation_layout, save_checkpoint  # noqa: E402
-from agents.export import compare, export, rollout, torch_scores  # noqa: E402
-from agents.imitate import DEMO_ENVS, EXPERTS, demo_checkpoint  # noqa: E402
-from agents.nets import QNetwork  # noqa: E402
-from agents.policy import HeuristicPolicy, run_episode  # noqa: E402
-from agents.train import make_env  # noqa: E402
-from envs.exported import ExportedPolicy, read_manifest  # noqa: E402
-from envs.policy_router import ExportedRouter, check_backends  # noqa: E402
+from llmsim.agents.checkpoint import CheckpointPolicy, action_layout, observation_layout, save_checkpoint  # noqa: E402
+from llmsim.agents.export import compare, export, rollout, torch_scores  # noqa: E402
+from llmsim.agents.imitate import DEMO_ENVS, EXPERTS, demo_checkpoint  # noqa: E402
+from llmsim.agents.nets import QNetwork  # noqa: E402
+from llmsim.agents.policy import HeuristicPolicy, run_episode  # noqa: E402
+from llmsim.agents.train import make_env  # noqa: E402
+from llmsim.envs.exported import ExportedPolicy, read_manifest  # noqa: E402
+from llmsim.envs.policy_router import ExportedRouter, check_backends  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
-from llmsim.policies import Router, make_router  # noqa: E402
+from llmsim.routing import Router, make_router  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ENVS = DEMO_ENVS  # 4 x llama-2-7b for flat DDQN: the llmsim CLI's default cluster, so policy.name=onnx runs there
@@ -206,15 +206,15 @@ def test_a_serving_process_loads_and_runs_an_export_without_torch(exports, tmp_p
     np.savez(tmp_path / "obs.npz", masks=masks, **{k: np.stack([o[k] for o in obs]) for k in obs[0]})
     code = f"""
 import sys, numpy as np
-from envs.exported import ExportedPolicy
-from llmsim.policies import make_router
+from llmsim.envs.exported import ExportedPolicy
+from llmsim.routing import make_router
 z = np.load({str(tmp_path / 'obs.npz')!r})
 pol = ExportedPolicy.load({str(out)!r})
 keys = [k for k in z.files if k != "masks"]
 acts = [pol.act({{k: z[k][i] for k in keys}}, z["masks"][i]) for i in range(len(z["masks"]))]
 assert acts == {want!r}, acts
 r = make_router("onnx", path={str(out)!r})
-assert type(r).__module__ == "envs.policy_router", type(r)
+assert type(r).__module__ == "llmsim.envs.policy_router", type(r)
 bad = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "stable_baselines3", "agents"))
 assert not bad, bad
 print("ok")
@@ -238,7 +238,7 @@ def test_bad_inputs_are_one_line_and_exit_2(tmp_path, case):
             "format": [f"checkpoint={tmp_path}", "format=tflite"],
             "learned": [f"checkpoint={_learned(tmp_path) if case == 'learned' else ''}"]}[case]
     want = {"no_checkpoint": "no checkpoint.json", "format": "format: 'tflite'", "learned": "env.predictor 'learned'"}
-    p = subprocess.run([sys.executable, "-m", "agents.export", *args, f"hydra.run.dir={tmp_path / 'run'}"],
+    p = subprocess.run([sys.executable, "-m", "llmsim.agents.export", *args, f"hydra.run.dir={tmp_path / 'run'}"],
                        cwd=ROOT, capture_output=True, text=True, timeout=80)
     assert p.returncode == 2, p.stderr[-2000:]
     lines = p.stderr.strip().splitlines()
@@ -252,7 +252,7 @@ def test_cli_exports_and_llmsim_runs_policy_onnx(exports, tmp_path):
     cluster (the ddqn_flat export's models), and refused on a cluster of another size."""
     ckpt, _ = exports["ddqn_flat"]
     dest = tmp_path / "cli"
-    p = subprocess.run([sys.executable, "-m", "agents.export", f"checkpoint={ckpt}", f"out={dest}", "check_steps=32",
+    p = subprocess.run([sys.executable, "-m", "llmsim.agents.export", f"checkpoint={ckpt}", f"out={dest}", "check_steps=32",
                         f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True, timeout=80)
     assert p.returncode == 0 and "exported ddqn_flat" in p.stdout, p.stderr[-2000:]
     assert read_manifest(dest)["export_check"]["identical_actions"] == 32
@@ -268,7 +268,7 @@ def test_cli_exports_and_llmsim_runs_policy_onnx(exports, tmp_path):
 
 
 def test_registry_plugin_lookup_names_the_entry_point_choices():
-    from llmsim.policies import ROUTERS
+    from llmsim.routing import ROUTERS
 
     assert "onnx" in ROUTERS.plugin_names()
     with pytest.raises(ConfigError, match=r"unknown routing policy 'nope'; expected one of \[.*'onnx'"):

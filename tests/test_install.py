@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 TOP_LEVEL = {"llmsim", "envs", "agents", "profiles"}
 

@@ -5,7 +5,7 @@
 * ``live_state(at=(t, phase))`` before the next event equals what an event at ``(t, phase)`` observes;
 * ``ClusterView.live_progress`` equals the state's ``(central_queue, (num_requests, progress))``;
 * ``DecodeRun.used_blocks`` equals the per-request count that ``materialise`` settles;
-* the engine's queued totals (``llmsim.queued``) equal sums over its queues after every event;
+* the engine's queued totals (``llmsim.engine.queues``) equal sums over its queues after every event;
 * an env that accounts for ticks between events without an event each (``RoutingEnv._quiet_ticks``) gives the
   same observations, rewards and infos as one event per tick, and the workload-aware reward's backlog read
   through ``true_progress`` equals the one computed from ``true_state``.
@@ -18,13 +18,13 @@ import random
 import numpy as np
 import pytest
 
-from llmsim.cluster import Cluster, InstanceConfig
-from llmsim.engine import EngineConfig
-from llmsim.fastpath import DecodeRun
-from llmsim.policies import Router
+from llmsim.cluster.cluster import Cluster, InstanceConfig
+from llmsim.engine.config import EngineConfig
+from llmsim.engine.fastpath import DecodeRun
+from llmsim.event_loop import ARRIVAL, ROUTE
 from llmsim.request import Request
-from llmsim.simenv import ARRIVAL, ROUTE
-from llmsim.state import StaleStateError, sum_context, sum_pending_prefill
+from llmsim.routing import Router
+from llmsim.state.cluster_state import StaleStateError, sum_context, sum_pending_prefill
 
 EDGES = ((64.0, 256.0), (10.0, 50.0, 150.0))
 
@@ -222,8 +222,8 @@ def _count_quiet_ticks(monkeypatch, env_cls) -> dict:
 def test_ticks_between_events_give_the_same_episode_as_one_event_per_tick(monkeypatch):
     import gymnasium as gym
 
-    import envs  # noqa: F401
-    from envs.core import RoutingEnv
+    import llmsim.envs  # noqa: F401
+    from llmsim.envs.routing_env import RoutingEnv
 
     calls = _count_quiet_ticks(monkeypatch, RoutingEnv)
     env = gym.make("llmsim/WorkloadRouter-v0", num_requests=120).unwrapped
@@ -237,8 +237,8 @@ def test_ticks_between_events_give_the_same_episode_as_one_event_per_tick(monkey
 def test_backlog_from_true_progress_equals_the_one_from_true_state(monkeypatch):
     import gymnasium as gym
 
-    import envs  # noqa: F401
-    from envs.rewards.workload_aware import WorkloadAwareReward
+    import llmsim.envs  # noqa: F401
+    from llmsim.envs.rewards.workload_aware import WorkloadAwareReward
 
     seen = {"ticks": 0, "quiet": 0}
     backlog = WorkloadAwareReward._backlog
@@ -273,8 +273,8 @@ class _DyadicWorkload:
 
 
 def test_ticks_on_the_same_instants_as_boundaries_and_completions(monkeypatch):
-    from envs.core import RoutingEnv
-    from envs.workloads import EnvWorkload
+    from llmsim.envs.routing_env import RoutingEnv
+    from llmsim.envs.workloads import EnvWorkload
     from llmsim.testing import LinearProfile
 
     wl = type("Dyadic", (EnvWorkload,), dict(vars(_DyadicWorkload)))()

@@ -1,4 +1,4 @@
-"""Multi-model instances (llmsim.model_host): model swaps take the computed time, the KV cache is rebuilt for the
+"""Multi-model instances (llmsim.engine.model_host): model swaps take the computed time, the KV cache is rebuilt for the
 loaded model, a host-memory cache makes swaps warm, prefetch warms a model in the background, requests are
 served in arrival order per instance, and random multi-model runs conserve tokens and memory and never hang."""
 
@@ -11,17 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmsim import InstanceConfig
-from llmsim.cluster import Cluster
-from llmsim.config import instances_from_config
+from llmsim.cluster.cluster import Cluster
+from llmsim.cluster.config import instances_from_config
+from llmsim.engine.kv import build_kv_cache
 from llmsim.errors import ConfigError, LLMSimError
-from llmsim.kv import build_kv_cache
-from llmsim.metrics import SLO
-from llmsim.policies import Router, make_router
-from llmsim.profile import load_profile
+from llmsim.event_loop import ROUTE
+from llmsim.metrics.recorder import SLO
+from llmsim.perf.profile import load_profile
 from llmsim.request import Request
-from llmsim.sim import collect, simulate
-from llmsim.simenv import ROUTE
-from tests.conftest import examples
+from llmsim.routing import Router, make_router
+from llmsim.simulation.run import collect, simulate
+from tests.helpers import examples
 
 A, B = "mistral-7b", "vicuna-13b"
 GPU = "a100-80gb"
@@ -183,7 +183,7 @@ def test_a_synthetic_workload_draws_each_requests_model_from_model_mix() -> None
 
 
 def test_the_terminal_report_shows_model_swaps() -> None:
-    from llmsim.report import outcome_rows
+    from llmsim.metrics.report import outcome_rows
 
     res = simulate([_inst(cache_gb=64.0)], [Request(0, 0.0, 100, 10, model=B), Request(1, 50.0, 100, 10, model=A)])
     rows = dict(outcome_rows(res.summary))

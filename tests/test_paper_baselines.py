@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmsim.cluster import InstanceConfig
-from llmsim.engine import EngineConfig
+from llmsim.cluster.cluster import InstanceConfig
+from llmsim.engine.config import EngineConfig
 from llmsim.errors import ConfigError
-from llmsim.policies import ROUTERS, make_router
 from llmsim.request import Request
-from llmsim.sim import simulate
+from llmsim.routing import ROUTERS, make_router
+from llmsim.simulation.run import simulate
 from llmsim.testing import LinearProfile, requests
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "policy"

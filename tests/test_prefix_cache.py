@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.cluster import Cluster
+from llmsim.cluster.cluster import Cluster
+from llmsim.engine.instance import Instance
+from llmsim.engine.prefix_cache import BlockKeys, block_keys, new_state
 from llmsim.errors import LLMSimError
-from llmsim.instance import Instance
-from llmsim.policies import make_router
-from llmsim.prefix_cache import BlockKeys, block_keys, new_state
 from llmsim.request import Request
+from llmsim.routing import make_router
 from llmsim.testing import LinearProfile
 
 # step time = 0.01 + 0.001 * tokens in the iteration
@@ -94,7 +94,7 @@ def test_keys_made_when_asked_cache_and_evict_as_lists_do(monkeypatch):
         return res.requests, res.instances
 
     lazy = frames()
-    monkeypatch.setattr("llmsim.prefix_cache.BlockKeys", lambda *a: BlockKeys(*a)[:])  # lists of the same pairs
+    monkeypatch.setattr("llmsim.engine.prefix_cache.BlockKeys", lambda *a: BlockKeys(*a)[:])  # lists of the same pairs
     lists = frames()
     pd.testing.assert_frame_equal(lazy[0], lists[0])
     pd.testing.assert_frame_equal(lazy[1], lists[1])
@@ -253,8 +253,8 @@ def test_blocks_computed_beside_an_equal_cached_copy_stay_private_after_it_is_ev
     done, held by nobody). Once A's copies are evicted, B's next chunk caches from B's 5th block on, never B's private
     blocks before it - a registration that looked only at what is cached, not at how many blocks B counts as done,
     would cache them too."""
-    from llmsim.kv import KVCache
-    from llmsim.prefix_cache import PrefixCache
+    from llmsim.engine.kv import KVCache
+    from llmsim.engine.prefix_cache import PrefixCache
 
     kv = KVCache(9, 16, prefix=PrefixCache(16))
     pc = kv.prefix
@@ -289,7 +289,7 @@ def test_asking_about_a_running_request_leaves_its_state_alone():
     """A router may ask any instance what a request would find cached (ClusterView.prefix_hit_tokens), also while it
     runs elsewhere: the answer is a fresh request's, and the running engine's state of it (here for 16-token blocks,
     asked of a 32-token instance) is not replaced - its blocks are released as usual at the end."""
-    from llmsim.policies.base import Router
+    from llmsim.routing.base import Router
 
     class Peek(Router):
         name = "peek"
@@ -326,8 +326,8 @@ def test_lru_queue_keeps_its_order_through_hits_and_compaction():
     and eviction still takes the least recently freed runs first (an OrderedDict as the reference)."""
     from collections import OrderedDict
 
-    from llmsim.kv import KVCache
-    from llmsim.prefix_cache import PrefixCache
+    from llmsim.engine.kv import KVCache
+    from llmsim.engine.prefix_cache import PrefixCache
 
     kv = KVCache(10_000, 16, prefix=PrefixCache(16))
     pc = kv.prefix
@@ -371,7 +371,7 @@ def test_a_request_state_is_its_first_run_and_stays_behind_as_it():
     (a swap gets a new, empty state); a request that registered nothing keeps its state, emptied."""
     from types import SimpleNamespace
 
-    from llmsim.prefix_cache import PrefixCache, State
+    from llmsim.engine.prefix_cache import PrefixCache, State
 
     pc = PrefixCache(16)
     pc.kv = kv = SimpleNamespace(cached=0, shared=0)

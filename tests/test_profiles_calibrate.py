@@ -1,4 +1,4 @@
-"""profiles.calibrate recovers a known per-sequence CPU overhead from a recorded run (a synthetic one made by
+"""llmsim.profiles.calibrate recovers a known per-sequence CPU overhead from a recorded run (a synthetic one made by
 llmsim itself, so no ../shared data is needed), and the replay's timeline comparison reads and plots a run."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import yaml
 
-from llmsim.cluster import InstanceConfig
-from llmsim.engine import EngineConfig
-from llmsim.profile import load_profile
+from llmsim.cluster.cluster import InstanceConfig
+from llmsim.engine.config import EngineConfig
+from llmsim.perf.profile import load_profile
+from llmsim.profiles.calibrate import fit_overhead, write_fit
+from llmsim.profiles.replay import main as replay_main
 from llmsim.request import Request
-from llmsim.sim import simulate
-from profiles.calibrate import fit_overhead, write_fit
-from profiles.replay import main as replay_main
+from llmsim.simulation.run import simulate
 
 pytestmark = pytest.mark.timeout(240)
 TRUE_PER_SEQ = 14e-6

@@ -1,4 +1,4 @@
-"""Check mode of profiles.build / profiles.validate (never rewrites committed files without --write), the
+"""Check mode of llmsim.profiles.build / llmsim.profiles.validate (never rewrites committed files without --write), the
 numeric comparison they share, and cross-machine reproducibility of the build."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from profiles.compare import REL_TOL, compare_docs, compare_profile_texts, compare_report_texts
+from llmsim.profiles.compare import REL_TOL, compare_docs, compare_profile_texts, compare_report_texts
 
 REPO = Path(__file__).resolve().parents[1]
 RAW = REPO.parent / "shared" / "profiles_raw"
@@ -75,7 +75,7 @@ def test_compare_report_texts() -> None:
 # ------------------------------------------------------------------------------------------ build check
 @needs_raw
 def test_build_check_mode_committed_agrees_and_writes_nothing(capsys) -> None:
-    from profiles.build import main
+    from llmsim.profiles.build import main
 
     before = _snapshot(DATA)
     assert main(["-q"]) == 0, capsys.readouterr().out
@@ -85,7 +85,7 @@ def test_build_check_mode_committed_agrees_and_writes_nothing(capsys) -> None:
 
 @needs_raw
 def test_build_check_reports_difference_and_write_fixes_it(tmp_path, monkeypatch, capsys) -> None:
-    import profiles.build as B
+    import llmsim.profiles.build as B
 
     committed = tmp_path / "data"
     shutil.copytree(DATA, committed)
@@ -110,7 +110,7 @@ def test_build_check_reports_difference_and_write_fixes_it(tmp_path, monkeypatch
 
 @needs_raw
 def test_build_out_elsewhere_writes_without_flag(tmp_path) -> None:
-    from profiles.build import main
+    from llmsim.profiles.build import main
 
     assert main(["--only", "rtx-pro-6000", "--out", str(tmp_path), "-q"]) == 0
     assert (tmp_path / "rtx-pro-6000" / "llama-3.1-8b.yaml").is_file()
@@ -118,14 +118,14 @@ def test_build_out_elsewhere_writes_without_flag(tmp_path) -> None:
 
 def test_build_all_refuses_committed_dir() -> None:
     from llmsim.errors import ProfileError
-    from profiles.build import DEFAULT_OUT, build_all
+    from llmsim.profiles.build import DEFAULT_OUT, build_all
 
     with pytest.raises(ProfileError, match="refusing to write"):
         build_all(RAW, DEFAULT_OUT)
 
 
 def test_from_raw_into_committed_dir_needs_write(tmp_path, monkeypatch, capsys) -> None:
-    import profiles.build as B
+    import llmsim.profiles.build as B
     from tests.test_profiles import _tiny_raw
 
     _tiny_raw(tmp_path / "raw")
@@ -147,7 +147,7 @@ def test_build_independent_of_row_order(monkeypatch) -> None:
     machine-dependent repeat: 0.1428 vs 0.1466 s.)"""
     import pandas as pd
 
-    from profiles.build import build_texts
+    from llmsim.profiles.build import build_texts
 
     only = ("a100-80gb/llama-3.1-8b", "h100/llama-2-70b", "l40s/llama-2-7b")
     ref = {k: v for o in only for k, v in build_texts(RAW, o, verbose=False).items()}
@@ -162,7 +162,7 @@ def test_build_independent_of_row_order(monkeypatch) -> None:
 # --------------------------------------------------------------------------------------- validate check
 @needs_raw
 def test_validate_check_mode(tmp_path, monkeypatch, capsys) -> None:
-    import profiles.validate as V
+    import llmsim.profiles.validate as V
 
     before = (REPORT.read_bytes(), REPORT.stat().st_mtime_ns)
     assert V.main([]) == 0, capsys.readouterr().out

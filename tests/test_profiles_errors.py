@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from llmsim.errors import ProfileError
-from llmsim.profile_table import load_profile_file
+from llmsim.perf.profile_table import load_profile_file
 from tests.test_profiles import _tiny_raw
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ def test_profile_without_cuda_is_one_line(tmp_path) -> None:
     pytest.importorskip("torch")
     out = tmp_path / "raw"
     p = _run(
-        "profiles.profile",
+        "llmsim.profiles.profile",
         ["--model", "opt-125m", "--device", "cuda", "--out", str(out), "--quick"],
         tmp_path,
         CUDA_VISIBLE_DEVICES="",
@@ -53,7 +53,7 @@ def test_profile_without_cuda_is_one_line(tmp_path) -> None:
 
 
 def test_profile_without_torch_or_bad_model(monkeypatch, capsys, tmp_path) -> None:
-    from profiles.profile import main
+    from llmsim.profiles.profile import main
 
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
     assert main(["--model", "opt-125m", "--device", "cpu", "--out", str(tmp_path / "x")]) == 2
@@ -85,7 +85,7 @@ def _meta_missing(d: Path) -> None:
     ],
 )
 def test_from_raw_bad_input_is_one_line(name, breakit, needle, tmp_path, capsys) -> None:
-    from profiles.build import main
+    from llmsim.profiles.build import main
 
     raw = tmp_path / name
     _tiny_raw(raw)
@@ -98,7 +98,7 @@ def test_from_raw_bad_input_is_one_line(name, breakit, needle, tmp_path, capsys)
 def test_from_raw_malformed_meta_process_exit(tmp_path) -> None:
     _tiny_raw(tmp_path / "raw")
     (tmp_path / "raw" / "meta.yaml").write_text("model: llama-2-7b\ngpu: a10\n  tp: [\n")
-    p = _run("profiles.build", ["--from-raw", str(tmp_path / "raw"), "--out", str(tmp_path / "out")], tmp_path)
+    p = _run("llmsim.profiles.build", ["--from-raw", str(tmp_path / "raw"), "--out", str(tmp_path / "out")], tmp_path)
     assert p.returncode == 2
     _one_clear_line(p.stderr, "meta.yaml: not valid YAML at line")
 

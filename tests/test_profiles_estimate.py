@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import yaml
 
-from profiles import estimate_check as ec
-from profiles.compare import compare_docs
-from profiles.providers.raw import Raw
+from llmsim.profiles import estimate_check as ec
+from llmsim.profiles.compare import compare_docs
+from llmsim.profiles.providers.raw import Raw
 
 REPO = Path(__file__).resolve().parents[1]
 RAW = REPO.parent / "shared" / "profiles_raw"
@@ -144,7 +144,7 @@ def test_validation_report_has_the_section() -> None:
     assert "**all (pooled)**" in sec
     for metric in ("mean_ttft_ms", "p90_tpot_ms", "median_e2el_ms"):
         assert f"| {metric} |" in sec
-    assert "python -m profiles.validate --write" in sec
+    assert "python -m llmsim.profiles.validate --write" in sec
 
 
 @needs_raw

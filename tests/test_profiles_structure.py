@@ -27,8 +27,8 @@ def test_profile_module_sizes(path: Path) -> None:
 
 
 def test_every_part_has_a_chain_ending_in_a_fallback() -> None:
-    from profiles.build import PART_NAMES
-    from profiles.providers import CHAINS
+    from llmsim.profiles.build import PART_NAMES
+    from llmsim.profiles.providers import CHAINS
 
     assert set(CHAINS) == set(PART_NAMES)
     for part, chain in CHAINS.items():

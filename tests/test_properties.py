@@ -18,14 +18,14 @@ from hypothesis import currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.cluster import Cluster
+from llmsim.cluster.cluster import Cluster
 from llmsim.errors import ConfigError
-from llmsim.hardware import get_gpu
-from llmsim.models import get_model
-from llmsim.policies import DROP, WAIT, Router, make_router
+from llmsim.perf.hardware import get_gpu
+from llmsim.perf.models import get_model
 from llmsim.request import Request
+from llmsim.routing import DROP, WAIT, Router, make_router
 from llmsim.testing import LinearProfile
-from tests.conftest import examples, hang_limit
+from tests.helpers import examples, hang_limit
 
 HEURISTICS = ["random", "round_robin", "jsq", "least_kv", "least_work_left", "power_of_two"]
 MODELS = ["llama-2-7b", "opt-125m", "opt-1.3b", "qwen2.5-3b"]
@@ -243,8 +243,8 @@ def _coverage_events(sc: dict, df, dropped, router: Router) -> None:
 @given(scenarios())
 def test_invariants_hold_every_event(sc):
     """KV and swap accounting after every event (a wrapped ``env.step``), then the end-of-run invariants."""
-    from llmsim.metrics import SLO
-    from llmsim.sim import collect
+    from llmsim.metrics.recorder import SLO
+    from llmsim.simulation.run import collect
 
     router = sc_router(sc)
     cluster = Cluster(build(sc["insts"], fast=False), router, on_unservable="drop", **sc["sim"])
@@ -398,7 +398,7 @@ def test_always_wait_router_ends_with_never_routed(tick):
                         ("opt-6.7b", "titan-rtx"), ("qwen2.5-7b", "h100")]),
        st.integers(1, 512), st.integers(1, 10**6))
 def test_profile_decode_closure_is_bit_identical_to_step_time(pair, n, ctx):
-    from llmsim.profile import load_profile
+    from llmsim.perf.profile import load_profile
 
     prof = load_profile(*pair)
     assert prof.decode_step_fn(n)(ctx) == prof.step_time(n, n, 0, 0, n, ctx)

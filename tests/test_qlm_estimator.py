@@ -5,14 +5,14 @@ import math
 import numpy as np
 import pytest
 
+from experiments.studies.qlm_r2 import Variant, main, r2_experiment
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.policies.qlm_estimator import (
+from llmsim.routing.qlm.estimator import (
     OutputLengthModel,
     estimate_completion,
     r2_score,
     rates_from_profile,
 )
-from llmsim.qlm_r2 import Variant, main, r2_experiment
 from llmsim.testing import LinearProfile, requests
 
 # step = 0.01 + 0.001 * tokens: prefill of p tokens 0.01 + 0.001 p, lone decode 0.011, batch of b 0.01 + 0.001 b

@@ -1,4 +1,4 @@
-"""QLM plan generator (llmsim/policies/qlm_plan.py): the MILP against brute force, swaps, fallback, validation."""
+"""QLM plan generator (llmsim/routing/qlm/plan.py): the MILP against brute force, swaps, fallback, validation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from llmsim.errors import ConfigError
-from llmsim.policies.qlm_plan import (
+from llmsim.routing.qlm.plan import (
     PlanProblem,
     RequestGroup,
     VirtualQueue,
@@ -160,7 +160,7 @@ def test_bench_cli_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_module_imports_no_heavy_packages() -> None:
-    code = ("import sys, llmsim.policies.qlm_plan; "
+    code = ("import sys, llmsim.routing.qlm.plan; "
             "bad = [m for m in ('torch', 'gymnasium', 'hydra', 'envs', 'agents') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

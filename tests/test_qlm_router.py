@@ -1,4 +1,4 @@
-"""The QLM router (llmsim/policies/qlm.py, docs/qlm.md "The QLM router"): construction, no request lost or stuck,
+"""The QLM router (llmsim/routing/qlm/router.py, docs/qlm.md "The QLM router"): construction, no request lost or stuck,
 the latency-sensitive class's SLO attainment against FCFS routing, the pulling ablation, and bad options."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from llmsim import InstanceConfig, simulate
-from llmsim.engine import EngineConfig
+from llmsim.engine.config import EngineConfig
 from llmsim.errors import ConfigError
-from llmsim.policies import ROUTERS, WAIT, make_router
-from llmsim.policies.qlm import QLMRouter
 from llmsim.request import Request
+from llmsim.routing import ROUTERS, WAIT, make_router
+from llmsim.routing.qlm.router import QLMRouter
 from llmsim.schema import SLO
 from llmsim.testing import LinearProfile
 
@@ -133,7 +133,7 @@ def test_wait_answered_for_a_request_behind_the_head() -> None:
         def candidates(self, req):
             return [0]
 
-    from llmsim.state import ClusterState, InstanceState
+    from llmsim.state.cluster_state import ClusterState, InstanceState
 
     def st(waiting: int, running: int = 4) -> ClusterState:
         inst = InstanceState(0, "i0", "llama-2-7b", "a100-80gb", True, running, waiting, 0, 10, 1000, 16, 4, 4096,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SHARED
+from tests.helpers import REPO, SHARED
 
 README = (REPO / "README.md").read_text()
 SMALL = ["++workload.max_requests=60", "output.plots=false"]
@@ -58,8 +58,8 @@ RULES: list[tuple[str, str, str]] = [
 ]
 TRAIN_SMALL = ["env.num_requests=40", "trainer.total_steps=300", "trainer.eval_every=0", "trainer.eval_seeds=[500]",
                "agent.learning_starts=100", "agent.batch_size=32", "trainer.progress=false"]
-AGENT_APPS = {"llmsim-train": "agents.train", "llmsim-evaluate": "agents.evaluate",
-              "llmsim-reproduce": "agents.reproduce", "llmsim-export": "agents.export"}
+AGENT_APPS = {"llmsim-train": "llmsim.agents.train", "llmsim-evaluate": "llmsim.agents.evaluate",
+              "llmsim-reproduce": "experiments.reproduce", "llmsim-export": "llmsim.agents.export"}
 
 
 def _rule(cmd: str) -> tuple[str, str, str]:
@@ -79,7 +79,7 @@ def _argv(cmd: str, tmp: Path, state: dict) -> list[str] | None:
     if head in AGENT_APPS:
         return _agent_argv([sys.executable, "-m", AGENT_APPS[head], *args[1:]], tmp, state)
     if head.startswith("llmsim"):
-        args = [sys.executable, "-m", "llmsim.capacity" if head == "llmsim-capacity" else "llmsim", *args[1:]]
+        args = [sys.executable, "-m", "llmsim.planning.capacity" if head == "llmsim-capacity" else "llmsim", *args[1:]]
     elif head == "python":
         args = [sys.executable, *args[1:]]
     mod = args[2] if len(args) > 2 and args[1] == "-m" else ""
@@ -92,18 +92,18 @@ def _argv(cmd: str, tmp: Path, state: dict) -> list[str] | None:
             state["sweep"] = tmp / "sweep"
             return [*args, "++workload.num_requests=60", "output.plots=false", f"hydra.sweep.dir={state['sweep']}"]
         return [*args, *SMALL, f"hydra.run.dir={tmp}/run"]
-    if mod == "llmsim.capacity":
+    if mod == "llmsim.planning.capacity":
         return [*args, "capacity.seeds=1", "capacity.num_requests=60", "capacity.tolerance=0.5",
                 "capacity.max_evaluations=6", f"hydra.run.dir={tmp}/cap"]
-    if mod == "llmsim.report":
+    if mod == "llmsim.metrics.report":
         return [*args[:3], str(state["sweep"]), *args[4:]]
-    if mod == "llmsim.bench":
+    if mod == "experiments.bench.sim":
         return [*args, "--case", "single", "--requests", "300"] if "sim" in args else [*args, "--steps", "200"]
-    if mod == "envs.bench":
+    if mod == "experiments.bench.env":
         return [*args, "--steps", "200"]
     if mod.startswith("profiles.") and not SHARED.is_dir():
         return None
-    if mod == "profiles.replay":
+    if mod == "llmsim.profiles.replay":
         return [a if not a.endswith(".jsonl") else str(SHARED_RUN) for a in args]
     return args
 
@@ -112,14 +112,14 @@ def _agent_argv(args: list[str], tmp: Path, state: dict) -> list[str]:
     """Training / evaluation / reproduction with tiny sizes; ``outputs/train/<date>/<time>`` is the first run."""
     args = [a.replace("outputs/train/<date>/<time>", str(state.get("train", tmp / "missing"))) for a in args]
     mod = args[2]
-    if mod == "agents.train":
+    if mod == "llmsim.agents.train":
         state["n_train"] = n = state.get("n_train", 0) + 1
         run = tmp / f"train{n}"
         state.setdefault("train", run)
         return [*args, *TRAIN_SMALL, f"hydra.run.dir={run}"]
-    if mod == "agents.export":
+    if mod == "llmsim.agents.export":
         return [*args, f"hydra.run.dir={tmp}/export"]
-    if mod == "agents.evaluate":
+    if mod == "llmsim.agents.evaluate":
         return [*args, "env.num_requests=40", "seeds=[1000]", "baselines=[round_robin]", "progress=false",
                 "jobs=1", f"hydra.run.dir={tmp}/evaluate"]
     return [*args, "--out", str(tmp / "reproduce"), "--no-progress"]

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.metrics import SLO
-from llmsim.report import (
+from llmsim.metrics.recorder import SLO
+from llmsim.metrics.report import (
     SimProgress,
     collect_sweep,
     empty_result_reason,
@@ -26,13 +26,13 @@ from llmsim.report import (
     sweep_figure,
     timeline_figure,
 )
-from llmsim.report_sweep import ReportError, choose_x, default_x, parse_overrides
+from llmsim.metrics.sweep import ReportError, choose_x, default_x, parse_overrides
 from llmsim.testing import LinearProfile, requests
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def _report(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmsim.report", *args], capture_output=True, text=True, cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "llmsim.metrics.report", *args], capture_output=True, text=True, cwd=REPO,
                           timeout=120)
 
 
@@ -52,7 +52,7 @@ def test_multirun_prints_its_directory_and_the_exact_report_command(sweep_run):
     lines = p.stdout.splitlines()
     assert f"sweep: 4 runs in {sweep_dir}" in lines
     cmd = [line.removeprefix("report: ") for line in lines if line.startswith("report: ")]
-    assert cmd == [f"python -m llmsim.report {sweep_dir}"]
+    assert cmd == [f"python -m llmsim.metrics.report {sweep_dir}"]
     r = _report(*cmd[0].split()[3:])  # the printed command, run as printed
     assert r.returncode == 0, r.stderr
 
@@ -86,7 +86,7 @@ def test_sweep_plot_has_one_curve_per_policy(sweep_run):
     sweep_dir, _ = sweep_run
     sweep = collect_sweep(sweep_dir)
     assert sweep.swept == ["policy", "workload.rate"]
-    fig = sweep_figure(sweep)  # what `python -m llmsim.report` saves as sweep.png
+    fig = sweep_figure(sweep)  # what `python -m llmsim.metrics.report` saves as sweep.png
     ttft = fig.axes[0]
     assert "TTFT" in ttft.get_ylabel() and "ms" in ttft.get_ylabel() and "req/s" in ttft.get_xlabel()
     medians = [ln for ln in _data_lines(ttft) if ln.get_linestyle() == "-"]
@@ -155,7 +155,7 @@ def test_report_errors_are_one_line(tmp_path, setup, message):
     r = _report(str(target))
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("llmsim.report: error: ") and message in lines[0], r.stderr
+    assert len(lines) == 1 and lines[0].startswith("llmsim.metrics.report: error: ") and message in lines[0], r.stderr
 
 
 # ---------------------------------------------------------------------- run plots
@@ -302,8 +302,8 @@ def test_progress_bar_on_a_terminal():
 
 
 def test_progress_hooks_are_removed_and_absent_when_off():
-    from llmsim.cluster import Cluster
-    from llmsim.policies import make_router
+    from llmsim.cluster.cluster import Cluster
+    from llmsim.routing import make_router
 
     cluster = Cluster([InstanceConfig(profile=LinearProfile())], make_router("round_robin"))
     prog = SimProgress(stream=io.StringIO(), tty=False)

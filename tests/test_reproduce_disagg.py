@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from agents.reproduce import KEYS, VERDICTS
+from experiments.reproduce import KEYS, VERDICTS
 
 pytestmark = pytest.mark.skipif(
-    not __import__("agents.reproduce_disagg", fromlist=["lengths_path"]).lengths_path().is_file(),
+    not __import__("experiments.studies.disagg", fromlist=["lengths_path"]).lengths_path().is_file(),
     reason="ShareGPT lengths (../shared/traces/sharegpt_lengths) not available")
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], dict, Path]:
     """The whole harness once at LLMSIM_REPRODUCE_SIZE=tiny, written under a temporary directory."""
-    from agents import reproduce_disagg as D
+    from experiments.studies import disagg as D
 
     out = tmp_path_factory.mktemp("disagg")
     with pytest.MonkeyPatch.context() as mp:
@@ -62,10 +62,10 @@ def test_prefill_instances_give_faster_first_tokens(tiny_run: tuple[list[dict], 
 
 def test_score_matches_llmsim_slo_summary() -> None:
     """The harness re-scores one run for several SLOs; for the SLO given to simulate it equals llmsim's own."""
-    from agents import reproduce_disagg as D
+    from experiments.studies import disagg as D
     from llmsim import simulate
-    from llmsim.cluster import InstanceConfig
-    from llmsim.metrics import SLO
+    from llmsim.cluster.cluster import InstanceConfig
+    from llmsim.metrics.recorder import SLO
 
     reqs = D.requests_of(6.0, 120, 3)
     insts = [InstanceConfig(model=D.MODEL, gpu=D.GPU, role=r) for r in D.roles_of("1:1", 2)]
@@ -80,7 +80,7 @@ def test_score_matches_llmsim_slo_summary() -> None:
 
 
 def test_layouts_and_size_errors() -> None:
-    from agents import reproduce_disagg as D
+    from experiments.studies import disagg as D
     from llmsim.errors import ConfigError
 
     assert D.roles_of("1:3", 4) == ["prefill", "decode", "decode", "decode"]

@@ -1,4 +1,4 @@
-"""``llmsim-reproduce prefix`` (agents/reproduce_prefix.py, agents/prefix_report.py): the harness end to end at
+"""``llmsim-reproduce prefix`` (experiments/studies/prefix.py, experiments/studies/prefix_report.py): the harness end to end at
 the tiny size, the load rule of the rate scan, and prefix-aware routing beating round robin on hit rate."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agents import reproduce
-from agents import reproduce_prefix as R
-from agents.reproduce import KEYS, VERDICTS
+from experiments import reproduce
+from experiments.reproduce import KEYS, VERDICTS
+from experiments.studies import prefix as R
 
 pytestmark = pytest.mark.timeout(60)
 

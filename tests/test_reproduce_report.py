@@ -1,4 +1,4 @@
-"""The reproduction report (agents/reproduce_report.py) and ``llmsim-reproduce all`` / ``report``: on fixture
+"""The reproduction report (experiments/report.py) and ``llmsim-reproduce all`` / ``report``: on fixture
 claims.json directories and monkeypatched fast spec runners (no real reproduction runs here)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from agents import reproduce
-from agents import reproduce_report as rr
+from experiments import report as rr
+from experiments import reproduce
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -201,7 +201,7 @@ def test_report_from_the_command_line(dirs: dict[str, Path], tmp_path: Path,
 @pytest.mark.timeout(60)
 def test_report_from_the_installed_entry_point_module(dirs: dict[str, Path], tmp_path: Path) -> None:
     report = tmp_path / "R.md"
-    p = subprocess.run([sys.executable, "-m", "agents.reproduce", "report", "--from", str(dirs["spec003"]),
+    p = subprocess.run([sys.executable, "-m", "experiments.reproduce", "report", "--from", str(dirs["spec003"]),
                         "--report", str(report)], cwd=ROOT, capture_output=True, text=True, timeout=50,
                        env={**os.environ, "MPLBACKEND": "Agg"})
     assert p.returncode == 0, p.stderr

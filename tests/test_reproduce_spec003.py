@@ -1,4 +1,4 @@
-"""``llmsim-reproduce spec003`` (agents/reproduce_spec003.py, agents/spec003_setups.py): the W_A workload's model
+"""``llmsim-reproduce spec003`` (experiments/papers/qlm.py, experiments/papers/qlm_setups.py): the W_A workload's model
 shares, the claim helpers, a smoke run at the tiny ``test`` size, and ``--json`` through the common CLI."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from agents import reproduce
-from agents import reproduce_spec003 as R
-from agents import spec003_setups as S
-from agents.reproduce import KEYS, VERDICTS
+from experiments import reproduce
+from experiments.papers import qlm as R
+from experiments.papers import qlm_setups as S
+from experiments.reproduce import KEYS, VERDICTS
 
 pytestmark = pytest.mark.timeout(60)
 

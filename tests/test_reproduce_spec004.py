@@ -1,4 +1,4 @@
-"""``llmsim-reproduce spec004`` (agents/reproduce_spec004.py, agents/spec004_setups.py): the label -> policy
+"""``llmsim-reproduce spec004`` (experiments/papers/routebalance.py, experiments/papers/routebalance_setups.py): the label -> policy
 mapping, the cell metrics, a smoke run at the tiny ``test`` size, missing predictor arms and ``--json``."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from agents import reproduce
-from agents import reproduce_spec004 as R
-from agents import spec004_setups as S
-from agents.reproduce import KEYS, VERDICTS
+from experiments import reproduce
+from experiments.papers import routebalance as R
+from experiments.papers import routebalance_setups as S
+from experiments.reproduce import KEYS, VERDICTS
 from llmsim.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(60)
@@ -69,7 +69,7 @@ def test_missing_predictor_arm_is_an_error_row_not_a_fake(monkeypatch: pytest.Mo
 
 
 def test_knn_arm_uses_the_registered_estimator_when_present() -> None:
-    if R.load_predictors() or "knn" not in __import__("llmsim.policies.routebalance", fromlist=["x"]).ESTIMATORS:
+    if R.load_predictors() or "knn" not in __import__("llmsim.routing.routebalance.router", fromlist=["x"]).ESTIMATORS:
         pytest.skip("the knn estimator is not registered in this checkout")
     out = R.run_cell(R.Cell("iso", "arm1_knn", 12.0, 5, 60))
     assert "error" not in out and out["completed"] == 60 and 0.0 <= out["best_model_acc"] <= 1.0

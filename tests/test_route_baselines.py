@@ -1,4 +1,4 @@
-"""The RouteBalance paper's baselines in pipeline mode (llmsim/policies/route_baselines.py, docs/route_baselines.md)."""
+"""The RouteBalance paper's baselines in pipeline mode (llmsim/routing/model_choice.py, docs/route_baselines.md)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import yaml
 
-from envs.routebalance_tasks import MODELS, PRICES, TIERS, routebalance_instances, routebalance_workload
+from llmsim.envs.routebalance_tasks import MODELS, PRICES, TIERS, routebalance_instances, routebalance_workload
 from llmsim.errors import ConfigError
-from llmsim.policies import make_router
-from llmsim.policies.route_baselines import DEFAULT_PRICES, fit_cluster_table
-from llmsim.sim import simulate
+from llmsim.routing import make_router
+from llmsim.routing.model_choice import DEFAULT_PRICES, fit_cluster_table
+from llmsim.simulation.run import simulate
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "policy"
 CHEAP_FIRST = sorted(MODELS, key=lambda m: (sum(PRICES[m]), m))  # the routers' class order
@@ -94,7 +94,7 @@ def test_avengers_pro_extremes(small, table) -> None:
 def test_avengers_pro_train_list_and_sampler(table) -> None:
     sample = routebalance_workload(12.0, n=2000, seed=1005)
     a = make_router("avengers_pro", train=sample)
-    b = make_router("avengers_pro", train={"sampler": "envs.routebalance_tasks:routebalance_workload", "n": 2000,
+    b = make_router("avengers_pro", train={"sampler": "llmsim.envs.routebalance_tasks:routebalance_workload", "n": 2000,
                                            "seed": 1005})
     want = {t: {m: tuple(v) for m, v in row.items()} for t, row in table.items()}
     assert a.table == b.table == want
@@ -203,8 +203,8 @@ def test_shipped_configs_build() -> None:
 @pytest.mark.parametrize("name", ["best_route", "avengers_pro"])
 def test_same_decisions_on_a_state_view(small, table, name: str) -> None:
     """Only the public state is used: a twin fed StateView(view.state()) decides the same, scoring included."""
-    from llmsim.policies import Router
-    from llmsim.state_view import StateView
+    from llmsim.routing import Router
+    from llmsim.state.state_view import StateView
 
     kw = {"dispatcher": "shortest_queue", "scoring_ms": 431, "scoring": "serial"}
     if name == "avengers_pro":

@@ -1,4 +1,4 @@
-"""RouteBalance (llmsim/policies/routebalance.py, docs/routebalance.md): Eq. 1 on hand-computed cases, the budget
+"""RouteBalance (llmsim/routing/routebalance/router.py, docs/routebalance.md): Eq. 1 on hand-computed cases, the budget
 filter and its fallback, presets moving the tier mix, dead reckoning against telemetry, LPT, determinism, no hang
 with and without a tick, labels-free workloads, bad options, the decision-cost record."""
 
@@ -13,17 +13,17 @@ import yaml
 
 from llmsim import InstanceConfig, simulate
 from llmsim.errors import ConfigError
-from llmsim.policies import ROUTERS, WAIT, make_router
-from llmsim.policies.routebalance import (
+from llmsim.request import Request
+from llmsim.routing import ROUTERS, WAIT, make_router
+from llmsim.routing.routebalance.router import (
     ESTIMATORS,
     PRESETS,
     OracleEstimator,
     RouteBalanceRouter,
     register_estimator,
 )
-from llmsim.policies.routebalance_state import Reckoned, predicted_latency, telemetry_of
-from llmsim.request import Request
-from llmsim.state import ClusterState, InstanceRequests, InstanceState, RequestState
+from llmsim.routing.routebalance.state import Reckoned, predicted_latency, telemetry_of
+from llmsim.state.cluster_state import ClusterState, InstanceRequests, InstanceState, RequestState
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs import routebalance_tasks as rb
 from llmsim import InstanceConfig, simulate
-from llmsim.policies import make_router
-from llmsim.policies.routebalance import OracleEstimator
+from llmsim.envs import routebalance_tasks as rb
 from llmsim.request import Request
+from llmsim.routing import make_router
+from llmsim.routing.routebalance.router import OracleEstimator
 from tests.test_routebalance import M3, M7, M14, MODELS, idle3, labelled
 
 pytestmark = pytest.mark.timeout(60)
@@ -110,7 +110,7 @@ def test_workload_carries_max_tokens_and_topics() -> None:
 def test_knn_beats_chance_on_the_testbed_and_batches_its_search() -> None:
     """With the topic signal the kNN estimator's best-model accuracy clears both random (25 %) and the prompt-blind
     constant (always the best mean tier); with topic_signal 0 it does not. One neighbour search per call."""
-    from llmsim.policies.routebalance_predictors import KnnEstimator, estimator_accuracy
+    from llmsim.routing.routebalance.predictors import KnnEstimator, estimator_accuracy
 
     accs = {}
     for sig in (rb.TOPIC_SIGNAL, 0.0):
@@ -132,7 +132,7 @@ def test_knn_beats_chance_on_the_testbed_and_batches_its_search() -> None:
 
 
 def test_same_seed_same_budget_run() -> None:
-    from agents import spec004_setups as S
+    from experiments.papers import routebalance_setups as S
 
     def once() -> list:
         reqs = S.workload(16.0, 150, 5)

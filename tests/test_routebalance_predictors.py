@@ -13,27 +13,27 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from envs.routebalance_tasks import MODELS, TIERS, routebalance_instances, routebalance_workload
-from envs.tasks import TaskMixture, TaskSpec
 from llmsim import simulate
+from llmsim.envs.routebalance_tasks import MODELS, TIERS, routebalance_instances, routebalance_workload
+from llmsim.envs.tasks import TaskMixture, TaskSpec
 from llmsim.errors import ConfigError
-from llmsim.policies import make_router
-from llmsim.policies.routebalance_predictors import (
+from llmsim.routing import make_router
+from llmsim.routing.routebalance.predictors import (
     LABEL,
     KnnEstimator,
     XgbTpotHead,
     estimator_accuracy,
     tpot_accuracy,
 )
-from llmsim.policies.routebalance_state import DEFAULT_TPOT_MS
-from llmsim.routebalance_telemetry import COLUMNS, collect_telemetry
+from llmsim.routing.routebalance.state import DEFAULT_TPOT_MS
+from llmsim.simulation.telemetry import COLUMNS, collect_telemetry
 
 pytest.importorskip("sklearn")
 pytest.importorskip("xgboost")
 
 ROOT = Path(__file__).resolve().parents[1]
 STATIC_S = {m: v / 1000.0 for m, v in DEFAULT_TPOT_MS.items()}
-TRAIN = {"sampler": "envs.routebalance_tasks:routebalance_workload", "n": 400, "seed": 101}
+TRAIN = {"sampler": "llmsim.envs.routebalance_tasks:routebalance_workload", "n": 400, "seed": 101}
 
 
 def four_instances() -> list:
@@ -150,7 +150,7 @@ def test_xgboost_rounds_option_is_checked(telemetry) -> None:
 
 
 def test_import_llmsim_loads_neither_sklearn_nor_xgboost() -> None:
-    code = ("import sys, llmsim, llmsim.policies; from llmsim.policies.routebalance import ESTIMATORS; "
+    code = ("import sys, llmsim, llmsim.routing; from llmsim.routing.routebalance.router import ESTIMATORS; "
             "assert 'knn' in ESTIMATORS; bad = [m for m in sys.modules if m.split('.')[0] in ('sklearn', 'xgboost')]; "
             "assert not bad, bad")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -159,7 +159,7 @@ def test_import_llmsim_loads_neither_sklearn_nor_xgboost() -> None:
 
 def test_telemetry_cli(tmp_path: Path) -> None:
     out = tmp_path / "t.csv"
-    p = subprocess.run([sys.executable, "-m", "llmsim.routebalance_telemetry", "--out", str(out), "--rates", "3",
+    p = subprocess.run([sys.executable, "-m", "llmsim.simulation.telemetry", "--out", str(out), "--rates", "3",
                         "--n", "60"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     df = pd.read_csv(out)

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import yaml
 
-from envs import routebalance_tasks as rb
-from llmsim.cluster import Cluster
-from llmsim.policies import make_router
-from llmsim.profile import load_profile
+from llmsim.cluster.cluster import Cluster
+from llmsim.envs import routebalance_tasks as rb
+from llmsim.perf.profile import load_profile
 from llmsim.resources import conf_dir
-from llmsim.sim import simulate
+from llmsim.routing import make_router
+from llmsim.simulation.run import simulate
 
 PROFILES = [("qwen2.5-72b", "a100-80gb", 4), ("qwen2.5-14b", "v100-32gb", 4), ("qwen2.5-7b", "a30", 1),
             ("qwen2.5-3b", "a30", 1)]

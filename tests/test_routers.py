@@ -1,9 +1,9 @@
 """Heuristic routers pick what their names promise."""
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.cluster import Cluster
-from llmsim.policies import ROUTERS, make_router
+from llmsim.cluster.cluster import Cluster
 from llmsim.request import Request
+from llmsim.routing import ROUTERS, make_router
 from llmsim.testing import LinearProfile, requests
 
 
@@ -60,8 +60,8 @@ def test_router_registry_is_the_project_registry():
     import pytest
 
     from llmsim.errors import ConfigError
-    from llmsim.policies import Router, register_router
     from llmsim.registry import Registry
+    from llmsim.routing import Router, register_router
 
     assert isinstance(ROUTERS, Registry)
 

@@ -8,7 +8,7 @@ import pytest
 
 from llmsim import EngineConfig
 from llmsim.cli import run_from_config
-from llmsim.config import instances_from_config, instances_from_specs
+from llmsim.cluster.config import instances_from_config, instances_from_specs
 from llmsim.errors import ConfigError
 from llmsim.schema import SLO, RunConfig, SimConfig
 

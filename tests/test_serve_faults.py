@@ -11,9 +11,9 @@ pytest.importorskip("fastapi", reason="the serving extra is not installed: pip i
 
 import httpx  # noqa: E402
 
-from agents.serve.runner import start_router  # noqa: E402
 from llmsim.emulator import start_emulator  # noqa: E402
-from llmsim.policies import DROP, WAIT, Router, register_router  # noqa: E402
+from llmsim.routing import DROP, WAIT, Router, register_router  # noqa: E402
+from llmsim.serving.runner import start_router  # noqa: E402
 from tests.test_serve_router import router_cfg, samples  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)

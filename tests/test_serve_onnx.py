@@ -18,10 +18,10 @@ pytest.importorskip("torch", reason="building an export needs the rl extra")
 
 import httpx  # noqa: E402
 
-from agents.export import export  # noqa: E402
-from agents.imitate import EXPERTS, demo_checkpoint  # noqa: E402
-from agents.serve.runner import start_router  # noqa: E402
+from llmsim.agents.export import export  # noqa: E402
+from llmsim.agents.imitate import EXPERTS, demo_checkpoint  # noqa: E402
 from llmsim.emulator import start_emulator  # noqa: E402
+from llmsim.serving.runner import start_router  # noqa: E402
 from tests.test_serve_router import burst, router_cfg, samples  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
@@ -68,7 +68,7 @@ def test_an_export_for_other_backends_is_refused_naming_both(exports, tmp_path) 
         cfg.write_text("backends:\n" + "".join(f"  - {{name: g{i}, url: '{h.url}', policy_model: llama-2-7b}}\n"
                                                for i, h in enumerate(hs))
                        + f"policy: {{onnx: '{exports['ddqn_flat']}'}}\n")
-        p = subprocess.run([sys.executable, "-m", "agents.serve.cli", "--config", str(cfg), "--port", "0"],
+        p = subprocess.run([sys.executable, "-m", "llmsim.serving.cli", "--config", str(cfg), "--port", "0"],
                            capture_output=True, text=True, timeout=120)
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1, p.stderr
@@ -100,7 +100,7 @@ def test_the_readme_serving_flow_runs(tmp_path) -> None:
     ckpt = demo_checkpoint("ddqn_flat", tmp_path / "train")  # stands in for the README's trained run
     args = shlex.split(export_cmd.replace("outputs/train/<date>/<time>/best", str(ckpt)))
     assert args[0] == "llmsim-export"
-    p = subprocess.run([sys.executable, "-m", "agents.export", *args[1:], f"hydra.run.dir={tmp_path}/h"],
+    p = subprocess.run([sys.executable, "-m", "llmsim.agents.export", *args[1:], f"hydra.run.dir={tmp_path}/h"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-2000:]
     loop = re.match(r"for p in ([\d ]+); do (llmsim-emulate .*?) --port \$p & done", emulate_loop)
@@ -120,7 +120,7 @@ def test_the_readme_serving_flow_runs(tmp_path) -> None:
         rport = str(_free_port())
         argv = shlex.split(router_cmd.replace("--port 8000", f"--port {rport}"))
         assert argv[0] == "llmsim-router"
-        router = subprocess.Popen([sys.executable, "-m", "agents.serve.cli", *argv[1:]], cwd=tmp_path,
+        router = subprocess.Popen([sys.executable, "-m", "llmsim.serving.cli", *argv[1:]], cwd=tmp_path,
                                   stderr=subprocess.PIPE, text=True)
         procs.append(router)
         line = router.stderr.readline()

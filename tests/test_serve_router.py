@@ -16,8 +16,8 @@ pytest.importorskip("fastapi", reason="the serving extra is not installed: pip i
 import httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from agents.serve.runner import start_router  # noqa: E402
 from llmsim.emulator import start_emulator  # noqa: E402
+from llmsim.serving.runner import start_router  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -233,7 +233,7 @@ def test_no_healthy_backend_is_a_clear_503() -> None:
 
 
 def run_cli(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agents.serve.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "llmsim.serving.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -254,7 +254,7 @@ def test_cli_serves_in_front_of_an_emulator(tmp_path) -> None:
     h = start_emulator("llama-3.1-8b", "a100-80gb", speedup=SPEEDUP)
     cfg = tmp_path / "router.yaml"
     cfg.write_text(f"backends:\n  - {{name: gpu0, url: '{h.url}'}}\npolicy: {{heuristic: least_work_left}}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "agents.serve.cli", "--config", str(cfg), "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "llmsim.serving.cli", "--config", str(cfg), "--port", "0"],
                             stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stderr.readline()
@@ -294,8 +294,8 @@ def test_routebalance_serves_live_traffic(backends) -> None:
 def test_routebalance_static_tpot_is_checked_at_startup(tpot, want) -> None:
     """policy routebalance: static_tpot_ms missing / non-positive / NaN / not covering a backend's model is one
     ConfigError naming the key (before any backend is contacted)."""
-    from agents.serve.config import parse_config
     from llmsim.errors import ConfigError
+    from llmsim.serving.config import parse_config
 
     kwargs = {} if tpot is None else {"static_tpot_ms": tpot}
     cfg = {"backends": [{"name": "b0", "url": "http://127.0.0.1:9", "model": "llama-3.1-8b"}],
@@ -305,8 +305,8 @@ def test_routebalance_static_tpot_is_checked_at_startup(tpot, want) -> None:
     assert want in str(e.value) and "\n" not in str(e.value)
     ok = {**cfg, "policy": {"heuristic": "routebalance", "kwargs": {"static_tpot_ms": {"llama-3.1-8b": 8.0}}}}
     parse_config(ok)  # a complete table passes; a model found only at discovery is checked by the decider
-    from agents.serve.config import PolicyConfig
-    from agents.serve.policy import Decider
+    from llmsim.serving.config import PolicyConfig
+    from llmsim.serving.policy import Decider
 
     d = Decider(PolicyConfig(heuristic="routebalance", kwargs={"static_tpot_ms": {"llama-3.1-8b": 8.0}}))
     d.check_backends(["llama-3.1-8b", ""])  # "" : a backend down at start (model unknown yet)
@@ -320,7 +320,7 @@ def test_routebalance_without_static_tpot_exits_with_one_line(tmp_path) -> None:
     cfg = tmp_path / "router.yaml"
     cfg.write_text("backends: [{name: b0, url: 'http://127.0.0.1:9', model: m}]\n"
                    "policy: {heuristic: routebalance, kwargs: {static_tpot_ms: {m: .nan}}}\n")
-    p = subprocess.run([sys.executable, "-m", "agents.serve.cli", "--config", str(cfg)], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "llmsim.serving.cli", "--config", str(cfg)], capture_output=True,
                        text=True, timeout=25)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr

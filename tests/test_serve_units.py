@@ -7,13 +7,13 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the serving extra is not installed: pip install 'llmsim[serve]'")
 
-from agents.serve.config import load_config, parse_config  # noqa: E402
-from agents.serve.inbound import BadRequest, check_request, parse_json  # noqa: E402
-from agents.serve.policy import Decider  # noqa: E402
-from agents.serve.scrape import MetricsParseError, parse_metrics, parse_models  # noqa: E402
-from agents.serve.tracker import Backend, Flight, cluster_state  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.request import Request  # noqa: E402
+from llmsim.serving.config import load_config, parse_config  # noqa: E402
+from llmsim.serving.inbound import BadRequest, check_request, parse_json  # noqa: E402
+from llmsim.serving.policy import Decider  # noqa: E402
+from llmsim.serving.scrape import MetricsParseError, parse_metrics, parse_models  # noqa: E402
+from llmsim.serving.tracker import Backend, Flight, cluster_state  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""The QLM paper's EDF and SHEPHERD baselines (llmsim/policies/slo_baselines.py, docs/slo_baselines.md): nothing lost
+"""The QLM paper's EDF and SHEPHERD baselines (llmsim/routing/slo.py, docs/slo_baselines.md): nothing lost
 or stuck, EDF against FCFS on the latency-sensitive class, SHEPHERD's batches never join, the MILP batch choice
 against the enumeration, bad options, determinism."""
 
@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from llmsim import InstanceConfig, simulate
-from llmsim.engine import EngineConfig
+from llmsim.engine.config import EngineConfig
 from llmsim.errors import ConfigError
-from llmsim.policies import ROUTERS, WAIT, make_router
-from llmsim.policies.slo_baselines import EDFRouter, ShepherdRouter, choose_batch
 from llmsim.request import Request
+from llmsim.routing import ROUTERS, WAIT, make_router
+from llmsim.routing.slo import EDFRouter, ShepherdRouter, choose_batch
 from llmsim.schema import SLO
-from llmsim.state import ClusterState, InstanceState
+from llmsim.state.cluster_state import ClusterState, InstanceState
 from llmsim.testing import LinearProfile
 from tests.test_qlm_router import SLO_CLASSES, SLO_S, bursty  # the same bursty two-class workload
 

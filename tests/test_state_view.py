@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from llmsim import InstanceConfig, simulate
-from llmsim.policies import ROUTERS, Router, make_router
-from llmsim.state import ClusterState
-from llmsim.state_view import StateView
+from llmsim.routing import ROUTERS, Router, make_router
+from llmsim.state.cluster_state import ClusterState
+from llmsim.state.state_view import StateView
 from llmsim.testing import LinearProfile, requests
 
 pytestmark = pytest.mark.timeout(120)

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.cluster import Cluster
+from llmsim.cluster.cluster import Cluster
 from llmsim.errors import ConfigError, LLMSimError
-from llmsim.policies import DEFER, DROP, WAIT, Router
+from llmsim.event_loop import ROUTE
 from llmsim.request import Request
-from llmsim.simenv import ROUTE
+from llmsim.routing import DEFER, DROP, WAIT, Router
 from llmsim.testing import LinearProfile, requests
 from llmsim.workload import build_workload
 
@@ -113,8 +113,8 @@ def test_wait_patience_counts_only_settled_passes():
     reqs = requests([(0.0, 10, 190), (1.5, 10, 3)])
     cluster = Cluster(insts(1), WhenEmpty(), view_staleness=1.0, central_queue_tick=0.1, wait_patience=3)
     cluster.run(reqs)
-    from llmsim.metrics import SLO
-    from llmsim.sim import collect
+    from llmsim.metrics.recorder import SLO
+    from llmsim.simulation.run import collect
 
     res = collect(cluster, SLO())
     assert_conserved(res, range(2))

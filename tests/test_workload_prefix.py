@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llmsim.engine.prefix_cache import block_keys
 from llmsim.errors import ConfigError, TraceError
-from llmsim.prefix_cache import block_keys
 from llmsim.request import Request
 from llmsim.workload import (
     BurstGPTTrace,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.observations.base import ObsBuilder
-from envs.observations.expert_flat import ExpertFlatObs
-from envs.observations.flat import FlatObs
-from envs.observations.graph import GraphObs, from_hetero_data, to_hetero_batch, to_hetero_data
-from envs.observations.model_select import ModelSelectObs
+from llmsim.envs.observations.base import ObsBuilder
+from llmsim.envs.observations.expert_flat import ExpertFlatObs
+from llmsim.envs.observations.flat import FlatObs
+from llmsim.envs.observations.graph import GraphObs, from_hetero_data, to_hetero_batch, to_hetero_data
+from llmsim.envs.observations.model_select import ModelSelectObs
 from llmsim.registry import Registry
 
 OBSERVATIONS: Registry[type[ObsBuilder]] = Registry("observation")

@@ -1,8 +1,8 @@
 """Observation builder interface: a fixed space, filled from the public cluster state at each decision point.
 
-A builder reads only what a router may know: the :class:`~llmsim.state.ClusterState` it is given (stale
+A builder reads only what a router may know: the :class:`~llmsim.state.cluster_state.ClusterState` it is given (stale
 with ``view_staleness``), the request being decided, the predictor's outputs and the router's own
-bookkeeping (:class:`~envs.schema.EnvContext`), plus any history it keeps itself (``on_arrival``). So the
+bookkeeping (:class:`~llmsim.envs.schema.EnvContext`), plus any history it keeps itself (``on_arrival``). So the
 same builder runs in front of real backends, on a state built from their metrics.
 """
 
@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import gymnasium as gym
 
-    from envs.schema import EnvContext
+    from llmsim.envs.schema import EnvContext
     from llmsim.request import Request
-    from llmsim.state import ClusterState
+    from llmsim.state.cluster_state import ClusterState
 
 
 class ObsBuilder:

@@ -3,7 +3,7 @@
 The paper's Baseline RL sees f_t = (f_m1, ..., f_mN), f_mn = (e_n, |running_n|, |waiting_n|): a flat 3N
 vector with no request-level and no arrived-request features (spec 000 section 6.1, the default,
 ``request_features=False``). ``request_features=True`` prepends the arrived request's 3N features of the graph
-state. Layout (float32, the same normalisation as :class:`~envs.observations.graph.GraphObs`):
+state. Layout (float32, the same normalisation as :class:`~llmsim.envs.observations.graph.GraphObs`):
 
   [0, N)     prompt tokens / prompt_scale (repeated per expert)       } only with request_features
   [N, 2N)    predicted quality of the request on each expert           } (0 when nothing is decided)
@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import numpy as np
 
-from envs.observations.base import ObsBuilder
-from envs.observations.graph import FEAT_HIGH
+from llmsim.envs.observations.base import ObsBuilder
+from llmsim.envs.observations.graph import FEAT_HIGH
 
 if TYPE_CHECKING:
-    from envs.schema import EnvContext
+    from llmsim.envs.schema import EnvContext
     from llmsim.request import Request
-    from llmsim.state import ClusterState
+    from llmsim.state.cluster_state import ClusterState
 
 
 class ExpertFlatObs(ObsBuilder):

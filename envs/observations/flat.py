@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import numpy as np
 
-from envs.observations.base import ObsBuilder
+from llmsim.envs.observations.base import ObsBuilder
 from llmsim.errors import ConfigError
 
 if TYPE_CHECKING:
-    from envs.schema import EnvContext
+    from llmsim.envs.schema import EnvContext
     from llmsim.request import Request
-    from llmsim.state import ClusterState
+    from llmsim.state.cluster_state import ClusterState
 
 
 class FlatObs(ObsBuilder):
@@ -106,7 +106,7 @@ class FlatObs(ObsBuilder):
         if req is None or req.prompt_tokens <= 0 or not req.hash_ids:
             buf[o:] = 0.0
             return
-        view = getattr(env, "view", None)  # a router outside the env (envs.policy_router.DecisionContext)
+        view = getattr(env, "view", None)  # a router outside the env (llmsim.envs.policy_router.DecisionContext)
         if view is None:
             view = getattr(getattr(env, "cluster", None), "view", None)
         if not hasattr(view, "prefix_hit_tokens"):

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from envs.observations.base import ObsBuilder
+from llmsim.envs.observations.base import ObsBuilder
 
 if TYPE_CHECKING:
-    from envs.schema import EnvContext
+    from llmsim.envs.schema import EnvContext
     from llmsim.request import Request
-    from llmsim.state import ClusterState
+    from llmsim.state.cluster_state import ClusterState
 
 FEAT_HIGH = 1e3  # features are clipped to [0, FEAT_HIGH]
 RELATIONS = (("arrived", "to", "expert"), ("expert", "rev_to", "arrived"), ("running", "on", "expert"),

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import numpy as np
 
-from envs.observations.base import ObsBuilder
+from llmsim.envs.observations.base import ObsBuilder
 
 if TYPE_CHECKING:
-    from envs.schema import EnvContext
+    from llmsim.envs.schema import EnvContext
     from llmsim.request import Request
-    from llmsim.state import ClusterState
+    from llmsim.state.cluster_state import ClusterState
 
 
 class ModelSelectObs(ObsBuilder):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.rewards.base import Reward
-from envs.rewards.best_effort import BestEffortReward, deadline_weight
-from envs.rewards.latency import LatencyReward
-from envs.rewards.qos import QoSReward, action_impact, latency_increase
-from envs.rewards.utility import UtilityReward
-from envs.rewards.workload_aware import WorkloadAwareReward, mixing_penalty
+from llmsim.envs.rewards.base import Reward
+from llmsim.envs.rewards.best_effort import BestEffortReward, deadline_weight
+from llmsim.envs.rewards.latency import LatencyReward
+from llmsim.envs.rewards.qos import QoSReward, action_impact, latency_increase
+from llmsim.envs.rewards.utility import UtilityReward
+from llmsim.envs.rewards.workload_aware import WorkloadAwareReward, mixing_penalty
 from llmsim.registry import Registry
 
 REWARDS: Registry[type[Reward]] = Registry("reward")

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from envs.schema import EnvContext
+    from llmsim.envs.schema import EnvContext
     from llmsim.request import Request
 
 GENERIC = ("dropped", "cut_off", "truncated", "timeouts", "waiting")
@@ -43,7 +43,7 @@ class Reward:
     default_weights: ClassVar[dict[str, float]] = {}
     default_scale: ClassVar[float] = 1.0
     # on_tick reads the env only through state() / true_state() and static facts (nothing else that changes
-    # with time): the env may then evaluate ticks between two events without an event each (envs.core)
+    # with time): the env may then evaluate ticks between two events without an event each (llmsim.envs.routing_env)
     tick_reads_state: ClassVar[bool] = False
 
     def __init__(self, weights: dict[str, float] | None = None, scale: float | None = None,

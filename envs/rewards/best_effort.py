@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from envs.rewards.base import Reward
+from llmsim.envs.rewards.base import Reward
 
 if TYPE_CHECKING:
     from llmsim.request import Request

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from envs.rewards.base import Reward
+from llmsim.envs.rewards.base import Reward
 
 if TYPE_CHECKING:
-    from envs.schema import EnvContext
+    from llmsim.envs.schema import EnvContext
     from llmsim.request import Request
 
 # Released-code slopes (s/token), spec 000 Sec. 2.4; chatglm-6b has a faster prefill.

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from envs.rewards.base import Reward
+from llmsim.envs.rewards.base import Reward
 
 if TYPE_CHECKING:
-    from envs.schema import EnvContext
+    from llmsim.envs.schema import EnvContext
     from llmsim.request import Request
 
 # USD per 1M tokens (input, output). The 004 aggregator bills 0.06 (3B), 0.07 (7/8B), 0.15 (14B) and

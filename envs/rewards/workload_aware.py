@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from envs.rewards.base import Reward
+from llmsim.envs.rewards.base import Reward
 
 if TYPE_CHECKING:
-    from envs.schema import EnvContext
+    from llmsim.envs.schema import EnvContext
     from llmsim.request import Request
 
 

@@ -10,7 +10,7 @@ import math
 import sys
 from typing import NoReturn
 
-from llmsim.engine import EngineConfig
+from llmsim.engine.config import EngineConfig
 from llmsim.errors import LLMSimError
 
 
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-gpu-blocks", type=_int(1), default=None,
                    help="KV-cache blocks, overriding what the profile's memory model gives")
     p.add_argument("--engine", default=None,
-                   help=f"llmsim batch policy (default {EngineConfig().policy}; see llmsim.scheduling)")
+                   help=f"llmsim batch policy (default {EngineConfig().policy}; see llmsim.engine.scheduling)")
     p.add_argument("--served-model-name", default=None, help="model id clients send (default: --model)")
     p.add_argument("--output-len", choices=["max_tokens", "sampled"], default="max_tokens",
                    help="output length: exactly max_tokens, or min(max_tokens, a seeded EOS-like draw)")

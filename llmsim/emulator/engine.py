@@ -1,6 +1,6 @@
 """Real-time driver of one llmsim engine: simulated time tracks (wall time since start) x speedup.
 
-One :class:`~llmsim.instance.Instance` runs on its own :class:`~llmsim.simenv.SimEnv`. Nothing here steps the
+One :class:`~llmsim.engine.instance.Instance` runs on its own :class:`~llmsim.event_loop.SimEnv`. Nothing here steps the
 engine ahead of the wall clock: :meth:`RealTimeEngine.advance` processes every engine event up to *now*
 (simulated), moves the clock to now and materialises the decode run in progress up to its last boundary <= now,
 so requests, KV blocks and counters are exactly what the engine has at this instant. HTTP arrivals are submitted
@@ -28,13 +28,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmsim.cluster import InstanceConfig
-from llmsim.engine import EngineConfig
+from llmsim.cluster.cluster import InstanceConfig
+from llmsim.engine.config import EngineConfig
+from llmsim.engine.instance import Instance
 from llmsim.errors import ConfigError
-from llmsim.instance import Instance
-from llmsim.metrics import Recorder
+from llmsim.event_loop import OBSERVE, ROUTE, SimEnv
+from llmsim.metrics.recorder import Recorder
 from llmsim.request import Request
-from llmsim.simenv import OBSERVE, ROUTE, SimEnv
 
 log = logging.getLogger("llmsim.emulator")
 

@@ -283,7 +283,7 @@ class RandomPhases(ArrivalProcess):
     component). The phase holds a Geometric number of requests with mean ``mean_requests`` (fixed) or
     ``mean_seconds * rate`` (so a phase lasts ``mean_seconds`` in expectation). Arrivals within a
     phase are Poisson. This is the "unpredictable" workload family of spec 002 (App. B of the
-    best-effort paper), and the one MMPP generator of the project (``envs.tasks`` uses it too).
+    best-effort paper), and the one MMPP generator of the project (``llmsim.envs.tasks`` uses it too).
     """
 
     mixture: Sequence[tuple[float, float, float]]

@@ -57,7 +57,7 @@ class MooncakeTrace(Workload):
 
     ``hash_ids`` (512-token prefix-block ids) are kept on the request as a tuple with ``hash_block=512`` set
     explicitly; the engine maps them onto its own block size (16 tokens by default) with
-    :func:`llmsim.prefix_cache.block_keys`, so only full engine blocks are cached and a prompt's partial last
+    :func:`llmsim.engine.prefix_cache.block_keys`, so only full engine blocks are cached and a prompt's partial last
     512-token block still shares its full 16-token blocks. The ids cover the prompt only
     (``ceil(input_length / 512)``), so outputs are never reused. The conversation
     trace quantises arrivals to ~3 s buckets; ``jitter_s > 0`` (a number of seconds, e.g. 3.0) spreads

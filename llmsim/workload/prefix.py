@@ -1,7 +1,7 @@
 """Shared-prefix workloads (system prompts, few-shot templates, multi-turn chats) and the ideal prefix hit rate.
 
 :class:`SharedPrefixWorkload` (``kind: shared_prefix``) draws chat sessions whose requests carry chained
-prefix-block ids (:mod:`llmsim.prefix_cache`), so the engine's prefix cache has something to reuse:
+prefix-block ids (:mod:`llmsim.engine.prefix_cache`), so the engine's prefix cache has something to reuse:
 
 - a session starts at each arrival of the arrival process. Its first prompt is a **system prompt** (with
   probability ``system.prob``, one of ``system.count`` prompts of ``system.tokens`` tokens, picked with
@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from llmsim.engine.prefix_cache import block_keys
 from llmsim.errors import ConfigError, TraceError
-from llmsim.prefix_cache import block_keys
 from llmsim.request import Request
 from llmsim.workload.arrivals import BATCH, ArrivalProcess
 from llmsim.workload.base import Workload, WorkloadStats, check_float, check_int
@@ -316,7 +316,7 @@ def ideal_prefix_hit_rate(requests: Iterable[Request], block_size: int | None = 
 
     A request's prompt blocks are its first ``ceil(prompt / hash_block)`` ids (``block_size=None``: the ids'
     own blocks, a partial last one included) or its full engine blocks of ``block_size`` tokens
-    (:func:`llmsim.prefix_cache.block_keys`, partial blocks excluded, as vLLM caches full blocks only). A block
+    (:func:`llmsim.engine.prefix_cache.block_keys`, partial blocks excluded, as vLLM caches full blocks only). A block
     hits when its id was named by an earlier request, prompt or output as far as that request's ids cover
     it, and every block before it hit too (the longest cached prefix; with chained ids the same count).
     Requests without ids count their blocks as misses. Reuse within one prompt is not counted, and neither is

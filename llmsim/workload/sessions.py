@@ -1,6 +1,6 @@
 """Block identities of conversations: chained prefix-block ids for turns that extend earlier turns.
 
-The contract (:mod:`llmsim.prefix_cache`): ``hash_ids[i]`` names the tokens ``[0, (i + 1) * hash_block)`` of a
+The contract (:mod:`llmsim.engine.prefix_cache`): ``hash_ids[i]`` names the tokens ``[0, (i + 1) * hash_block)`` of a
 request's sequence (prompt, then output), so equal ids at position ``i`` mean equal prefixes. A turn that
 repeats the first ``s`` tokens of an earlier sequence keeps that sequence's ids of the ``s // hash_block`` hash
 blocks wholly inside the shared part; every later block, including a partial block that the new turn extends,

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from llmsim.hardware import GpuSpec
-from llmsim.models import ModelSpec, get_model
+from llmsim.perf.hardware import GpuSpec
+from llmsim.perf.models import ModelSpec, get_model
 
 from .base import Context, FnProvider, PartResult
 from .fits import a100_40_transfer, elementwise_roofline, fit_nnls, gemm_layer, lss_attention, lss_data

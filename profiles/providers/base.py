@@ -2,7 +2,7 @@
 
 A *part* is one of ``dense``, ``lm_head``, ``prefill_attention``, ``decode_attention``, ``overhead`` and
 ``memory`` (the sections of a profile YAML). For every part the builder walks an ordered chain of providers
-(best source first, see :data:`profiles.providers.CHAINS`); the first one that returns a
+(best source first, see :data:`llmsim.profiles.providers.CHAINS`); the first one that returns a
 :class:`PartResult` wins, a provider without data for the (model, GPU, TP) returns ``None``.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from llmsim.hardware import GpuSpec
-from llmsim.models import ModelSpec
+from llmsim.perf.hardware import GpuSpec
+from llmsim.perf.models import ModelSpec
 
 from .raw import Raw
 
@@ -27,7 +27,7 @@ class PartResult:
     value: Any
     status: str  # "measured" / "transferred" / "estimated"
     source: str  # human-readable description, written to parts.<part>.source
-    sources: frozenset[str] = frozenset()  # keys of profiles.providers.raw.SOURCES used
+    sources: frozenset[str] = frozenset()  # keys of llmsim.profiles.providers.raw.SOURCES used
     notes: tuple[str, ...] = ()  # extra lines for provenance.notes
     provider: str = ""  # name of the provider that produced it (set by resolve())
 

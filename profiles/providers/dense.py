@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from llmsim.models import ModelSpec, get_model
+from llmsim.perf.models import ModelSpec, get_model
 
 from .base import Context, PartResult, provider
 from .fits import (

@@ -1,5 +1,5 @@
 """Shared numerics of the providers: output grids, rounding, NNLS fits, rooflines and the fits of the
-LLMServingSim-layout tables (also written by ``profiles.profile``)."""
+LLMServingSim-layout tables (also written by ``llmsim.profiles.profile``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from llmsim.hardware import GpuSpec, get_gpu
-from llmsim.models import ModelSpec
+from llmsim.perf.hardware import GpuSpec, get_gpu
+from llmsim.perf.models import ModelSpec
 
 from .base import Context
 from .raw import Raw, lss_dir, lss_tables

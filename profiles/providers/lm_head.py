@@ -7,7 +7,7 @@ tables add the sampler measured by vidur (A40 host).
 
 from __future__ import annotations
 
-from llmsim.models import get_model
+from llmsim.perf.models import get_model
 
 from .base import Context, PartResult, provider
 from .fits import (

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from llmsim.hardware import get_gpu
-from llmsim.models import ModelSpec, get_model
+from llmsim.perf.hardware import get_gpu
+from llmsim.perf.models import ModelSpec, get_model
 
 from .base import Context, PartResult, provider
 

@@ -1,0 +1,1 @@
+"""Paper reproductions, studies and benchmarks: not part of the installed packages."""

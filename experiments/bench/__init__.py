@@ -1,0 +1,1 @@
+"""Benchmarks: simulator, env, training and live-decision speed."""

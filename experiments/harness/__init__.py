@@ -1,0 +1,1 @@
+"""The one harness every reproduction and study shares."""

@@ -1,0 +1,1 @@
+"""One module per paper: its testbed, its claims and how they are measured."""

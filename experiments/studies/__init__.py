@@ -1,0 +1,1 @@
+"""Studies that are not papers: prefix reuse, disaggregation, estimator accuracy."""

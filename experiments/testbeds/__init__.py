@@ -1,0 +1,1 @@
+"""The papers' testbeds under their baselines: operating points."""

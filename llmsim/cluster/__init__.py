@@ -1,0 +1,1 @@
+"""The cluster: instances behind a router, its clock, the public ClusterState and the driver API."""

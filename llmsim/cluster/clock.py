@@ -1,0 +1,224 @@
+"""The cluster's periodic work: metrics scrapes, stale-view refreshes and central-queue ticks.
+
+Each chain fires on a fixed grid ``start + k * interval`` (never ``previous + interval``), so where a
+chain resumes after a pause does not depend on how long the pause was, and its times carry no
+accumulated rounding.
+
+The cost of a run grows with its events, not with the simulated span: while no engine is busy nothing
+a chain would record or publish can change, so
+
+* the **scrape** (every ``metrics_interval``) records its row and pauses at the first grid point that
+  finds every engine idle; it resumes at the first grid point at or after the next activity (an arrival
+  parked in the central queue, a request submitted, the central queue shrinking). The timeline therefore
+  has one row at the start of each idle stretch and **no rows for the idle intervals after it**; a busy
+  cluster gets a row every interval. ``ClusterView.throughput()`` reads zero once a skipped scrape would
+  have closed an interval without tokens, exactly as the unpaused scrape would have set it;
+* the **view refresh** (every ``view_staleness``) pauses the same way (an idle cluster's snapshot does
+  not change) and resumes with the next submission;
+* the **tick** (every ``central_queue_tick``) retries the central queue. It sleeps while the central
+  queue (and the deferred list) is empty, and after ``wait_patience`` consecutive idle passes (see
+  :mod:`llmsim.cluster.cluster`); a parked request, an arrival or a submission wakes it.
+
+Scrapes and refreshes are bookkeeping events (:meth:`SimEnv.call_bookkeeping_at`): :meth:`Cluster.run`
+stops when only they are left, then runs each pending one once (``_flush_bookkeeping``) so the final
+state is recorded, exactly as the last scrape of an uninterrupted chain would.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from llmsim.event_loop import OBSERVE, ROUTE
+
+if TYPE_CHECKING:
+    from collections import deque
+
+    from llmsim.cluster.view import ClusterView
+    from llmsim.engine.instance import Instance
+    from llmsim.event_loop import SimEnv
+    from llmsim.metrics.recorder import Recorder
+    from llmsim.request import Request
+
+
+def next_on_grid(t0: float, step: float, now: float, k_min: int) -> tuple[int, float]:
+    """Smallest grid index k >= k_min with ``t0 + k * step >= now``, and that time (never before ``now``)."""
+    k = k_min
+    q = (now - t0) / step
+    if q > k_min and math.isfinite(q):
+        k = math.ceil(q)
+        if k - 1 >= k_min and t0 + (k - 1) * step >= now:
+            k -= 1  # the quotient rounded up past an exact grid point
+    t = t0 + k * step
+    if t < now:
+        k += 1
+        t = max(t0 + k * step, now)
+    return k, t
+
+
+class ClusterClock:
+    """Mixin of :class:`llmsim.cluster.cluster.Cluster` holding the periodic chains (module docstring)."""
+
+    # provided by Cluster
+    env: SimEnv
+    instances: list[Instance]
+    recorder: Recorder
+    view: ClusterView
+    central: deque[Request]
+    deferred: deque[Request]
+    recent_throughput: list[float]
+    _last_tokens: list[int]
+    metrics_interval: float
+    view_staleness: float
+    central_queue_tick: float | None
+    wait_patience: int
+
+    def _retry(self) -> None:  # pragma: no cover - implemented by Cluster
+        raise NotImplementedError
+
+    def _init_clock(self) -> None:
+        self._t0 = 0.0
+        self._scrape_k = 0
+        self.scrape_paused = False
+        self.last_scrape = -math.inf
+        self._refresh_k = 0
+        self._refresh_paused = False
+        self._tick_k = 0
+        self._tick_asleep = False
+        self._idle_passes = 0
+        self._last_tick = -math.inf
+        self._quiet = False  # some chain sleeps and waits for activity (checked on every submission)
+        self._finishing = False
+
+    def _start_clock(self) -> None:
+        env = self.env
+        self._t0 = t0 = env.now
+        self._scrape_k = 0
+        self.scrape_paused = False
+        env.call_bookkeeping_at(t0, self._scrape)
+        if self.view_staleness > 0:
+            self.view.take_snapshot()  # what the metrics endpoint showed before the first arrival
+            self._refresh_k = 1
+            self._refresh_paused = False
+            env.call_bookkeeping_at(t0 + self.view_staleness, self._refresh_view)
+        self._tick_asleep = self.central_queue_tick is not None  # woken when a request is parked
+        self._tick_k = 0
+        self._quiet = False
+
+    def _any_busy(self) -> bool:
+        return any(inst._busy for inst in self.instances)
+
+    def _update_quiet(self) -> None:
+        self._quiet = self.scrape_paused or self._refresh_paused or (
+            self._tick_asleep and bool(self.central or self.deferred))
+
+    # ------------------------------------------------------------------ waking up
+    def _wake(self) -> None:
+        """Activity after a quiet stretch: resume every sleeping chain at its next grid point."""
+        self._wake_bookkeeping()
+        if self._tick_asleep and (self.central or self.deferred):
+            self._wake_ticks()
+
+    def _wake_bookkeeping(self) -> None:
+        env = self.env
+        now = env.now
+        if self.scrape_paused:
+            self.scrape_paused = False
+            self._scrape_k, t = next_on_grid(self._t0, self.metrics_interval, now, self._scrape_k + 1)
+            env.call_bookkeeping_at(t, self._scrape)
+        if self._refresh_paused:
+            self._refresh_paused = False
+            self._refresh_k, t = next_on_grid(self._t0, self.view_staleness, now, self._refresh_k + 1)
+            env.call_bookkeeping_at(t, self._refresh_view)
+        self._update_quiet()
+
+    def _wake_ticks(self) -> None:
+        tick = self.central_queue_tick
+        assert tick is not None
+        self._tick_asleep = False
+        self._idle_passes = 0
+        self._tick_k, t = next_on_grid(self._t0, tick, self.env.now, self._tick_k + 1)
+        self.env.call_at(t, ROUTE, self._tick)
+        self._update_quiet()
+
+    # ------------------------------------------------------------------ the chains
+    def _scrape(self) -> None:
+        env = self.env
+        now = env.now
+        tl = self.recorder.timeline
+        dt = self.metrics_interval
+        central = len(self.central)
+        for k, inst in enumerate(self.instances):
+            if inst._run is not None:
+                inst.sync(now, OBSERVE)
+            tl["time"].append(now)
+            tl["instance"].append(k)
+            tl["waiting"].append(len(inst.waiting))
+            tl["running"].append(len(inst.running))
+            tl["swapped"].append(len(inst.swapped))
+            tl["kv_used_blocks"].append(inst.kv_total - inst.kv_free)
+            tl["kv_total_blocks"].append(inst.kv_total)
+            tl["tokens_out"].append(inst.tokens_out)
+            tl["prefix_cache_queries"].append(inst.prefix_queries)
+            tl["prefix_cache_hits"].append(inst.prefix_hits)
+            tl["central_queue"].append(central)
+            self.recent_throughput[k] = (inst.tokens_out - self._last_tokens[k]) / dt
+            self._last_tokens[k] = inst.tokens_out
+        self.last_scrape = now
+        if self._finishing:
+            return
+        if self._any_busy():
+            self._scrape_k += 1
+            env.call_bookkeeping_at(max(self._t0 + self._scrape_k * dt, now), self._scrape)
+        else:
+            self.scrape_paused = self._quiet = True
+
+    def _refresh_view(self) -> None:
+        self.view.take_snapshot()
+        if self._finishing:
+            return
+        env = self.env
+        if self._any_busy():
+            self._refresh_k += 1
+            env.call_bookkeeping_at(max(self._t0 + self._refresh_k * self.view_staleness, env.now),
+                                    self._refresh_view)
+        else:
+            self._refresh_paused = self._quiet = True
+
+    def _view_settled(self) -> bool:
+        """Nothing a router observes changes until new activity: the stale snapshot and the throughput
+        window already show the idle cluster."""
+        return (self.scrape_paused and self.env.now > self.last_scrape + self.metrics_interval
+                and (self.view_staleness == 0 or self._refresh_paused))
+
+    def _tick(self) -> None:
+        """Retry the central queue; sleep when there is nothing to retry or after ``wait_patience`` idle passes."""
+        self._last_tick = self.env.now
+        n = len(self.central)
+        if n:
+            self._retry()
+        if not (self.central or self.deferred):
+            self._tick_asleep = True
+            self._idle_passes = 0
+            return
+        tick = self.central_queue_tick
+        assert tick is not None
+        now = self.env.now
+        t_next = self._t0 + (self._tick_k + 1) * tick
+        # a tick lost in float rounding (t ~ 1e17+ s) cannot let the view change: the pass counts as idle
+        if len(self.central) == n and not self._any_busy() and (t_next <= now or self._view_settled()):
+            self._idle_passes += 1
+            if self._idle_passes >= self.wait_patience:
+                self._tick_asleep = self._quiet = True  # until an arrival or a submission
+                return
+        else:
+            self._idle_passes = 0
+        self._tick_k += 1
+        self.env.call_at(max(t_next, now), ROUTE, self._tick)
+
+    def _flush_bookkeeping(self) -> None:
+        """Run the pending scrapes / refreshes once each (the final state), rescheduling nothing."""
+        self._finishing = True
+        env = self.env
+        for _ in range(env.num_pending):
+            env.step()

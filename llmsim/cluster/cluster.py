@@ -1,0 +1,501 @@
+"""A cluster of heterogeneous serving instances behind a routing hook.
+
+Arrivals are fed lazily from the workload (one pending arrival event at a time), checked (see
+:func:`llmsim.request.check_request`), routed at their arrival instant, and either submitted to an
+instance, held in a central queue (WAIT, decided again whenever a request finishes and at the optional
+``central_queue_tick``) or dropped (DROP, counted). Periodic work - the metrics scrape every
+``metrics_interval``, the stale-view refresh every ``view_staleness``, the central-queue tick - lives in
+:mod:`llmsim.cluster.clock`.
+
+When a run ends (:meth:`Cluster.run`): the event loop stops as soon as only bookkeeping events
+(scrapes, view refreshes) are pending - they run once more to record the final state, then the run
+is over. So a run ends when nothing can change any more: no arrival left, every engine idle, and no
+routing retry pending that could succeed. Requests the router still holds are counted ``never_routed``:
+
+* without a tick, WAITing requests are retried only at completions, so with an idle cluster and no
+  arrivals left they can never move;
+* with a tick, the router is asked again at every tick; a pass in which it answers WAIT for every
+  queued request while no engine is busy and its view has settled (the stale snapshot and the
+  throughput window already show the idle cluster) is an *idle pass*. After ``wait_patience``
+  (default 100) consecutive idle passes the tick sleeps until the next arrival (or until an engine
+  is used again); with no arrival left, the run ends. A router that waits for time alone to pass
+  (a batching timeout) therefore gets 100 ticks of an idle cluster, never an unbounded number.
+
+``DEFER`` (``-3``) hands a decision to an outside driver (the Gymnasium envs, which call
+:meth:`Cluster.start` and step the clock themselves); under :meth:`Cluster.run` nothing could ever
+decide it, so it is a :class:`ConfigError`. A driver that stops with requests still deferred gets them
+counted ``never_routed`` by :meth:`Cluster.finish`.
+
+Any other router answer that is not an ``int`` (numpy integers are accepted) or that names no
+instance is a :class:`ConfigError` naming the router and the value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from numbers import Integral
+from typing import Any
+
+from llmsim.cluster.clock import ClusterClock
+from llmsim.cluster.disagg import DECODE, MIXED, ROLES, KVTransfers
+from llmsim.cluster.view import ClusterView
+from llmsim.engine.config import EngineConfig
+from llmsim.engine.instance import Instance
+from llmsim.engine.model_host import DEFAULT_STORAGE_GBPS, attach_host, catalog_profiles
+from llmsim.errors import ConfigError, LLMSimError
+from llmsim.event_loop import ARRIVAL, MAX_EVENTS_PER_INSTANT, ROUTE, SimEnv
+from llmsim.metrics.recorder import Recorder
+from llmsim.perf.profile import Profile, load_profile
+from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, Request, check_request
+from llmsim.routing import DEFER, DROP, WAIT, Router
+from llmsim.routing.base import default_decode_choice
+from llmsim.schema import SimConfig
+
+__all__ = ["Cluster", "ClusterOpsView", "ClusterView", "InstanceConfig"]
+
+_INF = math.inf
+WAIT_PATIENCE = 100  # consecutive idle tick passes before the tick sleeps (module docstring)
+
+
+class ClusterOpsView(ClusterView):
+    """The router's view, plus the engine operations a policy may trigger (they act on the live engines even
+    when the view is stale; see ``llmsim.engine.ops`` for when they take effect and what they cost)."""
+
+    def evict(self, instance: int, request_id: int) -> None:
+        """``Cluster.evict``: send the request back to the central queue, keeping its generated tokens."""
+        self._c.evict(instance, request_id)
+
+    def swap_out(self, instance: int, request_id: int, park: bool = False) -> None:
+        """``Cluster.swap_out``: move a running request's KV blocks to the instance's CPU swap space."""
+        self._c.swap_out(instance, request_id, park)
+
+    def prefetch_model(self, instance: int, model: str) -> bool:
+        """``Cluster.prefetch_model``: warm a model in the instance's host-memory cache (QLM's warm start)."""
+        return self._c.prefetch_model(instance, model)
+
+
+@dataclass
+class InstanceConfig:
+    """One serving instance: which model on which GPU(s), and its engine settings."""
+
+    model: str = "llama-2-7b"
+    gpu: str = "a100-80gb"
+    tp: int = 1
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    profile: Profile | None = None
+    profile_kind: str = "auto"
+    name: str = ""
+    device: str | None = None  # instances with the same device share one GPU (and slow each other down)
+    # a multi-model instance (llmsim.engine.model_host): the other models it may load, and what loading costs
+    models: tuple[str, ...] = ()
+    host_cache_gb: float = 0.0  # host-memory model cache (0: every swap reads storage)
+    storage_gbps: float = DEFAULT_STORAGE_GBPS  # storage -> host memory read bandwidth, GB/s
+    swap_overhead_s: float = 0.0  # fixed cost of each swap on top of the transfers
+    role: str = "mixed"  # prefill / decode disaggregation (llmsim.cluster.disagg): mixed, prefill or decode
+
+    def build_profile(self) -> Profile:
+        return self.profile if self.profile is not None else load_profile(self.model, self.gpu, self.tp,
+                                                                          self.profile_kind)
+
+
+class Cluster(ClusterClock):
+    def __init__(
+        self,
+        instances: list[InstanceConfig],
+        router: Router,
+        *,
+        view_staleness: float = 0.0,
+        metrics_interval: float = 1.0,
+        central_queue_tick: float | None = None,
+        on_unservable: str = "error",
+        on_finish: Callable[[Request, Instance], None] | None = None,
+        colocation_interference: float = 1.0,
+        kv_link: str = "infiniband",
+        kv_transfer: str = "overlap",
+        wait_patience: int = WAIT_PATIENCE,
+        max_events_per_instant: int = MAX_EVENTS_PER_INSTANT,
+    ) -> None:
+        if not instances:
+            raise ConfigError("cluster.instances: a cluster needs at least one instance, got 0")
+        # the sim group's schema (the CLI and the envs check the same one): finite, in range, named sim.<key>
+        sim = SimConfig.parse({"view_staleness": view_staleness, "metrics_interval": metrics_interval,
+                               "central_queue_tick": central_queue_tick, "on_unservable": on_unservable,
+                               "colocation_interference": colocation_interference, "kv_link": kv_link,
+                               "kv_transfer": kv_transfer})
+        self.metrics_interval = float(sim.metrics_interval)
+        self.view_staleness = float(sim.view_staleness)
+        self.central_queue_tick = None if sim.central_queue_tick is None else float(sim.central_queue_tick)
+        interference = float(sim.colocation_interference)
+        if isinstance(wait_patience, bool) or not isinstance(wait_patience, int) or wait_patience < 1:
+            raise ConfigError(f"wait_patience: expected an integer >= 1, got {wait_patience!r}")
+        if isinstance(max_events_per_instant, bool) or not isinstance(max_events_per_instant, int) or \
+                max_events_per_instant < 8:
+            raise ConfigError(f"max_events_per_instant: expected an integer >= 8, got {max_events_per_instant!r}")
+        self.wait_patience = wait_patience
+        self.max_events_per_instant = max_events_per_instant
+        self.env = SimEnv()
+        self.recorder = Recorder()
+        self.router = router
+        self.on_unservable = on_unservable
+        self.user_on_finish = on_finish
+        self.instance_configs = instances
+        self.instances: list[Instance] = []
+        for idx, ic in enumerate(instances):
+            try:
+                self.instances.append(self._build_instance(idx, ic))
+            except LLMSimError as e:
+                raise type(e)(f"cluster.instances[{idx}] ({ic.model} on {ic.gpu}): {e}") from None
+        self._link_colocated(interference)
+        self.transfers = self._disaggregate(str(sim.kv_link), str(sim.kv_transfer))
+        hosted = [set(i.host.profiles) if i.host else {i.profile.model.name} for i in self.instances]
+        self.served_models = set().union(*hosted)
+        self.models_everywhere = set.intersection(*hosted)  # requests needing these fit any instance's model
+        self._max_servable_prompt = max(i.max_servable_prompt for i in self.instances)
+        limits = {(i.max_model_len, i.max_prompt_blocks() * i.block_size) for i in self.instances}
+        self.homogeneous_limits = len(limits) == 1
+        self.view = ClusterOpsView(self)
+        for inst in self.instances:
+            inst.ops.on_evict = self._on_evict
+        self.central: deque[Request] = deque()
+        self.deferred: deque[Request] = deque()
+        self.recent_throughput = [0.0] * len(self.instances)
+        self._last_tokens = [0] * len(self.instances)
+        self._retry_at = -1.0
+        self._source: Iterator[Request] | None = None
+        self._arrivals_done = True
+        self._num_arrived = 0
+        self._last_arrival = -_INF
+        self._first_arrival = True
+        self._out_sum = 0
+        self._out_n = 0
+        self._self_driven = False  # run() drives the clock: no outside driver can take DEFERred requests
+        self._progress: Any = None
+        self._init_clock()
+
+    def _build_instance(self, idx: int, ic: InstanceConfig) -> Instance:
+        if not ic.models:
+            return Instance(idx, self.env, ic.build_profile(), ic.engine, self.recorder, self._on_finish, ic.name)
+        profiles, engine = catalog_profiles(ic)
+        inst = Instance(idx, self.env, profiles[ic.model], engine, self.recorder, self._on_finish, ic.name)
+        attach_host(inst, profiles, ic).on_model_change = lambda i: self.view.refresh_instance(i.idx)
+        return inst
+
+    def _disaggregate(self, link: str, mode: str) -> KVTransfers | None:
+        """Give the instances their roles; with any prefill or decode instance, the KV copies between them."""
+        roles = [ic.role for ic in self.instance_configs]
+        for k, role in enumerate(roles):
+            if role not in ROLES:
+                raise ConfigError(f"cluster.instances[{k}].role: {role!r} is not one of {list(ROLES)}")
+        if all(role == MIXED for role in roles):
+            return None
+        for inst, role in zip(self.instances, roles):
+            inst.role = role
+        transfers = KVTransfers(self, link, mode)
+        for inst in self.instances:
+            inst.transfers = transfers
+        return transfers
+
+    def route_decode(self, r: Request, src: Instance) -> int:
+        """The decode instance of ``r``, prefilled on ``src`` (the router's second stage; llmsim.cluster.disagg)."""
+        view = self.view
+        view.stage = "decode"
+        try:
+            route = getattr(self.router, "route_decode", None)
+            d = route(r, view) if route is not None else default_decode_choice(r, view)
+            cands = view.candidates(r)
+        finally:
+            view.stage = "prefill"
+        if type(d) is not int and not isinstance(d, bool) and isinstance(d, Integral):
+            d = int(d)
+        if d == DEFER and not self._self_driven:
+            return d  # an outside driver (a Gymnasium env) chooses: KVTransfers.dispatch
+        if d not in cands:
+            name = getattr(self.router, "name", type(self.router).__name__)
+            raise ConfigError(f"router {name!r} chose {d!r} as the decode instance of request {r.id}; expected one "
+                              f"of the decode-stage candidates {cands} (decode or mixed instances of "
+                              f"{src.profile.model.name} that can hold it)")
+        return d
+
+    def _link_colocated(self, interference: float) -> None:
+        """Instances on one device slow each other down (see ``Instance.slowdown``)."""
+        groups: dict[str, list[Instance]] = {}
+        for ic, inst in zip(self.instance_configs, self.instances):
+            if ic.device is not None:
+                groups.setdefault(str(ic.device), []).append(inst)
+        for device, members in groups.items():
+            gpus = {m.profile.gpu.name for m in members}
+            if len(gpus) > 1:
+                raise ConfigError(f"device {device!r} is shared by instances on different GPU types {sorted(gpus)}")
+            share = sum(ic.engine.gpu_memory_utilization for ic in self.instance_configs
+                        if ic.device is not None and str(ic.device) == device)
+            if share > 1.0 + 1e-9:
+                raise ConfigError(f"device {device!r}: the gpu_memory_utilization of its instances adds up to "
+                                  f"{share:.2f} > 1; split the GPU memory between them")
+            for m in members:
+                m.mates = [o for o in members if o is not m]
+                m.interference = float(interference)
+
+    # ------------------------------------------------------------------ driving
+    def start(self, workload: Iterable[Request]) -> None:
+        """Feed ``workload`` and start the periodic chains; a driver then steps ``self.env``."""
+        self._source = iter(workload)
+        self._arrivals_done = False
+        self._last_arrival = self.env.now
+        self._first_arrival = True
+        self._schedule_next_arrival()
+        self._start_clock()
+
+    def run(self, workload: Iterable[Request], progress: bool = False, total: int | None = None) -> None:
+        """Simulate ``workload`` to the end: until nothing but bookkeeping is left (module docstring)."""
+        self._self_driven = True
+        self.start(workload)
+        if progress:
+            from tqdm import tqdm
+
+            self._progress = tqdm(total=total, unit="req", desc="simulating", mininterval=0.5, leave=False)
+        try:
+            self.env.run_active(self.max_events_per_instant)
+            self._flush_bookkeeping()
+        finally:
+            if self._progress is not None:
+                self._progress.close()
+        end = self.end_time()
+        self._report_stalled(end)
+        self.finish(end)
+
+    def end_time(self) -> float:
+        """When the run was over: the last arrival, the last tick, or the scrape that recorded the final idle
+        state, whichever is latest. Not ``env.now``: a superseded engine event left in the queue (the fast path
+        leaves some, stepping does not) may run later and change nothing."""
+        return max(self.last_scrape, self._last_arrival, self._last_tick)
+
+    def finish(self, at: float | None = None) -> None:
+        """Report whatever is still undecided (nothing is silently lost), at time ``at`` (default: now)."""
+        now = self.env.now if at is None else at
+        while self.central:
+            self.recorder.drop(self.central.popleft(), "never_routed", now)
+        while self.deferred:
+            self.recorder.drop(self.deferred.popleft(), "never_routed", now)
+
+    def _report_stalled(self, now: float) -> None:
+        """After run(): an engine still busy is a bug; requests an idle engine keeps are counted, not lost."""
+        for inst in self.instances:
+            if inst._busy:
+                raise LLMSimError(f"simulation ended with instance {inst.idx} ({inst.name or inst.profile.name}) busy "
+                                  f"but no event pending at t={now} s; this is a bug in its batch policy or engine")
+            for q in (inst.running, inst.waiting, inst.swapped):
+                for r in q:  # a batch policy that idles with requests on purpose: they can never finish
+                    self.recorder.drop(r, "stalled_in_engine", now)
+                q.clear()
+            inst._queues_cleared()
+            inst.changes += 1
+
+    @property
+    def arrivals_done(self) -> bool:
+        """No request will arrive any more (the workload is exhausted)."""
+        return self._arrivals_done
+
+    @property
+    def num_arrived(self) -> int:
+        """Requests that have arrived so far (routed, held, deferred or dropped)."""
+        return self._num_arrived
+
+    @property
+    def done(self) -> bool:
+        return self._arrivals_done and not self.central and not self.deferred and all(
+            not i._busy for i in self.instances
+        ) and not (self.transfers is not None and self.transfers.in_flight)
+
+    def sync_all(self) -> None:
+        env = self.env
+        now = env.now
+        phase = env.phase
+        for inst in self.instances:
+            if inst._run is not None:
+                inst.sync(now, phase)
+
+    # ------------------------------------------------------------------ arrivals and routing
+    def _schedule_next_arrival(self) -> None:
+        try:
+            r = next(self._source)  # type: ignore[arg-type]
+        except StopIteration:
+            self._arrivals_done = True
+            return
+        # the per-request check: one expression on the hot path, the slow path only explains or converts
+        if not (type(r) is Request and type(a := r.arrival) is float and self._last_arrival <= a <= MAX_SIM_TIME
+                and type(r.id) is int and type(p := r.prompt_tokens) is int and 0 < p <= MAX_TOKENS
+                and type(o := r.output_tokens) is int and 0 < o <= MAX_TOKENS
+                and (r.max_tokens is None or type(r.max_tokens) is int and r.max_tokens > 0)):
+            r = check_request(r, self._last_arrival, self._first_arrival)
+            a = r.arrival
+        self._first_arrival = False
+        self._last_arrival = a
+        self.env.call_at(a, ARRIVAL, self._on_arrival, r)
+
+    def _on_arrival(self, r: Request) -> None:
+        r.reset_lifecycle()  # a request object replayed in a second simulation starts afresh
+        self._num_arrived += 1
+        if self._progress is not None and self._num_arrived % 1000 == 0:
+            self._progress.update(1000)
+        self._schedule_next_arrival()
+        if self._tick_asleep and self.central:
+            self._wake_ticks()  # news for the router: queued requests are worth asking about again
+        if self._unservable(r):
+            return
+        self._route(r, ARRIVAL)
+
+    def _unservable(self, r: Request) -> bool:
+        m = r.model
+        if m is not None and m not in self.models_everywhere:
+            if m not in self.served_models:
+                return self._no_model(r)
+        elif r.prompt_tokens <= self._max_servable_prompt:
+            return False  # some instance can take it (the common case: one comparison)
+        reasons = [inst.can_ever_serve(r) for inst in self.instances]
+        if all(reasons):
+            if self.on_unservable == "error":
+                raise ConfigError(
+                    f"request {r.id} (prompt {r.prompt_tokens} tokens) can never be served: {reasons[0]} on "
+                    f"every instance (max_model_len {[i.max_model_len for i in self.instances]}); fix the "
+                    "workload, raise engine.max_model_len, or set sim.on_unservable=drop to count it"
+                )
+            self.recorder.drop(r, reasons[0], self.env.now)
+            return True
+        return False
+
+    def _route(self, r: Request, phase: int) -> bool:
+        """Ask the router; returns False when the request stays in the central queue."""
+        d = self.router.route(r, self.view)
+        return self.apply_decision(r, d, phase)
+
+    def apply_decision(self, r: Request, d: int, phase: int = ARRIVAL) -> bool:
+        """Carry out a routing decision (instance index, WAIT, DROP or, for outside drivers, DEFER)."""
+        if type(d) is not int:
+            d = self._bad_decision(r, d)
+        now = self.env.now
+        if d >= 0:
+            if d >= len(self.instances):
+                self._bad_decision(r, d)
+            inst = self.instances[d]
+            why = inst.can_ever_serve(r) or ("decode_only_instance" if inst.role == DECODE else "")
+            if why:
+                self.recorder.drop(r, f"routed_to_unfit_instance:{why}", now)
+                return True
+            r.routed_time = now
+            inst.submit(r, now, phase)
+            if self._quiet:
+                self._wake()  # an engine works again: resume what paused while the cluster was idle
+            return True
+        if d == WAIT:
+            if phase == ARRIVAL:
+                self.central.append(r)
+                if self.scrape_paused:
+                    self._wake_bookkeeping()  # the central queue grew: the timeline records it
+            if self._tick_asleep:
+                self._wake_ticks()
+            return False
+        if d == DROP:
+            self.recorder.drop(r, "router", now)
+            return True
+        if d == DEFER and not self._self_driven:
+            self.deferred.append(r)
+            return True
+        return self._bad_decision(r, d)  # raises
+
+    def _no_model(self, r: Request) -> bool:
+        if self.on_unservable == "error":
+            raise ConfigError(f"request {r.id} needs model {r.model!r}, which no instance serves (models: "
+                              f"{sorted(self.served_models)}); add it to an instance's model or models, or set "
+                              "sim.on_unservable=drop to count it")
+        self.recorder.drop(r, "model_not_served", self.env.now)
+        return True
+
+    def _bad_decision(self, r: Request, d: Any) -> int:
+        """A router answer that is a numpy integer becomes an int; anything else is a ConfigError."""
+        name = getattr(self.router, "name", type(self.router).__name__)
+        n = len(self.instances)
+        if d == DEFER and type(d) is int:
+            raise ConfigError(f"router {name!r} returned DEFER ({DEFER}) for request {r.id}, but no outside driver "
+                              "(a Gymnasium env) is deciding for this cluster; return an instance index in "
+                              f"[0, {n - 1}], WAIT ({WAIT}) or DROP ({DROP})")
+        if type(d) is not int and not isinstance(d, bool) and isinstance(d, Integral):
+            return int(d)  # a numpy integer
+        raise ConfigError(f"router {name!r} returned {d!r} ({type(d).__name__}) for request {r.id}; expected an "
+                          f"int: an instance index in [0, {n - 1}], WAIT ({WAIT}) or DROP ({DROP})")
+
+    def _on_finish(self, r: Request, inst: Instance) -> None:
+        self._out_sum += r.generated
+        self._out_n += 1
+        self.view.mean_output_estimate = self._out_sum / self._out_n
+        if self.central and self._retry_at != self.env.now:
+            self._retry_at = self.env.now
+            self.env.call_at(self.env.now, ROUTE, self._retry)
+        if self.user_on_finish is not None:
+            self.user_on_finish(r, inst)
+
+    # ------------------------------------------------------------------ engine operations a policy triggers
+    def evict(self, instance: int, request_id: int) -> None:
+        """Evict a request from ``instance`` at its next boundary: it frees its KV blocks, keeps its tokens and is
+        routed again from the central queue (``llmsim.engine.ops``). Raises LLMSimError if it is not there."""
+        self._engine(instance).evict(request_id, self.env.now, self.env.phase)
+
+    def swap_out(self, instance: int, request_id: int, park: bool = False) -> None:
+        """Swap a running request's KV blocks on ``instance`` out to its CPU swap space at the next boundary
+        (``llmsim.engine.ops``; ``park``: it stays out while requests wait there). Raises LLMSimError if it is not
+        running or the swap space is full."""
+        self._engine(instance).swap_out(request_id, self.env.now, self.env.phase, park)
+
+    def prefetch_model(self, instance: int, model: str) -> bool:
+        """Copy ``model`` into ``instance``'s host-memory model cache in the background (llmsim.engine.model_host): the
+        next swap to it is warm. False when there is nothing to do or no room; an error on a single-model one."""
+        inst = self._engine(instance)
+        if inst.host is None:
+            raise LLMSimError(f"instance {instance} ({inst.name}) has no model catalog to prefetch into; give it "
+                              "models: [...] and host_cache_gb")
+        return inst.host.prefetch(model, self.env.now)
+
+    @property
+    def model_swap_stats(self) -> dict[str, float]:
+        """Model swaps over all multi-model instances (empty when there are none)."""
+        hosts = [i.host for i in self.instances if i.host is not None]
+        if not hosts:
+            return {}
+        return {k: sum(h.stats()[k] for h in hosts) for k in ("model_swaps", "warm_swaps", "swap_seconds")}
+
+    @property
+    def evictions(self) -> int:
+        """Evictions carried out so far, over all instances."""
+        return sum(i.ops.evictions for i in self.instances)
+
+    def _engine(self, instance: int) -> Instance:
+        if isinstance(instance, bool) or not isinstance(instance, Integral) or not 0 <= instance < len(self.instances):
+            raise LLMSimError(f"no instance {instance!r}: expected an index in [0, {len(self.instances) - 1}]")
+        return self.instances[int(instance)]
+
+    def _on_evict(self, r: Request, inst: Instance) -> None:
+        """An evicted request joins the central queue; the router is asked about it at this instant (ROUTE)."""
+        self.central.append(r)
+        now = self.env.now
+        if self._retry_at != now:
+            self._retry_at = now
+            self.env.call_at(now, ROUTE, self._retry)
+        if self.scrape_paused:
+            self._wake_bookkeeping()
+        if self._tick_asleep:
+            self._wake_ticks()
+
+    def _retry(self) -> None:
+        still: deque[Request] = deque()
+        central = self.central
+        n = len(central)
+        while central:
+            r = central.popleft()
+            if not self._route(r, ROUTE):
+                still.append(r)
+        self.central = still
+        if len(still) != n and self.scrape_paused:
+            self._wake_bookkeeping()  # the central queue shrank: the timeline records it
+

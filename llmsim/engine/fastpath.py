@@ -1,0 +1,279 @@
+"""The decode fast path: a stable decode-only batch planned as one run of identical iterations.
+
+A *stable* batch (see ``Scheduled.stable``) repeats identically until a request finishes, a new block
+cannot be allocated, or a new request arrives. :class:`DecodeRun` plans the iteration boundaries
+b_1, b_2, ... at once (each b_i = b_{i-1} + step time, as stepping computes them; lazily, in chunks that
+double), the engine schedules one event at the run's end, a submission mid-run moves that event to the
+first boundary that sees it (:meth:`DecodeRun.request_stop`), and an observer mid-run materialises the
+completed iterations (:meth:`DecodeRun.materialise`). Results are bit-identical to stepping (tested).
+
+The engine loop (``llmsim.engine.instance``) owns the events; this module owns the run's arithmetic.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from math import log as _log
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Protocol
+
+from llmsim.errors import LLMSimError
+from llmsim.event_loop import ARRIVAL
+
+if TYPE_CHECKING:
+    from llmsim.engine.kv import KVCache
+    from llmsim.perf.profile import Profile
+    from llmsim.request import Request
+
+
+class RunOwner(Protocol):
+    """What a run updates of the engine that owns it (``llmsim.engine.instance.Instance``; a protocol, because that
+    module imports this one)."""
+
+    block_size: int
+    kv: KVCache
+    recorder: Any  # llmsim.metrics.recorder.Recorder: the run adds its inter-token latencies (itl, itl_hist)
+    busy_time: float
+    iterations: int
+    tokens_out: int
+
+FIRST_CHUNK = 16  # iterations planned at once; doubles while a run goes on
+NEVER = float("inf")
+_LAST_TOKEN_TIME = attrgetter("last_token_time")
+
+
+def decode_step_fn(profile: Profile, n: int) -> Callable[[int], float]:
+    """ctx -> step time of a decode-only batch of ``n``: the profile's own closure when it has one
+    (bit-identical to step_time, cheaper), else a call of step_time."""
+    fn = getattr(profile, "decode_step_fn", None)
+    if fn is not None:
+        return fn(n)
+    step = profile.step_time
+    return lambda ctx: step(n, n, 0, 0, n, ctx)
+
+
+def residues(reqs: list[Request], block_size: int) -> tuple[list[int], int]:
+    """Requests per (computed % block_size), and the iterations until the first of them finishes."""
+    res = [0] * block_size
+    k_final = 1 << 62
+    for r in reqs:
+        res[r.computed % block_size] += 1
+        left = r.target_tokens - r.generated
+        if left < k_final:
+            k_final = left
+    return res, k_final
+
+
+def bad_step(owner: str, t: float, dt: float, what: str) -> LLMSimError:
+    """The error for a step time that would not move time forward (NaN, inf, <= 0, or lost in rounding)."""
+    if dt == dt and 0 < dt < NEVER:
+        return LLMSimError(
+            f"instance {owner}: step time {dt!r} s at t={t!r} for {what}: it is lost in rounding at this time "
+            "(float64 cannot resolve it, so time would stand still); keep simulated times below ~1e12 s, e.g. "
+            "with a workload whose arrivals are not absurdly far apart"
+        )
+    return LLMSimError(
+        f"instance {owner}: step time {dt!r} s at t={t!r} for {what}: expected a finite duration > 0; the "
+        "profile's step time or a request length (negative, NaN, absurd) is broken"
+    )
+
+
+class DecodeRun:
+    """A planned run of identical decode iterations over the same requests."""
+
+    __slots__ = ("owner", "start", "reqs", "n", "bounds", "applied", "end", "k_final", "ctx1", "free", "res",
+                 "stop_t", "stop_strict", "planned", "factor", "step", "blocks0")
+
+    def __init__(
+        self, owner: str, start: float, reqs: list[Request], b1: float, ctx1: int, free: int, res: list[int],
+        k_final: int, factor: float, step: Callable[[int], float],
+    ) -> None:
+        self.owner = owner  # the instance's name, for errors
+        self.start = start  # when iteration 1 began
+        self.reqs = reqs
+        self.n = len(reqs)
+        self.bounds = [b1]  # bounds[i-1] = end of iteration i
+        self.applied = 0  # iterations materialised into request state
+        self.end = 0  # iteration at which the scheduled event fires
+        self.k_final = k_final  # last iteration the run may reach (first completion)
+        self.ctx1 = ctx1  # decode context sum of iteration 1
+        self.free = free  # KV blocks left after the planned allocations
+        self.res = res  # count of requests per (computed % block_size) at run start
+        self.stop_t = NEVER  # a submission at this time ends the run at its first boundary
+        self.stop_strict = False
+        self.planned = FIRST_CHUNK
+        self.factor = factor  # co-location slowdown, fixed for the run (a change of it ends the run)
+        self.step = step  # decode step time as a function of the context sum (fixed batch size)
+        self.blocks0: tuple[int, int] | None = None  # the last (j, used_blocks(j))
+
+    def plan(self, block_size: int) -> None:
+        """Extend the planned boundaries by up to ``planned`` iterations, doubling the next chunk."""
+        bounds = self.bounds
+        i = len(bounds) + 1  # next iteration index (1-based)
+        limit = min(self.k_final, len(bounds) + self.planned)
+        res, step = self.res, self.step
+        n = self.n
+        factor = self.factor
+        free = self.free
+        ctx = self.ctx1 + n * (i - 1)
+        last = bounds[-1]
+        stop_t = self.stop_t
+        while i <= limit:
+            if last > stop_t or (last == stop_t and self.stop_strict):
+                break
+            need = res[(1 - i) % block_size]
+            if need > free:
+                self.k_final = i - 1
+                break
+            free -= need
+            dt = step(ctx)
+            if factor != 1.0:
+                dt *= factor
+            nxt = last + dt
+            if not last < nxt < NEVER:
+                raise bad_step(self.owner, last, dt, f"a decode batch of {n} request(s), context {ctx} tokens")
+            last = nxt
+            bounds.append(last)
+            ctx += n
+            i += 1
+        self.free = free
+        self.planned *= 2
+
+    def stops_at(self, j: int) -> bool:
+        """Whether boundary ``j`` (1-based) sees the submission that stops the run."""
+        b = self.bounds[j - 1]
+        return b > self.stop_t or (b == self.stop_t and self.stop_strict)
+
+    def stop_index(self) -> int:
+        """1-based index of the first planned boundary at which a submission is seen (len+1 if none)."""
+        if self.stop_t == NEVER:
+            return len(self.bounds) + 1
+        if self.stop_strict:
+            return bisect_left(self.bounds, self.stop_t) + 1
+        return bisect_right(self.bounds, self.stop_t) + 1
+
+    def request_stop(self, t: float, strict: bool) -> bool:
+        """End the run at its first boundary b >= t (strict) or b > t, unless it already ends sooner.
+        True if the stop moved (the caller then moves the pending event: :meth:`truncated_end`)."""
+        if t < self.stop_t or (t == self.stop_t and strict and not self.stop_strict):
+            self.stop_t, self.stop_strict = t, strict
+            return True
+        return False
+
+    def next_end(self) -> int:
+        """The boundary for the next event: the first where the run must stop, or the end of what is planned."""
+        return max(max(self.end, self.applied + 1), min(self.stop_index(), len(self.bounds), self.k_final))
+
+    def truncated_end(self) -> int:
+        """The boundary the pending event must move to after a stop request (``end`` if it need not move)."""
+        return max(self.applied + 1, min(self.stop_index(), self.end))
+
+    def seen(self, now: float, phase: int) -> int:
+        """Iterations an observer at (now, phase) has seen completed (never the event's own boundary)."""
+        j = self.applied
+        last = self.end - 1  # the boundary event itself materialises run.end
+        if j >= last:
+            return j
+        # the boundaries increase strictly: the first one not yet seen, found by bisection
+        if phase <= ARRIVAL:
+            return bisect_left(self.bounds, now, j, last)  # an arrival at b does not see the boundary b
+        return bisect_right(self.bounds, now, j, last)
+
+    def used_blocks(self, j: int, block_size: int) -> int:
+        """GPU blocks the run's requests hold once iterations up to ``j < end`` are materialised: what
+        :meth:`materialise` settles the KV cache at, from the residues instead of a pass over the requests.
+
+        A request with c computed tokens at the run's start holds ceil((c + j + 1) / block_size) blocks mid-run
+        (iteration j + 1 already has its blocks): one more than at j - 1 exactly when c % block_size ==
+        -j % block_size. So from the last answer (j0, u0), u(j) = u0 + res[-j0-1 % bs] + ... + res[-j % bs];
+        from scratch, with c = block_size * q + m, u(j) = sum(q) + sum_m res[m] * ((m + j + block_size) //
+        block_size). Exact integers either way."""
+        b0 = self.blocks0
+        res = self.res
+        if b0 is not None and b0[0] <= j <= b0[0] + 4:
+            used = b0[1]
+            for i in range(b0[0] + 1, j + 1):
+                used += res[-i % block_size]
+        else:
+            q = self.ctx1 - self.n  # computed tokens of the requests at the start (ctx1 counts the new token)
+            used = 0
+            top = j + block_size
+            for m, c in enumerate(res):
+                if c:
+                    q -= m * c
+                    used += c * ((m + top) // block_size)
+            used += q // block_size
+        self.blocks0 = (j, used)
+        return used
+
+    def materialise(self, inst: RunOwner, j: int) -> list[Request]:
+        """Apply iterations ``applied+1 .. j`` to the requests, ``inst``'s KV cache and statistics.
+
+        Returns the requests that finished (possible only at the run's last iteration).
+        """
+        j0 = self.applied
+        done: list[Request] = []
+        if j <= j0:
+            return done
+        bounds, reqs, n = self.bounds, self.reqs, self.n
+        d = j - j0
+        last = bounds[j - 1]
+        bs = inst.block_size
+        extra = 1 if j < self.end else 0  # mid-run, iteration j+1 has already been given its blocks
+        used = 0
+        # on the first iteration, count the requests' last-token times: each one's first gap (stalls
+        # included) runs from its own last token, and they share a handful of values
+        first_gaps: list[tuple[float, int]] | None = None
+        if j0 == 0:
+            # runs of requests sharing a last-token time (admission order keeps them together)
+            first_gaps = []
+            prev_t, cnt = -1.0, 0
+            for t in map(_LAST_TOKEN_TIME, reqs):
+                if t == prev_t:
+                    cnt += 1
+                else:
+                    if cnt:
+                        first_gaps.append((prev_t, cnt))
+                    prev_t, cnt = t, 1
+            first_gaps.append((prev_t, cnt))
+        for r in reqs:
+            c = r.computed + d
+            r.computed = c
+            g = r.generated + d
+            r.generated = g
+            r.last_token_time = last
+            nb = -(-(c + extra) // bs)
+            used += nb
+            r.blocks = nb
+            if g >= r.target_tokens:
+                done.append(r)
+        # during a run only its requests hold GPU blocks, so the free count follows from theirs
+        inst.kv.settle(used)
+        itl = inst.recorder.itl
+        if first_gaps is not None:
+            b1 = bounds[0]
+            for t, cnt in first_gaps:
+                itl(b1 - t, cnt)
+            inst.busy_time += b1 - self.start
+            start = 1
+        else:
+            start = j0
+        prev = bounds[start - 1]
+        busy = inst.busy_time
+        # each iteration's gap goes to the ITL histogram with weight n (Recorder.itl, inlined on this hot path)
+        rec = inst.recorder
+        hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN
+        for i in range(start, j):
+            b = bounds[i]
+            delta = b - prev
+            hist[int(_log(delta) * inv) + off if delta > lo else 0] += n
+            busy += delta
+            prev = b
+        if j > start:
+            rec.itl_count += (j - start) * n
+        inst.busy_time = busy
+        inst.iterations += d
+        inst.tokens_out += d * n
+        self.applied = j
+        return done

@@ -1,0 +1,122 @@
+"""Chunked prefill (vLLM V1 / Sarathi-Serve): decodes first, then prefill chunks fill the budget.
+
+Follows ``vllm/v1/core/sched/scheduler.py::schedule`` (v0.8+): running requests in order get their
+next tokens (1 for a decode, a chunk of a partial prefill) within ``max_num_batched_tokens``; a
+request that cannot get a block preempts the last running one (recompute, or swap if configured);
+when nothing was preempted, swapped-out then waiting requests are admitted FCFS with chunks of the
+remaining budget while ``max_num_seqs`` allows. No watermark (V1 has none).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.engine.scheduling.base import BatchPolicy, Scheduled, register_batch_policy
+
+if TYPE_CHECKING:
+    from llmsim.engine.scheduling.base import Engine
+    from llmsim.request import Request
+
+
+@register_batch_policy
+class ChunkedPrefillPolicy(BatchPolicy):
+    name = "chunked"
+    uses_watermark = False
+    prefills_whole_prompts = False
+
+    @classmethod
+    def default_max_num_batched_tokens(cls, max_model_len: int) -> int:
+        """vLLM V1's chunked-prefill budget."""
+        return 2048
+
+    def schedule(self, inst: Engine, now: float) -> Scheduled:
+        out = Scheduled()
+        if (
+            len(inst.running) <= inst.max_batched
+            and not inst.swapped
+            and not self._could_admit(inst, inst.max_batched - len(inst.running))
+            and inst.decode_all(out)
+        ):
+            return out
+        batch = out.batch
+        kv = inst.kv
+        running = inst.running
+        budget = inst.max_batched
+        preempted = False
+        all_decode = True
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            remaining = r.prompt_tokens + r.generated - r.computed
+            n_new = remaining if remaining < budget else budget
+            if remaining != 1 or r.generated == 0:
+                all_decode = False
+            need = kv.needed(r, n_new)
+            victim = None
+            while need > kv.free:
+                victim = running[-1]
+                out.transfer_blocks += inst.preempt_last()
+                preempted = True
+                if victim is r:
+                    break
+            if victim is r:
+                break
+            kv.allocate(r, need)
+            r.n_new = n_new
+            batch.append(r)
+            budget -= n_new
+            i += 1
+        n_running_scheduled = len(batch)
+        if not preempted:
+            while inst.swapped and budget > 0 and len(running) < inst.max_seqs:
+                r = inst.swapped[0]
+                remaining = r.prompt_tokens + r.generated - r.computed
+                n_new = remaining if remaining < budget else budget
+                need = kv.needed(r, n_new) + r.blocks
+                if need > kv.free:
+                    break
+                out.transfer_blocks += inst.swap_in(r, need)
+                r.n_new = n_new
+                batch.append(r)
+                budget -= n_new
+            if not inst.swapped:
+                for r in list(self.admission_order(inst)):
+                    if budget <= 0 or len(running) >= inst.max_seqs:
+                        break
+                    hit, taken = self._cached(inst, r)
+                    remaining = r.prompt_tokens + r.generated - r.computed - hit * kv.block_size
+                    n_new = remaining if remaining < budget else budget
+                    need = kv.needed(r, hit * kv.block_size + n_new) - hit
+                    if need + taken > kv.free:
+                        break
+                    inst.admit(r, n_new, need, now, hit)
+                    batch.append(r)
+                    budget -= n_new
+        out.stable = (
+            not preempted
+            and all_decode
+            and out.transfer_blocks == 0
+            and n_running_scheduled == len(batch) == len(running)
+        )
+        return out
+
+    def _could_admit(self, inst: Engine, budget: int) -> bool:
+        """Whether the head of the waiting queue might get a chunk after the running decodes.
+
+        Conservative (ignores the decodes' new blocks): True sends the step down the general path.
+        """
+        if not inst.waiting or budget <= 0 or len(inst.running) >= inst.max_seqs:
+            return False
+        r = next(iter(self.admission_order(inst)))
+        hit, taken = self._cached(inst, r)
+        bs = inst.kv.block_size
+        remaining = r.prompt_tokens + r.generated - r.computed - hit * bs
+        n_new = remaining if remaining < budget else budget
+        return inst.kv.needed(r, hit * bs + n_new) - hit + taken <= inst.kv.free
+
+    @staticmethod
+    def _cached(inst: Engine, r: Request) -> tuple[int, int]:
+        """Prefix-cache hit of a fresh waiting request (blocks, of which free now); (0, 0) otherwise."""
+        if r.hash_ids is None or r.computed or inst.kv.prefix is None:
+            return 0, 0
+        return inst.cached_prefix(r)

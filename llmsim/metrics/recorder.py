@@ -1,0 +1,374 @@
+"""Per-request records and summaries named and measured like ``vllm bench serve``.
+
+Records go into typed ``array`` columns (8 bytes a value, not a Python object each), so a million
+finished requests cost about 100 MB. Inter-token latencies are far too many to keep one by one;
+they go into a log-spaced histogram with 0.01 % relative bin width. The mean ITL is exact (a
+request's ITLs telescope to finish - first token); ITL percentiles are exact to within a bin.
+
+The timeline (``Recorder.timeline``) has one row per instance per metrics scrape. Scrapes run on the grid
+``k * metrics_interval`` while some engine is busy; an idle stretch gets one row at its start and no rows
+for the idle intervals after it (nothing changes while no engine works; a request parked in or leaving
+the central queue adds one), so its size grows with activity, not with the simulated span (see
+:mod:`llmsim.cluster.clock`).
+
+The instance table (:func:`instance_table`, saved as ``instances.csv``) says how loaded each engine was in
+two ways, because one number misleads: ``busy_fraction`` (share of the run with a batch on the GPU; a
+memory-bound decode batch keeps it near 1 even at light load) and ``token_throughput_vs_peak`` (tokens
+processed per second over what the profile can reach; low at light load, and below 1 even at saturation
+when decodes dominate). Read them together.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from itertools import compress
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from llmsim.schema import SLO  # noqa: F401  (the slo group's schema; re-exported for old imports)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from llmsim.cluster.cluster import Cluster
+    from llmsim.engine.config import EngineConfig
+    from llmsim.perf.profile import Profile
+    from llmsim.request import Request
+
+_ITL_STEP = 1e-4
+_ITL_INV = 1.0 / math.log1p(_ITL_STEP)
+_ITL_MIN = 1e-7  # seconds; bin 0 holds everything below
+_ITL_OFFSET = -int(math.log(_ITL_MIN) * _ITL_INV)
+_ITL_BINS = _ITL_OFFSET + int(math.log(1e5) * _ITL_INV) + 2
+
+PERCENTILES = (50, 90, 99)
+
+
+_FLOAT_COLS = ("arrival", "routed_time", "first_scheduled", "first_token", "finish")
+_INT_COLS = ("id", "prompt_tokens", "output_tokens", "requested_output_tokens", "instance", "preemptions",
+             "swaps", "truncated", "cached_tokens")
+
+
+class Recorder:
+    """Collects what the engines report; the cluster turns it into tables and a summary."""
+
+    ITL_INV, ITL_MIN, ITL_OFFSET = _ITL_INV, _ITL_MIN, _ITL_OFFSET  # the binning of itl (inlined by llmsim.engine.fastpath)
+
+    def __init__(self) -> None:
+        self.cols: dict[str, array] = {c: array("d") for c in _FLOAT_COLS}
+        self.cols.update({c: array("q") for c in _INT_COLS})
+        self.tasks: list[str | None] | None = None
+        self.slo_classes: list[str | None] | None = None  # kept once a request has a class (SLO per class)
+        self.dropped_classes: dict[int, str] = {}
+        self.itl_hist = [0] * _ITL_BINS
+        self.itl_count = 0
+        self._itl_memo: tuple[int, list[tuple[int, int]]] | None = None
+        self.dropped: list[tuple[int, float, int, int, str, float, int]] = []
+        self.timeline: dict[str, array] = {
+            "time": array("d"), "instance": array("q"), "waiting": array("q"), "running": array("q"),
+            "swapped": array("q"), "kv_used_blocks": array("q"), "kv_total_blocks": array("q"),
+            "tokens_out": array("q"), "central_queue": array("q"), "prefix_cache_queries": array("q"),
+            "prefix_cache_hits": array("q"),
+        }
+
+    def itl(self, value: float, weight: int, _log=math.log, _inv=_ITL_INV, _off=_ITL_OFFSET) -> None:
+        self.itl_hist[int(_log(value) * _inv) + _off if value > _ITL_MIN else 0] += weight
+        self.itl_count += weight
+
+    def finish(self, r: Request) -> None:
+        c = self.cols
+        c["arrival"].append(r.arrival)
+        c["routed_time"].append(r.routed_time)
+        c["first_scheduled"].append(r.first_scheduled)
+        c["first_token"].append(r.first_token)
+        c["finish"].append(r.finish)
+        c["id"].append(r.id)
+        c["prompt_tokens"].append(r.prompt_tokens)
+        c["output_tokens"].append(r.generated)
+        c["requested_output_tokens"].append(r.output_tokens)
+        c["instance"].append(r.instance)
+        c["preemptions"].append(r.preemptions)
+        c["swaps"].append(r.swaps)
+        c["truncated"].append(1 if r.truncated else 0)
+        c["cached_tokens"].append(r.cached_tokens)
+        if r.task is not None and self.tasks is None:
+            self.tasks = [None] * (len(c["id"]) - 1)
+        if self.tasks is not None:
+            self.tasks.append(r.task)
+        if r.slo_class is not None and self.slo_classes is None:
+            self.slo_classes = [None] * (len(c["id"]) - 1)
+        if self.slo_classes is not None:
+            self.slo_classes.append(r.slo_class)
+
+    def drop(self, r: Request, reason: str, now: float) -> None:
+        r.dropped = reason
+        self.dropped.append((r.id, r.arrival, r.prompt_tokens, r.output_tokens, reason, now, r.instance))
+        if r.slo_class is not None:
+            self.dropped_classes[r.id] = r.slo_class
+
+    # ------------------------------------------------------------------ tables
+    def requests_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        data: dict[str, Any] = {k: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64).copy()
+                                for k, v in self.cols.items()}
+        df = pd.DataFrame(data)
+        df = df[["id", "arrival", "prompt_tokens", "output_tokens", "requested_output_tokens", "instance",
+                 "routed_time", "first_scheduled", "first_token", "finish", "preemptions", "swaps", "truncated",
+                 "cached_tokens"]]
+        if self.tasks is not None:
+            df["task"] = self.tasks
+        if self.slo_classes is not None:
+            df["slo_class"] = self.slo_classes
+        df["truncated"] = df["truncated"].astype(bool)
+        df["ttft_ms"] = (df["first_token"] - df["arrival"]) * 1e3
+        df["e2el_ms"] = (df["finish"] - df["arrival"]) * 1e3
+        out = df["output_tokens"]
+        df["tpot_ms"] = np.where(out > 1, (df["finish"] - df["first_token"]) * 1e3 / (out - 1).clip(lower=1),
+                                 np.nan)
+        df["queue_ms"] = (df["first_scheduled"] - df["arrival"]) * 1e3
+        return df.sort_values("id", kind="stable").reset_index(drop=True)
+
+    def dropped_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(self.dropped, columns=["id", "arrival", "prompt_tokens", "output_tokens", "reason",
+                                                   "time", "instance"])
+
+    def timeline_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame({k: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64).copy()
+                             for k, v in self.timeline.items()})
+
+    def itl_percentile(self, p: float) -> float:
+        """ITL (seconds) at percentile ``p`` (nearest rank), to within one histogram bin."""
+        if self.itl_count == 0:
+            return float("nan")
+        rank = max(1, math.ceil(p / 100.0 * self.itl_count))
+        seen = 0
+        for b, n in self._itl_nonzero():
+            seen += n
+            if seen >= rank:
+                if b == 0:
+                    return _ITL_MIN
+                lo = math.exp((b - _ITL_OFFSET) / _ITL_INV)
+                return lo * (1 + 0.5 * _ITL_STEP)
+        return float("nan")
+
+    def _itl_nonzero(self) -> list[tuple[int, int]]:
+        """(bin, count) of the non-empty histogram bins, in order; one pass over the ~276k bins per ITL count
+        (a summary asks for several percentiles of the same histogram)."""
+        memo = self._itl_memo
+        if memo is None or memo[0] != self.itl_count:
+            hist = self.itl_hist
+            memo = self._itl_memo = (self.itl_count, [(b, hist[b]) for b in compress(range(len(hist)), hist)])
+        return memo[1]
+
+
+def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if values.size == 0:
+        for k in ("mean", "median", "std", *(f"p{p}" for p in PERCENTILES if p != 50)):
+            out[f"{k}_{prefix}_ms"] = float("nan")
+        return out
+    out[f"mean_{prefix}_ms"] = float(values.mean())
+    out[f"median_{prefix}_ms"] = float(np.median(values))
+    out[f"std_{prefix}_ms"] = float(values.std())
+    for p in PERCENTILES:
+        if p != 50:
+            out[f"p{p}_{prefix}_ms"] = float(np.percentile(values, p))
+    return out
+
+
+def summarise(
+    df: pd.DataFrame, recorder: Recorder, num_requests: int, slo: SLO, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Summary dict: throughput, ttft/tpot/itl/e2el statistics in ms, SLO attainment and goodput."""
+    n_done = len(df)
+    s: dict[str, Any] = {"num_requests": num_requests, "completed": n_done, "dropped": len(recorder.dropped)}
+    s["duration"] = duration = run_duration(df, recorder)
+    s["total_input_tokens"] = int(df["prompt_tokens"].sum()) if n_done else 0
+    s["total_output_tokens"] = int(df["output_tokens"].sum()) if n_done else 0
+    s["request_throughput"] = n_done / duration if duration > 0 else float("nan")
+    s["output_throughput"] = s["total_output_tokens"] / duration if duration > 0 else float("nan")
+    s["total_token_throughput"] = (
+        (s["total_input_tokens"] + s["total_output_tokens"]) / duration if duration > 0 else float("nan")
+    )
+    s.update(_stats("ttft", df["ttft_ms"].to_numpy()))
+    tpot = df["tpot_ms"].to_numpy()
+    s.update(_stats("tpot", tpot[~np.isnan(tpot)]))
+    # ITL: exact mean (telescoping sums), percentiles from the histogram
+    multi = df[df["output_tokens"] > 1]
+    n_itl = int((multi["output_tokens"] - 1).sum())
+    s["mean_itl_ms"] = float((multi["finish"] - multi["first_token"]).sum() * 1e3 / n_itl) if n_itl else float("nan")
+    s["median_itl_ms"] = recorder.itl_percentile(50) * 1e3
+    for p in PERCENTILES:
+        if p != 50:
+            s[f"p{p}_itl_ms"] = recorder.itl_percentile(p) * 1e3
+    s.update(_stats("e2el", df["e2el_ms"].to_numpy()))
+    s["preemptions"] = int(df["preemptions"].sum()) if n_done else 0
+    s["preempted_requests"] = int((df["preemptions"] > 0).sum()) if n_done else 0
+    s["truncated"] = int(df["truncated"].sum()) if n_done else 0
+    # SLOs: dropped requests count as misses
+    if slo.any():
+        s.update(slo_summary(df, recorder, num_requests, slo, duration))
+    if extra:
+        s.update(extra)
+    return s
+
+
+def slo_summary(df: pd.DataFrame, recorder: Recorder, num_requests: int, slo: SLO,
+                duration: float) -> dict[str, float]:
+    """Attainment of each target and of all (``slo_attainment``, dropped requests count as misses), goodput,
+    and with ``slo.classes`` the same per request class (``slo_attainment_<class>``, ``request_goodput_<class>``)."""
+    out: dict[str, float] = {}
+    n = len(df)
+    classes = df["slo_class"].to_numpy(object) if "slo_class" in df.columns else np.full(n, None, dtype=object)
+    ok = np.ones(n, dtype=bool)
+    for k, key in enumerate(("ttft_ms", "tpot_ms", "e2el_ms")):
+        target = np.array([slo.targets(c)[k] for c in classes] if slo.classes else [getattr(slo, key)] * n,
+                          dtype=float)
+        if np.isnan(target).all() and getattr(slo, key) is None:
+            continue
+        vals = df[key].to_numpy()
+        met = np.where(np.isnan(vals) | np.isnan(target), True, vals <= target)
+        out[f"slo_{key.removesuffix('_ms')}_attainment"] = float(met.sum() / num_requests) if num_requests else 0.0
+        ok &= met
+    out["slo_attainment"] = float(ok.sum() / num_requests) if num_requests else 0.0
+    out["request_goodput"] = float(ok.sum() / duration) if duration > 0 else float("nan")
+    for name in sorted(slo.classes or {}):
+        mine = classes == name
+        total = int(mine.sum()) + sum(1 for c in recorder.dropped_classes.values() if c == name)
+        met = int((ok & mine).sum())
+        out[f"slo_attainment_{name}"] = met / total if total else float("nan")
+        out[f"request_goodput_{name}"] = met / duration if duration > 0 else float("nan")
+    return out
+
+
+def run_duration(df: pd.DataFrame, recorder: Recorder) -> float:
+    """First arrival (dropped requests included) to last completion, in simulated seconds; 0 with no completion.
+
+    ``vllm bench serve``'s benchmark duration: the throughputs divide by it, and so does ``busy_fraction``, so
+    that an engine busy from the first to the last request reads 1.
+    """
+    if not len(df):
+        return 0.0
+    start = float(min(df["arrival"].min(), min((d[1] for d in recorder.dropped), default=np.inf)))
+    return float(df["finish"].max() - start)
+
+
+# ---------------------------------------------------------------------- per-instance table (instances.csv)
+PEAK_PROMPT_TOKENS = 512
+"""Prompt length of the reference batch that defines ``peak_token_throughput`` (see that function)."""
+
+_KIND_SUFFIXES = (" (measured)", " (roofline)", " (estimated)")
+
+
+def profile_label(name: str) -> str:
+    """A profile's name without the loader's kind suffix: "llama-2-7b@v100-32gb (measured)" names a profile
+    *file* whose step times may still be estimated, which reads as a contradiction next to the estimated flag.
+    Whether step times are measured is said once, by ``profile_estimated``."""
+    for suffix in _KIND_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def peak_token_throughput(profile: Profile, config: EngineConfig) -> float:
+    """Tokens/s of the reference peak batch: one prefill-only iteration that fills the token budget.
+
+    The batch is ``k`` prompts of ``p = min(PEAK_PROMPT_TOKENS, max_num_batched_tokens, max_model_len)`` tokens,
+    ``k = min(max_num_batched_tokens // p, max_num_seqs)``, no cached context; its step time comes from the
+    instance's profile times ``engine.step_time_scale`` (co-location slowdown excluded). A full-budget prefill
+    is the engine's most token-efficient iteration (decode batches process one token per sequence and read the
+    whole KV cache for it), so no served mix of requests exceeds this rate by more than a few per cent.
+    """
+    budget = int(config.max_num_batched_tokens or 0)
+    p = max(1, min(PEAK_PROMPT_TOKENS, budget, int(config.max_model_len or PEAK_PROMPT_TOKENS)))
+    k = max(1, min(budget // p, int(config.max_num_seqs)))
+    n = k * p
+    t = profile.step_time(n, k, k * p * p, 0, 0, 0) * config.step_time_scale
+    return n / t if t > 0 else float("nan")
+
+
+INSTANCE_COLUMNS: dict[str, str] = {
+    "instance": "index of the instance in the cluster",
+    "name": "instance name (cluster.instances[].name, or model@gpu#replica)",
+    "device": "device shared with co-located instances (empty: a GPU of its own)",
+    "model": "model name",
+    "gpu": "GPU name",
+    "tp": "tensor-parallel degree",
+    "profile": "step-time profile, model@gpu[-tpN]",
+    "profile_estimated": "True when some GPU step-time part of the profile is estimated (roofline), not measured",
+    "policy": "engine batch policy (engine.policy)",
+    "role": "mixed, prefill or decode (prefill/decode disaggregation, llmsim.cluster.disagg)",
+    "kv_total_blocks": "KV-cache blocks of the instance",
+    "finished": "requests completed on it",
+    "iterations": "engine iterations run",
+    "busy_time_s": "simulated seconds with a batch running",
+    "busy_fraction": "busy_time_s / run duration (first arrival to last completion): near 1 whenever requests "
+                     "are always in flight, even at light load",
+    "prefill_tokens": "prompt tokens computed (recomputation after preemption included)",
+    "output_tokens": "tokens generated",
+    "token_throughput": "(prefill_tokens + output_tokens) / run duration, tokens/s",
+    "peak_token_throughput": "tokens/s of one full-budget prefill iteration (peak_token_throughput())",
+    "token_throughput_vs_peak": "token_throughput / peak_token_throughput: the share of the profile's peak "
+                                "token rate used, 0..~1",
+    "preemptions": "preemptions on it",
+    "swap_outs": "preemptions that swapped to CPU memory",
+    "prefix_cache_queries": "prompt tokens looked up in the prefix cache at admission (vLLM prefix_cache_queries)",
+    "prefix_cache_hits": "of which found cached: not prefilled (vLLM prefix_cache_hits)",
+    "prefix_cache_hit_rate": "prefix_cache_hits / prefix_cache_queries (0 without queries)",
+    "prefix_cache_evictions": "cached blocks evicted to make room for new ones",
+}
+"""The columns of ``instances.csv`` in order, with their meaning (the README's table is generated from this)."""
+
+
+def instance_table(cluster: Cluster, duration: float) -> pd.DataFrame:
+    """One row per instance, the columns of :data:`INSTANCE_COLUMNS`, over a run of ``duration`` seconds."""
+    import pandas as pd
+
+    rows = []
+    for inst in cluster.instances:
+        prof = inst.profile
+        tokens = inst.prefill_tokens + inst.tokens_out
+        peak = peak_token_throughput(prof, inst.config)
+        throughput = tokens / duration if duration > 0 else 0.0
+        name = inst.name
+        rows.append({
+            "instance": inst.idx, "name": profile_label(name), "device": cluster.instance_configs[inst.idx].device,
+            "model": prof.model.name, "gpu": prof.gpu.name, "tp": prof.tp, "profile": profile_label(prof.name),
+            "profile_estimated": bool(getattr(prof, "estimated", False)), "policy": inst.config.policy,
+            "role": inst.role,
+            "kv_total_blocks": inst.kv_total, "finished": inst.finished, "iterations": inst.iterations,
+            "busy_time_s": inst.busy_time, "busy_fraction": inst.busy_time / duration if duration > 0 else 0.0,
+            "prefill_tokens": inst.prefill_tokens, "output_tokens": inst.tokens_out, "token_throughput": throughput,
+            "peak_token_throughput": peak, "token_throughput_vs_peak": throughput / peak if peak > 0 else float("nan"),
+            "preemptions": inst.preemptions, "swap_outs": inst.swap_outs,
+            "prefix_cache_queries": inst.prefix_queries, "prefix_cache_hits": inst.prefix_hits,
+            "prefix_cache_hit_rate": inst.prefix_hits / inst.prefix_queries if inst.prefix_queries else 0.0,
+            "prefix_cache_evictions": inst.prefix_evictions,
+        })
+    return pd.DataFrame(rows, columns=list(INSTANCE_COLUMNS))
+
+
+def instance_means(inst_df: pd.DataFrame) -> dict[str, float]:
+    """Cluster-level summary keys: the instances' mean busy fraction and mean token throughput vs peak."""
+    if not len(inst_df):
+        return {"mean_busy_fraction": 0.0, "mean_token_throughput_vs_peak": 0.0}
+    q, h = int(inst_df["prefix_cache_queries"].sum()), int(inst_df["prefix_cache_hits"].sum())
+    return {"mean_busy_fraction": float(inst_df["busy_fraction"].mean()),
+            "mean_token_throughput_vs_peak": float(inst_df["token_throughput_vs_peak"].mean()),
+            "prefix_cache_queries": q, "prefix_cache_hits": h, "prefix_cache_hit_rate": h / q if q else 0.0}
+
+
+def profile_notes(cluster: Cluster) -> list[str]:
+    """A note naming the profiles with estimated step times (absolute latencies are less certain there)."""
+    estimated = sorted({profile_label(i.profile.name) for i in cluster.instances if getattr(i.profile, "estimated",
+                                                                                            False)})
+    if not estimated:
+        return []
+    return ["step times estimated (roofline), not measured, for: " + ", ".join(estimated)]

@@ -1,0 +1,203 @@
+"""Step-time and memory model of one (model, GPU, tensor-parallel degree).
+
+The engine calls :meth:`Profile.step_time` once per iteration, so implementations precompute and
+cache: the batch arrives already reduced to a handful of sums.
+
+Batch composition passed to ``step_time``:
+
+* ``n_tokens``  - tokens processed this iteration (prefill chunk tokens + one per decode sequence)
+* ``n_seqs``    - sequences whose logits are computed (decodes + prefill chunks)
+* ``prefill_c2`` - sum over prefill chunks of chunk_len**2 (causal self-attention inside the chunk)
+* ``prefill_cp`` - sum over prefill chunks of chunk_len * cached_context (attention to earlier KV)
+* ``n_decode``  - decode sequences
+* ``decode_ctx`` - sum of the decode sequences' context lengths (KV tokens read)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from llmsim.errors import ConfigError, ProfileError
+from llmsim.perf.hardware import GpuSpec, get_gpu
+from llmsim.perf.kv_budget import kv_capacity_from_bytes
+from llmsim.perf.models import ModelSpec, get_model
+
+
+@runtime_checkable
+class Profile(Protocol):
+    name: str
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int
+    estimated: bool
+
+    def step_time(
+        self, n_tokens: int, n_seqs: int, prefill_c2: int, prefill_cp: int, n_decode: int, decode_ctx: int
+    ) -> float: ...
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int: ...
+
+    def describe(self) -> dict: ...
+
+
+def kv_capacity_tokens(
+    model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utilization: float, reserved_bytes: float
+) -> int:
+    """Tokens of KV cache that fit: (util * memory - weight shard - reserve) / KV bytes per token.
+
+    Raises a ConfigError naming the model and GPU when the weights alone do not fit.
+    """
+    return kv_capacity_from_bytes(model.name, gpu, tp, gpu_memory_utilization, model.weight_bytes,
+                                  model.kv_bytes_per_token, reserved_bytes)
+
+
+@dataclass
+class RooflineProfile:
+    """Analytic roofline: each op costs max(FLOPs / (eff_c * peak), bytes / (eff_m * BW)) + launch.
+
+    Efficiencies default to the values measured on A100/H100/L40S/4090 in shared/specs/profiles_data.md
+    section 5; CPU overheads follow vidur's cpu_overheads.csv for vLLM. Marked ``estimated``.
+    """
+
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int = 1
+    eff_gemm: float = 0.8
+    eff_weight_bw: float = 0.8
+    eff_prefill_attn: float = 0.5
+    eff_decode_attn: float = 0.85
+    kernel_launch_s: float = 8e-6
+    kernels_per_layer: int = 7
+    iteration_overhead_s: float = 2.0e-3
+    per_seq_overhead_s: float = 2.0e-5
+    reserved_bytes: float = 1.5e9
+    name: str = ""
+    estimated: bool = True
+    _dense_cache: dict[int, float] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.tp < 1:
+            raise ConfigError(f"tensor-parallel degree must be >= 1, got {self.tp}")
+        m, g, tp = self.model, self.gpu, self.tp
+        if not self.name:
+            self.name = f"{m.name}@{g.name}" + (f"-tp{tp}" if tp > 1 else "")
+        self._flops_per_token = 2.0 * m.n_layers * m.layer_linear_params / tp
+        self._weight_read_s = m.n_layers * m.layer_linear_params * m.dtype_bytes / tp / (
+            self.eff_weight_bw * g.bandwidth
+        )
+        self._gemm_rate = self.eff_gemm * g.peak_flops
+        self._launch = m.n_layers * self.kernels_per_layer * self.kernel_launch_s
+        heads = m.n_heads / tp
+        # causal prefill attention: QK^T and PV, 2 FLOPs per MAC -> 4 * heads * d per (query, key) pair
+        self._pf_attn_flop = 4.0 * m.n_layers * heads * m.head_dim
+        self._pf_attn_rate = self.eff_prefill_attn * g.peak_flops
+        self._kv_bytes_tok = m.kv_bytes_per_token / tp
+        self._dec_attn_bw = self.eff_decode_attn * g.bandwidth
+        lm = m.vocab * m.hidden / tp
+        self._lm_flop = 2.0 * lm
+        self._lm_read_s = lm * m.dtype_bytes / (self.eff_weight_bw * g.bandwidth)
+        # two all-reduces per layer over NVLink/PCIe when sharded
+        self._ar_bytes_tok = 0.0 if tp == 1 else 2 * m.n_layers * m.hidden * m.dtype_bytes * 2 * (tp - 1) / tp
+        self._ar_bw = g.interconnect_bw if g.interconnect_bw > 0 else 25e9
+
+    def _dense(self, n_tokens: int) -> float:
+        t = self._dense_cache.get(n_tokens)
+        if t is None:
+            compute = self._flops_per_token * n_tokens / self._gemm_rate
+            t = max(compute, self._weight_read_s) + self._launch
+            if self._ar_bytes_tok:
+                t += self._ar_bytes_tok * n_tokens / self._ar_bw + self.model.n_layers * 2 * 10e-6
+            self._dense_cache[n_tokens] = t
+        return t
+
+    def step_time(
+        self, n_tokens: int, n_seqs: int, prefill_c2: int, prefill_cp: int, n_decode: int, decode_ctx: int
+    ) -> float:
+        t = self._dense(n_tokens) + self.iteration_overhead_s + self.per_seq_overhead_s * n_seqs
+        if prefill_c2:
+            # chunk attends to itself causally (c^2 / 2 pairs) and to its cached context (c * p)
+            t += self._pf_attn_flop * (0.5 * prefill_c2 + prefill_cp) / self._pf_attn_rate
+        if n_decode:
+            t += self._kv_bytes_tok * decode_ctx / self._dec_attn_bw
+        lm_compute = self._lm_flop * n_seqs / self._gemm_rate
+        t += lm_compute if lm_compute > self._lm_read_s else self._lm_read_s
+        return t
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
+        return kv_capacity_tokens(self.model, self.gpu, self.tp, gpu_memory_utilization, self.reserved_bytes)
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": "roofline",
+            "model": self.model.name,
+            "gpu": self.gpu.name,
+            "tp": self.tp,
+            "estimated": True,
+            "source": "analytic roofline with efficiencies from shared/specs/profiles_data.md s5",
+        }
+
+
+_PROFILE_LOADERS: list = []
+
+
+def register_profile_loader(loader) -> None:
+    """Let profiles/ plug in measured profiles: ``loader(model, gpu, tp) -> Profile | None``."""
+    _PROFILE_LOADERS.append(loader)
+
+
+def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto") -> Profile:
+    """Measured profile when one exists (``kind='auto'`` or ``'measured'``), else the roofline."""
+    try:
+        m = get_model(model)
+        g = get_gpu(gpu)
+    except ConfigError as e:
+        raise ProfileError(f"cannot load a profile: {e}") from e
+    if kind not in ("auto", "measured", "roofline"):
+        raise ProfileError(f"profile kind must be auto, measured or roofline, got {kind!r}")
+    if kind != "roofline":
+        for loader in _PROFILE_LOADERS:
+            prof = loader(m, g, tp)
+            if prof is not None:
+                return prof
+        if kind == "measured":
+            raise ProfileError(
+                f"no measured profile for model {m.name!r} on {g.name} with tp={tp}: expected a file "
+                f"<gpu>/{m.name}{f'-tp{tp}' if tp > 1 else ''}.yaml in {_profile_dirs_text()}; "
+                "build one with `python -m llmsim.profiles.build` or measure it with `python -m llmsim.profiles.profile`"
+            )
+    return RooflineProfile(m, g, tp)
+
+
+def profile_for_instance(model: str, gpu: str, kv_blocks: int = 0, block_size: int = 16) -> Profile:
+    """The profile of an instance a router knows only by its public state (model, GPU, KV blocks): its tensor
+    parallelism is not reported, so among the degrees the model loads at (1, 2, 4, 8) take the one whose KV cache
+    (at the default 0.9 memory use) is closest to ``kv_blocks`` (the smallest when ``kv_blocks`` is 0)."""
+    found: list[tuple[float, int, Profile]] = []
+    last: ProfileError | None = None
+    for tp in (1, 2, 4, 8):
+        try:
+            p = load_profile(model, gpu, tp)
+            blocks = p.kv_capacity_tokens(0.9) // max(1, block_size)
+        except (ProfileError, ConfigError) as e:
+            last = e if isinstance(e, ProfileError) else ProfileError(str(e))
+            continue
+        if blocks <= 0:
+            continue
+        found.append((abs(blocks - kv_blocks) if kv_blocks else 0.0, tp, p))
+    if not found:
+        raise last or ProfileError(f"no profile for model {model!r} on {gpu} at tensor parallelism 1, 2, 4 or 8")
+    return min(found, key=lambda x: (x[0], x[1]))[2]
+
+
+def _profile_dirs_text() -> str:
+    from llmsim.perf.profile_table import profile_dirs
+
+    return ", ".join(str(d) for d in profile_dirs())
+
+
+# Measured profiles (profiles/data/<gpu>/<model>[-tpN].yaml) take precedence over the roofline.
+from llmsim.perf.profile_table import measured_loader  # noqa: E402
+
+register_profile_loader(measured_loader)

@@ -1,0 +1,314 @@
+"""Measured (model, GPU, TP) profiles loaded from the compact YAML files in ``profiles/data``.
+
+File format ``llmsim-profile/1`` (all times in seconds, for the whole model on one TP shard):
+
+* ``dense``: ``tokens`` / ``seconds`` - non-attention work (all layers' GEMMs, norms, activations, RoPE,
+  residual adds, embedding, final norm and TP all-reduces) versus tokens in the iteration.
+* ``prefill_attention``: ``fixed`` (once per iteration that has a prefill chunk), ``c2`` (per unit of
+  sum chunk_len**2) and ``cp`` (per unit of sum chunk_len * cached_context).
+* ``decode_attention``: ``fixed`` (once per iteration with decodes), ``per_seq`` and ``per_ctx_token``
+  (per KV token read).
+* ``lm_head``: ``seqs`` / ``seconds`` - lm_head GEMM plus sampler versus sequences with logits.
+* ``overhead``: ``per_iteration`` and ``per_seq`` CPU-side framework time (scheduler, input prep,
+  output processing) not hidden behind the GPU.
+* ``memory``: ``weight_bytes``, ``kv_bytes_per_token`` (whole model, before TP sharding) and
+  ``reserved_bytes`` (activations, CUDA graphs, allocator slack per GPU).
+* ``parts``: for each of the parts above, ``status`` (``measured`` / ``transferred`` / ``estimated``)
+  and ``source``; ``provenance``: source data, commits, licenses, measurement software.
+
+Evaluation is O(1) after warm-up: tables are Python lists searched with ``bisect`` and the dense and
+lm_head terms are cached per integer argument.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from bisect import bisect_right
+from pathlib import Path
+from typing import Any
+
+from llmsim.errors import ProfileError
+from llmsim.perf.hardware import GpuSpec, get_gpu
+from llmsim.perf.models import ModelSpec, get_model
+
+FORMAT = "llmsim-profile/1"
+PART_NAMES = ("dense", "prefill_attention", "decode_attention", "lm_head", "overhead", "memory")
+STEP_PARTS = ("dense", "prefill_attention", "decode_attention", "lm_head")
+STATUSES = ("measured", "transferred", "estimated")
+
+
+
+class Table:
+    """Non-decreasing piecewise-linear function of a positive integer, linear extrapolation past the end."""
+
+    __slots__ = ("xs", "ys", "_cache", "_slope_end", "_slope_start")
+
+    def __init__(self, xs: list[float], ys: list[float]) -> None:
+        self.xs = [float(x) for x in xs]
+        self.ys = [float(y) for y in ys]
+        self._cache: dict[int, float] = {}
+        if len(self.xs) >= 2:
+            self._slope_end = max(0.0, (self.ys[-1] - self.ys[-2]) / (self.xs[-1] - self.xs[-2]))
+            self._slope_start = max(0.0, (self.ys[1] - self.ys[0]) / (self.xs[1] - self.xs[0]))
+        else:
+            self._slope_end = self._slope_start = 0.0
+
+    def __call__(self, x: int) -> float:
+        v = self._cache.get(x)
+        if v is not None:
+            return v
+        xs, ys = self.xs, self.ys
+        if x <= xs[0]:
+            v = max(0.0, ys[0] - self._slope_start * (xs[0] - x)) if x > 0 else 0.0
+            # keep f(0) = 0 <= f(1): a table always starts at x >= 1
+        elif x >= xs[-1]:
+            v = ys[-1] + self._slope_end * (x - xs[-1])
+        else:
+            i = bisect_right(xs, x)
+            x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+            v = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+        if len(self._cache) < 1_000_000:
+            self._cache[x] = v
+        return v
+
+
+def _err(path: Path | str, key: str, msg: str) -> ProfileError:
+    return ProfileError(f"profile {path}: key {key!r}: {msg}")
+
+
+def _get(d: dict, key: str, path: Path | str, prefix: str = "") -> Any:
+    full = f"{prefix}.{key}" if prefix else key
+    if not isinstance(d, dict) or key not in d:
+        raise _err(path, full, "missing")
+    return d[key]
+
+
+def _num(d: dict, key: str, path: Path | str, prefix: str, minimum: float = 0.0) -> float:
+    v = _get(d, key, path, prefix)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < minimum:
+        raise _err(path, f"{prefix}.{key}", f"expected a finite number >= {minimum}, got {v!r}")
+    return float(v)
+
+
+def _table(d: dict, xkey: str, key: str, path: Path | str) -> Table:
+    sub = _get(d, key, path)
+    xs = _get(sub, xkey, path, key)
+    ys = _get(sub, "seconds", path, key)
+    for k, v in ((xkey, xs), ("seconds", ys)):
+        if (
+            not isinstance(v, list)
+            or not v
+            or not all(
+                isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a) and a >= 0
+                for a in v
+            )
+        ):
+            raise _err(path, f"{key}.{k}", "expected a non-empty list of non-negative numbers")
+    if len(xs) != len(ys):
+        raise _err(path, key, f"{xkey} has {len(xs)} entries but seconds has {len(ys)}")
+    if any(b <= a for a, b in zip(xs, xs[1:])) or xs[0] < 1:
+        raise _err(path, f"{key}.{xkey}", "must be strictly increasing and start at >= 1")
+    if any(b < a for a, b in zip(ys, ys[1:])):
+        raise _err(path, f"{key}.seconds", "must be non-decreasing (step time is monotone)")
+    if not any(ys):
+        raise _err(path, f"{key}.seconds", "all zero (no timing data)")
+    return Table(xs, ys)
+
+
+class MeasuredProfile:
+    """Profile built from measured operator data; implements :class:`llmsim.perf.profile.Profile`."""
+
+    def __init__(
+        self,
+        data: dict,
+        path: Path | str = "<dict>",
+        model: ModelSpec | None = None,
+        gpu: GpuSpec | None = None,
+    ) -> None:
+        if not isinstance(data, dict):
+            raise ProfileError(f"profile {path}: expected a mapping at top level, got {type(data).__name__}")
+        fmt = _get(data, "format", path)
+        if fmt != FORMAT:
+            raise _err(path, "format", f"expected {FORMAT!r}, got {fmt!r}")
+        self.path = str(path)
+        self.data = data
+        try:
+            self.model = model or get_model(str(_get(data, "model", path)))
+            self.gpu = gpu or get_gpu(str(_get(data, "gpu", path)))
+        except ProfileError:
+            raise
+        except Exception as e:  # ConfigError from the registries
+            raise ProfileError(f"profile {path}: {e}") from e
+        tp = _get(data, "tp", path)
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+            raise _err(path, "tp", f"expected an integer >= 1, got {tp!r}")
+        self.tp = tp
+        self.name = f"{self.model.name}@{self.gpu.name}" + (f"-tp{tp}" if tp > 1 else "") + " (measured)"
+        self._dense = _table(data, "tokens", "dense", path)
+        self._lm = _table(data, "seqs", "lm_head", path)
+        pa = _get(data, "prefill_attention", path)
+        self._pf_fixed = _num(pa, "fixed", path, "prefill_attention")
+        self._pf_c2 = _num(pa, "c2", path, "prefill_attention")
+        self._pf_cp = _num(pa, "cp", path, "prefill_attention")
+        da = _get(data, "decode_attention", path)
+        self._dec_fixed = _num(da, "fixed", path, "decode_attention")
+        self._dec_seq = _num(da, "per_seq", path, "decode_attention")
+        self._dec_ctx = _num(da, "per_ctx_token", path, "decode_attention")
+        ov = _get(data, "overhead", path)
+        self._ov_iter = _num(ov, "per_iteration", path, "overhead")
+        self._ov_seq = _num(ov, "per_seq", path, "overhead")
+        for key, coefs in (  # an all-zero group is a failed fit or a placeholder, not a measurement
+            ("prefill_attention", (self._pf_fixed, self._pf_c2, self._pf_cp)),
+            ("decode_attention", (self._dec_fixed, self._dec_seq, self._dec_ctx)),
+            ("overhead", (self._ov_iter, self._ov_seq)),
+        ):
+            if not any(coefs):
+                raise _err(path, key, "all coefficients are zero (no timing data)")
+        mem = _get(data, "memory", path)
+        self.weight_bytes = _num(mem, "weight_bytes", path, "memory", 1.0)
+        self.kv_bytes_per_token = _num(mem, "kv_bytes_per_token", path, "memory", 1.0)
+        self.reserved_bytes = _num(mem, "reserved_bytes", path, "memory")
+        parts = _get(data, "parts", path)
+        self.parts: dict[str, str] = {}
+        for p in PART_NAMES:
+            st = _get(_get(parts, p, path, "parts"), "status", path, f"parts.{p}")
+            if st not in STATUSES:
+                raise _err(path, f"parts.{p}.status", f"expected one of {STATUSES}, got {st!r}")
+            self.parts[p] = st
+        # A profile counts as estimated when a step-time part (GPU work) is; the CPU-overhead and memory
+        # parts are modelled for every profile and listed separately in describe()["estimated_parts"].
+        self.estimated = any(self.parts[p] == "estimated" for p in STEP_PARTS)
+        self.provenance = data.get("provenance", {})
+
+    def with_overhead(self, per_iteration: float | None = None, per_seq: float | None = None,
+                      source: str = "override") -> MeasuredProfile:
+        """A copy with another CPU overhead (replay what-ifs, llmsim.profiles.calibrate); the rest is shared data."""
+        ov = dict(self.data["overhead"])
+        if per_iteration is not None:
+            ov["per_iteration"] = float(per_iteration)
+        if per_seq is not None:
+            ov["per_seq"] = float(per_seq)
+        parts = dict(self.data["parts"])
+        parts["overhead"] = {"status": "estimated", "source": source}
+        return MeasuredProfile({**self.data, "overhead": ov, "parts": parts}, f"{self.path} ({source})", self.model,
+                               self.gpu)
+
+    def step_time(
+        self, n_tokens: int, n_seqs: int, prefill_c2: int, prefill_cp: int, n_decode: int, decode_ctx: int
+    ) -> float:
+        t = self._dense(n_tokens) + self._lm(n_seqs) + self._ov_iter + self._ov_seq * n_seqs
+        if prefill_c2:
+            t += self._pf_fixed + self._pf_c2 * prefill_c2 + self._pf_cp * prefill_cp
+        if n_decode:
+            t += self._dec_fixed + self._dec_seq * n_decode + self._dec_ctx * decode_ctx
+        return t
+
+    def decode_step_fn(self, n: int):
+        """``ctx -> step_time(n, n, 0, 0, n, ctx)``, bit-identical, with the per-``n`` terms folded once.
+
+        step_time adds ``t += fixed + per_seq * n + per_ctx * ctx`` to ``t``; the closure keeps that
+        association so the fast path plans exactly the times stepping computes.
+        """
+        t0 = self._dense(n) + self._lm(n) + self._ov_iter + self._ov_seq * n
+        fs = self._dec_fixed + self._dec_seq * n
+        per_ctx = self._dec_ctx
+        return lambda ctx: t0 + (fs + per_ctx * ctx)
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
+        from llmsim.perf.kv_budget import kv_capacity_from_bytes
+
+        return kv_capacity_from_bytes(
+            self.model.name,
+            self.gpu,
+            self.tp,
+            gpu_memory_utilization,
+            self.weight_bytes,
+            self.kv_bytes_per_token,
+            self.reserved_bytes,
+        )
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": "measured",
+            "file": self.path,
+            "model": self.model.name,
+            "gpu": self.gpu.name,
+            "tp": self.tp,
+            "estimated": self.estimated,
+            "parts": dict(self.parts),
+            "estimated_parts": [p for p, s in self.parts.items() if s == "estimated"],
+            "source": self.provenance.get("summary", ""),
+        }
+
+
+def load_profile_file(path: str | Path) -> MeasuredProfile:
+    """Parse and validate one profile YAML; every error names the file and the key at fault."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ProfileError(f"profile file {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ProfileError(f"profile {p}: not valid YAML: {e}") from e
+    return MeasuredProfile(data, p)
+
+
+def profile_dirs() -> list[Path]:
+    """Directories holding ``<gpu>/<model>[-tpN].yaml``: those of ``LLMSIM_PROFILE_PATH`` (os.pathsep
+    separated) first, then the shipped profile data (package data, see :mod:`llmsim.resources`)."""
+    from llmsim.resources import profile_data_dir
+
+    extra = [Path(d) for d in os.environ.get("LLMSIM_PROFILE_PATH", "").split(os.pathsep) if d]
+    return extra + [profile_data_dir()]
+
+
+def profile_filename(model: str, tp: int) -> str:
+    return f"{model}-tp{tp}.yaml" if tp > 1 else f"{model}.yaml"
+
+
+def find_profile_file(model: str, gpu: str, tp: int = 1) -> Path | None:
+    name = profile_filename(model, tp)
+    for d in profile_dirs():
+        f = d / gpu / name
+        if f.is_file():
+            return f
+    return None
+
+
+_CACHE: dict[tuple[str, str, int], MeasuredProfile] = {}
+
+
+def measured_loader(model: ModelSpec, gpu: GpuSpec, tp: int) -> MeasuredProfile | None:
+    """Loader for :func:`llmsim.perf.profile.register_profile_loader`: the profile file or None."""
+    key = (model.name, gpu.name, tp)
+    prof = _CACHE.get(key)
+    if prof is None:
+        f = find_profile_file(model.name, gpu.name, tp)
+        if f is None:
+            return None
+        prof = load_profile_file(f)
+        if prof.model.name != model.name or prof.gpu.name != gpu.name or prof.tp != tp:
+            raise ProfileError(
+                f"profile {f}: declares model={prof.model.name!r} gpu={prof.gpu.name!r} tp={prof.tp} "
+                f"but its path is for model={model.name!r} gpu={gpu.name!r} tp={tp}"
+            )
+        _CACHE[key] = prof
+    return prof
+
+
+def available_profiles() -> list[tuple[str, str, int]]:
+    """(model, gpu, tp) of every profile file found."""
+    out = set()
+    for d in profile_dirs():
+        for f in d.glob("*/*.yaml") if d.is_dir() else []:
+            stem = f.stem
+            tp = 1
+            if "-tp" in stem and stem.rsplit("-tp", 1)[1].isdigit():
+                stem, t = stem.rsplit("-tp", 1)
+                tp = int(t)
+            out.add((stem, f.parent.name, tp))
+    return sorted(out)

@@ -1,0 +1,1 @@
+"""Planning: capacity search and the cheapest deployment that meets the SLOs."""

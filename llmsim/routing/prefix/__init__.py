@@ -1,0 +1,1 @@
+"""Prefix-aware routing: llm-d-style scorers and the routers built on them."""

@@ -1,0 +1,1 @@
+"""RouteBalance: fused model routing and load balancing, its predictors and telemetry."""

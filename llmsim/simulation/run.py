@@ -1,0 +1,82 @@
+"""One-call simulation API: ``simulate(instances, requests, policy)`` -> :class:`SimResult`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from llmsim.cluster.cluster import Cluster, InstanceConfig
+from llmsim.metrics.progress import SimProgress
+from llmsim.metrics.recorder import SLO, instance_means, instance_table, profile_notes, run_duration, summarise
+from llmsim.metrics.result import SimResult
+from llmsim.request import Request
+from llmsim.routing import Router, make_router
+
+
+def simulate(
+    instances: list[InstanceConfig],
+    requests: Iterable[Request],
+    policy: str | Router = "round_robin",
+    *,
+    seed: int = 0,
+    slo: SLO | None = None,
+    view_staleness: float = 0.0,
+    metrics_interval: float = 1.0,
+    central_queue_tick: float | None = None,
+    on_unservable: str = "error",
+    colocation_interference: float = 1.0,
+    kv_link: str = "infiniband",
+    kv_transfer: str = "overlap",
+    progress: bool | SimProgress = False,
+    total: int | None = None,
+    policy_kwargs: dict[str, Any] | None = None,
+) -> SimResult:
+    """Run ``requests`` through a cluster of ``instances`` routed by ``policy``.
+
+    ``progress=True`` shows completed requests on stderr (a bar on a terminal, a line every 5 s elsewhere);
+    pass a :class:`llmsim.metrics.progress.SimProgress` to choose the stream and intervals. ``total`` (the
+    expected request count, when known) gives the bar its end.
+    """
+    router = policy if isinstance(policy, Router) else make_router(policy, seed=seed, **(policy_kwargs or {}))
+    cluster = Cluster(
+        instances,
+        router,
+        view_staleness=view_staleness,
+        metrics_interval=metrics_interval,
+        central_queue_tick=central_queue_tick,
+        on_unservable=on_unservable,
+        colocation_interference=colocation_interference,
+        kv_link=kv_link,
+        kv_transfer=kv_transfer,
+    )
+    reporter = progress if isinstance(progress, SimProgress) else SimProgress() if progress else None
+    if reporter is not None:
+        reporter.attach(cluster, total)
+    t0 = time.perf_counter()
+    try:
+        cluster.run(requests)
+    finally:
+        if reporter is not None:
+            reporter.close()
+    wall = time.perf_counter() - t0
+    return collect(cluster, slo or SLO(), wall)
+
+
+def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:
+    """Tables and summary of a finished (or stopped) cluster; the env reads the same numbers."""
+    rec = cluster.recorder
+    df = rec.requests_frame()
+    dropped = rec.dropped_frame()
+    num = len(df) + len(dropped)
+    inst_df = instance_table(cluster, run_duration(df, rec))
+    extra: dict[str, Any] = {
+        "iterations": int(inst_df["iterations"].sum()),
+        "evictions": cluster.evictions,  # requests a policy sent back to the central queue (llmsim.engine.ops)
+        "dropped_by_reason": dropped["reason"].value_counts().to_dict() if len(dropped) else {},
+        **cluster.model_swap_stats,  # multi-model instances only (llmsim.engine.model_host)
+        **(cluster.transfers.summary() if cluster.transfers is not None else {}),  # disaggregated (llmsim.cluster.disagg)
+        **instance_means(inst_df),
+    }
+    summary = summarise(df, rec, num, slo, extra)
+    return SimResult(df, dropped, rec.timeline_frame(), inst_df, summary, wall_s, profile_notes(cluster))

@@ -1,0 +1,36 @@
+"""What decides: any llmsim router (``policy: {heuristic: jsq}``) or an exported policy (``policy: {onnx: dir}``),
+both called as llmsim routers on a :class:`~llmsim.state.state_view.StateView` of the live ClusterState, so the live
+decision runs the same code as in simulation and evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from llmsim.request import Request
+from llmsim.routing import make_router
+from llmsim.serving.config import PolicyConfig, check_static_tpot
+from llmsim.state.cluster_state import ClusterState
+from llmsim.state.state_view import StateView
+
+
+class Decider:
+    def __init__(self, cfg: PolicyConfig) -> None:
+        self.cfg = cfg
+        if cfg.heuristic is not None:
+            self.router: Any = make_router(cfg.heuristic, seed=cfg.seed, **cfg.kwargs)
+            self.label = cfg.heuristic
+        else:
+            self.router = make_router("onnx", seed=cfg.seed, path=cfg.onnx, **cfg.kwargs)
+            self.label = f"onnx:{cfg.onnx}"
+
+    def check_backends(self, models: list[str]) -> None:
+        """An exported policy refuses backends that are not the ones it was trained for, RouteBalance backends whose
+        model has no ``static_tpot_ms`` entry (ConfigError)."""
+        check_static_tpot(self.cfg, list(models))
+        check = getattr(self.router, "check_backends", None)
+        if check is not None:
+            check(models)
+
+    def decide(self, req: Request, state: ClusterState, allowed: Collection[int] | None = None) -> int:
+        return int(self.router.route(req, StateView(state, allowed)))

@@ -1,0 +1,88 @@
+"""Reading a backend's state from its vLLM ``/metrics`` (Prometheus text) and ``/v1/models``.
+
+vLLM's names (V0 and V1 spellings both accepted; samples summed over label sets, e.g. several engines):
+
+  vllm:num_requests_running / _waiting / _swapped      gauges -> num_running / num_waiting / num_swapped
+  vllm:gpu_cache_usage_perc (V0), vllm:kv_cache_usage_perc (V1)   0..1 -> kv_blocks_used / kv_blocks_total
+  vllm:cache_config_info{num_gpu_blocks, block_size}   labels -> kv_blocks_total, block_size
+  vllm:generation_tokens_total                         counter -> throughput (its rate between scrapes)
+  vllm:time_per_output_token_seconds (_sum, _count)    histogram -> step_time (mean over the scrape window)
+
+A backend without some of them (another OpenAI-compatible server) still routes: missing gauges read 0 and the
+router's own bookkeeping carries the load (see serving/tracker.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+_GAUGES = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:num_requests_swapped": "swapped",
+}
+_KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+
+
+@dataclass(frozen=True)
+class BackendMetrics:
+    """One scrape of one backend (None: the backend does not export it)."""
+
+    running: float = 0.0
+    waiting: float = 0.0
+    swapped: float = 0.0
+    kv_usage: float | None = None
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
+    generation_tokens: float | None = None
+    tpot_sum: float | None = None
+    tpot_count: float | None = None
+
+
+class MetricsParseError(ValueError):
+    pass
+
+
+def parse_metrics(text: str) -> BackendMetrics:
+    """The fields of :class:`BackendMetrics` from a Prometheus text exposition."""
+    vals: dict[str, float] = {}
+    kv: dict[str, list[float]] = {}
+    info: dict[str, int] = {}
+    try:
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                name, v = s.name, float(s.value)
+                if name in _GAUGES:
+                    vals[_GAUGES[name]] = vals.get(_GAUGES[name], 0.0) + v
+                elif name in _KV:
+                    kv.setdefault(name, []).append(v)
+                elif name == "vllm:cache_config_info":
+                    for key in ("num_gpu_blocks", "block_size"):
+                        if s.labels.get(key, "").isdigit():
+                            info[key] = int(s.labels[key])
+                elif name == "vllm:generation_tokens_total":
+                    vals["gen"] = vals.get("gen", 0.0) + v
+                elif name == "vllm:time_per_output_token_seconds_sum":
+                    vals["tpot_sum"] = vals.get("tpot_sum", 0.0) + v
+                elif name == "vllm:time_per_output_token_seconds_count":
+                    vals["tpot_count"] = vals.get("tpot_count", 0.0) + v
+    except ValueError as e:
+        raise MetricsParseError(f"not a Prometheus text exposition ({e})") from None
+    usage = next((sum(kv[k]) / len(kv[k]) for k in _KV if kv.get(k)), None)
+    return BackendMetrics(
+        running=vals.get("running", 0.0), waiting=vals.get("waiting", 0.0), swapped=vals.get("swapped", 0.0),
+        kv_usage=usage, num_gpu_blocks=info.get("num_gpu_blocks"), block_size=info.get("block_size"),
+        generation_tokens=vals.get("gen"), tpot_sum=vals.get("tpot_sum"), tpot_count=vals.get("tpot_count"))
+
+
+def parse_models(body: object) -> tuple[str | None, int | None]:
+    """(first model id, its max_model_len) from an OpenAI ``/v1/models`` answer (vLLM adds max_model_len)."""
+    if not isinstance(body, dict) or not isinstance(body.get("data"), list) or not body["data"]:
+        return None, None
+    first = body["data"][0]
+    if not isinstance(first, dict):
+        return None, None
+    mml = first.get("max_model_len")
+    return (str(first["id"]) if "id" in first else None), (int(mml) if isinstance(mml, int) else None)

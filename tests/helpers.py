@@ -1,0 +1,39 @@
+"""What tests share: the repository's paths and the Hypothesis example scaling (fixtures live in conftest.py).
+
+No test module imports another test module; a room's own shared builders live in ``tests/<room>/helpers.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+BASE_EXAMPLES = 100  # what examples(n) is relative to: dev and ci run n, fuzz 20 n
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or "ci"
+
+
+def examples(n: int) -> int:
+    """``n`` examples under dev / ci, proportionally more under fuzz (tests state their cost, profiles scale)."""
+    return max(1, math.ceil(n * settings.get_profile(HYPOTHESIS_PROFILE).max_examples / BASE_EXAMPLES))
+
+
+def hang_limit(seconds: float) -> pytest.MarkDecorator:
+    """pytest-timeout mark for a Hypothesis test, scaled like :func:`examples`.
+
+    The thread method ends the (xdist worker) process: with the default signal method, Hypothesis takes
+    the timeout's failure for a failing example and goes on shrinking, replaying the hanging example.
+    """
+    return pytest.mark.timeout(examples(seconds), method="thread")
+
+
+def need_shared() -> Path:
+    """``../shared`` (real traces and measurements), or skip with the reason."""
+    if not SHARED.is_dir():
+        pytest.skip(f"../shared is absent ({SHARED}): real data is only available in the dev/CI workspace")
+    return SHARED
