@@ -439,7 +439,7 @@ def run_app(cfg: Mapping[str, Any], out_dir: str | Path, quiet: bool = False) ->
 
 
 def main() -> None:
-    from llmsim.cli import run_hydra_app
+    from llmsim.hydra_app import run_hydra_app
 
     def body(cfg: dict, out_dir: str) -> None:
         run_app(cfg, out_dir)

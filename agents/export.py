@@ -278,7 +278,7 @@ def export(checkpoint: str | Path, fmt: str = "onnx", out: str | Path | None = N
 
 
 def main() -> None:
-    from llmsim.cli import run_hydra_app
+    from llmsim.hydra_app import run_hydra_app
 
     def body(cfg: dict, run_dir: str) -> None:
         if not cfg.get("checkpoint"):

@@ -336,7 +336,7 @@ def _restore(tr: dict[str, Any], agent: Agent, rb: ReplayBuffer, state: LoopStat
 
 
 def main() -> None:
-    from llmsim.cli import run_hydra_app
+    from llmsim.hydra_app import run_hydra_app
 
     def body(cfg: dict, run_dir: str) -> None:
         meta = train(cfg, run_dir)

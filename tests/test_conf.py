@@ -14,9 +14,9 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from llmsim.cli import run_from_config
 from llmsim.errors import ConfigError
 from llmsim.resources import conf_dir
+from llmsim.simulation.from_config import run_from_config
 from tests.helpers import REPO, SHARED
 from tests.test_workload_burstgpt import write_burstgpt
 

@@ -12,8 +12,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.cli import run_from_config
 from llmsim.routing import DROP, WAIT, Router
+from llmsim.simulation.from_config import run_from_config
 from llmsim.testing import LinearProfile, requests
 from tests.helpers import REPO
 

@@ -7,10 +7,10 @@ import math
 import pytest
 
 from llmsim import EngineConfig
-from llmsim.cli import run_from_config
 from llmsim.cluster.config import instances_from_config, instances_from_specs
 from llmsim.errors import ConfigError
 from llmsim.schema import SLO, RunConfig, SimConfig
+from llmsim.simulation.from_config import run_from_config
 
 BASE = {
     "cluster": {"instances": [{"model": "llama-2-7b", "gpu": "a100-80gb", "count": 2}]},

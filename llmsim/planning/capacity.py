@@ -210,7 +210,7 @@ def _rkey(rate: float) -> float:
 # ---------------------------------------------------------------------------------------------- running
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     """One simulation (runs in a worker process): the figures the search and the curve need."""
-    from llmsim.cli import run_from_config
+    from llmsim.simulation.from_config import run_from_config
 
     s = run_from_config(cfg).summary
     return {k: s.get(k) for k in _SUMMARY_KEYS}
@@ -409,8 +409,8 @@ def describe_cluster(cluster: dict[str, Any]) -> str:
 
 def base_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """The llmsim run groups of a composed config, validated; raw workload and cluster kept as given."""
-    from llmsim.cli import resolve_workload_path
     from llmsim.schema import RunConfig
+    from llmsim.simulation.from_config import resolve_workload_path
     from llmsim.workload.schema import parse_workload
 
     run = {k: v for k, v in cfg.items() if k not in ("capacity", "deploy", "prices")}
@@ -434,7 +434,7 @@ def check_metric(metric: str, base: dict[str, Any]) -> None:
 def preflight(cfg: dict[str, Any]) -> None:
     """A 20-request run in this process: a bad cluster, router or workload fails here in one line, before
     any worker starts (and the imports and profiles it loads are inherited by forked workers)."""
-    from llmsim.cli import run_from_config
+    from llmsim.simulation.from_config import run_from_config
 
     small = copy.deepcopy(cfg)
     wl = small["workload"]

@@ -1,0 +1,59 @@
+"""What every Hydra command of llmsim shares (``llmsim``, ``llmsim-train``, ``llmsim-capacity``, ...): the config
+directory, one-line errors with exit status 2, a quiet exit when the reader of stdout leaves, and the
+``${llmsim_presets:GROUP}`` resolver that ``--help`` texts use to list a group's presets."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from collections.abc import Callable
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from llmsim.errors import LLMSimError
+from llmsim.resources import conf_dir
+
+
+def presets(group: str) -> str:
+    """The options of a config group, "a100x4, hetero, ...": conf/<group>/*.yaml, for ``--help`` (wrapped to 100
+    columns, continuation lines indented under the first option)."""
+    names = ", ".join(sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))) or "(none)"
+    return textwrap.fill(names, width=90, subsequent_indent=" " * 10, break_on_hyphens=False)
+
+
+# `${llmsim_presets:GROUP}` in conf/config.yaml's hydra.help.template (resolved only when the help is printed)
+OmegaConf.register_new_resolver("llmsim_presets", presets, replace=True)
+
+
+def one_line(e: BaseException) -> str:
+    """OmegaConf errors span several lines (key, type, full key); llmsim's errors are one line already."""
+    return " ".join(str(e).split())
+
+
+def quiet_on_closed_pipe(fn: Callable[[], None]) -> None:
+    """Run ``fn``; when the reader of stdout has left (``llmsim --help | head``), exit 1 without a traceback."""
+    try:
+        fn()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
+
+
+def run_hydra_app(config_name: str, prog: str, body: Callable[[dict, str], None]) -> None:
+    """A console app over conf/<config_name>.yaml: ``body(plain config, run directory)``. Config and llmsim errors
+    print one line ``prog: error: ...`` and exit 2; a closed pipe exits 1."""
+
+    @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name=config_name)
+    def _main(cfg: DictConfig) -> None:
+        out_dir = HydraConfig.get().runtime.output_dir
+        try:
+            body(OmegaConf.to_container(cfg, resolve=True), out_dir)  # type: ignore[arg-type]
+        except (LLMSimError, OmegaConfBaseException) as e:
+            print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    quiet_on_closed_pipe(_main)
