@@ -7,9 +7,9 @@
     trainer.pt        optimiser, target network, counters and RNG states (only what resuming needs)
     replay.npz        the replay buffer (only with ``trainer.save_replay``; resuming without it refills it)
 
-The observation layout is the observation builder's name, the observation's shape and the version of the
-public ClusterState it is computed from (``llmsim.state.cluster_state.LAYOUT_VERSION``); loading a checkpoint into an env
-with another layout or another number of actions is refused with one line naming both.
+checkpoint.json's layouts and the check that an env matches them are agents/checkpoint_meta.py's (no torch).
+``updates`` in checkpoint.json counts the gradient steps behind the weights: 0 means the network is still its
+random initialisation (a "best" checkpoint saved before learning started).
 """
 
 from __future__ import annotations
@@ -21,28 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from llmsim.agents.checkpoint_meta import FORMAT, check_compatible, read_meta
 from llmsim.agents.nets import QNetwork, masked, masked_argmax
+from llmsim.agents.sac_nets import SACActor, build_actor
 from llmsim.envs.routing_env import RoutingEnv
-from llmsim.errors import ConfigError, load_json_file
-from llmsim.state.cluster_state import LAYOUT_VERSION
-
-FORMAT = 1
-
-
-def observation_layout(env: RoutingEnv) -> dict[str, Any]:
-    """What a policy's inputs mean: the builder, the shape and the public state version they are read from."""
-    space = env.observation_space
-    shape = getattr(space, "shape", None)
-    out = {"kind": env.obs_builder.name, "shape": list(shape) if shape is not None else None,
-           "state_layout_version": LAYOUT_VERSION}
-    if hasattr(space, "spaces"):  # a Dict (graph) observation: every array's shape
-        out["shapes"] = {k: list(v.shape) for k, v in space.spaces.items()}
-    return out
-
-
-def action_layout(env: RoutingEnv) -> dict[str, Any]:
-    return {"n": int(env.action_space.n), "kind": env.action_kind, "choices": env.n_choices,
-            "wait": env.wait_action, "drop": env.drop_action}
+from llmsim.errors import ConfigError
 
 
 def net_arch(net: torch.nn.Module) -> dict[str, Any]:
@@ -84,42 +67,12 @@ def _jsonable(x: Any) -> Any:
     raise TypeError(f"{type(x).__name__} is not JSON serialisable")
 
 
-def read_meta(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    f = p / "checkpoint.json"
-    if not f.is_file():
-        raise ConfigError(f"{p}: not a checkpoint directory (no checkpoint.json)")
-    meta = load_json_file(f)
-    if meta.get("format") != FORMAT:
-        raise ConfigError(f"{f}: checkpoint format {meta.get('format')!r}, this llmsim reads format {FORMAT}")
-    return meta
-
-
-def check_compatible(meta: dict[str, Any], env: RoutingEnv, where: str = "checkpoint") -> None:
-    """Refuse a checkpoint trained on another observation layout or action layout than ``env`` has."""
-    have, want = observation_layout(env), meta.get("observation", {})
-    if have != want:
-        raise ConfigError(f"{where}: trained on observation layout {_fmt(want)}, but this env has {_fmt(have)}")
-    n = int(env.action_space.n)
-    if meta.get("n_actions") != n:
-        raise ConfigError(f"{where}: trained with {meta.get('n_actions')} actions, but this env has {n} "
-                          f"({env.n_choices} choices + wait + drop)")
-
-
-def _fmt(layout: dict[str, Any]) -> str:
-    shapes = layout.get("shapes")  # a graph observation: its arrays' shapes say how many experts it has
-    shape = ", ".join(f"{k} {v}" for k, v in sorted(shapes.items())) if shapes else layout.get("shape")
-    return f"{layout.get('kind')!r} shape {shape} on ClusterState layout v{layout.get('state_layout_version')}"
-
-
 def load_policy_net(path: str | Path, meta: dict[str, Any] | None = None) -> torch.nn.Module:
     """The network a checkpoint's router acts with: a Q-network (DDQN) or an actor (SAC), in eval mode."""
     p = Path(path)
     meta = meta or read_meta(p)
     if not meta.get("arch"):
         return load_q_net(p, meta)
-    from llmsim.agents.sac import build_actor
-
     try:
         net = build_actor(meta["arch"])
     except (KeyError, TypeError, ValueError) as e:
@@ -136,6 +89,13 @@ def load_q_net(path: str | Path, meta: dict[str, Any] | None = None) -> QNetwork
     net.load_state_dict(torch.load(p / "q_net.pt", map_location="cpu", weights_only=True))
     net.eval()
     return net
+
+
+def policy_input(net: torch.nn.Module, obs: Any) -> torch.Tensor:
+    """One observation as the network's float input row (an SAC actor flattens a graph observation itself)."""
+    if isinstance(net, SACActor):
+        return net.prepare(obs)
+    return torch.as_tensor(np.asarray(obs, dtype=np.float32))
 
 
 class QPolicy:
@@ -155,8 +115,7 @@ class QPolicy:
 
     @torch.no_grad()
     def act(self, obs: Any, mask: np.ndarray, env: RoutingEnv | None = None) -> int:
-        prepare = getattr(self.net, "prepare", None)
-        x = (prepare(obs) if prepare is not None else torch.as_tensor(np.asarray(obs, dtype=np.float32))).unsqueeze(0)
+        x = policy_input(self.net, obs).unsqueeze(0)
         m = torch.as_tensor(mask).unsqueeze(0)
         if self.mode == "sample":
             return self._sample(x, m)

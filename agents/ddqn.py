@@ -1,8 +1,9 @@
-"""Double DQN with action masks and semi-MDP discounting, in one file (CleanRL style).
+"""Double DQN with action masks and semi-MDP discounting, top to bottom (CleanRL style).
 
 What is ours and why (stable-baselines3 is used for the vector envs and the logger, agents/train.py):
 SB3's DQN is vanilla DQN (the target network both selects and evaluates the next action), has no action
-masks, a fixed gamma per step and no per-episode reshaping; spec 001 needs all four. So the update is here:
+masks, a fixed gamma per step and no per-episode reshaping; the Intelligent Router for LLM Workloads needs all
+four. So the update is here:
 
     a*  = argmax_{a valid in s'} Q_online(s', a)                  (the online network selects ...)
     y   = R + D * Q_target(s', a*)                                 (... the target network evaluates)
@@ -17,48 +18,57 @@ epsilon-greedy: a random action is drawn among the valid ones only. The target n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 
 from llmsim.agents import guided
+from llmsim.agents.base import (
+    ALGORITHMS,
+    LoopState,
+    OffPolicyAgent,
+    OffPolicyConfig,
+    Probability,
+    polyak_update,
+    random_valid,
+)
 from llmsim.agents.buffer import Batch
-from llmsim.agents.loop import LoopState, learn
 from llmsim.agents.nets import NumpyActor, QNetwork, masked_argmax
+from llmsim.schema import Float, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 
 
-@dataclass
-class DDQNConfig:
-    """``conf/agent/*.yaml`` (the values of an agent preset are justified there)."""
-    name: str = "ddqn"
-    hidden: list[int] = field(default_factory=lambda: [64, 64])
-    dueling: bool = False         # separate value and advantage heads (agents/nets.py)
-    reward_scale: float = 1.0     # rewards (and h) are multiplied by this in the TD target: keeps Q near O(10)
-    gamma: float = 0.99
-    tau: float | None = 0.02      # s per discount step: dt seconds are discounted gamma**(dt/tau); None: per decision
-    lr: float = 1e-4
-    batch_size: int = 512
-    buffer_size: int = 200_000
-    learning_starts: int = 5_000  # env steps before the first update
-    train_freq: int = 4           # env steps (summed over envs) per round of updates
-    gradient_steps: int = 1
-    target_update: int = 1_000    # env steps between hard target copies (polyak = 1)
-    polyak: float = 1.0
-    n_step: int = 1
-    max_grad_norm: float = 10.0
-    eps_start: float = 1.0
-    eps_end: float = 0.05
-    eps_fraction: float = 0.1     # of total_steps over which epsilon decays linearly ...
-    eps_episodes: int | None = None  # ... or over this many episodes, after which epsilon is 0 (spec 001: 20)
-    guidance: str = "none"        # none | aware | guided (agents/guided.py)
-    guidance_decay: float = 0.5   # beta of the guided schedule
-    guidance_scale: float = 1.0   # multiplies h before shaping: with spec 001's reward h is ~1e-4 of its noise
+class DDQNConfig(OffPolicyConfig):
+    """``conf/agent/ddqn*.yaml`` (the values of an agent preset are justified there)."""
+
+    name: Literal["ddqn"] = "ddqn"
+    hidden: list[PosInt] = Field(default_factory=lambda: [64, 64])
+    dueling: bool = False  # separate value and advantage heads (agents/nets.py)
+    tau: NonNegFloat | None = 0.02  # s per discount step: dt seconds are discounted gamma**(dt/tau); None: per decision
+    batch_size: PosInt = 512
+    buffer_size: PosInt = 200_000
+    learning_starts: NonNegInt = 5_000  # env steps before the first update
+    train_freq: PosInt = 4  # env steps (summed over envs) per round of updates
+    target_update: PosInt = 1_000  # env steps between hard target copies (polyak = 1)
+    polyak: Fraction = 1.0
+    max_grad_norm: PosFloat = 10.0
+    eps_start: Probability = 1.0
+    eps_end: Probability = 0.05
+    eps_fraction: Probability = 0.1  # of total_steps over which epsilon decays linearly ...
+    eps_episodes: NonNegInt | None = None  # ... or over this many episodes, then epsilon is 0 (the paper: 20)
+    guidance: Literal["none", "aware", "guided"] = "none"  # agents/guided.py
+    guidance_decay: NonNegFloat = 0.5  # beta of the guided schedule
+    guidance_scale: Float = 1.0  # multiplies h before shaping: with the Intelligent Router's reward h is ~1e-4 of it
 
 
-class DoubleDQN:
+@ALGORITHMS.register
+class DoubleDQN(OffPolicyAgent):
+    name = "ddqn"
+    config_type: ClassVar[type[OffPolicyConfig]] = DDQNConfig
+    cfg: DDQNConfig
+
     def __init__(self, obs_dim: int, n_actions: int, cfg: DDQNConfig, seed: int = 0) -> None:
         self.cfg = cfg
         torch.manual_seed(seed)
@@ -71,6 +81,14 @@ class DoubleDQN:
         self.updates = 0
         self.actor = NumpyActor(self.q)
 
+    @classmethod
+    def for_env(cls, obs_space: Any, n_actions: int, cfg: Any, seed: int) -> DoubleDQN:
+        return cls(int(obs_space.shape[0]), n_actions, cfg, seed)
+
+    @property
+    def replay_dim(self) -> int:
+        return self.q.obs_dim
+
     # ----------------------------------------------------------------- acting
     def act(self, obs: np.ndarray, masks: np.ndarray, eps: float) -> np.ndarray:
         """Masked epsilon-greedy actions for a batch of observations (one per env)."""
@@ -80,8 +98,7 @@ class DoubleDQN:
         if not explore.all():
             actions[:] = self.actor.act(np.asarray(obs, dtype=np.float32), masks)
         for i in np.flatnonzero(explore):
-            valid = np.flatnonzero(masks[i])
-            actions[i] = valid[self.rng.integers(len(valid))] if len(valid) else self.rng.integers(self.n_actions)
+            actions[i] = random_valid(self.rng, masks[i], self.n_actions)
         return actions
 
     def explore(self, obs: np.ndarray, masks: np.ndarray, state: LoopState,
@@ -115,41 +132,36 @@ class DoubleDQN:
         self.opt.step()
         self.updates += 1
         if self.cfg.polyak < 1.0:
-            self.soft_update(self.cfg.polyak)
+            polyak_update(self.q.parameters(), self.q_target.parameters(), self.cfg.polyak)
         return {"loss": loss.item(), "q_mean": q.mean().item()}
-
-    @torch.no_grad()
-    def soft_update(self, polyak: float) -> None:
-        for p, tp in zip(self.q.parameters(), self.q_target.parameters()):
-            tp.mul_(1.0 - polyak).add_(p, alpha=polyak)
 
     def sync_target(self) -> None:
         self.q_target.load_state_dict(self.q.state_dict())
 
-    def policy_net(self) -> QNetwork:
-        """The network a checkpoint stores and a router acts with."""
-        return self.q
+    def policy_loaded(self) -> None:
+        self.sync_target()
 
     def after_updates(self, step: int, prev: int) -> None:
+        """A hard copy of the online network every ``target_update`` env steps (with ``polyak = 1``)."""
         if self.cfg.polyak >= 1.0 and step // self.cfg.target_update != prev // self.cfg.target_update:
             self.sync_target()
 
+    def policy_net(self) -> QNetwork:
+        return self.q
+
     # ----------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
-        return {"q_target": self.q_target.state_dict(), "opt": self.opt.state_dict(), "updates": self.updates,
-                "rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
+        return {"q_target": self.q_target.state_dict(), "opt": self.opt.state_dict(), **self.counters()}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.q_target.load_state_dict(d["q_target"])
         self.opt.load_state_dict(d["opt"])
-        self.updates = int(d["updates"])
-        self.rng.bit_generator.state = d["rng"]
-        torch.set_rng_state(d["torch_rng"])
+        self.load_counters(d)
 
 
 def epsilon(cfg: DDQNConfig, step: int, episode: int, total_steps: int) -> float:
     """Linear decay from eps_start to eps_end over eps_fraction of the run, or over eps_episodes episodes
-    followed by none at all (spec 001: "no random exploration after episode 20")."""
+    followed by none at all (the Intelligent Router: "no random exploration after episode 20")."""
     if cfg.eps_episodes is not None:
         if episode >= cfg.eps_episodes:
             return 0.0
@@ -157,6 +169,3 @@ def epsilon(cfg: DDQNConfig, step: int, episode: int, total_steps: int) -> float
     else:
         frac = min(1.0, step / max(1.0, cfg.eps_fraction * total_steps))
     return cfg.eps_start + frac * (cfg.eps_end - cfg.eps_start)
-
-
-__all__ = ["DDQNConfig", "DoubleDQN", "LoopState", "epsilon", "learn"]

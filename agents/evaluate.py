@@ -21,28 +21,37 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+import multiprocessing as mp
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import Field
+from tqdm import tqdm
 
+from llmsim.agents.checkpoint_meta import read_meta
+from llmsim.agents.evaluate_report import write_outputs
 from llmsim.agents.policy import HeuristicPolicy, Policy, run_episode
+from llmsim.envs.paper_timing import QOS_EDGE_K
 from llmsim.envs.qos_metrics import env_qos
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
+from llmsim.hydra_app import run_hydra_app
+from llmsim.schema import Schema
 
 PROG = "llmsim-evaluate"
 HELD_OUT_SEED0 = 1000  # training uses seeds below this
 DEFAULT_SEEDS = tuple(range(HELD_OUT_SEED0, HELD_OUT_SEED0 + 5))
 REFERENCE = "round_robin"
 
-# ``baselines: auto``: spec 001's heuristics, spec 002's static model choices, spec 000's routers
+# ``baselines: auto``: the Intelligent Router's heuristics, the Learned Best-Effort paper's static model choices,
+# the QoS-aware edge router's routers
 AUTO_BASELINES: dict[str, list[Any]] = {
     "workload_router": ["round_robin", "jsq", "least_work_left", "least_kv", "earliest_available",
                         "max_capacity", "min_min"],
@@ -56,6 +65,23 @@ MODEL_ROUTERS = ("static_model", "quality_first", "qos_lookahead")
 QOS_LIMIT = 0.03  # the QoSEdge factory's default latency limit (s per output token)
 
 PolicySpec = str | Mapping[str, Any] | Policy
+
+
+class EvaluateConfig(Schema):
+    """conf/evaluate.yaml: what ``llmsim-evaluate`` reads (the values are checked by the functions below, which
+    the Python API shares, so a bad seed list or job count reads the same from both)."""
+
+    where: ClassVar[str] = ""
+    env: dict[str, Any] = Field(default_factory=dict)
+    checkpoints: Any = None  # directories, or a mapping label -> directory
+    baselines: Any = "auto"  # auto, none, or routers
+    seeds: Any = Field(default_factory=lambda: list(DEFAULT_SEEDS))
+    episodes_per_seed: Any = 1
+    env_overrides: dict[str, Any] | None = None
+    jobs: Any = 1
+    reference: str = REFERENCE
+    progress: bool = True
+    plots: bool = True
 
 
 # ---------------------------------------------------------------------- policy specs
@@ -143,8 +169,6 @@ def router_kwargs(name: str, kwargs: Mapping[str, Any], env: RoutingEnv, env_cfg
     if name == "quality_first":
         fill("max_waiting", env.max_waiting)
     if name == "qos_lookahead":
-        from llmsim.envs.paper_timing import QOS_EDGE_K
-
         models = kw["models"]
         if all(m in QOS_EDGE_K for m in models):
             fill("k1", {m: QOS_EDGE_K[m][0] for m in models})
@@ -155,7 +179,8 @@ def router_kwargs(name: str, kwargs: Mapping[str, Any], env: RoutingEnv, env_cfg
 
 
 def kv_tokens(inst: Any) -> int:
-    """KV-cache capacity of an instance in tokens (whole blocks), as experiments.testbeds.calibrate gives the capacity routers."""
+    """KV-cache capacity of an instance in tokens (whole blocks), as experiments.testbeds.calibrate gives the
+    capacity routers."""
     prof = inst.build_profile()
     bs = inst.engine.block_size
     return prof.kv_capacity_tokens(inst.engine.gpu_memory_utilization) // bs * bs
@@ -166,11 +191,14 @@ def build_policy(spec: dict[str, Any] | Policy, env: RoutingEnv, env_cfg: Mappin
     if not isinstance(spec, dict):
         return copy.deepcopy(spec)
     if spec["kind"] == "checkpoint":
-        from llmsim.agents.checkpoint import CheckpointPolicy
-
         path = Path(spec["path"])
         if not path.is_dir():
             raise ConfigError(f"checkpoints: {path}: no such checkpoint directory")
+        try:
+            from llmsim.agents.checkpoint import CheckpointPolicy  # optional: torch (the rl extra), for checkpoints
+        except ImportError as e:
+            raise ConfigError(f"checkpoints: a learned router needs {e.name} (pip install 'llmsim[rl]'); "
+                              "baselines alone run without it") from None
         return CheckpointPolicy(path, spec.get("label"), spec.get("mode", "greedy"))
     kw = router_kwargs(spec["name"], spec["kwargs"], env, env_cfg)
     return HeuristicPolicy(spec["name"], label=spec["label"], **kw)
@@ -290,7 +318,7 @@ def episode_row(label: str, task: Task, wseed: int, out: dict[str, Any], env: Ro
         "workload_digest": workload_digest(env),
         "wall_s": wall,
     })
-    qos = env_qos(env)  # spec 000's average QoS etc., on envs whose reward has a latency limit
+    qos = env_qos(env)  # the QoS-aware edge router's average QoS etc., on envs whose reward has a latency limit
     if qos is not None:
         row.update(qos)
     return row
@@ -331,13 +359,11 @@ VIEW_KEYS = ("observation", "predictor")
 
 
 def policy_env_cfg(env_cfg: dict[str, Any], spec: Any) -> dict[str, Any]:
-    """The env a policy runs on: a checkpoint trained with its own ``observation`` or ``predictor`` (spec 000's
-    Baseline RL sees expert-level features, the no-predictor ablation zeroed predictions) keeps them; the
-    cluster, the workload and the reward, which judge it, stay the evaluation's."""
+    """The env a policy runs on: a checkpoint trained with its own ``observation`` or ``predictor`` (the QoS-aware
+    edge router's Baseline RL sees expert-level features, the no-predictor ablation zeroed predictions) keeps them;
+    the cluster, the workload and the reward, which judge it, stay the evaluation's."""
     if not isinstance(spec, dict) or spec.get("kind") != "checkpoint" or not Path(spec["path"]).is_dir():
         return env_cfg
-    from llmsim.agents.checkpoint import read_meta
-
     trained = read_meta(spec["path"]).get("env") or {}
     view = {k: trained[k] for k in VIEW_KEYS if k in trained and trained[k] != env_cfg.get(k)}
     return {**env_cfg, **copy.deepcopy(view)} if view else env_cfg
@@ -391,8 +417,6 @@ def evaluate_described(env_cfg: Mapping[str, Any], policies: Sequence[PolicySpec
 
 def run_tasks(tasks: list[Task], jobs: int, progress: bool) -> list[dict[str, Any]]:
     """Run the episodes inline (jobs=1) or in ``jobs`` spawned processes; rows in task order."""
-    from tqdm import tqdm
-
     rows: list[dict[str, Any] | None] = [None] * len(tasks)
     bar = tqdm(total=len(tasks), desc="episodes", unit="ep", file=sys.stderr, disable=not progress, leave=False)
     try:
@@ -401,8 +425,6 @@ def run_tasks(tasks: list[Task], jobs: int, progress: bool) -> list[dict[str, An
                 rows[t.index] = run_task(t)
                 bar.update(1)
         else:
-            import multiprocessing as mp
-
             # spawn, not fork: a parent that has run torch (a trainer calling evaluate) may hang forked workers
             with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=mp.get_context("spawn"),
                                      initializer=_worker_init) as ex:
@@ -418,29 +440,26 @@ def run_tasks(tasks: list[Task], jobs: int, progress: bool) -> list[dict[str, An
 # ---------------------------------------------------------------------- the app
 def run_app(cfg: Mapping[str, Any], out_dir: str | Path, quiet: bool = False) -> list[dict[str, Any]]:
     """The whole app on a plain (resolved) config: evaluate, write evaluation.json / .md / .png, print the table."""
-    from llmsim.agents.evaluate_report import write_outputs
-
-    env_cfg = env_config(cfg.get("env") or {}, cfg.get("env_overrides"))
+    c = EvaluateConfig.parse(cfg)
+    env_cfg = env_config(c.env, c.env_overrides)
     env_id = str(env_cfg.get("id", "routing"))
-    seeds = held_out_seeds(cfg.get("seeds", list(DEFAULT_SEEDS)))
-    specs = checkpoint_specs(cfg.get("checkpoints")) + baseline_specs(cfg.get("baselines", "auto"), env_id)
-    jobs = _positive_int(cfg.get("jobs", 1), "jobs")
-    episodes = _positive_int(cfg.get("episodes_per_seed", 1), "episodes_per_seed")
+    seeds = held_out_seeds(c.seeds)
+    specs = checkpoint_specs(c.checkpoints) + baseline_specs(c.baselines, env_id)
+    jobs = _positive_int(c.jobs, "jobs")
+    episodes = _positive_int(c.episodes_per_seed, "episodes_per_seed")
     t0 = time.perf_counter()
     rows, described = evaluate_described(env_cfg, specs, seeds, jobs, episodes_per_seed=episodes,
-                                          progress=bool(cfg.get("progress", True)))
+                                          progress=c.progress)
     meta = {"env_id": env_id, "env": env_cfg, "seeds": seeds, "episodes_per_seed": episodes, "jobs": jobs,
-            "policies": described, "reference": cfg.get("reference", REFERENCE), "wall_s": time.perf_counter() - t0,
+            "policies": described, "reference": c.reference, "wall_s": time.perf_counter() - t0,
             "config": dict(cfg)}
-    md = write_outputs(rows, meta, Path(out_dir), plots=bool(cfg.get("plots", True)))
+    md = write_outputs(rows, meta, Path(out_dir), plots=c.plots)
     if not quiet:
         print(md, end="")
     return rows
 
 
 def main() -> None:
-    from llmsim.hydra_app import run_hydra_app
-
     def body(cfg: dict, out_dir: str) -> None:
         run_app(cfg, out_dir)
         print(f"outputs: {out_dir}")

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from llmsim.metrics.plots import new_figure
+
 # (row key, markdown header, scale to the shown unit, decimals); OPTIONAL ones are shown only when measured
 TABLE_COLUMNS: tuple[tuple[str, str, float, int], ...] = (
     ("avg_qos", "avg QoS", 1.0, 4),
@@ -69,7 +71,7 @@ def summarise(rows: Sequence[Mapping[str, Any]], reference: str = "round_robin")
         e["makespan_gain_pct"] = _gain(ref and ref.get("makespan_s_mean"), e.get("makespan_s_mean"))
         q_ref, q = ref and ref.get("avg_qos_mean"), e.get("avg_qos_mean")
         e["qos_gain_pct"] = (q - q_ref) / q_ref * 100.0 if q is not None and q_ref else None
-    if any(e.get("avg_qos_mean") is not None for e in out):  # spec 000: higher average QoS first
+    if any(e.get("avg_qos_mean") is not None for e in out):  # the QoS-aware edge router's metric: higher QoS first
         out.sort(key=lambda e: (e.get("avg_qos_mean") is None, -(e.get("avg_qos_mean") or 0.0), e["policy"]))
     else:
         out.sort(key=lambda e: (e.get("mean_e2el_ms_mean") is None, e.get("mean_e2el_ms_mean") or 0.0, e["policy"]))
@@ -124,8 +126,6 @@ def _requests(meta: Mapping[str, Any]) -> str:
 
 def plot(summary: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], path: Path) -> Path:
     """Bar chart of mean E2E latency per policy (s) with std error bars, in the table's order."""
-    from llmsim.metrics.plots import new_figure
-
     kinds = {p.get("label"): p.get("kind") for p in meta.get("policies", [])}
     ref = meta.get("reference", "round_robin")
     labels = [str(e["policy"]) for e in summary]

@@ -5,9 +5,10 @@ Writes ``policy.onnx`` (observation arrays + action mask in; masked scores and t
 does, the cluster and predictor the policy expects, versions, the config hash and the training metrics) to
 ``out`` (default ``<checkpoint>/export``). envs/exported.py loads it with numpy + onnxruntime only and
 envs/policy_router.py runs it as the llmsim router ``onnx``. Every policy type of agents/ exports: DDQN on a
-flat vector (spec 001) or with model-choice actions (spec 002's best-effort router), SAC over the HAN graph
-state or a flat vector (spec 000), and the argmax-decoded continuous SAC. Before writing the manifest the export
-runs a short rollout of the checkpoint's env and checks the ONNX actions against the torch policy's.
+flat vector (the Intelligent Router) or with model-choice actions (the Learned Best-Effort router), SAC over the
+HAN graph state or a flat vector (the QoS-aware edge router), and the argmax-decoded continuous SAC. Before
+writing the manifest the export runs a short rollout of the checkpoint's env and checks the ONNX actions against
+the torch policy's. Needs the rl and export extras (``pip install 'llmsim[rl,export]'``; ``llmsim-export`` says so).
 """
 
 from __future__ import annotations
@@ -17,27 +18,43 @@ import json
 import platform
 import tempfile
 import warnings
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
+import yaml
 from torch import nn
 
-from llmsim.agents.checkpoint import check_compatible, load_policy_net, read_meta
+from llmsim.agents.checkpoint import load_policy_net, policy_input
+from llmsim.agents.checkpoint_meta import check_compatible, read_meta
+from llmsim.agents.env_setup import LEARNED, make_env
 from llmsim.agents.nets import masked
-from llmsim.agents.train import LEARNED, make_env
 from llmsim.envs.exported import FORMAT, FORMAT_VERSION, MANIFEST, MASK_INPUT, OUTPUTS, ExportedPolicy, file_sha256
 from llmsim.envs.observations import make_obs
 from llmsim.envs.policy_router import builder_spec, predictor_spec
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
+from llmsim.hydra_app import run_hydra_app
 from llmsim.routing import DROP, WAIT
+from llmsim.schema import NonNegInt, PosInt, Schema
 from llmsim.state.cluster_state import LAYOUT_VERSION
 
 PROG = "llmsim-export"
 FORMATS = ("onnx",)
 TIE_TOL = 1e-5  # two valid actions whose torch scores are this close are a tie (either argmax is correct)
+
+
+class ExportConfig(Schema):
+    """conf/export.yaml: what ``llmsim-export`` reads."""
+
+    where: ClassVar[str] = ""
+    checkpoint: str | None = None  # required; None only so that the message names the key
+    format: str = "onnx"  # FORMATS; export() names the choices
+    out: str | None = None
+    opset: PosInt = 17
+    check_steps: NonNegInt = 256
 
 
 class ExportModule(nn.Module):
@@ -114,8 +131,6 @@ def config_hash(ckpt: Path, meta: dict[str, Any]) -> tuple[str, str]:
     """(sha256 of the resolved config as canonical JSON, its source): config.yaml, else checkpoint.json's env."""
     f = ckpt / "config.yaml"
     if f.is_file():
-        import yaml
-
         cfg, src = yaml.safe_load(f.read_text()), "config.yaml"
     else:
         cfg, src = meta.get("env"), "checkpoint.json:env"
@@ -124,10 +139,8 @@ def config_hash(ckpt: Path, meta: dict[str, Any]) -> tuple[str, str]:
 
 
 def versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    import onnx
-    import onnxruntime
+    import onnx  # optional: the export extra
+    import onnxruntime  # optional: the export extra
 
     try:
         llmsim_v = version("llmsim")
@@ -148,7 +161,8 @@ def env_context(env: RoutingEnv, env_cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def training_summary(meta: dict[str, Any]) -> dict[str, Any]:
-    keys = ("agent", "label", "steps", "episodes", "best_score", "eval_metric", "seed", "evaluations", "versions")
+    keys = ("agent", "label", "steps", "episodes", "updates", "best_score", "eval_metric", "seed", "evaluations",
+            "versions")
     return {k: meta.get(k) for k in keys if k in meta}
 
 
@@ -173,8 +187,8 @@ def load_env(ckpt: Path, meta: dict[str, Any]) -> tuple[RoutingEnv, dict[str, An
     pred = env_cfg.get("predictor")
     kind = pred.get("kind") if isinstance(pred, dict) else pred
     if kind in LEARNED:
-        raise ConfigError(f"{ckpt / 'checkpoint.json'}: env.predictor {kind!r} is a learned predictor (agents/, "
-                          f"torch); an export runs without it - retrain with predictor oracle, noisy or zero")
+        raise ConfigError(f"{ckpt / 'checkpoint.json'}: env.predictor {kind!r} is a learned predictor (xgboost); "
+                          f"an export runs without it - retrain with predictor oracle, noisy or zero")
     env = make_env(env_cfg)
     check_compatible(meta, env, str(ckpt))
     return env, env_cfg
@@ -199,8 +213,7 @@ def rollout(env: RoutingEnv, steps: int, seed: int = 0) -> tuple[list[Any], np.n
 @torch.no_grad()
 def torch_scores(net: nn.Module, obs: list[Any], masks: np.ndarray) -> np.ndarray:
     """The torch policy's masked scores of a batch (what QPolicy takes the argmax of)."""
-    prepare = getattr(net, "prepare", None)
-    x = torch.stack([prepare(o) if prepare is not None else torch.as_tensor(np.asarray(o, np.float32)) for o in obs])
+    x = torch.stack([policy_input(net, o) for o in obs])
     return masked(net(x), torch.as_tensor(masks)).numpy()
 
 
@@ -278,14 +291,12 @@ def export(checkpoint: str | Path, fmt: str = "onnx", out: str | Path | None = N
 
 
 def main() -> None:
-    from llmsim.hydra_app import run_hydra_app
-
-    def body(cfg: dict, run_dir: str) -> None:
-        if not cfg.get("checkpoint"):
+    def body(plain: dict, run_dir: str) -> None:
+        cfg = ExportConfig.parse(plain)
+        if not cfg.checkpoint:
             raise ConfigError("checkpoint: required (a checkpoint directory with checkpoint.json)")
         torch.set_num_threads(1)
-        dest = export(cfg["checkpoint"], str(cfg.get("format", "onnx")), cfg.get("out"), int(cfg.get("opset", 17)),
-                      int(cfg.get("check_steps", 256)))
+        dest = export(cfg.checkpoint, cfg.format, cfg.out, cfg.opset, cfg.check_steps)
         m = json.loads((dest / MANIFEST).read_text())
         chk = m.get("export_check", {})
         print(f"exported {m['policy']['type']} ({m['policy']['label']}) to {dest}: policy.onnx + {MANIFEST}; "

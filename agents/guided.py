@@ -1,4 +1,5 @@
-"""Heuristic-guided RL of spec 001 (section 3.4): three ways to use the workload-mixing heuristic h <= 0.
+"""Heuristic-guided RL of the Intelligent Router for LLM Workloads (its section 3.4): three ways to use the
+workload-mixing heuristic h <= 0.
 
 The env computes h(s, s') for every routing decision (``info["reward_components"]["heuristic"]``, times
 ``env.reward_scale``: 0 when the request goes to the instance with the least mixing impact, negative
@@ -9,7 +10,7 @@ otherwise, 0 for wait) and the agent trains on
 * ``none``   (Baseline RL):        w_k = 0,                gamma~_k = gamma
 * ``aware``  (Workload-Aware RL):  w_k = 1,                gamma~_k = gamma   (h "directly augmented")
 * ``guided`` (Workload-Guided RL, HuRL): w_k = gamma * exp(-beta k), gamma~_k = gamma * (1 - exp(-beta k)),
-  beta = 0.5, k = training episodes finished so far. This is spec 001 section 6's form: the guidance fades and
+  beta = 0.5, k = training episodes finished so far. This is the paper's section 6 form: the guidance fades and
   the discount rises back to gamma, as in HuRL (Cheng et al. 2021: r~ = r + (1 - lambda) gamma h(s'),
   gamma~ = lambda gamma with lambda -> 1). Section 5.3's contradicting "lambda_k settles to zero" is not used.
 

@@ -1,12 +1,13 @@
-"""Dense heterogeneous graph attention (HAN) encoder for spec 000's graph observation (Sec. 4.5).
+"""Dense heterogeneous graph attention (HAN) encoder for the QoS-aware edge router's graph observation (QoS-Aware
+LLM Routing for Edge Computing with Multiple Experts, Sec. 4.5).
 
 The paper's encoder is L x ``torch_geometric.nn.HANConv`` (hidden 64; 4 heads in the paper, 8 in the released code)
 on the graph of envs/observations/graph.py; its output is the final embedding of the single arrived node. PyG is
-slow on many small graphs (``python -m experiments.bench.train --encoder``) and does not export to ONNX, so :class:`DenseHAN`
-computes the same function on the padded arrays + masks (flattened by :class:`GraphLayout` for replay buffers) with
-masked dense attention, no loop over graphs. It is HANConv applied to ONE graph at a time: semantic attention
-averages over the destination nodes of the same graph (PyG on a multi-graph Batch would mix graphs in that mean;
-the per-graph model is the paper's). The tests check equality with PyG on env graphs.
+slow on many small graphs (``python -m experiments.bench.train --encoder``) and does not export to ONNX, so
+:class:`DenseHAN` computes the same function on the padded arrays + masks (flattened by :class:`GraphLayout` for
+replay buffers) with masked dense attention, no loop over graphs. It is HANConv applied to ONE graph at a time:
+semantic attention averages over the destination nodes of the same graph (PyG on a multi-graph Batch would mix
+graphs in that mean; the per-graph model is the paper's). The tests check equality with PyG on env graphs.
 
 Only what reaches the arrived node's final embedding is computed. Relations where every destination has exactly one
 incoming edge (arrived -> expert, expert -> running / waiting) have softmax exactly 1: the message is ReLU(projected
@@ -18,6 +19,7 @@ layers that output experts (not the last). :func:`parameter_counts` gives both c
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +28,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from llmsim.envs.observations.graph import to_hetero_data
 
 NODE_TYPES = ("arrived", "expert", "running", "waiting")
 # Relations into each destination type: (PyG name, source type, each destination has exactly one incoming edge).
@@ -306,7 +310,7 @@ class DenseHAN(nn.Module):
         """(arrived embedding (B, hidden), per-expert embeddings (B, N, expert_dim)): the latter are the last
         layer's inputs for the experts (layer L-1's expert outputs; the raw expert features when L = 1). The arrived
         embedding alone is invariant to permuting the experts with their queues (HANConv has no self-loops and
-        expert nodes carry no identity), so a policy that must name an expert needs these too (agents/sac.py)."""
+        expert nodes carry no identity), so a policy that must name an expert needs these too (agents/sac_nets.py)."""
         o = self.layout.unflatten(x)
         am = (o["arrived_mask"] > 0.5).to(x.dtype).unsqueeze(-1)  # (B, 1, 1)
         hq, qm = self._queue(o)
@@ -354,9 +358,7 @@ def copy_to_pyg(dense: DenseHAN, convs: Sequence[nn.Module]) -> None:
 
 def pyg_reference(layout: GraphLayout, hidden: int = 64, heads: int = 4, layers: int = 2) -> nn.ModuleList:
     """The authors' encoder: ``layers`` HANConv modules with the metadata of ``to_hetero_data`` graphs."""
-    from torch_geometric.nn import HANConv
-
-    from llmsim.envs.observations.graph import to_hetero_data
+    from torch_geometric.nn import HANConv  # optional: PyG, only for the reference encoder and its tests
 
     meta = to_hetero_data(layout.zeros()).metadata()
     dims: dict[str, int] = {"arrived": 3 * layout.n_experts, "expert": 3, "running": 6, "waiting": 6}
@@ -365,8 +367,6 @@ def pyg_reference(layout: GraphLayout, hidden: int = 64, heads: int = 4, layers:
 
 def pyg_forward(convs: Sequence[nn.Module], obs: Mapping[str, Any], dtype: torch.dtype = torch.float32) -> Tensor:
     """PyG's arrived embedding (hidden,) of ONE observation (zeros without an arrived node)."""
-    from llmsim.envs.observations.graph import to_hetero_data
-
     data = to_hetero_data(obs)
     x = {k: v.to(dtype) for k, v in data.x_dict.items()}
     for conv in convs:
@@ -413,8 +413,6 @@ def export_onnx(module: DenseHAN, layout: GraphLayout, path: str, opset: int = 1
     (the dynamo exporter takes ~15 s here, printing progress) and both match onnxruntime to ~1e-7. If a later
     torch drops it, the dynamo exporter with a dynamic batch dimension is used instead.
     """
-    import warnings
-
     was_training = module.training
     module.eval()
     dummy = torch.zeros(2, layout.flat_dim)
@@ -436,8 +434,8 @@ class PackedHAN(nn.Module):
     """DenseHAN whose output also names the experts: ``[z, e_1..e_N, r_1..r_N]`` flattened, with z the arrived
     embedding, e_k expert k's embedding (:meth:`DenseHAN.embed`) and r_k = (prompt, predicted quality, predicted
     length) of the request on expert k from the arrived node's raw features. The arrived embedding alone cannot
-    tell the experts apart (tests/test_agents_han.py shows it is invariant to permuting them), so a router that
-    picks an expert needs e_k and r_k (agents/sac.py, ``head: experts``)."""
+    tell the experts apart (tests/agents/test_han.py shows it is invariant to permuting them), so a router that
+    picks an expert needs e_k and r_k (agents/sac_nets.py, ``head: experts``)."""
 
     def __init__(self, han: DenseHAN) -> None:
         super().__init__()

@@ -16,11 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from llmsim.agents.checkpoint import action_layout, observation_layout, save_checkpoint
-from llmsim.agents.nets import QNetwork
-from llmsim.agents.sac import DiscreteSAC, SACConfig, masked_logits
+from llmsim.agents.checkpoint import policy_input, save_checkpoint
+from llmsim.agents.checkpoint_meta import action_layout, observation_layout
+from llmsim.agents.env_setup import make_env
+from llmsim.agents.nets import QNetwork, masked_logits
+from llmsim.agents.sac import DiscreteSAC
 from llmsim.agents.sac_argmax import ArgmaxSAC
-from llmsim.agents.train import make_env
+from llmsim.agents.sac_base import SACConfig
 from llmsim.errors import ConfigError
 from llmsim.routing import make_router
 
@@ -53,8 +55,7 @@ def clone_heuristic(net: torch.nn.Module, env: Any, router: str = "jsq", n: int 
         obs, _, term, trunc, info = env.step(act)
         if term or trunc:
             obs, info = env.reset(seed=seed + len(xs))
-    prepare = getattr(net, "prepare", None)
-    x = torch.stack([prepare(o) if prepare else torch.as_tensor(np.asarray(o, np.float32)) for o in xs])
+    x = torch.stack([policy_input(net, o) for o in xs])
     m, y = torch.as_tensor(np.array(ms)), torch.as_tensor(np.array(ys))
     opt = torch.optim.Adam(net.parameters(), lr=1e-2)
     for _ in range(steps):

@@ -1,9 +1,10 @@
-"""The experience loop every agent shares: act in an SB3 VecEnv, store transitions, update on a schedule.
+"""The semi-MDP experience loop every agent shares: act in an SB3 VecEnv, store transitions, update on a schedule.
 
 stable-baselines3 supplies the vector env (one process per env with ``trainer.num_envs`` > 1) and its
 auto-reset conventions (``terminal_observation``, ``TimeLimit.truncated``); the loop is ours because the
-replay must keep the action masks, the semi-MDP ``dt`` and spec 001's heuristic term apart (agents/buffer.py),
-which SB3's off-policy algorithms cannot. An agent supplies four things:
+replay must keep the action masks, the semi-MDP ``dt`` and the Intelligent Router's heuristic term apart
+(agents/buffer.py), which SB3's off-policy algorithms cannot. The loop calls an
+:class:`~llmsim.agents.base.OffPolicyAgent`'s
 
 * ``explore(obs, masks, state, total_steps) -> (actions, stats)``: behaviour actions for one observation per env
   (masked epsilon-greedy for Double DQN, a masked categorical sample for SAC);
@@ -12,49 +13,35 @@ which SB3's off-policy algorithms cannot. An agent supplies four things:
 * ``update(batch) -> stats``: one gradient step;
 * ``after_updates(step, prev)``: e.g. a hard target-network copy every ``target_update`` env steps;
 
-and a ``cfg`` with ``learning_starts``, ``batch_size``, ``train_freq``, ``gradient_steps``, ``tau``, ``n_step``,
-``reward_scale`` and ``guidance_scale``. Graph (Dict) observations are flattened by ``flatten`` before they
+and reads its ``cfg``'s ``learning_starts``, ``batch_size``, ``train_freq``, ``gradient_steps``, ``tau``, ``n_step``,
+``reward_scale`` and ``guidance_scale``. Graph (Dict) observations are flattened by ``agent.flatten`` before they
 reach the agent and the replay, so both store plain float vectors. An agent whose critic takes a continuous action
 (agents/sac_argmax.py) leaves the vectors behind its decoded actions in ``agent.action_vectors``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from stable_baselines3.common.vec_env import VecEnv
 
+from llmsim.agents.base import LoopState, OffPolicyAgent
 from llmsim.agents.buffer import ReplayBuffer
 
 Flatten = Callable[[Any], np.ndarray]
 
 
-@dataclass
-class LoopState:
-    """Counters that survive a resume."""
-    step: int = 0          # env steps, summed over the parallel envs
-    episode: int = 0       # finished training episodes (k of the guided schedule)
-    best_score: float = -math.inf
-    returns: list[float] = field(default_factory=list)
-
-
-def _identity(obs: Any) -> np.ndarray:
-    return obs
-
-
-def learn(agent: Any, vec: Any, rb: ReplayBuffer, total_steps: int, state: LoopState,
+def learn(agent: OffPolicyAgent, vec: VecEnv, rb: ReplayBuffer, total_steps: int, state: LoopState,
           on_episode: Callable[[LoopState, dict[str, Any]], None] | None = None,
-          on_step: Callable[[LoopState, dict[str, float]], None] | None = None, seed: int = 0,
-          flatten: Flatten | None = None) -> LoopState:
+          on_step: Callable[[LoopState, dict[str, float]], None] | None = None, seed: int = 0) -> LoopState:
     """Collect experience and train until ``total_steps`` env steps.
 
     ``on_episode(state, final_info)`` runs when a training episode ends (logging, the progress bar);
     ``on_step(state, stats)`` after every round of steps (periodic evaluation and checkpoints)."""
     cfg = agent.cfg
-    flat = flatten or _identity
+    flat = agent.flatten
     n_envs = vec.num_envs
     scale = float(vec.get_attr("reward_scale")[0])
     vec.seed(seed)
@@ -78,7 +65,7 @@ def learn(agent: Any, vec: Any, rb: ReplayBuffer, total_steps: int, state: LoopS
             new_masks[i] = vec.reset_infos[i]["action_mask"]
         rs = cfg.reward_scale
         rb.add(obs, actions, rewards * rs, h * rs, dt, real_next, next_masks, dones & ~truncated, truncated,
-               masks=masks, action_vecs=getattr(agent, "action_vectors", None))
+               masks=masks, action_vecs=agent.action_vectors)
         obs, masks = next_obs, new_masks
         prev = state.step
         state.step += n_envs

@@ -1,4 +1,4 @@
-"""The released code's SAC (spec 000 section 4.8): continuous SAC over an (N+1)-dim action, decoded by argmax.
+"""The released code's SAC for the QoS-aware edge router: continuous SAC over an (N+1)-dim action, decoded by argmax.
 
 The authors train TorchRL's continuous SAC: the actor outputs a squashed Gaussian a in [-1, 1]^(N+1) and the env
 routes to argmax_i a_i (index N drops). We keep that, with one change: the argmax runs over the *valid* actions
@@ -11,7 +11,7 @@ routes to argmax_i a_i (index N drops). We keep that, with one change: the argma
 
 Q_i(s, a) is an MLP on [embedding, a]. The replay stores the continuous vector a (not the decoded index) because
 the critic is a function of it. Greedy routing takes argmax over the valid entries of mu (tanh is monotone).
-Shared parts (config, encoders, the experience loop, checkpoints) are agents/sac.py's and agents/loop.py's.
+The config, encoders, temperature and targets are agents/sac_base.py's and agents/sac_nets.py's.
 """
 
 from __future__ import annotations
@@ -24,28 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from llmsim.agents.base import ALGORITHMS, LoopState
 from llmsim.agents.buffer import Batch
-from llmsim.agents.loop import LoopState
-from llmsim.agents.sac import SACActor, SACBase, SACConfig, embed_dim, make_encoder, mlp
-
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
-
-
-class GaussianHead(nn.Module):
-    """MLP -> (mu, log sigma); ``forward`` returns mu only, so an actor built on it routes greedily by argmax."""
-
-    def __init__(self, d: int, hidden: list[int], n: int) -> None:
-        super().__init__()
-        self.net = mlp(d, hidden, 2 * n)
-        self.n = n
-
-    def dist(self, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.net(emb)
-        mu, log_std = out[..., :self.n], out[..., self.n:]
-        return mu, torch.tanh(log_std) * 0.5 * (LOG_STD_MAX - LOG_STD_MIN) + 0.5 * (LOG_STD_MAX + LOG_STD_MIN)
-
-    def forward(self, emb: torch.Tensor) -> torch.Tensor:
-        return self.dist(emb)[0]
+from llmsim.agents.nets import mlp
+from llmsim.agents.sac_base import SACConfig, SoftActorCritic
+from llmsim.agents.sac_nets import GaussianHead, SACActor
 
 
 def squashed_sample(mu: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,23 +47,26 @@ def decode(vectors: np.ndarray, masks: np.ndarray) -> np.ndarray:
     return np.where(masks | ~any_valid, vectors, -np.inf).argmax(axis=1)
 
 
-class ArgmaxSAC(SACBase):
-    def __init__(self, obs_space: Any, n_actions: int, cfg: SACConfig, seed: int = 0) -> None:
-        self.cfg, self.n_actions = cfg, n_actions
-        torch.manual_seed(seed)
-        self.encoder, self.layout = make_encoder(cfg, obs_space)
-        d = embed_dim(cfg, obs_space, self.encoder)  # with head: experts, a plain MLP over the packed embedding
-        self.q1, self.q2 = mlp(d + n_actions, cfg.hidden, 1), mlp(d + n_actions, cfg.hidden, 1)
-        actor_enc = self.encoder if cfg.share_encoder else make_encoder(cfg, obs_space)[0]
-        self.actor = SACActor(actor_enc, GaussianHead(d, cfg.hidden, n_actions), self.layout,
-                              self._arch("gaussian", n_actions, d))
-        self.critic = nn.ModuleList([self.encoder, self.q1, self.q2])
-        self._setup(seed)
-        self.target_entropy = -float(n_actions)
-        self.action_vectors: np.ndarray | None = None  # what agents/loop.py stores for the last explore()
+@ALGORITHMS.register
+class ArgmaxSAC(SoftActorCritic):
+    name = "sac_argmax"
+    stores_action_vectors = True  # the critics are functions of the continuous vector, not the decoded index
 
+    def __init__(self, obs_space: Any, n_actions: int, cfg: SACConfig, seed: int = 0) -> None:
+        super().__init__(obs_space, n_actions, cfg, seed)
+        d = self.embed_dim  # with head: experts, a plain MLP over the packed embedding
+        self.q1, self.q2 = mlp(d + n_actions, cfg.hidden, 1), mlp(d + n_actions, cfg.hidden, 1)
+        self.actor = SACActor(self.actor_encoder(), GaussianHead(d, cfg.hidden, n_actions), self.layout,
+                              self.arch("gaussian"))
+        self.critic = nn.ModuleList([self.encoder, self.q1, self.q2])
+        self.setup_optimisers(seed)
+        self.target_entropy = -float(n_actions)
+
+    # ----------------------------------------------------------------- acting
     def explore(self, obs: np.ndarray, masks: np.ndarray, state: LoopState,
                 total_steps: int) -> tuple[np.ndarray, dict[str, float]]:
+        """Uniform vectors in [-1, 1] for the first ``learning_starts`` steps, then the policy's samples; the
+        vectors stay in ``action_vectors`` for the replay."""
         if state.step < self.cfg.learning_starts:
             vec = self.rng.uniform(-1.0, 1.0, (len(obs), self.n_actions)).astype(np.float32)
         else:
@@ -91,7 +77,8 @@ class ArgmaxSAC(SACBase):
         self.action_vectors = vec
         return decode(vec, masks), {"alpha": self.alpha}
 
-    def _q(self, critic: nn.ModuleList, emb: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # ----------------------------------------------------------------- learning
+    def q_values(self, critic: nn.ModuleList, emb: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.cat([emb, a], dim=-1)
         return critic[1](x).squeeze(-1), critic[2](x).squeeze(-1)
 
@@ -99,7 +86,7 @@ class ArgmaxSAC(SACBase):
     def target(self, batch: Batch) -> torch.Tensor:
         nxt = torch.as_tensor(batch.next_obs)
         a2, logp2 = squashed_sample(*self.actor.head.dist(self.actor.encoder(nxt)))
-        q1, q2 = self._q(self.critic_target, self.critic_target[0](nxt), a2)
+        q1, q2 = self.q_values(self.critic_target, self.critic_target[0](nxt), a2)
         v = torch.min(q1, q2) - self.alpha * logp2
         disc = torch.as_tensor(batch.discounts)
         return torch.as_tensor(batch.returns) + disc * torch.where(disc > 0, v, torch.zeros_like(v))
@@ -108,18 +95,18 @@ class ArgmaxSAC(SACBase):
         y = self.target(batch)
         obs, a = torch.as_tensor(batch.obs), torch.as_tensor(batch.action_vecs)
         emb = self.encoder(obs)
-        q1, q2 = self._q(self.critic, emb, a)
+        q1, q2 = self.q_values(self.critic, emb, a)
         critic_loss = F.mse_loss(q1, y) + F.mse_loss(q2, y)
-        self._step(self.critic_opt, critic_loss)
+        self.optimiser_step(self.critic_opt, critic_loss)
         actor_in = emb.detach() if self.cfg.share_encoder else self.actor.encoder(obs)
         a_pi, logp = squashed_sample(*self.actor.head.dist(actor_in))
         for p in self.critic.parameters():
             p.requires_grad_(False)
-        q_pi = torch.min(*self._q(self.critic, actor_in.detach(), a_pi))
+        q_pi = torch.min(*self.q_values(self.critic, actor_in.detach(), a_pi))
         for p in self.critic.parameters():
             p.requires_grad_(True)
         actor_loss = (self.alpha * logp - q_pi).mean()
-        self._step(self.actor_opt, actor_loss)
-        self._finish_update(-(self.log_alpha * (logp.detach() + self.target_entropy)).mean())
+        self.optimiser_step(self.actor_opt, actor_loss)
+        self.finish_update(-(self.log_alpha * (logp.detach() + self.target_entropy)).mean())
         return {"critic_loss": critic_loss.item(), "actor_loss": actor_loss.item(), "alpha": self.alpha,
                 "entropy": -logp.mean().item(), "target_entropy": self.target_entropy, "q_mean": q1.mean().item()}

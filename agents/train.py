@@ -1,17 +1,21 @@
 """``llmsim-train`` (also ``python -m llmsim.agents.train``): train a router with one Hydra command.
 
     llmsim-train agent=ddqn env=workload_router trainer.total_steps=200000
-    llmsim-train +experiment=spec001_guided
+    llmsim-train +experiment=intelligent_router_guided
     llmsim-train agent=sac_han env=qos_edge
     llmsim-train trainer.resume=outputs/train/<date>/<time>/last trainer.total_steps=400000
 
 The run directory (``hydra.run.dir``) gets ``tensorboard/`` and ``progress.csv`` (stable-baselines3's logger),
-``best/`` (the checkpoint with the best in-training evaluation score) and ``last/``. stable-baselines3 supplies
-the vector envs (``trainer.num_envs`` > 1: one process per env) and the logger; the algorithm is
-agents/ddqn.py, agents/sac.py or agents/sac_argmax.py (``agent.name``: ddqn | sac | sac_argmax), with the
-experience loop of agents/loop.py.
-Training workloads are drawn from the env's own seed stream (``seed``); the in-training evaluation uses
-``trainer.eval_seeds`` and llmsim-evaluate holds out seeds >= 1000.
+``best/`` (the checkpoint with the best in-training evaluation score, agents/scoring.py) and ``last/``.
+stable-baselines3 supplies the vector envs (``trainer.num_envs`` > 1: one process per env) and the logger; the
+algorithm is ``agent.name`` in the registry of agents/base.py (ddqn: agents/ddqn.py, sac: agents/sac.py,
+sac_argmax: agents/sac_argmax.py), run by the experience loop of agents/loop.py. Training workloads are drawn
+from the env's own seed stream (``seed``); the in-training evaluation uses ``trainer.eval_seeds`` and
+llmsim-evaluate holds out seeds >= 1000.
+
+The run says what a newcomer would otherwise find out late: a budget below ``agent.learning_starts`` takes no
+gradient step (a warning at the start), a ``best/`` saved before the first gradient step is the untrained network
+(a warning at the end), and the final score is printed with what it is made of.
 """
 
 from __future__ import annotations
@@ -22,82 +26,73 @@ import math
 import platform
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
+from pydantic import Field
+from stable_baselines3.common.logger import Logger, make_output_format
+from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv
+from tqdm import tqdm
 
-from llmsim.agents import guided
+from llmsim.agents import ddqn, guided, sac, sac_argmax  # noqa: F401 - the algorithms register in ALGORITHMS
+from llmsim.agents.base import ALGORITHMS, LoopState, OffPolicyAgent, OffPolicyConfig
 from llmsim.agents.buffer import ReplayBuffer
-from llmsim.agents.checkpoint import (
-    QPolicy,
-    action_layout,
-    check_compatible,
-    load_policy_net,
-    net_arch,
-    observation_layout,
-    read_meta,
-    save_checkpoint,
-)
-from llmsim.agents.ddqn import DDQNConfig, DoubleDQN
-from llmsim.agents.loop import LoopState, learn
-from llmsim.agents.policy import run_episode
-from llmsim.agents.sac import DiscreteSAC, SACConfig
-from llmsim.agents.sac_argmax import ArgmaxSAC
-from llmsim.envs.qos_metrics import env_qos
+from llmsim.agents.checkpoint import QPolicy, load_policy_net, net_arch, save_checkpoint
+from llmsim.agents.checkpoint_meta import action_layout, check_compatible, observation_layout, read_meta
+from llmsim.agents.ddqn import DDQNConfig
+from llmsim.agents.env_setup import env_config, make_env
+from llmsim.agents.loop import learn
+from llmsim.agents.sac_base import SACConfig
+from llmsim.agents.scoring import evaluate_greedy, explain_score
+from llmsim.agents.vec import FreshInfoVecEnv
 from llmsim.envs.routing_env import RoutingEnv
-from llmsim.envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
+from llmsim.hydra_app import run_hydra_app
+from llmsim.schema import NonNegInt, PosInt, Schema
 
-LOST_REQUEST_MS = 1e9  # a dropped request outweighs any latency difference in the evaluation score
-
-
-def make_env(env_cfg: dict[str, Any]) -> RoutingEnv:
-    """One env from a conf/env mapping (picklable through functools.partial, for worker processes); a
-    ``predictor: {kind: learned, path: ...}`` entry is loaded here (envs/predictors/length_buckets.py)."""
-    cfg = dict(env_cfg)
-    pred = cfg.get("predictor")
-    if _is_learned(pred):
-        from llmsim.envs.predictors.length_buckets import make_agent_predictor
-
-        cfg["predictor"] = make_agent_predictor(pred)
-    return make_from_config(cfg)
+PROG = "llmsim-train"
 
 
-LEARNED = ("learned", "learned_qos")  # envs/predictors/length_buckets.py (spec 001's buckets), envs/predictors/qos.py (spec 000)
+class TrainerConfig(Schema):
+    """``trainer``: the budget, the in-training evaluation, checkpoints and resume (conf/train.yaml)."""
+
+    where: ClassVar[str] = "trainer"
+    total_steps: NonNegInt = 200_000  # env steps, summed over the parallel envs
+    num_envs: PosInt = 1
+    eval_every: NonNegInt = 20_000  # env steps between greedy evaluations (0: only at the end)
+    eval_seeds: list[NonNegInt] = Field(default_factory=lambda: [500, 501], min_length=1)
+    eval_metric: str = "return"
+    resume: str | None = None
+    init_from: str | None = None
+    save_replay: bool = False
+    progress: bool = True
+    torch_threads: PosInt = 1
 
 
-def _is_learned(spec: Any) -> bool:
-    return spec in LEARNED or (isinstance(spec, dict) and spec.get("kind") in LEARNED)
+class TrainConfig(Schema):
+    """A whole training run, as Hydra composes it from conf/train.yaml (``env`` is checked by the env itself,
+    ``agent`` by its algorithm's config)."""
+
+    where: ClassVar[str] = ""
+    env: dict[str, Any]
+    agent: dict[str, Any] = Field(default_factory=dict)
+    seed: NonNegInt = 0
+    predictor: str | dict[str, Any] | None = None
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    label: str | None = None
 
 
-def env_config(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """The env mapping with the run's ``predictor`` applied. A learned predictor to be trained is fitted once,
-    here, and saved in the run directory, so every worker process and the checkpoint refer to the same file."""
-    env_cfg = dict(cfg["env"])
-    spec = cfg.get("predictor")
-    if spec is None:
-        return env_cfg
-    if _is_learned(spec) and not (isinstance(spec, dict) and spec.get("path")):
-        from llmsim.envs.predictors.length_buckets import make_agent_predictor
-
-        kind = spec if isinstance(spec, str) else spec["kind"]
-        run_dir.mkdir(parents=True, exist_ok=True)
-        pred = make_agent_predictor(spec)
-        path = run_dir / ("qos_predictor.json" if kind == "learned_qos" else "predictor.json")
-        (pred.model if kind == "learned_qos" else pred.bp).save(path)
-        spec = {"kind": kind, "path": str(path)}
-    env_cfg["predictor"] = spec
-    return env_cfg
+def agent_config(agent: Mapping[str, Any]) -> OffPolicyConfig:
+    """The ``agent`` group as its algorithm's config (``agent.name`` picks the algorithm; default ddqn)."""
+    cls = ALGORITHMS.get(agent.get("name", "ddqn"), where="agent.name")
+    return cls.config_type.parse(agent, "agent")
 
 
-AgentConfig = DDQNConfig | SACConfig
-Agent = DoubleDQN | DiscreteSAC | ArgmaxSAC
-ALGORITHMS: dict[str, type] = {"ddqn": DDQNConfig, "sac": SACConfig, "sac_argmax": SACConfig}
-
-
-def check_setup(agent_cfg: AgentConfig, env: RoutingEnv) -> None:
+def check_setup(agent_cfg: OffPolicyConfig, env: RoutingEnv) -> None:
     """Refuse what would train something other than what was asked for, before any step."""
     if isinstance(agent_cfg, SACConfig):
         graph = hasattr(env.observation_space, "spaces")
@@ -110,100 +105,34 @@ def check_setup(agent_cfg: AgentConfig, env: RoutingEnv) -> None:
     if not hasattr(env.observation_space, "shape") or len(env.observation_space.shape or ()) != 1:
         raise ConfigError(f"agent {agent_cfg.name!r} needs a flat (vector) observation; env observation "
                           f"{env.obs_builder.name!r} is {type(env.observation_space).__name__}")
-    if agent_cfg.guidance != "none":
+    if isinstance(agent_cfg, DDQNConfig) and agent_cfg.guidance != "none":
         if "heuristic" not in env.reward_fn.components:
             raise ConfigError(f"agent.guidance={agent_cfg.guidance}: reward {env.reward_fn.name!r} has no heuristic "
                               f"term (use env.reward.kind=workload_aware or agent.guidance=none)")
         if env.reward_fn.weights.get("heuristic", 0.0) != 0.0:
             raise ConfigError(f"agent.guidance={agent_cfg.guidance} shapes with h itself; set env.reward.guidance=0 "
                               f"(now {env.reward_fn.weights['heuristic']}) so h is not counted twice")
-    guided.stage(agent_cfg.guidance, 0, agent_cfg.gamma)  # validates the name
+        guided.stage(agent_cfg.guidance, 0, agent_cfg.gamma)
 
 
-def agent_config(agent: dict[str, Any]) -> AgentConfig:
-    name = agent.get("name", "ddqn")
-    if name not in ALGORITHMS:
-        raise ConfigError(f"agent.name: {name!r} is not one of {', '.join(ALGORITHMS)}")
-    cls = ALGORITHMS[name]
-    known = set(cls.__dataclass_fields__)
-    unknown = sorted(set(agent) - known)
-    if unknown:
-        raise ConfigError(f"agent: unknown key(s) {unknown}; expected some of {sorted(known)}")
-    try:
-        return cls(**agent)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+def build_agent(agent_cfg: OffPolicyConfig, env: RoutingEnv, seed: int) -> OffPolicyAgent:
+    return ALGORITHMS.get(agent_cfg.name).for_env(env.observation_space, int(env.action_space.n), agent_cfg, seed)
 
 
-def build_agent(agent_cfg: AgentConfig, env: RoutingEnv, seed: int) -> tuple[Agent, int]:
-    """(agent, length of the vectors the replay stores)."""
-    n_actions = int(env.action_space.n)
-    if isinstance(agent_cfg, SACConfig):
-        cls = ArgmaxSAC if agent_cfg.name == "sac_argmax" else DiscreteSAC
-        sac = cls(env.observation_space, n_actions, agent_cfg, seed)
-        dim = sac.layout.flat_dim if sac.layout is not None else int(env.observation_space.shape[0])
-        return sac, dim
-    obs_dim = int(env.observation_space.shape[0])
-    return DoubleDQN(obs_dim, n_actions, agent_cfg, seed), obs_dim
-
-
-def make_vec(env_cfg: dict[str, Any], n: int) -> Any:
-    from stable_baselines3.common.vec_env import SubprocVecEnv
-
-    from llmsim.agents.vec import FreshInfoVecEnv
-
+def make_vec(env_cfg: dict[str, Any], n: int) -> VecEnv:
+    """``n`` training envs: in worker processes (n > 1), or in this one without SB3's per-step copy."""
     fns = [functools.partial(make_env, env_cfg) for _ in range(n)]
     return SubprocVecEnv(fns) if n > 1 else FreshInfoVecEnv(fns)
 
 
-def evaluate_greedy(policy: QPolicy, env: RoutingEnv, seeds: list[int], metric: str) -> dict[str, float]:
-    """Mean return and summary metrics of the greedy policy over the evaluation workloads; ``score`` is
-    ``metric`` oriented so that higher is better."""
-    rows = []
-    for s in seeds:
-        r = run_episode(policy, env, seed=s, workload_seed=s)
-        qos = env_qos(env)  # spec 000: average QoS, latency per token, share within L
-        if qos is not None:
-            r["summary"] = {**r["summary"], **qos}
-        rows.append(r)
-    out = {"return": float(np.mean([r["return"] for r in rows]))}
-    for k in ("mean_e2el_ms", "p99_e2el_ms", "mean_ttft_ms", "completed", "dropped", "duration", "avg_qos",
-              "latency_per_token_ms", "within_l"):
-        vals = [r["summary"].get(k) for r in rows]
-        if all(v is not None for v in vals):
-            out[k] = float(np.mean(vals))
-    if metric == "return":
-        out["score"] = out["return"]
-    else:
-        vals = [r["summary"].get(metric) for r in rows]
-        if any(v is None for v in vals):
-            raise ConfigError(f"trainer.eval_metric={metric!r} is not in the run summary (try return or mean_e2el_ms)")
-        out[metric] = float(np.mean(vals))
-        out["score"] = eval_score(metric, out[metric], out.get("dropped", 0.0))
-    return out
+def make_logger(run_dir: Path) -> Logger:
+    """stable-baselines3's logger writing progress.csv and TensorBoard events under ``run_dir``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return Logger(str(run_dir), [make_output_format("csv", str(run_dir)),
+                                 make_output_format("tensorboard", str(run_dir / "tensorboard"))])
 
 
-def eval_score(metric: str, value: float, dropped: float) -> float:
-    """Higher is better. Latency metrics cover completed requests only, so a policy that lets requests be cut
-    off would look fast: every lost request ranks a policy below any that loses fewer (lexicographic order)."""
-    if metric.endswith("_ms") or metric == "duration":
-        return -value - LOST_REQUEST_MS * dropped
-    return value
-
-
-def _meta(cfg: dict[str, Any], env: RoutingEnv, env_cfg: dict[str, Any], state: LoopState,
-          history: list[dict[str, Any]]) -> dict[str, Any]:
-    agent = cfg["agent"]
-    label = cfg.get("label") or (agent["name"] if agent.get("guidance", "none") == "none"
-                                 else f"{agent['name']}_{agent['guidance']}")
-    return {"agent": agent["name"], "label": label, "observation": observation_layout(env),
-            "actions": action_layout(env), "env": env_cfg, "steps": state.step, "episodes": state.episode,
-            "best_score": state.best_score, "eval_metric": cfg["trainer"]["eval_metric"], "evaluations": history,
-            "seed": cfg["seed"], "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                                              "numpy": np.__version__}}
-
-
-def log_episode(logger: Any, st: LoopState, info: dict[str, Any]) -> None:
+def log_episode(logger: Logger, st: LoopState, info: dict[str, Any]) -> None:
     """An episode's return and its run summary's headline latencies, under ``rollout/`` at the current step."""
     logger.record("rollout/ep_return", st.returns[-1])
     summary = info.get("summary") or {}
@@ -214,139 +143,185 @@ def log_episode(logger: Any, st: LoopState, info: dict[str, Any]) -> None:
     logger.dump(st.step)
 
 
-def make_logger(run_dir: Path) -> Any:
-    """stable-baselines3's logger writing progress.csv and TensorBoard events under ``run_dir``."""
-    from stable_baselines3.common.logger import Logger, make_output_format
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return Logger(str(run_dir), [make_output_format("csv", str(run_dir)),
-                                 make_output_format("tensorboard", str(run_dir / "tensorboard"))])
+def warn(message: str) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
 
 
-def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
-    """Train per ``cfg`` (the composed conf/train.yaml as a plain dict); returns the final meta."""
-    from omegaconf import OmegaConf
-    from tqdm import tqdm
+def budget_warning(total: int, cfg: OffPolicyConfig) -> str | None:
+    """Why a budget takes no gradient step, or None: updates start once ``learning_starts`` env steps are taken
+    and the replay holds a batch."""
+    needed = max(cfg.learning_starts, cfg.batch_size)
+    if total >= needed:
+        return None
+    key = "agent.learning_starts" if cfg.learning_starts >= cfg.batch_size else "agent.batch_size"
+    return (f"trainer.total_steps={total} is below {key}={needed}: no gradient step will be taken and every "
+            f"checkpoint is the untrained network (raise trainer.total_steps or lower {key})")
 
-    run_dir = Path(run_dir)
-    tr = cfg["trainer"]
-    torch.set_num_threads(int(tr.get("torch_threads", 1)))
-    agent_cfg = agent_config(cfg["agent"])
-    env_cfg = env_config(cfg, run_dir)
-    eval_env = make_env(env_cfg)
-    check_setup(agent_cfg, eval_env)
-    n_actions = int(eval_env.action_space.n)
-    seed, n_envs = int(cfg["seed"]), int(tr["num_envs"])
-    agent, obs_dim = build_agent(agent_cfg, eval_env, seed)
-    rb = ReplayBuffer(agent_cfg.buffer_size, n_envs, obs_dim, n_actions, seed,
-                      action_dim=n_actions if isinstance(agent, ArgmaxSAC) else 0)
-    state, history = LoopState(), []
-    _restore(tr, agent, rb, state, history, eval_env)
-    config_yaml = OmegaConf.to_yaml(OmegaConf.create(cfg))
-    logger = make_logger(run_dir)
-    total = int(tr["total_steps"])
-    bar = tqdm(total=total, initial=min(state.step, total), unit="step", disable=not tr.get("progress", True),
-               dynamic_ncols=True, file=sys.stderr)
-    policy = QPolicy(agent.policy_net(), "greedy")
-    t0 = time.perf_counter()
 
-    def checkpoint(name: str) -> None:
-        trainer_state = {"agent": agent.state_dict(), "loop": vars(state), "history": history}
-        save_checkpoint(run_dir / name, agent.policy_net(), _meta(cfg, eval_env, env_cfg, state, history), config_yaml,
-                        trainer_state)
-        if name == "last" and tr.get("save_replay"):
-            np.savez(run_dir / name / "replay.npz", **rb.state_dict())
+class TrainingRun:
+    """One run of :func:`train`: the agent, its replay and counters, the in-training evaluation and the
+    checkpoints of a run directory."""
 
-    def do_eval() -> None:
-        res = evaluate_greedy(policy, eval_env, list(tr["eval_seeds"]), tr["eval_metric"])
-        res.update(step=state.step, episode=state.episode, wall_s=round(time.perf_counter() - t0, 2))
-        history.append(res)
+    def __init__(self, cfg: Mapping[str, Any], run_dir: Path) -> None:
+        self.cfg, self.run_dir = TrainConfig.parse(cfg), run_dir
+        self.tr = tr = self.cfg.trainer
+        torch.set_num_threads(tr.torch_threads)
+        self.agent_cfg = agent_config(self.cfg.agent)
+        self.env_cfg = env_config(self.cfg.env, self.cfg.predictor, run_dir)
+        self.eval_env = make_env(self.env_cfg)
+        check_setup(self.agent_cfg, self.eval_env)
+        self.agent = build_agent(self.agent_cfg, self.eval_env, self.cfg.seed)
+        n_actions = int(self.eval_env.action_space.n)
+        self.rb = ReplayBuffer(self.agent_cfg.buffer_size, tr.num_envs, self.agent.replay_dim, n_actions,
+                               self.cfg.seed, action_dim=n_actions if self.agent.stores_action_vectors else 0)
+        self.state, self.history = LoopState(), []
+        self.best_updates: int | None = None  # gradient steps behind best/ (0: the untrained network)
+        self.restore()
+        self.config_yaml = OmegaConf.to_yaml(OmegaConf.create(dict(cfg)))
+        self.logger = make_logger(run_dir)
+        self.bar = tqdm(total=tr.total_steps, initial=min(self.state.step, tr.total_steps), unit="step",
+                        disable=not tr.progress, dynamic_ncols=True, file=sys.stderr)
+        self.policy = QPolicy(self.agent.policy_net(), "greedy")
+        self.t0 = time.perf_counter()
+        self.next_eval = (self.state.step // tr.eval_every + 1) * tr.eval_every if tr.eval_every else math.inf
+
+    def restore(self) -> None:
+        """``trainer.resume``: weights, optimiser, counters and (if saved) replay; ``trainer.init_from``: weights."""
+        src = self.tr.resume or self.tr.init_from
+        if not src:
+            return
+        key = "trainer.resume" if self.tr.resume else "trainer.init_from"
+        meta = read_meta(src)
+        check_compatible(meta, self.eval_env, f"{key}={src}")
+        net = self.agent.policy_net()
+        have = net_arch(net)
+        saved = {k: meta.get(k) for k in have}
+        if saved.get("dueling") is None and "dueling" in have:
+            saved["dueling"] = False
+        if saved != have:
+            raise ConfigError(f"{key}={src}: network {saved}, but the agent has {have}")
+        net.load_state_dict(load_policy_net(src, meta).state_dict())
+        self.agent.policy_loaded()
+        if key == "trainer.init_from":
+            return
+        ts_path = Path(src) / "trainer.pt"
+        if not ts_path.is_file():
+            raise ConfigError(f"trainer.resume={src}: no trainer.pt (a checkpoint to fine-tune from: "
+                              "trainer.init_from)")
+        ts = torch.load(ts_path, map_location="cpu", weights_only=False)
+        self.agent.load_state_dict(ts["agent"])
+        for k, v in ts["loop"].items():
+            setattr(self.state, k, v)
+        self.history.extend(ts.get("history", []))
+        replay = Path(src) / "replay.npz"
+        if replay.is_file():
+            with np.load(replay) as z:
+                self.rb.load_state_dict({k: z[k] for k in z.files})
+
+    def meta(self) -> dict[str, Any]:
+        """checkpoint.json's (and training.json's) description of the run so far."""
+        a, st = self.agent_cfg, self.state
+        label = self.cfg.label or (a.name if a.guidance == "none" else f"{a.name}_{a.guidance}")
+        return {"agent": a.name, "label": label, "observation": observation_layout(self.eval_env),
+                "actions": action_layout(self.eval_env), "env": self.env_cfg, "steps": st.step,
+                "episodes": st.episode, "updates": self.agent.updates, "best_score": st.best_score,
+                "eval_metric": self.tr.eval_metric, "evaluations": self.history, "seed": self.cfg.seed,
+                "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                             "numpy": np.__version__}}
+
+    def checkpoint(self, name: str) -> None:
+        trainer_state = {"agent": self.agent.state_dict(), "loop": vars(self.state), "history": self.history}
+        save_checkpoint(self.run_dir / name, self.agent.policy_net(), self.meta(), self.config_yaml, trainer_state)
+        if name == "last" and self.tr.save_replay:
+            np.savez(self.run_dir / name / "replay.npz", **self.rb.state_dict())
+
+    def evaluate(self) -> None:
+        """Greedy evaluation on ``trainer.eval_seeds``; best/ on a new best score, last/ every time."""
+        st = self.state
+        res = evaluate_greedy(self.policy, self.eval_env, list(self.tr.eval_seeds), self.tr.eval_metric)
+        res.update(step=st.step, episode=st.episode, updates=self.agent.updates,
+                   wall_s=round(time.perf_counter() - self.t0, 2))
+        self.history.append(res)
         for k, v in res.items():
-            logger.record(f"eval/{k}", v)
-        logger.dump(state.step)
-        if res["score"] > state.best_score:
-            state.best_score = res["score"]
-            checkpoint("best")
-        checkpoint("last")
-        bar.set_postfix(ep=state.episode, eval=f"{res['score']:.4g}", best=f"{state.best_score:.4g}")
+            self.logger.record(f"eval/{k}", v)
+        self.logger.dump(st.step)
+        if res["score"] > st.best_score:
+            st.best_score = res["score"]
+            self.best_updates = self.agent.updates
+            self.checkpoint("best")
+        self.checkpoint("last")
+        self.bar.set_postfix(ep=st.episode, eval=f"{res['score']:.4g}", best=f"{st.best_score:.4g}")
 
-    next_eval = [(state.step // tr["eval_every"] + 1) * tr["eval_every"] if tr["eval_every"] else math.inf]
+    def on_episode(self, st: LoopState, info: dict[str, Any]) -> None:
+        log_episode(self.logger, st, info)
+        self.bar.set_postfix(ep=st.episode, ret=f"{st.returns[-1]:.4g}", best=f"{st.best_score:.4g}")
 
-    def on_episode(st: LoopState, info: dict[str, Any]) -> None:
-        log_episode(logger, st, info)
-        bar.set_postfix(ep=st.episode, ret=f"{st.returns[-1]:.4g}", best=f"{st.best_score:.4g}")
-
-    def on_step(st: LoopState, stats: dict[str, float]) -> None:
-        bar.update(min(st.step, total) - bar.n)
-        if st.step >= next_eval[0]:
+    def on_step(self, st: LoopState, stats: dict[str, float]) -> None:
+        self.bar.update(min(st.step, self.tr.total_steps) - self.bar.n)
+        if st.step >= self.next_eval:
             for k, v in stats.items():
-                logger.record(f"train/{k}", v)
-            logger.record("time/steps_per_s", st.step / max(1e-9, time.perf_counter() - t0))
-            do_eval()
-            next_eval[0] += tr["eval_every"]
+                self.logger.record(f"train/{k}", v)
+            self.logger.record("time/steps_per_s", st.step / max(1e-9, time.perf_counter() - self.t0))
+            self.evaluate()
+            self.next_eval += self.tr.eval_every
 
-    vec = make_vec(env_cfg, n_envs)
-    try:
-        learn(agent, vec, rb, total, state, on_episode, on_step, seed=seed + 7919 * state.episode,
-              flatten=getattr(agent, "flatten", None))
-    finally:
-        vec.close()
-    if not history or history[-1]["step"] != state.step:
-        do_eval()
-    bar.close()
-    meta = _meta(cfg, eval_env, env_cfg, state, history)
-    meta["wall_s"] = round(time.perf_counter() - t0, 2)
-    (run_dir / "training.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
-    return meta
+    def untrained_best_note(self) -> str:
+        """Why best/ is the initial network: no gradient step before its evaluation, and none beat it since."""
+        best = max(self.history, key=lambda r: r["score"])
+        beaten_by_none = any(r.get("updates") for r in self.history)
+        return (f"best/ is from step {best['step']}, before the first gradient step (agent.learning_starts="
+                f"{self.agent_cfg.learning_starts}): it is the untrained initial network"
+                f"{', which no later evaluation beat' if beaten_by_none else ''}; last/ has {self.agent.updates} "
+                "gradient steps")
+
+    def run(self) -> dict[str, Any]:
+        """Collect, learn, evaluate and checkpoint up to ``trainer.total_steps``; returns the final meta."""
+        tr, st = self.tr, self.state
+        note = budget_warning(tr.total_steps, self.agent_cfg)
+        if note and self.agent.updates == 0:
+            warn(note)
+        vec = make_vec(self.env_cfg, tr.num_envs)
+        try:
+            learn(self.agent, vec, self.rb, tr.total_steps, st, self.on_episode, self.on_step,
+                  seed=self.cfg.seed + 7919 * st.episode)
+        finally:
+            vec.close()
+        if not self.history or self.history[-1]["step"] != st.step:
+            self.evaluate()
+        self.bar.close()
+        meta = self.meta()
+        meta["wall_s"] = round(time.perf_counter() - self.t0, 2)
+        if self.best_updates == 0:
+            meta["best_untrained"] = True
+            warn(self.untrained_best_note())
+        (self.run_dir / "training.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+        return meta
 
 
-def _restore(tr: dict[str, Any], agent: Agent, rb: ReplayBuffer, state: LoopState,
-             history: list[dict[str, Any]], env: RoutingEnv) -> None:
-    """``trainer.resume``: weights, optimiser, counters and (if saved) replay; ``trainer.init_from``: weights only."""
-    src = tr.get("resume") or tr.get("init_from")
-    if not src:
-        return
-    key = "trainer.resume" if tr.get("resume") else "trainer.init_from"
-    meta = read_meta(src)
-    check_compatible(meta, env, f"{key}={src}")
-    net = agent.policy_net()
-    have = net_arch(net)
-    saved = {k: meta.get(k) for k in have}
-    if saved.get("dueling") is None and "dueling" in have:
-        saved["dueling"] = False
-    if saved != have:
-        raise ConfigError(f"{key}={src}: network {saved}, but the agent has {have}")
-    net.load_state_dict(load_policy_net(src, meta).state_dict())
-    if isinstance(agent, DoubleDQN):
-        agent.sync_target()
-    if key == "trainer.init_from":
-        return
-    ts_path = Path(src) / "trainer.pt"
-    if not ts_path.is_file():
-        raise ConfigError(f"trainer.resume={src}: no trainer.pt (a checkpoint to fine-tune from: trainer.init_from)")
-    ts = torch.load(ts_path, map_location="cpu", weights_only=False)
-    agent.load_state_dict(ts["agent"])
-    for k, v in ts["loop"].items():
-        setattr(state, k, v)
-    history.extend(ts.get("history", []))
-    replay = Path(src) / "replay.npz"
-    if replay.is_file():
-        with np.load(replay) as z:
-            rb.load_state_dict({k: z[k] for k in z.files})
+def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
+    """Train per ``cfg`` (the composed conf/train.yaml as a plain dict); returns the final meta."""
+    return TrainingRun(cfg, Path(run_dir)).run()
+
+
+def summary_lines(meta: dict[str, Any], run_dir: Path) -> list[str]:
+    """What ``llmsim-train`` prints at the end: the run, its best score with what the score is made of, where
+    the checkpoints are."""
+    best = max(meta["evaluations"], key=lambda r: r["score"]) if meta["evaluations"] else {}
+    reward = (meta.get("env") or {}).get("reward")
+    reward_name = reward.get("kind") if isinstance(reward, dict) else reward or "the env's default"
+    why = explain_score(meta["eval_metric"], best, str(reward_name)) if best else "no evaluation"
+    return [f"trained {meta['label']}: {meta['steps']} steps, {meta['episodes']} episodes, {meta['updates']} "
+            f"gradient steps, {meta['wall_s']} s",
+            f"best eval {meta['eval_metric']} score {meta['best_score']:.4g} at step {best.get('step')} ({why})",
+            f"checkpoints: {run_dir / 'best'}  {run_dir / 'last'}   tensorboard --logdir {run_dir / 'tensorboard'}"]
 
 
 def main() -> None:
-    from llmsim.hydra_app import run_hydra_app
-
     def body(cfg: dict, run_dir: str) -> None:
         meta = train(cfg, run_dir)
-        best = max(meta["evaluations"], key=lambda r: r["score"]) if meta["evaluations"] else {}
-        print(f"trained {meta['label']}: {meta['steps']} steps, {meta['episodes']} episodes, {meta['wall_s']} s; "
-              f"best eval {meta['eval_metric']} score {meta['best_score']:.4g} at step {best.get('step')}")
-        print(f"checkpoints: {Path(run_dir) / 'best'}  {Path(run_dir) / 'last'}   "
-              f"tensorboard --logdir {Path(run_dir) / 'tensorboard'}")
+        print("\n".join(summary_lines(meta, Path(run_dir))))
 
-    run_hydra_app("train", "llmsim-train", body)
+    run_hydra_app("train", PROG, body)
 
 
 if __name__ == "__main__":

@@ -188,9 +188,10 @@ class RoutingEnv(gym.Env):
         retry = None if self.decision == "tick" else self.tick
         self.cluster = Cluster(self.instance_configs, _AgentRouter(self), view_staleness=self.view_staleness,
                                metrics_interval=self.metrics_interval, central_queue_tick=retry,
-                               on_unservable=self.on_unservable, on_finish=self._on_finish,
+                               on_unservable=self.on_unservable,
                                colocation_interference=self.colocation_interference, kv_link=self.kv_link,
                                kv_transfer=self.kv_transfer)
+        self.cluster.recorder.subscribe(self._on_finish)  # after the cluster's own observer, as the order was
         self._preds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.routed_quality: dict[int, float] = {}
         self._requests = reqs
@@ -246,7 +247,7 @@ class RoutingEnv(gym.Env):
         self._preds[req.id] = self.predictor.predict(req, self.models)
         self.obs_builder.on_arrival(self, req)
 
-    def _on_finish(self, req: Request, inst: Any) -> None:
+    def _on_finish(self, req: Request) -> None:
         self.completed += 1
         self._outcomes += 1
         self.reward_fn.on_finish(req, req.instance)

@@ -1,6 +1,6 @@
 """Fit a profile's per-sequence CPU overhead to a recorded vLLM run, on part of the run, and report the rest.
 
-    python -m llmsim.profiles.calibrate --requests RUN/requests.jsonl --model M --gpu G [--fit-until 33] [--write]
+    python -m llmsim.profiles calibrate --requests RUN/requests.jsonl --model M --gpu G [--fit-until 33] [--write]
 
 Why this parameter. The operator tables of a measured profile time the GPU work of an iteration; what they miss
 is the engine's own work per step that the GPU waits for: scheduling, preparing inputs, sampling,
@@ -15,7 +15,7 @@ Method (transfers to any GPU with a recorded run and its ``timeseries.csv``): re
 running and waiting curves are closest (RMSE) to the measured ones over the first ``--fit-until`` seconds
 (default: the first half of the timeline), and report the RMSE on the remaining seconds, which the fit never
 saw, and the request latency errors of the whole run. ``--write`` stores the result in
-``profiles/fits/<gpu>/<model>.yaml``, which ``python -m llmsim.profiles.build`` reads (profiles/providers/overhead.py).
+``profiles/fits/<gpu>/<model>.yaml``, which ``python -m llmsim.profiles build`` reads (profiles/providers/overhead.py).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ import numpy as np
 import yaml
 
 from llmsim.errors import LLMSimError, TraceError
-from llmsim.profiles.providers.overhead import MODERN_OVERHEAD
+from llmsim.perf.profile import load_profile
+from llmsim.profiles.providers.overhead import FITS, MODERN_OVERHEAD
 from llmsim.profiles.replay import compare, engine_meta, read_requests, simulate_run, stats
 from llmsim.profiles.replay_timeline import align, read_timeseries, rmse
 
-FITS = Path(__file__).resolve().parent / "fits"
 COARSE_US = tuple(range(0, 52, 4))  # per-sequence overhead grid, microseconds
 
 
@@ -97,8 +97,6 @@ def fit_overhead(requests: str | Path, model: str, gpu: str, fit_until: float | 
 
 
 def _profile_overhead(model: str, gpu: str) -> dict[str, float]:
-    from llmsim.perf.profile import load_profile
-
     return dict(load_profile(model, gpu, 1, "measured").data["overhead"])
 
 
@@ -110,30 +108,34 @@ def write_fit(f: Fit, root: Path = FITS) -> Path:
     """The fit as profiles/fits/<gpu>/<model>.yaml (derived data: the run is named, never copied)."""
     out = root / f.gpu / f"{f.model}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
-    body = {"generated_by": "python -m llmsim.profiles.calibrate --write", "overhead": {"per_seq": float(f"{f.per_seq:.4g}")},
+    body = {"generated_by": "python -m llmsim.profiles calibrate --write",
+            "overhead": {"per_seq": float(f"{f.per_seq:.4g}")},
             "method": f"replay grid over overhead.per_seq, RMSE of per-second running + waiting vs timeseries.csv "
                       f"over t <= {f.fit_until:g} s; held-out t > {f.fit_until:g} s",
             "run": f.run.split("profiles_raw/")[-1], "fit_rmse": f.fit_rmse, "holdout_rmse": f.holdout_rmse,
             "holdout_rmse_before": f.before_holdout_rmse, "request_errors_pct": f.errors_pct,
             "request_errors_pct_before": f.before_errors_pct}
-    head = "# Derived by `python -m llmsim.profiles.calibrate`; do not edit.\n"
+    head = "# Derived by `python -m llmsim.profiles calibrate`; do not edit.\n"
     out.write_text(head + yaml.safe_dump(body, sort_keys=False))
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmsim.profiles.calibrate", description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``calibrate`` verb's flags."""
     ap.add_argument("--requests", required=True, help="a recorded run's requests.jsonl (timeseries.csv beside it)")
     ap.add_argument("--model", required=True)
     ap.add_argument("--gpu", required=True)
     ap.add_argument("--fit-until", type=float, default=None, help="seconds of the timeline fitted (default: half)")
     ap.add_argument("--write", action="store_true", help="store the fit in profiles/fits/<gpu>/<model>.yaml")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Fit, print the fit and its held-out check (or ``--json``), and with ``--write`` store it."""
     try:
         f = fit_overhead(args.requests, args.model, args.gpu, args.fit_until)
     except LLMSimError as e:
-        print(f"{ap.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"{args.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(asdict(f)))
@@ -150,5 +152,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # not a command of its own: the room has one entry
+    print(f"{__spec__.name} is not a command; run: python -m llmsim.profiles calibrate --help", file=sys.stderr)
+    raise SystemExit(2)

@@ -1,27 +1,21 @@
 """How good are estimated profiles? Rebuild measured GPUs with the estimation method alone and compare.
 
-    python -m llmsim.profiles.validate --write          # section 9 of profiles/VALIDATION.md is made here
-    python -m llmsim.profiles.estimate_check [--raw DIR] [--profile-out DIR]   # print the tables; optionally write
-                                                 # the estimated profiles (for LLMSIM_PROFILE_PATH=DIR replays)
-
 The estimation method is the one behind the estimated profiles (A30, A10, TITAN RTX, some A40): GEMMs by a
 roofline on datasheet peak / bandwidth with efficiencies measured on other GPUs (the AIConfigurator big and
 weight-streaming GEMMs of A100-80GB and L40S, averaged), norms and activations by the elementwise roofline,
 attention by a roofline at 0.5 of peak (prefill) and 0.8 of bandwidth (decode), vidur's A40-host CPU overhead
 and sampler. For a GPU that *has* measurements we hide them: its own GEMM tables leave the calibration set
 (A100-80GB is estimated from L40S alone and L40S from A100 alone; the others from both), and nothing else of
-that GPU is read (:data:`MEASUREMENT_PATHS`, enforced by tests/test_profiles_estimate.py). The estimate is
+that GPU is read (:data:`MEASUREMENT_PATHS`, enforced by tests/profiles/test_estimate.py). The estimate is
 compared with the profile the builder makes from that GPU's measurements over a grid of batch shapes.
+
+The errors found here are written into every estimated profile (``provenance.expected_error``, by the build)
+and reported in section 9 of profiles/VALIDATION.md (``llmsim.profiles.estimate_report``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -30,14 +24,16 @@ import numpy as np
 
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.models import get_model
-from llmsim.perf.profile_table import MeasuredProfile, profile_filename
+from llmsim.perf.profile_table import MeasuredProfile
+from llmsim.profiles.document import Built, Part, build_one, render
 from llmsim.profiles.providers.attention import roofline_pair
 from llmsim.profiles.providers.base import Context
 from llmsim.profiles.providers.fits import Roofline, gemm_dense, sig
 from llmsim.profiles.providers.lm_head import lm_gemm
-from llmsim.profiles.providers.memory import config_memory, reserved_bytes
+from llmsim.profiles.providers.memory import config_memory
 from llmsim.profiles.providers.overhead import vidur_overhead_part
 from llmsim.profiles.providers.raw import LSS_GPUS, Raw, lss_measured
+from llmsim.profiles.targets import TARGETS, fits_gpu
 
 # GPUs whose step-time parts are measured (their committed profiles are the references).
 HELD_OUT_GPUS = ("a100-80gb", "h100", "l40s", "rtx4090", "rtx-pro-6000")
@@ -72,7 +68,6 @@ MEASUREMENT_PATHS: dict[str, tuple[str, ...]] = {
         "llmservingsim/bench/examples/RTXPRO6000",
     ),
 }
-REPLAY_RUN = "llmservingsim/bench/examples/RTXPRO6000/Llama-3.1-8B/vllm/requests.jsonl"
 KV_UTIL = 0.9
 
 
@@ -98,8 +93,6 @@ def estimated_doc(raw: Raw, model: str, gpu: str, hidden: str | None = None) -> 
 
     ``hidden`` defaults to ``gpu``; for a GPU without measurements (e.g. a30) this is exactly the committed
     estimated profile's step-time model (tested)."""
-    from llmsim.profiles.build import Built, Part, render
-
     hidden = gpu if hidden is None else hidden
     m, spec = get_model(model), get_gpu(gpu)
     ctx = Context(raw, m, gpu, spec, 1)
@@ -133,21 +126,12 @@ def estimated_doc(raw: Raw, model: str, gpu: str, hidden: str | None = None) -> 
 def reference_docs(raw: Raw) -> dict[tuple[str, str], dict]:
     """``{(gpu, model): doc}`` built from the held-out GPUs' measurements: TP1 targets that fit the GPU and
     whose four step-time parts are all measured (transferred or estimated parts are not a reference)."""
-    from llmsim.perf.kv_budget import kv_capacity_from_bytes
-    from llmsim.profiles.build import TARGETS, build_one, render
-
     out = {}
     for gpu in HELD_OUT_GPUS:
-        g = get_gpu(gpu)
         for model in TARGETS[gpu]:
             if gpu in LSS_GPUS and not lss_measured(gpu, model, 1):
                 continue  # transferred from other GPUs (the 4090's other models): not a reference, skip the build
-            m = get_model(model)
-            try:
-                kv_capacity_from_bytes(
-                    m.name, g, 1, KV_UTIL, m.weight_bytes, m.kv_bytes_per_token, reserved_bytes(m, 1)
-                )
-            except ValueError:
+            if not fits_gpu(model, gpu, 1, KV_UTIL):
                 continue
             b = build_one(raw, model, gpu)
             if all(b.parts[p].status == "measured" for p in STEP_PARTS):
@@ -271,174 +255,13 @@ def pooled(rows: list[Row], what: str = "step", kind: str | None = None) -> dict
     return summary(np.concatenate(vals))
 
 
-# ------------------------------------------------------------------------------------------- replay
-def write_estimated(raw: Raw, out_dir: Path, targets: list[tuple[str, str]]) -> list[Path]:
-    """Write leave-out estimated profiles as ``out_dir/<gpu>/<model>.yaml`` (for LLMSIM_PROFILE_PATH)."""
-    from llmsim.profiles.build import dump
-
-    paths = []
-    for gpu, model in targets:
-        p = out_dir / gpu / profile_filename(model, 1)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(dump(estimated_doc(raw, model, gpu)))
-        paths.append(p)
-    return paths
-
-
-def replay_cmd(requests: Path) -> list[str]:
-    """The replay command of section 7 (engine settings from the run's meta.json), JSON output."""
-    return [sys.executable, "-m", "llmsim.profiles.replay", "--requests", str(requests)] + [
-        "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000", "--json",
-    ]  # fmt: skip
-
-
-def start_replays(raw_dir: Path) -> tuple[subprocess.Popen, subprocess.Popen, tempfile.TemporaryDirectory]:
-    """Start the replay with the measured and with the estimated RTX PRO 6000 profile (two processes: the
-    profile is chosen by LLMSIM_PROFILE_PATH, and llmsim.profiles.replay has no way to pass a Profile object)."""
-    tmp = tempfile.TemporaryDirectory(prefix="llmsim-estimated-")
-    write_estimated(Raw(raw_dir), Path(tmp.name), [("rtx-pro-6000", "llama-3.1-8b")])
-    cmd = replay_cmd(raw_dir / REPLAY_RUN)
-    repo = Path(__file__).resolve().parent.parent
-    path = os.pathsep.join(d for d in (tmp.name, os.environ.get("LLMSIM_PROFILE_PATH", "")) if d)
-    env_est = dict(os.environ, LLMSIM_PROFILE_PATH=path)  # the estimate shadows profiles/data
-    pipe = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=repo)
-    return subprocess.Popen(cmd, **pipe), subprocess.Popen(cmd, env=env_est, **pipe), tmp
-
-
-def finish_replays(procs) -> list[dict]:
-    """``[{metric, measured, sim_measured, err_measured, sim_estimated, err_estimated}]`` from start_replays."""
-    p_meas, p_est, tmp = procs
-    out = []
-    try:
-        res = []
-        for p in (p_meas, p_est):
-            so, se = p.communicate(timeout=300)
-            if p.returncode != 0:
-                raise RuntimeError(f"llmsim.profiles.replay failed ({p.returncode}): {se.strip()[-500:]}")
-            res.append([json.loads(line) for line in so.splitlines() if line.strip()])
-    finally:
-        for p in (p_meas, p_est):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        tmp.cleanup()
-    for a, b in zip(*res):
-        out.append(
-            {
-                "metric": a["metric"],
-                "measured": a["measured"],
-                "sim_measured": a["simulated"],
-                "err_measured": a["error_pct"],
-                "sim_estimated": b["simulated"],
-                "err_estimated": b["error_pct"],
-            }
-        )
-    return out
-
-
-# ------------------------------------------------------------------------------------------- report
-def _table(rows: list[dict]) -> str:
-    cols = list(rows[0])
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    return "\n".join(out + ["| " + " | ".join(str(r.get(c, "-")) for c in cols) + " |" for r in rows])
-
-
-def _cells(label: dict, e: dict, g: dict | None = None) -> dict:
-    d = dict(label)
-    d.update(
-        {
-            "shapes": e["n"],
-            "median abs %": f"{e['median_abs_pct']:.1f}",
-            "mean abs %": f"{e['mean_abs_pct']:.1f}",
-            "p90 abs %": f"{e['p90_abs_pct']:.1f}",
-            "bias %": f"{e['bias_pct']:+.1f}",
-        }
-    )
-    if g is not None:
-        d["GPU-time median abs % / bias %"] = f"{g['median_abs_pct']:.1f} / {g['bias_pct']:+.1f}"
-    return d
-
-
-def calibrated_on(gpu: str) -> str:
-    return "+".join(g for g in CALIBRATION_GPUS if g != gpu)
-
-
-def error_tables(rows: list[Row]) -> str:
-    """Per (GPU, model) rows, per-GPU and pooled summaries, pooled by kind of batch."""
-    per = []
-    for r in rows:
-        lab = {"GPU": r.gpu, "model": ", ".join((r.model, *r.twins)), "GEMM eff. from": calibrated_on(r.gpu)}
-        per.append(_cells(lab, summary(r.step), summary(r.gpu_only)))
-    agg = []
-    for gpu in dict.fromkeys(r.gpu for r in rows):
-        sub = [r for r in rows if r.gpu == gpu]
-        agg.append(_cells({"pool": gpu}, pooled(sub), pooled(sub, "gpu_only")))
-    agg.append(_cells({"pool": "**all (pooled)**"}, pooled(rows), pooled(rows, "gpu_only")))
-    for kind in ("prefill", "decode", "mixed"):
-        agg.append(_cells({"pool": f"all, {kind} batches"}, pooled(rows, kind=kind), pooled(rows, "gpu_only", kind)))
-    agg.append(_cells({"pool": "all, estimated attention + lm_head only (A40-style)"}, pooled(rows, "attention_only")))
-    return _table(per) + "\n\n" + _table(agg)
-
-
-def replay_table(rows: list[dict]) -> str:
-    return _table(
-        [
-            {
-                "metric": r["metric"],
-                "measured run": f"{r['measured']:.1f}",
-                "measured profile": f"{r['sim_measured']:.1f}",
-                "error %": f"{r['err_measured']:+.1f}",
-                "estimated profile": f"{r['sim_estimated']:.1f}",
-                "error % (estimated)": f"{r['err_estimated']:+.1f}",
-            }
-            for r in rows
-        ]
-    )
-
-
-INTRO = (
-    "How good are the estimated profiles (A30, A10, TITAN RTX; the A40's attention)? For every GPU with "
-    "measured step-time data, the profile is rebuilt with the estimation method alone, its own measurements "
-    "hidden (`profiles/estimate_check.py`): GEMMs and lm_head by a roofline on the datasheet peak and bandwidth "
-    "with GEMM efficiencies measured on the other calibration GPUs (A100-80GB and L40S: each is estimated from "
-    "the other alone), norms/activations by the elementwise roofline, attention by a roofline at 0.5 of peak "
-    "(prefill) and 0.8 of bandwidth (decode), vidur's A40-host CPU overhead and sampler. References: the "
-    "profiles built from each GPU's own measurements (TP1, all four step-time parts measured; shape twins such "
-    "as vicuna-7b = llama-2-7b are counted once). Grid: prefill-only batches (1 x 128 ... 8192 tokens, 4 x 512, "
-    "16 x 128), decode-only batches (batch 1-256 x context 256 / 1,024 / 4,096) and mixed chunked batches "
-    "(2,048-token budget: 8 / 32 / 128 decodes at context 512 / 2,048 plus one chunk with 0 or 2,048 cached "
-    "tokens); shapes whose KV does not fit the GPU at util 0.9 are left out. Error = (estimated - measured) / "
-    "measured step time; GPU time leaves out the CPU overhead (the 4090 / PRO 6000 references assume the vLLM "
-    "V1 overhead, the estimate uses vidur's). Command: `python -m llmsim.profiles.validate --write` (this section; "
-    "`python -m llmsim.profiles.estimate_check` prints it).\n"
-)
-
-
-def section(raw_dir: Path, procs=None) -> str:
-    """Section 9 of profiles/VALIDATION.md; ``procs``: replays already started (start_replays), so that they
-    run while the caller computes other sections."""
-    procs = procs or start_replays(raw_dir)
-    rows = leave_out_rows(raw_dir)
-    rep = finish_replays(procs)
-    return (
-        "## 9. Estimated profiles: leave-measurements-out check\n\n"
-        + INTRO
-        + "\n"
-        + error_tables(rows)
-        + "\n\nReplay of the real RTX PRO 6000 run of section 7 (same command and engine settings from "
-        "meta.json: max_num_seqs 128, max_num_batched_tokens 2048, chunked) with the measured profile and with "
-        "the estimated one (`python -m llmsim.profiles.estimate_check --profile-out DIR`, then the replay command with "
-        "`LLMSIM_PROFILE_PATH=DIR`); latencies in ms:\n\n" + replay_table(rep) + "\n"
-    )
-
-
 # --------------------------------------------------------------------------- expected error of a profile
 APPLIES = {
     "roofline": "this profile's dense, attention and lm_head come from the estimation method checked there",
     "attention": "this profile's dense table is measured; its attention and lm_head come from the estimation "
     "method (figures for the measured GPUs with only those parts estimated)",
-    "v100": "attention is the V100-calibrated roofline (spec-001 facts, section 5); no held-out measurement "
-    "of V100 attention exists, so no figure",
+    "v100": "attention is the V100-calibrated roofline (the Intelligent Router paper's V100 facts, section 5); no "
+    "held-out measurement of V100 attention exists, so no figure",
     "turing": "TITAN RTX uses the V100 GEMM efficiencies and 0.35 of peak for prefill attention; no "
     "pre-Ampere GPU has measured attention, so these figures (Ampere and later GPUs) are a lower bound",
 }
@@ -456,7 +279,7 @@ def expected_error(raw_dir: Path, kind: str) -> dict:
     to 3 significant digits so that check mode's relative tolerance absorbs last-digit differences."""
     out: dict = {
         "source": "leave-measurements-out check on A100-80GB, H100, L40S, RTX 4090 and RTX PRO 6000 "
-        "(profiles/VALIDATION.md section 9, `python -m llmsim.profiles.validate`): step-time error over "
+        "(profiles/VALIDATION.md section 9, `python -m llmsim.profiles validate`): step-time error over "
         "prefill, decode and mixed batches",
         "applies": APPLIES[kind],
     }
@@ -477,21 +300,14 @@ def expected_error(raw_dir: Path, kind: str) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    from llmsim.profiles.build import DEFAULT_RAW
-
-    ap = argparse.ArgumentParser(prog="python -m llmsim.profiles.estimate_check", description=__doc__.split("\n")[0])
-    ap.add_argument("--raw", type=Path, default=DEFAULT_RAW)
-    ap.add_argument("--profile-out", type=Path, help="write the estimated held-out profiles to DIR/<gpu>/<model>.yaml")
-    a = ap.parse_args(argv)
-    if a.profile_out:
-        rows = leave_out_rows(a.raw)
-        for p in write_estimated(Raw(a.raw), a.profile_out, [(r.gpu, m) for r in rows for m in (r.model, *r.twins)]):
-            print(f"wrote {p}")
-        return 0
-    print(section(a.raw))
-    return 0
+def add_expected_error(doc: dict, raw_dir: Path, gpu: str, providers: dict[str, str]) -> None:
+    """State in an estimated profile the error its estimation method showed on GPUs with measurements
+    (``provenance.expected_error``; VALIDATION.md section 9). Profiles with nothing estimated are left alone."""
+    kind = estimate_kind(gpu, providers)
+    if kind is not None:
+        doc["provenance"]["expected_error"] = expected_error(raw_dir, kind)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # not a command of its own: the room has one entry
+    print(f"{__spec__.name} is not a command; run: python -m llmsim.profiles estimate --help", file=sys.stderr)
+    raise SystemExit(2)

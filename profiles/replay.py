@@ -1,6 +1,6 @@
 """Replay a recorded serving run through llmsim and compare latencies with the measured ones.
 
-    python -m llmsim.profiles.replay --requests FILE --model M --gpu G [--tp N] [--policy chunked]
+    python -m llmsim.profiles replay --requests FILE --model M --gpu G [--tp N] [--policy chunked]
         [--max-num-batched-tokens 2048] [--max-num-seqs 256] [--gpu-memory-utilization 0.9] [--json]
         [--timeline] [--plot timeline.png] [--overhead-per-iteration S] [--overhead-per-seq S]
 
@@ -26,8 +26,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmsim.cluster.cluster import InstanceConfig
+from llmsim.engine.config import EngineConfig
 from llmsim.errors import LLMSimError, TraceError
-from llmsim.request import MAX_TOKENS
+from llmsim.perf.profile import load_profile
+from llmsim.profiles.replay_timeline import align, plot, print_table, read_timeseries
+from llmsim.request import MAX_TOKENS, Request
+from llmsim.simulation.run import simulate
 
 
 @dataclass
@@ -159,13 +164,7 @@ def simulate_run(
     """:func:`simulate_recorded` plus the simulated timeline (one row per second: running, waiting, KV blocks).
 
     ``overhead`` (``per_iteration`` / ``per_seq`` seconds) replaces the profile's CPU overhead (measured profiles
-    only): what-if replays and ``python -m llmsim.profiles.calibrate``."""
-    from llmsim.cluster.cluster import InstanceConfig
-    from llmsim.engine.config import EngineConfig
-    from llmsim.perf.profile import load_profile
-    from llmsim.request import Request
-    from llmsim.simulation.run import simulate
-
+    only): what-if replays and ``python -m llmsim.profiles calibrate``."""
     prof = load_profile(model, gpu, tp, profile_kind)
     if overhead:
         if not hasattr(prof, "with_overhead"):
@@ -220,7 +219,8 @@ def engine_meta(path: str | Path) -> dict:
         return {}
 
 
-def run(args: argparse.Namespace) -> tuple[list[dict], list[str], pd.DataFrame]:
+def replay_from_args(args: argparse.Namespace) -> tuple[list[dict], list[str], pd.DataFrame]:
+    """The comparison rows, notes and simulated timeline of the replay the command line asks for."""
     rec = read_requests(args.requests)
     meta = engine_meta(args.requests)
     notes0 = []
@@ -248,8 +248,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[str], pd.DataFrame]:
     return compare(sim, meas), notes0 + notes, timeline
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmsim.profiles.replay", description=__doc__.split("\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``replay`` verb's flags."""
     ap.add_argument("--requests", required=True, help="requests.jsonl (vLLM bench) or CSV")
     ap.add_argument("--model", required=True)
     ap.add_argument("--gpu", required=True)
@@ -270,12 +270,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", default=None, help="write the timeline comparison as a PNG here")
     ap.add_argument("--overhead-per-iteration", type=float, default=None, help="CPU overhead override (s)")
     ap.add_argument("--overhead-per-seq", type=float, default=None, help="CPU overhead override (s per sequence)")
-    args = ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay, then print the comparison (a table, or ``--json`` lines) and the timeline; exit 2 on bad input."""
     try:
-        rows, notes, timeline = run(args)
-        al = _aligned(args, timeline) if args.timeline or args.plot else None
+        rows, notes, timeline = replay_from_args(args)
+        al = aligned(args.requests, timeline) if args.timeline or args.plot else None
     except LLMSimError as e:
-        print(f"{ap.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"{args.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     if args.json:
         for r in rows:
@@ -289,26 +292,22 @@ def main(argv: list[str] | None = None) -> int:
     for n in notes:
         print("note:", n)
     if al is not None and args.timeline:
-        from llmsim.profiles.replay_timeline import print_table
-
         print_table(al)
     if al is not None and args.plot:
-        from llmsim.profiles.replay_timeline import plot
-
         run_name = "/".join(Path(args.requests).parts[-4:-1])
         print("timeline plot:", plot(al, args.plot, f"{args.model} on {args.gpu}: {run_name}"))
     return 0
 
 
-def _aligned(args: argparse.Namespace, timeline: pd.DataFrame) -> pd.DataFrame:
-    from llmsim.profiles.replay_timeline import align, read_timeseries
-
-    got = read_timeseries(args.requests)
+def aligned(requests: str | Path, timeline: pd.DataFrame) -> pd.DataFrame:
+    """The simulated timeline next to the run's measured ``timeseries.csv`` (a TraceError when there is none)."""
+    got = read_timeseries(requests)
     if got is None:
-        raise TraceError(f"{Path(args.requests).parent}: no timeseries.csv next to the requests (--timeline, --plot)")
+        raise TraceError(f"{Path(requests).parent}: no timeseries.csv next to the requests (--timeline, --plot)")
     measured, offset = got
     return align(timeline, measured, offset)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # not a command of its own: the room has one entry
+    print(f"{__spec__.name} is not a command; run: python -m llmsim.profiles replay --help", file=sys.stderr)
+    raise SystemExit(2)

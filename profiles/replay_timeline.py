@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from llmsim.errors import TraceError
 
@@ -38,6 +39,7 @@ def read_timeseries(requests_path: str | Path) -> tuple[pd.DataFrame, float] | N
 
 
 def _first_arrival_offset(requests_path: Path) -> float:
+    """Seconds from the run's start (meta.json ``started_at``) to its first arrival; 0 when not recorded."""
     meta = requests_path.parent / "meta.json"
     try:
         started = datetime.fromisoformat(json.loads(meta.read_text())["started_at"].replace("Z", "+00:00"))
@@ -88,13 +90,10 @@ def print_table(al: pd.DataFrame) -> None:
 
 
 def plot(al: pd.DataFrame, path: str | Path, title: str = "") -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Measured and simulated running / waiting (/ KV %) against time, as a PNG at ``path`` (returned)."""
     kv_measured = bool(np.nan_to_num(al.meas_kv_pct).any())  # this run's logger left it at zero
-    fig, axes = plt.subplots(3, 1, figsize=(8, 7.2), sharex=True)
+    fig = Figure(figsize=(8, 7.2))  # no pyplot: no global figure state, no backend to choose
+    axes = fig.subplots(3, 1, sharex=True)
     for ax, key, label in zip(axes, ("running", "waiting", "kv_pct"), ("running", "waiting", "KV cache %")):
         if key != "kv_pct" or kv_measured:
             ax.plot(al.t, al[f"meas_{key}"], label="measured (vLLM)", color="black")
@@ -110,5 +109,4 @@ def plot(al: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
-    plt.close(fig)
     return out

@@ -1,40 +1,44 @@
 # ruff: noqa: E501 - long prose strings of the generated report
-"""Compare the committed profiles with measured numbers that were not used to build them.
+"""Compare the committed profiles with measured numbers that were not used to build them (profiles/VALIDATION.md).
 
-    python -m llmsim.profiles.validate [--raw DIR]            # check (default): is profiles/VALIDATION.md up to date?
-    python -m llmsim.profiles.validate --write                # rewrite profiles/VALIDATION.md
-    python -m llmsim.profiles.validate --out FILE             # write the report elsewhere
+    python -m llmsim.profiles validate [--raw DIR]            # check (default): is profiles/VALIDATION.md up to date?
+    python -m llmsim.profiles validate --write                # rewrite profiles/VALIDATION.md
+    python -m llmsim.profiles validate --out FILE             # write the report elsewhere
 
 Generates profiles/VALIDATION.md: LLM-Inference-Bench vLLM static batches (A100/H100), Splitwise iteration
 times (Llama-2-70B TP2/4/8), DistServe OPT-13B fits, cross-source checks (vidur vs AIConfigurator, the
-L40S->4090 transfer vs the measured 4090 table), the V100 facts of spec 001, KV-capacity anchors and the
-replay of the real vLLM run on an RTX PRO 6000 through the simulator, and the leave-measurements-out check
-of the estimation method (section 9, llmsim.profiles.estimate_check). Check mode (the default) compares the
-regenerated report with the committed one numerically (llmsim.profiles.compare.compare_report_texts: same text,
-numbers within a relative 2e-3 or two units of their last printed digit) and writes nothing: exit 0 when it
-is up to date, 1 listing the lines that differ.
+L40S->4090 transfer vs the measured 4090 table), the V100 facts of the Intelligent Router paper, KV-capacity
+anchors and the replay of the real vLLM run on an RTX PRO 6000 through the simulator, and the
+leave-measurements-out check of the estimation method (section 9, llmsim.profiles.estimate_report). Check
+mode (the default) compares the regenerated report with the committed one numerically
+(llmsim.profiles.compare.compare_report_texts: same text, numbers within a relative 2e-3 or two units of their
+last printed digit) and writes nothing: exit 0 when it is up to date, 1 listing the lines that differ.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from llmsim.errors import ProfileError
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.models import get_model
 from llmsim.perf.profile import load_profile
-from llmsim.profiles import estimate_check
-from llmsim.profiles.build import DEFAULT_RAW, REPO, build_one
 from llmsim.profiles.compare import REL_TOL, compare_report_texts
+from llmsim.profiles.document import build_one
+from llmsim.profiles.estimate_report import section, start_replays
 from llmsim.profiles.providers.dense import vidur_dense
 from llmsim.profiles.providers.fits import TOKEN_GRID, elementwise_roofline, gemm_layer
 from llmsim.profiles.providers.raw import Raw
+from llmsim.profiles.replay import compare, engine_meta, read_requests, simulate_recorded, stats
+from llmsim.profiles.targets import DEFAULT_RAW, PACKAGE, check_raw_dir
 
-DEFAULT_REPORT = REPO / "profiles" / "VALIDATION.md"
+DEFAULT_REPORT = PACKAGE / "VALIDATION.md"
 
 BENCH_MODELS = {
     "meta-llama/Llama-2-7b-hf": "llama-2-7b",
@@ -250,10 +254,10 @@ def v100_section() -> str:
         rows.append(
             {
                 "GPU": gpu,
-                "p=1000,d=1000 alone s (spec ~17)": f"{alone:.2f}",
-                "min decode iteration s (spec ~0.02)": f"{dec_min:.4f}",
-                "prefill slope s/token (spec 3.2e-4)": f"{slope:.2e}",
-                "decode s per KV token (spec grad_d 3.3e-5 s/token, meaning unclear)": f"{dslope:.2e}",
+                "p=1000,d=1000 alone s (paper ~17)": f"{alone:.2f}",
+                "min decode iteration s (paper ~0.02)": f"{dec_min:.4f}",
+                "prefill slope s/token (paper 3.2e-4)": f"{slope:.2e}",
+                "decode s per KV token (paper grad_d 3.3e-5 s/token, meaning unclear)": f"{dslope:.2e}",
                 "KV tokens at 0.9": p.kv_capacity_tokens(0.9),
             }
         )
@@ -288,8 +292,6 @@ def capacity_section() -> str:
 
 
 def replay_section(raw: Path) -> str:
-    from llmsim.profiles.replay import compare, engine_meta, read_requests, simulate_recorded, stats
-
     f = raw / "llmservingsim/bench/examples/RTXPRO6000/Llama-3.1-8B/vllm/requests.jsonl"
     rec = read_requests(f)
     meta = engine_meta(f)
@@ -299,7 +301,7 @@ def replay_section(raw: Path) -> str:
         rows = compare(sim, stats(rec.ttft, rec.e2e, rec.output))
         for r in rows:
             r["error_pct"] = f"{r['error_pct']:+.1f}"
-        src = "meta.json" if seqs == meta.get("max_num_seqs") else "issue text"
+        src = "meta.json" if seqs == meta.get("max_num_seqs") else "the replay's default without meta.json"
         out.append(
             f"max_num_seqs={seqs} ({src}):\n\n" + md_table(rows, ["metric", "simulated", "measured", "error_pct"])
         )
@@ -311,7 +313,7 @@ def replay_section(raw: Path) -> str:
 def report_head(raw: Path) -> list[str]:
     """Title and sections 1-3 (held-out end-to-end and iteration-time measurements)."""
     parts = [
-        "# Profile validation (generated by `python -m llmsim.profiles.validate`; do not edit)\n",
+        "# Profile validation (generated by `python -m llmsim.profiles validate`; do not edit)\n",
         "Every number below compares a committed profile in profiles/data with measured data that was not used "
         "to build it (except where marked as the calibration anchor). Errors are (profile - measured) / measured.\n",
     ]
@@ -346,9 +348,9 @@ def report_tail(raw: Path) -> list[str]:
     parts: list[str] = []
     parts += ["## 4. Cross-source checks\n", cross_section(raw), ""]
     parts += [
-        "## 5. V100 facts (shared/specs/001_intelligent_router.md)\n",
+        "## 5. V100 facts (Intelligent Router for LLM Workloads)\n",
         "GEMMs measured (APEX+ V100-PCIE-16GB); attention roofline with decode efficiency fitted towards the "
-        "17 s fact and capped at 0.85 of bandwidth. The spec's facts conflict (17 s over 1000 decode steps "
+        "17 s fact and capped at 0.85 of bandwidth. The paper's facts conflict (17 s over 1000 decode steps "
         "is 17 ms/step, below its own 0.02 s minimum decode iteration); the measured GEMMs side with 0.02 s.\n",
         v100_section(),
         "",
@@ -357,13 +359,13 @@ def report_tail(raw: Path) -> list[str]:
     parts += [
         "## 7. Replay of a real vLLM run through the simulator\n",
         "LLMServingSim `bench/examples/RTXPRO6000/Llama-3.1-8B/vllm` (vLLM 0.19, 300 ShareGPT requests, "
-        "chunked prefill, max_num_batched_tokens 2048). Command: `python -m llmsim.profiles.replay --requests "
+        "chunked prefill, max_num_batched_tokens 2048). Command: `python -m llmsim.profiles replay --requests "
         "../shared/profiles_raw/llmservingsim/bench/examples/RTXPRO6000/Llama-3.1-8B/vllm/requests.jsonl "
         "--model llama-3.1-8b --gpu rtx-pro-6000` (engine settings from meta.json). The profile is built from "
         "LLMServingSim's RTX PRO 6000 operator tables, i.e. the same group's measurements but a different "
         "run; its per-sequence CPU overhead is fitted on the first half of this run's timeline "
-        "(`python -m llmsim.profiles.calibrate`, section 8), so this replay is not held out for it. The run's meta.json "
-        "records max_num_seqs 128 (the issue says 256); both are shown.\n",
+        "(`python -m llmsim.profiles calibrate`, section 8), so this replay is not held out for it. The run's meta.json "
+        "records max_num_seqs 128 (the replay's default is 256); both are shown.\n",
         replay_section(raw),
         "",
     ]
@@ -388,38 +390,46 @@ GAPS = [
     "- **Replay (section 7)**: with the V1 engine's per-sequence CPU overhead assumed (2 us) the replay ran "
     "6-9 % fast per iteration at large batches and TTFT, mostly queueing in this overloaded run, came out "
     "17-20 % low. The overhead is now fitted on the first half of the run's per-second timeline "
-    "(`python -m llmsim.profiles.calibrate`: 22 us per sequence; held-out RMSE of running + waiting 1.5 requests "
+    "(`python -m llmsim.profiles calibrate`: 22 us per sequence; held-out RMSE of running + waiting 1.5 requests "
     "against 14.9 before), which brings every mean within 1.4 % and every p90 within 2.0 %. The profile's "
     "overhead is thus fitted to this run: section 7 is no longer held out for it "
     "(docs/results/fidelity_rtxpro6000.md).",
-    "- **V100 (section 5)**: see the conflict between the spec's facts above; the spec's relative slowdown "
+    "- **V100 (section 5)**: see the conflict between the paper's facts above; the paper's relative slowdown "
     "under periodic arrivals (17 s -> 31 s, x1.82) is reproduced within 10 % (x1.98, "
-    "`tests/test_profiles_v100.py`).",
+    "`tests/profiles/test_v100.py`).",
     "",
 ]
 
 
 def report(raw: Path) -> str:
     """The whole of profiles/VALIDATION.md (section 9's replays run in the background meanwhile)."""
-    procs = estimate_check.start_replays(raw)
-    return "\n".join(report_head(raw) + report_tail(raw) + GAPS + [estimate_check.section(raw, procs)])
+    procs = start_replays(raw)
+    return "\n".join(report_head(raw) + report_tail(raw) + GAPS + [section(raw, procs)])
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmsim.profiles.validate", description=__doc__.split("\n")[0])
-    ap.add_argument("--raw", type=Path, default=DEFAULT_RAW)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``validate`` verb's flags."""
+    ap.add_argument("--raw", type=Path, default=DEFAULT_RAW, help="profiles_raw directory (default: %(default)s)")
     ap.add_argument("--out", type=Path, help="report path (default: the committed profiles/VALIDATION.md, checked)")
     ap.add_argument("--write", action="store_true", help="rewrite the committed profiles/VALIDATION.md")
-    a = ap.parse_args(argv)
+
+
+def run(a: argparse.Namespace) -> int:
+    """Check (default), rewrite (``--write``) or write elsewhere (``--out``) the report; exit 1 when stale."""
     committed = Path(DEFAULT_REPORT)
     out = a.out if a.out is not None else committed
+    try:
+        check_raw_dir(a.raw)
+    except ProfileError as e:
+        print(f"{a.prog}: error: {e}", file=sys.stderr)
+        return 2
     text = report(a.raw)
     if out.resolve() != committed.resolve() or a.write:
         out.write_text(text)
         print(f"wrote {out}")
         return 0
     if not out.is_file():
-        print(f"{out} is missing; run `python -m llmsim.profiles.validate --write`")
+        print(f"{out} is missing; run `python -m llmsim.profiles validate --write`")
         return 1
     diffs = compare_report_texts(out.read_text(), text)
     for d in diffs:
@@ -427,12 +437,13 @@ def main(argv: list[str] | None = None) -> int:
     if diffs:
         print(
             f"{out}: {len(diffs)} line(s) differ beyond rel {REL_TOL:g} / 2 units of the last digit; "
-            "run `python -m llmsim.profiles.validate --write` to update it"
+            "run `python -m llmsim.profiles validate --write` to update it"
         )
         return 1
     print(f"{out} is up to date (rel {REL_TOL:g}); nothing written")
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # not a command of its own: the room has one entry
+    print(f"{__spec__.name} is not a command; run: python -m llmsim.profiles validate --help", file=sys.stderr)
+    raise SystemExit(2)

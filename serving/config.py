@@ -1,4 +1,6 @@
-"""The live router's config file (YAML), validated: every error is one line naming the key and what was expected.
+"""The live router's config file (YAML), validated like every llmsim config group (:class:`llmsim.schema.Schema`):
+an error is one line naming the key and what was expected, e.g. ``router.yaml: backends[0].url: expected an
+http:// or https:// URL, got 'ftp://x'``.
 
     backends:                      # the OpenAI-compatible servers (vLLM, llmsim-emulate, ...) it routes over
       - {name: a100-0, url: http://10.0.0.5:8000, model: llama-3.1-8b, gpu: a100-80gb}
@@ -13,6 +15,7 @@
 
 Bearer tokens: ``api_key`` (clients must send it), a backend's ``api_key`` (sent to that backend). Values of
 the form ``env:NAME`` are read from the environment variable ``NAME`` (keys stay out of config files).
+Loading needs no optional dependency: the CLI checks a config before it needs the ``serve`` extra.
 """
 
 from __future__ import annotations
@@ -20,115 +23,132 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from llmsim.errors import ConfigError, load_yaml_file
+from llmsim.schema import Int, NonNegInt, PosFloat, PosInt, Schema
+
+SECRET_PREFIX = "env:"  # an api_key of the form env:NAME is read from the environment
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class BackendConfig(Schema):
+    """One backend (``backends[i]``): where it is and, when it cannot say, what it serves."""
 
-
-class BackendConfig(_Strict):
-    name: str = Field(min_length=1)
+    where: ClassVar[str] = "backends[]"
+    name: Annotated[str, Field(min_length=1)]
     url: str
     model: str | None = None  # served model name; default: read from the backend's /v1/models
     policy_model: str | None = None  # the llmsim model name a trained policy knows this backend by; default: model
     gpu: str | None = None
     api_key: str | None = None
-    max_num_seqs: int = Field(256, ge=1)  # vLLM's default; the engine argument is not in /metrics
+    max_num_seqs: PosInt = 256  # vLLM's default; the engine argument is not in /metrics
 
     @field_validator("url")
     @classmethod
-    def _http(cls, v: str) -> str:
+    def http_url(cls, v: str) -> str:
         if not v.startswith(("http://", "https://")):
-            raise ValueError(f"expected an http:// or https:// URL, got {v!r}")
+            raise ValueError("an http:// or https:// URL")
         return v.rstrip("/")
 
 
-class PolicyConfig(_Strict):
+class PolicyConfig(Schema):
+    """``policy``: what decides, an llmsim router by name or an exported policy's directory."""
+
+    where: ClassVar[str] = "policy"
     heuristic: str | None = None
     onnx: str | None = None
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    seed: int = 0
+    seed: NonNegInt = 0
 
     @model_validator(mode="after")
-    def _one(self) -> PolicyConfig:
+    def exactly_one(self) -> PolicyConfig:
         if (self.heuristic is None) == (self.onnx is None):
-            raise ValueError("expected exactly one of 'heuristic: <llmsim router name>' or 'onnx: <export dir>'")
+            raise ValueError("exactly one of 'heuristic: <llmsim router name>' or 'onnx: <export dir>'")
         return self
 
 
-class Limits(_Strict):
-    max_in_flight: int = Field(1024, ge=1)  # requests being answered at once; more get 429
-    max_queue: int = Field(256, ge=0)  # requests a policy holds (WAIT) at once; more get 429
-    max_wait_s: float = Field(10.0, gt=0)  # longest a held request waits for a decision; then 503
-    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
-    max_prompt_tokens: int | None = Field(None, ge=1)  # estimated; default: the largest backend context
+class Limits(Schema):
+    """``limits``: what the router accepts at once before answering 429 / 503 / 413 / 400."""
+
+    where: ClassVar[str] = "limits"
+    max_in_flight: PosInt = 1024  # requests being answered at once; more get 429
+    max_queue: NonNegInt = 256  # requests a policy holds (WAIT) at once; more get 429
+    max_wait_s: PosFloat = 10.0  # longest a held request waits for a decision; then 503
+    max_body_bytes: Annotated[Int, Field(ge=1024)] = 4 * 1024 * 1024
+    max_prompt_tokens: PosInt | None = None  # estimated; default: the largest backend context
 
 
-class Timeouts(_Strict):
-    connect_s: float = Field(2.0, gt=0)
-    first_token_s: float = Field(60.0, gt=0)  # until the response headers / first streamed token
-    request_s: float = Field(600.0, gt=0)  # whole request
-    scrape_s: float = Field(2.0, gt=0)
+class Timeouts(Schema):
+    """``timeouts`` towards the backends, seconds."""
+
+    where: ClassVar[str] = "timeouts"
+    connect_s: PosFloat = 2.0
+    first_token_s: PosFloat = 60.0  # until the response headers / first streamed token
+    request_s: PosFloat = 600.0  # whole request
+    scrape_s: PosFloat = 2.0
 
 
-class Health(_Strict):
-    interval_s: float = Field(1.0, gt=0)
-    eject_after: int = Field(2, ge=1)  # consecutive failed checks (or one refused connection) eject a backend
-    readmit_after: int = Field(1, ge=1)  # consecutive good checks readmit it
+class Health(Schema):
+    """``health``: when a backend is ejected and when it is readmitted."""
+
+    where: ClassVar[str] = "health"
+    interval_s: PosFloat = 1.0
+    eject_after: PosInt = 2  # consecutive failed checks (or one refused connection) eject a backend
+    readmit_after: PosInt = 1  # consecutive good checks readmit it
 
 
-class RouterConfig(_Strict):
-    backends: list[BackendConfig] = Field(min_length=1)
+class RouterConfig(Schema):
+    """The whole router config file."""
+
+    backends: list[BackendConfig]
     policy: PolicyConfig
-    scrape_interval_s: float = Field(0.5, gt=0)
+    scrape_interval_s: PosFloat = 0.5
     host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
+    port: Annotated[Int, Field(ge=0, le=65535)] = 8000
     model_name: str = "llmsim-router"  # the name clients may ask for to let the policy choose any backend
     api_key: str | None = None
-    retries: int = Field(2, ge=0)
-    chars_per_token: float = Field(4.0, gt=0)  # prompt-length estimate for text prompts (no tokenizer)
+    retries: NonNegInt = 2
+    chars_per_token: PosFloat = 4.0  # prompt-length estimate for text prompts (no tokenizer)
     limits: Limits = Field(default_factory=Limits)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     health: Health = Field(default_factory=Health)
 
-    @model_validator(mode="after")
-    def _unique(self) -> RouterConfig:
-        names = [b.name for b in self.backends]
+    @field_validator("backends")
+    @classmethod
+    def some_backends_named_apart(cls, v: list[BackendConfig]) -> list[BackendConfig]:
+        if not v:
+            raise ValueError("at least one backend")
+        names = [b.name for b in v]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise ValueError(f"backend names must be unique; repeated: {dup}")
-        return self
-
-
-def _secret(v: str | None, where: str) -> str | None:
-    if v is None or not v.startswith("env:"):
+            raise ValueError(f"backends with unique names (repeated: {dup})")
         return v
-    name = v[4:]
+
+
+def read_secret(v: str | None, key: str) -> str | None:
+    """``v`` itself, or for ``env:NAME`` the environment variable NAME (ConfigError naming ``key`` if unset)."""
+    if v is None or not v.startswith(SECRET_PREFIX):
+        return v
+    name = v[len(SECRET_PREFIX):]
     if name not in os.environ:
-        raise ConfigError(f"{where}: environment variable {name!r} is not set")
+        raise ConfigError(f"{key}: environment variable {name!r} is not set")
     return os.environ[name]
 
 
 def parse_config(data: Any, where: str = "router config") -> RouterConfig:
-    """A RouterConfig from a mapping; a ConfigError naming the first bad key otherwise."""
+    """A RouterConfig from a mapping; a one-line ConfigError naming ``where`` and the first bad key otherwise."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with 'backends' and 'policy', got {type(data).__name__}")
     try:
-        cfg = RouterConfig.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise ConfigError(f"{where}: {loc}: {err['msg']}{more}") from None
+        cfg = RouterConfig.parse(data)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
     check_static_tpot(cfg.policy, [b.policy_model or b.model for b in cfg.backends], where)
-    backends = [b.model_copy(update={"api_key": _secret(b.api_key, f"{where}: backends.{i}.api_key")})
+    backends = [b.model_copy(update={"api_key": read_secret(b.api_key, f"{where}: backends[{i}].api_key")})
                 for i, b in enumerate(cfg.backends)]
-    return cfg.model_copy(update={"backends": backends, "api_key": _secret(cfg.api_key, f"{where}: api_key")})
+    return cfg.model_copy(update={"backends": backends, "api_key": read_secret(cfg.api_key, f"{where}: api_key")})
 
 
 def check_static_tpot(policy: PolicyConfig, models: list[str | None], where: str = "router config") -> None:
@@ -155,6 +175,7 @@ def check_static_tpot(policy: PolicyConfig, models: list[str | None], where: str
 
 
 def load_config(path: str | Path, port: int | None = None) -> RouterConfig:
+    """The router config in the YAML file ``path`` (``port`` overrides the file's)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: no such router config file")

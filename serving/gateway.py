@@ -1,12 +1,13 @@
-"""The router's core: backends' health and state, one decision per request, forwarding with bounded retries.
+"""The router's core: one client request from admission to its last byte.
 
-A request is decided on the live ClusterState (serving/tracker.py) by the configured policy. Failures
-before the first token (refused connection, timeout, 5xx) are retried on another backend, ``retries`` times
-at most, the failed backend excluded for that request (a refused connection also ejects it until health
-checks readmit it). After the first token a failure ends the client's stream with one SSE error event and
-``[DONE]``: a half-sent answer cannot be redone elsewhere without duplicating text. A non-streaming request
-that times out while the backend works is not retried either (504): the backend may still be generating.
-Every client request ends exactly once (``finish``), whichever way it ends.
+A request is admitted (in-flight and prompt limits), decided on the live ClusterState (serving/tracker.py) by
+the configured policy (serving/policy.py; a WAIT holds it and decides again when the state moves), and forwarded.
+Failures before the first token (refused connection, timeout, 5xx) are retried on another backend, ``retries``
+times at most, the failed backend excluded for that request (a refused connection also ejects it until health
+checks readmit it: serving/monitor.py). After the first token a failure ends the client's stream with one SSE
+error event and ``[DONE]``: a half-sent answer cannot be redone elsewhere without duplicating text. A
+non-streaming request that times out while the backend works is not retried either (504): the backend may
+still be generating. Every client request ends exactly once (``end_request``), whichever way it ends.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from llmsim.routing import DROP, WAIT
 from llmsim.serving.config import RouterConfig
 from llmsim.serving.inbound import BadRequest, Inbound
 from llmsim.serving.metrics import RouterMetrics
+from llmsim.serving.monitor import BackendMonitor
 from llmsim.serving.policy import Decider
-from llmsim.serving.scrape import parse_metrics, parse_models
 from llmsim.serving.tracker import Backend, Flight, cluster_state
 
 HOLD_TICK_S = 0.05  # a held (WAIT) request is decided again at least this often
@@ -42,20 +43,22 @@ class BackendFailed(Exception):
 
 
 class Gateway:
+    """The router's live state (backends, in-flight and held requests, its metrics) and its request path."""
+
     def __init__(self, cfg: RouterConfig, decider: Decider | None = None) -> None:
         self.cfg = cfg
-        self.backends = [Backend(i, b) for i, b in enumerate(cfg.backends)]
         self.decider = decider or Decider(cfg.policy)
-        self.metrics = RouterMetrics([b.name for b in self.backends])
-        self.client: httpx.AsyncClient | None = None
+        self.metrics = RouterMetrics([b.name for b in cfg.backends])
         self.t0 = time.monotonic()
+        self.changed = asyncio.Event()
+        self.monitor = BackendMonitor(cfg, self.metrics, self.now, self.notify)
+        self.backends = self.monitor.backends
+        self.client: httpx.AsyncClient | None = None
         self.next_id = 0
         self.in_flight = 0
         self.queued = 0
         self.finished = 0
         self.mean_output = 128.0
-        self.changed = asyncio.Event()
-        self.tasks: list[asyncio.Task] = []
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -65,101 +68,29 @@ class Gateway:
         self.changed.set()
         self.changed = asyncio.Event()
 
-    # ------------------------------------------------------------------ lifecycle, health and scrapes
+    # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        """Discover the backends, check the policy fits them (ConfigError if not), then watch them."""
         t = self.cfg.timeouts
         n = self.cfg.limits.max_in_flight + 4 * len(self.backends)
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(t.request_s, connect=t.connect_s),
                                         limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
-        await asyncio.gather(*(self.discover(b) for b in self.backends))
+        await self.monitor.discover_all(self.client)
         missing = [b.name for b in self.backends if not b.model]
         if missing and self.cfg.policy.onnx is not None:
             raise ConfigError(f"backends {missing}: model unknown (down at start and no 'model' in the config); an "
                               "exported policy needs every backend's model to check it was trained for them")
         self.decider.check_backends([b.policy_model for b in self.backends])
-        for b in self.backends:
-            self.tasks.append(asyncio.create_task(self.scrape_loop(b)))
-            self.tasks.append(asyncio.create_task(self.health_loop(b)))
+        self.monitor.watch()
 
     async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self.tasks.clear()
+        await self.monitor.stop()
         if self.client is not None:
             await self.client.aclose()
 
-    def headers(self, b: Backend) -> dict[str, str]:
-        return {"Authorization": f"Bearer {b.cfg.api_key}"} if b.cfg.api_key else {}
-
-    async def discover(self, b: Backend) -> None:
-        """The backend's model and context window from /v1/models, then a first scrape; up if it answered."""
-        try:
-            r = await self.client.get(f"{b.cfg.url}/v1/models", headers=self.headers(b),
-                                      timeout=self.cfg.timeouts.scrape_s)
-            r.raise_for_status()
-            model, mml = parse_models(r.json())
-        except (httpx.HTTPError, ValueError):
-            self.set_up(b, False)
-            return
-        b.model = b.cfg.model or model or ""
-        if mml:
-            b.max_model_len = mml
-        self.set_up(b, True)
-        await self.scrape(b)
-
-    def set_up(self, b: Backend, up: bool) -> None:
-        if b.up and not up:
-            self.metrics.ejections.labels(b.name).inc()
-        b.up = up
-        b.fails = b.oks = 0
-        self.metrics.up.labels(b.name).set(1 if up else 0)
-        self.notify()
-
-    async def scrape(self, b: Backend) -> None:
-        try:
-            r = await self.client.get(f"{b.cfg.url}/metrics", headers=self.headers(b),
-                                      timeout=self.cfg.timeouts.scrape_s)
-            r.raise_for_status()
-            m = parse_metrics(r.text)
-        except (httpx.HTTPError, ValueError):
-            self.metrics.scrape_failures.labels(b.name).inc()
-            return
-        b.record_scrape(m, self.now())
-        self.notify()
-
-    async def scrape_loop(self, b: Backend) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.scrape_interval_s)
-            if b.up:
-                await self.scrape(b)
-
-    async def health_loop(self, b: Backend) -> None:
-        h = self.cfg.health
-        while True:
-            await asyncio.sleep(h.interval_s)
-            try:
-                r = await self.client.get(f"{b.cfg.url}/health", headers=self.headers(b),
-                                          timeout=self.cfg.timeouts.scrape_s)
-                ok = r.status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            if ok:
-                b.fails = 0
-                if not b.up:
-                    b.oks += 1
-                    if b.oks >= h.readmit_after:
-                        await self.discover(b)  # readmitted: its model and context window may have changed
-            else:
-                b.oks = 0
-                b.fails += 1
-                if b.up and b.fails >= h.eject_after:
-                    self.set_up(b, False)
-
     # ------------------------------------------------------------------ one request
     def allowed_for(self, model: str) -> list[int]:
+        """The backends that serve ``model`` (all of them for the router's own ``model_name``); 404 if none."""
         if model == self.cfg.model_name:
             return [b.idx for b in self.backends]
         ks = [b.idx for b in self.backends if b.model == model]
@@ -178,18 +109,8 @@ class Gateway:
                     names = [self.backends[k].name for k in pool]
                     raise BadRequest(503, f"no healthy backend for this request (tried or ejected: {names})",
                                      "ServiceUnavailableError")
-                t = time.perf_counter()
-                state = cluster_state(self.backends, self.now(), self.queued + (0 if held else 1), self.next_id,
-                                      self.mean_output)
-                d = self.decider.decide(req, state, healthy)
-                self.metrics.decision_latency.observe(time.perf_counter() - t)
-                if d == DROP:
-                    raise BadRequest(503, "rejected by the routing policy (drop); retry later",
-                                     "ServiceUnavailableError")
+                d = self.decide(req, healthy, held)
                 if d != WAIT:
-                    if d not in healthy:
-                        self.metrics.fallbacks.inc()
-                        d = min(healthy, key=lambda k: self.backends[k].instance_state().num_requests)
                     return self.backends[d]
                 if not held:
                     if self.queued >= self.cfg.limits.max_queue:
@@ -208,6 +129,21 @@ class Gateway:
             if held:
                 self.queued -= 1
                 self.metrics.queued.set(self.queued)
+
+    def decide(self, req: Request, healthy: list[int], held: bool) -> int:
+        """One decision on the live state: an index of ``healthy`` or WAIT. The policy's DROP is a 503; its choice
+        of a backend outside ``healthy`` goes to the least loaded healthy one instead (counted)."""
+        t = time.perf_counter()
+        state = cluster_state(self.backends, self.now(), self.queued + (0 if held else 1), self.next_id,
+                              self.mean_output)
+        d = self.decider.decide(req, state, healthy)
+        self.metrics.decision_latency.observe(time.perf_counter() - t)
+        if d == DROP:
+            raise BadRequest(503, "rejected by the routing policy (drop); retry later", "ServiceUnavailableError")
+        if d != WAIT and d not in healthy:
+            self.metrics.fallbacks.inc()
+            d = min(healthy, key=lambda k: self.backends[k].instance_state().num_requests)
+        return d
 
     async def handle(self, inbound: Inbound, path: str) -> Response:
         """Route and forward one validated client request; the response (streaming or not) or a BadRequest."""
@@ -235,6 +171,7 @@ class Gateway:
                 self.end_request()
 
     async def route_and_send(self, req: Request, inbound: Inbound, path: str, pool: list[int]) -> Response:
+        """Choose a backend and send; on a failure before the first token, choose again without it."""
         errors: list[str] = []
         for attempt in range(self.cfg.retries + 1):
             b = await self.choose(req, pool)
@@ -248,7 +185,7 @@ class Gateway:
             except BackendFailed as e:
                 errors.append(str(e))
                 if e.refused and b.up:
-                    self.set_up(b, False)
+                    self.monitor.set_up(b, False)
                 if attempt < self.cfg.retries:
                     self.metrics.retries.labels(b.name).inc()
                 pool = [k for k in pool if k != b.idx]
@@ -260,6 +197,7 @@ class Gateway:
         raise BadRequest(502, "no backend answered: " + "; ".join(errors), "BadGatewayError")
 
     def finish_flight(self, b: Backend, flight: Flight) -> None:
+        """The backend is done with ``flight``: its answer's length updates the running mean a policy may read."""
         b.finish(flight.id)
         if flight.generated:
             self.finished += 1
@@ -267,16 +205,19 @@ class Gateway:
         self.notify()
 
     def end_request(self) -> None:
+        """A client request ended (answered, refused or cut): exactly once per request."""
         self.in_flight -= 1
         self.metrics.in_flight.set(self.in_flight)
 
     def upstream_body(self, b: Backend, inbound: Inbound) -> dict:
+        """The client's body with ``model`` set to the chosen backend's served name."""
         return {**inbound.body, "model": b.model or inbound.model}
 
     async def forward(self, b: Backend, flight: Flight, inbound: Inbound, path: str) -> Response:
+        """A non-streaming request: the backend's whole answer (BackendFailed on a transport error or 5xx)."""
         try:
             r = await self.client.post(f"{b.cfg.url}{path}", json=self.upstream_body(b, inbound),
-                                       headers=self.headers(b))
+                                       headers=b.headers())
         except httpx.ReadTimeout:
             raise BadRequest(504, f"backend {b.name!r} did not answer within {self.cfg.timeouts.request_s} s",
                              "GatewayTimeoutError") from None
@@ -293,7 +234,7 @@ class Gateway:
         """Open the upstream stream and wait for its first token: failures up to then may be retried."""
         t = self.cfg.timeouts
         req = self.client.build_request("POST", f"{b.cfg.url}{path}", json=self.upstream_body(b, inbound),
-                                        headers=self.headers(b))
+                                        headers=b.headers())
         try:
             resp = await asyncio.wait_for(self.client.send(req, stream=True), t.first_token_s)
         except (TimeoutError, httpx.TransportError) as e:
@@ -322,6 +263,7 @@ class Gateway:
 
     @staticmethod
     def count_token(flight: Flight, line: str) -> None:
+        """An SSE data line is one generated token, except ``[DONE]`` and the chunk that carries a finish reason."""
         if line.startswith("data:") and "[DONE]" not in line and '"finish_reason":"' not in line.replace(" ", ""):
             flight.generated += 1
 

@@ -29,6 +29,8 @@ class BadRequest(Exception):
 
 @dataclass(frozen=True)
 class Inbound:
+    """A checked client request: its body (forwarded as is, but for ``model``) and what routing reads of it."""
+
     body: dict[str, Any]
     model: str
     prompt_tokens: int
@@ -37,6 +39,7 @@ class Inbound:
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 saying why not."""
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

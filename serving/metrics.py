@@ -9,6 +9,8 @@ _DECISION_BUCKETS = (2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2,
 
 
 class RouterMetrics:
+    """Every metric the router exports (docs/serving.md lists them); each backend's series exist from the start."""
+
     def __init__(self, backends: list[str]) -> None:
         self.registry = r = CollectorRegistry()
         self.requests = Counter("llmsim_router_requests", "Client requests answered, by endpoint and HTTP status",

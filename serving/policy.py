@@ -15,6 +15,8 @@ from llmsim.state.state_view import StateView
 
 
 class Decider:
+    """The configured policy, built once; ``decide`` is one routing decision as in simulation."""
+
     def __init__(self, cfg: PolicyConfig) -> None:
         self.cfg = cfg
         if cfg.heuristic is not None:
@@ -33,4 +35,5 @@ class Decider:
             check(models)
 
     def decide(self, req: Request, state: ClusterState, allowed: Collection[int] | None = None) -> int:
+        """The policy's answer for ``req``: an instance index (among ``allowed``), WAIT or DROP."""
         return int(self.router.route(req, StateView(state, allowed)))

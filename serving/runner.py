@@ -1,10 +1,17 @@
-"""Running the router in-process (tests, notebooks): ``with start_router(cfg) as r: httpx.get(r.url + ...)``."""
+"""Running the router: in the foreground on a port (:func:`serve`, what ``llmsim-router`` does) or in a background
+thread of this process (:func:`start_router`, for tests and notebooks:
+``with start_router(cfg) as r: httpx.get(r.url + "/health")``)."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from typing import Any
 
-from llmsim.emulator.server_thread import ServerThread
+import uvicorn
+
+from llmsim.emulator.server_thread import ServerThread, listen_socket
+from llmsim.errors import LLMSimError
 from llmsim.serving.app import create_app
 from llmsim.serving.config import RouterConfig, parse_config
 from llmsim.serving.gateway import Gateway
@@ -26,3 +33,29 @@ def start_router(cfg: RouterConfig | dict[str, Any], decider: Decider | None = N
     if not isinstance(cfg, RouterConfig):
         cfg = parse_config(cfg)
     return RouterHandle(cfg, decider).start()
+
+
+async def preflight(cfg: RouterConfig) -> list[str]:
+    """Load the policy and discover the backends once; the names of the backends that did not answer."""
+    gw = Gateway(cfg)
+    try:
+        await gw.start()
+        return [b.name for b in gw.backends if not b.up]
+    finally:
+        await gw.stop()
+
+
+def serve(cfg: RouterConfig, log_level: str = "warning") -> None:
+    """Check the policy fits the backends (ConfigError), bind the port (LLMSimError naming it), announce the
+    router on stderr in one line, then serve until interrupted."""
+    down = asyncio.run(preflight(cfg))
+    try:
+        sock = listen_socket(cfg.host, cfg.port)
+    except OSError as e:
+        raise LLMSimError(f"port: cannot listen on {cfg.host}:{cfg.port}: {e}") from None
+    port = sock.getsockname()[1]
+    note = f"; not answering yet (ejected until healthy): {down}" if down else ""
+    print(f"llmsim-router: {len(cfg.backends)} backends, policy {cfg.policy.heuristic or cfg.policy.onnx}, on "
+          f"http://{cfg.host}:{port}{note}", file=sys.stderr, flush=True)
+    config = uvicorn.Config(create_app(cfg), log_level=log_level, access_log=False, timeout_graceful_shutdown=2)
+    uvicorn.Server(config).run(sockets=[sock])

@@ -85,7 +85,12 @@ class Backend:
             return m.num_gpu_blocks
         return math.ceil(self.max_model_len * self.cfg.max_num_seqs / self.block_size)
 
+    def headers(self) -> dict[str, str]:
+        """What every request to this backend carries: its bearer token, if the config gives one."""
+        return {"Authorization": f"Bearer {self.cfg.api_key}"} if self.cfg.api_key else {}
+
     def record_scrape(self, m: BackendMetrics, now: float) -> None:
+        """Take a new scrape: throughput and step time are the counters' rates since the previous one."""
         prev, prev_t = self.metrics, self.scraped_at
         if prev is not None and now > prev_t:
             if m.generation_tokens is not None and prev.generation_tokens is not None:
@@ -98,6 +103,7 @@ class Backend:
         self.sent_since = self.done_since = self.blocks_since = 0
 
     def send(self, f: Flight) -> None:
+        """The router sent ``f`` here: counted until the next scrape, whose figures then include it."""
         self.flights[f.id] = f
         self.sent_since += 1
         self.blocks_since += -(-f.prompt_tokens // self.block_size)
@@ -107,6 +113,7 @@ class Backend:
             self.done_since += 1
 
     def instance_state(self) -> InstanceState:
+        """This backend as a simulated instance: the last scrape dead-reckoned with what was sent and finished since."""
         own = list(self.flights.values())
         started = [f.row() for f in own if f.started]
         queued = [f.row() for f in own if not f.started]

@@ -74,7 +74,7 @@ def test_every_request_crosses_the_link_once_with_the_computed_time():
         assert end - start == pytest.approx(transfer_seconds(nbytes, link, PROF.gpu))
     assert all(s >= r for s, r in zip(log["start"], log["ready"]))
     for inst in cl.instances:  # nothing leaks: every block is free (or cached) again
-        assert inst.kv.free == inst.kv.total and not inst.kv_pending
+        assert inst.kv.free == inst.kv.total and (inst.handoff is None or not inst.handoff.pending)
     assert cl.transfers.in_flight == 0
     roles = [cl.instances[i].role for i in log["dst"]]
     assert set(roles) == {"decode"} and {cl.instances[i].role for i in log["src"]} == {"prefill"}
@@ -179,7 +179,7 @@ def test_landed_copies_are_not_locked_out_by_a_preempted_head(policy, monkeypatc
 
     def checked(self, now):  # at every boundary: block accounting and the queued requests' bookkeeping agree
         self.kv.check(self.running, self.swapped)
-        assert list(self.waiting_started) == [r for r in self.waiting if r.generated]
+        assert list(self.queued.waiting_started) == [r for r in self.waiting if r.generated]
         landed = [bool(r.blocks) for r in self.waiting]
         assert landed == sorted(landed, reverse=True)  # requests holding blocks come first
         return start(self, now)

@@ -52,7 +52,7 @@ def test_evicted_request_is_rerouted_and_completes_with_one_recompute_prefill():
     def evict() -> None:
         c.sync_all()
         inst = c.instances[0]
-        assert inst._run is not None, "the eviction lands mid decode run"
+        assert inst.decode_run is not None, "the eviction lands mid decode run"
         seen.append(inst.running[0].generated)
         c.view.evict(0, 0)
 

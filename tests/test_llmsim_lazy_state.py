@@ -78,10 +78,10 @@ def _reference(cluster: Cluster, like):
 
 def _check_queued_totals(cluster: Cluster) -> None:
     for inst in cluster.instances:
-        assert inst.queued_context == sum_context(inst.waiting, inst.swapped)
-        assert inst.queued_prefill == sum_pending_prefill(inst.waiting, inst.swapped)
-        assert list(inst.waiting_started) == [r for r in inst.waiting if r.generated]
-        assert list(inst.swapped_started) == [r for r in inst.swapped if r.generated]
+        assert inst.queued.context == sum_context(inst.waiting, inst.swapped)
+        assert inst.queued.prefill == sum_pending_prefill(inst.waiting, inst.swapped)
+        assert list(inst.queued.waiting_started) == [r for r in inst.waiting if r.generated]
+        assert list(inst.queued.swapped_started) == [r for r in inst.swapped if r.generated]
 
 
 def _drive(check_every: int = 3, seed: int = 0) -> dict[str, int]:
@@ -104,7 +104,7 @@ def _drive(check_every: int = 3, seed: int = 0) -> dict[str, int]:
         env.step()
         n += 1
         _check_queued_totals(cluster)
-        counts["requeued"] += any(len(i.waiting_started) > 1 for i in cluster.instances)
+        counts["requeued"] += any(len(i.queued.waiting_started) > 1 for i in cluster.instances)
         if n % check_every:
             continue
         lazy = view.live_state(sync=False)  # first: it must not need (nor do) a sync
@@ -162,7 +162,7 @@ def test_arrivals_do_not_see_a_boundary_at_their_instant():
     while env.active > 0 and found < 20:
         env.step()
         for inst in cluster.instances:
-            run = inst._run
+            run = inst.decode_run
             if run is None or run.end - 1 <= run.applied + 1 or not env.now < run.bounds[run.applied] < env.peek():
                 continue
             b = run.bounds[run.applied]  # a boundary inside the run, before the next event
@@ -170,7 +170,7 @@ def test_arrivals_do_not_see_a_boundary_at_their_instant():
             assert inst.seen_iterations(b, ROUTE) == before + 1
             a = cluster.view.live_state(at=(b, ARRIVAL)).instances[inst.idx]
             r = cluster.view.live_state(at=(b, ROUTE)).instances[inst.idx]
-            assert r.context_tokens == a.context_tokens + inst.num_running
+            assert r.context_tokens == a.context_tokens + len(inst.running)
             found += 1
     assert found >= 5
 

@@ -121,7 +121,7 @@ def test_limits_are_the_smallest_of_the_catalog() -> None:
     c = Cluster([_inst()], make_router("round_robin"))
     inst = c.instances[0]
     b_kv = build_kv_cache("x", load_profile(B, GPU), inst.config)
-    assert inst.max_prompt_blocks() == b_kv.total - b_kv.watermark
+    assert inst.limits.max_prompt_blocks() == b_kv.total - b_kv.watermark
     assert inst.max_model_len == min(load_profile(m, GPU).model.max_position for m in (A, B))
     hosts = c.view.model_hosts()
     assert hosts[0].loaded == A and hosts[0].catalog == (A, B) and hosts[0].num_held == 0

@@ -307,10 +307,12 @@ def test_progress_hooks_are_removed_and_absent_when_off():
 
     cluster = Cluster([InstanceConfig(profile=LinearProfile())], make_router("round_robin"))
     prog = SimProgress(stream=io.StringIO(), tty=False)
+    rec = cluster.recorder
+    before = (list(rec.finish_observers), list(rec.drop_observers))
     prog.attach(cluster, 5)
-    assert "finish" in cluster.recorder.__dict__ and prog.total == 5
+    assert prog.on_finish in rec.finish_observers and prog.on_drop in rec.drop_observers and prog.total == 5
     prog.close()
-    assert "finish" not in cluster.recorder.__dict__ and "drop" not in cluster.recorder.__dict__
+    assert (rec.finish_observers, rec.drop_observers) == before
     assert SimProgress().line_every_s == 5.0 and SimProgress().refresh_s == 0.1
 
 

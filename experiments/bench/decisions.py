@@ -1,5 +1,5 @@
 """Per-decision latency of the live router: building the ClusterState from its backends' scrapes and in-flight
-bookkeeping, then running the policy (``python -m experiments.bench.train --decision``).
+bookkeeping, then running the policy (``python -m experiments.bench decisions``).
 
 Backends carry a realistic load (by default 8 running requests with tokens streamed back and 4 waiting, and a
 vLLM scrape each), so the state the policy reads is as large as in a busy deployment. Heuristics are timed on
@@ -7,10 +7,15 @@ vLLM scrape each), so the state the policy reads is as large as in a busy deploy
 ``--demo-exports`` builds and times full-size exports of the three policy types (flat DDQN 64-64 on 4
 instances, best-effort DDQN 256-256, SAC + HAN 64 hidden / 4 heads on 3 experts; agents/imitate.py).
 Medians and p99 of wall time over ``--iters`` decisions, one thread (onnxruntime's intra-op threads: 1).
+
+    python -m experiments.bench decisions [--export DIR ...] [--demo-exports] [--backends 4] [--json]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import tempfile
 import time
 from typing import Any
 
@@ -64,9 +69,13 @@ def time_decisions(decider: Decider, backends: list[Backend], iters: int = 2000,
 
 
 def demo_exports(root: str) -> list[str]:
-    from llmsim.agents.export import export
-    from llmsim.agents.imitate import demo_checkpoint
+    """Full-size exports of the three policy types, built from demonstration checkpoints under ``root``."""
+    import torch  # optional: the rl extra (only --demo-exports trains)
 
+    from llmsim.agents.export import export  # optional: the rl extra, as torch above
+    from llmsim.agents.imitate import demo_checkpoint  # optional: the rl extra, as torch above
+
+    torch.set_num_threads(1)
     return [str(export(demo_checkpoint(k, root, full_size=True), check_steps=0))
             for k in ("ddqn_flat", "ddqn_best_effort", "sac_han")]
 
@@ -92,3 +101,27 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         label = f"onnx {r['policy_type']}" if "policy_type" in r else r["policy"]
         print(f"{label[:44]:<44} {r['backends']:>8} {r['median_ms']:>10.3f} {r['p99_ms']:>9.3f} {r['mean_ms']:>9.3f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Time the heuristics (and exports) named on the command line; a table or one JSON list."""
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench decisions", description=__doc__.splitlines()[0])
+    ap.add_argument("--export", action="append", default=[], help="an llmsim-export directory (repeat)")
+    ap.add_argument("--demo-exports", action="store_true",
+                    help="also build and time full-size exports of the three policy types (the rl extra)")
+    ap.add_argument("--heuristic", action="append", default=None, help="llmsim routers to time (repeat; default "
+                                                                       "jsq, least_work_left, qos_lookahead)")
+    ap.add_argument("--backends", type=int, default=4, help="backends for the heuristics")
+    ap.add_argument("--iters", type=int, default=2000, help="decisions timed per policy")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    heur = args.heuristic if args.heuristic is not None else ["jsq", "least_work_left", "qos_lookahead"]
+    with tempfile.TemporaryDirectory() as tmp:
+        exports = args.export + (demo_exports(tmp) if args.demo_exports else [])
+        rows = bench_decisions(heur, exports, args.backends, args.iters, args.seed)
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        print_rows(rows)
+    return 0

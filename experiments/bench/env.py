@@ -1,6 +1,6 @@
 """Env throughput benchmark: steps/s of a random mask-respecting policy on each registered id.
 
-``python -m experiments.bench.env [--ids ...] [--steps N] [--json]``; wall time includes resets (workload
+``python -m experiments.bench env [--ids ...] [--steps N] [--json]``; wall time includes resets (workload
 generation), as in training. One JSON object per env id with ``--json``. ``cpu_steps_per_s`` divides by
 the process's CPU time instead of the wall time: on a loaded machine it stays near the quiet figure
 (within the cost of shared caches) while the wall-clock rate drops with the CPU share the process gets.
@@ -9,19 +9,17 @@ the process's CPU time instead of the wall time: on a loaded machine it stays ne
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
+import gymnasium as gym
 import numpy as np
 
-from llmsim import envs  # noqa: F401  (registers the ids)
+from experiments.harness.timing import print_json
+from llmsim import envs  # registers the ids
 
 
 def bench_env(env_id: str, steps: int, seed: int = 0, **kwargs) -> dict:
-    import gymnasium as gym
-
-    import llmsim.envs  # noqa: F401  (registers the ids)
-
+    """``steps`` env steps of a random mask-respecting policy on ``env_id``: wall and CPU time, steps per second."""
     env = gym.make(env_id, **kwargs).unwrapped
     rng = np.random.default_rng(seed)
     n = 0
@@ -43,8 +41,7 @@ def bench_env(env_id: str, steps: int, seed: int = 0, **kwargs) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-
-    ap = argparse.ArgumentParser(prog="llmsim bench env", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench env", description=__doc__.splitlines()[0])
     ap.add_argument("--ids", nargs="*", default=list(envs.ENV_IDS), help="env ids (default: all registered)")
     ap.add_argument("--steps", type=int, default=10_000, help="env steps per id (default 10000)")
     ap.add_argument("--seed", type=int, default=0)
@@ -53,8 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     for env_id in args.ids:
         r = bench_env(env_id, args.steps, args.seed)
         if args.json:
-            print(json.dumps({k: r[k] for k in ("env_id", "steps", "wall_s", "steps_per_s", "cpu_s",
-                                                "cpu_steps_per_s")}), flush=True)
+            print_json({k: r[k] for k in ("env_id", "steps", "wall_s", "steps_per_s", "cpu_s", "cpu_steps_per_s")})
         else:
             print(f"{env_id:28s} {r['steps']:>8d} steps {r['wall_s']:>8.2f} s "
                   f"{r['steps_per_s']:>10.1f} steps/s "
@@ -62,6 +58,3 @@ def main(argv: list[str] | None = None) -> int:
                   f"({r['episodes']} episodes)", flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

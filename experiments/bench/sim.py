@@ -1,6 +1,6 @@
-"""Speed and memory benchmarks: ``python -m experiments.bench.sim sim`` and ``python -m experiments.bench.sim env``.
+"""Speed and memory of the simulator: ``python -m experiments.bench sim [--case NAME] [--json]``.
 
-``sim`` runs two cases and prints wall time, simulated requests per wall-second, engine iterations
+It runs two cases and prints wall time, simulated requests per wall-second, engine iterations
 per second and peak RSS (each case in a fresh subprocess so RSS is its own):
 
 * ``single``: 10,000 requests with Azure-conversation-like lengths (the ``azure_conv_like`` lognormal
@@ -13,14 +13,15 @@ of prefix caching with no reuse (``--prefix off`` turns ``engine.enable_prefix_c
 ``none`` attaches no ids). ``--hash-block 512`` makes them Mooncake-like 512-token ids, each naming 32 of the
 engine's 16-token blocks. ``--prefix-cost`` measures that cost the way it can be trusted on a shared machine:
 ``--pairs`` pairs of runs of the two in fresh processes, in alternating order (optionally pinned to one CPU with
-``--pin``), the median of the per-pair ratios of their simulation wall times, against issue 17's target of 1.10.
-The verdict carries its uncertainty: a 95 % bootstrap interval of that median, "met" only when the whole interval
-is at or under the target, "NOT met" when it is all above, "undecided" otherwise (then more pairs decide). On this
-project's 2-core VM the medians of 16-20-pair sets of the same code moved by +-2-3 %. Give ``million`` at least
-60,000 requests: a run's first full garbage collection (~45 ms) comes within 30,000 requests with caching on but
-not with caching off, ~2 % of such a pair that the million-request run does not carry (docs/prefix_caching.md).
+``--pin``), the median of the per-pair ratios of their simulation wall times, against the target of 1.10 (at most
+10 % slower). The verdict carries its uncertainty: a 95 % bootstrap interval of that median, "met" only when the
+whole interval is at or under the target, "NOT met" when it is all above, "undecided" otherwise (then more pairs
+decide). On this project's 2-core VM the medians of 16-20-pair sets of the same code moved by +-2-3 %. Give
+``million`` at least 60,000 requests: a run's first full garbage collection (~45 ms) comes within 30,000 requests
+with caching on but not with caching off, ~2 % of such a pair that the million-request run does not carry
+(docs/prefix_caching.md).
 
-``env`` delegates to ``experiments.bench.env`` (Gymnasium is only imported there).
+The envs are not imported here (they sit above the simulator): ``python -m experiments.bench env`` measures them.
 """
 
 from __future__ import annotations
@@ -28,10 +29,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import time
+
+import numpy as np
+
+from experiments.harness.timing import print_json
+from llmsim.cluster.cluster import InstanceConfig
+from llmsim.engine.config import EngineConfig
+from llmsim.simulation.run import simulate
+from llmsim.workload import build_workload
 
 CASES = {
     "single": {"requests": 10_000, "rate": 4.0, "instances": 1},
@@ -40,8 +50,6 @@ CASES = {
 
 
 def _peak_rss_mb() -> float:
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -57,11 +65,7 @@ def _unique_ids(requests, hash_block: int = 16):
 
 
 def run_case(name: str, requests: int | None = None, prefix: str = "none", hash_block: int = 16) -> dict:
-    from llmsim.cluster.cluster import InstanceConfig
-    from llmsim.engine.config import EngineConfig
-    from llmsim.simulation.run import simulate
-    from llmsim.workload import build_workload
-
+    """One case in this process: its wall time, rates, peak RSS and a few summary figures."""
     case = CASES[name]
     n = int(requests or case["requests"])
     wl = build_workload(
@@ -97,12 +101,12 @@ def run_case(name: str, requests: int | None = None, prefix: str = "none", hash_
     }
 
 
-PREFIX_COST_TARGET = 1.10  # issue 17: the bench loses at most 10 % with caching on and no reuse
+PREFIX_COST_TARGET = 1.10  # the bench loses at most 10 % with caching on and no reuse
 
 
 def _case_row(case: str, requests: int | None, prefix: str, pin: int | None = None, hash_block: int = 16) -> dict:
     """One case in a fresh process (its own peak RSS, no warm caches from the last one), optionally on one CPU."""
-    cmd = [sys.executable, "-m", "experiments.bench.sim", "sim", "--inline", "--case", case, "--prefix", prefix,
+    cmd = [sys.executable, "-m", "experiments.bench", "sim", "--inline", "--case", case, "--prefix", prefix,
            "--hash-block", str(hash_block)]
     if requests:
         cmd += ["--requests", str(requests)]
@@ -114,8 +118,6 @@ def _case_row(case: str, requests: int | None, prefix: str, pin: int | None = No
 def median_interval(ratios: list[float], level: float = 0.95, resamples: int = 4000) -> tuple[float, float]:
     """A bootstrap interval of the median of ``ratios`` (percentile method, a fixed seed: the same ratios give the
     same interval)."""
-    import numpy as np
-
     draws = np.random.default_rng(0).choice(np.asarray(ratios, dtype=float), (resamples, len(ratios)))
     meds = np.median(draws, axis=1)
     tail = (1.0 - level) / 2 * 100
@@ -166,10 +168,9 @@ def _prefix_cost_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> 
             ap.error(f"--pin {args.pin}: expected one of this process's CPUs {allowed} (Linux only)")
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m experiments.bench.sim", description=__doc__,
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench sim", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["sim", "env"])
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
     ap.add_argument("--case", choices=sorted(CASES), action="append", help="run only these cases")
     ap.add_argument("--requests", type=int, help="override the request count (quick checks)")
@@ -185,40 +186,42 @@ def main(argv: list[str] | None = None) -> None:
                     help="tokens per id with --prefix unique/off and --prefix-cost (default 16, the engine's block "
                          "size; 512: Mooncake-like ids, 32 engine blocks each)")
     ap.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
-    args, rest = ap.parse_known_args(argv)
-    if args.what == "env":
-        # envs sits above llmsim (layers contract, tests/test_layers.py): run it, never import it
-        cmd = [sys.executable, "-m", "experiments.bench.env", *rest, *(["--json"] if args.json else [])]
-        raise SystemExit(subprocess.run(cmd).returncode)
+    return ap
+
+
+def _cost_text(c: str, cost: dict, hash_block: int, pairs: int) -> str:
+    return (f"{c:>8}: prefix caching with no reuse costs {cost['median_ratio']:.3f}x the simulation wall time "
+            f"of caching off ({cost['requests']:,} requests, {hash_block}-token ids; median of "
+            f"{pairs} pair(s), 95 % interval {cost['ci95_low']:.3f}-{cost['ci95_high']:.3f}, range "
+            f"{cost['min_ratio']:.3f}-{cost['max_ratio']:.3f}); target <= {PREFIX_COST_TARGET:.2f}: "
+            f"{cost['verdict']}")
+
+
+def _case_text(row: dict) -> str:
+    return (f"{row['case']:>8}: {row['requests']:>9,} requests on {row['instances']:>2} instance(s) in "
+            f"{row['wall_s']:8.2f} s wall = {row['sim_requests_per_s']:>9,.0f} sim req/s, "
+            f"{row['iterations_per_s']:>9,.0f} iterations/s, peak RSS {row['peak_rss_mb']:,.0f} MB "
+            f"({row['simulated_s']:,.0f} s simulated, mean TPOT {row['mean_tpot_ms']:.1f} ms)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Each case in a fresh process (or ``--prefix-cost`` pairs); a line or a JSON object per case."""
+    ap = _parser()
+    args = ap.parse_args(argv)
     if args.hash_block < 1:
         ap.error(f"--hash-block must be a positive number of tokens, got {args.hash_block}")
     cases = args.case or list(CASES)
     if args.inline:
         for c in cases:
             print(json.dumps(run_case(c, args.requests, args.prefix, args.hash_block)))
-        return
+        return 0
     if args.prefix_cost:
         _prefix_cost_args(ap, args)
         for c in cases:
             cost = prefix_cost(c, args.requests, args.pairs, args.pin, args.hash_block)
-            print(json.dumps(cost) if args.json else
-                  f"{c:>8}: prefix caching with no reuse costs {cost['median_ratio']:.3f}x the simulation wall time "
-                  f"of caching off ({cost['requests']:,} requests, {args.hash_block}-token ids; median of "
-                  f"{args.pairs} pair(s), 95 % interval {cost['ci95_low']:.3f}-{cost['ci95_high']:.3f}, range "
-                  f"{cost['min_ratio']:.3f}-{cost['max_ratio']:.3f}); target <= {PREFIX_COST_TARGET:.2f}: "
-                  f"{cost['verdict']}", flush=True)
-        return
+            print_json(cost) if args.json else print(_cost_text(c, cost, args.hash_block, args.pairs), flush=True)
+        return 0
     for c in cases:
         row = _case_row(c, args.requests, args.prefix, None, args.hash_block)
-        if args.json:
-            print(json.dumps(row))
-        else:
-            print(f"{row['case']:>8}: {row['requests']:>9,} requests on {row['instances']:>2} instance(s) in "
-                  f"{row['wall_s']:8.2f} s wall = {row['sim_requests_per_s']:>9,.0f} sim req/s, "
-                  f"{row['iterations_per_s']:>9,.0f} iterations/s, peak RSS {row['peak_rss_mb']:,.0f} MB "
-                  f"({row['simulated_s']:,.0f} s simulated, mean TPOT {row['mean_tpot_ms']:.1f} ms)")
-            sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    main()
+        print_json(row) if args.json else print(_case_text(row), flush=True)
+    return 0

@@ -1,9 +1,8 @@
 """Training-speed benchmark: env steps/s of Double DQN training, gradient updates included.
 
-    python -m experiments.bench.train [--env workload_router] [--agent ddqn] [--steps 30000] [--num-envs 1] [--json]
-    python -m experiments.bench.train --num-envs 1,2,4 --steps 10000     # parallel experience collection: speed-up table
-    python -m experiments.bench.train --encoder [--heads 4] [--json]      # the graph encoder (agents/han.py) instead
-    python -m experiments.bench.train --decision [--export DIR ...] [--backends 4] [--json]   # the live router's decisions
+    python -m experiments.bench train [--env workload_router] [--agent ddqn] [--steps 30000] [--num-envs 1] [--json]
+    python -m experiments.bench train --num-envs 1,2,4 --steps 10000   # parallel experience collection: speed-ups
+    python -m experiments.bench train --encoder [--heads 4] [--json]    # the graph encoder (agents/han.py) instead
 
 Prints, for the env preset (conf/env/<name>.yaml): the env alone under a random mask-respecting policy
 through the same vector env, DDQN training (updates from the first step: ``learning_starts`` = one batch),
@@ -11,31 +10,40 @@ and the cost of one gradient step and of one greedy action. Wall-clock figures o
 before / after with farm-bench rather than across machines. "per CPU-s" divides by the process's CPU time
 (with one env everything runs in-process): on a loaded machine it stays near the quiet figure.
 
-``--encoder``: DenseHAN (spec 000's 2-layer HAN, hidden 64) on 256 synthetic graphs (N = 6 experts, caps 10, each
-queue filled uniformly at random), one thread: median forward + backward and forward ms, batch-1 forward latency
-(torch and onnxruntime), against torch_geometric's HANConv on the same graphs (building the PyG Batch, one forward
-of the Batch, and one single-graph forward). Medians of wall time and of the thread's CPU time (plus the fastest
-forward + backward, a hint of the figure on a quiet machine).
+``--encoder``: DenseHAN (the QoS-aware edge router's 2-layer HAN, hidden 64) on 256 synthetic graphs (N = 6
+experts, caps 10, each queue filled uniformly at random), one thread: median forward + backward and forward ms,
+batch-1 forward latency (torch and onnxruntime), against torch_geometric's HANConv on the same graphs (building
+the PyG Batch, one forward of the Batch, and one single-graph forward). Medians of wall time and of the thread's CPU
+time (plus the fastest forward + backward, a hint of the figure on a quiet machine).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from experiments.harness.timing import print_json, timed
+from llmsim.agents.base import LoopState
+from llmsim.agents.buffer import ReplayBuffer
+from llmsim.agents.ddqn import DDQNConfig, DoubleDQN
+from llmsim.agents.han import DenseHAN, GraphLayout, export_onnx, load_pyg_weights, pyg_reference, random_observation
+from llmsim.agents.loop import learn
+from llmsim.agents.train import make_vec
+from llmsim.envs.observations.graph import to_hetero_batch, to_hetero_data
+from llmsim.resources import conf_dir
 
 
 def _preset(group: str, name: str) -> dict[str, Any]:
     """A conf/<group>/<name>.yaml preset composed by Hydra (so ``defaults`` lists are honoured)."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from llmsim.resources import conf_dir
-
     with initialize_config_dir(str(conf_dir()), version_base="1.3"):
         cfg = compose("train", overrides=[f"{group}={name}"])
     return OmegaConf.to_container(cfg[group], resolve=True)
@@ -50,10 +58,7 @@ def _env_cfg(name: str) -> dict[str, Any]:
 
 def bench(env: str = "workload_router", steps: int = 30_000, num_envs: int = 1, seed: int = 0,
           agent: str = "ddqn") -> dict[str, Any]:
-    from llmsim.agents.buffer import ReplayBuffer
-    from llmsim.agents.ddqn import DDQNConfig, DoubleDQN, LoopState, learn
-    from llmsim.agents.train import make_vec
-
+    """The env alone, then DDQN training on it, then one gradient step and one greedy action, timed."""
     torch.set_num_threads(1)
     env_cfg = _env_cfg(env)
     vec = make_vec(env_cfg, num_envs)
@@ -102,28 +107,10 @@ def bench(env: str = "workload_router", steps: int = 30_000, num_envs: int = 1, 
             "batch_size": cfg.batch_size, "train_freq": cfg.train_freq}
 
 
-def _timed(fn: Any, iters: int, warmup: int = 5) -> tuple[float, float, float]:
-    """Median wall, median thread-CPU and minimum wall milliseconds of ``fn()``."""
-    for _ in range(warmup):
-        fn()
-    wall, cpu = [], []
-    for _ in range(iters):
-        t0, c0 = time.perf_counter(), time.thread_time()
-        fn()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.thread_time() - c0)
-    return float(np.median(wall)) * 1e3, float(np.median(cpu)) * 1e3, float(np.min(wall)) * 1e3
-
-
 def _onnx_b1_us(model: Any, layout: Any, x1: np.ndarray) -> float | None:
     """onnxruntime batch-1 latency (one thread), None without onnxruntime."""
-    import tempfile
-    from pathlib import Path
-
-    from llmsim.agents.han import export_onnx
-
     try:
-        import onnxruntime as ort
+        import onnxruntime as ort  # optional: the onnx extra
     except ImportError:  # pragma: no cover
         return None
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,15 +119,12 @@ def _onnx_b1_us(model: Any, layout: Any, x1: np.ndarray) -> float | None:
         so = ort.SessionOptions()
         so.intra_op_num_threads = so.inter_op_num_threads = 1
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        return _timed(lambda: sess.run(None, {"obs": x1}), 500)[0] * 1e3
+        return timed(lambda: sess.run(None, {"obs": x1}), 500)[0] * 1e3
 
 
 def bench_encoder(n_experts: int = 6, cap: int = 10, batch: int = 256, heads: int = 4, iters: int = 50,
                   seed: int = 0) -> dict[str, Any]:
     """DenseHAN vs PyG HANConv timings on ``batch`` synthetic graphs (see the module docstring)."""
-    from llmsim.agents.han import DenseHAN, GraphLayout, load_pyg_weights, pyg_reference, random_observation
-    from llmsim.envs.observations.graph import to_hetero_batch, to_hetero_data
-
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -157,14 +141,14 @@ def bench_encoder(n_experts: int = 6, cap: int = 10, batch: int = 256, heads: in
 
     r: dict[str, Any] = {"encoder": "DenseHAN", "n_experts": n_experts, "cap": cap, "batch": batch, "heads": heads,
                          "threads": torch.get_num_threads()}
-    r["fwd_bwd_ms"], r["fwd_bwd_cpu_ms"], r["fwd_bwd_min_ms"] = _timed(fwd_bwd, iters)
+    r["fwd_bwd_ms"], r["fwd_bwd_cpu_ms"], r["fwd_bwd_min_ms"] = timed(fwd_bwd, iters)
     with torch.no_grad():
-        r["fwd_ms"], r["fwd_cpu_ms"], _ = _timed(lambda: model(x), iters)
-        b1 = _timed(lambda: model(x[:1]), 20 * iters)
+        r["fwd_ms"], r["fwd_cpu_ms"], _ = timed(lambda: model(x), iters)
+        b1 = timed(lambda: model(x[:1]), 20 * iters)
         r["b1_fwd_us"], r["b1_fwd_cpu_us"] = b1[0] * 1e3, b1[1] * 1e3
         r["b1_onnxruntime_us"] = _onnx_b1_us(model, layout, x[:1].numpy())
         batched = {k: np.stack([o[k] for o in obs]) for k in layout.keys}
-        r["pyg_batch_build_ms"] = _timed(lambda: to_hetero_batch(batched), 3, 1)[0]
+        r["pyg_batch_build_ms"] = timed(lambda: to_hetero_batch(batched), 3, 1)[0]
         pb = to_hetero_batch(batched)
 
         def pyg_fwd() -> None:
@@ -172,7 +156,7 @@ def bench_encoder(n_experts: int = 6, cap: int = 10, batch: int = 256, heads: in
             for conv in convs:
                 h = conv(h, pb.edge_index_dict)
 
-        r["pyg_batch_fwd_ms"] = _timed(pyg_fwd, max(5, iters // 5), 2)[0]
+        r["pyg_batch_fwd_ms"] = timed(pyg_fwd, max(5, iters // 5), 2)[0]
         data = to_hetero_data(obs[0])
 
         def pyg_one() -> None:
@@ -180,7 +164,7 @@ def bench_encoder(n_experts: int = 6, cap: int = 10, batch: int = 256, heads: in
             for conv in convs:
                 h = conv(h, data.edge_index_dict)
 
-        r["pyg_b1_fwd_us"] = _timed(pyg_one, 20 * iters)[0] * 1e3
+        r["pyg_b1_fwd_us"] = timed(pyg_one, 20 * iters)[0] * 1e3
     return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
 
 
@@ -213,8 +197,6 @@ def _int_list(text: str) -> list[int]:
 def _scaling(args: argparse.Namespace) -> int:
     """``--num-envs 1,2,4``: :func:`bench` per setting, then steps/s and speed-up over the first setting, with
     the 1-minute load average around each (other jobs on the machine take cores from the parallel envs)."""
-    import os
-
     rows = []
     for n in args.num_envs:
         load0 = os.getloadavg()[0]
@@ -230,7 +212,7 @@ def _scaling(args: argparse.Namespace) -> int:
         r["env_only_speedup"] = round(r["env_only_steps_per_s"] / base_env, 2)
         r["train_speedup"] = round(r["train_steps_per_s"] / base_train, 2)
     if args.json:
-        print(json.dumps(rows))
+        print_json(rows)
         return 0
     print(f"{args.env}, {args.agent}, {args.steps} steps per setting, {rows[0]['cpus']} CPUs\n"
           f"{'num_envs':>8} {'env alone steps/s':>18} {'speed-up':>8} {'training steps/s':>17} {'speed-up':>8} "
@@ -243,7 +225,7 @@ def _scaling(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.bench.train", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench train", description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="workload_router", help="a conf/env preset (flat observation)")
     ap.add_argument("--steps", type=int, default=30_000)
     ap.add_argument("--num-envs", type=_int_list, default=[1],
@@ -254,34 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--encoder", action="store_true", help="benchmark the graph encoder (agents/han.py) instead")
     ap.add_argument("--heads", type=int, default=4, help="--encoder: attention heads")
-    ap.add_argument("--decision", action="store_true",
-                    help="per-decision latency of the live router (experiments/bench/decisions.py) instead")
-    ap.add_argument("--export", action="append", default=[], help="--decision: an llmsim-export directory (repeat)")
-    ap.add_argument("--demo-exports", action="store_true",
-                    help="--decision: also build and time full-size exports of the three policy types")
-    ap.add_argument("--heuristic", action="append", default=None, help="--decision: llmsim routers to time")
-    ap.add_argument("--backends", type=int, default=4, help="--decision: backends for the heuristics")
-    ap.add_argument("--iters", type=int, default=2000, help="--decision: decisions timed per policy")
     args = ap.parse_args(argv)
-    if args.decision:
-        import tempfile
-
-        from experiments.bench.decisions import bench_decisions, demo_exports, print_rows
-
-        torch.set_num_threads(1)
-        heur = args.heuristic if args.heuristic is not None else ["jsq", "least_work_left", "qos_lookahead"]
-        with tempfile.TemporaryDirectory() as tmp:
-            exports = args.export + (demo_exports(tmp) if args.demo_exports else [])
-            rows = bench_decisions(heur, exports, args.backends, args.iters, args.seed)
-        if args.json:
-            print(json.dumps(rows))
-        else:
-            print_rows(rows)
-        return 0
     if args.encoder:
         r = bench_encoder(heads=args.heads, seed=args.seed)
         if args.json:
-            print(json.dumps(r))
+            print_json(r)
         else:
             _print_encoder(r)
         return 0
@@ -289,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         return _scaling(args)
     r = bench(args.env, args.steps, args.num_envs[0], args.seed, args.agent)
     if args.json:
-        print(json.dumps(r))
+        print_json(r)
     else:
         print(f"{r['env']} ({r['num_envs']} env(s), {r['steps']} steps, {r['episodes']} episodes)\n"
               f"  env alone, random policy : {r['env_only_steps_per_s']:>9.1f} steps/s "
@@ -301,6 +260,3 @@ def main(argv: list[str] | None = None) -> int:
               f"  one greedy action        : {r['act_us']:>9.1f} us")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

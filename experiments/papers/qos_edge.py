@@ -1,45 +1,52 @@
-"""``llmsim-reproduce spec000``: the QoS-aware edge router's headline claims (spec 000 section 7.1).
+"""``llmsim-reproduce qos_edge``: the headline claims of "QoS-Aware LLM Routing for Edge Computing with Multiple
+Experts" (the QoS-aware edge router; the paper's section 7.1).
 
 Trains the QoS-aware router (discrete SAC over the HAN state, QoS-aware reward) and the learned baselines and
-ablations with the conf/experiment/spec000_* presets (or takes existing runs, ``from_runs``), then evaluates
+ablations with the conf/experiment presets (``PRESET``; or takes existing runs, ``from_runs``), then evaluates
 their ``best/`` checkpoints next to the paper's heuristic baselines (BERT router = ``quality_first`` with oracle
 qualities, round robin, shortest-queue-first = ``jsq``) and our stronger greedy ``qos_lookahead`` on the same
 held-out seeds: Poisson lambda = 5 (the training workload), bursty BurstGPT-like traffic averaging 5 req/s
 (never trained on), a sweep of lambda and of L without retraining, and the sweep over N (Fig. 11) with a router
 trained per number of experts (``sac_han_n<N>``; the experts beyond the code's six: llmsim.envs.tasks.QOS_MORE_EXPERTS).
 Gains follow the paper: relative (ours - other) / other for average QoS, (other - ours) / other for latency per
-token and end-to-end latency; "at least X %" is the smallest gain over the baselines.
-Paper values and sources: spec 000 section 7.1.
+token and end-to-end latency; "at least X %" is the smallest gain over the baselines. Paper values: its section 7.1.
 
-Sizes: ``full`` = the presets as they are; ``quick`` = short runs that finish in well under an hour on two
-cores (labelled as not the paper's); ``tiny`` (``LLMSIM_REPRODUCE_SIZE=tiny``) is for the test suite.
+Sizes (experiments/harness/sizes.py): ``full`` = the presets as they are; ``quick`` = short runs that finish in well
+under an hour on two cores (labelled as not the paper's); ``tiny`` is for the test suite.
 """
 
 from __future__ import annotations
 
 import re
-import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.harness.claims import format_value
-from experiments.papers.intelligent_router import _read_env, _read_meta, checkpoint_dir, compose_train, train_all
-from experiments.papers.intelligent_router import choose_size as spec001_size
-from experiments.reproduce import claim_row, gain_verdict
+import numpy as np
+import torch
+
+from experiments.harness.claims import claim_row, format_value, gain_verdict
+from experiments.harness.pool import say
+from experiments.harness.sizes import pick
+from experiments.harness.training import checkpoint_dir, compose_experiment, evaluate, read_env, read_meta, train_all
+from llmsim.agents.checkpoint import CheckpointPolicy
+from llmsim.agents.nets import masked_argmax
 from llmsim.envs.tasks import QOS_EXPERTS, qos_edge_experts
+from llmsim.envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
 
-PAPER = "spec000"
+PAPER = "qos_edge"
+PRESET = "qos_edge"  # conf/experiment/<PRESET>_<variant>.yaml
 BASELINES = ("quality_first", "round_robin", "jsq")   # the paper's BR, RR, SQF
 STRONG = "qos_lookahead"                                # ours, not the paper's
 
 
 @dataclass(frozen=True)
 class Variant:
-    key: str        # label in the evaluation and preset spec000_<key>
+    key: str        # label in the evaluation and preset <PRESET>_<key>
     name: str
 
 
@@ -49,7 +56,8 @@ VARIANTS = (Variant("sac_han", "QoS-aware RL (ours)"), Variant("baseline_rl", "B
 
 @dataclass(frozen=True)
 class Size:
-    name: str
+    """Hydra overrides on top of the presets, held-out seeds, whether to sweep lambda and L, and the N sweep."""
+
     overrides: tuple[str, ...]
     seeds: int
     sweep: bool
@@ -58,13 +66,13 @@ class Size:
 
 
 SIZES = {
-    "full": Size("full", (), 5, True, "the presets' setting (conf/experiment/spec000_*.yaml): 150,000 decisions of "
-                 "training per router where the paper trains 1M; 5 held-out seeds", (3, 8, 10)),
-    "quick": Size("quick", ("trainer.total_steps=40000", "trainer.eval_every=10000", "agent.learning_starts=5000",
+    "full": Size((), 5, True, "the presets' setting (the conf/experiment presets): 150,000 decisions of training per "
+                 "router where the paper trains 1M; 5 held-out seeds", (3, 8, 10)),
+    "quick": Size(("trainer.total_steps=40000", "trainer.eval_every=10000", "agent.learning_starts=5000",
                             "env.num_requests=2000"), 2, False,
                   "QUICK setting, not the paper's: 40,000 decisions of training on 2,000-request episodes, 2 held-out "
                   "seeds, no sweeps"),
-    "tiny": Size("tiny", ("env.num_requests=60", "trainer.total_steps=300", "trainer.eval_every=300",
+    "tiny": Size(("env.num_requests=60", "trainer.total_steps=300", "trainer.eval_every=300",
                           "trainer.eval_seeds=[500]", "agent.learning_starts=100", "agent.batch_size=32",
                           "agent.buffer_size=1000", "agent.train_freq=8", "env.experts=[alpaca-native,chatglm-6b]"),
                  1, True, "TINY test setting: meaningless numbers (a wiring check)", (3,)),
@@ -75,23 +83,19 @@ SWEEP_SEEDS = 2
 N_KEY = re.compile(r"sac_han_n(\d+)")   # --from-runs key of the router trained with N experts
 
 
-def choose_size(quick: bool) -> Size:
-    return spec001_size(quick, SIZES)
-
-
 def _log(msg: str) -> None:
-    print(f"[reproduce spec000] {msg}", file=sys.stderr, flush=True)
+    say("reproduce qos_edge", msg)
 
 
-def train_variants(size: Size, root: Path, jobs: int, progress: bool) -> dict[str, Path]:
+def train_variants(name: str, size: Size, root: Path, jobs: int, progress: bool) -> dict[str, Path]:
     """Train every variant and the per-N routers (in up to ``jobs`` processes); ``best/`` checkpoints by key."""
     prog = f"trainer.progress={str(progress).lower()}"
     keys = [v.key for v in VARIANTS] + [f"sac_han_n{n}" for n in size.experts_sweep]
-    cfgs = [compose_train(f"spec000_{v.key}", [*size.overrides, prog]) for v in VARIANTS]
+    cfgs = [compose_experiment(f"{PRESET}_{v.key}", [*size.overrides, prog]) for v in VARIANTS]
     same = [o for o in size.overrides if not o.startswith("env.experts=")]
-    cfgs += [compose_train("spec000_sac_han", [*same, f"env.experts={n}", prog]) for n in size.experts_sweep]
-    dirs = [root / f"spec000_{k}" for k in keys]
-    _log(f"training {len(cfgs)} routers ({size.name}, {cfgs[0]['trainer']['total_steps']:,} steps each) under {root}")
+    cfgs += [compose_experiment(f"{PRESET}_sac_han", [*same, f"env.experts={n}", prog]) for n in size.experts_sweep]
+    dirs = [root / f"{PRESET}_{k}" for k in keys]
+    _log(f"training {len(cfgs)} routers ({name}, {cfgs[0]['trainer']['total_steps']:,} steps each) under {root}")
     train_all(cfgs, dirs, min(jobs, len(cfgs)), _log)
     return {k: d / "best" for k, d in zip(keys, dirs)}
 
@@ -109,9 +113,9 @@ def resolve_runs(spec: str | Mapping[str, str]) -> dict[str, Path]:
     ckpts = {k: checkpoint_dir(p) for k, p in spec.items()}
     for k, c in ckpts.items():
         m = N_KEY.fullmatch(k)
-        if m and len(experts_of(_read_env(c))) != int(m.group(1)):
+        if m and len(experts_of(read_env(c))) != int(m.group(1)):
             raise ConfigError(f"--from-runs {k}={spec[k]}: the run was trained with "
-                              f"{len(experts_of(_read_env(c)))} experts, expected {m.group(1)}")
+                              f"{len(experts_of(read_env(c)))} experts, expected {m.group(1)}")
     return ckpts
 
 
@@ -124,24 +128,14 @@ def experts_of(env_cfg: Mapping[str, Any]) -> list[str]:
 def _env_of(ckpts: Mapping[str, Path]) -> dict[str, Any]:
     """The evaluation env: the main router's training env (graph state, QoS-aware reward, its predictor); the
     other checkpoints keep their own observation and predictor (llmsim.agents.evaluate.policy_env_cfg)."""
-    return _read_env(ckpts["sac_han"])
+    return read_env(ckpts["sac_han"])
 
 
 def evaluate_setting(ckpts: Mapping[str, Path], env_cfg: dict[str, Any], seeds: int, jobs: int, progress: bool,
                      out_dir: Path, baselines: Sequence[str]) -> list[dict[str, Any]]:
     """Every checkpoint and baseline on ``env_cfg`` (held-out seeds); writes evaluation.* to ``out_dir``."""
-    from llmsim.agents.evaluate import evaluate_described, held_out_seeds
-    from llmsim.agents.evaluate_report import summarise, write_outputs
-
-    seed_list = held_out_seeds(seeds)
     specs: list[Any] = [{"checkpoint": str(c), "label": k} for k, c in ckpts.items()]
-    specs += list(baselines)
-    t0 = time.perf_counter()
-    rows, described = evaluate_described(env_cfg, specs, seed_list, jobs, progress=progress)
-    meta = {"env_id": env_cfg.get("id"), "env": env_cfg, "seeds": seed_list, "episodes_per_seed": 1, "jobs": jobs,
-            "policies": described, "reference": "round_robin", "wall_s": time.perf_counter() - t0}
-    write_outputs(rows, meta, out_dir)
-    return summarise(rows, "round_robin")
+    return evaluate(env_cfg, [*specs, *baselines], seeds, jobs, progress, out_dir, "round_robin")
 
 
 def _get(by: Mapping[str, Mapping[str, Any]], policy: str, key: str) -> float | None:
@@ -275,13 +269,6 @@ def decision_overhead(ckpt: Path, env_cfg: Mapping[str, Any], n: int = 500) -> d
     """Per-decision latency of a checkpoint's greedy router (observation -> action, batch 1, one CPU thread), in
     ms: torch, and the same actor exported to ONNX under onnxruntime (when installed; with the share of identical
     actions)."""
-    import numpy as np
-    import torch
-
-    from llmsim.agents.checkpoint import CheckpointPolicy
-    from llmsim.agents.nets import masked_argmax
-    from llmsim.envs.testbeds import make_from_config
-
     torch.set_num_threads(1)
     env = make_from_config({**env_cfg, "num_requests": n})
     pol = CheckpointPolicy(ckpt)
@@ -303,15 +290,11 @@ def decision_overhead(ckpt: Path, env_cfg: Mapping[str, Any], n: int = 500) -> d
 
 
 def _onnx_overhead(net: Any, rows: Sequence[tuple[Any, Any, int]], masked_argmax: Any) -> dict[str, float]:
-    import tempfile
-
-    import numpy as np
-    import torch
-
+    """The same decisions by the actor exported to ONNX under onnxruntime ({} without the onnx extra)."""
     try:
-        import onnxruntime as ort
+        import onnxruntime as ort  # optional: the onnx extra
 
-        from llmsim.agents.han import export_onnx
+        from llmsim.agents.han import export_onnx  # optional: needs onnx, like onnxruntime above
     except ImportError:
         return {}
     with tempfile.TemporaryDirectory() as d:
@@ -353,7 +336,7 @@ def _experts_sweep(ckpts: Mapping[str, Path], env_cfg: dict[str, Any], seeds: in
     routers = {len(experts_of(env_cfg)): (ckpts["sac_han"], experts_of(env_cfg))}
     for key, ckpt in ckpts.items():
         if N_KEY.fullmatch(key):
-            ex = experts_of(_read_env(ckpt))
+            ex = experts_of(read_env(ckpt))
             routers[len(ex)] = (ckpt, ex)
     out: dict[int, dict[str, Mapping[str, Any]]] = {}
     for n in sorted(routers) if len(routers) > 1 else ():
@@ -366,20 +349,21 @@ def _experts_sweep(ckpts: Mapping[str, Path], env_cfg: dict[str, Any], seeds: in
 
 
 def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True,
-        from_runs: str | Mapping[str, str] | None = None, seeds: int | None = None) -> list[dict[str, Any]]:
-    """Train (unless ``from_runs``), evaluate and check spec 000's claims; everything goes under ``out_dir``."""
-    size = choose_size(quick)
+        from_runs: str | Mapping[str, str] | None = None, seeds: int | None = None,
+        size: str | None = None) -> list[dict[str, Any]]:
+    """Train (unless ``from_runs``), evaluate and check the paper's claims; everything goes under ``out_dir``."""
+    name, sz = pick(SIZES, quick, size)
     out_dir = Path(out_dir)
-    n_seeds = seeds or size.seeds
+    n_seeds = seeds or sz.seeds
     if from_runs:
         ckpts = resolve_runs(from_runs)
-        steps = {k: _read_meta(c).get("steps") for k, c in ckpts.items()}
+        steps = {k: read_meta(c).get("steps") for k, c in ckpts.items()}
         setting, note = "runs", "existing runs, best/ checkpoints after " + ", ".join(
             f"{k} {s:,} steps" for k, s in steps.items() if isinstance(s, int))
     else:
-        _log(size.note)
-        ckpts = train_variants(size, out_dir / "train", jobs, progress)
-        setting, note = size.name, size.note
+        _log(sz.note)
+        ckpts = train_variants(name, sz, out_dir / "train", jobs, progress)
+        setting, note = name, sz.note
     env_cfg = _env_of(ckpts)
     common = {"seeds": list(range(1000, 1000 + n_seeds)), "setting": setting, "setting_note": note}
     main = {k: c for k, c in ckpts.items() if not N_KEY.fullmatch(k)}  # the per-N routers only see their own N
@@ -390,7 +374,7 @@ def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True,
                                                               if "baseline_rl" in ckpts else {}),
                               bursty, n_seeds, jobs, progress, out_dir / "bursty", (*BASELINES, STRONG))
     rows += bursty_claims({str(e["policy"]): e for e in summ_b}, common)
-    if size.sweep:  # 10 settings: at most 2 seeds each
+    if sz.sweep:  # 10 settings: at most 2 seeds each
         sweep = _sweep(ckpts, env_cfg, min(n_seeds, SWEEP_SEEDS), jobs, progress, out_dir / "sweep")
         rows += sweep_claims(sweep, {**common, "seeds": common["seeds"][:SWEEP_SEEDS]})
     by_n = _experts_sweep(ckpts, env_cfg, min(n_seeds, SWEEP_SEEDS), jobs, progress, out_dir / "sweep")

@@ -1,6 +1,7 @@
 """R^2 of the QLM completion-time estimator (llmsim/routing/qlm/estimator.py) against the simulator.
 
-    python -m experiments.studies.qlm_r2 --r2 [--model llama-2-7b --gpu a100-80gb --requests 2000 --rate R --all-variants]
+    python -m experiments.studies.qlm_r2 --r2 [--model llama-2-7b --gpu a100-80gb --requests 2000 --rate R]
+    python -m experiments.studies.qlm_r2 --r2 --all-variants    # also count running requests as ahead
 
 Outside ``llmsim.routing`` because it drives simulations (``llmsim.simulation.run`` imports the policies; the policies
 must not import it back).
@@ -16,8 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from llmsim.cluster.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
-from llmsim.perf.profile import Profile
+from llmsim.perf.profile import Profile, load_profile
+from llmsim.request import Request
+from llmsim.routing.base import Router
 from llmsim.routing.qlm.estimator import (
     EngineRates,
     OutputLengthModel,
@@ -26,6 +30,7 @@ from llmsim.routing.qlm.estimator import (
     r2_score,
     rates_from_profile,
 )
+from llmsim.simulation.run import simulate
 
 # ---------------------------------------------------------------------------------------------------------------
 # R^2 against the simulator: one instance, FCFS (vLLM V0), Poisson arrivals, three request groups.
@@ -53,25 +58,21 @@ def draw_lengths(rng: np.random.Generator, group: Group, n: int) -> tuple[np.nda
     return prompts.astype(int), outputs.astype(int)
 
 
-def _probe_router() -> Any:
-    """A round-robin-on-one-instance router that records the queue (ids, tokens generated) at each arrival."""
-    from llmsim.routing.base import Router
+class QueueProbe(Router):
+    """A router for one instance that records the queue (ids, tokens generated, running) at each arrival."""
 
-    class QueueProbe(Router):
-        name = "qlm_queue_probe"  # not registered: only this experiment uses it
+    name = "qlm_queue_probe"  # not registered: only this experiment uses it
 
-        def __init__(self) -> None:
-            super().__init__(0)
-            self.snapshots: dict[int, tuple[tuple[int, int, bool], ...]] = {}
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.snapshots: dict[int, tuple[tuple[int, int, bool], ...]] = {}
 
-        def route(self, req: Any, view: Any) -> int:
-            det = view.state().instances[0].detail
-            rows = [(r.id, r.generated, True) for r in det.running]
-            rows += [(r.id, r.generated, False) for q in (det.swapped, det.waiting) for r in q]
-            self.snapshots[req.id] = tuple(rows)
-            return 0
-
-    return QueueProbe()
+    def route(self, req: Any, view: Any) -> int:
+        det = view.state().instances[0].detail
+        rows = [(r.id, r.generated, True) for r in det.running]
+        rows += [(r.id, r.generated, False) for q in (det.swapped, det.waiting) for r in q]
+        self.snapshots[req.id] = tuple(rows)
+        return 0
 
 
 @dataclass(frozen=True)
@@ -148,11 +149,6 @@ def r2_experiment(model: str = "llama-2-7b", gpu: str = "a100-80gb", n_requests:
     scored, so the scored ones never see the batch drain at the end of a finite trace (a steady stream does not
     drain). Returns rates, R^2 per variant (over the first ``n_requests``) and latency stats.
     """
-    from llmsim.cluster.cluster import InstanceConfig
-    from llmsim.perf.profile import load_profile
-    from llmsim.request import Request
-    from llmsim.simulation.run import simulate
-
     check_number("rate", rate, positive=True)
     n_total = int(check_number("n_requests", n_requests, positive=True)) + n_requests // 4
     rng = np.random.default_rng(seed)
@@ -165,7 +161,7 @@ def r2_experiment(model: str = "llama-2-7b", gpu: str = "a100-80gb", n_requests:
     reqs = [Request(i, float(arrivals[i]), int(prompts[i]), int(outputs[i])) for i in range(n_total)]
     prof = profile if profile is not None else load_profile(model, gpu, tp)
     rates, fits = offline_profile(prof, seed + 1)
-    probe = _probe_router()
+    probe = QueueProbe()
     res = simulate([InstanceConfig(model=model, gpu=gpu, tp=tp, profile=prof)], reqs, probe)
     scored = reqs[:n_requests]
     df = res.requests.set_index("id").loc[[r.id for r in scored]]
@@ -197,8 +193,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     variants = [Variant(o, w, occ) for occ in (False, True) for w in (False, True) for o in (False, True)] \
         if a.all_variants else list(DEFAULT_VARIANTS)
-    from llmsim.perf.profile import load_profile
-
     prof = load_profile(a.model, a.gpu, a.tp)
     rates = offline_profile(prof, a.seed + 1)[0]
     cap = rates.theta / rates.typical_output

@@ -1,4 +1,4 @@
-"""Operating point of every paper testbed under its baselines (issue 10 section 3).
+"""Operating point of every paper testbed under its baselines, against the calibration targets (docs/testbeds.md).
 
     python -m experiments.testbeds.calibrate [--testbed NAME ...] [--json] [--quick] [--jobs N]
 
@@ -17,9 +17,9 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from experiments.harness.pool import run_cells
 from experiments.testbeds.cases import TESTBEDS, Job, jobs_for, run_job
 
 KEYS = ("testbed", "policy", "mean_e2el_ms", "p99_e2el_ms", "makespan_s", "preempted_frac", "kv_mean")
@@ -29,14 +29,14 @@ EXTRA = {"workload_router": ("gain_vs_rr", "router_wait_s"), "workload_router_8"
          "best_effort": ("rate", "gpus", "deadline_met_frac", "performance")}
 
 
-def run_all(jobs: Sequence[Job], workers: int) -> list[dict[str, Any]]:
+def run_all(jobs: Sequence[Job], workers: int, progress: bool = False) -> list[dict[str, Any]]:
     """Every job's row, in job order (the longest jobs are submitted first so the cores stay busy)."""
-    if workers <= 1 or len(jobs) <= 1:
-        return [run_job(j) for j in jobs]
     order = sorted(range(len(jobs)), key=lambda i: -jobs[i].num_requests)
-    with ProcessPoolExecutor(max_workers=workers) as ex:
-        futures = {i: ex.submit(run_job, jobs[i]) for i in order}
-        return [futures[i].result() for i in range(len(jobs))]
+    rows = run_cells(run_job, [jobs[i] for i in order], workers, progress, "calibrate")
+    out: list[dict[str, Any]] = [{}] * len(jobs)
+    for i, row in zip(order, rows):
+        out[i] = row
+    return out
 
 
 def aggregate(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -63,7 +63,7 @@ def aggregate(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _gains(rows: list[dict[str, Any]]) -> None:
-    """Spec 001's figure of merit: relative mean-E2E reduction against round robin on the same workload."""
+    """The intelligent router paper's figure of merit: relative mean-E2E reduction against round robin."""
     rr = {r["testbed"]: r["mean_e2el_ms"] for r in rows if r["policy"] == "round_robin"}
     for r in rows:
         if r["testbed"] in ("workload_router", "workload_router_8") and r["testbed"] in rr:
@@ -76,7 +76,7 @@ def _row(rows: list[dict[str, Any]], testbed: str, policy: str, rate: Any = None
 
 
 def check_targets(rows: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
-    """(target, holds, numbers) for every testbed present in ``rows`` (issue 10 section 3)."""
+    """(target, holds, numbers) for every testbed present in ``rows`` (docs/testbeds.md)."""
     out: list[tuple[str, bool, str]] = []
     for tb in ("workload_router", "workload_router_8"):
         rr = _row(rows, tb, "round_robin")
@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     jobs = [j for tb in (args.testbed or TESTBEDS) for j in jobs_for(tb, args.quick)]
-    rows = aggregate(run_all(jobs, max(1, args.jobs)))
+    rows = aggregate(run_all(jobs, max(1, args.jobs), sys.stderr.isatty()))
     if args.json:
         for r in rows:
             print(json.dumps(r, default=float))

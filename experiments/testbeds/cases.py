@@ -2,8 +2,8 @@
 
 A :class:`Job` is one simulation (testbed, policy, seed, and for BestEffort the arrival rate or schedule);
 :func:`run_job` builds the cluster with the same builders as the env factories (envs/testbeds.py), routes
-with llmsim routers (no env, no learner) and returns the operating point; experiments/testbeds/calibrate.py averages over
-seeds and checks the targets.
+with llmsim routers (no env, no learner) and returns the operating point; experiments/testbeds/calibrate.py
+averages over seeds and checks the targets.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from llmsim.request import Request
 from llmsim.simulation.run import simulate
 
 TESTBEDS = ("workload_router", "workload_router_8", "qos_edge", "best_effort")
-# spec 001's baselines (least_work_left is its JSQ: fewest prompt + decode tokens yet to process)
+# the intelligent router paper's baselines (least_work_left is its JSQ: fewest prompt + decode tokens yet to process)
 WR_POLICIES = ("round_robin", "earliest_available", "least_work_left", "max_capacity", "min_min",
                "decode_balancer", "dedicated_small_large")
 QOS_POLICIES = ("round_robin", "jsq", "quality_first", "qos_lookahead")
@@ -33,8 +33,8 @@ BE_MODELS = ("opt-125m", "opt-1.3b", "opt-6.7b")
 BE_RATES: tuple[float | str, ...] = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 40.0,
                                      48.0, "bursty", "bursty2")
 BE_QUICK_RATES: tuple[float | str, ...] = (2.0, 48.0, "bursty")
-BE_DEADLINE = 0.04  # s per output token (spec 002 section 4.2)
-QOS_LIMIT = 0.03  # L, s per output token (spec 000)
+BE_DEADLINE = 0.04  # s per output token (Learned Best-Effort LLM Serving, section 4.2)
+QOS_LIMIT = 0.03  # L, s per output token (the QoS-aware edge router's paper)
 CAPACITY_ROUTERS = ("earliest_available", "max_capacity")
 
 
@@ -49,7 +49,7 @@ class Job:
 
 
 def jobs_for(testbed: str, quick: bool) -> list[Job]:
-    """The jobs of one testbed: full = the issue's evaluation workloads, quick = a small smoke run."""
+    """The jobs of one testbed: full = the calibration's evaluation workloads, quick = a small smoke run."""
     if testbed in ("workload_router", "workload_router_8"):
         # the 8-instance preset is reported on one seed: its held-queue routers take minutes per run
         k, full_seeds = (2000, (0, 1, 2)) if testbed == "workload_router" else (4000, (0,))
@@ -98,7 +98,7 @@ def _run_workload_router(job: Job) -> dict[str, Any]:
     kw: dict[str, Any] = {}
     if job.policy in CAPACITY_ROUTERS:
         kw = {"kv_tokens": _kv_tokens(insts[0]), "max_num_seqs": insts[0].engine.max_num_seqs}
-    # the paper's router acts every 0.02 s (spec 001 section 3.1): held requests are decided on that tick
+    # the paper's router acts every 0.02 s (its section 3.1): held requests are decided on that tick
     res = simulate(insts, reqs, job.policy, seed=job.seed, central_queue_tick=0.02, policy_kwargs=kw)
     return _common(res, reqs)
 

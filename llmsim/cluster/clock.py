@@ -106,7 +106,7 @@ class ClusterClock:
         self._quiet = False
 
     def _any_busy(self) -> bool:
-        return any(inst._busy for inst in self.instances)
+        return any(inst.busy for inst in self.instances)
 
     def _update_quiet(self) -> None:
         self._quiet = self.scrape_paused or self._refresh_paused or (
@@ -149,7 +149,7 @@ class ClusterClock:
         dt = self.metrics_interval
         central = len(self.central)
         for k, inst in enumerate(self.instances):
-            if inst._run is not None:
+            if inst.decode_run is not None:
                 inst.sync(now, OBSERVE)
             tl["time"].append(now)
             tl["instance"].append(k)

@@ -34,15 +34,17 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from numbers import Integral
 from typing import Any
 
 from llmsim.cluster.clock import ClusterClock
-from llmsim.cluster.disagg import DECODE, MIXED, ROLES, KVTransfers
+from llmsim.cluster.disagg import KVTransfers
 from llmsim.cluster.view import ClusterView
+from llmsim.engine.colocation import share_gpus
 from llmsim.engine.config import EngineConfig
+from llmsim.engine.handoff import DECODE, MIXED, ROLES, HandOff
 from llmsim.engine.instance import Instance
 from llmsim.engine.model_host import DEFAULT_STORAGE_GBPS, attach_host, catalog_profiles
 from llmsim.errors import ConfigError, LLMSimError
@@ -111,7 +113,6 @@ class Cluster(ClusterClock):
         metrics_interval: float = 1.0,
         central_queue_tick: float | None = None,
         on_unservable: str = "error",
-        on_finish: Callable[[Request, Instance], None] | None = None,
         colocation_interference: float = 1.0,
         kv_link: str = "infiniband",
         kv_transfer: str = "overlap",
@@ -138,9 +139,9 @@ class Cluster(ClusterClock):
         self.max_events_per_instant = max_events_per_instant
         self.env = SimEnv()
         self.recorder = Recorder()
+        self.recorder.subscribe(self._on_finish)
         self.router = router
         self.on_unservable = on_unservable
-        self.user_on_finish = on_finish
         self.instance_configs = instances
         self.instances: list[Instance] = []
         for idx, ic in enumerate(instances):
@@ -153,8 +154,8 @@ class Cluster(ClusterClock):
         hosted = [set(i.host.profiles) if i.host else {i.profile.model.name} for i in self.instances]
         self.served_models = set().union(*hosted)
         self.models_everywhere = set.intersection(*hosted)  # requests needing these fit any instance's model
-        self._max_servable_prompt = max(i.max_servable_prompt for i in self.instances)
-        limits = {(i.max_model_len, i.max_prompt_blocks() * i.block_size) for i in self.instances}
+        self._max_servable_prompt = max(i.limits.max_servable_prompt() for i in self.instances)
+        limits = {(i.max_model_len, i.limits.max_prompt_blocks() * i.block_size) for i in self.instances}
         self.homogeneous_limits = len(limits) == 1
         self.view = ClusterOpsView(self)
         for inst in self.instances:
@@ -177,9 +178,9 @@ class Cluster(ClusterClock):
 
     def _build_instance(self, idx: int, ic: InstanceConfig) -> Instance:
         if not ic.models:
-            return Instance(idx, self.env, ic.build_profile(), ic.engine, self.recorder, self._on_finish, ic.name)
+            return Instance(idx, self.env, ic.build_profile(), ic.engine, self.recorder, ic.name)
         profiles, engine = catalog_profiles(ic)
-        inst = Instance(idx, self.env, profiles[ic.model], engine, self.recorder, self._on_finish, ic.name)
+        inst = Instance(idx, self.env, profiles[ic.model], engine, self.recorder, ic.name)
         attach_host(inst, profiles, ic).on_model_change = lambda i: self.view.refresh_instance(i.idx)
         return inst
 
@@ -195,7 +196,7 @@ class Cluster(ClusterClock):
             inst.role = role
         transfers = KVTransfers(self, link, mode)
         for inst in self.instances:
-            inst.transfers = transfers
+            inst.handoff = HandOff(inst, transfers)
         return transfers
 
     def route_decode(self, r: Request, src: Instance) -> int:
@@ -234,9 +235,7 @@ class Cluster(ClusterClock):
             if share > 1.0 + 1e-9:
                 raise ConfigError(f"device {device!r}: the gpu_memory_utilization of its instances adds up to "
                                   f"{share:.2f} > 1; split the GPU memory between them")
-            for m in members:
-                m.mates = [o for o in members if o is not m]
-                m.interference = float(interference)
+        share_gpus(groups, interference)
 
     # ------------------------------------------------------------------ driving
     def start(self, workload: Iterable[Request]) -> None:
@@ -283,14 +282,14 @@ class Cluster(ClusterClock):
     def _report_stalled(self, now: float) -> None:
         """After run(): an engine still busy is a bug; requests an idle engine keeps are counted, not lost."""
         for inst in self.instances:
-            if inst._busy:
+            if inst.busy:
                 raise LLMSimError(f"simulation ended with instance {inst.idx} ({inst.name or inst.profile.name}) busy "
                                   f"but no event pending at t={now} s; this is a bug in its batch policy or engine")
             for q in (inst.running, inst.waiting, inst.swapped):
                 for r in q:  # a batch policy that idles with requests on purpose: they can never finish
                     self.recorder.drop(r, "stalled_in_engine", now)
                 q.clear()
-            inst._queues_cleared()
+            inst.queued.cleared()
             inst.changes += 1
 
     @property
@@ -306,7 +305,7 @@ class Cluster(ClusterClock):
     @property
     def done(self) -> bool:
         return self._arrivals_done and not self.central and not self.deferred and all(
-            not i._busy for i in self.instances
+            not i.busy for i in self.instances
         ) and not (self.transfers is not None and self.transfers.in_flight)
 
     def sync_all(self) -> None:
@@ -314,7 +313,7 @@ class Cluster(ClusterClock):
         now = env.now
         phase = env.phase
         for inst in self.instances:
-            if inst._run is not None:
+            if inst.decode_run is not None:
                 inst.sync(now, phase)
 
     # ------------------------------------------------------------------ arrivals and routing
@@ -426,15 +425,13 @@ class Cluster(ClusterClock):
         raise ConfigError(f"router {name!r} returned {d!r} ({type(d).__name__}) for request {r.id}; expected an "
                           f"int: an instance index in [0, {n - 1}], WAIT ({WAIT}) or DROP ({DROP})")
 
-    def _on_finish(self, r: Request, inst: Instance) -> None:
+    def _on_finish(self, r: Request) -> None:
         self._out_sum += r.generated
         self._out_n += 1
         self.view.mean_output_estimate = self._out_sum / self._out_n
         if self.central and self._retry_at != self.env.now:
             self._retry_at = self.env.now
             self.env.call_at(self.env.now, ROUTE, self._retry)
-        if self.user_on_finish is not None:
-            self.user_on_finish(r, inst)
 
     # ------------------------------------------------------------------ engine operations a policy triggers
     def evict(self, instance: int, request_id: int) -> None:

@@ -28,6 +28,7 @@ from array import array
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from llmsim.engine.handoff import DECODE, PREFILL
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.event_loop import ENGINE
 from llmsim.perf.hardware import LINKS, transfer_seconds
@@ -35,10 +36,6 @@ from llmsim.routing.base import DEFER
 
 if TYPE_CHECKING:
     from llmsim.request import Request
-
-MIXED, PREFILL, DECODE = "mixed", "prefill", "decode"
-ROLES = (MIXED, PREFILL, DECODE)
-
 
 class Transfer:
     """One request's KV on its way from a prefill to a decode instance."""
@@ -55,62 +52,6 @@ class Transfer:
         self.ready = ready  # prefill done: the transfer may start
         self.start = -1.0
         self.nbytes = 0
-
-
-class HandsOff:
-    """The engine side (a mixin of :class:`llmsim.engine.instance.Instance`): a prefill instance hands prefilled requests
-    over; a decode instance queues the transfers that wait for room and takes the requests once their KV is in."""
-
-    role: str = MIXED
-    transfers: KVTransfers | None = None
-    kv_pending: deque[Transfer]
-    sends_in_flight: int = 0  # copies a blocking prefill engine started and that have not landed
-    copies: int = 0  # copies holding blocks here (sent from here, or reserved for one coming in)
-    running: list[Request]
-    waiting: deque[Request]
-
-    def _hand_off(self, batch: list[Request], now: float) -> None:
-        """Requests of the iteration that just ended whose prefill is done leave this prefill engine."""
-        out = [r for r in batch if r.generated == 1 and r.generated < r.target_tokens and r.first_token == now]
-        if not out:
-            return
-        gone = set(map(id, out))
-        self.running = [r for r in self.running if id(r) not in gone]
-        assert self.transfers is not None
-        for r in out:
-            self.transfers.send(r, self, now)
-
-    def _take_prefilled(self, r: Request, now: float, phase: int) -> None:
-        """A request whose KV just landed joins the waiting queue, prompt computed (``Instance._accept``'s tail),
-        behind the other landed ones but ahead of requests that still need blocks (as vLLM V0 resumes swapped-in
-        requests first): it holds its blocks, including the one for its next token, so it can always start, and
-        a preempted request at the head that waits for room cannot lock it out."""
-        r.instance = self.idx  # type: ignore[attr-defined]
-        self._queue_behind_landed(r)
-        self._queued_news(now, phase)  # type: ignore[attr-defined]
-
-    def _queue_behind_landed(self, r: Request) -> int:
-        """Put ``r`` right behind the waiting requests that hold blocks (whose KV landed here: they stay first),
-        with the queue bookkeeping (``QueuedTotals``; those k requests have all started, so ``r`` goes at k among
-        the started ones too)."""
-        w = self.waiting
-        k = 0
-        for q in w:
-            if not q.blocks:
-                break
-            k += 1
-        w.insert(k, r)
-        self._enqueued(r, front=True)  # type: ignore[attr-defined]
-        if r.generated and k:
-            started = self.waiting_started  # type: ignore[attr-defined]
-            started.popleft()
-            started.insert(k, r)
-        return 0  # (no blocks swapped out: what Instance.preempt_last returns)
-
-    def _resume_after_sends(self, now: float) -> None:
-        """A blocking prefill engine whose last copy landed starts its next iteration."""
-        self._gen += 1  # type: ignore[attr-defined]
-        self.env.call_at(now, ENGINE, self._on_boundary, self._gen)  # type: ignore[attr-defined]
 
 
 class KVTransfers:
@@ -152,8 +93,8 @@ class KVTransfers:
         r.blocks = 0
         r.prefix_state = None  # the decode side names no blocks of it: it holds the copy, not the prefix cache
         if self.blocking:
-            src.sends_in_flight += 1
-        src.copies += 1
+            src.handoff.sends_in_flight += 1
+        src.handoff.copies += 1
         self.in_flight += 1
         d = self.cluster.route_decode(r, src)
         if d == DEFER:
@@ -165,16 +106,16 @@ class KVTransfers:
         """Queue ``t``'s copy at decode instance ``d`` (checked by ``Cluster.route_decode`` or the caller)."""
         now = self.env.now
         t.dst = dst = self.cluster.instances[d]
-        dst.kv_pending.append(t)
-        if not dst._busy:
+        dst.handoff.pending.append(t)
+        if not dst.busy:
             self.start_ready(dst, now)
-        elif dst._run is not None:  # a decode run planned its blocks: reserve at its next boundary
-            dst._request_stop(dst._run, now, False)
+        else:  # a decode run planned its blocks: reserve at its next boundary
+            dst.stop_run_at(now, False)
 
     def start_ready(self, dst: Any, now: float) -> None:
         """Start the copies waiting at ``dst`` (FCFS) for which it has room now (at a boundary of its engine, or
         while it is idle: a decode run's planned blocks are never taken from under it)."""
-        q = dst.kv_pending
+        q = dst.handoff.pending
         kv = dst.kv
         while q:
             t = q[0]
@@ -186,7 +127,7 @@ class KVTransfers:
                 return
             q.popleft()
             kv.reserve(need)
-            dst.copies += 1
+            dst.handoff.copies += 1
             t.dst_blocks = need
             t.start = now
             t.nbytes = t.r.computed * t.src.profile.model.kv_bytes_per_token
@@ -202,20 +143,14 @@ class KVTransfers:
         r.prefix_state = None
         r.blocks = t.dst_blocks
         self.in_flight -= 1
-        src.copies -= 1
-        dst.copies -= 1
+        src.handoff.copies -= 1
+        dst.handoff.copies -= 1
         log = self.log
         for k, v in (("id", r.id), ("src", src.idx), ("dst", dst.idx), ("ready", t.ready), ("start", t.start),
                      ("end", now), ("bytes", t.nbytes)):
             log[k].append(v)
-        dst._take_prefilled(r, now, ENGINE)
-        src.changes += 1
-        if self.blocking:
-            src.sends_in_flight -= 1
-            if not src.sends_in_flight and src._busy and src._run is None and not src._batch:
-                src._resume_after_sends(now)
-        elif not src._busy and (src.waiting or src.swapped):
-            src._wake(now, ENGINE)  # the freed blocks may admit a prompt that waited for room
+        dst.handoff.take_landed(r, now, ENGINE)
+        src.handoff.sent_landed(now)
 
     def summary(self) -> dict[str, float]:
         """Summary keys of the copies (``kv_transfers``, bytes, time on the link and waiting for room)."""

@@ -49,7 +49,7 @@ def engine_key(inst: Any, now: float, phase: int) -> tuple[int, int, int, int, i
     """Changes whenever anything a RequestState or an InstanceState holds can have changed on ``inst`` as seen
     at ``(now, phase)``: an iteration (materialised, or seen mid decode run), a queue's length or membership."""
     return (inst.seen_iterations(now, phase), len(inst.running), len(inst.waiting), len(inst.swapped),
-            inst.queue_version)
+            inst.queued.version)
 
 
 def new_queued() -> list[Any]:
@@ -60,16 +60,16 @@ def new_queued() -> list[Any]:
 
 def queued_progress_terms(inst: Any, queued: list[Any]) -> list[float]:
     """The ``sum_progress`` terms of ``inst``'s waiting then swapped requests, kept in ``queued``."""
-    if queued[2] != inst.started_version or queued[3] is None:
-        queued[2] = inst.started_version
-        queued[3] = progress_terms(inst.waiting_started, inst.swapped_started)  # (the others add nothing)
+    if queued[2] != inst.queued.started_version or queued[3] is None:
+        queued[2] = inst.queued.started_version
+        queued[3] = progress_terms(inst.queued.waiting_started, inst.queued.swapped_started)  # (the others add nothing)
     return queued[3]
 
 
 def queued_decode_terms(inst: Any, queued: list[Any]) -> list[float]:
     """The ``sum_pending_decode`` terms of ``inst``'s waiting then swapped requests, kept in ``queued``."""
-    if queued[0] != inst.queue_version or queued[1] is None:
-        queued[0] = inst.queue_version
+    if queued[0] != inst.queued.version or queued[1] is None:
+        queued[0] = inst.queued.version
         queued[1] = decode_terms(inst.waiting, inst.swapped)
     return queued[1]
 
@@ -112,7 +112,7 @@ class LiveRequests(InstanceRequests):
         v = self._memo.get("prefill")
         if v is None:
             inst = self._inst
-            v = self._memo["prefill"] = sum_pending_prefill(inst.running, shift=self._shift()) + inst.queued_prefill
+            v = self._memo["prefill"] = sum_pending_prefill(inst.running, shift=self._shift()) + inst.queued.prefill
         return v
 
     def pending_decode_tokens(self) -> float:
@@ -130,7 +130,7 @@ class LiveRequests(InstanceRequests):
         v = self._memo.get("context")
         if v is None:
             inst = self._inst
-            v = self._memo["context"] = sum_context(inst.running, shift=self._shift()) + inst.queued_context
+            v = self._memo["context"] = sum_context(inst.running, shift=self._shift()) + inst.queued.context
         return v
 
     def progress(self) -> float:

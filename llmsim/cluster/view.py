@@ -53,7 +53,7 @@ class ClusterView:
         self._roles = None if cluster.transfers is None else [i.role for i in cluster.instances]
         # per instance, the fields of InstanceState that never change (and the engine)
         self._static = [(i.idx, i.name, i.profile.model.name, i.profile.gpu.name, i.block_size, i.max_seqs,
-                         i.max_model_len, i.max_servable_prompt, i) for i in cluster.instances]
+                         i.max_model_len, i.limits.max_servable_prompt(), i) for i in cluster.instances]
         self._cache: list[tuple[tuple[int, ...], InstanceState] | None] = [None] * self.num_instances
         self._queued: list[list[Any]] = [new_queued() for _ in range(self.num_instances)]  # see LiveRequests
         # per instance, the Instance.changes its cached state was checked at, and until when it holds
@@ -75,7 +75,7 @@ class ClusterView:
         """Instance ``k`` now serves another model (a model swap ended): its fixed fields change."""
         i = self._c.instances[k]
         self._static[k] = (i.idx, i.name, i.profile.model.name, i.profile.gpu.name, i.block_size, i.max_seqs,
-                           i.max_model_len, i.max_servable_prompt, i)
+                           i.max_model_len, i.limits.max_servable_prompt(), i)
         self._cache[k] = None
         self._tokens[k] = -1
 
@@ -113,7 +113,7 @@ class ClusterView:
         current, like :meth:`model_hosts`; O(blocks of the request)."""
         inst = self._c.instances[i]
         inst.sync(self._c.env.now, self._c.env.phase)
-        return inst.prefix_hit_tokens(req)
+        return inst.kv.prefix_hit_tokens(req)
 
     def block_size(self, i: int) -> int:
         """The KV block size (tokens) of instance ``i``: the unit of its prefix cache."""
@@ -189,7 +189,7 @@ class ClusterView:
         for k, inst in enumerate(c.instances):
             if tokens[k] == inst.changes and now < until[k]:
                 continue
-            run = inst._run
+            run = inst.decode_run
             shift = 0
             nxt = _INF  # when the pair changes without an event: the run's next unseen boundary
             if run is not None:
@@ -199,7 +199,7 @@ class ClusterView:
                     nxt = run.bounds[j]
             tokens[k] = inst.changes
             until[k] = nxt
-            key = (inst.iterations + shift, inst.queue_version, inst.started_version, len(inst.running))
+            key = (inst.iterations + shift, inst.queued.version, inst.queued.started_version, len(inst.running))
             if self._p_keys[k] == key:
                 continue  # e.g. an event that changed nothing here
             self._p_keys[k] = key
@@ -237,7 +237,7 @@ class ClusterView:
                 if st.throughput == thr[k]:
                     out.append(st)
                     continue
-            run = inst._run
+            run = inst.decode_run
             it = inst.iterations
             nxt = _INF  # when this instance's state changes without an event: its run's next unseen boundary
             if run is not None:
@@ -248,7 +248,7 @@ class ClusterView:
                     nxt = b[j]
             tokens[k] = inst.changes
             until[k] = nxt
-            key = (it, len(inst.running), len(inst.waiting), len(inst.swapped), inst.queue_version)
+            key = (it, len(inst.running), len(inst.waiting), len(inst.swapped), inst.queued.version)
             # (= live_requests.engine_key(inst, now, phase))
             hit = cache[k]
             if hit is not None and hit[0] == key:

@@ -112,28 +112,26 @@ class EmulatorOptions:
         return EngineConfig.parse(fields, "engine")
 
 
-def build_instance(opts: EmulatorOptions, env: SimEnv, recorder: Recorder, on_finish: Any) -> Instance:
+def build_instance(opts: EmulatorOptions, env: SimEnv, recorder: Recorder) -> Instance:
     """The one engine, built by llmsim's own builders (InstanceConfig -> profile, EngineConfig -> Instance)."""
     opts.validate()
     ecfg = opts.engine_config()
     ic = InstanceConfig(model=opts.model, gpu=opts.gpu, tp=opts.tp, engine=ecfg, name=opts.name)
     prof = ic.build_profile()
-    return Instance(0, env, prof, ecfg, recorder, on_finish, opts.name)
+    return Instance(0, env, prof, ecfg, recorder, opts.name)
 
 
-class _Recorder(Recorder):
-    """Keeps no per-request rows (a server runs for ever); reports the engine's own drops to the driver."""
+class StreamingRecorder(Recorder):
+    """Keeps no per-request rows (a server runs for ever): outcomes only go to the observers (the driver)."""
 
-    def __init__(self, on_drop: Any) -> None:
-        super().__init__()
-        self._on_drop = on_drop
-
-    def finish(self, r: Request) -> None:  # the driver's on_finish callback has what it needs
-        pass
+    def finish(self, r: Request) -> None:
+        for f in self.finish_observers:
+            f(r)
 
     def drop(self, r: Request, reason: str, now: float) -> None:
         r.dropped = reason
-        self._on_drop(r, reason)
+        for f in self.drop_observers:
+            f(r, reason, now)
 
 
 @dataclass(eq=False)
@@ -193,8 +191,9 @@ class RealTimeEngine:
         self.opts = opts
         self.speedup = float(opts.speedup)
         self.env = SimEnv()
-        self.recorder = _Recorder(self._on_drop)
-        self.inst = build_instance(opts, self.env, self.recorder, self._on_finish)
+        self.recorder = StreamingRecorder()
+        self.recorder.subscribe(self._on_finish, self._on_drop)
+        self.inst = build_instance(opts, self.env, self.recorder)
         self.max_model_len: int = self.inst.max_model_len
         self.tickets: dict[int, Ticket] = {}
         self.finished_log: deque[dict[str, Any]] = deque(maxlen=10_000)  # simulated times, for tests and debugging
@@ -274,7 +273,7 @@ class RealTimeEngine:
         if self._stopped or self.failed is not None or self._loop is None:
             return
         nxt = self.env.peek()
-        run = self.inst._run
+        run = self.inst.decode_run
         if run is not None and run.applied < len(run.bounds):
             nxt = min(nxt, run.bounds[run.applied])
         if nxt == math.inf:
@@ -309,9 +308,10 @@ class RealTimeEngine:
         probe = Request(0, 0.0, prompt_tokens, 1)
         if self.inst.can_ever_serve(probe):
             inst = self.inst
+            limits = inst.limits
             return (f"The prompt ({prompt_tokens} tokens) does not fit in the KV cache of this engine even when it "
-                    f"is empty ({inst.max_prompt_blocks()} usable blocks of {inst.block_size} tokens, i.e. at most "
-                    f"{inst.max_servable_prompt} prompt tokens). Please reduce the length of the prompt.")
+                    f"is empty ({limits.max_prompt_blocks()} usable blocks of {inst.block_size} tokens, i.e. at most "
+                    f"{limits.max_servable_prompt()} prompt tokens). Please reduce the length of the prompt.")
         return ""
 
     def abort(self, t: Ticket) -> None:
@@ -322,20 +322,10 @@ class RealTimeEngine:
         t.aborted = True
         self.advance()
         r = t.req
-        inst = self.inst
         if r.finish >= 0 or r.dropped:
             return
-        if r in inst.waiting and r.generated == 0 and r.computed == 0:
-            inst.waiting.remove(r)
-            inst._dequeued(r)
-            inst.changes += 1
+        if self.inst.cancel(r, self.env.now):
             self._finished(t, "abort")
-            self._replan()
-            return
-        r.target_tokens = r.generated + 1
-        run = inst._run
-        if run is not None and r in run.reqs:
-            inst._request_stop(run, self.env.now, False)
         self._replan()
 
     def stop(self) -> None:
@@ -350,13 +340,13 @@ class RealTimeEngine:
                 self._finished(t, None)
 
     # ------------------------------------------------------------------ engine callbacks
-    def _on_finish(self, r: Request, inst: Instance) -> None:
+    def _on_finish(self, r: Request) -> None:
         t = self.tickets.get(r.id)
         if t is not None:
             t.available = r.generated
             self._finished(t, "abort" if t.aborted else t.finish_reason)
 
-    def _on_drop(self, r: Request, reason: str) -> None:
+    def _on_drop(self, r: Request, reason: str, now: float) -> None:
         t = self.tickets.get(r.id)
         if t is not None:
             t.error = f"the engine could not schedule this request ({reason})"

@@ -23,6 +23,7 @@ from llmsim.event_loop import ARRIVAL
 
 if TYPE_CHECKING:
     from llmsim.engine.kv import KVCache
+    from llmsim.engine.scheduling.base import Scheduled
     from llmsim.perf.profile import Profile
     from llmsim.request import Request
 
@@ -38,6 +39,7 @@ class RunOwner(Protocol):
     iterations: int
     tokens_out: int
 
+
 FIRST_CHUNK = 16  # iterations planned at once; doubles while a run goes on
 NEVER = float("inf")
 _LAST_TOKEN_TIME = attrgetter("last_token_time")
@@ -51,6 +53,58 @@ def decode_step_fn(profile: Profile, n: int) -> Callable[[int], float]:
         return fn(n)
     step = profile.step_time
     return lambda ctx: step(n, n, 0, 0, n, ctx)
+
+
+def stable_decode_batch(running: list[Request], kv: KVCache, bs: int, fast: bool, out: Scheduled,
+                        check: bool = True) -> bool:
+    """One decode token for every running request if all are decoding and the new blocks fit, filling ``out`` in a
+    single pass; False (nothing changed) otherwise (``Instance.decode_all``, what batch policies call).
+
+    ``check=False`` skips the all-decoding test for policies where it always holds (vLLM V0 prefills whole prompts,
+    so its running requests are always decoding at a boundary). On the fast path the ``blocks`` of the requests at
+    a block boundary lag by one until the run materialises; stepping needs them exact now.
+    """
+    if not running:
+        return False
+    res = [0] * bs
+    ctx = 0
+    k_min = 1 << 62
+    if check:
+        for r in running:
+            c = r.computed
+            g = r.generated
+            if g == 0 or c + 1 != r.prompt_tokens + g:
+                return False
+            res[c % bs] += 1
+            ctx += c
+            left = r.target_tokens - g
+            if left < k_min:
+                k_min = left
+    else:
+        for r in running:
+            c = r.computed
+            res[c % bs] += 1
+            ctx += c
+            left = r.target_tokens - r.generated
+            if left < k_min:
+                k_min = left
+    need = res[0]  # one new block for each request at a block boundary
+    if need > kv.free:
+        return False
+    kv.free = free = kv.free - need  # (KVCache.take, inlined on this hot path: checked just above)
+    if kv.cached > free:
+        kv.cached = free  # the new blocks evict cached ones (llmsim.engine.prefix_cache)
+    if not fast:
+        for r in running:
+            if r.computed % bs == 0:
+                r.blocks += 1
+            r.n_new = 1
+    out.batch = list(running)
+    out.stable = True
+    out.res = res
+    out.decode_ctx = ctx + len(running)
+    out.k_min = k_min
+    return True
 
 
 def residues(reqs: list[Request], block_size: int) -> tuple[list[int], int]:
@@ -77,6 +131,22 @@ def bad_step(owner: str, t: float, dt: float, what: str) -> LLMSimError:
         f"instance {owner}: step time {dt!r} s at t={t!r} for {what}: expected a finite duration > 0; the "
         "profile's step time or a request length (negative, NaN, absurd) is broken"
     )
+
+
+def last_token_runs(reqs: list[Request]) -> list[tuple[float, int]]:
+    """(last-token time, count) for each run of requests sharing one (admission order keeps them together): a
+    decode run's first inter-token gaps, which share a handful of values."""
+    runs: list[tuple[float, int]] = []
+    prev_t, cnt = -1.0, 0
+    for t in map(_LAST_TOKEN_TIME, reqs):
+        if t == prev_t:
+            cnt += 1
+        else:
+            if cnt:
+                runs.append((prev_t, cnt))
+            prev_t, cnt = t, 1
+    runs.append((prev_t, cnt))
+    return runs
 
 
 class DecodeRun:
@@ -222,21 +292,8 @@ class DecodeRun:
         bs = inst.block_size
         extra = 1 if j < self.end else 0  # mid-run, iteration j+1 has already been given its blocks
         used = 0
-        # on the first iteration, count the requests' last-token times: each one's first gap (stalls
-        # included) runs from its own last token, and they share a handful of values
-        first_gaps: list[tuple[float, int]] | None = None
-        if j0 == 0:
-            # runs of requests sharing a last-token time (admission order keeps them together)
-            first_gaps = []
-            prev_t, cnt = -1.0, 0
-            for t in map(_LAST_TOKEN_TIME, reqs):
-                if t == prev_t:
-                    cnt += 1
-                else:
-                    if cnt:
-                        first_gaps.append((prev_t, cnt))
-                    prev_t, cnt = t, 1
-            first_gaps.append((prev_t, cnt))
+        # on the first iteration, each request's first gap (stalls included) runs from its own last token
+        first_gaps = last_token_runs(reqs) if j0 == 0 else None
         for r in reqs:
             c = r.computed + d
             r.computed = c

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from llmsim.engine.prefix_cache import PrefixCache
+from llmsim.engine.prefix_cache import PrefixCache, new_state
 from llmsim.errors import ConfigError, LLMSimError
 
 if TYPE_CHECKING:
@@ -71,9 +71,9 @@ class KVCache:
         self.cpu_total = cpu_total
         self.cpu_free = cpu_total
         self.prefix = prefix  # cached prefix blocks (llmsim.engine.prefix_cache); None when prefix caching is off
-        # free blocks whose cached prefix content is kept (not owed for eviction; llmsim.engine.prefix_cache): never above
-        # ``free``, so each operation that lowers ``free`` ends with ``if self.cached > free: self.cached = free``,
-        # the same two compares with caching off (then 0) as on
+        # free blocks whose cached prefix content is kept (not owed for eviction; llmsim.engine.prefix_cache): never
+        # above ``free``, so each operation that lowers ``free`` ends with ``if self.cached > free: self.cached =
+        # free``, the same two compares with caching off (then 0) as on
         self.cached = 0
         # blocks held by more than one request, counted once per extra holder (a prefix hit on a running request's
         # blocks): ``used == sum(r.blocks for r in running) - shared``; 0 without prefix caching
@@ -111,7 +111,7 @@ class KVCache:
             self.cached = free  # the cached blocks beyond the free count are evicted (llmsim.engine.prefix_cache)
 
     def reserve(self, n: int) -> None:
-        """Hold ``n`` free blocks for a request that is not running here (a KV copy coming in; llmsim.cluster.disagg)."""
+        """Hold ``n`` free blocks for a request not running here (a KV copy coming in; llmsim.engine.handoff)."""
         self.take(n)
         self.outside += n
 
@@ -198,6 +198,25 @@ class KVCache:
             raise self._broken(f"prefix hit of {n} block(s) for request {r.id} took more than the free blocks")
         r.blocks = n
         r.computed = n * self.block_size
+
+    def cached_prefix(self, r: Request) -> tuple[int, int]:
+        """(blocks of ``r``'s prompt found in the prefix cache, how many of them are free now) for a waiting request
+        with nothing computed; (0, 0) without prefix caching or ids. Policies pass the first to ``Instance.admit``
+        and count both against the free blocks."""
+        if r.hash_ids is None or r.computed or self.prefix is None:
+            return 0, 0
+        return self.prefix.lookup(r)
+
+    def prefix_hit_tokens(self, r: Request) -> int:
+        """Prompt tokens ``r`` would find cached here now (what a KV-event-fed router knows; ClusterView)."""
+        pc = self.prefix
+        if not r.hash_ids or pc is None:
+            return 0
+        bs = self.block_size
+        if r.computed:  # running or partly computed elsewhere: ask as a fresh request would, leaving its state (the
+            # engine's that runs it, perhaps with another block size) as it is
+            return pc.reusable(r, new_state(r, bs))[0] * bs
+        return pc.lookup(r)[0] * bs
 
     def _broken(self, what: str) -> LLMSimError:
         return LLMSimError(f"instance {self.owner}: KV cache accounting broken: {what} (a batch policy moved blocks "

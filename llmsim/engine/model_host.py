@@ -37,10 +37,11 @@ from typing import TYPE_CHECKING, Any
 from llmsim.engine.kv import build_kv_cache
 from llmsim.errors import ConfigError
 from llmsim.event_loop import ENGINE
+from llmsim.perf.profile import Profile, load_profile
 from llmsim.state.model_host import ModelHostState
 
 if TYPE_CHECKING:
-    from llmsim.perf.profile import Profile
+    from llmsim.engine.components import ComponentEngine
     from llmsim.request import Request
 
 DEFAULT_STORAGE_GBPS = 2.0  # node-local NVMe sequential read (GB/s), the reproducer's choice (docs/multi_model.md)
@@ -49,7 +50,7 @@ DEFAULT_STORAGE_GBPS = 2.0  # node-local NVMe sequential read (GB/s), the reprod
 class ModelHost:
     """The model catalog, host cache and held requests of one multi-model instance (module docstring)."""
 
-    def __init__(self, engine: Any, profiles: dict[str, Profile], storage_bw: float, host_cache_bytes: int,
+    def __init__(self, engine: ComponentEngine, profiles: dict[str, Profile], storage_bw: float, host_cache_bytes: int,
                  overhead_s: float = 0.0) -> None:
         self.engine = engine
         self.profiles = profiles
@@ -69,7 +70,7 @@ class ModelHost:
         self.prefetching: dict[str, float] = {}  # model -> when its copy into host memory completes
         self.swapping_to: str | None = None
         self.swap_ends = 0.0
-        self.on_model_change: Callable[[Any], None] | None = None  # the cluster refreshes its view's static fields
+        self.on_model_change: Callable[[ComponentEngine], None] | None = None  # the cluster refreshes its view
         self.swaps = 0
         self.warm_swaps = 0
         self.swap_seconds = 0.0
@@ -81,11 +82,21 @@ class ModelHost:
         m = r.model
         return self.swapping_to is None and not self.held and (m is None or m == self.loaded)
 
-    def hold(self, r: Request) -> None:
+    def hold(self, r: Request, now: float, phase: int) -> None:
+        """Hold ``r`` at the instance until a swap loads its model; an idle engine drains at once and starts it."""
+        e = self.engine
         if r.model is not None and r.model not in self.profiles:
-            raise ConfigError(f"request {r.id} needs model {r.model!r}, which instance {self.engine.name} cannot "
+            raise ConfigError(f"request {r.id} needs model {r.model!r}, which instance {e.name} cannot "
                               f"load (models: {list(self.profiles)})")
         self.held.append(r)
+        r.instance = e.idx
+        e.changes += 1
+        e.queued.version += 1
+        if not e.busy:
+            e.wake(now, phase)
+
+    def can_load(self, model: str) -> bool:
+        return model in self.profiles
 
     # ------------------------------------------------------------------ swaps
     def weight_bytes(self, model: str) -> int:
@@ -103,21 +114,28 @@ class ModelHost:
             return self.overhead_s + (ready - now) + copy, True
         return self.overhead_s + self.weight_bytes(model) / self.storage_bw + copy, False
 
-    def begin_swap(self, now: float) -> float | None:
-        """Start loading the oldest held request's model if the engine has drained; the swap's end time, or None."""
+    def begin_swap(self, now: float) -> bool:
+        """The drained engine starts loading the oldest held request's model (False: nothing to load); the engine
+        pauses until the load ends, then takes the released requests (:meth:`end_swap`)."""
         e = self.engine
         if not self.held or self.swapping_to is not None or e.running or e.waiting or e.swapped or e.ops.parked:
-            return None
+            return False
         target = self.held[0].model
         if target is None or target == self.loaded:  # (only after a release stopped at another model)
-            return None
+            return False
         dt, warm = self.swap_time(target, now)
         self.swapping_to = target
         self.swap_ends = now + dt
         self.swaps += 1
         self.warm_swaps += warm
         self.swap_seconds += dt
-        return self.swap_ends
+        e.pause(self.swap_ends, self.end_swap)
+        return True
+
+    def end_swap(self, now: float) -> None:
+        """The load ended: the engine takes the released requests, in order."""
+        for r in self.finish_swap(now):
+            self.engine.accept(r, now, ENGINE)
 
     def finish_swap(self, now: float) -> list[Request]:
         """Install the new model (profile, KV cache) and return the held requests it releases, in order."""
@@ -181,64 +199,9 @@ class ModelHost:
         return {"model_swaps": self.swaps, "warm_swaps": self.warm_swaps, "swap_seconds": self.swap_seconds}
 
 
-class SwapsModels:
-    """The engine's side of a model swap: a mixin of :class:`llmsim.engine.instance.Instance` (which sets ``host``)."""
-
-    host: ModelHost | None
-    profile: Any
-    config: Any
-    running: Any
-    waiting: Any
-    swapped: Any
-
-    def hosts(self, model: str | None) -> bool:
-        """Whether this instance can serve a request that needs ``model`` (None: any model)."""
-        if model is None:
-            return True
-        host = self.host
-        return model in host.profiles if host is not None else model == self.profile.model.name
-
-    def install_profile(self, profile: Profile) -> None:
-        """Serve another model (a finished swap): its timing, and a new KV cache sized for its weights. Only on a
-        drained engine, where no request holds a block."""
-        e: Any = self
-        assert not (e.running or e.waiting or e.swapped), "model swap on an engine that holds requests"
-        e.profile = profile
-        if e.kv.prefix is not None:
-            e.prefix_evicted += e.kv.prefix.evicted  # the new model's cache starts empty
-        e.kv = build_kv_cache(e.name, profile, e.config)
-        e.kv_total = e.kv.total
-        e.watermark_blocks = e.kv.watermark
-        e.block_bytes = e.block_size * profile.model.kv_bytes_per_token // profile.tp
-        e.queue_version += 1
-
-    def _begin_model_swap(self, now: float) -> bool:
-        """The drained engine starts loading the model a held request needs (False: nothing to load)."""
-        e: Any = self
-        end = e.host.begin_swap(now)
-        if end is None:
-            return False
-        e._batch = []
-        e._gen += 1
-        e.env.call_at(end, ENGINE, e._on_model_swapped, e._gen)
-        return True
-
-    def _on_model_swapped(self, gen: int) -> None:
-        e: Any = self
-        if gen != e._gen:
-            return
-        e.changes += 1
-        now = e.env.now
-        for r in e.host.finish_swap(now):
-            e._accept(r, now, ENGINE)
-        e._start_next(now)
-
-
 def catalog_profiles(ic: Any) -> tuple[dict[str, Profile], Any]:
     """The profiles of a multi-model instance config's catalog (its loaded ``model`` first) and its engine config
     with the catalog's common ``max_model_len`` (the smallest context window; module docstring)."""
-    from llmsim.perf.profile import load_profile
-
     names = list(dict.fromkeys([ic.model, *ic.models]))
     profiles = {ic.model: ic.build_profile()}
     for m in names[1:]:
@@ -255,7 +218,7 @@ def attach_host(inst: Any, profiles: dict[str, Profile], ic: Any) -> ModelHost:
     """Give ``inst`` its catalog: prompts must fit the smallest KV cache among its models (so routing limits never
     change while models swap)."""
     cfg = inst.config
-    inst.prompt_block_cap = min(
+    inst.limits.prompt_block_cap = min(
         (kv := build_kv_cache(inst.name, p, cfg)).total - kv.watermark for p in profiles.values())
     inst.host = ModelHost(inst, profiles, ic.storage_gbps * 1e9, int(ic.host_cache_gb * 1e9), ic.swap_overhead_s)
     return inst.host

@@ -35,10 +35,13 @@ the time it is applied lapses (counted in ``lapsed``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmsim.errors import LLMSimError
 from llmsim.event_loop import ARRIVAL, ENGINE
+
+if TYPE_CHECKING:
+    from llmsim.engine.components import ComponentEngine
 
 EVICT = "evict"
 SWAP_OUT = "swap_out"
@@ -48,11 +51,11 @@ PARK = "park"  # a swap-out whose request stays out while the engine has waiting
 class EngineOps:
     """The pending operations of one instance (``Instance.ops``) and their counts.
 
-    ``engine`` is the :class:`llmsim.engine.instance.Instance` (typed loosely: that module imports this one)."""
+    ``engine`` is the :class:`llmsim.engine.instance.Instance` it belongs to."""
 
     __slots__ = ("engine", "pending", "transfer", "on_evict", "evictions", "swap_outs", "lapsed", "parked")
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: ComponentEngine) -> None:
         self.engine = engine
         self.pending: list[tuple[str, int, float, int]] = []  # (kind, request id, time, phase) in call order
         self.transfer = 0  # blocks moved by swap-outs, charged to the next iteration's step time
@@ -92,15 +95,13 @@ class EngineOps:
         else:
             raise LLMSimError(f"unknown engine operation {kind!r}; expected {EVICT!r}, {SWAP_OUT!r} or {PARK!r}")
         self.pending.append((kind, rid, now, phase))
-        run = inst._run
-        if run is not None:
-            inst._request_stop(run, now, phase == ARRIVAL)  # the run ends at the boundary that sees the call
+        inst.stop_run_at(now, phase == ARRIVAL)  # a decode run ends at the boundary that sees the call
 
     def _blocks(self, r: Any) -> int:
         """GPU blocks ``r`` holds at the end of the iteration in progress (exact after ``sync``: mid decode run,
         the run's requests' ``blocks`` may lag by one, while iteration applied + 1 computes token computed + 1)."""
         inst = self.engine
-        return inst.kv.blocks_for(r.computed + 1) if inst._run is not None else r.blocks
+        return inst.kv.blocks_for(r.computed + 1) if inst.decode_run is not None else r.blocks
 
     def _find(self, rid: int) -> tuple[str, Any]:
         inst = self.engine
@@ -137,7 +138,7 @@ class EngineOps:
         inst = self.engine
         for r in self.parked:
             inst.swapped.append(r)
-            inst._enqueued(r, swapped=True)
+            inst.queued.joined(r, swapped=True)
         self.parked = []
 
     def _evict(self, where: str, r: Any) -> None:
@@ -148,12 +149,12 @@ class EngineOps:
             kv.release(r)
         elif where == "waiting":
             inst.waiting.remove(r)
-            inst._dequeued(r)
-            kv.outside -= r.blocks  # (a request whose KV came from a prefill instance holds some; llmsim.cluster.disagg)
+            inst.queued.left(r)
+            kv.outside -= r.blocks  # (a request whose KV came from a prefill instance holds some: engine.handoff)
             kv.release(r)
         elif where == "swapped":
             inst.swapped.remove(r)
-            inst._dequeued(r, swapped=True)
+            inst.queued.left(r, swapped=True)
             kv.drop_swapped(r)
             r.swapped = False
         else:  # parked: its blocks are in CPU memory, outside the engine's queues
@@ -178,7 +179,7 @@ class EngineOps:
             self.parked.append(r)
             return
         inst.swapped.append(r)
-        inst._enqueued(r, swapped=True)
+        inst.queued.joined(r, swapped=True)
 
     def idle(self) -> None:
         """The engine went idle: nothing is left to operate on or to charge a transfer to."""

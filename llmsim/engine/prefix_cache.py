@@ -490,36 +490,3 @@ def _common(a: Sequence[Any], i: int, limit: int, run: Run) -> int:
     while k < m and a[i + k] == b[lo + k]:
         k += 1
     return k
-
-
-class CachesPrefixes:
-    """What an engine (:class:`llmsim.engine.instance.Instance`, a mixin of it) answers about its prefix cache."""
-
-    kv: Any  # llmsim.engine.kv.KVCache (which imports this module)
-    block_size: int
-    prefix_evicted: int
-
-    @property
-    def prefix_evictions(self) -> int:
-        """Cached prefix blocks evicted to make room, over the run."""
-        pc = self.kv.prefix
-        return self.prefix_evicted + (pc.evicted if pc is not None else 0)
-
-    def cached_prefix(self, r: Request) -> tuple[int, int]:
-        """(blocks of ``r``'s prompt found in the prefix cache, how many of them are free now) for a waiting request
-        with nothing computed; (0, 0) without prefix caching or ids. Policies pass the first to :meth:`admit` and
-        count both against the free blocks."""
-        if r.hash_ids is None or r.computed or self.kv.prefix is None:
-            return 0, 0
-        return self.kv.prefix.lookup(r)
-
-    def prefix_hit_tokens(self, r: Request) -> int:
-        """Prompt tokens ``r`` would find cached here now (what a KV-event-fed router knows; ClusterView)."""
-        pc = self.kv.prefix
-        if not r.hash_ids or pc is None:
-            return 0
-        bs = self.block_size
-        if r.computed:  # running or partly computed elsewhere: ask as a fresh request would, leaving its state (the
-            # engine's that runs it, perhaps with another block size) as it is
-            return pc.reusable(r, new_state(r, bs))[0] * bs
-        return pc.lookup(r)[0] * bs

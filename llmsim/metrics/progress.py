@@ -9,8 +9,8 @@ On a terminal it is a tqdm bar refreshed at most every ``refresh_s`` (0.1 s) of 
 short line every ``line_every_s`` (5 s) instead: ``llmsim: 4,000/10,000 requests done (40 %), 37 in flight,
 simulated 1,234 s, 5,900 req/s``.
 
-Cost: the hooks are two wrapped recorder methods (one call per finished or dropped request, never per event),
-and the wall clock is read once every ``check_every`` completions; the simulation itself never knows.
+Cost: it observes the recorder (``Recorder.subscribe``: one call per finished or dropped request, never per
+event), and the wall clock is read once every ``check_every`` completions; the simulation itself never knows.
 """
 
 from __future__ import annotations
@@ -60,22 +60,7 @@ class SimProgress:
         if total is not None and self.total is None:
             self.total = int(total)
         self._cluster = cluster
-        rec = cluster.recorder
-        finish, drop = rec.finish, rec.drop
-
-        def on_finish(r: Any) -> None:
-            finish(r)
-            self.finished += 1
-            if self.finished >= self._next_check:
-                self._next_check = self.finished + self.check_every
-                self._tick()
-
-        def on_drop(r: Any, reason: str, now: float) -> None:
-            drop(r, reason, now)
-            self.dropped += 1
-
-        rec.finish = on_finish  # type: ignore[method-assign]
-        rec.drop = on_drop  # type: ignore[method-assign]
+        cluster.recorder.subscribe(self.on_finish, self.on_drop)
         self._t0 = self._last = time.perf_counter()
         if self.tty:
             from tqdm import tqdm
@@ -90,10 +75,17 @@ class SimProgress:
             self._bar.close()
             self._bar = None
         if self._cluster is not None:
-            rec = self._cluster.recorder
-            for name in ("finish", "drop"):
-                rec.__dict__.pop(name, None)
+            self._cluster.recorder.unsubscribe(self.on_finish, self.on_drop)
             self._cluster = None
+
+    def on_finish(self, r: Any) -> None:
+        self.finished += 1
+        if self.finished >= self._next_check:
+            self._next_check = self.finished + self.check_every
+            self._tick()
+
+    def on_drop(self, r: Any, reason: str, now: float) -> None:
+        self.dropped += 1
 
     # ------------------------------------------------------------------ state
     @property
@@ -103,9 +95,8 @@ class SimProgress:
     def state(self) -> dict[str, Any]:
         """What the bar and the lines show: done / total, in flight, draining, simulated time, wall rate."""
         c = self._cluster
-        # Cluster.num_arrived / arrivals_done (older clusters: the private counters behind them)
-        arrived = int(getattr(c, "num_arrived", getattr(c, "_num_arrived", self.done))) if c is not None else self.done
-        draining = bool(getattr(c, "arrivals_done", getattr(c, "_arrivals_done", False))) if c is not None else False
+        arrived = c.num_arrived if c is not None else self.done
+        draining = c.arrivals_done if c is not None else False
         wall = time.perf_counter() - self._t0
         return {
             "done": self.done, "total": self.total, "dropped": self.dropped,

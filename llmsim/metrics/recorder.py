@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Callable
 from itertools import compress
 from typing import TYPE_CHECKING, Any
 
@@ -52,9 +53,13 @@ _INT_COLS = ("id", "prompt_tokens", "output_tokens", "requested_output_tokens", 
 
 
 class Recorder:
-    """Collects what the engines report; the cluster turns it into tables and a summary."""
+    """Collects what the engines report; the cluster turns it into tables and a summary.
 
-    ITL_INV, ITL_MIN, ITL_OFFSET = _ITL_INV, _ITL_MIN, _ITL_OFFSET  # the binning of itl (inlined by llmsim.engine.fastpath)
+    Every outcome of a request passes here once: :meth:`finish` (it completed) or :meth:`drop` (it was given up, with
+    the reason). Whoever must react to outcomes subscribes (:meth:`subscribe`: the cluster's routing retries, an
+    env's reward, a progress bar) and is called after the outcome is recorded, in subscription order."""
+
+    ITL_INV, ITL_MIN, ITL_OFFSET = _ITL_INV, _ITL_MIN, _ITL_OFFSET  # the binning of itl (inlined by engine.fastpath)
 
     def __init__(self) -> None:
         self.cols: dict[str, array] = {c: array("d") for c in _FLOAT_COLS}
@@ -72,6 +77,23 @@ class Recorder:
             "tokens_out": array("q"), "central_queue": array("q"), "prefix_cache_queries": array("q"),
             "prefix_cache_hits": array("q"),
         }
+        self.finish_observers: list[Callable[[Request], None]] = []
+        self.drop_observers: list[Callable[[Request, str, float], None]] = []
+
+    def subscribe(self, on_finish: Callable[[Request], None] | None = None,
+                  on_drop: Callable[[Request, str, float], None] | None = None) -> None:
+        """Call ``on_finish(request)`` after each completion and ``on_drop(request, reason, now)`` after each drop."""
+        if on_finish is not None:
+            self.finish_observers.append(on_finish)
+        if on_drop is not None:
+            self.drop_observers.append(on_drop)
+
+    def unsubscribe(self, on_finish: Callable[[Request], None] | None = None,
+                    on_drop: Callable[[Request, str, float], None] | None = None) -> None:
+        if on_finish is not None:
+            self.finish_observers.remove(on_finish)
+        if on_drop is not None:
+            self.drop_observers.remove(on_drop)
 
     def itl(self, value: float, weight: int, _log=math.log, _inv=_ITL_INV, _off=_ITL_OFFSET) -> None:
         self.itl_hist[int(_log(value) * _inv) + _off if value > _ITL_MIN else 0] += weight
@@ -101,12 +123,16 @@ class Recorder:
             self.slo_classes = [None] * (len(c["id"]) - 1)
         if self.slo_classes is not None:
             self.slo_classes.append(r.slo_class)
+        for f in self.finish_observers:
+            f(r)
 
     def drop(self, r: Request, reason: str, now: float) -> None:
         r.dropped = reason
         self.dropped.append((r.id, r.arrival, r.prompt_tokens, r.output_tokens, reason, now, r.instance))
         if r.slo_class is not None:
             self.dropped_classes[r.id] = r.slo_class
+        for f in self.drop_observers:
+            f(r, reason, now)
 
     # ------------------------------------------------------------------ tables
     def requests_frame(self) -> pd.DataFrame:

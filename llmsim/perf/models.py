@@ -6,7 +6,9 @@ Llama-2-7B) share measured operator data.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from llmsim.errors import ConfigError
 
@@ -100,7 +102,8 @@ _MODELS: list[ModelSpec] = [
            hf_id="Qwen/Qwen2.5-14B"),
     _llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, max_position=32768,
            hf_id="Qwen/Qwen2.5-72B"),
-    # The ~7B experts of the edge-routing paper (shared/specs/000), from their HF configs.
+    # The ~7B experts of the QoS-aware edge router ("QoS-Aware LLM Routing for Edge Computing with Multiple Experts"),
+    # from their HF configs.
     _llama("llama-7b", 32, 4096, 32, 32, 11008, 32000, max_position=2048, hf_id="huggyllama/llama-7b"),
     _llama("alpaca-native", 32, 4096, 32, 32, 11008, 32001, max_position=2048,
            hf_id="chavinlo/alpaca-native"),
@@ -116,7 +119,8 @@ _MODELS: list[ModelSpec] = [
               max_position=2048, hf_id="mosaicml/mpt-7b"),
     ModelSpec("mpt-7b-instruct", 32, 4096, 32, 32, 16384, 50432, gated_mlp=False, tied_embeddings=True,
               max_position=2048, hf_id="mosaicml/mpt-7b-instruct"),
-    # ~7B members of the other mix-instruct families, for spec 000's N > 6 (llmsim.envs.tasks.QOS_MORE_EXPERTS).
+    # ~7B members of the other mix-instruct families, for the QoS-aware edge router's N > 6 experts
+    # (llmsim.envs.tasks.QOS_MORE_EXPERTS).
     # Dolly v2 7B = Pythia-6.9B (GPT-NeoX): 32 layers, MHA, GELU MLP 16384, vocab 50432, untied.
     ModelSpec("dolly-v2-7b", 32, 4096, 32, 32, 16384, 50432, gated_mlp=False, max_position=2048,
               hf_id="databricks/dolly-v2-7b"),
@@ -155,9 +159,6 @@ def from_hf_config(path: str, name: str | None = None, register: bool = False) -
     ``name`` defaults to the config's ``_name_or_path`` or the parent directory's name. Raises a
     ConfigError naming the file and the missing key for configs it cannot read.
     """
-    import json
-    from pathlib import Path
-
     p = Path(path)
     try:
         cfg = json.loads(p.read_text())

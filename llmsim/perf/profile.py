@@ -22,6 +22,7 @@ from llmsim.errors import ConfigError, ProfileError
 from llmsim.perf.hardware import GpuSpec, get_gpu
 from llmsim.perf.kv_budget import kv_capacity_from_bytes
 from llmsim.perf.models import ModelSpec, get_model
+from llmsim.perf.profile_table import measured_loader, profile_dirs
 
 
 @runtime_checkable
@@ -165,7 +166,8 @@ def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto") -> Profi
             raise ProfileError(
                 f"no measured profile for model {m.name!r} on {g.name} with tp={tp}: expected a file "
                 f"<gpu>/{m.name}{f'-tp{tp}' if tp > 1 else ''}.yaml in {_profile_dirs_text()}; "
-                "build one with `python -m llmsim.profiles.build` or measure it with `python -m llmsim.profiles.profile`"
+                "build one with `python -m llmsim.profiles.build` or measure it with "
+                "`python -m llmsim.profiles.profile`"
             )
     return RooflineProfile(m, g, tp)
 
@@ -192,12 +194,8 @@ def profile_for_instance(model: str, gpu: str, kv_blocks: int = 0, block_size: i
 
 
 def _profile_dirs_text() -> str:
-    from llmsim.perf.profile_table import profile_dirs
-
     return ", ".join(str(d) for d in profile_dirs())
 
 
 # Measured profiles (profiles/data/<gpu>/<model>[-tpN].yaml) take precedence over the roofline.
-from llmsim.perf.profile_table import measured_loader  # noqa: E402
-
 register_profile_loader(measured_loader)

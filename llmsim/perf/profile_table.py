@@ -28,15 +28,18 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from llmsim.errors import ProfileError
 from llmsim.perf.hardware import GpuSpec, get_gpu
+from llmsim.perf.kv_budget import kv_capacity_from_bytes
 from llmsim.perf.models import ModelSpec, get_model
+from llmsim.resources import profile_data_dir
 
 FORMAT = "llmsim-profile/1"
 PART_NAMES = ("dense", "prefill_attention", "decode_attention", "lm_head", "overhead", "memory")
 STEP_PARTS = ("dense", "prefill_attention", "decode_attention", "lm_head")
 STATUSES = ("measured", "transferred", "estimated")
-
 
 
 class Table:
@@ -116,6 +119,18 @@ def _table(d: dict, xkey: str, key: str, path: Path | str) -> Table:
     return Table(xs, ys)
 
 
+def _part_statuses(data: dict, path: Path | str) -> dict[str, str]:
+    """``parts.<name>.status`` of every part: where each number came from (measured / transferred / estimated)."""
+    parts = _get(data, "parts", path)
+    out: dict[str, str] = {}
+    for p in PART_NAMES:
+        st = _get(_get(parts, p, path, "parts"), "status", path, f"parts.{p}")
+        if st not in STATUSES:
+            raise _err(path, f"parts.{p}.status", f"expected one of {STATUSES}, got {st!r}")
+        out[p] = st
+    return out
+
+
 class MeasuredProfile:
     """Profile built from measured operator data; implements :class:`llmsim.perf.profile.Profile`."""
 
@@ -169,13 +184,7 @@ class MeasuredProfile:
         self.weight_bytes = _num(mem, "weight_bytes", path, "memory", 1.0)
         self.kv_bytes_per_token = _num(mem, "kv_bytes_per_token", path, "memory", 1.0)
         self.reserved_bytes = _num(mem, "reserved_bytes", path, "memory")
-        parts = _get(data, "parts", path)
-        self.parts: dict[str, str] = {}
-        for p in PART_NAMES:
-            st = _get(_get(parts, p, path, "parts"), "status", path, f"parts.{p}")
-            if st not in STATUSES:
-                raise _err(path, f"parts.{p}.status", f"expected one of {STATUSES}, got {st!r}")
-            self.parts[p] = st
+        self.parts = _part_statuses(data, path)
         # A profile counts as estimated when a step-time part (GPU work) is; the CPU-overhead and memory
         # parts are modelled for every profile and listed separately in describe()["estimated_parts"].
         self.estimated = any(self.parts[p] == "estimated" for p in STEP_PARTS)
@@ -216,8 +225,6 @@ class MeasuredProfile:
         return lambda ctx: t0 + (fs + per_ctx * ctx)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
-        from llmsim.perf.kv_budget import kv_capacity_from_bytes
-
         return kv_capacity_from_bytes(
             self.model.name,
             self.gpu,
@@ -245,8 +252,6 @@ class MeasuredProfile:
 
 def load_profile_file(path: str | Path) -> MeasuredProfile:
     """Parse and validate one profile YAML; every error names the file and the key at fault."""
-    import yaml
-
     p = Path(path)
     if not p.is_file():
         raise ProfileError(f"profile file {p} does not exist")
@@ -260,8 +265,6 @@ def load_profile_file(path: str | Path) -> MeasuredProfile:
 def profile_dirs() -> list[Path]:
     """Directories holding ``<gpu>/<model>[-tpN].yaml``: those of ``LLMSIM_PROFILE_PATH`` (os.pathsep
     separated) first, then the shipped profile data (package data, see :mod:`llmsim.resources`)."""
-    from llmsim.resources import profile_data_dir
-
     extra = [Path(d) for d in os.environ.get("LLMSIM_PROFILE_PATH", "").split(os.pathsep) if d]
     return extra + [profile_data_dir()]
 

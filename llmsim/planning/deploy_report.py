@@ -13,11 +13,15 @@ import json
 import math
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from llmsim.planning.capacity import RateSearch
-    from llmsim.planning.deploy import Candidate, Plan, Prices
+import pandas as pd
+from matplotlib.figure import Figure
+from rich.console import Console
+from rich.table import Table
+
+from llmsim.planning.candidates import Candidate, Plan, Prices
+from llmsim.planning.search import RateSearch
 
 
 def frontier_points(plan: Plan, cands: list[Candidate], verified: list[dict[str, Any]],
@@ -95,7 +99,23 @@ def build_report(plan: Plan, cands: list[Candidate], skipped: list[dict[str, Any
         "verifications": [{k: v for k, v in r.items() if not k.startswith("_")} for r in verified],
         "budget": dcfg.budget, "runs": runner.runs, "simulated_requests": runner.requests, "workers": runner.workers,
         "wall_s": wall, "runs_per_min": runner.runs / max(wall, 1e-9) * 60,
+        "replica_note": replica_note(cap.num_requests, chosen),
     }
+
+
+def replica_note(requests_per_replica: int, chosen: dict[str, Any] | None) -> str:
+    """Why one replica's capacity times n is not ``llmsim-capacity``'s figure for a cluster of n replicas, with the
+    chosen cluster's numbers when it was measured whole."""
+    text = (f"cap/replica is one replica alone, {requests_per_replica:,} requests per run; n replicas are estimated "
+            f"at n x cap/replica, and the cheapest clusters are simulated whole to verify it. llmsim-capacity's "
+            f"figure is a whole cluster's: its capacity.num_requests are shared by all the replicas (unless "
+            f"capacity.requests_per_instance=true) and its router spreads the arrivals, so a cluster usually "
+            f"sustains more than n x cap/replica")
+    cap, n = (chosen or {}).get("capacity_rps"), (chosen or {}).get("replicas", 1)
+    if cap and n > 1 and chosen.get("estimate_rps"):
+        text += (f" (the chosen {n} x {chosen['candidate']}: {cap:.3g} req/s measured whole, "
+                 f"{chosen['estimate_rps']:.3g} estimated)")
+    return text + "."
 
 
 def _candidate_row(c: Candidate, target: float) -> dict[str, Any]:
@@ -119,8 +139,7 @@ def _json_num(v: Any) -> Any:
 
 
 def write_outputs(report: dict[str, Any], out: Path) -> None:
-    import pandas as pd
-
+    """The four files, in ``out`` (created here: a run that fails before this leaves no folder)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "deploy.json").write_text(json.dumps(report, indent=2, default=_json_num) + "\n")
     rows = [{k: v for k, v in r.items() if k not in ("curve", "engine_overrides", "bracket")}
@@ -132,13 +151,9 @@ def write_outputs(report: dict[str, Any], out: Path) -> None:
 
 def plot_frontier(report: dict[str, Any], path: Path) -> None:
     """Cost vs capacity: dominated points grey, the frontier in colour (one per GPU), the choice starred."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     pts = report["points"]
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig = Figure(figsize=(7.5, 4.8))
+    ax = fig.subplots()
     dom = [p for p in pts if not p["pareto"]]
     ax.scatter([p["cost_per_hour"] for p in dom], [p["capacity_rps"] for p in dom], s=18, color="0.75",
                label="dominated", zorder=2)
@@ -170,13 +185,9 @@ def plot_frontier(report: dict[str, Any], path: Path) -> None:
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def print_report(report: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     con = Console(width=max(120, Console().width))
     t = Table(title=f"Candidates ({report['model']}, target {report['target_rate']:g} req/s at "
                     f"{report['target_attainment']:.0%} {report['metric']})")
@@ -189,6 +200,7 @@ def print_report(report: dict[str, Any]) -> None:
                   "-" if r["cost_for_target"] is None else f"{r['cost_for_target']:.2f}", str(r["evaluations"]),
                   r["status"])
     con.print(t)
+    con.print(report["replica_note"], markup=False, highlight=False)
     f = Table(title="Cost / capacity frontier (Pareto)")
     for col in ("cluster", "GPUs", "$/h", "capacity req/s", "$/M req", "source", "verified"):
         f.add_column(col, overflow="fold")

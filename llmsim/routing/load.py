@@ -1,6 +1,7 @@
-"""The non-learned baselines of spec 001 (heuristic-guided RL router) as llmsim routers.
+"""Load balancing by predicted work: the non-learned baselines of "Intelligent Router for LLM Workloads" (the
+heuristic-guided RL router, WorkloadRouter) as llmsim routers.
 
-Spec 001 compares its RL router with round robin, earliest-available, JSQ (``least_work_left``),
+That paper compares its RL router with round robin, earliest-available, JSQ (``least_work_left``),
 maximum-capacity usage every 1 s and Min-Min on 4 x Llama-2-7B, and (Table 2) with a decode balancer
 and a dedicated small / large split. The paper gives one sentence each; the choices made here are listed
 in docs/testbeds.md and in each class docstring.
@@ -30,18 +31,18 @@ if TYPE_CHECKING:
     from llmsim.request import Request
     from llmsim.state.view import RouterView
 
-# spec 001 section 4.1: the decode-length predictor's buckets (tokens) and section 5.2's slope
+# the paper's decode-length predictor's buckets (tokens, its §5.1) and its fitted prefill slope (§5.2)
 DECODE_BUCKETS = (250, 1000, 4000)
-GRAD_P = 3.2e-4  # s per prompt token (spec 001 section 5.2)
-DECODE_STEP = 0.02  # s, the minimum decode batch time (spec 001 section 6), the "average decode batch time" of T_est
+GRAD_P = 3.2e-4  # s per prompt token (the paper's §5.2)
+DECODE_STEP = 0.02  # s, the minimum decode batch time (the paper's §6), the "average decode batch time" of T_est
 
 
 def predicted_output(req: Request) -> int:
     """The request's predicted output tokens: the predictor's value when one ran, else the truth (an oracle).
 
     The simulator has no predictor of its own; the papers' baselines that read lengths either assume them
-    known (decode balancer) or read a classifier that spec 001 reports 79 % accurate, so an oracle is the
-    stand-in and the envs' predictors replace it when they set ``predicted_output``."""
+    known (decode balancer) or read a classifier that the WorkloadRouter paper reports 79 % accurate, so an
+    oracle is the stand-in and the envs' predictors replace it when they set ``predicted_output``."""
     return int(req.predicted_output) if req.predicted_output is not None else int(req.output_tokens)
 
 
@@ -126,7 +127,7 @@ class CapacityRouter(Router):
 
 @register_router
 class EarliestAvailableRouter(CapacityRouter):
-    """Spec 001's lightweight heuristic: route the queue head as soon as any instance has space for it.
+    """The WorkloadRouter paper's lightweight heuristic: route the queue head as soon as any instance has space for it.
 
     Requests are routed in arrival order (the head of the router queue first; the ones behind it wait, as
     the paper's router routes "one at a time"). "Space" counts only what the instances hold now, not how
@@ -166,7 +167,7 @@ class EarliestAvailableRouter(CapacityRouter):
 
 @register_router
 class MaxCapacityRouter(CapacityRouter):
-    """Spec 001's "maximum capacity usage": at 1 s intervals, route the queue head to the instance with
+    """The WorkloadRouter paper's "maximum capacity usage": at 1 s intervals, route the queue head to the instance with
     the most available capacity that can process it, repeating while the new head fits.
 
     A round runs at the first decision point at or after each multiple of ``interval`` (with a 0.02 s
@@ -223,8 +224,8 @@ class MaxCapacityRouter(CapacityRouter):
 
 @register_router
 class MinMinRouter(Router):
-    """Spec 001's Min-Min: job time = prompt x 3.2e-4 s + the upper bound of the predicted decode bucket
-    (250 / 1,000 / 4,000 tokens) x 0.02 s (spec 001 section 4's T_est). Each request goes, when it arrives,
+    """The WorkloadRouter paper's Min-Min: job time = prompt x 3.2e-4 s + the upper bound of the predicted decode
+    bucket (250 / 1,000 / 4,000 tokens) x 0.02 s (the paper's T_est). Each request goes, when it arrives,
     to the instance where it would complete first: the least ready time, i.e. job time still ahead there
     (each resident request's job time times the share of its bucket bound not yet generated); ties to the
     lowest index. Routed at once (the batch form, which orders a queue shortest job first, needs requests
@@ -261,9 +262,9 @@ class MinMinRouter(Router):
 
 @register_router
 class DecodeBalancerRouter(Router):
-    """Spec 001 Table 2's decode balancer: output lengths are known; send each request to the instance with
-    the fewest decode tokens still to generate (its requests' known outputs minus what they generated).
-    Routes immediately; ties go to the lowest index."""
+    """The WorkloadRouter paper's decode balancer (its Table 2): output lengths are known; send each request to
+    the instance with the fewest decode tokens still to generate (its requests' known outputs minus what they
+    generated). Routes immediately; ties go to the lowest index."""
 
     name = "decode_balancer"
 
@@ -290,10 +291,10 @@ class DecodeBalancerRouter(Router):
 
 @register_router
 class DedicatedSmallLargeRouter(Router):
-    """Spec 001 Table 2's dedicated split: heavy-decode requests (predicted output above ``threshold``
-    tokens, the predictor's first bucket bound, 250) go only to the "large" instances, the others only to the
-    "small" ones; round robin within each group. ``large`` = how many of the instances (the last ones) are
-    large; default half (the paper's 2-instance split is 1 + 1)."""
+    """The WorkloadRouter paper's dedicated split (its Table 2): heavy-decode requests (predicted output above
+    ``threshold`` tokens, the predictor's first bucket bound, 250) go only to the "large" instances, the others only to
+    the "small" ones; round robin within each group. ``large`` = how many of the instances (the last ones) are large;
+    default half (the paper's 2-instance split is 1 + 1)."""
 
     name = "dedicated_small_large"
 

@@ -1,9 +1,10 @@
-"""The model-routing baselines of the RouteBalance paper (spec 004 sections 5.1-5.2, 2.9; docs/route_baselines.md).
+"""Model choice, then load balancing: the model-routing baselines the RouteBalance paper compares against
+(its §5 and §6.1; docs/route_baselines.md), BEST-Route and Avengers-Pro, in "pipeline mode".
 
-"Pipeline mode" (spec 5.1): a model picker chooses a model for the request, then a dispatcher chooses one of
-that model's instances: ``round_robin`` (a counter per model), ``shortest_queue`` (argmin num_running +
-num_waiting, from ``view.state()``) or ``random``. Passthrough (no model choice) is the plain ``round_robin``,
-``jsq`` and ``random`` routers over all instances and is not repeated here.
+Pipeline mode (the paper's architecture control): a model picker chooses a model for the request, then a
+dispatcher chooses one of that model's instances: ``round_robin`` (a counter per model), ``shortest_queue``
+(argmin num_running + num_waiting, from ``view.state()``) or ``random``. Passthrough (no model choice) is the plain
+``round_robin``, ``jsq`` and ``random`` routers over all instances and is not repeated here.
 
 * ``best_route``: a BEST-Route-like 4-way classifier, simulated as a *noisy oracle*: the predicted class is
   the request's true best model (argmax of ``quality_by_model`` over the pool) with probability ``accuracy``
@@ -15,21 +16,20 @@ num_waiting, from ``view.state()``) or ``random``. Passthrough (no model choice)
   and model: mean quality and mean cost (USD, ``prices``) over a training sample, each min-max normalised
   over the pool; score = p_w * performance + (1 - p_w) * (1 - cost); route to the top model. The table comes
   from ``table`` (precomputed, :func:`fit_cluster_table`) or ``train`` (a list of requests, or
-  ``{sampler: "module:function", ...kwargs}`` called once to draw them).
+  ``{sampler: NAME, ...kwargs}`` naming a registered training sampler, :mod:`llmsim.routing.samplers`).
 
-Hot path (spec 2.9, the "as published" serial and "enhanced" variants): with ``scoring_ms`` > 0 every
-request passes a scorer of ``scoring_threads`` servers (``scoring: serial`` is one server) in arrival order;
-its decision time is max(arrival, a server frees) + scoring_ms. Until then the router answers WAIT (the
-request stays in the central queue) and it dispatches at the first call at or after that time, so the run
-needs ``sim.central_queue_tick`` (e.g. 0.01 s: the delay is rounded up to a tick). A request whose decision
-time passed more than ``LATE_LIMIT_S`` before the router was asked again means the tick is missing (or it
-fell asleep after ``wait_patience`` idle passes: keep the tick above scoring_ms / 100): a ConfigError.
+Hot path (the paper's decision-cost comparison: the "as published" serial and "enhanced" variants): with
+``scoring_ms`` > 0 every request passes a scorer of ``scoring_threads`` servers (``scoring: serial`` is one
+server) in arrival order; its decision time is max(arrival, a server frees) + scoring_ms. Until then the router
+answers WAIT (the request stays in the central queue) and it dispatches at the first call at or after that time,
+so the run needs ``sim.central_queue_tick`` (e.g. 0.01 s: the delay is rounded up to a tick). A request whose
+decision time passed more than ``LATE_LIMIT_S`` before the router was asked again means the tick is missing (or
+it fell asleep after ``wait_patience`` idle passes: keep the tick above scoring_ms / 100): a ConfigError.
 """
 
 from __future__ import annotations
 
 import heapq
-import importlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -38,8 +38,8 @@ import numpy as np
 
 from llmsim.errors import ConfigError
 from llmsim.routing.base import WAIT, Router, kwarg_number, register_router
-from llmsim.routing.routebalance.router import DEFAULT_PRICES  # noqa: F401  (the testbed's prices, one table)
-from llmsim.routing.routebalance.router import parse_prices as _prices
+from llmsim.routing.routebalance.objective import parse_prices
+from llmsim.routing.samplers import training_sample
 
 if TYPE_CHECKING:
     from llmsim.request import Request
@@ -83,7 +83,7 @@ def _qualities(req: Request, pool: Sequence[str]) -> list[float]:
     q = req.quality_by_model
     if not q or any(m not in q for m in pool):
         raise ConfigError(f"request {req.id} has no quality for every model of {list(pool)}: these baselines need "
-                          "a workload with per-model qualities (e.g. llmsim.envs.routebalance_tasks.routebalance_workload)")
+                          "a workload with per-model qualities (e.g. the RouteBalance task mix)")
     return [float(q[m]) for m in pool]
 
 
@@ -102,8 +102,8 @@ class _Scorer:
 
 
 class PipelineRouter(Router):
-    """Model picker + dispatcher (spec 5.1) with an optional hot-path scorer (spec 2.9). Subclasses implement
-    :meth:`pick` (the model for a request; called once per request, when it first arrives)."""
+    """Model picker + dispatcher ("pipeline mode") with an optional hot-path scorer (module docstring). Subclasses
+    implement :meth:`pick` (the model for a request; called once per request, when it first arrives)."""
 
     name = "pipeline"
 
@@ -112,7 +112,7 @@ class PipelineRouter(Router):
         super().__init__(seed, **kw)
         self.seed = seed
         self.dispatcher = _choice("dispatcher", dispatcher, DISPATCHERS)
-        self.prices = _prices(prices)
+        self.prices = parse_prices(prices)
         self.scoring_s = kwarg_number("scoring_ms", scoring_ms, strict=False) / 1e3
         self.scoring = _choice("scoring", scoring, ("serial", "concurrent"))
         self.threads = int(kwarg_number("scoring_threads", scoring_threads, lo=1, strict=False, integer=True))
@@ -218,7 +218,7 @@ class PipelineRouter(Router):
 
 @register_router
 class BestRouteRouter(PipelineRouter):
-    """BEST-Route-like (spec 5.2): a noisy-oracle 4-way classifier, argmax or the fallback below ``threshold``
+    """BEST-Route-like: a noisy-oracle 4-way classifier, argmax or the fallback below ``threshold``
     (module docstring)."""
 
     name = "best_route"
@@ -273,7 +273,7 @@ def fit_cluster_table(requests: Sequence[Request], prices: Mapping[str, tuple[fl
     """Avengers-Pro's per-cluster statistics from training requests: ``{task: {model: [mean quality, mean cost
     USD]}}``, plus the row ``"*"`` over all of them (for tasks without a cluster). ``models``: default, those
     of the first request's ``quality_by_model``."""
-    prices = _prices(prices)
+    prices = parse_prices(prices)
     if not requests:
         raise ConfigError("policy.kwargs.train: no training requests")
     if models is None:
@@ -290,20 +290,6 @@ def fit_cluster_table(requests: Sequence[Request], prices: Mapping[str, tuple[fl
         c = np.array([[request_cost(r, m, prices) for m in models] for r in reqs])
         table[task] = {m: [float(q[:, j].mean()), float(c[:, j].mean())] for j, m in enumerate(models)}
     return table
-
-
-def _sample(spec: Mapping[str, Any]) -> list[Request]:
-    """``{sampler: "module:function", **kwargs}``: import the function and call it with the kwargs."""
-    kwargs = dict(spec)
-    target = kwargs.pop("sampler", None)
-    if not isinstance(target, str) or target.count(":") != 1:
-        raise ConfigError(f"policy.kwargs.train.sampler: expected 'module:function', got {target!r}")
-    mod, fn = target.split(":")
-    try:
-        func = getattr(importlib.import_module(mod), fn)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"policy.kwargs.train.sampler: cannot import {target!r} ({e})") from None
-    return list(func(**kwargs))
 
 
 def _check_table(table: Any) -> dict[str, dict[str, tuple[float, float]]]:
@@ -330,7 +316,7 @@ def _minmax(x: np.ndarray) -> np.ndarray:
 
 @register_router
 class AvengersProRouter(PipelineRouter):
-    """Avengers-Pro-like (spec 5.2): the task is the cluster; per cluster, the model maximising p_w *
+    """Avengers-Pro-like: the task is the cluster; per cluster, the model maximising p_w *
     normalised performance + (1 - p_w) * normalised efficiency (module docstring)."""
 
     name = "avengers_pro"
@@ -342,12 +328,7 @@ class AvengersProRouter(PipelineRouter):
             raise ConfigError("policy.kwargs.table: avengers_pro needs exactly one of policy.kwargs.table (precomputed "
                               "per-cluster [quality, cost]) and policy.kwargs.train (training requests or a sampler)")
         if train is not None:
-            if isinstance(train, Mapping):
-                train = _sample(train)
-            elif not isinstance(train, Sequence) or isinstance(train, str):
-                raise ConfigError(f"policy.kwargs.train: expected a list of requests or {{sampler: 'module:function', "
-                                  f"...}}, got {type(train).__name__}")
-            table = fit_cluster_table(list(train), self.prices)
+            table = fit_cluster_table(training_sample(train, "policy.kwargs.train"), self.prices)
         self.table = _check_table(table)
         self._choice: dict[str, str] = {}
         self._single: str | None = None

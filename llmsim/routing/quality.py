@@ -1,11 +1,12 @@
-"""Baselines of spec 000 (QoS-aware edge routing) and spec 002 (best-effort serving) as llmsim routers.
+"""Routing by model quality: the baselines of "QoS-Aware LLM Routing for Edge Computing with Multiple Experts"
+(QoSEdge) and "Learned Best-Effort LLM Serving" (BestEffort) as llmsim routers.
 
 The view does not say which model an instance serves, so these routers take ``models``: the model name
 of each instance, in instance order (the testbeds pass it; docs/testbeds.md; without it the quality
 routers see no qualities: quality-first takes the first expert with room, the lookahead only weighs the
 QoS it would destroy). Per-expert qualities and
 output lengths are read from the request's per-model ground truth (``quality_by_model``,
-``outputs_by_model``): the stand-in for spec 000's DistilBERT predictors (and exactly what the paper's
+``outputs_by_model``): the stand-in for QoSEdge's DistilBERT predictors (and exactly what that paper's
 released code feeds its Eq. 15 penalty).
 """
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from llmsim.request import Request
     from llmsim.state.view import RouterView
 
-# spec 000 section 2.4 (released code): prefill s/token, decode s/context token
+# QoSEdge's fitted latency model (its Eqs. 13-14, released code): prefill s/token, decode s/context token
 QOS_K1, QOS_K2 = 7.2e-5, 2.5e-5
 
 
@@ -82,7 +83,7 @@ def _check_size(view: RouterView, models: list[str] | None, name: str) -> None:
 
 @register_router
 class QualityFirstRouter(Router):
-    """Spec 000's BERT router (BR), load-oblivious: the expert with the highest quality for the request
+    """QoSEdge's BERT router (BR), load-oblivious: the expert with the highest quality for the request
     (ties to the lowest index). With ``max_waiting`` it skips experts whose waiting queue already holds that
     many requests (the QoSEdge env masks such experts, so an agent cannot do otherwise); if all are full it
     takes the best one anyway."""
@@ -111,7 +112,7 @@ class QualityFirstRouter(Router):
 
 @register_router
 class QoSLookaheadRouter(Router):
-    """Greedy one-step QoS lookahead (a strong non-learned reference for spec 000): route to the expert
+    """Greedy one-step QoS lookahead (a strong non-learned reference for QoSEdge): route to the expert
     that maximises the newcomer's expected QoS minus the QoS the paper's Eq. 15 says the move destroys.
 
     For expert n: the newcomer's per-token latency is estimated with the paper's step model (Eqs. 13-14
@@ -183,8 +184,8 @@ class QoSLookaheadRouter(Router):
 
 @register_router
 class StaticModelRouter(Router):
-    """Spec 002's static serving: every request goes to the replicas of one model size (``model``), the one
-    with the smallest batch (running + waiting + swapped; ties to the lowest index), as spec 002's router
+    """BestEffort's static serving: every request goes to the replicas of one model size (``model``), the one
+    with the smallest batch (running + waiting + swapped; ties to the lowest index), as that paper's router
     load-balances. Without ``model`` every instance is a replica (a cluster of one model, e.g. the static
     baselines that get the whole GPU)."""
 

@@ -1,4 +1,4 @@
-"""The QLM paper's SLO-aware baselines as llmsim routers (shared/specs/003 section 7.1; docs/slo_baselines.md).
+"""Deadline-aware routing: the SLO-aware baselines the QLM paper compares against (its §8; docs/slo_baselines.md).
 
 * ``edf``: a central earliest-deadline-first queue. Requests are held in the cluster's central queue (WAIT) and an
   instance whose engine waiting queue is shorter than ``max_waiting`` takes the EDF head; the engine then serves
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
 
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.perf.profile import Profile, profile_for_instance
@@ -221,10 +222,6 @@ def _enumerate(met: np.ndarray, bmax: int) -> tuple[int, int]:
 def _milp(met: np.ndarray, bmax: int, time_limit_s: float) -> tuple[int, int] | None:
     """SHEPHERD's ILP: max sum x_i s.t. sum x <= sum b y_b, x_i <= sum_b y_b met[i, b], one-hot y.
     A tiny bonus eps * b (eps * bmax < 1) picks the largest optimal b, as the enumeration does. None: failed."""
-    try:
-        from scipy.optimize import Bounds, LinearConstraint, milp
-    except ImportError:
-        return None
     n = met.shape[0]
     bs = np.arange(1, bmax + 1, dtype=float)
     eps = 0.5 / bmax

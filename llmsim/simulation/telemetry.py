@@ -1,4 +1,6 @@
-"""Telemetry for RouteBalance's per-tier TPOT head (spec 004 section 2.8(b); docs/routebalance_predictors.md).
+"""Telemetry for RouteBalance's per-tier TPOT head (the RouteBalance paper's latency heads, §4.2;
+docs/routebalance_predictors.md): what an instance looked like when the router was called, labelled with how fast
+it then decoded.
 
 :func:`collect_telemetry` runs one simulation and records, whenever the router is called (at most once per
 ``sample_period`` s of simulated time), every instance's public state features and, as the label, the realised
@@ -16,38 +18,44 @@ mean per-token decode time on that instance over the next ``window`` s. Columns,
   (generated - 1)); ``decode_tokens_next``: that token count; ``window`` (s).
 
 Rows whose window decodes nothing on the instance have no label and are left out. The simulator lives above
-the policies, so this module sits beside ``llmsim.simulation.run`` (not in ``llmsim.routing``: that would be an import
-cycle). CLI: ``python -m llmsim.simulation.telemetry --out FILE.parquet [--rates 6 12 24] ...``.
+the policies, so this module sits beside ``llmsim.simulation.run`` (not in ``llmsim.routing``: that would be an
+import cycle). :func:`telemetry_rows` is the training sampler ``routebalance_telemetry`` (llmsim.routing.samplers:
+``tpot_kwargs.train: {sampler: routebalance_telemetry, rates: [...], n: ...}``). CLI:
+``python -m llmsim.simulation.telemetry --out FILE.parquet [--cluster routebalance13] [--rates 6 12 24] ...``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
+from llmsim.cluster.config import instances_from_config
 from llmsim.errors import ConfigError
+from llmsim.resources import conf_dir
 from llmsim.routing import Router, make_router
 from llmsim.routing.routebalance.predictors import LABEL, TPOT_FEATURES, instance_features
+from llmsim.routing.samplers import find_sampler
 from llmsim.simulation.run import simulate
 
 if TYPE_CHECKING:
     from llmsim.cluster.cluster import InstanceConfig
-    from llmsim.cluster.view import ClusterView
     from llmsim.request import Request
+    from llmsim.state.view import SimulatorView
 
 META = ("run", "time", "instance", "name", "model", "gpu")
 COLUMNS = (*META, *TPOT_FEATURES, LABEL, "decode_tokens_next", "window")
 
 
 class TelemetryRecorder(Router):
-    """Wraps a router: samples ``view.state()`` before delegating (at most once per ``period`` s)."""
+    """Wraps a router: samples ``view.state()`` before delegating (at most once per ``period`` s of simulated time),
+    so the routing is the inner router's, unchanged."""
 
     name = "telemetry_recorder"
 
@@ -63,7 +71,7 @@ class TelemetryRecorder(Router):
         self.inner.reset(seed)
         self.samples, self.last = [], -math.inf
 
-    def route(self, req: Request, view: ClusterView) -> int:
+    def route(self, req: Request, view: SimulatorView) -> int:
         now = float(view.now)
         if now > self.last and now - self.last >= self.period:
             st = view.state()
@@ -113,41 +121,46 @@ def collect_telemetry(instances: list[InstanceConfig], requests: Sequence[Reques
     return label_rows(rec.samples, reqs, float(window), run)
 
 
-def _call(target: str, **kwargs: Any) -> Any:
-    mod, _, fn = target.partition(":")
-    try:
-        return getattr(importlib.import_module(mod), fn)(**kwargs)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"cannot import {target!r} ({e})") from None
+def cluster_preset(name: str) -> list[InstanceConfig]:
+    """The instances of a shipped cluster preset (``conf/cluster/<name>.yaml``, e.g. ``routebalance13``)."""
+    path = conf_dir() / "cluster" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ConfigError(f"cluster: unknown cluster preset {name!r}; expected one of {known}")
+    return instances_from_config(yaml.safe_load(path.read_text()))
 
 
-def telemetry_sweep(instances: str = "llmsim.envs.routebalance_tasks:routebalance_instances",
-                    workload: str = "llmsim.envs.routebalance_tasks:routebalance_workload",
-                    rates: Sequence[float] = (6.0, 12.0, 24.0),
-                    n: int = 500, seed: int = 0, window: float = 1.0, sample_period: float = 0.0,
-                    tick: float = 0.004, policy: str = "routebalance",
-                    instances_kwargs: dict[str, Any] | None = None) -> pd.DataFrame:
-    """One run per rate: ``instances`` and ``workload`` are ``module:function`` samplers (the workload's gets
-    ``rate``, ``n`` and ``seed``); rows are tagged ``run = rate``."""
+def telemetry_sweep(instances: Sequence[InstanceConfig], workload: Callable[..., Sequence[Request]],
+                    rates: Sequence[float] = (6.0, 12.0, 24.0), n: int = 500, seed: int = 0, window: float = 1.0,
+                    sample_period: float = 0.0, tick: float = 0.004, policy: str = "routebalance") -> pd.DataFrame:
+    """One run per rate on ``instances``: ``workload(rate=, n=, seed=)`` draws its requests; rows are tagged
+    ``run = rate``."""
     frames = []
     for rate in rates:
-        reqs = _call(workload, rate=float(rate), n=int(n), seed=int(seed))
-        frames.append(collect_telemetry(_call(instances, **(instances_kwargs or {})), reqs, policy, window=window,
-                                        sample_period=sample_period, central_queue_tick=tick, seed=seed,
-                                        run=float(rate)))
+        reqs = workload(rate=float(rate), n=int(n), seed=int(seed))
+        frames.append(collect_telemetry(list(instances), reqs, policy, window=window, sample_period=sample_period,
+                                        central_queue_tick=tick, seed=seed, run=float(rate)))
     return pd.concat(frames, ignore_index=True)
 
 
-def telemetry_rows(**kwargs: Any) -> list[dict[str, Any]]:
-    """:func:`telemetry_sweep` as row mappings: a ``tpot_kwargs.train: {sampler: ...}`` target."""
-    return telemetry_sweep(**kwargs).to_dict("records")
+def telemetry_rows(cluster: str | Sequence[InstanceConfig] = "routebalance13", workload: str = "routebalance_workload",
+                   **kwargs: Any) -> list[dict[str, Any]]:
+    """The training sampler ``routebalance_telemetry``: :func:`telemetry_sweep` as row mappings. ``cluster``: a
+    cluster preset or the instances; ``workload``: a training sampler that draws requests (``rate``, ``n``,
+    ``seed``); ``kwargs``: the sweep's other options."""
+    instances = cluster_preset(cluster) if isinstance(cluster, str) else list(cluster)
+    draw = find_sampler(workload, "workload")
+    return telemetry_sweep(instances, draw, **kwargs).to_dict("records")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmsim.simulation.telemetry", description=__doc__.split("\n")[0])
+    """``python -m llmsim.simulation.telemetry --out FILE``: collect telemetry over a rate sweep and write it."""
+    ap = argparse.ArgumentParser(prog="python -m llmsim.simulation.telemetry",
+                                 description="Telemetry for RouteBalance's per-tier TPOT head (a rate sweep)")
     ap.add_argument("--out", required=True, help="output .parquet (or .csv)")
-    ap.add_argument("--instances", default="llmsim.envs.routebalance_tasks:routebalance_instances")
-    ap.add_argument("--workload", default="llmsim.envs.routebalance_tasks:routebalance_workload")
+    ap.add_argument("--cluster", default="routebalance13", help="a cluster preset (conf/cluster/NAME.yaml)")
+    ap.add_argument("--workload", default="routebalance_workload",
+                    help="a training sampler that draws requests (llmsim.routing.samplers)")
     ap.add_argument("--rates", type=float, nargs="+", default=[6.0, 12.0, 24.0])
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
@@ -157,8 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--policy", default="routebalance")
     a = ap.parse_args(argv)
     try:
-        df = telemetry_sweep(a.instances, a.workload, a.rates, a.n, a.seed, a.window, a.sample_period, a.tick,
-                             a.policy)
+        df = telemetry_sweep(cluster_preset(a.cluster), find_sampler(a.workload, "--workload"), a.rates, a.n,
+                             a.seed, a.window, a.sample_period, a.tick, a.policy)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

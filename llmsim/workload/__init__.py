@@ -1,12 +1,11 @@
 """Lazy request streams: trace readers, synthetic arrivals and lengths, and stream transforms.
 
 ``build_workload(cfg, seed)`` turns a plain dict (a Hydra ``conf/workload/*.yaml``) into a
-:class:`Workload`; see docs/workloads.md for every kind and key.
+:class:`Workload`; see docs/workloads.md for every kind and key. The ideal prefix hit rate of a stream is in
+:mod:`llmsim.workload.prefix_hits` (a command too, so it is not imported here).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from llmsim.workload.arrivals import (
     ARRIVAL_PRESETS,
@@ -31,10 +30,11 @@ from llmsim.workload.lengths import (
     PairModel,
     Uniform,
 )
+from llmsim.workload.prefix import PromptPool, SharedPrefixWorkload
 from llmsim.workload.sessions import SessionIds
 from llmsim.workload.synthetic import SyntheticWorkload
 from llmsim.workload.traces import AzureTrace, BurstGPTTrace, CsvTrace, MooncakeTrace
-from llmsim.workload.transforms import Limited, RateScaled, Windowed
+from llmsim.workload.transforms import Limited, PromptCapped, RateScaled, Windowed
 
 __all__ = [
     "ARRIVAL_PRESETS",
@@ -57,6 +57,7 @@ __all__ = [
     "Phase",
     "PhasedArrivals",
     "PoissonArrivals",
+    "PromptCapped",
     "PromptPool",
     "RandomPhases",
     "RateScaled",
@@ -72,18 +73,5 @@ __all__ = [
     "build_length",
     "build_lengths",
     "build_workload",
-    "ideal_prefix_hit_rate",
-    "ideal_prefix_hits",
     "square_wave",
 ]
-
-# llmsim.workload.prefix is imported on first use, so `python -m llmsim.workload.prefix` runs it only once
-_LAZY = {"PromptPool", "SharedPrefixWorkload", "ideal_prefix_hit_rate", "ideal_prefix_hits"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from llmsim.workload import prefix
-
-        return getattr(prefix, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

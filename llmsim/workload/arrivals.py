@@ -199,7 +199,7 @@ class PhasedArrivals(ArrivalProcess):
                 if not math.isfinite(end) or end <= start:
                     raise ConfigError(f"arrival.phases: the schedule time ran past the float range at {start:.6g} s")
                 if ph.rate > 0:
-                    for times in _phase_batches(rng, start, end, ph.rate, ph.cv, batch):
+                    for times in phase_batches(rng, start, end, ph.rate, ph.cv, batch):
                         produced = True
                         yield times
                 start = end
@@ -231,10 +231,12 @@ class PhasedArrivals(ArrivalProcess):
         return total
 
 
-def _phase_batches(
+def phase_batches(
     rng: np.random.Generator, start: float, end: float, rate: float, cv: float, batch: int
 ) -> Iterator[np.ndarray]:
-    """Arrivals of a renewal process started at ``start``, truncated at ``end``."""
+    """Arrivals of a Gamma renewal process (``rate``, ``cv``) started at ``start`` and truncated at ``end``, in
+    numpy batches of at most ``batch``: one phase of a schedule (and a refitted period of
+    :mod:`llmsim.workload.burstgpt_like`)."""
     t = start
     while True:
         expected = (end - t) * rate
@@ -282,8 +284,8 @@ class RandomPhases(ArrivalProcess):
     ``[low, high]`` of a component picked with that probability (no draw when there is one
     component). The phase holds a Geometric number of requests with mean ``mean_requests`` (fixed) or
     ``mean_seconds * rate`` (so a phase lasts ``mean_seconds`` in expectation). Arrivals within a
-    phase are Poisson. This is the "unpredictable" workload family of spec 002 (App. B of the
-    best-effort paper), and the one MMPP generator of the project (``llmsim.envs.tasks`` uses it too).
+    phase are Poisson. This is the "unpredictable" workload family of "Learned Best-Effort LLM Serving"
+    (its App. B), and the one MMPP generator of the project (``llmsim.envs.tasks`` uses it too).
     """
 
     mixture: Sequence[tuple[float, float, float]]
@@ -371,7 +373,7 @@ class RandomPhases(ArrivalProcess):
         return math.inf if duration is None else max(c[2] for c in self.mixture if c[0] > 0) * duration
 
 
-# Spec 002 (best-effort serving, App. B) "unpredictable" workloads; 10,000 requests each in the paper.
+# "Learned Best-Effort LLM Serving" (App. B): the "unpredictable" workloads; 10,000 requests each in the paper.
 # Plain config data (each entry is an ``arrival`` mapping), not a registry of classes: ``{preset: name}``
 # is expanded to the mapping and built like any other arrival config.
 ARRIVAL_PRESETS: dict[str, dict[str, Any]] = {
@@ -388,5 +390,5 @@ ARRIVAL_PRESETS: dict[str, dict[str, Any]] = {
         "mean_requests": 500.0,
     },
 }
-# Spec 002's "stable" schedule when no rate is given: random rates in [0.25, 48] held ~40 s each.
+# The same paper's "stable" schedule when no rate is given: random rates in [0.25, 48] held ~40 s each.
 BEST_EFFORT_STABLE = {"process": "mmpp", "mixture": [[1.0, 0.25, 48.0]], "mean_seconds": 40.0}

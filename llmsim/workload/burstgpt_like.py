@@ -24,10 +24,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from scipy.special import ndtr
 
 from llmsim.errors import ConfigError
 from llmsim.request import Request
-from llmsim.workload.arrivals import BATCH, CV_MAX, _phase_batches
+from llmsim.workload.arrivals import BATCH, CV_MAX, phase_batches
 from llmsim.workload.base import MAX_TOKENS, Workload, WorkloadStats, check_float, check_int
 
 DAY = 86400.0
@@ -176,8 +177,6 @@ class LogNormalMixture:
         self._table: tuple[np.ndarray, np.ndarray] | None = None
 
     def _cdf_table(self) -> tuple[np.ndarray, np.ndarray]:
-        from scipy.special import ndtr
-
         if self._table is None:
             mu = np.log([c[1] for c in self.components])
             sigma = np.array([c[2] for c in self.components])
@@ -278,8 +277,6 @@ class _Stream:
     def lengths(self, rng: np.random.Generator, n: int, max_prompt: int | None,
                 max_output: int | None) -> tuple[np.ndarray, np.ndarray]:
         """(request, response) tokens of ``n`` requests: Zipf and mixture marginals, Gaussian copula."""
-        from scipy.special import ndtr
-
         z = rng.standard_normal((2, n))
         rho = self.spec.corr
         z_out = rho * z[0] + math.sqrt(1.0 - rho * rho) * z[1]
@@ -386,7 +383,7 @@ class BurstGPTLike(Workload):
             if not math.isfinite(t1):
                 raise ConfigError(f"period_s: the schedule ran past the float range at {t0:.6g} s")
             if rate > 0:
-                for times in _phase_batches(arr_rng, t0, t1, rate, cv, self.batch):
+                for times in phase_batches(arr_rng, t0, t1, rate, cv, self.batch):
                     pending.append(times)
                     n_pending += times.size
                     if n_pending >= self.batch:

@@ -31,32 +31,38 @@ from llmsim.workload.lengths import (
     PairModel,
     Uniform,
 )
+from llmsim.workload.prefix import PromptPool, SharedPrefixWorkload
 from llmsim.workload.schema import (
     LOG_TYPES,
     AzureSource,
     BurstGPTLikeSource,
     BurstGPTSource,
     CsvSource,
+    MooncakeSource,
+    SharedPrefixSource,
+    SyntheticSource,
+    parse_workload,
+)
+from llmsim.workload.stream_schema import (
     EmpiricalLengths,
     FixedLength,
     GammaArrival,
     LogNormalLength,
     MmppArrival,
-    MooncakeSource,
     PhasesArrival,
     PoissonArrival,
-    SharedPrefixSource,
     SquareWaveArrival,
-    SyntheticSource,
     UniformLength,
     parse_arrival,
     parse_length,
     parse_pair,
-    parse_workload,
 )
 from llmsim.workload.synthetic import SyntheticWorkload
 from llmsim.workload.traces import AzureTrace, BurstGPTTrace, CsvTrace, MooncakeTrace
-from llmsim.workload.transforms import Limited, RateScaled, Windowed
+from llmsim.workload.transforms import Limited, PromptCapped, RateScaled, Windowed
+
+# the sources whose ``max_prompt`` skips rows (the generators' own ``max_prompt`` shapes what they draw instead)
+TRACE_SOURCES = (AzureSource, BurstGPTSource, CsvSource, MooncakeSource)
 
 
 def build_arrival(cfg: Mapping[str, Any], where: str = "workload.arrival") -> ArrivalProcess:
@@ -155,8 +161,6 @@ def _burstgpt_like(src: BurstGPTLikeSource, seed: int) -> BurstGPTLike:
 
 def _shared_prefix(src: SharedPrefixSource, seed: int) -> Workload:
     """``max_requests`` alone also bounds the stream (as for burstgpt_like); ``user`` is the message length."""
-    from llmsim.workload.prefix import PromptPool, SharedPrefixWorkload  # lazily: see llmsim.workload.__init__
-
     arrival_cfg = dict(src.arrival)
     if src.rate is not None:
         arrival_cfg["rate"] = src.rate
@@ -175,16 +179,19 @@ def _shared_prefix(src: SharedPrefixSource, seed: int) -> Workload:
 
 
 def build_workload(cfg: Mapping[str, Any], seed: int) -> Workload:
-    """Workload from a plain dict: the source (``kind``), then window, rate scale and limit.
+    """Workload from a plain dict: the source (``kind``), then window, prompt cap, rate scale and limit.
 
     The whole dict is checked by :func:`llmsim.workload.schema.parse_workload` first. The window is cut in the
-    source's own time (e.g. seconds 0-600 of the trace), the rate scale then compresses it (``rate_scale: 2``
-    replays that window in 300 s), and ``max_requests`` truncates last.
+    source's own time (e.g. seconds 0-600 of the trace); a trace's ``max_prompt`` then skips (and counts) the
+    rows whose prompt is longer; the rate scale compresses what is left (``rate_scale: 2`` replays that window
+    in 300 s), and ``max_requests`` truncates last, so it counts requests that are simulated.
     """
     src = parse_workload(cfg)
     wl = _build_source(src, int(seed))
     if src.window is not None:
         wl = Windowed(wl, *src.window)
+    if isinstance(src, TRACE_SOURCES) and src.max_prompt is not None:
+        wl = PromptCapped(wl, src.max_prompt)
     if src.rate_scale != 1.0:
         wl = RateScaled(wl, src.rate_scale)
     if src.max_requests is not None:

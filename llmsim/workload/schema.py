@@ -1,8 +1,9 @@
-"""The ``workload`` config group's schema: one model per ``kind``, per arrival ``process`` and per length ``dist``.
+"""The ``workload`` config group's schema: one model per source ``kind`` (the arrival ``process`` and length
+``dist`` models of generated streams are in :mod:`llmsim.workload.stream_schema`).
 
-Dispatch on the tag is done by hand (not a pydantic tagged union) so an error names the key as the user wrote
-it (``workload.prompt.value``), never a union branch. Every model forbids unknown keys and non-finite numbers;
-see :mod:`llmsim.schema` for the message format.
+Dispatch on ``kind`` is done by hand (not a pydantic tagged union) so an error names the key as the user wrote
+it (``workload.window``), never a union branch. Every model forbids unknown keys and non-finite numbers; see
+:mod:`llmsim.schema` for the message format.
 """
 
 from __future__ import annotations
@@ -10,184 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+import yaml
+from pydantic import Field, field_validator, model_validator
 
 from llmsim.errors import ConfigError
-from llmsim.schema import (
-    MAX_TOKENS,
-    Float,
-    NonNegFloat,
-    PosFloat,
-    PosInt,
-    Schema,
-    TokenCount,
-    _not_bool,
-    _show,
-    check_choice,
-)
+from llmsim.resources import conf_dir
+from llmsim.schema import Float, Int, NonNegFloat, PosFloat, PosInt, Schema, TokenCount, check_choice
+from llmsim.workload.stream_schema import Cv, parse_arrival, parse_length, parse_pair, shown
+from llmsim.workload.traces import BURSTGPT_DOWNLOAD
 
 MixWeights = dict[str, NonNegFloat]
-
-
-# ---------------------------------------------------------------------------------------------- arrivals
-class PoissonArrival(Schema):
-    process: Literal["poisson"]
-    rate: PosFloat
-
-
-Cv = Annotated[float, BeforeValidator(_not_bool), Field(gt=0, le=100)]  # past ~100 most gaps round to zero
-
-
-class GammaArrival(Schema):
-    process: Literal["gamma"]
-    rate: PosFloat
-    cv: Cv
-
-
-class PhaseSpec(Schema):
-    duration: PosFloat
-    rate: NonNegFloat
-    cv: Cv = 1.0
-
-
-class PhasesArrival(Schema):
-    process: Literal["phases"]
-    phases: Annotated[list[PhaseSpec], Field(min_length=1)]
-    repeat: bool = False
-
-    @model_validator(mode="before")
-    @classmethod
-    def _lists_to_phases(cls, data: Any) -> Any:
-        """``[duration_s, rate]`` / ``[duration_s, rate, cv]`` lists are accepted as phases."""
-        if isinstance(data, Mapping) and isinstance(data.get("phases"), list | tuple):
-            phases = []
-            for ph in data["phases"]:
-                if isinstance(ph, list | tuple) and len(ph) in (2, 3):
-                    ph = dict(zip(("duration", "rate", "cv"), ph))
-                phases.append(ph)
-            data = {**data, "phases": phases}
-        return data
-
-
-class SquareWaveArrival(Schema):
-    process: Literal["square_wave"]
-    low: NonNegFloat
-    high: PosFloat
-    period: PosFloat
-    duty: Annotated[float, BeforeValidator(_not_bool), Field(gt=0, lt=1)] = 0.5
-    cv: Cv = 1.0
-
-
-class MmppArrival(Schema):
-    """Markov-modulated: phases whose rate is drawn from ``mixture`` rows [weight, low, high]."""
-
-    process: Literal["mmpp"]
-    mixture: Annotated[list[Annotated[list[NonNegFloat], Field(min_length=3, max_length=3)]], Field(min_length=1)]
-    mean_requests: Annotated[float, BeforeValidator(_not_bool), Field(ge=1)] | None = None
-    mean_seconds: PosFloat | None = None
-
-    @model_validator(mode="after")
-    def _one_length(self) -> MmppArrival:
-        if (self.mean_requests is None) == (self.mean_seconds is None):
-            raise ValueError("exactly one of mean_requests or mean_seconds")
-        return self
-
-
-ARRIVALS: dict[str, type[Schema]] = {
-    "poisson": PoissonArrival, "gamma": GammaArrival, "phases": PhasesArrival,
-    "square_wave": SquareWaveArrival, "mmpp": MmppArrival,
-}
-
-
-def parse_arrival(cfg: Any, where: str = "workload.arrival") -> Schema:
-    from llmsim.workload.arrivals import ARRIVAL_PRESETS
-
-    if not isinstance(cfg, Mapping):
-        raise ConfigError(f"{where}: expected a mapping like {{process: poisson, rate: 4}}, got {_show(cfg)}")
-    if "preset" in cfg:
-        if set(cfg) != {"preset"}:
-            raise ConfigError(f"{where}: 'preset' cannot be combined with other keys {sorted(set(cfg) - {'preset'})}")
-        name = check_choice(cfg["preset"], ARRIVAL_PRESETS, f"{where}.preset")
-        return parse_arrival(ARRIVAL_PRESETS[name], f"{where}(preset {name})")
-    if "process" not in cfg:
-        raise ConfigError(f"{where}.process: missing required key; expected one of {sorted(ARRIVALS)}")
-    process = check_choice(cfg["process"], ARRIVALS, f"{where}.process")
-    return ARRIVALS[process].parse(cfg, where)
-
-
-# ---------------------------------------------------------------------------------------------- lengths
-class FixedLength(Schema):
-    dist: Literal["fixed"]
-    value: TokenCount
-
-
-class UniformLength(Schema):
-    dist: Literal["uniform"]
-    min: TokenCount
-    max: TokenCount
-
-    @model_validator(mode="after")
-    def _ordered(self) -> UniformLength:
-        if self.min > self.max:
-            raise ValueError(f"min <= max (got min {self.min}, max {self.max})")
-        return self
-
-
-class LogNormalLength(Schema):
-    """Exactly one parameter pair: (mean, sigma), (mean, p50) or (mu, sigma); clipped to [min, max]."""
-
-    dist: Literal["lognormal"]
-    mean: PosFloat | None = None
-    sigma: PosFloat | None = None
-    p50: PosFloat | None = None
-    mu: Float | None = None
-    min: TokenCount = 1
-    max: TokenCount | None = None
-
-    @model_validator(mode="after")
-    def _pair(self) -> LogNormalLength:
-        given = {k for k in ("mean", "sigma", "p50", "mu") if getattr(self, k) is not None}
-        if given not in ({"mean", "sigma"}, {"mean", "p50"}, {"mu", "sigma"}):
-            raise ValueError(f"exactly one of (mean, sigma), (mean, p50) or (mu, sigma); got {sorted(given)}")
-        if self.max is not None and self.min > self.max:
-            raise ValueError(f"min <= max (got min {self.min}, max {self.max})")
-        return self
-
-
-LENGTHS: dict[str, type[Schema]] = {"fixed": FixedLength, "uniform": UniformLength, "lognormal": LogNormalLength}
-
-
-def parse_length(cfg: Any, where: str) -> Schema:
-    """A length model; a bare token count (``workload.prompt=128``) is shorthand for ``{dist: fixed, value: 128}``.
-
-    The shorthand matters on the command line: Hydra merges ``workload.prompt={dist: fixed, ...}`` into the
-    preset's lognormal keys instead of replacing them, while a scalar replaces the whole node.
-    """
-    if isinstance(cfg, int | float | str) and not isinstance(cfg, bool) and not isinstance(cfg, Mapping):
-        try:
-            return FixedLength.parse({"dist": "fixed", "value": cfg}, where)
-        except ConfigError as e:
-            raise ConfigError(str(e).replace(f"{where}.value:", f"{where}:", 1)) from None
-    if not isinstance(cfg, Mapping):
-        raise ConfigError(f"{where}: expected a token count or a mapping like {{dist: fixed, value: 128}}, "
-                          f"got {_show(cfg)}")
-    if "dist" not in cfg:
-        raise ConfigError(f"{where}.dist: missing required key; expected one of {sorted(LENGTHS)}")
-    dist = check_choice(cfg["dist"], LENGTHS, f"{where}.dist")
-    return LENGTHS[dist].parse(cfg, where)
-
-
-class EmpiricalLengths(Schema):
-    """(prompt, output) pairs resampled from a file (CSV / JSON / JSONL with two token columns)."""
-
-    dist: Literal["empirical"]
-    path: Annotated[str, Field(min_length=1)]
-    prompt_column: str | None = None
-    output_column: str | None = None
-    prompt_min: TokenCount = 1
-    prompt_max: TokenCount | None = None
-    output_min: TokenCount = 1
-    output_max: TokenCount | None = None
 
 
 # ---------------------------------------------------------------------------------------------- sources
@@ -213,7 +46,7 @@ def _parse_window(w: Any) -> tuple[float, float | None] | None:
     elif isinstance(w, list | tuple) and len(w) == 2:
         start, end = w
     else:
-        raise ValueError(f"a window [start_s, end_s] or {{start, end}}, got {_show(w)}")
+        raise ValueError(f"a window [start_s, end_s] or {{start, end}}, got {shown(w)}")
     s = _window_num(start if start is not None else 0.0, "start")
     e = None if end is None else _window_num(end, "end")
     if e is not None and e <= s:
@@ -223,10 +56,10 @@ def _parse_window(w: Any) -> tuple[float, float | None] | None:
 
 def _window_num(v: Any, name: str) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ValueError(f"a number of seconds for the window {name}, got {_show(v)}")
+        raise ValueError(f"a number of seconds for the window {name}, got {shown(v)}")
     f = float(v)
     if not (f == f and abs(f) != float("inf")) or f < 0:
-        raise ValueError(f"a finite window {name} >= 0, got {_show(v)}")
+        raise ValueError(f"a finite window {name} >= 0, got {shown(v)}")
     return f
 
 
@@ -249,38 +82,45 @@ OnError = Literal["raise", "skip"]
 Path_ = Annotated[str, Field(min_length=1)]
 
 
-class AzureSource(_Common):
+class _Trace(_Common):
+    """What every trace replay shares: a malformed row raises or is skipped (``on_error``), and a prompt longer than
+    ``max_prompt`` tokens is skipped and counted (``prompt_over_max_prompt``): a trace's rows are what they are, so
+    a row that cannot fit the model's context is left out and reported, never shortened."""
+
+    on_error: OnError = "raise"
+    max_prompt: TokenCount | None = None
+
+
+class AzureSource(_Trace):
     kind: Literal["azure"]
     path: Path_
-    on_error: OnError = "raise"
 
 
 Labels = Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
 
 
-HashBlock = Annotated[int, BeforeValidator(_not_bool), Field(ge=1, le=2**20)]  # tokens per prefix-block id
+HashBlock = Annotated[Int, Field(ge=1, le=2**20)]  # tokens per prefix-block id
 
 
-class BurstGPTSource(_Common):
+class BurstGPTSource(_Trace):
     kind: Literal["burstgpt"]
     path: Path_ | None = None  # required: checked by parse_workload, whose message says where to download it
     model: Labels | None = None
     log_type: Labels | None = None
     time_origin: Literal["first_row", "midnight"] = "first_row"
-    on_error: OnError = "raise"
     sessions: bool = False  # prefix-block ids from Session ID conversations (llmsim.workload.sessions)
     hash_block: HashBlock = 16
     max_sessions: PosInt = 4096
 
 
-Unit = Annotated[float, BeforeValidator(_not_bool), Field(gt=-1, lt=1)]
+Unit = Annotated[Float, Field(gt=-1, lt=1)]
 DayValues = Annotated[list[NonNegFloat], Field(min_length=1, max_length=1440)]
 
 
 class ZipfSpec(Schema):
     """Truncated Zipf: P(k) ~ k^-theta on [min, max]."""
 
-    theta: Annotated[float, BeforeValidator(_not_bool), Field(gt=0, le=10)] | None = None
+    theta: Annotated[Float, Field(gt=0, le=10)] | None = None
     min: TokenCount | None = None
     max: TokenCount | None = None
 
@@ -290,7 +130,7 @@ class ServiceSpec(Schema):
 
     profile: DayValues | None = None
     cv: Cv | Annotated[list[Cv], Field(min_length=1, max_length=1440)] | None = None
-    rate_noise: Annotated[float, BeforeValidator(_not_bool), Field(ge=0, le=3)] | None = None
+    rate_noise: Annotated[Float, Field(ge=0, le=3)] | None = None
     request: ZipfSpec | None = None
     response: Annotated[list[Annotated[list[NonNegFloat], Field(min_length=3, max_length=3)]],
                         Field(min_length=1)] | None = None
@@ -308,8 +148,8 @@ class BurstGPTLikeSource(_Common):
     model: str | dict[str, NonNegFloat] = "ChatGPT"
     mix: dict[str, NonNegFloat] | None = None
     log_type: str | None = None
-    start_hour: Annotated[float, BeforeValidator(_not_bool), Field(ge=0, lt=24)] = 0.0
-    period_s: Annotated[float, BeforeValidator(_not_bool), Field(gt=0, le=86400)] = 1200.0
+    start_hour: Annotated[Float, Field(ge=0, lt=24)] = 0.0
+    period_s: Annotated[Float, Field(gt=0, le=86400)] = 1200.0
     diurnal: bool = True
     conversation: ServiceSpec | None = None
     api: ServiceSpec | None = None
@@ -351,14 +191,13 @@ class BurstGPTLikeSource(_Common):
         return self
 
 
-class MooncakeSource(_Common):
+class MooncakeSource(_Trace):
     kind: Literal["mooncake"]
     path: Path_
     jitter_s: NonNegFloat = 0.0
-    on_error: OnError = "raise"
 
 
-Share = Annotated[float, BeforeValidator(_not_bool), Field(ge=0, le=1)]
+Share = Annotated[Float, Field(ge=0, le=1)]
 
 
 class PromptPoolSpec(Schema):
@@ -367,7 +206,7 @@ class PromptPoolSpec(Schema):
 
     count: PosInt
     tokens: TokenCount
-    zipf: Annotated[float, BeforeValidator(_not_bool), Field(ge=0, le=10)] = 1.0
+    zipf: Annotated[Float, Field(ge=0, le=10)] = 1.0
     prob: Share = 1.0
 
 
@@ -400,7 +239,7 @@ class CsvColumns(Schema):
     slo_class: str | None = None
 
 
-class CsvSource(_Common):
+class CsvSource(_Trace):
     kind: Literal["csv"]
     path: Path_
     columns: CsvColumns
@@ -408,7 +247,6 @@ class CsvSource(_Common):
     extra: dict[str, str] | list[str] | None = None
     filters: dict[str, str | list[str]] | None = None
     delimiter: Annotated[str, Field(min_length=1, max_length=1)] = ","
-    on_error: OnError = "raise"
 
 
 SOURCES: dict[str, type[_Common]] = {
@@ -420,10 +258,6 @@ SOURCES: dict[str, type[_Common]] = {
 
 def _presets_of(kind: str) -> list[str]:
     """The conf/workload presets of ``kind`` (for the hint below); none if conf/ cannot be read."""
-    import yaml
-
-    from llmsim.resources import conf_dir
-
     try:
         found = []
         for f in sorted((conf_dir() / "workload").glob("*.yaml")):
@@ -459,14 +293,12 @@ def _check_switched_kind(cfg: Mapping[str, Any], kind: str, where: str) -> None:
 def parse_workload(cfg: Any, where: str = "workload") -> _Common:
     """The validated source model of a workload config (nested arrival / length models checked too)."""
     if not isinstance(cfg, Mapping):
-        raise ConfigError(f"{where}: expected a mapping with a 'kind' key, got {_show(cfg)}")
+        raise ConfigError(f"{where}: expected a mapping with a 'kind' key, got {shown(cfg)}")
     if "kind" not in cfg:
         raise ConfigError(f"{where}.kind: missing required key; expected one of {sorted(SOURCES)}")
     kind = check_choice(cfg["kind"], SOURCES, f"{where}.kind")
     _check_switched_kind(cfg, kind, where)
     if kind == "burstgpt" and not cfg.get("path"):
-        from llmsim.workload.traces import BURSTGPT_DOWNLOAD
-
         raise ConfigError(f"{where}.path: missing; {BURSTGPT_DOWNLOAD} and pass {where}.path=/path/to/BurstGPT_1.csv")
     src = SOURCES[kind].parse(cfg, where)
     if isinstance(src, SyntheticSource):
@@ -513,21 +345,4 @@ def _check_lengths(src: Any, first: str, where: str) -> None:
         parse_length(src.output, f"{where}.output")
 
 
-def parse_pair(lengths: Any, where: str) -> Schema | str:
-    """``lengths``: a preset name, ``{preset: name}`` or an empirical model."""
-    from llmsim.workload.lengths import LENGTH_PRESETS
-
-    if isinstance(lengths, str):
-        return check_choice(lengths, LENGTH_PRESETS, where)
-    if not isinstance(lengths, Mapping):
-        raise ConfigError(f"{where}: expected a preset name or a mapping, got {_show(lengths)}")
-    if "preset" in lengths:
-        if set(lengths) != {"preset"}:
-            raise ConfigError(f"{where}: 'preset' cannot be combined with {sorted(set(lengths) - {'preset'})}")
-        return check_choice(lengths["preset"], LENGTH_PRESETS, f"{where}.preset")
-    if lengths.get("dist") != "empirical":
-        raise ConfigError(f"{where}.dist: expected 'empirical' (or use 'preset'), got {lengths.get('dist')!r}")
-    return EmpiricalLengths.parse(lengths, where)
-
-
-__all__ = ["MAX_TOKENS", "parse_arrival", "parse_length", "parse_pair", "parse_workload"]
+__all__ = ["SOURCES", "parse_workload"]

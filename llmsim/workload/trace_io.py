@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from llmsim.errors import TraceError
 from llmsim.workload.base import WorkloadStats
@@ -240,9 +242,6 @@ class Table:
     # -- Parquet -------------------------------------------------------------------------------
     def _read_parquet(self, select: Callable[[list[str], str], list[str]], numeric: set[str] | None,
                       stats: WorkloadStats) -> Iterator[tuple[dict[str, Sequence[Any]], list[int], str]]:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         path = self.path
         errors = (pa.ArrowException, OSError, ValueError)
         try:
@@ -271,8 +270,6 @@ class Table:
 
 def _arrow_values(arr: Any, numeric: bool) -> Sequence[Any]:
     """One Parquet column as numpy (numbers, datetime64 in UTC) or, for text columns, Python strings."""
-    import pyarrow as pa
-
     t = arr.type
     if not numeric:
         if pa.types.is_string(t) or pa.types.is_large_string(t):

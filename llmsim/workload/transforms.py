@@ -1,4 +1,4 @@
-"""Lazy stream transforms: rate scaling, time windows and request limits.
+"""Lazy stream transforms: rate scaling, time windows, prompt caps and request limits.
 
 Each wraps another workload and is itself a workload; its ``stats`` merge the inner counters
 with its own, so a row dropped by a window is counted like a row dropped by a reader.
@@ -114,6 +114,47 @@ class Windowed(_Wrapper):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "window", "start": self.start, "end": self.end, "source": self.inner.describe()}
+
+
+PROMPT_OVER_MAX = "prompt_over_max_prompt"
+
+
+class PromptCapped(_Wrapper):
+    """Skips requests whose prompt is longer than ``max_prompt`` tokens (counted as ``prompt_over_max_prompt``);
+    ids renumbered. A trace preset carries the default model's context this way (Llama-2-7B serves prompts of at
+    most 4,095 tokens), so a replay runs on the default cluster and says how many rows it left out."""
+
+    def __init__(self, inner: Workload, max_prompt: int) -> None:
+        super().__init__(inner)
+        self.max_prompt = check_int("max_prompt", max_prompt, ge=1)
+
+    def _iter(self, stats: WorkloadStats) -> Iterator[Request]:
+        yield from self._cut(stats)
+        if stats.yielded == 0:  # only after a complete pass: a cap that leaves nothing is never a silent empty run
+            raise ConfigError(f"max_prompt: every request of the source has a prompt longer than {self.max_prompt} "
+                              f"tokens ({stats.skipped.get(PROMPT_OVER_MAX, 0)} skipped); raise max_prompt (and use "
+                              f"a model with a longer context) or set it to null")
+
+    def _cut(self, stats: WorkloadStats) -> Iterator[Request]:
+        cap = self.max_prompt
+        next_id = 0
+        it = iter(self.inner)
+        try:
+            for r in it:
+                if r.prompt_tokens > cap:
+                    stats.skip(PROMPT_OVER_MAX)
+                    continue
+                r.id = next_id
+                next_id += 1
+                stats.yielded += 1
+                yield r
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "prompt_cap", "max_prompt": self.max_prompt, "source": self.inner.describe()}
 
 
 class Limited(_Wrapper):

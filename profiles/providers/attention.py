@@ -91,7 +91,8 @@ def v100_attention_calibration(
     raw: Raw, m: ModelSpec, dense_fn, lm_fn, overhead: dict[str, float], gpu: GpuSpec
 ) -> tuple[float, float, str]:
     """Pick V100 decode-attention bandwidth efficiency so that Llama-2-7B with p=1000, d=1000 alone takes
-    about 17 s (shared/specs/001); prefill attention efficiency 0.35 (no FlashAttention-2 on sm70)."""
+    about 17 s (the Intelligent Router paper's V100 figure); prefill attention efficiency 0.35 (no FlashAttention-2
+    on sm70)."""
     eff_pf = 0.35
     target = 17.0
 
@@ -118,7 +119,7 @@ def v100_attention_calibration(
     note = (
         f"V100 attention roofline: prefill eff {eff_pf} of peak, decode eff {eff:.3f} of bandwidth, "
         "chosen so "
-        f"Llama-2-7B p=1000/d=1000 alone = {total(eff):.2f} s (spec 001: ~17 s)"
+        f"Llama-2-7B p=1000/d=1000 alone = {total(eff):.2f} s (Intelligent Router paper: ~17 s)"
     )
     return eff_pf, eff, note
 
@@ -183,7 +184,7 @@ def a100_40_pair(ctx: Context) -> Pair | None:
 
 
 def v100_pair(ctx: Context) -> Pair | None:
-    """Roofline calibrated on spec 001's V100 facts with the measured APEX+ GEMMs (Llama-2-7B)."""
+    """Roofline calibrated on the Intelligent Router paper's V100 facts with the measured APEX+ GEMMs (Llama-2-7B)."""
     if ctx.gpu not in ("v100-16gb", "v100-32gb"):
         return None
     g, gm = ctx.spec, ctx.raw.apex_gemm()

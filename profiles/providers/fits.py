@@ -1,5 +1,5 @@
 """Shared numerics of the providers: output grids, rounding, NNLS fits, rooflines and the fits of the
-LLMServingSim-layout tables (also written by ``llmsim.profiles.profile``)."""
+LLMServingSim-layout tables (also written by ``python -m llmsim.profiles measure``)."""
 
 from __future__ import annotations
 

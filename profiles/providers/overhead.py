@@ -39,8 +39,9 @@ FITS = Path(__file__).resolve().parents[1] / "fits"
 
 @provider("run-fit")
 def run_fit_overhead(ctx: Context) -> PartResult | None:
-    """The per-sequence overhead fitted to a recorded run of this (model, GPU) by ``python -m llmsim.profiles.calibrate``
-    (profiles/fits/<gpu>/<model>.yaml, derived data), on top of the V1 per-iteration term. Only for profiles whose
+    """The per-sequence overhead fitted to a recorded run of this (model, GPU) by
+    ``python -m llmsim.profiles calibrate`` (profiles/fits/<gpu>/<model>.yaml, derived data), on top of the V1
+    per-iteration term. Only for profiles whose
     GPU work is measured with the same engine (the LLMServingSim vLLM 0.19 tables): the fit absorbs whatever the
     operator tables miss."""
     f = FITS / ctx.gpu / f"{ctx.model.name}.yaml"

@@ -1,4 +1,5 @@
-"""Prefix-aware routers (issue 17; docs/prefix_routing.md): ``prefix_aware`` and ``session_affinity``.
+"""Prefix-aware routers (docs/prefix_routing.md): ``prefix_aware`` (llm-d's inference scheduler) and
+``session_affinity``: send a request where its prompt's prefix is already cached.
 
 ``prefix_aware`` follows llm-d's inference scheduler: candidates (the instances that can serve the request)
 are scored by weighted scorers (:mod:`llmsim.routing.prefix.scorers`) and the picker takes the maximum.

@@ -10,7 +10,7 @@ the router adds them with its weights and the picker takes the maximum (docs/pre
 * :func:`queue_scores`: min-max normalised queue length, 1 for the shortest (llm-d's queue scorer).
 * :func:`kv_scores`: 1 - KV cache use (llm-d's kv-cache-utilization scorer).
 
-Only the public :class:`~llmsim.cluster.view.SimulatorView` is read. Cost per request: O(candidates x blocks of
+Only the public :class:`~llmsim.state.view.SimulatorView` is read. Cost per request: O(candidates x blocks of
 the request) for the prefix scorers, O(candidates) for the others.
 """
 

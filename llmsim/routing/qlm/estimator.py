@@ -1,11 +1,12 @@
-"""QLM's request-completion-time (RCT) estimator (shared/specs/003 section 2, paper section 6), standalone.
+"""QLM's request-completion-time (RCT) estimator (the QLM paper's §6), standalone: how long a request waits
+behind the work queued ahead of it and how long it then runs, as a Normal a plan can put in a chance constraint.
 
     C_q = W_q + P + D_q,   W_q = (output tokens still to generate ahead of q) / Theta,   D_q = O_q * eps * d
 
-with O ~ Normal(mu_o, sigma_o) per request group, so C_q is returned as a Normal (mean, std) that a plan
-generator can put in a chance constraint. Theta, eps, d and the prefill time P come from a llmsim step-time
-profile (:func:`rates_from_profile`), never from the simulation being predicted, so the R^2 reported by
-``python -m experiments.studies.qlm_r2 --r2`` is an honest accuracy figure. See docs/qlm_estimator.md.
+with O ~ Normal(mu_o, sigma_o) per request group, so C_q is returned as a Normal (mean, std). Theta, eps, d and the
+prefill time P come from a llmsim step-time profile (:func:`rates_from_profile`), never from the simulation being
+predicted, so the R^2 reported by ``python -m experiments.studies.qlm_r2 --r2`` is an honest accuracy figure. See
+docs/qlm_estimator.md.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.special import erfcx
 
 from llmsim.engine.config import EngineConfig
 from llmsim.perf.profile import Profile
@@ -184,8 +186,6 @@ class OutputLengthModel:
         if self.std <= 0:
             return np.maximum(self.mean - g, 1.0), np.zeros_like(g)
         alpha = (g - self.mean) / self.std
-        from scipy.special import erfcx  # (lazy: keeps `import llmsim` light)
-
         lam = math.sqrt(2.0 / math.pi) / erfcx(alpha / math.sqrt(2.0))  # phi(alpha) / (1 - Phi(alpha))
         mean = np.maximum(self.mean + self.std * lam - g, 1.0)
         var = np.maximum(self.std**2 * (1.0 + alpha * lam - lam**2), 0.0)

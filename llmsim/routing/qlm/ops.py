@@ -1,5 +1,6 @@
-"""QLM's operations that act on engines (shared/specs/003 section 4): request eviction, GPU-CPU state swapping and
-model warm start, as a mixin of :class:`llmsim.routing.qlm.router.QLMRouter`. Pulling and load balancing live there.
+"""QLM's operations that act on engines (the QLM paper's "LLM serving operations", §5): request eviction, GPU-CPU
+state swapping and model warm start, as a mixin of :class:`llmsim.routing.qlm.router.QLMRouter` (pulling and
+load balancing live there).
 
 * **Eviction / state swapping** (paper section 5, "at the end of each iteration ... removes current requests from
   the running batch to make room for the requests at the VQ head"): when the head group of an instance's virtual
@@ -8,10 +9,10 @@ model warm start, as a mixin of :class:`llmsim.routing.qlm.router.QLMRouter`. Pu
   With state swapping they are *parked* in CPU memory (``view.swap_out(..., park=True)``; restored when the
   engine's waiting queue empties); where the swap space is full or absent, or with state swapping off, they are
   evicted back to the central queue (``view.evict``; one recompute prefill later, wherever QLM puts them).
-  The paper gives no rule for choosing between the two (spec 003 section 4.1); this one follows its outcome:
-  swap while CPU memory allows (Mistral-7B's small KV fits many requests), else evict (Vicuna-13B's fills it
-  8x sooner). At most one round per instance per ``replan_interval_s`` of simulated time, so the requests it
-  removes are not removed again at once.
+  The paper gives no rule for choosing between the two (its Insight #2 reports only the outcome); this one
+  follows that outcome: swap while CPU memory allows (Mistral-7B's small KV fits many requests), else evict
+  (Vicuna-13B's fills it 8x sooner). At most one round per instance per ``replan_interval_s`` of simulated
+  time, so the requests it removes are not removed again at once.
 * **Model warm start** (paper section 5): the models of the next groups in an instance's VQ are prefetched from
   storage into its host-memory model cache (``view.prefetch_model``), so the swap to them copies from CPU memory.
 

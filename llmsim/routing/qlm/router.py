@@ -1,4 +1,5 @@
-"""QLM as an llmsim router (spec 003, issue 15): request groups, virtual queues, pulling, re-planning.
+"""QLM as an llmsim router (the QLM paper, "One Queue Is All You Need: Resolving Head-of-Line Blocking in Large
+Language Model Serving"): request groups, virtual queues, pulling, re-planning.
 
 What happens to a request (paper sections 3.1, 4, 5):
 
@@ -7,8 +8,9 @@ What happens to a request (paper sections 3.1, 4, 5):
    its key opens a new one (Algorithm 1's split; the key plays the k-means clusters' part, as the public code's
    exact (model, SLO) grouping does). A new group goes to the tail of the virtual queue (VQ) of the instance
    with the least estimated work (load balancing) or, with load balancing off, of the next instance in turn.
-2. The completion-time estimator (qlm_estimator) and :func:`qlm_plan.evaluate` score the current VQs; when a
-   group's P(completion > SLO) exceeds ``trigger_prob`` the plan generator (qlm_plan, MILP or EDF) re-plans
+2. The completion-time estimator (:mod:`~llmsim.routing.qlm.estimator`) and :func:`~llmsim.routing.qlm.plan.evaluate`
+   score the current VQs; when a group's P(completion > SLO) exceeds ``trigger_prob`` the plan generator
+   (:mod:`~llmsim.routing.qlm.plan`: EDF, or :mod:`~llmsim.routing.qlm.milp`) re-plans
    the order and placement of every group. Re-plans are rate-limited (``replan_interval_s``, sim time) unless
    the arrival opened a group: in overload every arrival predicts a violation.
 3. The request is held in the cluster's central queue (WAIT) and *pulled*: an instance whose engine waiting
@@ -44,8 +46,9 @@ from llmsim.perf.profile import profile_for_instance
 from llmsim.routing.base import WAIT, Router, register_router
 from llmsim.routing.base import kwarg_number as _num
 from llmsim.routing.qlm.estimator import EngineRates, OutputLengthModel, estimate_completion, rates_from_profile
+from llmsim.routing.qlm.milp import solve_plan
 from llmsim.routing.qlm.ops import QLMOperations
-from llmsim.routing.qlm.plan import Plan, PlanProblem, RequestGroup, VirtualQueue, edf_plan, evaluate, solve_plan
+from llmsim.routing.qlm.plan import Plan, PlanProblem, RequestGroup, VirtualQueue, edf_plan, evaluate
 
 if TYPE_CHECKING:
     from llmsim.request import Request
@@ -93,7 +96,7 @@ class _Group:
 
 @register_router
 class QLMRouter(QLMOperations, Router):
-    """QLM (shared/specs/003): virtual queues of request groups, pulled by instances, ordered by the plan generator.
+    """QLM: virtual queues of request groups, pulled by instances, ordered by the plan generator.
 
     Options (``policy.kwargs``): ``slo_s`` {class: end-to-end SLO in s} (match ``slo.classes.*.e2el_ms``) and
     ``default_slo_s`` for other classes; ``delta`` and ``avg_batch_size`` (None: the estimator's full batch) for

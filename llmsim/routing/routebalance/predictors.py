@@ -1,4 +1,4 @@
-"""RouteBalance's learned predictors (spec 004 section 2.8; docs/routebalance_predictors.md).
+"""RouteBalance's learned predictors (the RouteBalance paper's §4.2 and §6.8; docs/routebalance_predictors.md).
 
 * :class:`KnnEstimator`, registered as ``estimator: knn``: per-(request, model) quality and output length from
   the k nearest labelled training requests (scikit-learn ``NearestNeighbors``, exact k-d tree search,
@@ -6,16 +6,18 @@
   ones a router has at routing time and nothing else: the request's ``task`` (one-hot, scaled so that a
   neighbour from another task is farther than any of the same task), ``log1p(prompt_tokens)`` (standardised
   over the training sample) and, when the training requests carry one, the prompt embedding
-  ``extra["embedding"]`` (the stand-in for the paper's MiniLM vector; envs/routebalance_tasks.py). Never the
-  request's own labels (``quality_by_model``, ``outputs_by_model``, ``output_tokens``): those are the training
-  targets, read from training requests only. :meth:`KnnEstimator.predict_batch` answers a whole batch window
-  with one neighbour search (``python -m llmsim.routing.routebalance.predictors --bench`` times it).
+  ``extra["embedding"]`` (the stand-in for the paper's MiniLM vector). Never the request's own labels
+  (``quality_by_model``, ``outputs_by_model``, ``output_tokens``): those are the training targets, read from
+  training requests only. :meth:`KnnEstimator.predict_batch` answers a whole batch window with one neighbour
+  search.
 * :class:`XgbTpotHead`, registered as ``tpot_prior: xgboost``: one XGBoost regressor per tier (model name)
   from an instance's telemetry features (:data:`TPOT_FEATURES`) to the realised mean per-token decode time
   over the next window, trained on telemetry recorded by ``llmsim.simulation.telemetry``. RouteBalance's
   latency estimate then uses its prediction on the dead-reckoned state D instead of the telemetry's step time.
 
-scikit-learn and xgboost are imported inside functions: ``import llmsim`` does not load them.
+Both learn from data the caller gives: a list (requests, telemetry rows) or ``{sampler: NAME, ...}`` naming a
+registered training sampler (:mod:`llmsim.routing.samplers`). scikit-learn and xgboost are the ``predict``
+extra, imported only when an estimator or head is built: ``import llmsim`` does not load them.
 """
 
 from __future__ import annotations
@@ -26,21 +28,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from llmsim.errors import ConfigError
 from llmsim.routing.base import kwarg_number
-from llmsim.routing.model_choice import _sample
-from llmsim.routing.routebalance.router import register_estimator
+from llmsim.routing.routebalance.estimators import register_estimator
 from llmsim.routing.routebalance.state import TPOT_HEADS
+from llmsim.routing.samplers import training_sample
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from llmsim.request import Request
     from llmsim.routing.routebalance.state import Reckoned
     from llmsim.state.cluster_state import ClusterState, InstanceState
 
-DEFAULT_K = 10  # spec 2.8(a): k = 10 (paper); the frontier is insensitive to k in {5, 10, 20, 50}
+DEFAULT_K = 10  # the paper's k; it reports the frontier insensitive to k in {5, 10, 20, 50}
 TASK_SCALE = 100.0  # one-hot weight of the task: a request's neighbours come from its own task when it has k
 EPS = 1e-6  # the paper's inverse-distance weight offset
 
@@ -48,26 +49,13 @@ EPS = 1e-6  # the paper's inverse-distance weight offset
 TPOT_FEATURES = ("num_running", "num_waiting", "kv_used_frac", "pending_prefill_tokens", "pending_decode_tokens",
                  "context_tokens", "max_num_seqs", "step_time", "throughput")
 LABEL = "tpot_next"  # realised mean per-token decode time (s) over the next window
-# spec 2.8(b) [R train_xgboost.py]; the number of boosting rounds is not recovered (200 here)
+# the paper's code (train_xgboost.py); its number of boosting rounds is not recovered (200 here)
 XGB_PARAMS = {"objective": "reg:squarederror", "max_depth": 6, "eta": 0.1, "subsample": 0.8,
               "colsample_bytree": 0.8, "min_child_weight": 5, "seed": 42, "nthread": 1, "device": "cpu"}
-MIN_TPOT_S = 0.001  # the repo clamps the prediction to >= 1 ms
+MIN_TPOT_S = 0.001  # the paper's code clamps the prediction to >= 1 ms
 
 
-# ---------------------------------------------------------------------- training requests
-def training_requests(train: Any, key: str = "estimator_kwargs.train") -> list[Request]:
-    """A list of labelled requests, or ``{sampler: "module:function", **kwargs}`` (route_baselines' loader)."""
-    if isinstance(train, Mapping):
-        try:
-            return _sample(train)
-        except ConfigError as e:
-            raise ConfigError(str(e).replace("policy.kwargs.train", f"policy.kwargs.{key}", 1)) from None
-    if train is None or isinstance(train, str) or not isinstance(train, Sequence):
-        raise ConfigError(f"policy.kwargs.{key}: expected a list of labelled requests or {{sampler: "
-                          f"'module:function', ...kwargs}}, got {type(train).__name__}")
-    return list(train)
-
-
+# ---------------------------------------------------------------------- features
 def embedding_of(r: Request) -> Sequence[float] | None:
     """The request's prompt embedding (``extra["embedding"]``), or None."""
     e = (r.extra or {}).get("embedding")
@@ -99,7 +87,7 @@ def request_features(tasks: Sequence[str], reqs: Sequence[Request], mu: float, s
 class KnnEstimator:
     """Quality and output length per model: inverse-distance-weighted means over the k nearest training
     requests (module docstring). ``train``: labelled requests (each with ``quality_by_model``; lengths from
-    ``outputs_by_model``, else ``output_tokens``) or a sampler mapping. ``weights``: ``distance`` (paper) or
+    ``outputs_by_model``, else ``output_tokens``) or ``{sampler: NAME, ...}``. ``weights``: ``distance`` (paper) or
     ``uniform``. Deterministic: exact search, ties by training order."""
 
     def __init__(self, seed: int = 0, train: Any = None, k: Any = DEFAULT_K, weights: str = "distance") -> None:
@@ -111,14 +99,14 @@ class KnnEstimator:
         self.weights = weights
         if train is None:
             raise ConfigError("policy.kwargs.estimator_kwargs.train: the knn estimator needs labelled training "
-                              "requests (a list, or {sampler: 'module:function', ...kwargs})")
-        reqs = training_requests(train)
+                              "requests (a list, or {sampler: NAME, ...kwargs})")
+        reqs = training_sample(train, "policy.kwargs.estimator_kwargs.train")
         if not reqs:
             raise ConfigError("policy.kwargs.estimator_kwargs.train: no training requests")
         self.fit(reqs)
 
     def fit(self, reqs: Sequence[Request]) -> None:
-        from sklearn.neighbors import NearestNeighbors
+        from sklearn.neighbors import NearestNeighbors  # optional: the predict extra
 
         bad = [r.id for r in reqs if not r.quality_by_model]
         if bad:
@@ -171,8 +159,8 @@ class KnnEstimator:
 
 def estimator_accuracy(est: Any, test: Sequence[Request], models: Sequence[str] | None = None,
                        train: Sequence[Request] | None = None) -> dict[str, float]:
-    """Held-out accuracy of an estimator (spec 6.15): ``best_model_acc`` (its argmax quality is the request's
-    argmax), ``quality_mae``, ``length_mae`` (tokens), ``length_mape``, the ``routed_quality`` of taking its
+    """Held-out accuracy of an estimator (the paper's §6.8 figures): ``best_model_acc`` (its argmax quality is the
+    request's argmax), ``quality_mae``, ``length_mae`` (tokens), ``length_mape``, the ``routed_quality`` of taking its
     argmax and the ``oracle_quality`` (per-request max). With ``train``, the same for the prompt-blind constant
     predictor (per-model training means; ``const_*``) and ``random_acc`` = 1 / #models."""
     models = list(models or sorted(test[0].quality_by_model or {}))
@@ -214,10 +202,8 @@ def instance_features(inst: InstanceState) -> list[float]:
 
 
 def load_telemetry(train: Any) -> pd.DataFrame:
-    """Telemetry rows from a DataFrame, a .parquet / .csv path, a list of row mappings or ``{sampler:
-    "module:function", ...kwargs}`` returning rows (e.g. ``llmsim.simulation.telemetry:telemetry_rows``)."""
-    import pandas as pd
-
+    """Telemetry rows from a DataFrame, a .parquet / .csv path, a list of row mappings or ``{sampler: NAME,
+    ...kwargs}`` naming a training sampler that returns rows (``routebalance_telemetry``)."""
     key = "tpot_kwargs.train"
     if isinstance(train, pd.DataFrame):
         df = train
@@ -228,12 +214,12 @@ def load_telemetry(train: Any) -> pd.DataFrame:
         except (OSError, ValueError, ImportError) as e:
             raise ConfigError(f"policy.kwargs.{key}: cannot read telemetry {str(p)!r} ({e})") from None
     elif isinstance(train, Mapping):
-        df = pd.DataFrame(training_requests(train, key))
+        df = pd.DataFrame(training_sample(train, f"policy.kwargs.{key}"))
     elif isinstance(train, Sequence):
         df = pd.DataFrame(list(train))
     else:
-        raise ConfigError(f"policy.kwargs.{key}: expected a telemetry file, a DataFrame, rows or {{sampler: "
-                          f"'module:function', ...}}, got {type(train).__name__}")
+        raise ConfigError(f"policy.kwargs.{key}: expected a telemetry file, a DataFrame, rows or {{sampler: NAME, "
+                          f"...}}, got {type(train).__name__}")
     missing = [c for c in ("model", *TPOT_FEATURES, LABEL) if c not in df.columns]
     if missing:
         raise ConfigError(f"policy.kwargs.{key}: telemetry lacks column(s) {missing}")
@@ -243,7 +229,7 @@ def load_telemetry(train: Any) -> pd.DataFrame:
 
 
 class XgbTpotHead:
-    """One XGBoost TPOT regressor per tier (model name), spec 2.8(b) hyper-parameters, ``rounds`` boosting
+    """One XGBoost TPOT regressor per tier (model name), the paper's hyper-parameters, ``rounds`` boosting
     rounds, inference pinned to one CPU thread, predictions clamped to >= 1 ms. A tier without telemetry
     falls back to the static prior. RouteBalance calls :meth:`observe` with the telemetry at every batch and
     :meth:`tpot_s` per candidate on the dead-reckoned D (its running / waiting / pending tokens override the
@@ -260,7 +246,7 @@ class XgbTpotHead:
         self.calls = 0
 
     def fit(self, df: pd.DataFrame) -> None:
-        import xgboost as xgb
+        import xgboost as xgb  # optional: the predict extra
 
         self.boosters: dict[str, Any] = {}
         for model, g in df.groupby("model", sort=True):
@@ -300,7 +286,9 @@ class XgbTpotHead:
         return v
 
 
-def _xgb_head(kwargs: Any) -> XgbTpotHead:
+@TPOT_HEADS.register("xgboost")
+def xgb_head(kwargs: Any) -> XgbTpotHead:
+    """The ``tpot_prior: xgboost`` head from ``policy.kwargs.tpot_kwargs`` (``train``, ``rounds``)."""
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise ConfigError(f"policy.kwargs.tpot_kwargs: expected a mapping, got {kwargs!r}")
     try:
@@ -308,8 +296,6 @@ def _xgb_head(kwargs: Any) -> XgbTpotHead:
     except TypeError as e:
         raise ConfigError(f"policy.kwargs.tpot_kwargs: {e}") from None
 
-
-TPOT_HEADS["xgboost"] = _xgb_head
 
 
 def tpot_accuracy(head: XgbTpotHead, test: pd.DataFrame, static_s: Mapping[str, float]) -> dict[str, float]:
@@ -325,65 +311,3 @@ def tpot_accuracy(head: XgbTpotHead, test: pd.DataFrame, static_s: Mapping[str, 
         out[f"{name}_mae_ms"] = float(np.abs(p - y).mean() * 1000.0)
         out[f"{name}_mape"] = float((np.abs(p - y) / y).mean())
     return out
-
-
-# ---------------------------------------------------------------------- decision-cost benchmark
-TESTBED = "llmsim.envs.routebalance_tasks"  # the spec 004 testbed (imported by name: llmsim does not depend on envs)
-
-
-def bench_decision_cost(rate: float = 12.0, n: int = 3534, train_n: int = 14919, seed: int = 5,
-                        batching: Sequence[str] = ("adaptive", "off"), weights: str = "uniform") -> list[dict]:
-    """RouteBalance's wall-clock decision cost on the spec 004 testbed with the kNN estimator (k = 10, trained on
-    ``train_n`` requests of seed 1005), one simulation per ``batching`` mode: per request decided, the batch
-    decision's wall time (neighbour search + LPT + Eq. 1 over 13 instances + D updates; what the paper's 27-32 ms
-    covers, less the MiniLM encoder), the estimator's share, windows and requests per window."""
-    import importlib
-
-    from llmsim import simulate
-    from llmsim.routing import make_router
-
-    tb = importlib.import_module(TESTBED)
-    train = tb.routebalance_workload(12.0, n=train_n, seed=1005)
-    est = KnnEstimator(train=train, k=DEFAULT_K)
-    out = []
-    for mode in batching:
-        reqs = tb.routebalance_workload(rate, n=n, seed=seed)
-        router = make_router("routebalance", seed=seed, weights=weights, prices={m: list(p) for m, p in
-                                                                                  tb.PRICES.items()},
-                             estimator=est, batching=mode)
-        simulate(tb.routebalance_instances(), reqs, router, central_queue_tick=0.004, seed=seed)
-        st = router.stats
-        d = max(st["decisions"], 1)
-        out.append({"batching": mode, "rate": rate, "requests": int(st["decisions"]), "windows": int(st["batches"]),
-                    "per_window": st["decisions"] / max(st["batches"], 1),
-                    "decision_ms_per_request": 1000 * st["decide_s"] / d,
-                    "estimator_ms_per_request": 1000 * st["estimate_s"] / d,
-                    "estimator_ms_per_window": 1000 * st["estimate_s"] / max(st["estimate_calls"], 1),
-                    "route_ms_per_call": 1000 * st["route_s"] / max(st["routed"], 1)})
-    return out
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m llmsim.routing.routebalance.predictors --bench``: print the decision cost per request."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m llmsim.routing.routebalance.predictors",
-                                 description="RouteBalance's kNN decision cost on the spec 004 testbed")
-    ap.add_argument("--bench", action="store_true", help="run the decision-cost benchmark (required)")
-    ap.add_argument("--rate", type=float, default=12.0)
-    ap.add_argument("--n", type=int, default=3534)
-    ap.add_argument("--batching", default="adaptive,off", help="comma-separated: adaptive, fixed, off")
-    a = ap.parse_args(argv)
-    if not a.bench:
-        ap.error("nothing to do: pass --bench")
-    rows = bench_decision_cost(a.rate, a.n, batching=tuple(a.batching.split(",")))
-    print("batching  requests  windows  req/window  decision ms/req  kNN ms/req  kNN ms/window")
-    for r in rows:
-        print(f"{r['batching']:<9} {r['requests']:>8} {r['windows']:>8} {r['per_window']:>11.2f} "
-              f"{r['decision_ms_per_request']:>16.3f} {r['estimator_ms_per_request']:>11.3f} "
-              f"{r['estimator_ms_per_window']:>14.3f}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

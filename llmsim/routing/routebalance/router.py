@@ -1,16 +1,19 @@
-"""RouteBalance as an llmsim router (spec 004, issue 16; docs/routebalance.md): fused model routing and load
-balancing over heterogeneous instances.
+"""RouteBalance as an llmsim router (the RouteBalance paper, "fused model routing and load balancing";
+docs/routebalance.md): each request gets the instance - hence also the model - that maximises a weighted sum of
+predicted quality, cost and latency, over heterogeneous instances.
 
-What happens to a request (spec sections 2.1-2.7, Algorithm 1):
+What happens to a request (the paper's §4.1-§4.3 and Algorithm 1):
 
 1. On arrival it joins the open batch and is held in the cluster's central queue (WAIT). The batch closes when
    it holds ``max_batch_size`` requests or ``batch_timeout`` has passed since its first request; with
    ``batching="adaptive"`` both follow the share of instances with waiting requests at the last telemetry
    read (< 0.3: 4 / 50 ms, < 0.7: 16 / 100 ms, else 32 / 200 ms; initially 8 / 100 ms).
-2. When the batch closes, the estimator gives every request a quality and an output length per candidate
-   model; requests are taken longest predicted output first (LPT, key max over models) and each takes the
-   candidate instance that maximises Eq. 1 on the dead-reckoned state D, among those whose predicted cost
-   fits the request's budget (Eq. 2); D is updated after each assignment.
+2. When the batch closes, the estimator (:mod:`llmsim.routing.routebalance.estimators`) gives every request a
+   quality and an output length per candidate model; requests are taken longest predicted output first (LPT, key
+   max over models) and each takes the candidate instance that maximises Eq. 1
+   (:mod:`llmsim.routing.routebalance.objective`) on the dead-reckoned state D
+   (:mod:`llmsim.routing.routebalance.state`), among those whose predicted cost fits the request's budget
+   (Eq. 2); D is updated after each assignment.
 3. Each held request then gets its instance when the cluster offers it again (one at a time, in arrival
    order, at completions and at ``sim.central_queue_tick`` ticks).
 
@@ -27,16 +30,15 @@ from __future__ import annotations
 
 import math
 import time
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from llmsim.errors import ConfigError
 from llmsim.routing.base import WAIT, Router, register_router
 from llmsim.routing.base import kwarg_number as _num
+from llmsim.routing.routebalance.estimators import make_estimator, predict_batch
+from llmsim.routing.routebalance.objective import Candidate, parse_prices, parse_weights, score_candidates
 from llmsim.routing.routebalance.state import TPOT_HEADS, Reckoned, TpotPriors, predicted_latency
 
 if TYPE_CHECKING:
@@ -44,149 +46,8 @@ if TYPE_CHECKING:
     from llmsim.state.cluster_state import ClusterState
     from llmsim.state.view import RouterView
 
-# (w_qual, w_cost, w_lat); spec 2.5 (the paper writes uniform as 0.33 each: exact thirds here)
-PRESETS: dict[str, tuple[float, float, float]] = {
-    "uniform": (1 / 3, 1 / 3, 1 / 3), "quality": (0.8, 0.1, 0.1), "latency": (0.1, 0.1, 0.8),
-    "cost": (0.1, 0.8, 0.1)}
-# USD per 1M tokens [input, output] (spec 1.1; conf/token_prices/routebalance.yaml)
-DEFAULT_PRICES: dict[str, tuple[float, float]] = {
-    "qwen2.5-3b": (0.06, 0.06), "qwen2.5-7b": (0.07, 0.07), "qwen2.5-14b": (0.15, 0.15),
-    "qwen2.5-72b": (0.38, 0.40)}
-# adaptive batching (spec 2.1): busy-ratio upper bound -> (max_batch_size, timeout s)
+# adaptive batching (the paper's §4.1, as its code sizes it): busy-ratio upper bound -> (max_batch_size, timeout s)
 BATCH_LEVELS = ((0.3, 4, 0.050), (0.7, 16, 0.100), (math.inf, 32, 0.200))
-# Normalising denominators: the repo adds 1e-8 (spec 2.3) to avoid dividing by zero; with costs of ~1e-5 USD that
-# would shift the cost term by ~0.1 %, so a zero denominator is guarded explicitly instead (the term is then 0).
-
-
-# ---------------------------------------------------------------------- estimators
-class Estimator(Protocol):
-    """Quality and output length of ``request`` on each of ``models`` (in that order).
-
-    ``qualities`` is None when there is no quality signal for the request (the quality term is then the same
-    for every candidate); lengths are positive token counts."""
-
-    def predict(self, request: Request, models: Sequence[str]) -> tuple[Sequence[float] | None, Sequence[float]]:
-        ...
-
-
-Prediction = tuple[Sequence[float] | None, Sequence[float]]
-
-
-def predict_batch(est: Any, requests: Sequence[Request], models: Sequence[Sequence[str]]) -> list[Prediction]:
-    """Every request's prediction for its candidate models (``models[k]`` for ``requests[k]``): one call of the
-    estimator's own ``predict_batch`` when it has one (the kNN estimator: one neighbour search per batch window,
-    spec 2.8), else ``predict`` per request."""
-    batch = getattr(est, "predict_batch", None)
-    if batch is not None:
-        return list(batch(requests, models))
-    return [est.predict(r, m) for r, m in zip(requests, models)]
-
-
-class OracleEstimator:
-    """The ablation arm: the request's hidden per-model ground truth (``quality_by_model``, ``outputs_by_model``).
-
-    No ``quality_by_model``: no quality signal (None). Without a per-model length the request's own
-    ``output_tokens`` stands in. A quality table that lacks a candidate model is a ConfigError."""
-
-    def __init__(self, seed: int = 0) -> None:
-        self.seed = seed
-
-    def predict(self, request: Request, models: Sequence[str]) -> tuple[list[float] | None, list[float]]:
-        q = request.quality_by_model
-        quals = None
-        if q:
-            missing = [m for m in models if m not in q]
-            if missing:
-                raise ConfigError(f"request {request.id} has no quality for model(s) {missing}: RouteBalance's oracle "
-                                  "estimator needs quality_by_model for every candidate model (or none at all)")
-            quals = [float(q[m]) for m in models]
-        return quals, [float(request.output_for(m)) for m in models]
-
-
-class NoisyEstimator(OracleEstimator):
-    """The oracle plus noise: quality + N(0, ``quality_sd``) clipped to [0, 1], length x LogNormal(0,
-    ``length_sigma``), rounded, at least 1. Draws are seeded by (seed, request id, model), so they do not
-    depend on batch composition or call order."""
-
-    def __init__(self, seed: int = 0, quality_sd: float = 0.1, length_sigma: float = 0.5) -> None:
-        super().__init__(seed)
-        self.quality_sd = _num("estimator_kwargs.quality_sd", quality_sd, strict=False)
-        self.length_sigma = _num("estimator_kwargs.length_sigma", length_sigma, strict=False)
-
-    def predict(self, request: Request, models: Sequence[str]) -> tuple[list[float] | None, list[float]]:
-        quals, lens = super().predict(request, models)
-        out_q, out_l = [], []
-        for k, m in enumerate(models):
-            rng = np.random.default_rng((self.seed, int(request.id), zlib.crc32(m.encode())))
-            zq, zl = rng.standard_normal(2)
-            if quals is not None:
-                out_q.append(min(1.0, max(0.0, quals[k] + self.quality_sd * zq)))
-            out_l.append(max(1.0, float(round(lens[k] * math.exp(self.length_sigma * zl)))))
-        return (out_q if quals is not None else None), out_l
-
-
-ESTIMATORS: dict[str, Callable[..., Estimator]] = {"oracle": OracleEstimator, "noisy": NoisyEstimator}
-
-
-def register_estimator(name: str) -> Callable[[Callable[..., Estimator]], Callable[..., Estimator]]:
-    """Decorator: make an estimator factory ``f(seed=..., **estimator_kwargs)`` available as ``estimator: name``
-    (e.g. a kNN estimator module registers itself on import)."""
-    def deco(factory: Callable[..., Estimator]) -> Callable[..., Estimator]:
-        ESTIMATORS[name] = factory
-        return factory
-    return deco
-
-
-def make_estimator(name: Any, seed: int, kwargs: Mapping[str, Any] | None) -> Estimator:
-    if not isinstance(name, str):
-        if hasattr(name, "predict"):
-            return name  # an estimator object (Python use)
-        raise ConfigError(f"policy.kwargs.estimator: expected a name of {sorted(ESTIMATORS)}, got {name!r}")
-    if name not in ESTIMATORS:
-        raise ConfigError(f"policy.kwargs.estimator: unknown estimator {name!r}; known: {sorted(ESTIMATORS)}")
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise ConfigError(f"policy.kwargs.estimator_kwargs: expected a mapping, got {kwargs!r}")
-    try:
-        return ESTIMATORS[name](seed=seed, **dict(kwargs or {}))
-    except TypeError as e:
-        raise ConfigError(f"policy.kwargs.estimator_kwargs: {e}") from None
-
-
-# ---------------------------------------------------------------------- option checks
-def parse_weights(value: Any) -> tuple[float, float, float]:
-    """A preset name, [w_qual, w_cost, w_lat] or {qual, cost, lat}: non-negative, summing to 1 (within 0.01,
-    then rescaled so the paper's 0.33 / 0.33 / 0.33 is accepted)."""
-    if isinstance(value, str):
-        if value not in PRESETS:
-            raise ConfigError(f"policy.kwargs.weights: unknown preset {value!r}; known: {sorted(PRESETS)} or "
-                              "[w_qual, w_cost, w_lat]")
-        return PRESETS[value]
-    if isinstance(value, Mapping):
-        if set(value) != {"qual", "cost", "lat"}:
-            raise ConfigError(f"policy.kwargs.weights: a mapping needs exactly the keys qual, cost, lat; got {value!r}")
-        value = [value["qual"], value["cost"], value["lat"]]
-    if isinstance(value, str) or not isinstance(value, Sequence) or len(value) != 3:
-        raise ConfigError(f"policy.kwargs.weights: expected a preset name or [w_qual, w_cost, w_lat], got {value!r}")
-    w = [_num("weights", v, strict=False) for v in value]
-    if abs(sum(w) - 1.0) > 0.01 + 1e-9:
-        raise ConfigError(f"policy.kwargs.weights: must sum to 1 (w_qual + w_cost + w_lat), got {value!r}")
-    s = sum(w)
-    return (w[0] / s, w[1] / s, w[2] / s)
-
-
-def parse_prices(value: Any) -> dict[str, tuple[float, float]]:
-    """{model: [in, out]} USD per 1M tokens, merged over :data:`DEFAULT_PRICES`."""
-    out = dict(DEFAULT_PRICES)
-    if value is None:
-        return out
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"policy.kwargs.prices: expected a mapping of model to [in, out] USD per 1M tokens, "
-                          f"got {value!r}")
-    for k, v in value.items():
-        if isinstance(v, str) or not isinstance(v, Sequence) or len(v) != 2:
-            raise ConfigError(f"policy.kwargs.prices.{k}: expected [in, out] USD per 1M tokens, got {v!r}")
-        out[str(k)] = (_num(f"prices.{k}", v[0], strict=False), _num(f"prices.{k}", v[1], strict=False))
-    return out
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
@@ -209,31 +70,20 @@ class Assignment:
     instance: int
     length: float  # predicted output tokens on the chosen model (attached as Request.predicted_output)
     prompt: int
-    max_tokens: int  # after the budget clamp (spec 2.6)
+    max_tokens: int  # after the budget clamp (the paper's §4.1 budget handling)
     score: float
     clamp: bool = False  # a budget applied: the engine gets max_tokens as the request's cap at dispatch
 
 
-@dataclass(slots=True)
-class Candidate:
-    """One candidate instance's terms for one request (what :meth:`RouteBalanceRouter.score` returns)."""
-
-    instance: int
-    model: str
-    quality: float
-    length: float
-    cost: float  # USD (Eq. 2)
-    latency: float  # s (spec 3.1)
-    score: float = 0.0
-
-
 @register_router
 class RouteBalanceRouter(Router):
-    """RouteBalance (shared/specs/004): batched, LPT-ordered greedy assignment maximising Eq. 1 on dead-reckoned
-    instance state. Options (``policy.kwargs``; docs/routebalance.md): ``weights``, ``prices``, ``estimator``,
-    ``estimator_kwargs``, ``quality_norm``, ``norm``, ``cost_budget``, ``budget_filter``, ``max_tokens``, ``batching``,
-    ``max_batch_size``, ``batch_timeout_ms``, ``lpt``, ``telemetry_period_s``, ``latency``, ``static_tpot_ms``,
-    ``tpot_prior``, ``tiebreak``, ``reckon_tokens``."""
+    """RouteBalance: batched, LPT-ordered greedy assignment maximising Eq. 1 (quality, cost, latency) on
+    dead-reckoned instance state (module docstring).
+
+    Options (``policy.kwargs``; docs/routebalance.md): ``weights``, ``prices``, ``estimator``, ``estimator_kwargs``,
+    ``quality_norm``, ``norm``, ``cost_budget``, ``budget_filter``, ``max_tokens``, ``batching``, ``max_batch_size``,
+    ``batch_timeout_ms``, ``lpt``, ``telemetry_period_s``, ``latency``, ``static_tpot_ms``, ``tpot_prior``,
+    ``tpot_kwargs``, ``tiebreak``, ``reckon_tokens``."""
 
     name = "routebalance"
 
@@ -251,7 +101,7 @@ class RouteBalanceRouter(Router):
         self.quality_norm = _choice("quality_norm", quality_norm, ("raw", "minmax"))
         self.norm = _choice("norm", norm, ("max", "minmax"))
         self.cost_budget = None if cost_budget is None else _num("cost_budget", cost_budget)
-        self.budget_filter = _flag("budget_filter", budget_filter)  # False: the dispatch clamp only (spec 6.11 arm)
+        self.budget_filter = _flag("budget_filter", budget_filter)  # False: the dispatch clamp only (an arm)
         self.max_tokens = int(_num("max_tokens", max_tokens, integer=True))
         self.batching = _choice("batching", batching, ("adaptive", "fixed", "off"))
         self.init_batch = (int(_num("max_batch_size", max_batch_size, integer=True)),
@@ -259,7 +109,8 @@ class RouteBalanceRouter(Router):
         self.lpt = _flag("lpt", lpt)
         self.telemetry_period_s = _num("telemetry_period_s", telemetry_period_s, strict=False)
         self.latency = _choice("latency", latency, ("telemetry", "static"))
-        head = TPOT_HEADS.get(tpot_prior) if isinstance(tpot_prior, str) else None  # learned: routebalance_predictors
+        learned = isinstance(tpot_prior, str) and tpot_prior in TPOT_HEADS  # e.g. xgboost (predictors.py)
+        head = TPOT_HEADS[tpot_prior] if learned else None
         if head is None and tpot_kwargs is not None:
             raise ConfigError(f"policy.kwargs.tpot_kwargs: only for a learned tpot_prior ({sorted(TPOT_HEADS)})")
         self.tpot_head = head(tpot_kwargs) if head is not None else None
@@ -335,7 +186,7 @@ class RouteBalanceRouter(Router):
     def _dispatch(self, req: Request, a: Assignment) -> int:
         req.predicted_output = a.length  # the telemetry's pending decode tokens count it from now on
         if a.clamp and (req.max_tokens is None or a.max_tokens < req.max_tokens):
-            req.token_cap = a.max_tokens  # the engine stops there (spec 2.6); never above the client's own cap
+            req.token_cap = a.max_tokens  # the engine stops there; never above the client's own cap
         self.stats["routed"] += 1
         return int(a.instance)
 
@@ -468,7 +319,7 @@ class RouteBalanceRouter(Router):
             self.stats["budgeted"] += 1
             pool = [c for c in cands if c.cost <= budget] if self.budget_filter else cands
             self.stats["filtered"] += len(pool) < len(cands)
-            if not pool:  # none fits: the smallest worst-case cost (prompt + max_tokens), spec 2.6
+            if not pool:  # none fits: the smallest worst-case cost (prompt + max_tokens), as the paper's code
                 self.stats["budget_fallbacks"] += 1
                 worst = [self._cost(req.prompt_tokens, cap, c.model) for c in cands]
                 lo = min(worst)
@@ -490,26 +341,15 @@ class RouteBalanceRouter(Router):
         return (-round(c.score, 12), second, d.last_assigned, c.instance)
 
     def score_pool(self, pool: list[Candidate]) -> None:
-        """Eq. 1 over the candidate set: raw (or min-max) quality, max-divided (or min-max) cost and latency."""
-        wq, wc, wl = self.weights
-        qs = [c.quality for c in pool]
-        cs = [c.cost for c in pool]
-        ts = [c.latency for c in pool]
-        for c in pool:
-            q = c.quality if self.quality_norm == "raw" else _minmax(c.quality, qs)
-            c.score = wq * q + wc * (1 - self._norm(c.cost, cs)) + wl * (1 - self._norm(c.latency, ts))
-
-    def _norm(self, x: float, xs: list[float]) -> float:
-        if self.norm == "minmax":
-            return _minmax(x, xs)
-        hi = max(xs)
-        return x / hi if hi > 0 else 0.0
+        """Eq. 1 over the candidate set with this router's weights and normalisations."""
+        score_candidates(pool, self.weights, self.quality_norm, self.norm)
 
     def _clamp(self, req: Request, model: str, cap: int, budget: float | None) -> int:
-        """The dispatch-time clamp max_tokens := min(max_tokens, floor((b - l_in c_in) / c_out)) (spec 2.6); 1 token
-        and budget-exhausted when the budget does not cover the prompt and one output token. :meth:`_dispatch`
-        writes it to ``Request.token_cap`` for this run (the engine stops there, as vLLM does at max_tokens; the
-        client's ``Request.max_tokens`` stays as sent, so the request objects can be simulated again)."""
+        """The dispatch-time clamp max_tokens := min(max_tokens, floor((b - l_in c_in) / c_out)) (the paper's worst
+        case at dispatch); 1 token and budget-exhausted when the budget does not cover the prompt and one output
+        token. :meth:`_dispatch` writes it to ``Request.token_cap`` for this run (the engine stops there, as vLLM
+        does at max_tokens; the client's ``Request.max_tokens`` stays as sent, so the request objects can be
+        simulated again)."""
         if budget is None:
             return cap
         p_in, p_out = self.prices[model]
@@ -545,11 +385,6 @@ class RouteBalanceRouter(Router):
         self._prior_list = [self.priors.prior_s(inst) for inst in st.instances]
         if self.tpot_head is not None:
             self.tpot_head.observe(st)
-
-
-def _minmax(x: float, xs: list[float]) -> float:
-    lo, hi = min(xs), max(xs)
-    return (x - lo) / (hi - lo) if hi > lo else 0.0
 
 
 def _engines_busy(view: RouterView, st: ClusterState) -> bool:

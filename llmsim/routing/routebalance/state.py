@@ -1,6 +1,9 @@
-"""RouteBalance's dead-reckoned instance state and latency estimate (shared/specs/004 sections 2.7 and 3.1).
+"""RouteBalance's dead-reckoned instance state and latency estimate (the RouteBalance paper's §4.2).
 
-* :class:`Reckoned`: one instance as the scheduler believes it is (the spec's D): running batch size, queue,
+Telemetry is read once per batch; between reads the scheduler updates its own copy after every assignment, so one
+batch does not herd onto whichever instance looked idle when the batch formed.
+
+* :class:`Reckoned`: one instance as the scheduler believes it is (the paper's D): running batch size, queue,
   pending decode / prefill tokens, the telemetry's step time, and when it was last assigned a request. It is
   seeded from the view's :class:`~llmsim.state.cluster_state.InstanceState` (a refresh) and updated locally after every
   assignment between refreshes (:meth:`Reckoned.assign`).
@@ -11,25 +14,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from llmsim.errors import ConfigError, LLMSimError
+from llmsim.perf.profile import profile_for_instance
+from llmsim.registry import Registry
 from llmsim.routing.base import kwarg_number
 from llmsim.state.cluster_state import InstanceState
 
-# nominal TPOT, ms/token: the "static per-tier prior" of isolation arm 4 (spec 1.1, low-load medians)
+# nominal TPOT, ms/token: the paper's "static per-tier prior" of its isolation arm 4 (the testbed's low-load medians)
 DEFAULT_TPOT_MS: dict[str, float] = {"qwen2.5-3b": 12.3, "qwen2.5-7b": 20.6, "qwen2.5-14b": 18.4, "qwen2.5-72b": 47.4}
 PROFILE_CONTEXT = 600  # context tokens of the one-sequence decode step a profile-derived prior is read at
 # learned TPOT heads: tpot_prior name -> factory(tpot_kwargs) of an object with observe(state) and
 # tpot_s(reckoned, prior_s); llmsim.routing.routebalance.predictors registers "xgboost"
-TPOT_HEADS: dict[str, Any] = {}
+TPOT_HEADS: Registry[Callable[[Any], Any]] = Registry("learned TPOT head")
 
 
 @dataclass(slots=True)
 class Reckoned:
-    """One instance in the scheduler's local copy of the telemetry (spec 2.7 "D")."""
+    """One instance in the scheduler's local copy of the telemetry (the paper's "D")."""
 
     idx: int
     model: str
@@ -54,11 +59,12 @@ class Reckoned:
         return self.running + self.waiting
 
     def slot_open(self) -> bool:
-        """A free decode slot: fewer running than ``max_num_seqs`` and nobody waiting (spec 3.1, code form)."""
+        """A free decode slot: fewer running than ``max_num_seqs`` and nobody waiting (the paper's code form)."""
         return self.running < self.max_num_seqs and self.waiting == 0
 
     def assign(self, prompt_tokens: int, decode_tokens: float, counter: int) -> None:
-        """The local update after an assignment (spec 2.7): one more waiting, its prompt and predicted output."""
+        """The local update after an assignment (as the paper's code does it): one more waiting, its prompt and
+        predicted output."""
         self.waiting += 1
         self.pending_prefill += prompt_tokens
         self.pending_decode += decode_tokens
@@ -78,7 +84,7 @@ def predicted_latency(d: Reckoned, tpot_s: float, length: float, queue_term: boo
     """Predicted end-to-end latency (s) of a request of ``length`` predicted output tokens on ``d``.
 
     T = tpot x (d_i / max(b_i, 1) + L), or tpot x L when a decode slot is free or ``queue_term`` is off (the
-    static arm 4). d_i / b_i is the number of decode iterations the request waits through (spec 3.1)."""
+    static arm 4). d_i / b_i is the number of decode iterations the request waits through."""
     if not queue_term or d.slot_open():
         return tpot_s * length
     return tpot_s * (d.pending_decode / max(d.running, 1) + length)
@@ -118,8 +124,6 @@ class TpotPriors:
 
     @staticmethod
     def _from_profile(inst: InstanceState) -> float:
-        from llmsim.perf.profile import profile_for_instance
-
         try:
             prof = profile_for_instance(inst.model, inst.gpu, inst.kv_blocks_total, inst.block_size)
         except (LLMSimError, OSError, ValueError) as e:

@@ -1,0 +1,51 @@
+"""The env a router is trained on: a ``conf/env`` mapping plus the run's ``predictor``.
+
+A learned predictor (``learned``: the Intelligent Router's output-length buckets, envs/predictors/length_buckets.py;
+``learned_qos``: the QoS-aware edge router's quality and length buckets, envs/predictors/qos.py) is fitted once by
+:func:`env_config`, saved in the run directory, and loaded by :func:`make_env` in every worker process, so the
+worker envs, the evaluation env and the checkpoint all refer to the same file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from llmsim.envs.predictors.length_buckets import make_agent_predictor
+from llmsim.envs.routing_env import RoutingEnv
+from llmsim.envs.testbeds import make_from_config
+
+LEARNED = ("learned", "learned_qos")  # predictor kinds that are fitted models (not the env's oracles)
+
+
+def is_learned(spec: Any) -> bool:
+    """A predictor spec that names a fitted model (``learned`` / ``learned_qos``, or a mapping of that kind)."""
+    return spec in LEARNED or (isinstance(spec, dict) and spec.get("kind") in LEARNED)
+
+
+def make_env(env_cfg: dict[str, Any]) -> RoutingEnv:
+    """One env from a conf/env mapping (picklable through functools.partial, for worker processes); a
+    ``predictor: {kind: learned, path: ...}`` entry is loaded here."""
+    cfg = dict(env_cfg)
+    pred = cfg.get("predictor")
+    if is_learned(pred):
+        cfg["predictor"] = make_agent_predictor(pred)
+    return make_from_config(cfg)
+
+
+def env_config(env: dict[str, Any], predictor: Any, run_dir: Path) -> dict[str, Any]:
+    """The env mapping with the run's ``predictor`` applied (None: the env's own). A learned predictor to be
+    trained is fitted here and saved in ``run_dir``; the mapping then names its file."""
+    env_cfg = dict(env)
+    spec = predictor
+    if spec is None:
+        return env_cfg
+    if is_learned(spec) and not (isinstance(spec, dict) and spec.get("path")):
+        kind = spec if isinstance(spec, str) else spec["kind"]
+        run_dir.mkdir(parents=True, exist_ok=True)
+        pred = make_agent_predictor(spec)
+        path = run_dir / ("qos_predictor.json" if kind == "learned_qos" else "predictor.json")
+        (pred.model if kind == "learned_qos" else pred.bp).save(path)
+        spec = {"kind": kind, "path": str(path)}
+    env_cfg["predictor"] = spec
+    return env_cfg

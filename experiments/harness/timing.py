@@ -1,0 +1,29 @@
+"""What the benchmarks share: timing a call the same way everywhere, and one JSON object per line on stdout."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def timed(fn: Callable[[], Any], iters: int, warmup: int = 5) -> tuple[float, float, float]:
+    """Median wall, median thread-CPU and minimum wall milliseconds of ``fn()`` over ``iters`` calls after
+    ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    wall, cpu = [], []
+    for _ in range(iters):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        fn()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.thread_time() - c0)
+    return float(np.median(wall)) * 1e3, float(np.median(cpu)) * 1e3, float(np.min(wall)) * 1e3
+
+
+def print_json(row: Any) -> None:
+    """One JSON value on its own line of stdout, flushed (a benchmark's machine-readable output)."""
+    print(json.dumps(row), flush=True)

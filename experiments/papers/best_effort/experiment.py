@@ -1,0 +1,65 @@
+"""``llmsim-reproduce best_effort``: Learned Best-Effort LLM Serving end to end on the simulator.
+
+Trains the hard-deadline router, fine-tunes it with soft deadlines (or takes existing runs: ``--from-runs
+hard=DIR,soft=DIR``), then measures the paper's claims against static single-size serving on identical requests
+(claims.py). Sizes (experiments/harness/sizes.py): ``full`` (the experiment presets' steps, the paper's grid),
+``quick``, ``tiny`` (a seconds-long smoke run). Writes the training runs, results.json, results.md and
+availability.png into the output directory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from experiments.harness.claims import stamp
+from experiments.harness.pages import write_results
+from experiments.harness.pool import say
+from experiments.harness.sizes import pick
+from experiments.harness.training import checkpoint_dir, learning_curve
+from experiments.papers.best_effort import claims as C
+from experiments.papers.best_effort.page import markdown, plot_sweep
+from experiments.papers.best_effort.setup import SIZES, make_cells, simulate_cells, train_both
+
+
+def same_requests(results: list[dict[str, Any]]) -> bool:
+    """Whether every policy saw the same arrivals on each (workload, seed): a check on the comparison."""
+    first: dict[tuple[Any, int], Any] = {}
+    for c in results:
+        key = (c["workload"], c["seed"])
+        if first.setdefault(key, (c["arrival0"], c["task"])) != (c["arrival0"], c["task"]):
+            return False
+    return True
+
+
+def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True, from_runs: dict | None = None,
+        size: str | None = None) -> list[dict]:
+    """Train (unless ``from_runs`` = {"hard": run dir, "soft": run dir}), measure, write out_dir; the claims."""
+    name, sz = pick(SIZES, quick, size)
+    out_dir = Path(out_dir)
+    t0 = time.perf_counter()
+    if from_runs:
+        runs = {k: Path(v) for k, v in from_runs.items()}
+    else:
+        say("best_effort", f"size {name}: training the hard-deadline router, then the soft one", progress)
+        runs = train_both(sz, out_dir, progress)
+    t1 = time.perf_counter()
+    ckpts = {k: checkpoint_dir(runs[k]) for k in ("hard", "soft")}
+    results = simulate_cells(make_cells(sz, ckpts), max(1, int(jobs)), progress)
+    sweep, windows, hw = C.sweep_table(results, sz.rates), C.window_table(results), C.hw_table(results)
+    claims = C.availability_claims(sweep, sz.rates) + C.window_claims(windows) + C.hw_claims(hw) + \
+        [C.soft_claim(sweep, sz.rates)]
+    note = (f"existing runs ({', '.join(f'{k}={v}' for k, v in runs.items())}), " if from_runs else "") + \
+        f"the {name} evaluation grid: rates {list(sz.rates)} req/s"
+    claims = stamp(claims, "runs" if from_runs else name, note, seeds=list(sz.seeds))
+    report = {"size_name": name, "size": asdict(sz), "runs": {k: str(v) for k, v in runs.items()},
+              "checkpoints": {k: str(v) for k, v in ckpts.items()}, "claims": claims, "sweep": sweep,
+              "windows": windows, "hardware_utility": hw,
+              "learning_curves": {k: learning_curve(v) for k, v in runs.items()},
+              "same_requests": same_requests(results),
+              "wall_s": {"train": t1 - t0, "evaluate": time.perf_counter() - t1}}
+    write_results(out_dir, report, markdown(report))
+    plot_sweep(report["sweep"], tuple(report["size"]["rates"]), out_dir / "availability.png")
+    return claims

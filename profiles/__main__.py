@@ -1,0 +1,5 @@
+"""``python -m llmsim.profiles <verb> ...`` (see llmsim.profiles.cli)."""
+
+from llmsim.profiles.cli import main
+
+raise SystemExit(main())

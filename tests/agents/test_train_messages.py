@@ -1,0 +1,75 @@
+"""Training that tells the truth: a budget below learning_starts, a best/ from before any gradient step, and a
+score printed with what it is made of; configs are checked with one line naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from llmsim.agents.ddqn import DDQNConfig  # noqa: E402
+from llmsim.agents.scoring import LOST_REQUEST_MS, eval_score, explain_score  # noqa: E402
+from llmsim.agents.train import budget_warning, summary_lines, train  # noqa: E402
+from llmsim.errors import ConfigError  # noqa: E402
+
+SMALL_ENV = {"id": "workload_router", "num_requests": 30, "rate": 20.0,
+             "reward": {"kind": "workload_aware", "guidance": 0.0}}
+
+
+def _cfg(total: int, learning_starts: int) -> dict:
+    agent = {"name": "ddqn", "hidden": [16], "batch_size": 32, "learning_starts": learning_starts, "buffer_size": 2000}
+    trainer = {"total_steps": total, "eval_every": 0, "eval_seeds": [500], "progress": False}
+    return {"env": dict(SMALL_ENV), "agent": agent, "trainer": trainer}
+
+
+def test_budget_below_learning_starts_warns_and_best_says_it_is_untrained(tmp_path: Path, capsys) -> None:
+    meta = train(_cfg(200, 5000), tmp_path)
+    err = capsys.readouterr().err
+    assert "llmsim-train: warning: trainer.total_steps=200 is below agent.learning_starts=5000" in err
+    assert "before the first gradient step" in err and "untrained" in err
+    assert meta["updates"] == 0 and meta["best_untrained"] is True
+    assert all(e["updates"] == 0 for e in meta["evaluations"])
+
+
+def test_a_budget_that_learns_has_no_warning(tmp_path: Path, capsys) -> None:
+    meta = train(_cfg(300, 100), tmp_path)
+    err = capsys.readouterr().err
+    assert "warning" not in err
+    assert meta["updates"] > 0 and "best_untrained" not in meta
+    assert budget_warning(300, DDQNConfig(learning_starts=100, batch_size=32)) is None
+    assert "agent.batch_size=512" in budget_warning(300, DDQNConfig(learning_starts=100))
+
+
+def test_a_huge_negative_score_is_explained_beside_it() -> None:
+    row = {"mean_e2el_ms": 12_345.0, "dropped": 355.0, "step": 20000, "score": 0.0}
+    row["score"] = eval_score("mean_e2el_ms", row["mean_e2el_ms"], row["dropped"])
+    assert row["score"] == pytest.approx(-3.55e11, rel=1e-3)
+    why = explain_score("mean_e2el_ms", row, "workload_aware")
+    assert "355" in why and f"{LOST_REQUEST_MS:.0e}" in why and "lost" in why
+    meta = {"label": "ddqn", "steps": 20000, "episodes": 10, "updates": 100, "wall_s": 1.0, "eval_metric":
+            "mean_e2el_ms", "best_score": row["score"], "evaluations": [row], "env": SMALL_ENV}
+    best_line = summary_lines(meta, Path("run"))[1]
+    assert "score -3.55e+11 at step 20000 (score = -mean_e2el_ms - 1e+09 x lost requests" in best_line
+    assert "return" in explain_score("return", {"dropped": 0.0}, "latency")
+
+
+@pytest.mark.parametrize("agent,needle", [
+    ({"name": "ddqn", "batch_size": 1.5}, "agent.batch_size: expected an integer"),
+    ({"name": "ddqn", "gamma": 2}, "agent.gamma: expected a value <= 1"),
+    ({"name": "ddqn", "guidance": "hurl"}, "agent.guidance"),
+    ({"name": "sac", "encoder": "gcn"}, "agent.encoder"),
+])
+def test_agent_config_errors_name_the_key(tmp_path: Path, agent: dict, needle: str) -> None:
+    cfg = _cfg(100, 50)
+    cfg["agent"] = agent
+    with pytest.raises(ConfigError, match=needle):
+        train(cfg, tmp_path)
+
+
+def test_trainer_typo_names_the_key(tmp_path: Path) -> None:
+    cfg = _cfg(100, 50)
+    cfg["trainer"]["eval_evry"] = 10
+    with pytest.raises(ConfigError, match="trainer: unknown key 'eval_evry' \\(did you mean 'eval_every'\\?\\)"):
+        train(cfg, tmp_path)

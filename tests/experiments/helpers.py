@@ -1,0 +1,23 @@
+"""What the experiments' tests share: running ``llmsim-reproduce`` as a command at the tiny size, reading its JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from tests.helpers import REPO
+
+
+def reproduce_cli(args: list[str], size: str = "tiny", timeout: int = 110) -> subprocess.CompletedProcess[str]:
+    """``python -m experiments.reproduce ARGS`` from the repository root with ``LLMSIM_REPRODUCE_SIZE=size``."""
+    env = {**os.environ, "LLMSIM_REPRODUCE_SIZE": size, "MPLBACKEND": "Agg"}
+    return subprocess.run([sys.executable, "-m", "experiments.reproduce", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def json_lines(stdout: str) -> list[dict[str, Any]]:
+    """One claim row per non-empty line of ``--json`` output."""
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]

@@ -1,0 +1,140 @@
+"""llmsim-deploy: pruning before simulation, the cheapest verified cluster, the frontier, and the Hydra app."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmsim.errors import ConfigError
+from llmsim.planning.candidates import DeployConfig, Prices, enumerate_candidates
+from llmsim.planning.deploy import run_deploy
+from llmsim.planning.deploy_report import _mark_pareto
+from llmsim.resources import conf_dir
+from tests.planning.helpers import compose
+
+PRICES = {"a100-80gb": 1.79, "h100": 2.99, "rtx4090": 0.69, "v100-16gb": 0.55, "l4": 0.43}
+
+
+def test_skips_are_counted_before_any_simulation() -> None:
+    d = DeployConfig(gpus=["a100-80gb", "v100-16gb", "l4", "titan-rtx"], tp=[1, 2],
+                     engines=[{"name": "v0", "policy": "vllm_v0"}])
+    keep, skipped = enumerate_candidates(d, PRICES, {"engine": {}})
+    assert [c.name for c in keep] == ["a100-80gb tp1 v0"]
+    reasons = {(s["gpu"], s["tp"]): s["reason"] for s in skipped}
+    assert reasons[("v100-16gb", 1)] == "does_not_fit"  # 13.5 GB of weights leave < 4096 tokens of KV
+    assert reasons[("l4", 1)] == "no_profile" and reasons[("a100-80gb", 2)] == "no_profile"
+    assert reasons[("titan-rtx", 1)] == "no_price"
+
+
+def test_memory_check_on_the_roofline_when_allowed() -> None:
+    d = DeployConfig(model="llama-2-70b", gpus=["a100-80gb"], tp=[1, 2], allow_estimated_profiles=True)
+    keep, skipped = enumerate_candidates(d, PRICES, {"engine": {}})
+    assert [c.name for c in keep] == ["a100-80gb tp2 default"] and not keep[0].estimated_profile
+    assert skipped[0]["reason"] == "does_not_fit" and "does not fit on 1 x a100-80gb" in skipped[0]["detail"]
+
+
+@pytest.mark.parametrize("deploy,needle", [
+    ({"gpus": ["a100-80gb", "b300"]}, "deploy.gpus[1]: unknown GPU 'b300'"),
+    ({"engines": [{"name": "x", "max_num_seqs": 0}]}, "deploy.engines[0].max_num_seqs: expected a value >= 1"),
+    ({"engines": [{"policy": "chunked"}]}, "deploy.engines[0].name: expected a unique non-empty name"),
+    ({"target_rate": -1}, "deploy.target_rate: expected a value > 0"),
+    ({"tp": []}, "deploy.tp: expected a list should have at least 1 item"),
+    ({"model": "gpt-9"}, "deploy.model: unknown model"),
+    ({"gpus": ["titan-rtx"]}, "deploy: no configuration left to simulate ({'no_price': 1})"),
+])
+def test_bad_deploy_config_is_one_line(deploy, needle, tmp_path) -> None:
+    cfg = compose(deploy=deploy, prices={"per_gpu_hour": PRICES})
+    with pytest.raises(ConfigError) as e:
+        run_deploy(cfg, tmp_path, quiet=True)
+    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_price_table_names_are_checked() -> None:
+    assert Prices(per_gpu_hour={"a100": 1.0, "4090": 0.5}).table() == {"a100-80gb": 1.0, "rtx4090": 0.5}
+    with pytest.raises(ConfigError, match="prices.per_gpu_hour.tpu: unknown GPU"):
+        Prices(per_gpu_hour={"tpu": 1.0}).table()
+
+
+def test_shipped_price_tables_parse() -> None:
+    for f in sorted((conf_dir() / "prices").glob("*.yaml")):
+        p = Prices.parse(yaml.safe_load(f.read_text()))
+        assert p.table() and p.source and p.date, f
+
+
+def test_pareto_marks_dominated_points() -> None:
+    pts = [{"cost_per_hour": c, "capacity_rps": r, "verified": v} for c, r, v in
+           [(1, 2, None), (2, 1, None), (2, 5, None), (3, 5, None), (4, 9, False), (5, 8, True)]]
+    _mark_pareto(pts)
+    assert [p["pareto"] for p in pts] == [True, False, True, False, False, True]
+
+
+@pytest.mark.timeout(120)
+def test_tiny_search_finds_the_cheaper_feasible_gpu(tmp_path) -> None:
+    """Two GPU types, one engine, small budget: the cheapest cluster for the target wins, verified, outputs
+    written, runs per minute reported; V100-16GB is skipped (does not fit) without a simulation."""
+    args = ["deploy.gpus=[a100-80gb,rtx4090,v100-16gb]", "deploy.tp=[1]", "deploy.engines=[{name:v0,policy:vllm_v0}]",
+            "deploy.target_rate=3", "deploy.prune=false", "deploy.counts=[1,2,4]", "capacity.seeds=1",
+            "capacity.num_requests=150", "capacity.tolerance=0.1", "capacity.workers=2", "deploy.verify_parallel=1",
+            f"hydra.run.dir={tmp_path}/run"]
+    p = subprocess.run([sys.executable, "-m", "llmsim.planning.deploy", *args], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=110)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = tmp_path / "run"
+    rep = json.loads((run / "deploy.json").read_text())
+    cands = {c["gpu"]: c for c in rep["candidates"]}
+    assert set(cands) == {"a100-80gb", "rtx4090"} and rep["skipped"] == {"does_not_fit": 1}
+    for c in cands.values():
+        assert c["status"] == "searched" and c["capacity_per_replica"] > 0
+        assert c["replicas_needed"] == math.ceil(3 / c["capacity_per_replica"] - 1e-9)
+        assert c["cost_for_target"] == pytest.approx(c["replicas_needed"] * c["price_per_gpu_hour"])
+    cheapest = min(cands.values(), key=lambda c: c["cost_for_target"])
+    ch = rep["chosen"]
+    assert ch["gpu"] == cheapest["gpu"] and ch["replicas"] >= cheapest["replicas_needed"] and ch["ok"]
+    assert ch["attainment"] >= 0.9 and ch["capacity_rps"] >= 3
+    assert rep["frontier"] and all(pt["pareto"] for pt in rep["frontier"])
+    assert any(pt["chosen"] and pt["pareto"] for pt in rep["points"])
+    assert rep["runs"] > 0 and rep["runs_per_min"] > 0
+    for f in ("deploy_candidates.csv", "deploy_frontier.csv", "deploy.png"):
+        assert (run / f).stat().st_size > 0, f
+    assert "runs/min" in p.stdout and "cheapest:" in p.stdout
+    # one replica's capacity is explained beside the candidates table, against llmsim-capacity's cluster figure
+    assert "cap/replica is one replica alone, 150 requests per run" in p.stdout and rep["replica_note"]
+    assert p.stderr.startswith("llmsim-deploy: 2 candidates to search (1 skipped before simulating)")
+    assert "llmsim-deploy: one-replica capacity of 2 candidates" in p.stderr
+
+
+def test_app_bad_deploy_config_exits_2(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "llmsim.planning.deploy", "deploy.budget=0",
+                        f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+    assert lines[0] == "llmsim-deploy: error: deploy.budget: expected a value >= 1, got 0"
+    assert not (tmp_path / "run").exists()  # a failed run leaves no folder
+
+
+def test_same_report_on_one_and_two_workers(tmp_path) -> None:
+    """Lockstep rounds, pruning and verification decide the same way whatever the number of workers."""
+    def run(workers: int) -> dict:
+        cfg = compose(deploy={"gpus": ["a100-80gb", "rtx4090"], "engines": [{"name": "v0", "policy": "vllm_v0"}],
+                              "target_rate": 2.0, "counts": [1, 2]},
+                      capacity={"seeds": 1, "num_requests": 150, "tolerance": 0.1, "workers": workers},
+                      prices={"per_gpu_hour": PRICES})
+        rep = run_deploy(cfg, tmp_path / str(workers), quiet=True)
+        return {k: v for k, v in rep.items() if k not in ("wall_s", "runs_per_min", "workers")}
+
+    assert run(1) == run(2)
+
+
+@pytest.mark.parametrize("module,name", [("llmsim.planning.deploy", "llmsim-deploy"),
+                                         ("llmsim.planning.capacity", "llmsim-capacity")])
+def test_help_names_the_app(module, name, tmp_path) -> None:
+    p = subprocess.run([sys.executable, "-m", module, "--help"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith(f"{name}: "), p.stdout[:300]
+    assert "== Examples ==" in p.stdout and "powered by Hydra" not in p.stdout

@@ -1,0 +1,139 @@
+"""Clear one-line errors: measuring without CUDA / torch, --from-raw with a missing or malformed meta.yaml, absent
+raw data, and profile YAMLs with all-zero coefficient groups."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmsim.errors import ProfileError
+from llmsim.perf.profile_table import load_profile_file
+from llmsim.profiles.cli import main
+from tests.helpers import REPO
+from tests.profiles.helpers import DATA, tiny_raw
+
+
+def _one_clear_line(stderr: str, needle: str) -> None:
+    assert "Traceback" not in stderr, stderr
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, stderr
+    assert needle in lines[0], stderr
+
+
+def _run(args: list[str], **env: str) -> subprocess.CompletedProcess:
+    """``python -m llmsim.profiles ARGS`` in a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-m", "llmsim.profiles", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+    )
+
+
+# ------------------------------------------------------------------------------------------- measure
+@pytest.mark.slow  # ~15 s: a fresh process importing torch
+def test_measure_without_cuda_is_one_line(tmp_path) -> None:
+    pytest.importorskip("torch")
+    out = tmp_path / "raw"
+    args = ["measure", "--model", "opt-125m", "--device", "cuda", "--out", str(out), "--quick"]
+    p = _run(args, CUDA_VISIBLE_DEVICES="")
+    assert p.returncode == 2
+    _one_clear_line(p.stderr, "CUDA is not available")
+    assert not out.exists()
+
+
+def test_measure_without_torch_or_bad_model(monkeypatch, capsys, tmp_path) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    assert main(["measure", "--model", "opt-125m", "--device", "cpu", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    _one_clear_line(err, "PyTorch is needed")
+    assert "pip install 'llmsim[rl]'" in err  # the missing extra is named
+    assert main(["measure", "--model", "no-such-model", "--device", "cpu"]) == 2
+    _one_clear_line(capsys.readouterr().err, "unknown model 'no-such-model'")
+    cfg = tmp_path / "config.json"
+    cfg.write_text("{not json")
+    assert main(["measure", "--model", str(cfg), "--device", "cpu"]) == 2
+    _one_clear_line(capsys.readouterr().err, "config.json")
+
+
+# ----------------------------------------------------------------------------------- build --from-raw
+def _meta_missing(d: Path) -> None:
+    (d / "meta.yaml").unlink()
+
+
+@pytest.mark.parametrize(
+    "name,breakit,needle",
+    [
+        ("missing", _meta_missing, "meta.yaml is missing"),
+        ("not_yaml", lambda d: (d / "meta.yaml").write_text("model: [llama\ngpu: a10\n"), "not valid YAML"),
+        ("list", lambda d: (d / "meta.yaml").write_text("- a\n- b\n"), "expected a mapping, got list"),
+        ("no_gpu", lambda d: (d / "meta.yaml").write_text("model: llama-2-7b\n"), "key 'gpu' missing"),
+        ("bad_gpu", lambda d: (d / "meta.yaml").write_text("model: llama-2-7b\ngpu: nope\n"), "unknown GPU 'nope'"),
+        ("no_shape", lambda d: (d / "meta.yaml").write_text("model: my-model\ngpu: a10\n"), "no complete 'shape'"),
+        ("no_csv", lambda d: (d / "attention.csv").unlink(), "attention.csv is missing"),
+        ("bad_csv", lambda d: (d / "dense.csv").write_text("a,b\n1,2\n"), "cannot build a profile"),
+    ],
+)
+def test_from_raw_bad_input_is_one_line(name, breakit, needle, tmp_path, capsys) -> None:
+    raw = tmp_path / name
+    tiny_raw(raw)
+    breakit(raw)
+    assert main(["build", "--from-raw", str(raw), "--out", str(tmp_path / "out")]) == 2
+    _one_clear_line(capsys.readouterr().err, needle)
+    assert not (tmp_path / "out").exists()
+
+
+def test_from_raw_malformed_meta_process_exit(tmp_path) -> None:
+    tiny_raw(tmp_path / "raw")
+    (tmp_path / "raw" / "meta.yaml").write_text("model: llama-2-7b\ngpu: a10\n  tp: [\n")
+    p = _run(["build", "--from-raw", str(tmp_path / "raw"), "--out", str(tmp_path / "out")])
+    assert p.returncode == 2
+    _one_clear_line(p.stderr, "meta.yaml: not valid YAML at line")
+
+
+# ------------------------------------------------------------------------------------------ raw data
+@pytest.mark.parametrize("verb", ["build", "validate", "estimate"])
+def test_absent_raw_data_is_one_line(verb, tmp_path, capsys) -> None:
+    """Outside the dev workspace ../shared/profiles_raw is absent: the verbs that derive from it say so."""
+    assert main([verb, "--raw", str(tmp_path / "nope")]) == 2
+    _one_clear_line(capsys.readouterr().err, f"python -m llmsim.profiles {verb}: error: --raw {tmp_path / 'nope'}")
+
+
+# ---------------------------------------------------------------------------------- profile YAML values
+@pytest.mark.parametrize(
+    "key,zero",
+    [
+        ("dense.seconds", lambda d: d["dense"].__setitem__("seconds", [0.0] * len(d["dense"]["seconds"]))),
+        ("lm_head.seconds", lambda d: d["lm_head"].__setitem__("seconds", [0] * len(d["lm_head"]["seconds"]))),
+        ("prefill_attention", lambda d: d.__setitem__("prefill_attention", {"fixed": 0.0, "c2": 0.0, "cp": 0})),
+        (
+            "decode_attention",
+            lambda d: d.__setitem__("decode_attention", {"fixed": 0.0, "per_seq": 0.0, "per_ctx_token": 0.0}),
+        ),
+        ("overhead", lambda d: d.__setitem__("overhead", {"per_iteration": 0.0, "per_seq": 0.0})),
+    ],
+)
+def test_profile_yaml_all_zero_rejected(key, zero, tmp_path) -> None:
+    doc = yaml.safe_load((DATA / "a100-80gb" / "llama-2-7b.yaml").read_text())
+    zero(doc)
+    f = tmp_path / "zero.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ProfileError, match=rf"zero.yaml: key '{key}': .*zero") as e:
+        load_profile_file(f)
+    assert "\n" not in str(e.value)
+
+
+def test_profile_yaml_some_zero_coefficients_accepted(tmp_path) -> None:
+    doc = yaml.safe_load((DATA / "a100-80gb" / "llama-2-7b.yaml").read_text())
+    doc["prefill_attention"]["fixed"] = 0.0
+    doc["overhead"]["per_seq"] = 0
+    f = tmp_path / "ok.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    assert load_profile_file(f).step_time(16, 1, 256, 0, 0, 0) > 0

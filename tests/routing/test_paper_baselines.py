@@ -1,0 +1,135 @@
+"""The papers' baselines as llmsim routers, each on a hand-made case that a wrong implementation fails.
+
+Clusters use :class:`llmsim.testing.LinearProfile` (step = base + per_token x tokens + per_ctx x decode
+context), so every routing instant can be worked out by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from llmsim.cluster.cluster import InstanceConfig
+from llmsim.engine.config import EngineConfig
+from llmsim.errors import ConfigError
+from llmsim.request import Request
+from llmsim.routing import ROUTERS, make_router
+from llmsim.simulation.run import simulate
+from llmsim.testing import LinearProfile, requests
+from tests.helpers import REPO
+
+CONF = REPO / "conf" / "policy"
+NEW = ("earliest_available", "max_capacity", "min_min", "decode_balancer", "dedicated_small_large",
+       "quality_first", "qos_lookahead", "static_model")
+
+
+def _cluster(n: int, kv_tokens: int = 1_000_000, models: list[str] | None = None, **prof) -> list[InstanceConfig]:
+    models = models or ["llama-2-7b"] * n
+    return [InstanceConfig(model=m, engine=EngineConfig(policy="vllm_v0"),
+                           profile=LinearProfile(kv_tokens=kv_tokens, **prof)) for m in models]
+
+
+def _by_id(res) -> dict[int, dict]:
+    return {int(r.id): r._asdict() for r in res.requests.itertuples()}
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_registered_with_a_policy_config(name):
+    assert name in ROUTERS
+    cfg = yaml.safe_load((CONF / f"{name}.yaml").read_text())
+    assert cfg["name"] == name
+
+
+def test_earliest_available_waits_for_space_in_arrival_order():
+    # 10 blocks of 16 tokens per instance; two 96-token prompts fill 6 blocks each
+    rows = [(0.0, 96, 40), (0.001, 96, 50), (0.002, 80, 5), (0.003, 16, 5)]
+    res = simulate(_cluster(2, kv_tokens=160), requests(rows), "earliest_available", central_queue_tick=0.02,
+                   policy_kwargs={"kv_tokens": 160})
+    r = _by_id(res)
+    assert (r[0]["instance"], r[1]["instance"]) == (0, 1)
+    # the 80-token prompt fits nowhere until request 0 leaves instance 0
+    assert r[2]["routed_time"] >= r[0]["finish"] and r[2]["instance"] == 0
+    # the small request behind it would fit at once, but the router keeps arrival order
+    assert r[3]["routed_time"] >= r[2]["routed_time"]
+
+
+def test_max_capacity_routes_on_the_second_to_the_freest_instance():
+    rows = [(0.3, 96, 400), (1.2, 16, 300), (2.5, 16, 20)]
+    res = simulate(_cluster(2, kv_tokens=2000), requests(rows), "max_capacity", central_queue_tick=0.02,
+                   policy_kwargs={"kv_tokens": 2000})
+    r = _by_id(res)
+    assert [r[i]["routed_time"] for i in range(3)] == pytest.approx([1.0, 2.0, 3.0], abs=0.021)
+    # request 2: instance 1 holds 16 + ~70 tokens, instance 0 holds 96 + ~250: the freer one is 1
+    assert [r[i]["instance"] for i in range(3)] == [0, 1, 1]
+
+
+def test_min_min_uses_the_bucket_upper_bound():
+    # job times: 251 tokens -> bucket 1,000 (20 s); 200 -> bucket 250 (5 s). By bucket bounds instance 0
+    # holds 20 s and instance 1 holds 2 x 5 s, so request 3 goes to 1; by true tokens (251 < 400) it would go to 0
+    rows = [(0.0, 10, 251), (0.001, 10, 200), (0.002, 10, 200), (0.003, 10, 50)]
+    res = simulate(_cluster(2), requests(rows), "min_min")
+    assert [_by_id(res)[i]["instance"] for i in range(4)] == [0, 1, 1, 1]
+    by_tokens = simulate(_cluster(2), requests(rows), "decode_balancer")
+    assert _by_id(by_tokens)[3]["instance"] == 0  # balancing true tokens differs here
+
+
+def test_decode_balancer_balances_known_decode_tokens_not_queue_lengths():
+    rows = [(0.0, 10, 300), (0.001, 10, 10), (0.002, 10, 10), (0.003, 10, 10)]
+    res = simulate(_cluster(2), requests(rows), "decode_balancer")
+    assert [_by_id(res)[i]["instance"] for i in range(4)] == [0, 1, 1, 1]
+
+
+def test_dedicated_small_large_splits_by_predicted_decode():
+    rows = [(0.0, 10, 10), (0.001, 10, 500), (0.002, 10, 20), (0.003, 10, 600), (0.004, 10, 30)]
+    res = simulate(_cluster(4), requests(rows), "dedicated_small_large", policy_kwargs={"large": 2})
+    assert [_by_id(res)[i]["instance"] for i in range(5)] == [0, 2, 1, 3, 0]
+
+
+def _qos_requests(rows: list[tuple[float, int, int, dict[str, float]]]) -> list[Request]:
+    return [Request(i, a, p, o, outputs_by_model={m: o for m in q}, quality_by_model=q)
+            for i, (a, p, o, q) in enumerate(rows)]
+
+
+def test_quality_first_takes_the_best_expert_until_its_queue_is_full():
+    models = ["alpaca-native", "chatglm-6b", "koala-7b"]
+    q = {"alpaca-native": 0.6, "chatglm-6b": 0.8, "koala-7b": 0.7}
+    reqs = _qos_requests([(0.0, 50, 5, q), (0.0, 50, 5, q), (0.0, 50, 5, q)])
+    res = simulate(_cluster(3, models=models), reqs, "quality_first", policy_kwargs={"models": models})
+    assert [_by_id(res)[i]["instance"] for i in range(3)] == [1, 1, 1]
+    # same instant: the first request still waits at chatglm when the second arrives
+    reqs = _qos_requests([(0.0, 50, 5, q), (0.0, 50, 5, q), (0.0, 50, 5, q)])
+    res = simulate(_cluster(3, models=models), reqs, "quality_first",
+                   policy_kwargs={"models": models, "max_waiting": 1})
+    assert [_by_id(res)[i]["instance"] for i in range(3)] == [1, 2, 0]
+    with pytest.raises(ConfigError, match="models"):
+        make_router("quality_first", models="alpaca-native")  # a list of names, not one
+    with pytest.raises(ConfigError, match="needs policy.kwargs.models"):
+        make_router("qos_lookahead", k1={"alpaca-native": 7e-5})
+
+
+def test_qos_lookahead_spares_the_running_request():
+    # step = 0.01 + 2e-5 x decode context; L = 30 ms/token. Alone, an 800-token prompt decodes at ~27 ms/token;
+    # a second such request on the same expert pushes both over L, so the lookahead sends it to the worse expert
+    models = ["alpaca-native", "chatglm-6b"]
+    q = {"alpaca-native": 0.9, "chatglm-6b": 0.5}
+    rows = [(0.0, 800, 200, q), (1.0, 800, 200, q)]
+    prof = {"base": 0.01, "per_token": 0.0, "per_ctx": 2e-5}
+    kw = {"models": models, "k1": 0.0, "k2": 2e-5, "base": 0.01, "latency_limit": 0.03}
+    res = simulate(_cluster(2, models=models, **prof), _qos_requests(rows), "qos_lookahead", policy_kwargs=kw)
+    r = _by_id(res)
+    assert [r[0]["instance"], r[1]["instance"]] == [0, 1]
+    assert all((r[i]["finish"] - r[i]["arrival"]) / 200 <= 0.03 for i in (0, 1))
+    greedy = simulate(_cluster(2, models=models, **prof), _qos_requests(rows), "quality_first",
+                      policy_kwargs={"models": models})
+    g = _by_id(greedy)
+    assert g[1]["instance"] == 0 and (g[0]["finish"] - g[0]["arrival"]) / 200 > 0.03
+
+
+def test_static_model_uses_only_its_replicas_smallest_batch_first():
+    models = ["opt-125m", "opt-1.3b", "opt-125m", "opt-1.3b"]
+    rows = [(0.0, 10, 200), (0.001, 10, 200), (0.002, 10, 200)]
+    res = simulate(_cluster(4, models=models), requests(rows), "static_model",
+                   policy_kwargs={"model": "opt-1.3b", "models": models})
+    assert [_by_id(res)[i]["instance"] for i in range(3)] == [1, 3, 1]
+    with pytest.raises(ConfigError, match="not among"):
+        make_router("static_model", model="opt-6.7b", models=models)

@@ -1,0 +1,92 @@
+"""``llmsim-router`` as a user runs it: ``--help``, a missing serve extra named, bad input as one line and exit
+code 2, and serving in front of an emulated backend."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serving extra is not installed: pip install 'llmsim[serve]'")
+
+import httpx  # noqa: E402
+
+from llmsim.emulator import start_emulator  # noqa: E402
+from tests.serving.helpers import SPEEDUP  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+# runs the CLI with the serve extra's packages made unimportable, as in an install without it
+WITHOUT_SERVE_EXTRA = ("import sys; sys.modules.update(dict.fromkeys(['fastapi', 'uvicorn', 'httpx', "
+                       "'prometheus_client'])); from llmsim.serving.cli import main; sys.exit(main())")
+
+
+def run_cli(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llmsim.serving.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_cli_bad_input_is_one_line(tmp_path) -> None:
+    bad = tmp_path / "r.yaml"
+    bad.write_text("backends: [{name: a, url: 'ftp://x'}]\npolicy: {heuristic: jsq}\n")
+    for cfg, needle in ((tmp_path / "none.yaml", "no such router config"), (bad, "backends[0].url")):
+        p = run_cli(["--config", str(cfg)])
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
+    unknown = tmp_path / "u.yaml"
+    unknown.write_text("backends: [{name: a, url: 'http://127.0.0.1:9'}]\npolicy: {heuristic: nope}\n")
+    p = run_cli(["--config", str(unknown)])
+    assert p.returncode == 2 and "unknown routing policy 'nope'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_cli_serves_in_front_of_an_emulator(tmp_path) -> None:
+    h = start_emulator("llama-3.1-8b", "a100-80gb", speedup=SPEEDUP)
+    cfg = tmp_path / "router.yaml"
+    cfg.write_text(f"backends:\n  - {{name: gpu0, url: '{h.url}'}}\npolicy: {{heuristic: least_work_left}}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "llmsim.serving.cli", "--config", str(cfg), "--port", "0"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert "llmsim-router: 1 backends" in line, line
+        url = line.split(" on ")[1].split(";")[0].strip()
+        r = httpx.post(url + "/v1/completions", json={"model": "llmsim-router", "prompt": "hi", "max_tokens": 4},
+                       timeout=30)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        h.stop()
+
+
+@pytest.mark.timeout(30)
+def test_routebalance_without_static_tpot_exits_with_one_line(tmp_path) -> None:
+    """The CLI: one line on stderr naming the key, exit code 2, no traceback."""
+    cfg = tmp_path / "router.yaml"
+    cfg.write_text("backends: [{name: b0, url: 'http://127.0.0.1:9', model: m}]\n"
+                   "policy: {heuristic: routebalance, kwargs: {static_tpot_ms: {m: .nan}}}\n")
+    p = subprocess.run([sys.executable, "-m", "llmsim.serving.cli", "--config", str(cfg)], capture_output=True,
+                       text=True, timeout=25)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "policy.kwargs.static_tpot_ms.m: expected a finite number of ms per token > 0" in lines[0]
+
+
+def test_help_works_and_names_the_extra() -> None:
+    p = run_cli(["--help"])
+    assert p.returncode == 0 and "--config" in p.stdout and "llmsim[serve]" in p.stdout, p.stdout + p.stderr
+
+
+def test_a_missing_serve_extra_is_named(tmp_path) -> None:
+    """Without fastapi / uvicorn / httpx / prometheus_client: ``--help`` still works, and serving says what to
+    install in one line (exit code 2)."""
+    cfg = tmp_path / "router.yaml"
+    cfg.write_text("backends: [{name: a, url: 'http://127.0.0.1:9'}]\npolicy: {heuristic: jsq}\n")
+    helped = subprocess.run([sys.executable, "-c", WITHOUT_SERVE_EXTRA, "--help"], capture_output=True, text=True,
+                            timeout=60)
+    assert helped.returncode == 0 and "--config" in helped.stdout, helped.stderr
+    p = subprocess.run([sys.executable, "-c", WITHOUT_SERVE_EXTRA, "--config", str(cfg)], capture_output=True,
+                       text=True, timeout=60)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert "is missing" in lines[0] and "pip install 'llmsim[serve]'" in lines[0], lines[0]

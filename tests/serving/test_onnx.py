@@ -1,0 +1,74 @@
+"""Exported policies behind the live router: the same artefact that routes in the simulator routes emulated
+backends (flat DDQN and SAC + HAN), and an export for other backends is refused before serving (the docs'
+whole train / export / emulate / route flow: test_docs_flow.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serving extra is not installed: pip install 'llmsim[serve]'")
+pytest.importorskip("torch", reason="building an export needs the rl extra")
+
+import httpx  # noqa: E402
+
+from llmsim.agents.export import export  # noqa: E402
+from llmsim.agents.imitate import EXPERTS, demo_checkpoint  # noqa: E402
+from llmsim.emulator import start_emulator  # noqa: E402
+from llmsim.serving.runner import start_router  # noqa: E402
+from tests.serving.helpers import burst, router_cfg, samples  # noqa: E402
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]  # building the demo exports takes a while
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    root = tmp_path_factory.mktemp("exports")
+    return {k: export(demo_checkpoint(k, root), check_steps=0) for k in ("ddqn_flat", "sac_han")}
+
+
+@pytest.mark.parametrize("kind,models", [("ddqn_flat", ["llama-2-7b"] * 4), ("sac_han", EXPERTS)])
+def test_an_exported_policy_routes_live_traffic(exports, kind, models) -> None:
+    hs = [start_emulator("llama-3.1-8b", "a100-80gb", speedup=50.0, max_num_seqs=16, seed=i)
+          for i in range(len(models))]
+    try:
+        cfg = router_cfg([h.url for h in hs], {"onnx": str(exports[kind])})
+        for b, m in zip(cfg["backends"], models):  # the llmsim names the policy was trained on
+            b.update(policy_model=m, max_num_seqs=16)
+        with start_router(cfg) as r:
+            results = asyncio.run(burst(r.url, 60, gap=0.003))
+            served = [x for x in results if x["status"] == 200]
+            assert all(x["error"] is None and x["tokens"] == x["asked"] for x in served)
+            # the QoS-aware edge router's policy may drop (its action space has drop): a clear 503, never a lost request
+            dropped = [x for x in results if x["status"] != 200]
+            assert all(x["status"] == 503 and "drop" in x["error"]["message"] for x in dropped), dropped[:2]
+            assert len(served) >= 30 and (kind == "sac_han" or not dropped)
+            text = httpx.get(r.url + "/metrics").text
+            split = samples(text, "llmsim_router_decisions_total")
+            assert sum(split.values()) == len(served) and sum(v > 0 for v in split.values()) >= 2, split  # JSQ clone
+            assert sum(samples(text, "llmsim_router_decision_latency_seconds_count").values()) == 60
+            assert sum(samples(text, "llmsim_router_requests_total").values()) == 60
+            assert samples(text, "llmsim_router_policy_fallbacks_total")[()] == 0
+    finally:
+        for h in hs:
+            h.stop()
+
+
+def test_an_export_for_other_backends_is_refused_naming_both(exports, tmp_path) -> None:
+    hs = [start_emulator("llama-3.1-8b", "a100-80gb", speedup=50.0) for _ in range(2)]
+    try:
+        cfg = tmp_path / "router.yaml"
+        cfg.write_text("backends:\n" + "".join(f"  - {{name: g{i}, url: '{h.url}', policy_model: llama-2-7b}}\n"
+                                               for i, h in enumerate(hs))
+                       + f"policy: {{onnx: '{exports['ddqn_flat']}'}}\n")
+        p = subprocess.run([sys.executable, "-m", "llmsim.serving.cli", "--config", str(cfg), "--port", "0"],
+                           capture_output=True, text=True, timeout=120)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, p.stderr
+        assert "4 instances" in lines[0] and "2 instances" in lines[0], lines[0]
+    finally:
+        for h in hs:
+            h.stop()

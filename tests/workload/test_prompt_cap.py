@@ -1,0 +1,114 @@
+"""A trace's ``max_prompt``: rows with longer prompts are skipped and counted, so the trace presets run on the default
+cluster (Llama-2-7B, a 4,096-token context) and say what they left out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from llmsim.errors import ConfigError
+from llmsim.perf.models import get_model
+from llmsim.resources import conf_dir
+from llmsim.simulation.from_config import run_from_config
+from llmsim.workload import AzureTrace, PromptCapped, build_workload
+from llmsim.workload.transforms import PROMPT_OVER_MAX
+from tests.helpers import SHARED
+
+AZURE = (
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    "2023-11-16 18:15:40.0000000,5000,4\n"
+    "2023-11-16 18:15:46.0000000,374,44\n"
+    "2023-11-16 18:15:50.0000000,4096,109\n"
+    "2023-11-16 18:15:51.0000000,4095,31\n"
+    "2023-11-16 18:16:01.0000000,1000,1\n"
+)
+TRACE_KINDS = ("azure", "burstgpt", "csv", "mooncake")
+
+
+def azure(tmp_path: Path, **over) -> dict:
+    path = tmp_path / "azure.csv"
+    path.write_text(AZURE)
+    return {"kind": "azure", "path": str(path), **over}
+
+
+def test_longer_prompts_are_skipped_counted_and_ids_renumbered(tmp_path: Path) -> None:
+    wl = build_workload(azure(tmp_path, max_prompt=4095), seed=0)
+    reqs = list(wl)
+    assert [(r.id, r.prompt_tokens) for r in reqs] == [(0, 374), (1, 4095), (2, 1000)]
+    assert [r.arrival for r in reqs] == [6.0, 11.0, 21.0]  # the trace's clock is kept (t = 0 at its first row)
+    assert wl.stats.skipped == {PROMPT_OVER_MAX: 2} and wl.stats.rows_read == 5 and wl.stats.yielded == 3
+
+
+def test_the_cap_comes_after_the_window_and_before_the_limit(tmp_path: Path) -> None:
+    """The window is cut in trace time first; ``max_requests`` then counts requests that are simulated."""
+    wl = build_workload(azure(tmp_path, max_prompt=4095, window=[5, 30], max_requests=2), seed=0)
+    assert [(r.id, r.arrival, r.prompt_tokens) for r in wl] == [(0, 1.0, 374), (1, 6.0, 4095)]
+    assert wl.stats.skipped == {"outside_window": 1, PROMPT_OVER_MAX: 1}
+    assert wl.stats.stopped == "max_requests"
+
+
+def test_no_cap_by_default_and_null_keeps_every_row(tmp_path: Path) -> None:
+    for cfg in (azure(tmp_path), azure(tmp_path, max_prompt=None)):
+        assert [r.prompt_tokens for r in build_workload(cfg, seed=0)] == [5000, 374, 4096, 4095, 1000]
+
+
+def test_a_cap_that_leaves_nothing_is_a_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^max_prompt: every request .* longer than 100 tokens \(5 skipped\)"):
+        list(build_workload(azure(tmp_path, max_prompt=100), seed=0))
+    with pytest.raises(ConfigError, match=r"^max_prompt: expected an integer >= 1"):
+        PromptCapped(AzureTrace(tmp_path / "azure.csv"), 0)
+
+
+@pytest.mark.parametrize("bad,needle", [
+    (0, "workload.max_prompt: expected a value >= 1, got 0"),
+    (1.5, "workload.max_prompt: expected an integer, got 1.5"),
+    (True, "workload.max_prompt: expected a number, not a boolean"),
+])
+def test_bad_caps_name_the_key(tmp_path: Path, bad: object, needle: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        build_workload(azure(tmp_path, max_prompt=bad), seed=0)
+    assert needle in str(e.value)
+
+
+def test_every_trace_preset_fits_the_default_model() -> None:
+    """conf/workload's trace presets cap prompts at what the default cluster serves: a prompt plus one output token
+    within the model's context (the engine refuses a prompt of max_model_len tokens)."""
+    d = conf_dir()
+    defaults = yaml.safe_load((d / "config.yaml").read_text())["defaults"]
+    cluster = next(x["cluster"] for x in defaults if isinstance(x, dict) and "cluster" in x)
+    models = {i.get("model", "llama-2-7b") for i in yaml.safe_load((d / "cluster" / f"{cluster}.yaml").read_text())
+              ["instances"]}
+    longest = min(get_model(m).max_position for m in models) - 1
+    presets = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((d / "workload").glob("*.yaml"))}
+    traces = {name: cfg for name, cfg in presets.items() if cfg["kind"] in TRACE_KINDS}
+    assert {"azure_conv", "azure_code", "mooncake", "burstgpt"} <= set(traces)
+    assert all(cfg.get("max_prompt") == longest for cfg in traces.values()), {n: c.get("max_prompt")
+                                                                               for n, c in traces.items()}
+
+
+def _compose(overrides: list[str]) -> dict:
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
+
+
+@pytest.mark.parametrize("preset,cut", [
+    ("azure_conv", "workload.window=[0,120]"),
+    ("azure_code", "workload.window=[0,60]"),
+    ("mooncake", "workload.max_requests=100"),
+])
+def test_trace_presets_run_on_the_default_cluster_and_say_what_they_skipped(preset: str, cut: str,
+                                                                            tmp_path: Path) -> None:
+    """``llmsim workload=<preset>`` with nothing else: no unservable request stops the run (sim.on_unservable is
+    still ``error``), and the skipped rows are in the summary and the run's note."""
+    if not SHARED.is_dir():
+        pytest.skip(f"../shared is absent ({SHARED}): the trace presets replay its files")
+    cfg = _compose([f"workload={preset}", cut, "output.plots=false", "output.progress=false"])
+    assert cfg["sim"]["on_unservable"] == "error" and cfg["cluster"] == _compose([])["cluster"]
+    res = run_from_config(cfg, out_dir=tmp_path / "run")
+    skipped = res.summary["workload_skipped"]
+    assert skipped.get(PROMPT_OVER_MAX, 0) > 0 and res.summary["dropped"] == 0 and res.summary["completed"] > 0
+    assert any(PROMPT_OVER_MAX in note for note in res.notes)
