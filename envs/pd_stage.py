@@ -1,4 +1,4 @@
-"""Which routing stage a :class:`llmsim.envs.routing_env.RoutingEnv` agent drives in a disaggregated cluster (llmsim.cluster.disagg).
+"""Which routing stage a :class:`llmsim.envs.routing_env.RoutingEnv` agent drives in a disaggregated cluster.
 
 ``stage="prefill"`` (default): the agent routes new requests (among the prefill and mixed instances); the
 decode instance is the router default (least KV demand). ``stage="decode"``: a heuristic (``first_stage``,
@@ -22,7 +22,6 @@ from llmsim.routing import make_router
 from llmsim.routing.base import DEFER, default_decode_choice
 
 if TYPE_CHECKING:
-    from llmsim.cluster.disagg import Transfer
     from llmsim.request import Request
 
 STAGES = ("prefill", "decode", "both")
@@ -59,27 +58,11 @@ def route_decode(env: Any, req: Request, view: Any) -> int:
     return DEFER
 
 
-def next_decode(env: Any) -> Transfer | None:
-    """The prefilled request waiting for the agent's decode choice, if any (the view switches to that stage)."""
-    tr = env.cluster.transfers
-    if tr is None or not tr.deferred:
-        return None
-    env.cluster.view.stage = "decode"
-    return tr.deferred[0]
-
-
 def take_decode(env: Any, d: int) -> None:
-    """Carry out the agent's decode choice for the pending prefilled request."""
-    c = env.cluster
-    tr = c.transfers
-    t = tr.deferred.popleft()
-    view = c.view
-    cands = view.candidates(t.r)
-    if d not in cands:
+    """Carry out the agent's decode choice for the pending prefilled request (a choice outside the decode candidates
+    becomes the default one, counted in ``env.stage_fallbacks``)."""
+    if not env.driver.decide_decode(d):
         env.stage_fallbacks += 1
-        d = default_decode_choice(t.r, view)
-    view.stage = "prefill"
-    tr.dispatch(t, d)
 
 
 def stage_mask(env: Any, mask: np.ndarray) -> None:

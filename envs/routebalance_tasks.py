@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmsim.cluster.cluster import InstanceConfig
+from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.envs.tasks import TaskMixture, TaskSpec
 from llmsim.errors import ConfigError

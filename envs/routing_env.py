@@ -47,8 +47,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from llmsim.cluster.cluster import Cluster, InstanceConfig
+from llmsim.cluster import Cluster, InstanceConfig
 from llmsim.cluster.config import instances_from_specs
+from llmsim.cluster.driver import ClusterDriver
 from llmsim.envs import pd_stage
 from llmsim.envs.actions import ActionSpec, decode_action, fill_mask
 from llmsim.envs.observations import ObsBuilder, make_obs
@@ -191,7 +192,8 @@ class RoutingEnv(gym.Env):
                                on_unservable=self.on_unservable,
                                colocation_interference=self.colocation_interference, kv_link=self.kv_link,
                                kv_transfer=self.kv_transfer)
-        self.cluster.recorder.subscribe(self._on_finish)  # after the cluster's own observer, as the order was
+        self.cluster.recorder.subscribe(self._on_finish)  # after the cluster's own observer
+        self.driver = ClusterDriver(self.cluster)
         self._preds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.routed_quality: dict[int, float] = {}
         self._requests = reqs
@@ -227,15 +229,15 @@ class RoutingEnv(gym.Env):
         self._episode_components: dict[str, float] = dict.fromkeys(self.reward_fn.components, 0.0)
         self.reward_fn.reset(self)
         self.obs_builder.reset(self)
-        c = self.cluster
-        c.start(reqs)
+        drv = self.driver
+        drv.start(reqs)
         if self.decision == "tick":
             self._tick_k = 1  # ticks at k * tick exactly (no accumulated rounding)
-            c.env.call_at(self.tick, ROUTE, self._on_tick)
+            drv.call_at(self.tick, self._on_tick)
         self.pending: Request | None = None
-        self._t_prev = c.env.now
+        self._t_prev = drv.now
         self._advance()
-        self._t_prev = c.env.now
+        self._t_prev = drv.now
         self._released_wait = 0.0  # waits before the first decision belong to no step
         obs = self.obs_builder.build(self, self.state(), self.pending)
         return obs, self._info({}, 0.0, final=self.terminated or self.truncated)
@@ -255,19 +257,19 @@ class RoutingEnv(gym.Env):
         self.routed_quality.pop(req.id, None)
 
     def _on_tick(self) -> None:
-        c = self.cluster
+        c, drv = self.cluster, self.driver
         if self.max_wait_s is not None:
-            central = c.central  # in arrival order: the agent only ever takes the head
-            while central and central[0].arrival + self.max_wait_s <= c.env.now:
-                self._expire(central.popleft(), ROUTE)
+            held = drv.held  # in arrival order: the agent only ever takes the head
+            while held and held[0].arrival + self.max_wait_s <= drv.now:
+                self._expire(drv.take_held(), ROUTE)
         self.reward_fn.on_tick(self)
-        if c.central or self.tick_when_empty:
+        if drv.held or self.tick_when_empty:
             self._tick_due = True
         if not c.done:
             self._tick_k += 1
-            if not (c.central or c.deferred or self.tick_when_empty or (self._outcomes and c.arrivals_done)):
+            if not (drv.held or drv.deferred or self.tick_when_empty or (self._outcomes and c.arrivals_done)):
                 self._quiet_ticks()
-            c.env.call_at(self._tick_k * self.tick, ROUTE, self._on_tick)
+            drv.call_at(self._tick_k * self.tick, self._on_tick)
 
     def _quiet_ticks(self) -> None:
         """The ticks strictly before the next event (within the time limit), with nothing to decide: each only
@@ -276,8 +278,7 @@ class RoutingEnv(gym.Env):
         event each; the chain goes on with an event at the first tick at or after the next event. The same
         rewards, in the same steps (no step can end between two events without an outcome: the caller checked),
         for rewards whose ``on_tick`` reads only the env's states (``Reward.tick_reads_state``)."""
-        env = self.cluster.env
-        t_next = env.peek()
+        t_next = self.driver.next_event_time()
         tick, limit = self.tick, self.limit
         k = self._tick_k
         t = k * tick
@@ -345,50 +346,48 @@ class RoutingEnv(gym.Env):
     # ------------------------------------------------------------------ stepping
     def _advance(self) -> None:
         """Run the simulation to the next decision point (or drain step), the end, or the time limit."""
-        c = self.cluster
-        env = c.env
-        step, peek = env.step, env.peek
-        deferred = c.deferred
-        dropped = c.recorder.dropped
+        c, drv = self.cluster, self.driver
+        step, peek = drv.step, drv.next_event_time
+        dropped = drv.drops
         tick_mode = self.decision == "tick"
         limit = self.limit
         self._outcomes = 0
         self.pending = None
         self.pending_stage = "prefill"
         while True:
-            t_pd = pd_stage.next_decode(self) if c.transfers is not None else None
-            if t_pd is not None:  # a prefilled request waits for the agent's decode choice (envs/pd_stage.py)
-                self.pending, self.pending_stage = t_pd.r, "decode"
+            r_pd = drv.pending_decode() if c.transfers is not None else None
+            if r_pd is not None:  # a prefilled request waits for the agent's decode choice (envs/pd_stage.py)
+                self.pending, self.pending_stage = r_pd, "decode"
                 return
             if tick_mode:
                 if self._tick_due:
                     self._tick_due = False
-                    central = c.central  # the cluster replaces this deque on retries: read it fresh
-                    if central or self.tick_when_empty:
-                        self.pending = central[0] if central else None
+                    held = drv.held  # the cluster replaces this queue on retries: read it fresh
+                    if held or self.tick_when_empty:
+                        self.pending = held[0] if held else None
                         return
-            elif deferred:
-                r = deferred[0]
-                if self.max_wait_s is None or env.now - r.arrival < self.max_wait_s:
+            elif drv.deferred:
+                r = drv.deferred[0]
+                if self.max_wait_s is None or drv.now - r.arrival < self.max_wait_s:
                     self.pending = r
                     return
-                self._expire(deferred.popleft(), env.phase)  # a held request offered again too late
+                self._expire(drv.take_deferred(), drv.phase)  # a held request offered again too late
                 continue
             if len(dropped) != self._n_drops:
                 self._collect_drops()
-            if not env.active:  # only bookkeeping (scrapes) left: let it record the final state, and end
-                while env.num_pending and peek() <= limit:
+            if drv.only_bookkeeping_left:  # let the scrapes record the final state, and end
+                while drv.pending_events and peek() <= limit:
                     self._events += 1
                     step()
                 self.terminated = True
                 return
             t = peek()
-            if self._outcomes and t > env.now and c.arrivals_done and not c.central and not deferred:
+            if self._outcomes and t > drv.now and c.arrivals_done and not drv.held and not drv.deferred:
                 return  # a drain step: nothing to decide, but something happened at this instant
             if t > limit:
                 self.truncated = True
-                if limit > env.now:
-                    env.run(until=limit)  # the clock reaches the limit (no event on the way)
+                if limit > drv.now:
+                    drv.advance_to(limit)  # the clock reaches the limit (no event on the way)
                 return
             self._events += 1
             step()
@@ -440,8 +439,7 @@ class RoutingEnv(gym.Env):
         self.pending = None
         self._version += 1
         self._advance()
-        c = self.cluster
-        now = c.env.now
+        now = self.driver.now
         self.reward_fn.on_wait(self._held_seconds(self._t_prev, now))
         if self.terminated or self.truncated:
             self._finish_episode()
@@ -458,20 +456,20 @@ class RoutingEnv(gym.Env):
 
     def _take(self, req: Request, d: int) -> None:
         """Carry out the agent's decision ``d`` for the pending request."""
-        c = self.cluster
+        drv = self.driver
         if self.pending_stage == "decode":
             pd_stage.take_decode(self, d)
             return
         if self.decision == "tick":
             if d != WAIT:
-                c.central.popleft()
+                drv.take_held()
                 self._apply(req, d, ROUTE)
             return
-        phase = c.env.phase
-        c.deferred.popleft()
+        phase = drv.phase
+        drv.take_deferred()
         self._apply(req, d, phase)
         if d == WAIT and phase != ARRIVAL:
-            c.central.append(req)  # the cluster only parks arrivals; re-queue a retried request
+            drv.hold(req)  # the cluster only parks arrivals; re-queue a retried request
 
     def _apply(self, req: Request, d: int, phase: int) -> None:
         if d >= 0:
@@ -481,12 +479,12 @@ class RoutingEnv(gym.Env):
             self.routed_quality[req.id] = float(quals[j])
         elif d == DROP:
             self.agent_dropped += 1
-        self.cluster.apply_decision(req, d, phase)
+        self.driver.decide(req, d, phase)
 
     # ------------------------------------------------------------------ outcomes: drops, waits, timeouts
     def _collect_drops(self) -> None:
         """Hand every new drop of the cluster's recorder (whatever its cause) to the reward."""
-        dropped = self.cluster.recorder.dropped
+        dropped = self.driver.drops
         by_id = self._by_id
         for entry in dropped[self._n_drops:]:
             req = by_id[entry[0]]  # entries start with the request id; the reason is on the request
@@ -498,10 +496,10 @@ class RoutingEnv(gym.Env):
 
     def _held_seconds(self, t0: float, t1: float) -> float:
         """Request-seconds spent in the central queue over (t0, t1], including requests released meanwhile."""
-        c = self.cluster
+        drv = self.driver
         s = self._released_wait
         self._released_wait = 0.0
-        for q in (c.central, c.deferred):
+        for q in (drv.held, drv.deferred):
             for r in q:
                 a = r.arrival
                 s += t1 - (a if a > t0 else t0)
@@ -511,13 +509,12 @@ class RoutingEnv(gym.Env):
         """A request held ``max_wait_s`` since its arrival (taken off the queue by the caller): route it by the
         fallback, or drop it. Checked where held requests are looked at anyway (the tick in tick mode, each
         retry in arrival mode), so it happens within one ``tick`` of the deadline and costs no event."""
-        c = self.cluster
-        now = c.env.now
-        self._released_wait += now - max(req.arrival, self._t_prev)
+        drv = self.driver
+        self._released_wait += drv.now - max(req.arrival, self._t_prev)
         self.timeouts += 1
         k = self._least_loaded(req) if self.wait_fallback == "least_loaded" else -1
         if k < 0:
-            c.recorder.drop(req, WAIT_TIMEOUT_REASON, now)
+            drv.give_up(req, WAIT_TIMEOUT_REASON)
         else:
             self._apply(req, k, phase)
             self.reward_fn.on_timeout(req)
@@ -533,15 +530,9 @@ class RoutingEnv(gym.Env):
 
     def _finish_episode(self) -> None:
         """Account for everything still open: cut off by the time limit, or never routed."""
-        c = self.cluster
         if self.truncated:
-            now = c.env.now
-            c.central.clear()
-            c.deferred.clear()
-            for r in self._requests:
-                if r.finish < 0 and not r.dropped:
-                    c.recorder.drop(r, CUT_OFF_REASON, now)
-        c.finish()
+            self.driver.cut_off(self._requests, CUT_OFF_REASON)
+        self.driver.finish()
         self._collect_drops()
 
     # ------------------------------------------------------------------ masks and info
@@ -561,18 +552,18 @@ class RoutingEnv(gym.Env):
         return self._mask.copy()
 
     def _info(self, comps: dict[str, float], dt: float, final: bool) -> dict[str, Any]:
-        c = self.cluster
+        c, drv = self.cluster, self.driver
         info: dict[str, Any] = {
             "reward_components": dict(comps),
             "dt": dt,
-            "time": c.env.now,
+            "time": drv.now,
             "decisions": self.num_decisions,
             "arrived": c.num_arrived,
             "completed": self.completed,
-            "dropped": len(c.recorder.dropped),
+            "dropped": len(drv.drops),
             "agent_dropped": self.agent_dropped,
             "timeouts": self.timeouts,
-            "central_queue": len(c.central),
+            "central_queue": len(drv.held),
             "action_mask": self.action_masks(),
         }
         if final:

@@ -39,7 +39,7 @@ from experiments.harness import reproduction_report as book
 from experiments.harness.claims import PROG, source_commit
 from experiments.harness.pages import text_table, write_claims
 from experiments.harness.pool import say
-from experiments.harness.registry import ALIASES, MODULES, ORDER, load, resolve
+from experiments.harness.registry import ALIASES, ORDER, load, resolve
 from experiments.harness.sizes import SIZE_NAMES
 from llmsim.errors import ConfigError, LLMSimError
 
@@ -285,7 +285,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         fail(str(e))
     kwargs = run_options(module.run, a)
     out = a.out or Path("outputs/reproduce") / a.experiment / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    say(PROG, f"{a.experiment} ({MODULES[a.experiment]}) into {out}", not a.no_progress)
     t0 = time.perf_counter()
     try:
         rows = run_experiment(module, a, out, kwargs, command)

@@ -1,6 +1,6 @@
 """llmsim: a discrete-event simulator of LLM-serving clusters (no torch, gymnasium or hydra here)."""
 
-from llmsim.cluster.cluster import Cluster, ClusterView, InstanceConfig
+from llmsim.cluster import Cluster, ClusterView, InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.metrics.result import SimResult
 from llmsim.request import Request

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from llmsim.cluster.cluster import InstanceConfig
+from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.errors import LLMSimError, TraceError
 from llmsim.perf.profile import load_profile

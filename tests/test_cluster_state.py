@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from llmsim.cluster.cluster import Cluster, InstanceConfig
+from llmsim.cluster import Cluster, InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.errors import ConfigError
 from llmsim.request import Request

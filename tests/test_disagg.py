@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.cluster.cluster import Cluster
+from llmsim.cluster import Cluster
 from llmsim.errors import ConfigError
 from llmsim.perf.hardware import LINKS, get_gpu, transfer_seconds
 from llmsim.request import Request

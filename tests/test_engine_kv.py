@@ -124,7 +124,7 @@ def test_a_run_under_pressure_gives_every_block_back(fast, preemption, policy):
     inst = InstanceConfig(profile=LinearProfile(), engine=EngineConfig(
         policy=policy, fast_path=fast, block_size=4, num_gpu_blocks=20, watermark=0.0, preemption=preemption,
         swap_space_gb=0.01, max_model_len=64))
-    from llmsim.cluster.cluster import Cluster
+    from llmsim.cluster import Cluster
     from llmsim.routing import make_router
 
     cluster = Cluster([inst], make_router("round_robin"), on_unservable="drop")

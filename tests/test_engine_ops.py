@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmsim import EngineConfig, InstanceConfig
-from llmsim.cluster.cluster import Cluster
+from llmsim.cluster import Cluster
 from llmsim.errors import LLMSimError
 from llmsim.event_loop import ROUTE
 from llmsim.metrics.recorder import SLO

@@ -222,7 +222,7 @@ def test_routing_from_config_dict():
 def test_tick_episode_summary_equals_core_replay():
     """Tick mode: replaying the agent's (time, request, instance) decisions on a plain Cluster at the same
     instants (phase ROUTE) gives the summary the env reports."""
-    from llmsim.cluster.cluster import Cluster
+    from llmsim.cluster import Cluster
     from llmsim.event_loop import ROUTE
     from llmsim.routing import WAIT
     from llmsim.simulation.run import collect

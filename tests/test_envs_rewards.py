@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import llmsim.envs  # noqa: F401  (registers the ids)
-from llmsim.cluster.cluster import InstanceConfig
+from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.envs.rewards import action_impact, deadline_weight, latency_increase, mixing_penalty
 from llmsim.envs.routing_env import RoutingEnv

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from llmsim import envs
-from llmsim.cluster.cluster import InstanceConfig
+from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.envs.workloads import EnvWorkload

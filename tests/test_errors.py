@@ -3,7 +3,7 @@
 import pytest
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.cluster.cluster import Cluster
+from llmsim.cluster import Cluster
 from llmsim.cluster.config import instances_from_config
 from llmsim.errors import ConfigError
 from llmsim.routing import make_router

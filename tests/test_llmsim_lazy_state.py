@@ -18,7 +18,7 @@ import random
 import numpy as np
 import pytest
 
-from llmsim.cluster.cluster import Cluster, InstanceConfig
+from llmsim.cluster import Cluster, InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.engine.fastpath import DecodeRun
 from llmsim.event_loop import ARRIVAL, ROUTE

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmsim import InstanceConfig
-from llmsim.cluster.cluster import Cluster
+from llmsim.cluster import Cluster
 from llmsim.cluster.config import instances_from_config
 from llmsim.engine.kv import build_kv_cache
 from llmsim.errors import ConfigError, LLMSimError

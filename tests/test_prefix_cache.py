@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.cluster.cluster import Cluster
+from llmsim.cluster import Cluster
 from llmsim.engine.instance import Instance
 from llmsim.engine.prefix_cache import BlockKeys, block_keys, new_state
 from llmsim.errors import LLMSimError

@@ -18,7 +18,7 @@ from hypothesis import currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.cluster.cluster import Cluster
+from llmsim.cluster import Cluster
 from llmsim.errors import ConfigError
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.models import get_model

@@ -302,7 +302,7 @@ def test_progress_bar_on_a_terminal():
 
 
 def test_progress_hooks_are_removed_and_absent_when_off():
-    from llmsim.cluster.cluster import Cluster
+    from llmsim.cluster import Cluster
     from llmsim.routing import make_router
 
     cluster = Cluster([InstanceConfig(profile=LinearProfile())], make_router("round_robin"))

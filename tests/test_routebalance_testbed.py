@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from llmsim.cluster.cluster import Cluster
+from llmsim.cluster import Cluster
 from llmsim.envs import routebalance_tasks as rb
 from llmsim.perf.profile import load_profile
 from llmsim.resources import conf_dir

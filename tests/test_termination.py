@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.cluster.cluster import Cluster
+from llmsim.cluster import Cluster
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.event_loop import ROUTE
 from llmsim.request import Request
@@ -370,4 +370,4 @@ def test_never_routed_time_is_the_same_with_and_without_the_fast_path():
     assert fast.recorder.dropped == step.recorder.dropped
     (rid, _, _, _, reason, when, _), = fast.recorder.dropped
     assert (rid, reason) == (0, "never_routed")
-    assert when == fast.end_time() == fast.last_scrape
+    assert when == fast.end_time() == fast.clock.last_scrape

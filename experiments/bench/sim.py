@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from experiments.harness.timing import print_json
-from llmsim.cluster.cluster import InstanceConfig
+from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.simulation.run import simulate
 from llmsim.workload import build_workload

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from llmsim.cluster.cluster import InstanceConfig
+from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.perf.profile import Profile, load_profile
 from llmsim.request import Request

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from llmsim.cluster.cluster import InstanceConfig
+from llmsim.cluster import InstanceConfig
 from llmsim.envs import testbeds as TB
 from llmsim.envs.paper_timing import QOS_EDGE_K
 from llmsim.envs.tasks import QOS_EXPERTS, best_effort_mixture, qos_edge_mixture, workload_router_mixture

@@ -20,25 +20,34 @@ a chain would record or publish can change, so
   :mod:`llmsim.cluster.cluster`); a parked request, an arrival or a submission wakes it.
 
 Scrapes and refreshes are bookkeeping events (:meth:`SimEnv.call_bookkeeping_at`): :meth:`Cluster.run`
-stops when only they are left, then runs each pending one once (``_flush_bookkeeping``) so the final
+stops when only they are left, then runs each pending one once (:meth:`ClusterClock.flush`) so the final
 state is recorded, exactly as the last scrape of an uninterrupted chain would.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections import deque
+from typing import TYPE_CHECKING, Any, Protocol
 
-from llmsim.event_loop import OBSERVE, ROUTE
+from llmsim.event_loop import OBSERVE, ROUTE, SimEnv
 
 if TYPE_CHECKING:
-    from collections import deque
-
-    from llmsim.cluster.view import ClusterView
     from llmsim.engine.instance import Instance
-    from llmsim.event_loop import SimEnv
-    from llmsim.metrics.recorder import Recorder
     from llmsim.request import Request
+
+
+class ClockedCluster(Protocol):
+    """What the clock uses of its cluster (``llmsim.cluster.cluster.Cluster``)."""
+
+    env: SimEnv
+    instances: list[Instance]
+    recorder: Any
+    view: Any
+    central: deque[Request]
+    deferred: deque[Request]
+
+    def retry(self) -> None: ...
 
 
 def next_on_grid(t0: float, step: float, now: float, k_min: int) -> tuple[int, float]:
@@ -57,87 +66,86 @@ def next_on_grid(t0: float, step: float, now: float, k_min: int) -> tuple[int, f
 
 
 class ClusterClock:
-    """Mixin of :class:`llmsim.cluster.cluster.Cluster` holding the periodic chains (module docstring)."""
+    """The periodic chains of one :class:`llmsim.cluster.cluster.Cluster` (``Cluster.clock``; module docstring).
 
-    # provided by Cluster
-    env: SimEnv
-    instances: list[Instance]
-    recorder: Recorder
-    view: ClusterView
-    central: deque[Request]
-    deferred: deque[Request]
-    recent_throughput: list[float]
-    _last_tokens: list[int]
-    metrics_interval: float
-    view_staleness: float
-    central_queue_tick: float | None
-    wait_patience: int
+    The cluster tells it about activity (:meth:`wake`, :meth:`wake_bookkeeping`, :meth:`wake_ticks`); observers read
+    ``recent_throughput`` (output tokens/s per instance over the last scrape interval), ``last_scrape`` and
+    ``scrape_paused``."""
 
-    def _retry(self) -> None:  # pragma: no cover - implemented by Cluster
-        raise NotImplementedError
-
-    def _init_clock(self) -> None:
-        self._t0 = 0.0
-        self._scrape_k = 0
+    def __init__(self, cluster: ClockedCluster, metrics_interval: float, view_staleness: float,
+                 central_queue_tick: float | None, wait_patience: int) -> None:
+        self.cluster = cluster
+        self.env = cluster.env
+        self.metrics_interval = metrics_interval
+        self.view_staleness = view_staleness
+        self.central_queue_tick = central_queue_tick
+        self.wait_patience = wait_patience
+        n = len(cluster.instances)
+        self.recent_throughput = [0.0] * n
+        self.last_tokens = [0] * n
+        self.t0 = 0.0
+        self.scrape_k = 0
         self.scrape_paused = False
         self.last_scrape = -math.inf
-        self._refresh_k = 0
-        self._refresh_paused = False
-        self._tick_k = 0
-        self._tick_asleep = False
-        self._idle_passes = 0
-        self._last_tick = -math.inf
-        self._quiet = False  # some chain sleeps and waits for activity (checked on every submission)
-        self._finishing = False
+        self.refresh_k = 0
+        self.refresh_paused = False
+        self.tick_k = 0
+        self.tick_asleep = False
+        self.idle_passes = 0
+        self.last_tick = -math.inf
+        self.quiet = False  # some chain sleeps and waits for activity (checked on every submission)
+        self.finishing = False
 
-    def _start_clock(self) -> None:
+    def start(self) -> None:
         env = self.env
-        self._t0 = t0 = env.now
-        self._scrape_k = 0
+        self.t0 = t0 = env.now
+        self.scrape_k = 0
         self.scrape_paused = False
         env.call_bookkeeping_at(t0, self._scrape)
         if self.view_staleness > 0:
-            self.view.take_snapshot()  # what the metrics endpoint showed before the first arrival
-            self._refresh_k = 1
-            self._refresh_paused = False
+            self.cluster.view.take_snapshot()  # what the metrics endpoint showed before the first arrival
+            self.refresh_k = 1
+            self.refresh_paused = False
             env.call_bookkeeping_at(t0 + self.view_staleness, self._refresh_view)
-        self._tick_asleep = self.central_queue_tick is not None  # woken when a request is parked
-        self._tick_k = 0
-        self._quiet = False
+        self.tick_asleep = self.central_queue_tick is not None  # woken when a request is parked
+        self.tick_k = 0
+        self.quiet = False
 
     def _any_busy(self) -> bool:
-        return any(inst.busy for inst in self.instances)
+        return any(inst.busy for inst in self.cluster.instances)
 
     def _update_quiet(self) -> None:
-        self._quiet = self.scrape_paused or self._refresh_paused or (
-            self._tick_asleep and bool(self.central or self.deferred))
+        c = self.cluster
+        self.quiet = self.scrape_paused or self.refresh_paused or (
+            self.tick_asleep and bool(c.central or c.deferred))
 
     # ------------------------------------------------------------------ waking up
-    def _wake(self) -> None:
+    def wake(self) -> None:
         """Activity after a quiet stretch: resume every sleeping chain at its next grid point."""
-        self._wake_bookkeeping()
-        if self._tick_asleep and (self.central or self.deferred):
-            self._wake_ticks()
+        self.wake_bookkeeping()
+        c = self.cluster
+        if self.tick_asleep and (c.central or c.deferred):
+            self.wake_ticks()
 
-    def _wake_bookkeeping(self) -> None:
+    def wake_bookkeeping(self) -> None:
         env = self.env
         now = env.now
         if self.scrape_paused:
             self.scrape_paused = False
-            self._scrape_k, t = next_on_grid(self._t0, self.metrics_interval, now, self._scrape_k + 1)
+            self.scrape_k, t = next_on_grid(self.t0, self.metrics_interval, now, self.scrape_k + 1)
             env.call_bookkeeping_at(t, self._scrape)
-        if self._refresh_paused:
-            self._refresh_paused = False
-            self._refresh_k, t = next_on_grid(self._t0, self.view_staleness, now, self._refresh_k + 1)
+        if self.refresh_paused:
+            self.refresh_paused = False
+            self.refresh_k, t = next_on_grid(self.t0, self.view_staleness, now, self.refresh_k + 1)
             env.call_bookkeeping_at(t, self._refresh_view)
         self._update_quiet()
 
-    def _wake_ticks(self) -> None:
+    def wake_ticks(self) -> None:
         tick = self.central_queue_tick
         assert tick is not None
-        self._tick_asleep = False
-        self._idle_passes = 0
-        self._tick_k, t = next_on_grid(self._t0, tick, self.env.now, self._tick_k + 1)
+        self.tick_asleep = False
+        self.idle_passes = 0
+        self.tick_k, t = next_on_grid(self.t0, tick, self.env.now, self.tick_k + 1)
         self.env.call_at(t, ROUTE, self._tick)
         self._update_quiet()
 
@@ -145,10 +153,12 @@ class ClusterClock:
     def _scrape(self) -> None:
         env = self.env
         now = env.now
-        tl = self.recorder.timeline
+        c = self.cluster
+        tl = c.recorder.timeline
         dt = self.metrics_interval
-        central = len(self.central)
-        for k, inst in enumerate(self.instances):
+        central = len(c.central)
+        thr, last = self.recent_throughput, self.last_tokens
+        for k, inst in enumerate(c.instances):
             if inst.decode_run is not None:
                 inst.sync(now, OBSERVE)
             tl["time"].append(now)
@@ -162,63 +172,64 @@ class ClusterClock:
             tl["prefix_cache_queries"].append(inst.prefix_queries)
             tl["prefix_cache_hits"].append(inst.prefix_hits)
             tl["central_queue"].append(central)
-            self.recent_throughput[k] = (inst.tokens_out - self._last_tokens[k]) / dt
-            self._last_tokens[k] = inst.tokens_out
+            thr[k] = (inst.tokens_out - last[k]) / dt
+            last[k] = inst.tokens_out
         self.last_scrape = now
-        if self._finishing:
+        if self.finishing:
             return
         if self._any_busy():
-            self._scrape_k += 1
-            env.call_bookkeeping_at(max(self._t0 + self._scrape_k * dt, now), self._scrape)
+            self.scrape_k += 1
+            env.call_bookkeeping_at(max(self.t0 + self.scrape_k * dt, now), self._scrape)
         else:
-            self.scrape_paused = self._quiet = True
+            self.scrape_paused = self.quiet = True
 
     def _refresh_view(self) -> None:
-        self.view.take_snapshot()
-        if self._finishing:
+        self.cluster.view.take_snapshot()
+        if self.finishing:
             return
         env = self.env
         if self._any_busy():
-            self._refresh_k += 1
-            env.call_bookkeeping_at(max(self._t0 + self._refresh_k * self.view_staleness, env.now),
+            self.refresh_k += 1
+            env.call_bookkeeping_at(max(self.t0 + self.refresh_k * self.view_staleness, env.now),
                                     self._refresh_view)
         else:
-            self._refresh_paused = self._quiet = True
+            self.refresh_paused = self.quiet = True
 
-    def _view_settled(self) -> bool:
+    def view_settled(self) -> bool:
         """Nothing a router observes changes until new activity: the stale snapshot and the throughput
         window already show the idle cluster."""
         return (self.scrape_paused and self.env.now > self.last_scrape + self.metrics_interval
-                and (self.view_staleness == 0 or self._refresh_paused))
+                and (self.view_staleness == 0 or self.refresh_paused))
 
     def _tick(self) -> None:
         """Retry the central queue; sleep when there is nothing to retry or after ``wait_patience`` idle passes."""
-        self._last_tick = self.env.now
-        n = len(self.central)
+        c = self.cluster
+        self.last_tick = self.env.now
+        n = len(c.central)
         if n:
-            self._retry()
-        if not (self.central or self.deferred):
-            self._tick_asleep = True
-            self._idle_passes = 0
+            c.retry()
+        if not (c.central or c.deferred):
+            self.tick_asleep = True
+            self.idle_passes = 0
             return
         tick = self.central_queue_tick
         assert tick is not None
         now = self.env.now
-        t_next = self._t0 + (self._tick_k + 1) * tick
+        t_next = self.t0 + (self.tick_k + 1) * tick
         # a tick lost in float rounding (t ~ 1e17+ s) cannot let the view change: the pass counts as idle
-        if len(self.central) == n and not self._any_busy() and (t_next <= now or self._view_settled()):
-            self._idle_passes += 1
-            if self._idle_passes >= self.wait_patience:
-                self._tick_asleep = self._quiet = True  # until an arrival or a submission
+        if len(c.central) == n and not self._any_busy() and (t_next <= now or self.view_settled()):
+            self.idle_passes += 1
+            if self.idle_passes >= self.wait_patience:
+                self.tick_asleep = self.quiet = True  # until an arrival or a submission
                 return
         else:
-            self._idle_passes = 0
-        self._tick_k += 1
+            self.idle_passes = 0
+        self.tick_k += 1
         self.env.call_at(max(t_next, now), ROUTE, self._tick)
 
-    def _flush_bookkeeping(self) -> None:
+    def flush(self) -> None:
         """Run the pending scrapes / refreshes once each (the final state), rescheduling nothing."""
-        self._finishing = True
+        self.finishing = True
         env = self.env
         for _ in range(env.num_pending):
             env.step()

@@ -35,75 +35,40 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from numbers import Integral
 from typing import Any
 
+from llmsim.cluster.assemble import build_engines, disaggregate, link_colocated
 from llmsim.cluster.clock import ClusterClock
-from llmsim.cluster.disagg import KVTransfers
-from llmsim.cluster.view import ClusterView
-from llmsim.engine.colocation import share_gpus
-from llmsim.engine.config import EngineConfig
-from llmsim.engine.handoff import DECODE, MIXED, ROLES, HandOff
+from llmsim.cluster.config import InstanceConfig
+from llmsim.cluster.view import ClusterOpsView
+from llmsim.engine.handoff import DECODE
 from llmsim.engine.instance import Instance
-from llmsim.engine.model_host import DEFAULT_STORAGE_GBPS, attach_host, catalog_profiles
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.event_loop import ARRIVAL, MAX_EVENTS_PER_INSTANT, ROUTE, SimEnv
 from llmsim.metrics.recorder import Recorder
-from llmsim.perf.profile import Profile, load_profile
 from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, Request, check_request
-from llmsim.routing import DEFER, DROP, WAIT, Router
-from llmsim.routing.base import default_decode_choice
+from llmsim.routing.base import DEFER, DROP, WAIT, Router, default_decode_choice
 from llmsim.schema import SimConfig
 
-__all__ = ["Cluster", "ClusterOpsView", "ClusterView", "InstanceConfig"]
+__all__ = ["Cluster"]
 
 _INF = math.inf
 WAIT_PATIENCE = 100  # consecutive idle tick passes before the tick sleeps (module docstring)
 
 
-class ClusterOpsView(ClusterView):
-    """The router's view, plus the engine operations a policy may trigger (they act on the live engines even
-    when the view is stale; see ``llmsim.engine.ops`` for when they take effect and what they cost)."""
-
-    def evict(self, instance: int, request_id: int) -> None:
-        """``Cluster.evict``: send the request back to the central queue, keeping its generated tokens."""
-        self._c.evict(instance, request_id)
-
-    def swap_out(self, instance: int, request_id: int, park: bool = False) -> None:
-        """``Cluster.swap_out``: move a running request's KV blocks to the instance's CPU swap space."""
-        self._c.swap_out(instance, request_id, park)
-
-    def prefetch_model(self, instance: int, model: str) -> bool:
-        """``Cluster.prefetch_model``: warm a model in the instance's host-memory cache (QLM's warm start)."""
-        return self._c.prefetch_model(instance, model)
+def _check_int(name: str, v: Any, low: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ConfigError(f"{name}: expected an integer >= {low}, got {v!r}")
+    return v
 
 
-@dataclass
-class InstanceConfig:
-    """One serving instance: which model on which GPU(s), and its engine settings."""
+class Cluster:
+    """Instances behind a router, fed by a workload (module docstring). Its periodic work is ``clock``
+    (:class:`llmsim.cluster.clock.ClusterClock`); what routers see is ``view``; ``central`` holds the requests the
+    router keeps waiting and ``deferred`` those handed to an outside driver (read them; outside drivers change them
+    only through :class:`llmsim.cluster.driver.ClusterDriver`)."""
 
-    model: str = "llama-2-7b"
-    gpu: str = "a100-80gb"
-    tp: int = 1
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    profile: Profile | None = None
-    profile_kind: str = "auto"
-    name: str = ""
-    device: str | None = None  # instances with the same device share one GPU (and slow each other down)
-    # a multi-model instance (llmsim.engine.model_host): the other models it may load, and what loading costs
-    models: tuple[str, ...] = ()
-    host_cache_gb: float = 0.0  # host-memory model cache (0: every swap reads storage)
-    storage_gbps: float = DEFAULT_STORAGE_GBPS  # storage -> host memory read bandwidth, GB/s
-    swap_overhead_s: float = 0.0  # fixed cost of each swap on top of the transfers
-    role: str = "mixed"  # prefill / decode disaggregation (llmsim.cluster.disagg): mixed, prefill or decode
-
-    def build_profile(self) -> Profile:
-        return self.profile if self.profile is not None else load_profile(self.model, self.gpu, self.tp,
-                                                                          self.profile_kind)
-
-
-class Cluster(ClusterClock):
     def __init__(
         self,
         instances: list[InstanceConfig],
@@ -126,44 +91,27 @@ class Cluster(ClusterClock):
                                "central_queue_tick": central_queue_tick, "on_unservable": on_unservable,
                                "colocation_interference": colocation_interference, "kv_link": kv_link,
                                "kv_transfer": kv_transfer})
-        self.metrics_interval = float(sim.metrics_interval)
-        self.view_staleness = float(sim.view_staleness)
-        self.central_queue_tick = None if sim.central_queue_tick is None else float(sim.central_queue_tick)
-        interference = float(sim.colocation_interference)
-        if isinstance(wait_patience, bool) or not isinstance(wait_patience, int) or wait_patience < 1:
-            raise ConfigError(f"wait_patience: expected an integer >= 1, got {wait_patience!r}")
-        if isinstance(max_events_per_instant, bool) or not isinstance(max_events_per_instant, int) or \
-                max_events_per_instant < 8:
-            raise ConfigError(f"max_events_per_instant: expected an integer >= 8, got {max_events_per_instant!r}")
-        self.wait_patience = wait_patience
-        self.max_events_per_instant = max_events_per_instant
+        _check_int("wait_patience", wait_patience, 1)
+        self.max_events_per_instant = _check_int("max_events_per_instant", max_events_per_instant, 8)
         self.env = SimEnv()
         self.recorder = Recorder()
         self.recorder.subscribe(self._on_finish)
         self.router = router
         self.on_unservable = on_unservable
         self.instance_configs = instances
-        self.instances: list[Instance] = []
-        for idx, ic in enumerate(instances):
-            try:
-                self.instances.append(self._build_instance(idx, ic))
-            except LLMSimError as e:
-                raise type(e)(f"cluster.instances[{idx}] ({ic.model} on {ic.gpu}): {e}") from None
-        self._link_colocated(interference)
-        self.transfers = self._disaggregate(str(sim.kv_link), str(sim.kv_transfer))
-        hosted = [set(i.host.profiles) if i.host else {i.profile.model.name} for i in self.instances]
-        self.served_models = set().union(*hosted)
-        self.models_everywhere = set.intersection(*hosted)  # requests needing these fit any instance's model
-        self._max_servable_prompt = max(i.limits.max_servable_prompt() for i in self.instances)
-        limits = {(i.max_model_len, i.limits.max_prompt_blocks() * i.block_size) for i in self.instances}
-        self.homogeneous_limits = len(limits) == 1
+        self.instances: list[Instance] = build_engines(instances, self.env, self.recorder,
+                                                       lambda i: self.view.refresh_instance(i.idx))
+        link_colocated(instances, self.instances, float(sim.colocation_interference))
+        self.transfers = disaggregate(instances, self, str(sim.kv_link), str(sim.kv_transfer))
+        self._summarise_limits()
         self.view = ClusterOpsView(self)
         for inst in self.instances:
             inst.ops.on_evict = self._on_evict
         self.central: deque[Request] = deque()
         self.deferred: deque[Request] = deque()
-        self.recent_throughput = [0.0] * len(self.instances)
-        self._last_tokens = [0] * len(self.instances)
+        self.clock = ClusterClock(self, float(sim.metrics_interval), float(sim.view_staleness),
+                                  None if sim.central_queue_tick is None else float(sim.central_queue_tick),
+                                  wait_patience)
         self._retry_at = -1.0
         self._source: Iterator[Request] | None = None
         self._arrivals_done = True
@@ -173,31 +121,15 @@ class Cluster(ClusterClock):
         self._out_sum = 0
         self._out_n = 0
         self._self_driven = False  # run() drives the clock: no outside driver can take DEFERred requests
-        self._progress: Any = None
-        self._init_clock()
 
-    def _build_instance(self, idx: int, ic: InstanceConfig) -> Instance:
-        if not ic.models:
-            return Instance(idx, self.env, ic.build_profile(), ic.engine, self.recorder, ic.name)
-        profiles, engine = catalog_profiles(ic)
-        inst = Instance(idx, self.env, profiles[ic.model], engine, self.recorder, ic.name)
-        attach_host(inst, profiles, ic).on_model_change = lambda i: self.view.refresh_instance(i.idx)
-        return inst
-
-    def _disaggregate(self, link: str, mode: str) -> KVTransfers | None:
-        """Give the instances their roles; with any prefill or decode instance, the KV copies between them."""
-        roles = [ic.role for ic in self.instance_configs]
-        for k, role in enumerate(roles):
-            if role not in ROLES:
-                raise ConfigError(f"cluster.instances[{k}].role: {role!r} is not one of {list(ROLES)}")
-        if all(role == MIXED for role in roles):
-            return None
-        for inst, role in zip(self.instances, roles):
-            inst.role = role
-        transfers = KVTransfers(self, link, mode)
-        for inst in self.instances:
-            inst.handoff = HandOff(inst, transfers)
-        return transfers
+    def _summarise_limits(self) -> None:
+        """What routing checks on every arrival, computed once: models served, the longest servable prompt."""
+        hosted = [set(i.host.profiles) if i.host else {i.profile.model.name} for i in self.instances]
+        self.served_models = set().union(*hosted)
+        self.models_everywhere = set.intersection(*hosted)  # requests needing these fit any instance's model
+        self._max_servable_prompt = max(i.limits.max_servable_prompt() for i in self.instances)
+        limits = {(i.max_model_len, i.limits.max_prompt_blocks() * i.block_size) for i in self.instances}
+        self.homogeneous_limits = len(limits) == 1
 
     def route_decode(self, r: Request, src: Instance) -> int:
         """The decode instance of ``r``, prefilled on ``src`` (the router's second stage; llmsim.cluster.disagg)."""
@@ -220,23 +152,6 @@ class Cluster(ClusterClock):
                               f"{src.profile.model.name} that can hold it)")
         return d
 
-    def _link_colocated(self, interference: float) -> None:
-        """Instances on one device slow each other down (see ``Instance.slowdown``)."""
-        groups: dict[str, list[Instance]] = {}
-        for ic, inst in zip(self.instance_configs, self.instances):
-            if ic.device is not None:
-                groups.setdefault(str(ic.device), []).append(inst)
-        for device, members in groups.items():
-            gpus = {m.profile.gpu.name for m in members}
-            if len(gpus) > 1:
-                raise ConfigError(f"device {device!r} is shared by instances on different GPU types {sorted(gpus)}")
-            share = sum(ic.engine.gpu_memory_utilization for ic in self.instance_configs
-                        if ic.device is not None and str(ic.device) == device)
-            if share > 1.0 + 1e-9:
-                raise ConfigError(f"device {device!r}: the gpu_memory_utilization of its instances adds up to "
-                                  f"{share:.2f} > 1; split the GPU memory between them")
-        share_gpus(groups, interference)
-
     # ------------------------------------------------------------------ driving
     def start(self, workload: Iterable[Request]) -> None:
         """Feed ``workload`` and start the periodic chains; a driver then steps ``self.env``."""
@@ -245,22 +160,15 @@ class Cluster(ClusterClock):
         self._last_arrival = self.env.now
         self._first_arrival = True
         self._schedule_next_arrival()
-        self._start_clock()
+        self.clock.start()
 
-    def run(self, workload: Iterable[Request], progress: bool = False, total: int | None = None) -> None:
-        """Simulate ``workload`` to the end: until nothing but bookkeeping is left (module docstring)."""
+    def run(self, workload: Iterable[Request]) -> None:
+        """Simulate ``workload`` to the end: until nothing but bookkeeping is left (module docstring). Progress is
+        observed through the recorder (``llmsim.metrics.progress``)."""
         self._self_driven = True
         self.start(workload)
-        if progress:
-            from tqdm import tqdm
-
-            self._progress = tqdm(total=total, unit="req", desc="simulating", mininterval=0.5, leave=False)
-        try:
-            self.env.run_active(self.max_events_per_instant)
-            self._flush_bookkeeping()
-        finally:
-            if self._progress is not None:
-                self._progress.close()
+        self.env.run_active(self.max_events_per_instant)
+        self.clock.flush()
         end = self.end_time()
         self._report_stalled(end)
         self.finish(end)
@@ -269,7 +177,7 @@ class Cluster(ClusterClock):
         """When the run was over: the last arrival, the last tick, or the scrape that recorded the final idle
         state, whichever is latest. Not ``env.now``: a superseded engine event left in the queue (the fast path
         leaves some, stepping does not) may run later and change nothing."""
-        return max(self.last_scrape, self._last_arrival, self._last_tick)
+        return max(self.clock.last_scrape, self._last_arrival, self.clock.last_tick)
 
     def finish(self, at: float | None = None) -> None:
         """Report whatever is still undecided (nothing is silently lost), at time ``at`` (default: now)."""
@@ -337,11 +245,10 @@ class Cluster(ClusterClock):
     def _on_arrival(self, r: Request) -> None:
         r.reset_lifecycle()  # a request object replayed in a second simulation starts afresh
         self._num_arrived += 1
-        if self._progress is not None and self._num_arrived % 1000 == 0:
-            self._progress.update(1000)
         self._schedule_next_arrival()
-        if self._tick_asleep and self.central:
-            self._wake_ticks()  # news for the router: queued requests are worth asking about again
+        clock = self.clock
+        if clock.tick_asleep and self.central:
+            clock.wake_ticks()  # news for the router: queued requests are worth asking about again
         if self._unservable(r):
             return
         self._route(r, ARRIVAL)
@@ -385,16 +292,17 @@ class Cluster(ClusterClock):
                 return True
             r.routed_time = now
             inst.submit(r, now, phase)
-            if self._quiet:
-                self._wake()  # an engine works again: resume what paused while the cluster was idle
+            if self.clock.quiet:
+                self.clock.wake()  # an engine works again: resume what paused while the cluster was idle
             return True
         if d == WAIT:
+            clock = self.clock
             if phase == ARRIVAL:
                 self.central.append(r)
-                if self.scrape_paused:
-                    self._wake_bookkeeping()  # the central queue grew: the timeline records it
-            if self._tick_asleep:
-                self._wake_ticks()
+                if clock.scrape_paused:
+                    clock.wake_bookkeeping()  # the central queue grew: the timeline records it
+            if clock.tick_asleep:
+                clock.wake_ticks()
             return False
         if d == DROP:
             self.recorder.drop(r, "router", now)
@@ -431,7 +339,7 @@ class Cluster(ClusterClock):
         self.view.mean_output_estimate = self._out_sum / self._out_n
         if self.central and self._retry_at != self.env.now:
             self._retry_at = self.env.now
-            self.env.call_at(self.env.now, ROUTE, self._retry)
+            self.env.call_at(self.env.now, ROUTE, self.retry)
 
     # ------------------------------------------------------------------ engine operations a policy triggers
     def evict(self, instance: int, request_id: int) -> None:
@@ -478,13 +386,15 @@ class Cluster(ClusterClock):
         now = self.env.now
         if self._retry_at != now:
             self._retry_at = now
-            self.env.call_at(now, ROUTE, self._retry)
-        if self.scrape_paused:
-            self._wake_bookkeeping()
-        if self._tick_asleep:
-            self._wake_ticks()
+            self.env.call_at(now, ROUTE, self.retry)
+        clock = self.clock
+        if clock.scrape_paused:
+            clock.wake_bookkeeping()
+        if clock.tick_asleep:
+            clock.wake_ticks()
 
-    def _retry(self) -> None:
+    def retry(self) -> None:
+        """Ask the router again about every request in the central queue (at completions, evictions and ticks)."""
         still: deque[Request] = deque()
         central = self.central
         n = len(central)
@@ -493,6 +403,6 @@ class Cluster(ClusterClock):
             if not self._route(r, ROUTE):
                 still.append(r)
         self.central = still
-        if len(still) != n and self.scrape_paused:
-            self._wake_bookkeeping()  # the central queue shrank: the timeline records it
+        if len(still) != n and self.clock.scrape_paused:
+            self.clock.wake_bookkeeping()  # the central queue shrank: the timeline records it
 

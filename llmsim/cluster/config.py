@@ -8,12 +8,38 @@ anything is built, so a bad key or value fails in milliseconds with one line nam
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from llmsim.cluster.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
+from llmsim.engine.model_host import DEFAULT_STORAGE_GBPS
 from llmsim.errors import ConfigError
+from llmsim.perf.profile import Profile, load_profile
 from llmsim.schema import SLO, ClusterConfig, InstanceSpec, SimConfig
+
+
+@dataclass
+class InstanceConfig:
+    """One serving instance: which model on which GPU(s), and its engine settings."""
+
+    model: str = "llama-2-7b"
+    gpu: str = "a100-80gb"
+    tp: int = 1
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    profile: Profile | None = None
+    profile_kind: str = "auto"
+    name: str = ""
+    device: str | None = None  # instances with the same device share one GPU (and slow each other down)
+    # a multi-model instance (llmsim.engine.model_host): the other models it may load, and what loading costs
+    models: tuple[str, ...] = ()
+    host_cache_gb: float = 0.0  # host-memory model cache (0: every swap reads storage)
+    storage_gbps: float = DEFAULT_STORAGE_GBPS  # storage -> host memory read bandwidth, GB/s
+    swap_overhead_s: float = 0.0  # fixed cost of each swap on top of the transfers
+    role: str = "mixed"  # prefill / decode disaggregation (llmsim.cluster.disagg): mixed, prefill or decode
+
+    def build_profile(self) -> Profile:
+        return self.profile if self.profile is not None else load_profile(self.model, self.gpu, self.tp,
+                                                                          self.profile_kind)
 
 
 def engine_config(d: Mapping[str, Any] | EngineConfig | None, where: str = "engine") -> EngineConfig:

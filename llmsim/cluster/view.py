@@ -223,8 +223,9 @@ class ClusterView:
         queues, e.g. an event that changed nothing)."""
         now, phase = at
         c = self._c
-        zero = c.scrape_paused and now > c.last_scrape + c.metrics_interval  # see throughput()
-        thr = [0.0] * self.num_instances if zero else c.recent_throughput
+        clock = c.clock
+        zero = clock.scrape_paused and now > clock.last_scrape + clock.metrics_interval  # see throughput()
+        thr = [0.0] * self.num_instances if zero else clock.recent_throughput
         order = (now, phase > ARRIVAL)  # an arrival at t does not see a boundary at t; later phases do
         if order < self._order:
             self._tokens = [-1] * self.num_instances  # asked about an earlier instant: check every key
@@ -325,10 +326,11 @@ class ClusterView:
         Scrapes pause while the cluster is idle (see :mod:`llmsim.cluster.cluster`); once a skipped scrape would
         have completed an interval without tokens, this reads zero, as an unpaused scrape would have set.
         """
-        c = self._c
-        if c.scrape_paused and (c.env.now if now is None else now) > c.last_scrape + c.metrics_interval:
+        clock = self._c.clock
+        if clock.scrape_paused and (self._c.env.now if now is None else now) > clock.last_scrape + \
+                clock.metrics_interval:
             return [0.0] * self.num_instances
-        return list(c.recent_throughput)
+        return list(clock.recent_throughput)
 
     def requests(self, i: int) -> list[tuple[int, int, int, float | None, str]]:
         """(id, prompt_tokens, generated, predicted_output, state) of every request on instance ``i`` (live;
@@ -372,3 +374,20 @@ def _work_left(inst: Any, est: float) -> float:
             pred = r.predicted_output if r.predicted_output is not None else est
             w += (r.prompt_tokens + r.generated - r.computed) + max(pred - r.generated, 1.0)
     return w
+
+
+class ClusterOpsView(ClusterView):
+    """The router's view, plus the engine operations a policy may trigger (they act on the live engines even
+    when the view is stale; see ``llmsim.engine.ops`` for when they take effect and what they cost)."""
+
+    def evict(self, instance: int, request_id: int) -> None:
+        """``Cluster.evict``: send the request back to the central queue, keeping its generated tokens."""
+        self._c.evict(instance, request_id)
+
+    def swap_out(self, instance: int, request_id: int, park: bool = False) -> None:
+        """``Cluster.swap_out``: move a running request's KV blocks to the instance's CPU swap space."""
+        self._c.swap_out(instance, request_id, park)
+
+    def prefetch_model(self, instance: int, model: str) -> bool:
+        """``Cluster.prefetch_model``: warm a model in the instance's host-memory cache (QLM's warm start)."""
+        return self._c.prefetch_model(instance, model)

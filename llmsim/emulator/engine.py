@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmsim.cluster.cluster import InstanceConfig
+from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.engine.instance import Instance
 from llmsim.errors import ConfigError

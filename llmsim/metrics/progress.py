@@ -21,7 +21,7 @@ import time
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from llmsim.cluster.cluster import Cluster
+    from llmsim.cluster import Cluster
 
 
 def _is_tty(stream: IO[str]) -> bool:

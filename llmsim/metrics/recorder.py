@@ -33,7 +33,7 @@ from llmsim.schema import SLO  # noqa: F401  (the slo group's schema; re-exporte
 if TYPE_CHECKING:
     import pandas as pd
 
-    from llmsim.cluster.cluster import Cluster
+    from llmsim.cluster import Cluster
     from llmsim.engine.config import EngineConfig
     from llmsim.perf.profile import Profile
     from llmsim.request import Request

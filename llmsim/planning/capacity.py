@@ -276,6 +276,10 @@ def planning_app(config_name: str, prog: str, body: Callable[[dict[str, Any], Pa
         out = Path(out_dir)
         try:
             body(cfg, out)
+        except KeyboardInterrupt:  # Ctrl-C: a search is long, stopping it is normal use, not a crash
+            discard_run_dir(out)
+            print(f"{prog}: interrupted, nothing written", file=sys.stderr)
+            raise SystemExit(130) from None
         except BaseException:
             discard_run_dir(out)
             raise

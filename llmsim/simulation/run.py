@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from llmsim.cluster.cluster import Cluster, InstanceConfig
+from llmsim.cluster import Cluster, InstanceConfig
 from llmsim.metrics.progress import SimProgress
 from llmsim.metrics.recorder import SLO, instance_means, instance_table, profile_notes, run_duration, summarise
 from llmsim.metrics.result import SimResult

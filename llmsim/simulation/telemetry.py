@@ -45,7 +45,7 @@ from llmsim.routing.samplers import find_sampler
 from llmsim.simulation.run import simulate
 
 if TYPE_CHECKING:
-    from llmsim.cluster.cluster import InstanceConfig
+    from llmsim.cluster import InstanceConfig
     from llmsim.request import Request
     from llmsim.state.view import SimulatorView
 

@@ -12,7 +12,7 @@ from experiments.harness.claims import KEYS, VERDICTS
 from experiments.studies import disagg
 from experiments.studies.disagg import setup as D
 from llmsim import simulate
-from llmsim.cluster.cluster import InstanceConfig
+from llmsim.cluster import InstanceConfig
 from llmsim.errors import ConfigError
 from llmsim.metrics.recorder import SLO
 

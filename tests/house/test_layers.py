@@ -63,7 +63,7 @@ def test_private_access_checker_finds_violations(tmp_path: Path) -> None:
     """The AST check is not vacuous: it flags the patterns the envs used to contain."""
     bad = tmp_path / "probe.py"
     bad.write_text("def f(env, c):\n    x = c._arrivals_done\n    y = env.cluster.instances[0]._busy\n"
-                   "    z = getattr(c, '_queue')\n    return self._ok, x, y, z\nfrom llmsim.cluster.cluster import _INF\n")
+                   "    z = getattr(c, '_queue')\n    return self._ok, x, y, z\nfrom llmsim.cluster import _INF\n")
     found = private_accesses(bad)
     assert len(found) == 4, found
     assert any("_arrivals_done" in f for f in found) and any("_INF" in f for f in found)

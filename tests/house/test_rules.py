@@ -63,7 +63,7 @@ def test_every_room_is_covered() -> None:
 def test_checks_are_not_vacuous(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     body = "\n".join(f"    x{i} = {i}" for i in range(61))
-    probe.write_text(f"from llmsim.cluster.cluster import _INF\nimport envs\n\ndef f(c):\n    import os\n"
+    probe.write_text(f"from llmsim.cluster import _INF\nimport envs\n\ndef f(c):\n    import os\n"
                      f"    y = c._busy\n{body}\n    return self._ok\n# see spec 001\n")
     assert len(rules.size_violations(probe)) == 1
     assert len(rules.inner_imports(probe)) == 1

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from llmsim.cluster.cluster import InstanceConfig
+from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.perf.profile import load_profile
 from llmsim.profiles.calibrate import fit_overhead, write_fit

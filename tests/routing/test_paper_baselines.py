@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from llmsim.cluster.cluster import InstanceConfig
+from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.errors import ConfigError
 from llmsim.request import Request

@@ -1,7 +1,7 @@
 """Heuristic routers pick what their names promise."""
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.cluster.cluster import Cluster
+from llmsim.cluster import Cluster
 from llmsim.request import Request
 from llmsim.routing import ROUTERS, make_router
 from llmsim.testing import LinearProfile, requests

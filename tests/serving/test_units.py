@@ -9,7 +9,8 @@ pytest.importorskip("fastapi", reason="the serving extra is not installed: pip i
 
 from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.request import Request  # noqa: E402
-from llmsim.serving.config import PolicyConfig, load_config, parse_config  # noqa: E402
+from llmsim.schema import Schema  # noqa: E402
+from llmsim.serving.config import PolicyConfig, RouterConfig, load_config, parse_config  # noqa: E402
 from llmsim.serving.inbound import BadRequest, check_request, parse_json  # noqa: E402
 from llmsim.serving.policy import Decider  # noqa: E402
 from llmsim.serving.scrape import MetricsParseError, parse_metrics, parse_models  # noqa: E402
@@ -63,6 +64,18 @@ def test_config_parses_and_names_the_bad_key(tmp_path) -> None:
     good = tmp_path / "r.yaml"
     good.write_text("backends:\n  - {name: a, url: 'http://h:1'}\npolicy: {heuristic: round_robin}\nport: 9\n")
     assert load_config(good).port == 9 and load_config(good, port=8123).port == 8123
+
+
+def test_the_config_is_validated_like_every_llmsim_config() -> None:
+    """One config style: the router's groups are llmsim Schemas (a misspelt key gets a hint, direct construction
+    raises the same one-line ConfigError)."""
+    assert issubclass(RouterConfig, Schema)
+    with pytest.raises(ConfigError, match=r"r.yaml: limits: unknown key 'max_wait' \(did you mean 'max_wait_s'\?\)"):
+        parse_config({**BASE, "limits": {"max_wait": 3}}, "r.yaml")
+    with pytest.raises(ConfigError, match="port: expected a number, not a boolean"):
+        parse_config({**BASE, "port": True})
+    with pytest.raises(ConfigError, match="^policy: expected exactly one of"):
+        PolicyConfig(heuristic="jsq", onnx="d")
 
 
 def test_vllm_metrics_are_read_in_both_spellings() -> None:

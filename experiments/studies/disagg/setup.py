@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from llmsim import simulate
-from llmsim.cluster.cluster import InstanceConfig
+from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.planning.runner import Job

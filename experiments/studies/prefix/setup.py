@@ -19,7 +19,7 @@ import yaml
 from tqdm import tqdm
 
 from llmsim import simulate
-from llmsim.cluster.cluster import Cluster, InstanceConfig
+from llmsim.cluster import Cluster, InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.engine.prefix_cache import block_keys
 from llmsim.routing import make_router
@@ -178,7 +178,7 @@ def context_limits() -> dict[str, int]:
     """max_model_len, KV blocks and the longest servable prompt of one instance with the profile's capacity."""
     inst = Cluster([InstanceConfig(model=MODEL, gpu=GPU)], make_router("round_robin")).instances[0]
     return {"max_model_len": int(inst.max_model_len), "kv_blocks": int(inst.kv_total),
-            "block_size": int(inst.block_size), "max_servable_prompt": int(inst.max_servable_prompt)}
+            "block_size": int(inst.block_size), "max_servable_prompt": int(inst.limits.max_servable_prompt())}
 
 
 def hit_cells(sz: Size) -> list[Cell]:
