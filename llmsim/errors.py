@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 
 class LLMSimError(Exception):
     """Base class for every error llmsim raises on bad input."""
@@ -26,8 +28,6 @@ class ProfileError(LLMSimError, ValueError):
 
 def load_yaml_file(path: str | Path, error: type[LLMSimError] = ConfigError) -> Any:
     """The YAML in ``path``, or one line of ``error`` naming the file and the line at fault (not a parser trace)."""
-    import yaml
-
     try:
         return yaml.safe_load(Path(path).read_text())
     except yaml.YAMLError as e:

@@ -6,6 +6,10 @@ predictors, length and arrival presets - lives in a :class:`Registry`. Registeri
 up an unknown name raises :class:`ConfigError` naming the key and the choices, and ``build`` accepts
 the three spellings configs use: a name, a ``{"kind": name, **kwargs}`` mapping, or a ready instance.
 
+``register_lazy(name, "module:attribute")`` registers an entry of llmsim's own whose module is imported only when
+the entry is first looked up (a router whose module needs scipy stays off ``import llmsim``'s path); its name is
+listed like any other.
+
 ``plugins`` names an entry-point group (``[project.entry-points."llmsim.routers"]`` in a package's
 pyproject.toml): a name not registered is looked up there, loaded and registered on first use. That is how a
 layer above llmsim (the envs' exported-policy router, ``onnx``) plugs in without llmsim importing it.
@@ -13,7 +17,9 @@ layer above llmsim (the envs' exported-policy router, ``onnx``) plugs in without
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator, Mapping
+from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
 
 from llmsim.errors import ConfigError
@@ -29,6 +35,7 @@ class Registry(Generic[T]):
         self.key = key  # the mapping key that names the entry in ``build`` ("kind", "name")
         self.plugins = plugins  # entry-point group consulted for names not registered (None: none)
         self._entries: dict[str, T] = {}
+        self._lazy: dict[str, str] = {}  # name -> "module:attribute" of llmsim's own, imported on first use
 
     def register(self, entry: Any = None, *, name: str | None = None) -> Any:
         """Decorator or call: ``@reg.register``, ``@reg.register("name")`` or ``reg.register(obj, name=...)``."""
@@ -38,6 +45,19 @@ class Registry(Generic[T]):
             return lambda obj: self._add(name or obj.name, obj)
         return self._add(name or entry.name, entry)
 
+    def register_lazy(self, name: str, target: str) -> None:
+        """Register ``name`` as ``module:attribute``, imported when ``name`` is first looked up."""
+        if not isinstance(name, str) or not name or ":" not in target:
+            raise ConfigError(f"{self.what}: a lazy entry needs a name and a 'module:attribute', got {name!r}, "
+                              f"{target!r}")
+        self._lazy[name] = target
+
+    def _load_lazy(self, name: str) -> None:
+        module, attr = self._lazy.pop(name).split(":")
+        entry = getattr(importlib.import_module(module), attr)  # registers itself on import, or is added here
+        if name not in self._entries:
+            self._add(name, entry)
+
     def _add(self, name: str, entry: T) -> T:
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{self.what}: a registered entry needs a non-empty name, got {name!r}")
@@ -45,6 +65,8 @@ class Registry(Generic[T]):
         return entry
 
     def get(self, name: Any, where: str | None = None) -> T:
+        if isinstance(name, str) and name not in self._entries and name in self._lazy:
+            self._load_lazy(name)
         if isinstance(name, str) and name not in self._entries and self.plugins:
             self._load_plugin(name, where or self.what)
         if not isinstance(name, str) or name not in self._entries:
@@ -57,14 +79,10 @@ class Registry(Generic[T]):
         """Names the ``plugins`` entry-point group offers (installed packages' metadata; nothing imported)."""
         if not self.plugins:
             return []
-        from importlib.metadata import entry_points
-
         return sorted({ep.name for ep in entry_points(group=self.plugins)})
 
     def _load_plugin(self, name: str, at: str) -> None:
         """Load and register entry point ``name`` of the ``plugins`` group, if one is installed."""
-        from importlib.metadata import entry_points
-
         eps = [ep for ep in entry_points(group=self.plugins) if ep.name == name]
         if not eps:
             return
@@ -98,10 +116,10 @@ class Registry(Generic[T]):
             raise ConfigError(f"{at}: {self.what} {spec!r} rejected its options {sorted(kwargs)}: {e}") from None
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        return sorted({*self._entries, *self._lazy})
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return name in self._entries or name in self._lazy
 
     def __getitem__(self, name: str) -> T:
         return self.get(name)
@@ -110,7 +128,10 @@ class Registry(Generic[T]):
         return iter(self.names())
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.names())
 
     def items(self) -> list[tuple[str, T]]:
+        """Every entry, lazy ones imported."""
+        for name in list(self._lazy):
+            self._load_lazy(name)
         return sorted(self._entries.items())

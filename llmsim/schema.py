@@ -34,28 +34,28 @@ F = TypeVar("F", bound=Callable[..., Any])
 MAX_TOKENS = 10**8  # no prompt, output or context length is larger (a guard against 1e30 in a trace)
 
 
-def _not_bool(v: Any) -> Any:
+def not_bool(v: Any) -> Any:
     """Numbers must be numbers: pydantic's lax mode would read ``true`` as 1."""
     if isinstance(v, bool):
         raise PydanticCustomError("bool_not_number", "a number, not a boolean")
     return v
 
 
-def _finite_float(v: Any) -> Any:
-    v = _not_bool(v)
+def finite_float(v: Any) -> Any:
+    v = not_bool(v)
     if isinstance(v, int | float) and not isinstance(v, bool) and not math.isfinite(float(v)):
         raise PydanticCustomError("finite_number", "a finite number")
     return v
 
 
-Int = Annotated[int, BeforeValidator(_not_bool)]
-PosInt = Annotated[int, BeforeValidator(_not_bool), Field(ge=1)]
-NonNegInt = Annotated[int, BeforeValidator(_not_bool), Field(ge=0)]
-TokenCount = Annotated[int, BeforeValidator(_not_bool), Field(ge=1, le=MAX_TOKENS)]
-Float = Annotated[float, BeforeValidator(_finite_float)]
-PosFloat = Annotated[float, BeforeValidator(_finite_float), Field(gt=0)]
-NonNegFloat = Annotated[float, BeforeValidator(_finite_float), Field(ge=0)]
-Fraction = Annotated[float, BeforeValidator(_finite_float), Field(gt=0, le=1)]
+Int = Annotated[int, BeforeValidator(not_bool)]
+PosInt = Annotated[int, BeforeValidator(not_bool), Field(ge=1)]
+NonNegInt = Annotated[int, BeforeValidator(not_bool), Field(ge=0)]
+TokenCount = Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=MAX_TOKENS)]
+Float = Annotated[float, BeforeValidator(finite_float)]
+PosFloat = Annotated[float, BeforeValidator(finite_float), Field(gt=0)]
+NonNegFloat = Annotated[float, BeforeValidator(finite_float), Field(ge=0)]
+Fraction = Annotated[float, BeforeValidator(finite_float), Field(gt=0, le=1)]
 
 
 class _SchemaMeta(type(BaseModel)):  # type: ignore[misc]
@@ -91,7 +91,7 @@ class Schema(BaseModel, metaclass=_SchemaMeta):
         if data is None:
             data = {}
         if not isinstance(data, Mapping):
-            raise ConfigError(f"{at or 'config'}: expected a mapping of {cls.__name__} keys, got {_show(data)}")
+            raise ConfigError(f"{at or 'config'}: expected a mapping of {cls.__name__} keys, got {show(data)}")
         try:
             return cls.model_validate(dict(data))
         except ValidationError as e:
@@ -148,7 +148,8 @@ def _fmt_num(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _show(v: Any) -> str:
+def show(v: Any) -> str:
+    """``repr(v)`` cut to 80 characters, for one-line error messages."""
     s = repr(v)
     return s if len(s) <= 80 else s[:77] + "..."
 
@@ -211,7 +212,7 @@ def format_validation_error(e: ValidationError, where: str = "", root: type[Base
     elif err["type"] in ("missing", "missing_argument"):
         msg = f"{key}: missing required key"
     else:
-        msg = f"{key}: expected {_expected(err)}, got {_show(err.get('input'))}"
+        msg = f"{key}: expected {_expected(err)}, got {show(err.get('input'))}"
     if len(errs) > 1:
         msg += f" (and {len(errs) - 1} more problem(s))"
     return msg
@@ -223,7 +224,7 @@ def check_choice(value: Any, choices: Any, key: str) -> str:
     if not isinstance(value, str) or value not in names:
         hint = difflib.get_close_matches(str(value), names, n=1)
         extra = f" (did you mean {hint[0]!r}?)" if hint else ""
-        raise ConfigError(f"{key}: unknown value {_show(value)}{extra}; expected one of {names}")
+        raise ConfigError(f"{key}: unknown value {show(value)}{extra}; expected one of {names}")
     return value
 
 
@@ -296,7 +297,7 @@ class InstanceSpec(Schema):
 
     model: Annotated[str, Field(min_length=1)] = "llama-2-7b"
     gpu: Annotated[str, Field(min_length=1)] = "a100-80gb"
-    tp: Annotated[int, BeforeValidator(_not_bool), Field(ge=1, le=64)] = 1
+    tp: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=64)] = 1
     count: NonNegInt = 1
     name: str | None = None
     engine: dict[str, Any] | None = None
@@ -325,7 +326,7 @@ class RunConfig(Schema):
     engine: dict[str, Any] | None = None
     workload: dict[str, Any]
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    seed: Annotated[int, BeforeValidator(_not_bool), Field(ge=0, lt=2**63)] = 0
+    seed: Annotated[int, BeforeValidator(not_bool), Field(ge=0, lt=2**63)] = 0
     slo: SLO = Field(default_factory=SLO)
     sim: SimConfig = Field(default_factory=SimConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)

@@ -28,6 +28,8 @@ from array import array
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from llmsim.engine.handoff import DECODE, PREFILL
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.event_loop import ENGINE
@@ -159,8 +161,6 @@ class KVTransfers:
         if not n:
             return {"kv_transfers": 0, "kv_transfer_gb": 0.0, "mean_kv_transfer_ms": 0.0, "p99_kv_transfer_ms": 0.0,
                     "mean_kv_transfer_wait_ms": 0.0}
-        import numpy as np
-
         link = (np.frombuffer(log["end"]) - np.frombuffer(log["start"])) * 1e3
         wait = (np.frombuffer(log["start"]) - np.frombuffer(log["ready"])) * 1e3
         return {"kv_transfers": n, "kv_transfer_gb": float(sum(log["bytes"]) / 1e9),

@@ -171,7 +171,7 @@ class ClusterView:
     def live_progress(self, at: tuple[float, int] | None = None) -> tuple[int, tuple[tuple[int, float], ...]]:
         """``(central_queue, ((num_requests, progress) of each instance))`` of ``live_state(sync=False, at=at)``,
         the same numbers without building the state: a reward that charges the backlog at every decision tick
-        (spec 001) reads this tens of thousands of times per episode. An instance's pair is kept while no event
+        (the Intelligent Router's workload-aware reward) reads this tens of thousands of times per episode. An instance's pair is kept while no event
         of it has run, nothing was submitted to it (``Instance.changes``) and its decode run has not passed a
         boundary; a recomputed ``progress`` sums the running requests (shifted, :mod:`llmsim.cluster.live_requests`)
         and then the kept terms of the queued ones, as ``InstanceState.progress`` does."""

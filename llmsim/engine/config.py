@@ -11,6 +11,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field
 
+from llmsim.engine.scheduling import BATCH_POLICIES
 from llmsim.errors import ConfigError
 from llmsim.schema import (
     Fraction,
@@ -19,9 +20,9 @@ from llmsim.schema import (
     PosInt,
     Schema,
     TokenCount,
-    _finite_float,
-    _not_bool,
     check_choice,
+    finite_float,
+    not_bool,
 )
 
 
@@ -41,10 +42,10 @@ class EngineConfig(Schema):
     policy: str = "vllm_v0"
     max_num_seqs: PosInt = 256
     max_num_batched_tokens: TokenCount | None = None
-    max_model_len: Annotated[int, BeforeValidator(_not_bool), Field(ge=2, le=10**8)] | None = None
-    block_size: Annotated[int, BeforeValidator(_not_bool), Field(ge=1, le=4096)] = 16
+    max_model_len: Annotated[int, BeforeValidator(not_bool), Field(ge=2, le=10**8)] | None = None
+    block_size: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=4096)] = 16
     gpu_memory_utilization: Fraction = 0.9
-    watermark: Annotated[float, BeforeValidator(_finite_float), Field(ge=0, lt=1)] = 0.01
+    watermark: Annotated[float, BeforeValidator(finite_float), Field(ge=0, lt=1)] = 0.01
     preemption: Literal["recompute", "swap"] = "recompute"
     swap_space_gb: NonNegFloat = 4.0
     num_gpu_blocks: PosInt | None = None
@@ -54,8 +55,6 @@ class EngineConfig(Schema):
 
     def resolved(self, model_max_len: int, model_name: str = "the model") -> EngineConfig:
         """A copy with the model- and policy-dependent defaults filled in; errors name the key."""
-        from llmsim.engine.scheduling import BATCH_POLICIES
-
         check_choice(self.policy, BATCH_POLICIES, "engine.policy")
         policy = BATCH_POLICIES[self.policy]
         max_len = self.max_model_len or model_max_len

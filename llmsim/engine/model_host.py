@@ -2,18 +2,18 @@
 
 An instance configured with ``models: [...]`` (``InstanceConfig.models``) may serve any model of that catalog; its
 ``model`` is the one loaded when the run starts. A request names the model it needs (``Request.model``; None: any).
-What happens (QLM's "model swapping", shared/specs/003 section 4; vLLM has no in-place swap, so a swap here is
-what a multi-model server built on it does: drain, replace the weights, rebuild the KV cache):
+What happens (the "model swapping" of the QLM paper; vLLM has no in-place swap, so a swap here is what a
+multi-model server built on it does: drain, replace the weights, rebuild the KV cache):
 
 * **Gate, FCFS.** A request for the loaded model is admitted to the engine while nothing is held; a request for
   another model is *held* at the instance (counted in ``num_held``), and from then on every later request is held
-  behind it, so the instance serves models in arrival order (the per-request on-demand swap of vLLM / EDF
-  baselines, spec 003 section 6: a router that interleaves models makes the instance thrash).
+  behind it, so the instance serves models in arrival order (the per-request on-demand swap of the vLLM and EDF
+  baselines in the QLM paper: a router that interleaves models makes the instance thrash).
 * **Swap.** When the engine has drained (nothing running, waiting or swapped), the model of the oldest held
   request is loaded: the KV cache is flushed and rebuilt for the new model (GPU memory shared between weights and
   KV cache: ``Profile.kv_capacity_tokens``), and the held requests are released in order up to the first that
   needs yet another model. The instance is busy for the swap time and runs no iteration meanwhile.
-* **Swap time** (spec 003 section 4.4: tier-dependent): ``overhead_s + [cold: weight_bytes / storage_bw] +
+* **Swap time** (tier-dependent, as in the QLM paper): ``overhead_s + [cold: weight_bytes / storage_bw] +
   weight_bytes / tp / host_link_bw`` - a *cold* load reads the whole checkpoint from storage into host memory
   (one node-local read, ``storage_bw``) and then each GPU copies its shard over its host link; a *warm* load
   (the model is in the host-memory model cache) pays only the copy.

@@ -5,14 +5,17 @@ balancing by predicted work), ``quality`` (routing by model quality), ``model_ch
 dispatcher), ``slo`` (deadline-aware routing), ``prefix/`` (prefix-cache affinity), ``qlm/`` (QLM) and
 ``routebalance/`` (RouteBalance); ``samplers`` names the training data of the routers that learn from a sample.
 Routers read the cluster through a view (``llmsim.state.view``: ``RouterView``, or ``SimulatorView`` for engine
-operations and prefix hits). Importing this package registers every router.
+operations and prefix hits). Importing this package registers every router; the ones whose modules need scipy's
+solvers (SLO-aware baselines, QLM, RouteBalance) are imported when first asked for.
 """
 
-import llmsim.routing.prefix.routers
-import llmsim.routing.qlm.router
-import llmsim.routing.routebalance.predictors
-import llmsim.routing.routebalance.router  # noqa: F401  (the imports above register the routers and estimators)
-from llmsim.routing import heuristics, load, model_choice, quality, slo  # noqa: F401  (registers the routers)
+from llmsim.routing import heuristics, load, model_choice, quality  # noqa: F401  (registers the routers)
 from llmsim.routing.base import DEFER, DROP, ROUTERS, WAIT, Router, make_router, register_router
+from llmsim.routing.prefix import routers as prefix_routers  # noqa: F401  (registers the routers)
+
+ROUTERS.register_lazy("edf", "llmsim.routing.slo:EDFRouter")
+ROUTERS.register_lazy("shepherd", "llmsim.routing.slo:ShepherdRouter")
+ROUTERS.register_lazy("qlm", "llmsim.routing.qlm.router:QLMRouter")
+ROUTERS.register_lazy("routebalance", "llmsim.routing.routebalance.router:RouteBalanceRouter")
 
 __all__ = ["DEFER", "DROP", "ROUTERS", "WAIT", "Router", "make_router", "register_router"]

@@ -228,7 +228,7 @@ def phase_summary_of(running: Any, waiting: Any, swapped: Any, edges: tuple[floa
                    default: float, shift: int = 0) -> tuple[int, list[int], float, int]:
     pre = len(waiting)
     counts = [0] * (len(edges) + 1)
-    two = len(edges) == 2  # the common case (spec 001's three buckets), without a call per request
+    two = len(edges) == 2  # the common case (the Intelligent Router's three buckets), no call per request
     e0, e1 = edges if two else (0.0, 0.0)
     left = math.inf
     resident = 0

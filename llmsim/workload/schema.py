@@ -16,8 +16,8 @@ from pydantic import Field, field_validator, model_validator
 
 from llmsim.errors import ConfigError
 from llmsim.resources import conf_dir
-from llmsim.schema import Float, Int, NonNegFloat, PosFloat, PosInt, Schema, TokenCount, check_choice
-from llmsim.workload.stream_schema import Cv, parse_arrival, parse_length, parse_pair, shown
+from llmsim.schema import Float, Int, NonNegFloat, PosFloat, PosInt, Schema, TokenCount, check_choice, show
+from llmsim.workload.stream_schema import Cv, parse_arrival, parse_length, parse_pair
 from llmsim.workload.traces import BURSTGPT_DOWNLOAD
 
 MixWeights = dict[str, NonNegFloat]
@@ -46,7 +46,7 @@ def _parse_window(w: Any) -> tuple[float, float | None] | None:
     elif isinstance(w, list | tuple) and len(w) == 2:
         start, end = w
     else:
-        raise ValueError(f"a window [start_s, end_s] or {{start, end}}, got {shown(w)}")
+        raise ValueError(f"a window [start_s, end_s] or {{start, end}}, got {show(w)}")
     s = _window_num(start if start is not None else 0.0, "start")
     e = None if end is None else _window_num(end, "end")
     if e is not None and e <= s:
@@ -56,10 +56,10 @@ def _parse_window(w: Any) -> tuple[float, float | None] | None:
 
 def _window_num(v: Any, name: str) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ValueError(f"a number of seconds for the window {name}, got {shown(v)}")
+        raise ValueError(f"a number of seconds for the window {name}, got {show(v)}")
     f = float(v)
     if not (f == f and abs(f) != float("inf")) or f < 0:
-        raise ValueError(f"a finite window {name} >= 0, got {shown(v)}")
+        raise ValueError(f"a finite window {name} >= 0, got {show(v)}")
     return f
 
 
@@ -293,7 +293,7 @@ def _check_switched_kind(cfg: Mapping[str, Any], kind: str, where: str) -> None:
 def parse_workload(cfg: Any, where: str = "workload") -> _Common:
     """The validated source model of a workload config (nested arrival / length models checked too)."""
     if not isinstance(cfg, Mapping):
-        raise ConfigError(f"{where}: expected a mapping with a 'kind' key, got {shown(cfg)}")
+        raise ConfigError(f"{where}: expected a mapping with a 'kind' key, got {show(cfg)}")
     if "kind" not in cfg:
         raise ConfigError(f"{where}.kind: missing required key; expected one of {sorted(SOURCES)}")
     kind = check_choice(cfg["kind"], SOURCES, f"{where}.kind")

@@ -13,17 +13,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from llmsim.errors import ConfigError
-from llmsim.schema import Float, NonNegFloat, PosFloat, Schema, TokenCount, check_choice
+from llmsim.schema import Float, NonNegFloat, PosFloat, Schema, TokenCount, check_choice, show
 from llmsim.workload.arrivals import ARRIVAL_PRESETS
 from llmsim.workload.lengths import LENGTH_PRESETS
-
-SHOWN_CHARS = 80  # a value quoted in an error message is cut to this many characters
-
-
-def shown(v: Any) -> str:
-    """``repr(v)`` cut to :data:`SHOWN_CHARS`, for one-line error messages (as :mod:`llmsim.schema` quotes values)."""
-    s = repr(v)
-    return s if len(s) <= SHOWN_CHARS else s[:SHOWN_CHARS - 3] + "..."
 
 
 # ---------------------------------------------------------------------------------------------- arrivals
@@ -98,7 +90,7 @@ ARRIVALS: dict[str, type[Schema]] = {
 
 def parse_arrival(cfg: Any, where: str = "workload.arrival") -> Schema:
     if not isinstance(cfg, Mapping):
-        raise ConfigError(f"{where}: expected a mapping like {{process: poisson, rate: 4}}, got {shown(cfg)}")
+        raise ConfigError(f"{where}: expected a mapping like {{process: poisson, rate: 4}}, got {show(cfg)}")
     if "preset" in cfg:
         if set(cfg) != {"preset"}:
             raise ConfigError(f"{where}: 'preset' cannot be combined with other keys {sorted(set(cfg) - {'preset'})}")
@@ -165,7 +157,7 @@ def parse_length(cfg: Any, where: str) -> Schema:
             raise ConfigError(str(e).replace(f"{where}.value:", f"{where}:", 1)) from None
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"{where}: expected a token count or a mapping like {{dist: fixed, value: 128}}, "
-                          f"got {shown(cfg)}")
+                          f"got {show(cfg)}")
     if "dist" not in cfg:
         raise ConfigError(f"{where}.dist: missing required key; expected one of {sorted(LENGTHS)}")
     dist = check_choice(cfg["dist"], LENGTHS, f"{where}.dist")
@@ -190,7 +182,7 @@ def parse_pair(lengths: Any, where: str) -> Schema | str:
     if isinstance(lengths, str):
         return check_choice(lengths, LENGTH_PRESETS, where)
     if not isinstance(lengths, Mapping):
-        raise ConfigError(f"{where}: expected a preset name or a mapping, got {shown(lengths)}")
+        raise ConfigError(f"{where}: expected a preset name or a mapping, got {show(lengths)}")
     if "preset" in lengths:
         if set(lengths) != {"preset"}:
             raise ConfigError(f"{where}: 'preset' cannot be combined with {sorted(set(lengths) - {'preset'})}")

@@ -38,6 +38,24 @@ class ChunkedPrefillPolicy(BatchPolicy):
             and inst.decode_all(out)
         ):
             return out
+        budget, preempted, all_decode = self._continue_running(inst, out)
+        n_running_scheduled = len(out.batch)
+        if not preempted:
+            budget = self._swap_in(inst, out, budget)
+            if not inst.swapped:
+                self._admit(inst, out, budget, now)
+        out.stable = (
+            not preempted
+            and all_decode
+            and out.transfer_blocks == 0
+            and n_running_scheduled == len(out.batch) == len(inst.running)
+        )
+        return out
+
+    @staticmethod
+    def _continue_running(inst: Engine, out: Scheduled) -> tuple[int, bool, bool]:
+        """Chunks for the running requests in admission order, preempting from the back when blocks run out;
+        returns (token budget left, whether anything was preempted, whether every chunk is a decode)."""
         batch = out.batch
         kv = inst.kv
         running = inst.running
@@ -66,39 +84,41 @@ class ChunkedPrefillPolicy(BatchPolicy):
             batch.append(r)
             budget -= n_new
             i += 1
-        n_running_scheduled = len(batch)
-        if not preempted:
-            while inst.swapped and budget > 0 and len(running) < inst.max_seqs:
-                r = inst.swapped[0]
-                remaining = r.prompt_tokens + r.generated - r.computed
-                n_new = remaining if remaining < budget else budget
-                need = kv.needed(r, n_new) + r.blocks
-                if need > kv.free:
-                    break
-                out.transfer_blocks += inst.swap_in(r, need)
-                r.n_new = n_new
-                batch.append(r)
-                budget -= n_new
-            if not inst.swapped:
-                for r in list(self.admission_order(inst)):
-                    if budget <= 0 or len(running) >= inst.max_seqs:
-                        break
-                    hit, taken = self._cached(inst, r)
-                    remaining = r.prompt_tokens + r.generated - r.computed - hit * kv.block_size
-                    n_new = remaining if remaining < budget else budget
-                    need = kv.needed(r, hit * kv.block_size + n_new) - hit
-                    if need + taken > kv.free:
-                        break
-                    inst.admit(r, n_new, need, now, hit)
-                    batch.append(r)
-                    budget -= n_new
-        out.stable = (
-            not preempted
-            and all_decode
-            and out.transfer_blocks == 0
-            and n_running_scheduled == len(batch) == len(running)
-        )
-        return out
+        return budget, preempted, all_decode
+
+    @staticmethod
+    def _swap_in(inst: Engine, out: Scheduled, budget: int) -> int:
+        """Swapped requests come back, oldest first, while their blocks fit; returns the budget left."""
+        kv = inst.kv
+        while inst.swapped and budget > 0 and len(inst.running) < inst.max_seqs:
+            r = inst.swapped[0]
+            remaining = r.prompt_tokens + r.generated - r.computed
+            n_new = remaining if remaining < budget else budget
+            need = kv.needed(r, n_new) + r.blocks
+            if need > kv.free:
+                break
+            out.transfer_blocks += inst.swap_in(r, need)
+            r.n_new = n_new
+            out.batch.append(r)
+            budget -= n_new
+        return budget
+
+    def _admit(self, inst: Engine, out: Scheduled, budget: int, now: float) -> None:
+        """Waiting requests get prefill chunks, in admission order, while budget, seats and blocks allow."""
+        kv = inst.kv
+        running = inst.running
+        for r in list(self.admission_order(inst)):
+            if budget <= 0 or len(running) >= inst.max_seqs:
+                break
+            hit, taken = self._cached(inst, r)
+            remaining = r.prompt_tokens + r.generated - r.computed - hit * kv.block_size
+            n_new = remaining if remaining < budget else budget
+            need = kv.needed(r, hit * kv.block_size + n_new) - hit
+            if need + taken > kv.free:
+                break
+            inst.admit(r, n_new, need, now, hit)
+            out.batch.append(r)
+            budget -= n_new
 
     def _could_admit(self, inst: Engine, budget: int) -> bool:
         """Whether the head of the waiting queue might get a chunk after the running decodes.
