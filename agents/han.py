@@ -3,7 +3,7 @@ LLM Routing for Edge Computing with Multiple Experts, Sec. 4.5).
 
 The paper's encoder is L x ``torch_geometric.nn.HANConv`` (hidden 64; 4 heads in the paper, 8 in the released code)
 on the graph of envs/observations/graph.py; its output is the final embedding of the single arrived node. PyG is
-slow on many small graphs (``python -m experiments.bench.train --encoder``) and does not export to ONNX, so
+slow on many small graphs (``python -m experiments.bench train --encoder``) and does not export to ONNX, so
 :class:`DenseHAN` computes the same function on the padded arrays + masks (flattened by :class:`GraphLayout` for
 replay buffers) with masked dense attention, no loop over graphs. It is HANConv applied to ONE graph at a time:
 semantic attention averages over the destination nodes of the same graph (PyG on a multi-graph Batch would mix

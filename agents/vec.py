@@ -3,7 +3,7 @@
 ``DummyVecEnv.step_wait`` returns ``deepcopy(self.buf_infos)``, because a gym env may hand back the same info
 dict every step. llmsim's envs build a fresh dict (and a fresh action-mask array) on every step
 (``llmsim.envs.routing_env.RoutingEnv``), so a shallow copy of the list is enough, and the deep copy was ~8 % of a
-DDQN training step on the Intelligent Router's testbed (``python -m experiments.bench.train``). Everything else is
+DDQN training step on the Intelligent Router's testbed (``python -m experiments.bench train``). Everything else is
 stable-baselines3's code path.
 """
 

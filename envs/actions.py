@@ -1,9 +1,10 @@
 """The action space of one routing decision: which actions are valid, and what an action does.
 
-One code path for :class:`llmsim.envs.routing_env.RoutingEnv` (``action_masks()`` / ``decode()``) and for a trained policy
-running as an llmsim router (:class:`llmsim.envs.policy_router.ExportedRouter`), so a policy is offered the same valid
-actions and its choice means the same instance in front of real backends as in training. Both functions are
-pure: they read the request's prompt length and the public :class:`~llmsim.state.cluster_state.InstanceState` rows only.
+One code path for :class:`llmsim.envs.routing_env.RoutingEnv` (``action_masks()`` / ``decode()``) and for a trained
+policy running as an llmsim router (:class:`llmsim.envs.policy_router.ExportedRouter`), so a policy is offered the same
+valid actions and its choice means the same instance in front of real backends as in training. Both functions are
+pure: they read the request's prompt length and the public :class:`~llmsim.state.cluster_state.InstanceState` rows
+only. :func:`check_action` refuses what is not an action at all, as Gymnasium's own envs do.
 
 Layout (Discrete(K + 2) in every env, see envs/routing_env.py): index i < K chooses instance i (``instance*``) or model i
 (``model*``: its least-loaded replica that can serve the request), K is wait and K + 1 is drop.
@@ -17,8 +18,27 @@ from typing import Any
 
 import numpy as np
 
-from llmsim.envs.schema import action_layout
+from llmsim.envs.config import action_layout
+from llmsim.errors import LLMSimError
 from llmsim.routing.base import DROP, WAIT
+
+
+class InvalidAction(LLMSimError):
+    """An action outside the env's action space (what Gymnasium's own envs reject with an error)."""
+
+
+def check_action(action: Any, n: int) -> int:
+    """The action as an int in [0, n): Python / numpy integers (or 0-d / 1-element integer arrays) only."""
+    a = action
+    if isinstance(a, np.ndarray) and a.size == 1 and np.issubdtype(a.dtype, np.integer):
+        a = a.reshape(()).item()
+    if isinstance(a, bool | np.bool_) or not isinstance(a, int | np.integer):
+        raise InvalidAction(f"action {action!r} ({type(action).__name__}) is not valid for Discrete({n}): "
+                            f"expected an integer in [0, {n - 1}]")
+    a = int(a)
+    if not 0 <= a < n:
+        raise InvalidAction(f"action {a} is out of range for Discrete({n}): expected an integer in [0, {n - 1}]")
+    return a
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 llmsim-evaluate baseline, or the live router: llmsim finds the class through the ``llmsim.routers`` entry point
 (pyproject.toml), so llmsim never imports envs. ``route(req, view)`` reads only ``view.state()`` (the public
 ClusterState) and ``view.num_instances``; the observation is built by the SAME envs builder the policy was trained
-with (rebuilt from the manifest) on a :class:`DecisionContext`, the EnvContext of a router outside the simulator,
+with (rebuilt from the manifest) on a :class:`DecisionContext`, the observation context of a router outside the simulator,
 and the mask and the meaning of the chosen action are envs/actions.py's, shared with RoutingEnv.
 
 Predictions come from the manifest's predictor spec (llmsim.envs.predictors.base). The oracle reads the request's own
@@ -29,6 +29,7 @@ from llmsim.envs.exported import ExportedPolicy, read_manifest
 from llmsim.envs.observations import ObsBuilder, make_obs
 from llmsim.envs.predictors.base import NoisyOraclePredictor, OraclePredictor, Predictor, ZeroPredictor, make_predictor
 from llmsim.errors import ConfigError
+from llmsim.perf.models import MODELS
 from llmsim.request import Request
 from llmsim.routing.base import WAIT, Router, register_router
 from llmsim.state.cluster_state import LAYOUT_VERSION, ClusterState
@@ -84,8 +85,9 @@ def _plain(v: Any) -> Any:
 
 
 class DecisionContext:
-    """The :class:`llmsim.envs.schema.EnvContext` of a router outside the simulator: static facts from the manifest, the
-    ClusterState of the current decision, predictions cached per request, the router's routed-quality book."""
+    """The :class:`~llmsim.envs.context.ObservationContext` (and reward context) of a router outside the simulator:
+    static facts from the manifest, the ClusterState of the current decision, predictions cached per request, the
+    router's routed-quality book, and prefix-cache hits from the router's view."""
 
     def __init__(self, ctx: dict[str, Any], predictor: Predictor) -> None:
         self.instance_models: list[str] = list(ctx["instance_models"])
@@ -104,8 +106,6 @@ class DecisionContext:
     @property
     def model_specs(self) -> dict[str, Any]:
         """llmsim's ModelSpec of each model it knows (no builder reads these; the utility reward does)."""
-        from llmsim.perf.models import MODELS
-
         return {m: MODELS[m] for m in self.models if m in MODELS}
 
     def reset(self) -> None:
@@ -137,6 +137,15 @@ class DecisionContext:
 
     def request(self, request_id: int) -> Request:
         raise ConfigError("an exported router has no ground truth of requests (rewards only, in the simulator)")
+
+    def prefix_hit_tokens(self, instance: int, req: Request) -> int:
+        """What the router's view says ``instance``'s prefix cache holds of ``req`` (a view without prefix caches,
+        such as a ClusterState alone, cannot serve a policy trained with ``prefix_hit``)."""
+        hits = getattr(self.view, "prefix_hit_tokens", None)
+        if hits is None:
+            raise ConfigError("observation.prefix_hit: the router's cluster view cannot tell prefix-cache hits "
+                              "(no prefix_hit_tokens); train without prefix_hit or serve behind a view that has it")
+        return hits(instance, req)
 
     def record_routed(self, req: Request, instance: int, state: ClusterState) -> None:
         """Keep the predicted quality of a routed request on its model (the graph state's running/waiting

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from llmsim.errors import LLMSimError
-from llmsim.hydra_app import one_line, quiet_on_closed_pipe
+from llmsim.hydra_app import discard_run_dir, one_line, quiet_on_closed_pipe
 from llmsim.metrics.report import empty_result_reason, print_summary
 from llmsim.resources import conf_dir, experiments_dir
 from llmsim.simulation.from_config import run_from_config
@@ -32,6 +32,7 @@ def _simulate(cfg: DictConfig) -> dict:
         progress = bool(out.get("progress", True) if isinstance(out, dict) else True)
         res = run_from_config(plain, out_dir, progress=progress)  # type: ignore[arg-type]
     except (LLMSimError, OmegaConfBaseException) as e:
+        discard_run_dir(Path(out_dir))  # a failed run leaves no folder of its own behind
         print(f"llmsim: error: {one_line(e)}", file=sys.stderr)
         raise SystemExit(2) from None
     empty = empty_result_reason(res.summary)

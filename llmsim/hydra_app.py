@@ -8,6 +8,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -24,6 +25,8 @@ def presets(group: str) -> str:
     names = ", ".join(sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))) or "(none)"
     return textwrap.fill(names, width=90, subsequent_indent=" " * 10, break_on_hyphens=False)
 
+
+HYDRA_FILES = (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml")
 
 # `${llmsim_presets:GROUP}` in conf/config.yaml's hydra.help.template (resolved only when the help is printed)
 OmegaConf.register_new_resolver("llmsim_presets", presets, replace=True)
@@ -43,9 +46,37 @@ def quiet_on_closed_pipe(fn: Callable[[], None]) -> None:
         raise SystemExit(1) from None
 
 
+def remove_if_empty(d: Path) -> bool:
+    """``rmdir``: True if ``d`` was an empty directory and is gone."""
+    try:
+        d.rmdir()
+    except OSError:  # not empty, or not there
+        return False
+    return True
+
+
+def discard_run_dir(out: Path) -> None:
+    """After a failed run: remove what Hydra put in the run directory (its ``.hydra/`` record and an empty job log),
+    then the directory if that empties it, and its parents that are left empty below the working directory
+    (``outputs/<date>/``). Nothing else is deleted: a directory that held anything else stays."""
+    for rel in HYDRA_FILES:
+        (out / rel).unlink(missing_ok=True)
+    for log in out.glob("*.log"):
+        if log.is_file() and log.stat().st_size == 0:
+            log.unlink()
+    remove_if_empty(out / ".hydra")
+    if not remove_if_empty(out):
+        return
+    cwd = Path.cwd().resolve()
+    for d in out.resolve().parents:
+        if d == cwd or not d.is_relative_to(cwd) or not remove_if_empty(d):
+            break
+
+
 def run_hydra_app(config_name: str, prog: str, body: Callable[[dict, str], None]) -> None:
     """A console app over conf/<config_name>.yaml: ``body(plain config, run directory)``. Config and llmsim errors
-    print one line ``prog: error: ...`` and exit 2; a closed pipe exits 1."""
+    print one line ``prog: error: ...`` and exit 2; a closed pipe exits 1; a run that fails leaves no folder of its
+    own behind (:func:`discard_run_dir`)."""
 
     @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name=config_name)
     def _main(cfg: DictConfig) -> None:
@@ -53,7 +84,11 @@ def run_hydra_app(config_name: str, prog: str, body: Callable[[dict, str], None]
         try:
             body(OmegaConf.to_container(cfg, resolve=True), out_dir)  # type: ignore[arg-type]
         except (LLMSimError, OmegaConfBaseException) as e:
+            discard_run_dir(Path(out_dir))
             print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
             raise SystemExit(2) from None
+        except BaseException:
+            discard_run_dir(Path(out_dir))
+            raise
 
     quiet_on_closed_pipe(_main)

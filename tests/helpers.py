@@ -37,3 +37,15 @@ def need_shared() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"../shared is absent ({SHARED}): real data is only available in the dev/CI workspace")
     return SHARED
+
+
+def assert_frames_identical(a, b) -> None:
+    """Two SimResults are the same run: every table equal, every summary value equal (NaN equals NaN)."""
+    assert a.requests.equals(b.requests)
+    assert a.dropped.equals(b.dropped)
+    assert a.timeline.equals(b.timeline)
+    assert a.instances.equals(b.instances)
+    assert a.summary.keys() == b.summary.keys()
+    for k, v in a.summary.items():
+        w = b.summary[k]
+        assert v == w or (v != v and w != w), k

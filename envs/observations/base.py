@@ -2,7 +2,7 @@
 
 A builder reads only what a router may know: the :class:`~llmsim.state.cluster_state.ClusterState` it is given (stale
 with ``view_staleness``), the request being decided, the predictor's outputs and the router's own
-bookkeeping (:class:`~llmsim.envs.schema.EnvContext`), plus any history it keeps itself (``on_arrival``). So the
+bookkeeping (:class:`~llmsim.envs.context.ObservationContext`), plus any history it keeps itself (``on_arrival``). So the
 same builder runs in front of real backends, on a state built from their metrics.
 """
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import gymnasium as gym
 
-    from llmsim.envs.schema import EnvContext
+    from llmsim.envs.context import ObservationContext
     from llmsim.request import Request
     from llmsim.state.cluster_state import ClusterState
 
@@ -21,16 +21,16 @@ if TYPE_CHECKING:
 class ObsBuilder:
     name = "obs"
 
-    def bind(self, env: EnvContext) -> gym.Space:
+    def bind(self, env: ObservationContext) -> gym.Space:
         """Size buffers for ``env``'s cluster and return the observation space (called once)."""
         raise NotImplementedError
 
-    def reset(self, env: EnvContext) -> None:
+    def reset(self, env: ObservationContext) -> None:
         pass
 
-    def on_arrival(self, env: EnvContext, req: Request) -> None:
+    def on_arrival(self, env: ObservationContext, req: Request) -> None:
         pass
 
-    def build(self, env: EnvContext, state: ClusterState, req: Request | None) -> Any:
+    def build(self, env: ObservationContext, state: ClusterState, req: Request | None) -> Any:
         """Observation for deciding ``req`` (None: nothing to decide, e.g. a drain step or the terminal state)."""
         raise NotImplementedError

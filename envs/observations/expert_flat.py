@@ -24,7 +24,7 @@ from llmsim.envs.observations.base import ObsBuilder
 from llmsim.envs.observations.graph import FEAT_HIGH
 
 if TYPE_CHECKING:
-    from llmsim.envs.schema import EnvContext
+    from llmsim.envs.context import ObservationContext
     from llmsim.request import Request
     from llmsim.state.cluster_state import ClusterState
 
@@ -40,12 +40,12 @@ class ExpertFlatObs(ObsBuilder):
         self.ps = prompt_scale
         self.os = out_scale
 
-    def bind(self, env: EnvContext) -> gym.Space:
+    def bind(self, env: ObservationContext) -> gym.Space:
         self.n = env.num_instances
         self.buf = np.zeros((6 if self.request else 3) * self.n, np.float32)
         return gym.spaces.Box(0.0, FEAT_HIGH, self.buf.shape, np.float32)
 
-    def build(self, env: EnvContext, state: ClusterState, req: Request | None) -> np.ndarray:
+    def build(self, env: ObservationContext, state: ClusterState, req: Request | None) -> np.ndarray:
         b, n = self.buf, self.n
         b.fill(0.0)
         if self.request and req is not None:

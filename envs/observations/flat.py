@@ -36,7 +36,7 @@ from llmsim.envs.observations.base import ObsBuilder
 from llmsim.errors import ConfigError
 
 if TYPE_CHECKING:
-    from llmsim.envs.schema import EnvContext
+    from llmsim.envs.context import ObservationContext
     from llmsim.request import Request
     from llmsim.state.cluster_state import ClusterState
 
@@ -57,14 +57,14 @@ class FlatObs(ObsBuilder):
         self.min_dec = min_decode_time
         self.time_scale = time_scale
 
-    def bind(self, env: EnvContext) -> gym.Space:
+    def bind(self, env: ObservationContext) -> gym.Space:
         n = env.num_instances
         self.buf = np.zeros(3 + 6 * n + (n if self.prefix_hit else 0), dtype=np.float32)
         hi = np.ones_like(self.buf)
         hi[1] = 4.0
         return gym.spaces.Box(0.0, hi, dtype=np.float32)
 
-    def build(self, env: EnvContext, state: ClusterState, req: Request | None) -> np.ndarray:
+    def build(self, env: ObservationContext, state: ClusterState, req: Request | None) -> np.ndarray:
         buf = self.buf
         b0, b1 = self.b0, self.b1
         if req is None:
@@ -99,19 +99,13 @@ class FlatObs(ObsBuilder):
             self.fill_prefix_hits(env, req, o)
         return buf.copy()
 
-    def fill_prefix_hits(self, env: EnvContext, req: Request | None, o: int) -> None:
-        """Hit tokens / prompt tokens of ``req`` on each instance, from the cluster view the router sees."""
+    def fill_prefix_hits(self, env: ObservationContext, req: Request | None, o: int) -> None:
+        """Hit tokens / prompt tokens of ``req`` on each instance, as the router's context reports them."""
         buf = self.buf
         n = len(buf) - o
         if req is None or req.prompt_tokens <= 0 or not req.hash_ids:
             buf[o:] = 0.0
             return
-        view = getattr(env, "view", None)  # a router outside the env (llmsim.envs.policy_router.DecisionContext)
-        if view is None:
-            view = getattr(getattr(env, "cluster", None), "view", None)
-        if not hasattr(view, "prefix_hit_tokens"):
-            raise ConfigError("observation.prefix_hit: the router's cluster view cannot tell prefix-cache hits "
-                              "(no prefix_hit_tokens); train without prefix_hit or serve behind a view that has it")
         p = req.prompt_tokens
         for k in range(n):
-            buf[o + k] = min(1.0, view.prefix_hit_tokens(k, req) / p)
+            buf[o + k] = min(1.0, env.prefix_hit_tokens(k, req) / p)

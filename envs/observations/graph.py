@@ -29,7 +29,7 @@ import numpy as np
 from llmsim.envs.observations.base import ObsBuilder
 
 if TYPE_CHECKING:
-    from llmsim.envs.schema import EnvContext
+    from llmsim.envs.context import ObservationContext
     from llmsim.request import Request
     from llmsim.state.cluster_state import ClusterState
 
@@ -49,7 +49,7 @@ class GraphObs(ObsBuilder):
         self.os = out_scale
         self.ls = latency_scale
 
-    def bind(self, env: EnvContext) -> gym.Space:
+    def bind(self, env: ObservationContext) -> gym.Space:
         n = env.num_instances
         self.n = n
         self.bufs = {
@@ -69,7 +69,7 @@ class GraphObs(ObsBuilder):
                 spaces[k] = gym.spaces.Box(0.0, FEAT_HIGH, b.shape, np.float32)
         return gym.spaces.Dict(spaces)
 
-    def build(self, env: EnvContext, state: ClusterState, req: Request | None) -> dict[str, np.ndarray]:
+    def build(self, env: ObservationContext, state: ClusterState, req: Request | None) -> dict[str, np.ndarray]:
         b = self.bufs
         n = self.n
         arr = b["arrived"]

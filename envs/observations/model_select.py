@@ -18,7 +18,7 @@ import numpy as np
 from llmsim.envs.observations.base import ObsBuilder
 
 if TYPE_CHECKING:
-    from llmsim.envs.schema import EnvContext
+    from llmsim.envs.context import ObservationContext
     from llmsim.request import Request
     from llmsim.state.cluster_state import ClusterState
 
@@ -37,7 +37,7 @@ class ModelSelectObs(ObsBuilder):
         self.batch_scale = batch_scale
         self.rate_scale = rate_scale
 
-    def bind(self, env: EnvContext) -> gym.Space:
+    def bind(self, env: ObservationContext) -> gym.Space:
         if not self.tasks:
             self.tasks = list(env.task_names)
         self.task_idx = {t: i for i, t in enumerate(self.tasks)}
@@ -45,11 +45,11 @@ class ModelSelectObs(ObsBuilder):
         self.buf = np.zeros(len(self.tasks) + self.m + 1, np.float32)
         return gym.spaces.Box(0.0, np.inf, self.buf.shape, np.float32)
 
-    def reset(self, env: EnvContext) -> None:
+    def reset(self, env: ObservationContext) -> None:
         self.arrivals: deque[float] = deque(maxlen=self.window + 1)
         self.true_rate = 0.0
 
-    def on_arrival(self, env: EnvContext, req: Request) -> None:
+    def on_arrival(self, env: ObservationContext, req: Request) -> None:
         self.arrivals.append(req.arrival)
         if req.extra and "rate" in req.extra:
             self.true_rate = float(req.extra["rate"])
@@ -63,7 +63,7 @@ class ModelSelectObs(ObsBuilder):
         span = a[-1] - a[0]
         return (len(a) - 1) / span if span > 0 else 0.0
 
-    def build(self, env: EnvContext, state: ClusterState, req: Request | None) -> np.ndarray:
+    def build(self, env: ObservationContext, state: ClusterState, req: Request | None) -> np.ndarray:
         buf = self.buf
         buf.fill(0.0)
         t = len(self.tasks)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from llmsim.envs.schema import EnvContext
+    from llmsim.envs.context import RewardContext
     from llmsim.request import Request
 
 GENERIC = ("dropped", "cut_off", "truncated", "timeouts", "waiting")
@@ -63,11 +63,11 @@ class Reward:
         self._acc = dict.fromkeys(self.components, 0.0)
 
     # hooks -------------------------------------------------------------------------------
-    def reset(self, env: EnvContext) -> None:
+    def reset(self, env: RewardContext) -> None:
         self.env = env
         self._acc = dict.fromkeys(self.components, 0.0)
 
-    def before_action(self, env: EnvContext, req: Request, target: int | None) -> None:
+    def before_action(self, env: RewardContext, req: Request, target: int | None) -> None:
         """Called with the request being decided and the instance it goes to (None: wait / drop)."""
 
     def on_finish(self, req: Request, k: int) -> None:
@@ -90,17 +90,17 @@ class Reward:
         """Request-seconds spent held in the central queue during this step."""
         self._acc["waiting"] -= self.wait_cost * request_seconds
 
-    def on_tick(self, env: EnvContext) -> None:
+    def on_tick(self, env: RewardContext) -> None:
         """Called at every decision tick (tick mode), including ticks that are not decision points."""
 
-    def on_step_end(self, env: EnvContext, dt: float) -> None:
+    def on_step_end(self, env: RewardContext, dt: float) -> None:
         """Called once per env step after the simulation has advanced ``dt`` seconds (per-step state terms)."""
 
     # output ------------------------------------------------------------------------------
     def add(self, key: str, value: float) -> None:
         self._acc[key] += value
 
-    def end_step(self, env: EnvContext, dt: float) -> tuple[float, dict[str, float]]:
+    def end_step(self, env: RewardContext, dt: float) -> tuple[float, dict[str, float]]:
         self.on_step_end(env, dt)
         comps = self._acc
         self._acc = dict.fromkeys(self.components, 0.0)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from llmsim.envs.rewards.base import Reward
 
 if TYPE_CHECKING:
-    from llmsim.envs.schema import EnvContext
+    from llmsim.envs.context import RewardContext
     from llmsim.request import Request
 
 # Released-code slopes (s/token), spec 000 Sec. 2.4; chatglm-6b has a faster prefill.
@@ -77,13 +77,13 @@ class QoSReward(Reward):
             return float(spec)
         return (table or {}).get(model, default)
 
-    def reset(self, env: EnvContext) -> None:
+    def reset(self, env: RewardContext) -> None:
         super().reset(env)
         models = env.instance_models
         self._k1 = [self._slope(self.k1, m, K1_DEFAULT, K1_BY_MODEL) for m in models]
         self._k2 = [self._slope(self.k2, m, K2_DEFAULT) for m in models]
 
-    def before_action(self, env: EnvContext, req: Request, target: int | None) -> None:
+    def before_action(self, env: RewardContext, req: Request, target: int | None) -> None:
         if target is None:
             return
         state = env.true_state()

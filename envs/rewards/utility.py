@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from llmsim.envs.rewards.base import Reward
 
 if TYPE_CHECKING:
-    from llmsim.envs.schema import EnvContext
+    from llmsim.envs.context import RewardContext
     from llmsim.request import Request
 
 # USD per 1M tokens (input, output). The 004 aggregator bills 0.06 (3B), 0.07 (7/8B), 0.15 (14B) and
@@ -46,7 +46,7 @@ class UtilityReward(Reward):
         self.prices = dict(prices or {})
         self.drop_penalty = float(drop_penalty)
 
-    def reset(self, env: EnvContext) -> None:
+    def reset(self, env: RewardContext) -> None:
         super().reset(env)
         self._models = list(dict.fromkeys(env.instance_models))
         self._price = {}

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from llmsim.envs.rewards.base import Reward
 
 if TYPE_CHECKING:
-    from llmsim.envs.schema import EnvContext
+    from llmsim.envs.context import RewardContext
     from llmsim.request import Request
 
 
@@ -62,7 +62,7 @@ class WorkloadAwareReward(Reward):
         """Weight of h in the total (HuRL: gamma - gamma_k), e.g. per episode from a training callback."""
         self.weights["heuristic"] = float(weight)
 
-    def before_action(self, env: EnvContext, req: Request, target: int | None) -> None:
+    def before_action(self, env: RewardContext, req: Request, target: int | None) -> None:
         if target is None:
             return
         lens, _ = env.predictions(req)
@@ -90,7 +90,7 @@ class WorkloadAwareReward(Reward):
         super().on_finish(req, k)
         self._acc["completion"] += self.r_c
 
-    def _backlog(self, env: EnvContext) -> float:
+    def _backlog(self, env: RewardContext) -> float:
         """sum over requests in the system of (1 - f): the held ones count 1 each, an instance's count minus its
         ``progress`` (sum of min(1, generated / predicted output)); from the true state's numbers
         (``true_progress``: the state's ``central_queue`` and each instance's ``num_requests`` and ``progress``)."""
@@ -100,9 +100,9 @@ class WorkloadAwareReward(Reward):
             pen += n - progress
         return pen
 
-    def on_tick(self, env: EnvContext) -> None:
+    def on_tick(self, env: RewardContext) -> None:
         self._acc["unfinished"] -= self._backlog(env)
 
-    def on_step_end(self, env: EnvContext, dt: float) -> None:
+    def on_step_end(self, env: RewardContext, dt: float) -> None:
         if env.decision != "tick" and dt > 0:
             self._acc["unfinished"] -= self._backlog(env) * dt / env.tick

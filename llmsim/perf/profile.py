@@ -166,8 +166,8 @@ def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto") -> Profi
             raise ProfileError(
                 f"no measured profile for model {m.name!r} on {g.name} with tp={tp}: expected a file "
                 f"<gpu>/{m.name}{f'-tp{tp}' if tp > 1 else ''}.yaml in {_profile_dirs_text()}; "
-                "build one with `python -m llmsim.profiles.build` or measure it with "
-                "`python -m llmsim.profiles.profile`"
+                "build one with `python -m llmsim.profiles build` or measure it with "
+                "`python -m llmsim.profiles measure`"
             )
     return RooflineProfile(m, g, tp)
 

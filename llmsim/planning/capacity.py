@@ -44,7 +44,7 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 
 from llmsim.errors import ConfigError
-from llmsim.hydra_app import run_hydra_app
+from llmsim.hydra_app import discard_run_dir, run_hydra_app
 from llmsim.planning.capacity_report import goodput_note, print_table, write_outputs
 from llmsim.planning.progress import SearchProgress
 from llmsim.planning.runner import Job, Runner, cpu_count, evaluate
@@ -57,9 +57,6 @@ from llmsim.workload import build_workload
 from llmsim.workload.schema import parse_workload
 
 PREFLIGHT_REQUESTS = 20  # a bad cluster, router or workload fails in a run this small, before any worker starts
-HYDRA_FILES = (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml")
-
-
 def rate_mode(workload: dict[str, Any], num_requests: int, seed: int) -> tuple[str, float]:
     """("rate", 1) for Poisson / Gamma synthetic streams, else ("rate_scale", base req/s at scale 1)."""
     if workload.get("kind") == "synthetic" and (workload.get("arrival") or {}).get("process") in ("poisson", "gamma"):
@@ -241,33 +238,6 @@ def run_capacity(cfg: dict[str, Any], out_dir: str | Path, quiet: bool = False,
     return rows
 
 
-def discard_run_dir(out: Path) -> None:
-    """After a failed run: remove what Hydra put in the run directory (its ``.hydra/`` record and an empty job log),
-    then the directory if that empties it, and its parents that are left empty below the working directory
-    (``outputs/capacity/<date>/``). Nothing else is deleted: a directory that held anything else stays."""
-    for rel in HYDRA_FILES:
-        (out / rel).unlink(missing_ok=True)
-    for log in out.glob("*.log"):
-        if log.is_file() and log.stat().st_size == 0:
-            log.unlink()
-    remove_if_empty(out / ".hydra")
-    if not remove_if_empty(out):
-        return
-    cwd = Path.cwd().resolve()
-    for d in out.resolve().parents:
-        if d == cwd or not d.is_relative_to(cwd) or not remove_if_empty(d):
-            break
-
-
-def remove_if_empty(d: Path) -> bool:
-    """``rmdir``: True if ``d`` was an empty directory and is gone."""
-    try:
-        d.rmdir()
-    except OSError:  # not empty, or not there
-        return False
-    return True
-
-
 def planning_app(config_name: str, prog: str, body: Callable[[dict[str, Any], Path], None]) -> None:
     """A Hydra app over conf/<config_name>.yaml (:func:`llmsim.hydra_app.run_hydra_app`: one-line errors, exit
     status 2) whose failed runs leave no output folder behind; a finished one prints where its outputs are."""
@@ -280,9 +250,6 @@ def planning_app(config_name: str, prog: str, body: Callable[[dict[str, Any], Pa
             discard_run_dir(out)
             print(f"{prog}: interrupted, nothing written", file=sys.stderr)
             raise SystemExit(130) from None
-        except BaseException:
-            discard_run_dir(out)
-            raise
         print(f"outputs: {out}")
 
     run_hydra_app(config_name, prog, run)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmsim.planning.capacity import base_config, discard_run_dir, search_all
+from llmsim.hydra_app import discard_run_dir
+from llmsim.planning.capacity import base_config, search_all
 from llmsim.planning.capacity_report import goodput_note
 from llmsim.planning.progress import SearchProgress
 from llmsim.planning.search import CapacityConfig

@@ -22,7 +22,7 @@ from llmsim.routing import make_router
 from llmsim.simulation.run import collect
 from llmsim.testing import LinearProfile, requests
 from tests.helpers import examples
-from tests.test_properties import assert_frames_identical
+from tests.helpers import assert_frames_identical
 
 BASE, PER_TOKEN = 0.01, 0.001  # LinearProfile: a step takes BASE + PER_TOKEN * tokens
 

@@ -41,20 +41,13 @@ RULES: list[tuple[str, str, str]] = [
     (r"^python3\.11 -m venv ", "skip", "creates a venv and installs the package: CI runs exactly this (.ci/run)"),
     (r"^(llmsim|python -m llmsim) -m ", "run", "Hydra multirun, small sizes"),
     (r"^(llmsim|python -m llmsim)( (?!-m )|$)", "run", "one simulation, small sizes"),
-    (r"^(llmsim-capacity|python -m llmsim\.capacity)( |$)", "run", "capacity search, tiny budget"),
-    (r"^python -m llmsim\.report ", "run", "report of the multirun above"),
-    (r"^python -m (llmsim\.bench|envs\.bench) ", "run", "benchmark with a tiny size"),
-    (r"^python -m profiles\.(build|validate)( |$)", "run", "check mode against ../shared raw data"),
-    (r"^python -m profiles\.replay ", "run", "replay of the RTX PRO 6000 run in ../shared"),
-    (r"^python -m profiles\.profile ", "skip", "times a model on a CUDA GPU (tested on CPU in tests/test_profiles*)"),
-    (r"^python -m pytest", "skip", "the test suite itself"),
-    (r"^(llmsim-train|python -m agents\.train)( |$)", "run", "a few hundred training steps on 40 requests"),
-    (r"^(llmsim-evaluate|python -m agents\.evaluate)( |$)", "run", "the checkpoint trained above, one seed"),
-    (r"^(llmsim-reproduce|python -m agents\.reproduce)( |$)", "run", "LLMSIM_REPRODUCE_SIZE=tiny"),
-    (r"^tensorboard ", "skip", "starts a web server (the logs it reads are tested in tests/test_agents_train.py)"),
-    (r"^(llmsim-export|python -m agents\.export)( |$)", "run", "exports the checkpoint trained above"),
-    (r"^for p in .*llmsim-emulate ", "skip", "starts servers: tests/test_serve_onnx.py runs the README's serving flow"),
-    (r"^llmsim-router ", "skip", "starts a server: tests/test_serve_onnx.py runs the README's serving flow"),
+    (r"^(llmsim-capacity|python -m llmsim\.planning\.capacity)( |$)", "run", "capacity search, tiny budget"),
+    (r"^python -m llmsim\.metrics\.report ", "run", "report of the multirun above"),
+    (r"^(llmsim-train|python -m llmsim\.agents\.train)( |$)", "run", "a few hundred training steps on 40 requests"),
+    (r"^(llmsim-evaluate|python -m llmsim\.agents\.evaluate)( |$)", "run", "the checkpoint trained above, one seed"),
+    (r"^(llmsim-reproduce|python -m experiments\.reproduce)( |$)", "run", "LLMSIM_REPRODUCE_SIZE=tiny"),
+    (r"^(llmsim-export|python -m llmsim\.agents\.export)( |$)", "run", "exports the checkpoint trained above"),
+    (r"^llmsim-router ", "skip", "starts a server: tests/serving/test_docs_flow.py runs docs/serving.md's whole flow"),
 ]
 TRAIN_SMALL = ["env.num_requests=40", "trainer.total_steps=300", "trainer.eval_every=0", "trainer.eval_seeds=[500]",
                "agent.learning_starts=100", "agent.batch_size=32", "trainer.progress=false"]
@@ -97,14 +90,6 @@ def _argv(cmd: str, tmp: Path, state: dict) -> list[str] | None:
                 "capacity.max_evaluations=6", f"hydra.run.dir={tmp}/cap"]
     if mod == "llmsim.metrics.report":
         return [*args[:3], str(state["sweep"]), *args[4:]]
-    if mod == "experiments.bench.sim":
-        return [*args, "--case", "single", "--requests", "300"] if "sim" in args else [*args, "--steps", "200"]
-    if mod == "experiments.bench.env":
-        return [*args, "--steps", "200"]
-    if mod.startswith("profiles.") and not SHARED.is_dir():
-        return None
-    if mod == "llmsim.profiles.replay":
-        return [a if not a.endswith(".jsonl") else str(SHARED_RUN) for a in args]
     return args
 
 

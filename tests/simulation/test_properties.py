@@ -25,7 +25,7 @@ from llmsim.perf.models import get_model
 from llmsim.request import Request
 from llmsim.routing import DROP, WAIT, Router, make_router
 from llmsim.testing import LinearProfile
-from tests.helpers import examples, hang_limit
+from tests.helpers import assert_frames_identical, examples, hang_limit
 
 HEURISTICS = ["random", "round_robin", "jsq", "least_kv", "least_work_left", "power_of_two"]
 MODELS = ["llama-2-7b", "opt-125m", "opt-1.3b", "qwen2.5-3b"]
@@ -179,17 +179,6 @@ def sc_router(sc: dict) -> Router:
 def run(sc: dict, fast: bool, router: Router | None = None):
     return simulate(build(sc["insts"], fast), sc_workload(sc), router or sc_router(sc), seed=sc["seed"],
                     on_unservable="drop", **sc["sim"])
-
-
-def assert_frames_identical(a, b) -> None:
-    assert a.requests.equals(b.requests)
-    assert a.dropped.equals(b.dropped)
-    assert a.timeline.equals(b.timeline)
-    assert a.instances.equals(b.instances)
-    assert a.summary.keys() == b.summary.keys()
-    for k, v in a.summary.items():
-        w = b.summary[k]
-        assert v == w or (v != v and w != w), k
 
 
 def check_result(sc: dict, res, router: Router) -> None:
