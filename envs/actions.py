@@ -6,8 +6,8 @@ valid actions and its choice means the same instance in front of real backends a
 pure: they read the request's prompt length and the public :class:`~llmsim.state.cluster_state.InstanceState` rows
 only. :func:`check_action` refuses what is not an action at all, as Gymnasium's own envs do.
 
-Layout (Discrete(K + 2) in every env, see envs/routing_env.py): index i < K chooses instance i (``instance*``) or model i
-(``model*``: its least-loaded replica that can serve the request), K is wait and K + 1 is drop.
+Layout (Discrete(K + 2) in every env, see envs/routing_env.py): index i < K chooses instance i (``instance*``)
+or model i (``model*``: its least-loaded replica that can serve the request), K is wait and K + 1 is drop.
 """
 
 from __future__ import annotations

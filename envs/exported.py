@@ -80,7 +80,7 @@ class ExportedPolicy:
 
     @classmethod
     def load(cls, path: str | Path, threads: int = 1) -> ExportedPolicy:
-        import onnxruntime as ort
+        import onnxruntime as ort  # optional: the export / serve extras
 
         d = Path(path)
         m = read_manifest(d)

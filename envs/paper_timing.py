@@ -1,8 +1,9 @@
 """Step-time models fitted by the papers themselves, for reproducing their regimes.
 
-Spec 000 (Eqs. 13-14, the released code's per-expert constants): a prefill costs k1 s per prompt
+The QoS-aware edge router paper ("QoS-Aware LLM Routing for Edge Computing with Multiple Experts",
+Eqs. 13-14, the released code's per-expert constants): a prefill costs k1 s per prompt
 token and a decode iteration k2 s per context token held by the running batch. The paper gives no
-intercept (spec 000 section 13 item 1); with none, a lone request decodes faster than an RTX 4090 can
+intercept; with none, a lone request decodes faster than an RTX 4090 can
 read a 7B model's weights (300 tokens of context: 7.5 ms/token, against ~13.4 ms to stream 13.5 GB at
 1 TB/s). :func:`measured_intercept` supplies the part of an iteration that does not scale with tokens:
 the measured profile's step for one sequence at zero context (weights read + per-iteration overhead,
@@ -16,9 +17,9 @@ from dataclasses import dataclass
 
 from llmsim.perf.hardware import GpuSpec, get_gpu
 from llmsim.perf.models import ModelSpec, get_model
-from llmsim.perf.profile import kv_capacity_tokens
+from llmsim.perf.profile import RooflineProfile, kv_capacity_tokens, load_profile
 
-# spec 000 section 2.4 (k1 prefill s/token, k2 decode s/context token)
+# the QoS-aware edge router's released code (k1 prefill s/token, k2 decode s/context token)
 QOS_EDGE_K = {
     "alpaca-native": (7.2e-5, 2.5e-5),
     "chatglm-6b": (6.8e-5, 2.5e-5),
@@ -62,15 +63,13 @@ class PaperLinearProfile:
     def describe(self) -> dict:
         return {"name": self.name, "kind": "paper-linear", "k1": self.k1, "k2": self.k2, "base": self.base,
                 "model": self.model.name, "gpu": self.gpu.name, "estimated": True,
-                "source": "spec 000 Eqs. 13-14 (constants of the paper's released code)"}
+                "source": "QoS-aware edge router paper, Eqs. 13-14 (constants of its released code)"}
 
 
 def measured_intercept(model: str, gpu: str) -> float:
     """Step time of one sequence at zero context in the measured (model, gpu) profile: the fixed cost of an
     iteration (reading the weights, launch and scheduling overhead) that Eqs. 13-14 leave out. Without a measured
     profile, the roofline's, scaled as the measured experts' fixed costs compare with their rooflines."""
-    from llmsim.perf.profile import RooflineProfile, load_profile
-
     def fixed_cost(m: str, kind: str = "auto") -> tuple[float, bool]:
         prof = load_profile(m, gpu, kind=kind)
         return float(prof.step_time(1, 1, 0, 0, 1, 0)), not isinstance(prof, RooflineProfile)

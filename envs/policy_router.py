@@ -4,8 +4,8 @@
 llmsim-evaluate baseline, or the live router: llmsim finds the class through the ``llmsim.routers`` entry point
 (pyproject.toml), so llmsim never imports envs. ``route(req, view)`` reads only ``view.state()`` (the public
 ClusterState) and ``view.num_instances``; the observation is built by the SAME envs builder the policy was trained
-with (rebuilt from the manifest) on a :class:`DecisionContext`, the observation context of a router outside the simulator,
-and the mask and the meaning of the chosen action are envs/actions.py's, shared with RoutingEnv.
+with (rebuilt from the manifest) on a :class:`DecisionContext`, the observation context of a router outside the
+simulator, and the mask and the meaning of the chosen action are envs/actions.py's, shared with RoutingEnv.
 
 Predictions come from the manifest's predictor spec (llmsim.envs.predictors.base). The oracle reads the request's own
 ``output_tokens`` / ``outputs_by_model``: in the simulator that is the ground truth (the same features as the
@@ -64,7 +64,7 @@ def builder_spec(builder: ObsBuilder) -> dict[str, Any]:
 
 
 def predictor_spec(pred: Predictor, where: str = "env.predictor") -> str | dict[str, Any]:
-    """The llmsim.envs.predictors.base spec of a predictor object; a learned one (agents/, torch or xgboost) is refused."""
+    """The llmsim.envs.predictors.base spec of a predictor object; a learned one (torch or xgboost) is refused."""
     if type(pred) is OraclePredictor:
         return "oracle"
     if type(pred) is ZeroPredictor:
@@ -72,8 +72,8 @@ def predictor_spec(pred: Predictor, where: str = "env.predictor") -> str | dict[
     if type(pred) is NoisyOraclePredictor:
         return {"kind": "noisy", **{k: _plain(getattr(pred, k)) for k in
                                     ("len_sigma", "q_sd", "len_buckets", "len_max", "q_buckets", "q_max")}}
-    raise ConfigError(f"{where}: a {type(pred).__name__} cannot be exported (only llmsim.envs.predictors.base' oracle, noisy "
-                      f"and zero run outside the trainer; a learned predictor needs its own runtime)")
+    raise ConfigError(f"{where}: a {type(pred).__name__} cannot be exported (only llmsim.envs.predictors.base' "
+                      f"oracle, noisy and zero run outside the trainer; a learned predictor needs its own runtime)")
 
 
 def _plain(v: Any) -> Any:

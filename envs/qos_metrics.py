@@ -1,4 +1,4 @@
-"""Spec 000's metrics over per-request outcomes (pure functions, checkable on crafted requests).
+"""The QoS-aware edge router paper's metrics over per-request outcomes (pure functions, checkable on crafted requests).
 
 * QoS of a request (Eq. 1): phi = s (its quality on the expert that served it) if its latency per output token
   l = (finish - arrival) / output tokens is within L, else 0; a dropped or unfinished request has phi = 0.
@@ -37,7 +37,7 @@ def request_qos(reqs: Iterable[Any], instance_models: Sequence[str], limit: floa
 
 
 def episode_qos(reqs: Sequence[Any], instance_models: Sequence[str], limit: float) -> dict[str, float | None]:
-    """The episode's spec-000 figures (None where nothing completed)."""
+    """The episode's figures as that paper reports them (None where nothing completed)."""
     out = request_qos(reqs, instance_models, limit)
     n = len(out["phi"])
     lat = out["latency_per_token"]

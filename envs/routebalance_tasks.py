@@ -1,19 +1,19 @@
-"""The RouteBalance testbed (spec 004, issue 16): 13 Qwen2.5 instances on 28 GPUs, prices, task mix, arrivals.
+"""The RouteBalance testbed: 13 Qwen2.5 instances on 28 GPUs, prices, task mix, arrivals.
 
-Everything a RouteBalance reproduction needs besides the policy, built from the numbers of
-``shared/specs/004_routebalance.md`` (sections 1.1, 4.1-4.3, 2.8, 6, 7.2); docs/routebalance_testbed.md
-records where each number comes from and what had to be assumed. In short:
+Everything a reproduction of RouteBalance (fused model routing and load balancing) needs besides the policy, built
+from the paper's numbers; docs/routebalance_testbed.md records where each number comes from and what had to be
+assumed. In short:
 
-* **Cluster** (spec 1.1): Qwen2.5-72B x 2 on 4 x A100-80GB (TP4, gpu-memory-utilization 0.95), Qwen2.5-14B x 3
+* **Cluster** (the paper's setup): Qwen2.5-72B x 2 on 4 x A100-80GB (TP4, gpu-memory-utilization 0.95), Qwen2.5-14B x 3
   on 4 x V100-32GB (TP4, 0.85), Qwen2.5-7B x 5 and Qwen2.5-3B x 3 on one A30 each (0.9); max-model-len 8192.
-* **Prices** (spec 1.1, 7.1 item 2): USD per 1M input / output tokens, 3B 0.06/0.06, 7B 0.07/0.07,
+* **Prices** (the paper's setup): USD per 1M input / output tokens, 3B 0.06/0.06, 7B 0.07/0.07,
   14B 0.15/0.15, 72B 0.38/0.40 (``PRICES``, the RouteBalance policy's ``prices`` kwarg).
-* **Tasks** (spec 4.2): the seven source datasets with their test-set counts; per request a prompt length and,
-  per model, an output length (clamped to max_tokens = 1024, spec 1.2) and a DeepEval-like quality in [0, 1]
+* **Tasks** (its test set): the seven source datasets with their test-set counts; per request a prompt length and,
+  per model, an output length (clamped to max_tokens = 1024, its benchmark's) and a DeepEval-like quality in [0, 1]
   drawn by :class:`llmsim.envs.tasks.TaskSpec`. Per-tier mean quality is calibrated to the paper's always-3B 0.346 and
   always-14B 0.398; 7B and 72B are assumptions (0.372, 0.410: see ``TIER_QUALITY``); the per-request spread is
-  calibrated so that the per-prompt oracle (max over the four models) is 0.582 (spec 6.15).
-* **Arrivals** (spec 4.3): gamma renewal gaps with shape = burstiness (1 = Poisson), rescaled so that the last
+  calibrated so that the per-prompt oracle (max over the four models) is 0.582, as the paper reports.
+* **Arrivals** (its benchmark): gamma renewal gaps with shape = burstiness (1 = Poisson), rescaled so that the last
   arrival falls at N / lambda as the paper's benchmark does; square wave ``lo,hi`` (hi*30 requests at hi req/s,
   then lo*30 at lo req/s, repeated).
 
@@ -36,16 +36,16 @@ from llmsim.errors import ConfigError
 from llmsim.request import Request
 
 MODELS = ("qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-72b")
-MAX_MODEL_LEN = 8192  # spec 1.1: vLLM --max-model-len 8192 on every tier
-MAX_TOKENS = 1024  # spec 1.2: --custom-output-len 1024 --max-output-len 1024
-NUM_REQUESTS = 3534  # spec 4.2: the serving test set (3,534 of the 3,634 test prompts)
-SEED = 5  # spec 4.3: the re-run scripts' --seed 5
-RATES = (6.0, 8.0, 10.0, 12.0, 18.0, 24.0, 30.0)  # spec 4.3: the repo's lambda grid
+MAX_MODEL_LEN = 8192  # the paper's setup: vLLM --max-model-len 8192 on every tier
+MAX_TOKENS = 1024  # its benchmark: --custom-output-len 1024 --max-output-len 1024
+NUM_REQUESTS = 3534  # its serving test set (3,534 of the 3,634 test prompts)
+SEED = 5  # its re-run scripts' --seed 5
+RATES = (6.0, 8.0, 10.0, 12.0, 18.0, 24.0, 30.0)  # its repository's lambda grid
 
 
 @dataclass(frozen=True)
 class Tier:
-    """One tier of the testbed (spec 1.1)."""
+    """One tier of the testbed (the paper's setup)."""
 
     model: str
     gpu: str
@@ -70,20 +70,22 @@ NOMINAL_TPOT_MS: dict[str, float] = {t.model: t.nominal_tpot_ms for t in TIERS}
 
 # ------------------------------------------------------------------------------------------------ quality
 # Mean DeepEval quality per tier (after clipping to [0, 1]), served on the whole test set:
-#   3B 0.346, 14B 0.398: the paper's always-3B / always-14B cells (spec 6.4 "Mechanism", 7.2).
+#   3B 0.346, 14B 0.398: the paper's always-3B / always-14B cells.
 #   7B 0.372: ASSUMED midway between 3B and 14B (no always-7B number is given).
 #   72B 0.410: ASSUMED, bracketed by the prompt-blind mix at the quality cell's tier shares = 0.401 with 51 % on
-#   72B (spec 6.15): 0.404 if the other 49 % were all 14B, ~0.418 if they were split 30/9/10 % over 14B/7B/3B.
+#   72B (the paper's quality cell): 0.404 if the other 49 % were all 14B, ~0.418 if they were split 30/9/10 % over
+#   14B/7B/3B.
 TIER_QUALITY = {"qwen2.5-3b": 0.346, "qwen2.5-7b": 0.372, "qwen2.5-14b": 0.398, "qwen2.5-72b": 0.410}
-ORACLE_QUALITY = 0.582  # spec 6.15: per-prompt argmax of judge scores
+ORACLE_QUALITY = 0.582  # the paper's per-prompt argmax of judge scores
 # Per-request model: q_m = clip(mu_m + QUALITY_SD * (rho * z_req + sqrt(1 - rho^2) * z_m), 0, 1). QUALITY_SD is
 # an assumption (G-Eval scores spread widely over [0, 1]); QUALITY_RHO is then solved so that E[max_m q_m] = 0.582
 # and the pre-clip means mu_m so that E[q_m] = TIER_QUALITY[m] (scipy, 4e5 draws; reproduce with
-# ``calibrate_quality``). About 11 % of the scores come out 0, as the paper's zero-safe lookup suggests many are.
+# ``llmsim.envs.routebalance_calibration.calibrate_quality``). About 11 % of the scores come out 0, as the paper's
+# zero-safe lookup suggests many are.
 QUALITY_SD = 0.30
 QUALITY_RHO = 0.709
 QUALITY_PRECLIP = {"qwen2.5-3b": 0.3262, "qwen2.5-7b": 0.3565, "qwen2.5-14b": 0.3862, "qwen2.5-72b": 0.3998}
-# Topics (issue 16): the paper's kNN beats chance (34.8 % vs 25 % best-model accuracy, spec 2.8) because similar
+# Topics: the paper's kNN beats chance (34.8 % vs 25 % best-model accuracy) because similar
 # prompts favour the same model. Each dataset has TOPICS_PER_DATASET topics; a topic shifts the model-specific
 # part of the quality: z_m = a * s[topic, m] + sqrt(1 - a^2) * e_m with s, e ~ N(0, 1), so z_m stays N(0, 1) and the
 # per-tier means and the oracle keep their calibration (a = TOPIC_SIGNAL). A request carries a prompt embedding
@@ -98,12 +100,12 @@ TOPIC_SIGNAL = 0.3
 EMBED_NOISE = 0.7
 
 # ------------------------------------------------------------------------------------------------ tasks
-# (name, test-set count [spec 4.2 table], mean prompt tokens, prompt sigma, mean output tokens, output sigma).
+# (name, test-set count [the paper's table], mean prompt tokens, prompt sigma, mean output tokens, output sigma).
 # Counts: the 3,634-prompt test file; the 3,534 served prompts are the subset with complete labels, which the
 # spec does not break down, so the shares of the 3,634 are used. Prompt and output means are ASSUMPTIONS from
 # each dataset's usual shape (Qwen chat template ~25 tokens included in prompts); the output level is scaled so
 # that prompt + 3B output is ~270 tokens, i.e. the cost-priority cell's 1.67e-5 USD/request at 0.06 USD/1M
-# (spec 3.2: ~278 billed tokens if all on 3B; that cell serves mostly 3B, quality 0.354 vs always-3B 0.346).
+# (the paper: ~278 billed tokens if all on 3B; that cell serves mostly 3B, quality 0.354 vs always-3B 0.346).
 DATASETS = (
     ("gsm8k", 510, 95.0, 0.35, 165.0, 0.5),
     ("squad", 585, 200.0, 0.40, 45.0, 0.8),
@@ -147,7 +149,7 @@ def dataset_counts(n: int = NUM_REQUESTS) -> dict[str, int]:
 
 # ------------------------------------------------------------------------------------------------ arrivals
 def gamma_arrivals(rng: np.random.Generator, rate: float, n: int, burstiness: float = 1.0) -> np.ndarray:
-    """The paper's benchmark arrivals (spec 4.3): gaps ~ Gamma(shape=burstiness, scale=1/(rate*burstiness))
+    """The paper's benchmark arrivals: gaps ~ Gamma(shape=burstiness, scale=1/(rate*burstiness))
     (burstiness 1 = Poisson, 0.3 = CV 1.83), cumulated and rescaled so that the last arrival is at n / rate."""
     if not (rate > 0 and math.isfinite(rate)):
         raise ConfigError(f"arrival.rate: expected a positive number, got {rate!r}")
@@ -160,7 +162,7 @@ def gamma_arrivals(rng: np.random.Generator, rate: float, n: int, burstiness: fl
 
 def square_wave_arrivals(rng: np.random.Generator, lo: float, hi: float, n: int, start: str = "hi",
                          phase_s: float = 30.0) -> np.ndarray:
-    """Square wave ``lo,hi`` (spec 4.3): alternating phases of hi*phase_s requests at hi req/s and lo*phase_s
+    """Square wave ``lo,hi`` (the paper's): alternating phases of hi*phase_s requests at hi req/s and lo*phase_s
     requests at lo req/s, ~phase_s seconds each, so the time-average rate is (lo + hi) / 2: 18 req/s for 6/30,
     the paper's "matched mean 18"). Poisson within a phase (ASSUMED); ``start``: which phase comes first (the
     spec does not say; ASSUMED hi)."""
@@ -209,9 +211,10 @@ def routebalance_workload(rate: float = 12.0, n: int = NUM_REQUESTS, seed: int =
     model's qualities of this realisation by one factor (q -> min(1, s_m * q), zeros stay zeros) so that
     serving every request on model m scores exactly TIER_QUALITY[m] (the paper's always-3B 0.346 and
     always-14B 0.398 are properties of its fixed test set; without it a realisation is off by up to ~0.01).
-    Every request carries ``max_tokens`` = 1024 (spec 4.2) and a topic embedding (``extra["embedding"]``); with
-    ``topic_signal`` > 0 its topic shifts the per-model qualities (see TOPIC_SIGNAL); ``topic_signal=0`` gives
-    the pre-topic qualities of :class:`llmsim.envs.tasks.TaskSpec` (the workload of the first full results)."""
+    Every request carries ``max_tokens`` = 1024 (the paper's benchmark's) and a topic embedding
+    (``extra["embedding"]``); with ``topic_signal`` > 0 its topic shifts the per-model qualities (see TOPIC_SIGNAL);
+    ``topic_signal=0`` gives the pre-topic qualities of :class:`llmsim.envs.tasks.TaskSpec` (the workload of the
+    first full results)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"n: expected a positive integer, got {n!r}")
     models = list(models)
@@ -292,7 +295,7 @@ def _match_means(reqs: list[Request], models: Sequence[str]) -> None:
 
 def routebalance_instances(max_model_len: int = MAX_MODEL_LEN, tiers: Sequence[Tier] = TIERS,
                            **engine: object) -> list[InstanceConfig]:
-    """The 13 instances (28 GPUs) of spec 1.1, in tier order 72B, 14B, 7B, 3B; ``engine`` overrides other
+    """The 13 instances (28 GPUs) of the paper's setup, in tier order 72B, 14B, 7B, 3B; ``engine`` overrides other
     EngineConfig keys on every instance (e.g. ``max_num_seqs``). vLLM >= 0.6 defaults: whole-prompt prefill at
     max-model-len 8192 (policy vllm_v0), max_num_seqs 256. The 72B's enforce-eager is not modelled (see docs)."""
     out = []
@@ -308,7 +311,7 @@ def num_gpus(instances: Sequence[InstanceConfig]) -> int:
 
 
 def request_cost(r: Request, model: str, prices: dict[str, tuple[float, float]] = PRICES) -> float:
-    """Realised cost in USD of serving ``r`` on ``model`` (spec 3.2, per-token prices, in and out priced apart); the
+    """Realised cost in USD of serving ``r`` on ``model`` (the paper's per-token prices, in and out priced apart); the
     output stops at ``r.output_cap()`` (max_tokens, or a router's budget clamp), as the engine's does."""
     p_in, p_out = prices[model]
     out = r.output_for(model)
@@ -337,27 +340,3 @@ def workload_summary(reqs: Sequence[Request], models: Sequence[str] = MODELS) ->
         "share_at_max_tokens": dict(zip(models, (o >= MAX_TOKENS).mean(0).round(4).tolist())),
         "cost_per_request_always": {m: round(float(np.mean([request_cost(r, m) for r in reqs])), 8) for m in models},
     }
-
-
-def calibrate_quality(sd: float = QUALITY_SD, oracle: float = ORACLE_QUALITY, draws: int = 400_000,
-                      seed: int = 0) -> tuple[float, dict[str, float]]:
-    """Re-derive (QUALITY_RHO, QUALITY_PRECLIP) for a given ``sd``: rho such that E[max_m q_m] = ``oracle`` and
-    pre-clip means such that E[clip(q_m)] = TIER_QUALITY[m] (needs scipy)."""
-    from scipy.optimize import brentq
-    from scipy.stats import norm
-
-    def clipped_mean(mu: float) -> float:
-        a, b = -mu / sd, (1 - mu) / sd
-        return float(mu * (norm.cdf(b) - norm.cdf(a)) + sd * (norm.pdf(a) - norm.pdf(b)) + 1 - norm.cdf(b))
-
-    models = list(TIER_QUALITY)
-    mu = np.array([brentq(lambda x, t=TIER_QUALITY[m]: clipped_mean(x) - t, -2, 2) for m in models])
-    rng = np.random.default_rng(seed)
-    z, zm = rng.standard_normal(draws), rng.standard_normal((draws, len(models)))
-
-    def gap(rho: float) -> float:
-        q = np.clip(mu + sd * (rho * z[:, None] + math.sqrt(1 - rho * rho) * zm), 0, 1)
-        return float(q.max(1).mean()) - oracle
-
-    rho = brentq(gap, 0.0, 0.99)
-    return round(rho, 3), {m: round(float(v), 4) for m, v in zip(models, mu)}

@@ -150,9 +150,9 @@ class TaskMixture:
 
 
 # ---------------------------------------------------------------------------- calibrated presets
-# Spec 001, Table 1 (Llama-2-7B responses; prompts <= 1000 tokens). Mean prompt/decode tokens are the
-# table's; the decode sigma is fitted so that P(decode > 120 tokens) equals the table's "heavy decode
-# (> 5 s)" share (120 tokens ~ 5 s at the ~24 tokens/s a sequence gets in a loaded V100 batch).
+# "Intelligent Router for LLM Workloads", Table 1 (Llama-2-7B responses; prompts <= 1000 tokens). Mean
+# prompt/decode tokens are the table's; the decode sigma is fitted so that P(decode > 120 tokens) equals the table's
+# "heavy decode (> 5 s)" share (120 tokens ~ 5 s at the ~24 tokens/s a sequence gets in a loaded V100 batch).
 WORKLOAD_ROUTER_TASKS = (
     ("translation", 29.09, 61.76, 0.66),
     ("qna", 29.83, 334.40, 1.23),
@@ -190,15 +190,15 @@ def workload_router_weights(weights: str | Mapping[str, float] | None) -> list[f
 
 def workload_router_mixture(model: str = "llama-2-7b",
                             weights: str | Mapping[str, float] | None = None) -> TaskMixture:
-    """The five-task mixture of spec 001 (Table 1), one model; ``weights`` (a WORKLOAD_ROUTER_MIXES name or
-    task -> weight) changes the task mix, e.g. for a held-out length mix at evaluation."""
+    """The five-task mixture of "Intelligent Router for LLM Workloads" (Table 1), one model; ``weights`` (a
+    WORKLOAD_ROUTER_MIXES name or task -> weight) changes the task mix, e.g. for a held-out length mix at evaluation."""
     tasks = [TaskSpec(n, pm, 0.5, 1000, {model: dm}, {model: s}, 4095)
              for n, pm, dm, s in WORKLOAD_ROUTER_TASKS]
     return TaskMixture(tasks, [model], workload_router_weights(weights), max_total=4096)
 
 
-# Spec 002, Table 1: zero-shot accuracy normalised by OPT-6.7B's. The paper gives no request shapes
-# (spec 002 section 9 item 2); our reading (docs/testbeds.md): a request is a zero-shot prompt (the item's
+# "Learned Best-Effort LLM Serving", Table 1: zero-shot accuracy normalised by OPT-6.7B's. The paper gives no
+# request shapes; our reading (docs/testbeds.md): a request is a zero-shot prompt (the item's
 # context / question as lm-evaluation-harness formats it; the means below are our estimates in OPT's GPT-2
 # BPE tokens from the datasets' published formats, no copy of the datasets being available here) and the
 # served model generates from it until the request's limit of ``max_tokens`` = 512 tokens: OPT models are
@@ -219,7 +219,8 @@ BEST_EFFORT_MAX_TOKENS = 512
 
 def best_effort_mixture(tasks: Sequence[str] | None = None, out_mean: float | None = None,
                         max_tokens: int = BEST_EFFORT_MAX_TOKENS) -> TaskMixture:
-    """Spec 002's four tasks (uniform mix by default); quality = the normalised accuracy (no noise).
+    """The four tasks of "Learned Best-Effort LLM Serving" (uniform mix by default); quality = the normalised
+    accuracy (no noise).
 
     Outputs: every request generates ``max_tokens`` (default), or with ``out_mean`` LogNormal(out_mean, 0.5)
     tokens capped at ``max_tokens``; the same on every model size. Prompts: LogNormal(task mean, 0.4)."""
@@ -235,8 +236,8 @@ def best_effort_mixture(tasks: Sequence[str] | None = None, out_mean: float | No
     return TaskMixture(specs, list(BEST_EFFORT_MODELS), max_total=2048)
 
 
-# Spec 000: the six mix-instruct experts of the released code. Mean BERTScore from the LLM-Blender
-# PairRanker card (spec 000 Sec. 3); mpt-7b-instruct writes longer, narrower answers (Fig. 4b). Outputs
+# The QoS-aware edge router paper: the six mix-instruct experts of its released code. Mean BERTScore from the
+# LLM-Blender PairRanker card (the paper's Sec. 3); mpt-7b-instruct writes longer, narrower answers (Fig. 4b). Outputs
 # are capped at 300 tokens (paper). The quality sd (0.06) and length sigmas are choices.
 QOS_EXPERTS = ("alpaca-native", "chatglm-6b", "mpt-7b-instruct", "koala-7b", "baize-7b", "mpt-7b")
 # Fig. 11 (N from 3 to 12) needs more experts than the code's six: the ~7B members of four more mix-instruct
@@ -261,7 +262,7 @@ def qos_edge_experts(n: int) -> tuple[str, ...]:
 
 
 def qos_edge_mixture(experts: Sequence[str] = QOS_EXPERTS) -> TaskMixture:
-    """One mix-instruct task over the given experts (spec 000)."""
+    """One mix-instruct task over the given experts (the QoS-aware edge router's)."""
     ex = list(experts)
     t = TaskSpec("mix-instruct", 80.0, 0.9, 1024, {m: QOS_OUT_MEAN.get(m, 130.0) for m in ex},
                  {m: QOS_OUT_SIGMA.get(m, 0.8) for m in ex}, 300,
@@ -287,9 +288,9 @@ def poisson_arrivals(rng: np.random.Generator, rate: float, n: int, start: float
 
 def best_effort_arrivals(rng: np.random.Generator, schedule: str, n: int,
                          rate: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Spec 002 App. B schedules: ``stable`` (Poisson at ``rate``, or a random rate in [0.25, 48] held
-    for 40 s phases), ``bursty`` (unpredictable workload 1) and ``bursty2`` (unpredictable workload 2).
-    Returns the arrival times and the true rate in force at each arrival."""
+    """The schedules of "Learned Best-Effort LLM Serving" (App. B): ``stable`` (Poisson at ``rate``, or a random
+    rate in [0.25, 48] held for 40 s phases), ``bursty`` (unpredictable workload 1) and ``bursty2`` (unpredictable
+    workload 2). Returns the arrival times and the true rate in force at each arrival."""
     if schedule not in BEST_EFFORT_SCHEDULES:
         raise ConfigError(f"arrival.kind: unknown schedule {schedule!r}; expected one of "
                           f"{sorted(BEST_EFFORT_SCHEDULES)}")

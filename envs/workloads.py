@@ -13,7 +13,10 @@ from llmsim.envs import tasks as T
 from llmsim.errors import ConfigError
 from llmsim.registry import Registry
 from llmsim.request import Request
+from llmsim.workload import build_workload
 from llmsim.workload.base import check_float, check_int
+from llmsim.workload.burstgpt_like import BurstGPTLike
+from llmsim.workload.schema import parse_workload
 
 ARRIVAL_KINDS = {"poisson": ("rate",), "stable": ("rate",), "bursty": (), "bursty2": (),
                  "burstgpt_like": ("rate", "start_hour", "model")}
@@ -61,11 +64,9 @@ def _arrivals(rng: np.random.Generator, spec: dict[str, Any], k: int) -> tuple[n
 
 def burstgpt_like_arrivals(rng: np.random.Generator, spec: Mapping[str, Any], k: int) -> np.ndarray:
     """K arrival times of llmsim's BurstGPT-like traffic (Gamma arrivals refitted every 20 min along the hour-of-day
-    profile; docs/workloads.md), rescaled in time so that the K arrivals average exactly ``rate`` req/s: spec 000
-    evaluates on "a period during which the average arrival rate is 5". Only the times are used; the requests'
-    contents come from the env's own task mixture."""
-    from llmsim.workload.burstgpt_like import BurstGPTLike
-
+    profile; docs/workloads.md), rescaled in time so that the K arrivals average exactly ``rate`` req/s: the
+    QoS-aware edge router paper evaluates on "a period during which the average arrival rate is 5". Only the times
+    are used; the requests' contents come from the env's own task mixture."""
     wl = BurstGPTLike(rate=1.0, model=spec.get("model", "ChatGPT"), seed=int(rng.integers(2**31 - 1)),
                       num_requests=k, start_hour=float(spec.get("start_hour", 10.0)))
     t = np.array([r.arrival for r in wl], float)
@@ -76,7 +77,7 @@ def burstgpt_like_arrivals(rng: np.random.Generator, spec: Mapping[str, Any], k:
 
 @dataclass
 class MixtureWorkload(EnvWorkload):
-    """A task mixture (llmsim.envs.tasks) with Poisson or spec-002 arrival schedules."""
+    """A task mixture (llmsim.envs.tasks) with Poisson or the BestEffort paper's arrival schedules."""
 
     mixture: T.TaskMixture
     arrival: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_ARRIVAL))
@@ -124,13 +125,9 @@ class SimWorkload(EnvWorkload):
     cfg: dict[str, Any]
 
     def __post_init__(self) -> None:
-        from llmsim.workload.schema import parse_workload
-
         parse_workload(self.cfg)  # a bad key or value fails at construction, not at the first reset()
 
     def requests(self, seed: int, k: int) -> list[Request]:
-        from llmsim.workload import build_workload
-
         k = check_int("num_requests", k, ge=1)
         return list(itertools.islice(iter(build_workload(self.cfg, seed)), k))
 

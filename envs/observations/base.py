@@ -2,8 +2,8 @@
 
 A builder reads only what a router may know: the :class:`~llmsim.state.cluster_state.ClusterState` it is given (stale
 with ``view_staleness``), the request being decided, the predictor's outputs and the router's own
-bookkeeping (:class:`~llmsim.envs.context.ObservationContext`), plus any history it keeps itself (``on_arrival``). So the
-same builder runs in front of real backends, on a state built from their metrics.
+bookkeeping (:class:`~llmsim.envs.context.ObservationContext`), plus any history it keeps itself
+(``on_arrival``). So the same builder runs in front of real backends, on a state built from their metrics.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Expert-level flat state of spec 000's "Baseline RL" (Sec. VI-A, baseline 4): no per-request nodes.
+"""Expert-level flat state of the QoS-aware edge router paper's "Baseline RL" (Sec. VI-A, baseline 4).
 
 The paper's Baseline RL sees f_t = (f_m1, ..., f_mN), f_mn = (e_n, |running_n|, |waiting_n|): a flat 3N
-vector with no request-level and no arrived-request features (spec 000 section 6.1, the default,
+vector with no request-level and no arrived-request features (no per-request nodes: the default,
 ``request_features=False``). ``request_features=True`` prepends the arrived request's 3N features of the graph
 state. Layout (float32, the same normalisation as :class:`~llmsim.envs.observations.graph.GraphObs`):
 

@@ -1,4 +1,4 @@
-"""Flat vector of spec 001 (Sec. 3.2): 3 queue features + 6 features per instance (27 for 4 instances).
+"""Flat state of "Intelligent Router for LLM Workloads" (Sec. 3.2): 3 queue + 6 per-instance features (27 for 4).
 
 With ``prefix_hit=True`` (off by default: the default layout and saved policies are unchanged) N more features
 follow, one per instance (31 for 4 instances; docs/prefix_routing.md).

@@ -1,10 +1,10 @@
-"""Heterogeneous graph state of spec 000 (Eqs. 6-8) as a single-level Dict of padded arrays + masks.
+"""The QoS-aware edge router's heterogeneous graph state (Eqs. 6-8) as a single-level Dict of padded arrays + masks.
 
 Node types and features (float32; the normalisation constants are constructor arguments):
 
 * ``arrived`` (1 node, 3N features): prompt tokens / prompt_scale repeated per expert (one shared
   tokenizer), predicted quality on each expert, predicted output tokens on each expert / out_scale
-  (the released code's 3N layout, spec 000 Sec. 4.5). ``arrived_mask`` is 0 when nothing is decided.
+  (the paper's released code's 3N layout). ``arrived_mask`` is 0 when nothing is decided.
 * ``expert`` (N nodes, 3): KV blocks in use / total (e_n), running count / cap_running, waiting count
   / cap_waiting (counts beyond the caps are still counted here).
 * ``running`` / ``waiting`` (N * cap slots each, 6 features, Eq. 6): prompt / prompt_scale, predicted
@@ -129,16 +129,17 @@ class GraphObs(ObsBuilder):
         row[4] = g / self.os
         row[5] = min(FEAT_HIGH, (now - arrival) / g / self.ls) if g > 0 else 0.0
 
+
 def _edges(src: np.ndarray, dst: np.ndarray):
-    import torch
+    import torch  # optional: the rl extra
 
     return torch.from_numpy(np.stack([src, dst]).astype(np.int64))
 
 
 def to_hetero_data(obs: dict[str, Any]):
     """Rebuild the torch_geometric ``HeteroData`` of one (unbatched) graph observation exactly."""
-    import torch
-    from torch_geometric.data import HeteroData
+    import torch  # optional: the rl extra
+    from torch_geometric.data import HeteroData  # optional: the rl extra
 
     o = {k: np.asarray(v) for k, v in obs.items()}
     n = o["expert"].shape[0]
@@ -187,7 +188,7 @@ def from_hetero_data(data, n_experts: int, cap_running: int, cap_waiting: int) -
 
 def to_hetero_batch(obs: dict[str, Any]):
     """A ``torch_geometric`` Batch from batched observations (leading batch dimension, e.g. from SB3)."""
-    from torch_geometric.data import Batch
+    from torch_geometric.data import Batch  # optional: the rl extra
 
     first = next(iter(obs.values()))
     bsz = first.shape[0]

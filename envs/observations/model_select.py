@@ -1,10 +1,10 @@
-"""Model-selection features of spec 002 (Sec. 3.1): task, batch size per model, arrival rate.
+"""Model-selection features of "Learned Best-Effort LLM Serving" (Sec. 3.1): task, batch size per model, rate.
 
 Layout (float32): [one-hot task (T)] + [batch size per model (M) or per replica (R) / batch_scale]
 + [arrival rate / rate_scale]. The batch size of an instance is running + waiting + swapped requests;
 per model it is the sum over the model's replicas. The rate is the true rate in force when the
-workload provides it (``req.extra["rate"]``, spec 002's stable workload) with ``rate="true"``, else the
-running estimate 1 / mean of the last ``window`` inter-arrival gaps (5 in spec 002, App. B).
+workload provides it (``req.extra["rate"]``, the paper's stable workload) with ``rate="true"``, else the
+running estimate 1 / mean of the last ``window`` inter-arrival gaps (5 in the paper, App. B).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Predictors of per-model output length and quality, as seen by observations (never by the engine).
 
-A later issue trains real predictors; these give the interface plus an oracle (ground truth) and a
-noisy oracle (for ablations of prediction error), optionally bucketised like spec 000's and 001's
-DistilBERT classifiers (the reported value is the bucket midpoint), and a zero predictor (spec 000's
-"without predictors" ablation). The learned ones live in agents/ (predictors.py, qos_predictors.py).
+The interface plus an oracle (ground truth), a noisy oracle (for ablations of prediction error), optionally
+bucketised like the DistilBERT classifiers of the QoS-aware edge router and "Intelligent Router for LLM Workloads"
+(the reported value is the bucket midpoint), and a zero predictor (the QoS-aware edge router's "without
+predictors" ablation). The learned ones are beside this module (length_buckets.py, qos.py).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ class OraclePredictor(Predictor):
 
 
 class ZeroPredictor(Predictor):
-    """Zero predicted length and quality on every model: spec 000's ablation "full method without predictors"
-    (ZS+ZL, Fig. 18: the predicted score and length features zeroed). The graph state then carries 0 in the
+    """Zero predicted length and quality on every model: the QoS-aware edge router's ablation "full method without
+    predictors" (ZS+ZL, Fig. 18: the predicted score and length features zeroed). The graph state then carries 0 in the
     arrived node's predicted quality / length features and in the running / waiting nodes' ones."""
 
     def predict(self, req: Request, models: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -55,7 +55,7 @@ class NoisyOraclePredictor(Predictor):
     """Truth with multiplicative log-normal length noise and additive Gaussian quality noise.
 
     ``len_buckets`` > 0 bucketises lengths into equal buckets of width ``len_max / len_buckets`` and
-    reports the midpoint (spec 000: 10 buckets up to 300 tokens); likewise ``q_buckets`` for quality.
+    reports the midpoint (the QoS-aware edge router: 10 buckets up to 300 tokens); likewise ``q_buckets`` for quality.
     """
 
     len_sigma: float = 0.3

@@ -1,4 +1,4 @@
-"""Learned output-length bucket predictor of spec 001 (Sec. 4.1), usable by any env as a ``Predictor``.
+"""Learned output-length bucket predictor of "Intelligent Router for LLM Workloads" (Sec. 4.1), for any env.
 
 The paper fine-tunes DistilBERT on the prompt text plus a task hint and classifies the response length into
 buckets 0-250, 250-1,000 and 1,000-4,000 tokens (79.15 % top-1). Our requests carry no prompt text, so the
@@ -10,16 +10,16 @@ hint) and its prompt length. Never ``output_tokens``: that is the label.
   HistGradientBoostingClassifier as the alternative) with its bucket -> length mapping; it saves to a
   small JSON file plus a model file beside it and refuses anything else with one ConfigError line.
 * :class:`LearnedPredictor` wraps it for the envs (predicted length per model, oracle quality).
-* :func:`make_agent_predictor` turns a config value (oracle / noisy / learned) into what env factories take.
+* :func:`llmsim.envs.predictors.from_config.make_agent_predictor` turns a config value into one.
 
-CLI: ``python -m llmsim.envs.predictors.length_buckets --samples 20000 --seed 0 [--model xgboost|sklearn] [--out P] [--json]``.
+CLI: ``python -m llmsim.envs.predictors.length_buckets --samples 20000 --seed 0 [--model xgboost|sklearn]
+[--out P] [--json]``.
 See docs/predictors.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import sys
@@ -33,13 +33,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from llmsim.envs.predictors.base import PREDICTORS, OraclePredictor, Predictor
+from llmsim.envs.exported import file_sha256
+from llmsim.envs.predictors.base import OraclePredictor, Predictor
+from llmsim.envs.predictors.reports import print_report
 from llmsim.envs.tasks import TaskMixture
 from llmsim.envs.workloads import EnvWorkload, MixtureWorkload, make_workload
 from llmsim.errors import ConfigError
 from llmsim.request import Request
 
-# Buckets of spec 001 Sec. 4.1, half-open [lo, hi): 250 is in bucket 1, 1,000 in bucket 2; anything at or
+# The paper's buckets (Sec. 4.1), half-open [lo, hi): 250 is in bucket 1, 1,000 in bucket 2; anything at or
 # above 4,000 also goes to the last bucket (the context window is 4,096).
 BUCKET_EDGES = (250, 1000)
 BUCKET_BOUNDS = (0, 250, 1000, 4000)
@@ -48,15 +50,13 @@ N_BUCKETS = len(BUCKET_NAMES)
 LENGTH_RULES = ("median", "midpoint", "upper")
 MODELS = ("xgboost", "sklearn")
 PAPER_ACCURACY = 0.7915
-# spec 001 Table 1, "Predictor acc. Ours", by our task names (llmsim.envs.tasks.WORKLOAD_ROUTER_TASKS)
+# the paper's Table 1, "Predictor acc. Ours", by our task names (llmsim.envs.tasks.WORKLOAD_ROUTER_TASKS)
 PAPER_TASK_ACCURACY = {"translation": 0.9310, "qna": 0.7036, "sentiment": 0.7992, "in_context_qna": 0.6527,
                        "entity_recognition": 0.9506}
 FORMAT = "llmsim-length-bucket-predictor"
 VERSION = 1
 NO_TASK = "<none>"
 GRID_MAX = 4096  # LearnedPredictor precomputes prompts 0..GRID_MAX per task in one batched call
-DEFAULT_LEARNED = {"samples": 20000, "seed": 0, "model": "xgboost"}
-LEARNED_KEYS = ("kind", "path", "samples", "seed", "model", "workload", "lengths", "target_model")
 INSTALL_HINT = "pip install -e '.[predict]'"
 
 
@@ -88,7 +88,7 @@ def bucket_lengths(outputs: np.ndarray, buckets: np.ndarray, rule: str = "median
 
 # ---------------------------------------------------------------------------- samples and features
 def as_workload(workload: Any) -> EnvWorkload:
-    """A TaskMixture, an EnvWorkload, a workload spec mapping or None (spec 001's five-task mixture)."""
+    """A TaskMixture, an EnvWorkload, a workload spec mapping or None (the paper's five-task mixture)."""
     if workload is None:
         return make_workload({"kind": "mixture", "preset": "workload_router"})
     if isinstance(workload, TaskMixture):
@@ -117,7 +117,7 @@ def requests_frame(reqs: Sequence[Request], target_model: str | None = None) -> 
 
 def collect_samples(workload: Any = None, n: int = 20000, seed: int = 0,
                     target_model: str | None = None) -> pd.DataFrame:
-    """``n`` labelled requests of ``workload`` (default: spec 001's mixture) drawn as an episode of seed ``seed``."""
+    """``n`` labelled requests of ``workload`` (default: the paper's mixture) drawn as an episode of seed ``seed``."""
     if not isinstance(n, int) or n < 2:
         raise ConfigError(f"samples: expected an integer >= 2, got {n!r}")
     return requests_frame(as_workload(workload).requests(seed, n), target_model)
@@ -152,12 +152,12 @@ def _new_model(kind: str, seed: int) -> Any:
     """An unfitted classifier; imports are lazy so oracle / noisy configs work without the predict extra."""
     try:
         if kind == "xgboost":
-            from xgboost import XGBClassifier
+            from xgboost import XGBClassifier  # optional: the predict extra
 
             return XGBClassifier(n_estimators=100, max_depth=4, learning_rate=0.1, tree_method="hist",
                                  random_state=seed, n_jobs=1, verbosity=0)
         if kind == "sklearn":
-            from sklearn.ensemble import HistGradientBoostingClassifier
+            from sklearn.ensemble import HistGradientBoostingClassifier  # optional: the predict extra
 
             return HistGradientBoostingClassifier(max_iter=100, max_depth=4, learning_rate=0.1,
                                                   early_stopping=False, random_state=seed)
@@ -171,7 +171,7 @@ def _one_thread(kind: str) -> AbstractContextManager[Any]:
     the default pool oversubscribes (a 16k-sample fit measured 5-36 s with 2 threads, 0.9 s with one)."""
     if kind != "sklearn":
         return nullcontext()
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import threadpool_limits  # optional: scikit-learn's, with the predict extra
 
     return threadpool_limits(1)
 
@@ -248,10 +248,10 @@ class BucketPredictor:
             if self.kind == "xgboost":
                 self.model.save_model(str(mp))
             else:
-                import joblib
+                import joblib  # optional: scikit-learn's, with the predict extra
 
                 joblib.dump(self.model, mp)
-            meta["model_file"], meta["model_sha256"] = mp.name, _sha256(mp)
+            meta["model_file"], meta["model_sha256"] = mp.name, file_sha256(mp)
             written.append(mp)
         p.write_text(json.dumps(meta, indent=1) + "\n")
         return [p, *written]
@@ -279,10 +279,6 @@ class BucketPredictor:
 
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())[:300]
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _expect(ok: bool, path: Path, what: str, got: Any) -> None:
@@ -331,7 +327,7 @@ def _load_model(p: Path, meta: dict[str, Any]) -> Any:
     mp = p.with_name(meta["model_file"])
     if not mp.is_file():
         raise ConfigError(f"{mp}: missing model file (named by {p}); expected the {meta['kind']} model saved with it")
-    if _sha256(mp) != meta.get("model_sha256"):
+    if file_sha256(mp) != meta.get("model_sha256"):
         raise ConfigError(f"{mp}: does not match {p} (sha256 differs); expected the model file saved with it")
     try:
         if meta["kind"] == "xgboost":
@@ -339,7 +335,7 @@ def _load_model(p: Path, meta: dict[str, Any]) -> Any:
             model.load_model(str(mp))
             return model
         _new_model("sklearn", 0)  # a clear error when scikit-learn is missing
-        import joblib
+        import joblib  # optional: scikit-learn's, with the predict extra
 
         return joblib.load(mp)
     except ConfigError:
@@ -465,55 +461,11 @@ def time_predict(lp: LearnedPredictor, reqs: Sequence[Request], models: Sequence
     return per, (time.perf_counter() - t0) / k * 1e6
 
 
-# ---------------------------------------------------------------------------- config values
-def make_agent_predictor(spec: Any) -> Any:
-    """What env factories accept, from a config value.
-
-    ``"oracle"`` / ``"noisy"`` / their mappings / a Predictor / None pass through (a non-dict mapping such as
-    an OmegaConf node becomes a dict); ``{"kind": "learned", "path": P}`` loads a saved predictor;
-    ``{"kind": "learned", "samples": N, "seed": s, "model": "xgboost"}`` (or just ``"learned"``) trains one
-    now, on spec 001's mixture or on ``workload`` (an env workload mapping), and writes nothing to disk.
-    ``{"kind": "learned_qos", "path": P}`` / ``{"kind": "learned_qos", "samples": N, "seed": s}`` (or just
-    ``"learned_qos"``): spec 000's score and length bucket predictors (envs/predictors/qos.py)."""
-    if spec is None or isinstance(spec, Predictor):
-        return spec
-    if isinstance(spec, str):
-        if spec in ("learned", "learned_qos"):
-            return make_agent_predictor({"kind": spec})
-        if spec not in PREDICTORS:
-            raise ConfigError(f"predictor: unknown predictor {spec!r}; expected one of "
-                              f"{sorted([*PREDICTORS.names(), 'learned', 'learned_qos'])}")
-        return spec
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"predictor: expected a name, a mapping with 'kind' or a Predictor, got {spec!r}")
-    spec = dict(spec)
-    if spec.get("kind") == "learned_qos":
-        from llmsim.envs.predictors.qos import make_qos_predictor
-
-        return make_qos_predictor(spec)
-    if spec.get("kind") != "learned":
-        return spec
-    unknown = sorted(set(spec) - set(LEARNED_KEYS))
-    if unknown:
-        raise ConfigError(f"predictor: unknown key(s) {unknown} for kind 'learned'; allowed keys: "
-                          f"{sorted(LEARNED_KEYS)}")
-    if spec.get("path") is not None:
-        extra = sorted(set(spec) - {"kind", "path"})
-        if extra:
-            raise ConfigError(f"predictor: 'path' loads a saved predictor; drop the training key(s) {extra}")
-        return LearnedPredictor(str(spec["path"]))
-    kw = {**DEFAULT_LEARNED, **{k: v for k, v in spec.items() if k not in ("kind", "path")}}
-    for k in ("samples", "seed"):
-        if isinstance(kw[k], bool) or not isinstance(kw[k], int) or kw[k] < 0:
-            raise ConfigError(f"predictor.{k}: expected a non-negative integer, got {kw[k]!r}")
-    return LearnedPredictor.train(kw.get("workload"), kw["samples"], kw["seed"], kw["model"],
-                                  kw.get("lengths", "median"), kw.get("target_model"))
-
-
 # ---------------------------------------------------------------------------- CLI
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m llmsim.envs.predictors.length_buckets",
-                                 description="Train and evaluate spec 001's output-length bucket predictor.")
+                                 description="Train and evaluate the output-length bucket predictor of "
+                                             "'Intelligent Router for LLM Workloads'.")
     ap.add_argument("--samples", type=int, default=20000, help="requests drawn (split 80:20 train/test)")
     ap.add_argument("--seed", type=int, default=0, help="workload, split and classifier seed")
     ap.add_argument("--model", choices=MODELS, default="xgboost")
@@ -534,16 +486,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return print_report(report, "llmsim.envs.predictors.length_buckets", argv, a.json, bool(a.out), format_report)
-
-
-def print_report(report: dict[str, Any], module: str, argv: Sequence[str] | None, as_json: bool, saved: bool,
-                 fmt: Any) -> int:
-    """The predictor CLIs' output: the report as JSON or a table (``fmt``), the command, the files saved."""
-    report["command"] = f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
-    print(json.dumps(report, indent=1) if as_json else fmt(report))
-    if saved and not as_json:
-        print("saved: " + ", ".join(report["saved"]))
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""Spec 000's quality-score and output-length bucket predictors (Sec. V-B1, Table II), trained on the QoSEdge env.
+"""The QoS-aware edge router paper's quality-score and output-length bucket predictors (Sec. V-B1, Table II).
+
+Trained on the QoSEdge env's workload.
 
 The paper fine-tunes two DistilBERT classifiers (10 equal buckets each) on the request text with the expert as an
 input token; top-1 / top-3 accuracy 63.39 / 97.78 % (score) and 72.97 / 84.71 % (length). Our requests carry no
 text, so each target gets ONE xgboost classifier over what a router sees before routing: the prompt length, the
 task (when the workload has several) and the expert (one-hot), like the paper's ``<extra_token_n>``.
 
-* Buckets: the spec's width (max generation score) / 10 over [0, max], max = 1.0 (BERTScore's bound) by default
+* Buckets: the paper's width (max generation score) / 10 over [0, max], max = 1.0 (BERTScore's bound) by default
   or the training set's maximum (``score_max="observed"``); lengths 30 tokens wide over [0, 300] (the cap).
 * :func:`train_qos_predictor` samples (request, expert) pairs from ``qos_edge_mixture(experts)``, splits them
   80:20 by request, fits both classifiers and reports top-1 / top-3 next to the paper, the majority baselines
@@ -13,13 +15,12 @@ task (when the workload has several) and the expert (one-hot), like the paper's 
 * :class:`QoSBucketPredictor` is the env ``Predictor`` (bucket midpoints for lengths and qualities).
 
 CLI: ``python -m llmsim.envs.predictors.qos [--samples N] [--seed S] [--experts a,b] [--out DIR] [--json]``.
-See docs/predictors.md, "Spec 000 predictors".
+See docs/predictors.md, "QoS-aware edge router predictors".
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import sys
@@ -32,7 +33,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmsim.envs.exported import file_sha256
 from llmsim.envs.predictors.base import Predictor
+from llmsim.envs.predictors.reports import print_report
 from llmsim.envs.tasks import QOS_EXPERTS, TaskMixture, qos_edge_mixture
 from llmsim.envs.workloads import MixtureWorkload
 from llmsim.errors import ConfigError
@@ -41,11 +44,10 @@ from llmsim.request import Request
 FORMAT = "llmsim-qos-bucket-predictor"
 VERSION = 1
 N_BUCKETS = 10
-LEN_MAX = 300.0  # spec 000: outputs capped at 300 tokens, so length buckets are 30 tokens wide
+LEN_MAX = 300.0  # the paper caps outputs at 300 tokens, so length buckets are 30 tokens wide
 TARGETS = ("quality", "output_tokens")
-PAPER = {"quality": (0.6339, 0.9778), "output_tokens": (0.7297, 0.8471)}  # spec 000 Sec. 4.3 (top-1, top-3)
+PAPER = {"quality": (0.6339, 0.9778), "output_tokens": (0.7297, 0.8471)}  # the paper's top-1, top-3
 DEFAULT_SAMPLES = 10000  # requests; each gives one (request, expert) pair per expert
-QOS_KEYS = ("kind", "path", "samples", "seed", "experts", "score_max")
 GRID_MAX = 2048  # prompts 0..GRID_MAX are predicted in one batched call per task
 DEFAULT_FILE = "qos_predictor.json"
 
@@ -106,7 +108,7 @@ def feature_matrix(experts: Sequence[str], tasks: Sequence[str], expert_col: Seq
 # ---------------------------------------------------------------------------- the classifiers
 def _xgb(seed: int) -> Any:
     try:
-        from xgboost import XGBClassifier
+        from xgboost import XGBClassifier  # optional: the predict extra
     except ImportError as e:
         raise ConfigError(f"learned_qos predictor needs xgboost (pip install -e '.[predict]'): {e}") from None
     return XGBClassifier(n_estimators=60, max_depth=3, learning_rate=0.1, tree_method="hist", random_state=seed,
@@ -190,7 +192,7 @@ class QoSBucketModel:
             if tm.kind == "xgboost":
                 mp = p.with_name(f"{p.stem}.{name}.ubj")
                 tm.model.save_model(str(mp))
-                tmeta[name].update(model_file=mp.name, model_sha256=_sha256(mp))
+                tmeta[name].update(model_file=mp.name, model_sha256=file_sha256(mp))
                 written.append(mp)
         meta = {"format": FORMAT, "version": VERSION, "experts": self.experts, "tasks": self.tasks,
                 "features": self.features, "score_max": self.score_max, "len_max": LEN_MAX,
@@ -232,10 +234,6 @@ def _edges(vmax: float) -> list[float]:
     return [round(vmax * i / N_BUCKETS, 10) for i in range(N_BUCKETS + 1)]
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _read_meta(p: Path) -> dict[str, Any]:
     """The JSON of a saved predictor, checked (one ConfigError line naming the file and what was expected)."""
     if not p.is_file():
@@ -273,7 +271,7 @@ def _load_model(p: Path, tm: dict[str, Any]) -> Any:
     mp = p.with_name(tm["model_file"])
     if not mp.is_file():
         raise ConfigError(f"{mp}: missing model file (named by {p})")
-    if _sha256(mp) != tm.get("model_sha256"):
+    if file_sha256(mp) != tm.get("model_sha256"):
         raise ConfigError(f"{mp}: does not match {p} (sha256 differs); expected the model file saved with it")
     model = _xgb(0)
     try:
@@ -313,7 +311,8 @@ class QoSBucketPredictor(Predictor):
         if idx is None:
             if sorted(set(key)) != sorted(self.model.experts):
                 raise ConfigError(f"{self.source}: trained for experts {self.model.experts}, the env routes to "
-                                  f"{list(key)}; train one for them (python -m llmsim.envs.predictors.qos --experts ...)")
+                                  f"{list(key)}; train one for them "
+                                  "(python -m llmsim.envs.predictors.qos --experts ...)")
             pos = {m: i for i, m in enumerate(self.model.experts)}
             idx = self.index[key] = np.array([pos[m] for m in key], dtype=np.int64)
         return idx
@@ -438,7 +437,8 @@ def _pct(v: float | None) -> str:
 
 
 def format_report(r: dict[str, Any]) -> str:
-    lines = [f"spec 000 bucket predictors (xgboost, expert one-hot): {len(r['experts'])} experts, seed {r['seed']}, "
+    lines = [f"QoS-aware edge router bucket predictors (xgboost, expert one-hot): {len(r['experts'])} experts, "
+             f"seed {r['seed']}, "
              f"{r['n_train_pairs']} train / {r['n_test_pairs']} test (request, expert) pairs, "
              f"score buckets over [0, {r['score_max']:g}], length buckets over [0, {LEN_MAX:g}]",
              f"{'target':<14}{'':>4}{'model':>8}{'paper':>8}{'maj/exp':>9}{'maj/all':>9}{'ceiling':>9}"
@@ -459,32 +459,11 @@ def format_report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------- config values and CLI
-def make_qos_predictor(spec: dict[str, Any]) -> QoSBucketPredictor:
-    """``{kind: learned_qos, path: P[, experts]}`` loads (``experts`` checks the file's); ``{kind: learned_qos,
-    samples: N, seed: S[, experts, score_max]}`` trains now and writes nothing."""
-    unknown = sorted(set(spec) - set(QOS_KEYS))
-    if unknown:
-        raise ConfigError(f"predictor: unknown key(s) {unknown} for kind 'learned_qos'; allowed keys: "
-                          f"{sorted(QOS_KEYS)}")
-    experts = spec.get("experts")
-    if spec.get("path") is not None:
-        extra = sorted(set(spec) - {"kind", "path", "experts"})
-        if extra:
-            raise ConfigError(f"predictor: 'path' loads a saved predictor; drop the training key(s) {extra}")
-        return QoSBucketPredictor(str(spec["path"]), None if experts is None else list(experts))
-    kw = {"samples": DEFAULT_SAMPLES, "seed": 0, **{k: v for k, v in spec.items() if k in ("samples", "seed")}}
-    for k, v in kw.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ConfigError(f"predictor.{k}: expected a non-negative integer, got {v!r}")
-    model, _ = train_qos_predictor(list(experts or QOS_EXPERTS), kw["samples"], kw["seed"],
-                                   spec.get("score_max", 1.0))
-    return QoSBucketPredictor(model)
-
-
+# ---------------------------------------------------------------------------- CLI
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m llmsim.envs.predictors.qos",
-                                 description="Train and evaluate spec 000's score and length bucket predictors.")
+                                 description="Train and evaluate the QoS-aware edge router's score and length bucket "
+                                             "predictors.")
     ap.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="requests drawn (x experts pairs, 80:20)")
     ap.add_argument("--seed", type=int, default=0, help="workload, split and classifier seed")
     ap.add_argument("--experts", default=",".join(QOS_EXPERTS), help="comma-separated expert names")
@@ -503,8 +482,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from llmsim.envs.predictors.length_buckets import print_report
-
     return print_report(report, "llmsim.envs.predictors.qos", argv, a.json, bool(a.out), format_report)
 
 

@@ -1,6 +1,6 @@
-"""Best-effort reward of spec 002 (Eq. 1): normalised accuracy x deadline weight, per completion.
+"""Best-effort reward of "Learned Best-Effort LLM Serving" (Eq. 1): normalised accuracy x deadline weight.
 
-Deadline semantics (the paper is silent, spec 002 Sec. 9.1): a request meets its deadline when its
+Deadline semantics (the paper is silent; our reading): a request meets its deadline when its
 mean latency per output token, (finish - arrival) / output tokens, is <= the task's deadline (40 ms).
 Soft deadlines (Sec. 3.1): w = 1 - 0.01 * v for a violation of v milliseconds, 0 past 10 % of the
 deadline. ``soft_violation="total"`` (default) measures v on the whole request (e2e - D * tokens, cut-off

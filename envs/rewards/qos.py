@@ -1,4 +1,4 @@
-"""QoS reward of spec 000 (Eqs. 1, 15, 16) with the action impact estimator."""
+"""QoS reward of the QoS-aware edge router paper (Eqs. 1, 15, 16) with the action impact estimator."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from llmsim.envs.context import RewardContext
     from llmsim.request import Request
 
-# Released-code slopes (s/token), spec 000 Sec. 2.4; chatglm-6b has a faster prefill.
+# The paper's released-code slopes (s/token); chatglm-6b has a faster prefill.
 K1_DEFAULT = 7.2e-5
 K2_DEFAULT = 2.5e-5
 K1_BY_MODEL = {"chatglm-6b": 6.8e-5}

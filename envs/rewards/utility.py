@@ -1,4 +1,4 @@
-"""Weighted quality / cost / latency utility of spec 004 (Eq. 1), on realised outcomes.
+"""Weighted quality / cost / latency utility of RouteBalance (Eq. 1), on realised outcomes.
 
 Per completed request served by model m:
   quality term  = Q_{r,m} (ground-truth quality in [0, 1]),
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from llmsim.envs.context import RewardContext
     from llmsim.request import Request
 
-# USD per 1M tokens (input, output). The 004 aggregator bills 0.06 (3B), 0.07 (7/8B), 0.15 (14B) and
+# USD per 1M tokens (input, output). RouteBalance's aggregator bills 0.06 (3B), 0.07 (7/8B), 0.15 (14B) and
 # 0.40 (72B); other models fall back to 0.01 USD per billion parameters.
 PRICES_PER_M = {"qwen2.5-3b": 0.06, "qwen2.5-7b": 0.07, "llama-3.1-8b": 0.07, "qwen2.5-14b": 0.15,
                 "qwen2.5-72b": 0.40}

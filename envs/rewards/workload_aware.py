@@ -1,4 +1,4 @@
-"""Workload-aware reward of spec 001 (Sec. 3.4, reconstructed Eq. 1 / Eq. 2), one component each.
+"""Workload-aware reward of "Intelligent Router for LLM Workloads" (Sec. 3.4, Eq. 1 / Eq. 2 reconstructed).
 
 * ``unfinished``: -sum over requests in the system (central queue and instances) of (1 - f), with
   f = min(1, generated / predicted output) (``InstanceState.progress``); a queued request costs 1. Charged

@@ -166,7 +166,7 @@ class ClusterClock:
             tl["waiting"].append(len(inst.waiting))
             tl["running"].append(len(inst.running))
             tl["swapped"].append(len(inst.swapped))
-            tl["kv_used_blocks"].append(inst.kv_total - inst.kv_free)
+            tl["kv_used_blocks"].append(inst.kv_total - inst.kv.free)
             tl["kv_total_blocks"].append(inst.kv_total)
             tl["tokens_out"].append(inst.tokens_out)
             tl["prefix_cache_queries"].append(inst.prefix_queries)

@@ -170,11 +170,12 @@ class ClusterView:
 
     def live_progress(self, at: tuple[float, int] | None = None) -> tuple[int, tuple[tuple[int, float], ...]]:
         """``(central_queue, ((num_requests, progress) of each instance))`` of ``live_state(sync=False, at=at)``,
-        the same numbers without building the state: a reward that charges the backlog at every decision tick
-        (the Intelligent Router's workload-aware reward) reads this tens of thousands of times per episode. An instance's pair is kept while no event
-        of it has run, nothing was submitted to it (``Instance.changes``) and its decode run has not passed a
-        boundary; a recomputed ``progress`` sums the running requests (shifted, :mod:`llmsim.cluster.live_requests`)
-        and then the kept terms of the queued ones, as ``InstanceState.progress`` does."""
+        the same numbers without building the state: a reward that charges the backlog at every decision tick (the
+        Intelligent Router's workload-aware reward) reads this tens of thousands of times per episode. An
+        instance's pair is kept while no event of it has run, nothing was submitted to it (``Instance.changes``)
+        and its decode run has not passed a boundary; a recomputed ``progress`` sums the running requests
+        (shifted, :mod:`llmsim.cluster.live_requests`) and then the kept terms of the queued ones, as
+        ``InstanceState.progress`` does."""
         c = self._c
         if at is None:
             env = c.env
@@ -304,7 +305,7 @@ class ClusterView:
         if self._snapshot is not None:
             return self._snapshot["kv"]
         self._c.sync_all()
-        return [i.kv_used / i.kv_total for i in self._c.instances]
+        return [(i.kv_total - i.kv.free) / i.kv_total for i in self._c.instances]
 
     def kv_demand_fractions(self) -> list[float]:
         """KV in use plus the prompt blocks of waiting requests, as a fraction of capacity."""
@@ -353,7 +354,7 @@ class ClusterView:
             "queue": [len(i.waiting) + len(i.running) + len(i.swapped) for i in insts],
             "waiting": [len(i.waiting) for i in insts],
             "running": [len(i.running) for i in insts],
-            "kv": [i.kv_used / i.kv_total for i in insts],
+            "kv": [(i.kv_total - i.kv.free) / i.kv_total for i in insts],
             "kv_demand": [_kv_demand(i) for i in insts],
             "work": [_work_left(i, est) for i in insts],
         }
@@ -364,7 +365,7 @@ class ClusterView:
 def _kv_demand(inst: Any) -> float:
     bs = inst.block_size
     pending = sum(-(-(r.prompt_tokens + r.generated) // bs) for r in inst.waiting)
-    return (inst.kv_used + pending) / inst.kv_total
+    return (inst.kv_total - inst.kv.free + pending) / inst.kv_total
 
 
 def _work_left(inst: Any, est: float) -> float:

@@ -1,46 +1,44 @@
 """An emulated vLLM backend: one llmsim engine served over an OpenAI-compatible HTTP API in (scaled) real time.
 
-``llmsim-emulate`` is the command (:mod:`llmsim.emulator.cli`); :func:`start_emulator` runs one in a background
-thread for tests (several can run in one process). Importing this package imports FastAPI; ``import llmsim``
-does not import this package.
+* :mod:`llmsim.emulator.engine`: the engine driven against the wall clock (:class:`RealTimeEngine`) and its
+  options (:class:`EmulatorOptions`); plain llmsim, no web framework;
+* :mod:`llmsim.emulator.app`: the HTTP API (FastAPI), :mod:`llmsim.emulator.metrics`: ``/metrics`` under vLLM's
+  names;
+* :mod:`llmsim.emulator.handle`: :func:`start_emulator`, an emulator in a background thread (tests, notebooks);
+* :mod:`llmsim.emulator.cli`: ``llmsim-emulate``, the command.
+
+The HTTP side needs the serve extra (``pip install 'llmsim[serve]'``: fastapi, uvicorn, prometheus-client). It is
+imported when first used (``from llmsim.emulator import start_emulator``), so ``llmsim-emulate --help`` runs
+without the extra and a missing extra is named; ``import llmsim`` does not import this package.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llmsim.emulator.app import create_app
 from llmsim.emulator.engine import EmulatorOptions, RealTimeEngine
-from llmsim.emulator.server_thread import ServerThread, listen_socket
 
-__all__ = ["EmulatorHandle", "EmulatorOptions", "ServerThread", "create_app", "listen_socket", "start_emulator"]
+if TYPE_CHECKING:
+    from llmsim.emulator.app import create_app
+    from llmsim.emulator.handle import EmulatorHandle, start_emulator
+    from llmsim.emulator.server_thread import ServerThread, listen_socket
 
+SERVE_EXTRA = "pip install 'llmsim[serve]'"
+_HTTP_SIDE = {"EmulatorHandle": "handle", "start_emulator": "handle", "create_app": "app",
+              "ServerThread": "server_thread", "listen_socket": "server_thread"}
 
-class EmulatorHandle(ServerThread):
-    """A running emulator (uvicorn on a loopback port, in a daemon thread). A context manager; ``stop()`` is
-    abrupt: the engine's streams end and open connections are cut (clients see the connection drop), as when
-    a backend dies."""
-
-    def __init__(self, opts: EmulatorOptions, host: str, port: int) -> None:
-        self.opts = opts
-        app = create_app(opts)
-        self.engine: RealTimeEngine = app.state.engine
-        super().__init__(app, host, port, name="llmsim-emulator")
-
-    def on_kill(self) -> None:
-        self.engine.stop()
-
-    def start(self) -> EmulatorHandle:
-        super().start()
-        return self
+__all__ = ["SERVE_EXTRA", "EmulatorHandle", "EmulatorOptions", "RealTimeEngine", "ServerThread", "create_app",
+           "listen_socket", "start_emulator"]
 
 
-def start_emulator(model: str = "llama-3.1-8b", gpu: str = "a100-80gb", speedup: float = 20.0, port: int = 0,
-                   host: str = "127.0.0.1", **opts: Any) -> EmulatorHandle:
-    """Start an emulator in a background thread on ``host:port`` (0 = a free port) and return its handle.
-
-    ``opts`` are :class:`EmulatorOptions` fields (``max_num_seqs``, ``tp``, ``engine``, ``served_model_name``,
-    ``output_len``, ``seed``, ``chars_per_token``, ``api_key``, ``max_model_len``, ``num_gpu_blocks``,
-    ``min_tick``...). Bad options raise :class:`llmsim.errors.ConfigError` before anything starts.
-    """
-    return EmulatorHandle(EmulatorOptions(model=model, gpu=gpu, speedup=speedup, **opts), host, port).start()
+def __getattr__(name: str) -> Any:
+    """The HTTP side's names, imported on first use (they need the serve extra)."""
+    module = _HTTP_SIDE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        from llmsim.emulator import app, handle, server_thread  # optional: the serve extra (fastapi, uvicorn)
+    except ImportError as e:
+        raise ImportError(f"llmsim.emulator.{name} needs the serve extra, {e.name} is missing: {SERVE_EXTRA}",
+                          name=e.name) from e
+    return getattr({"app": app, "handle": handle, "server_thread": server_thread}[module], name)

@@ -208,6 +208,11 @@ def _usage(t: Ticket, n: int) -> dict[str, int]:
     return {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
 
 
+def sse_event(d: dict[str, Any]) -> str:
+    """One server-sent event carrying ``d`` as compact JSON (what vLLM streams)."""
+    return f"data: {json.dumps(d, separators=(',', ':'))}\n\n"
+
+
 class Answer:
     """Builds the JSON of one request's answer (chunks or the whole), in the endpoint's flavour."""
 
@@ -228,7 +233,7 @@ class Answer:
             choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish, "stop_reason": None}
-        return self._sse({"id": self.id, "object": self.obj, "created": self.created, "model": self.model,
+        return sse_event({"id": self.id, "object": self.obj, "created": self.created, "model": self.model,
                           "choices": [choice]})
 
     def token_chunks(self, words: list[str]) -> str:
@@ -240,12 +245,8 @@ class Answer:
         return "".join(head + json.dumps(w) + tail for w in words)
 
     def usage_chunk(self, n: int) -> str:
-        return self._sse({"id": self.id, "object": self.obj, "created": self.created, "model": self.model,
+        return sse_event({"id": self.id, "object": self.obj, "created": self.created, "model": self.model,
                           "choices": [], "usage": _usage(self.t, n)})
-
-    @staticmethod
-    def _sse(d: dict[str, Any]) -> str:
-        return f"data: {json.dumps(d, separators=(',', ':'))}\n\n"
 
     def whole(self, text: str, n: int) -> dict[str, Any]:
         fin = self.t.finish_reason
@@ -277,7 +278,7 @@ async def stream_tokens(engine: RealTimeEngine, t: Ticket, ans: Answer, include_
             if t.done:
                 break
         if t.error is not None:
-            yield Answer._sse({"error": {"message": t.error, "type": "InternalServerError", "param": None,
+            yield sse_event({"error": {"message": t.error, "type": "InternalServerError", "param": None,
                                          "code": 500}})
         else:
             yield ans.chunk(None if ans.chat else "", finish=t.finish_reason)
@@ -355,13 +356,23 @@ def create_app(opts: EmulatorOptions | None = None, **kwargs: Any) -> FastAPI:
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         return exc.response()
 
-    def check_auth(request: Request) -> None:
-        got = request.headers.get("authorization", "").encode()
-        if opts.api_key is not None and not hmac.compare_digest(got, f"Bearer {opts.api_key}".encode()):
-            raise ApiError(401, "Unauthorized: send the header `Authorization: Bearer <api key>`")
+    add_openai_routes(app, engine, opts)
+    add_operations_routes(app, engine, metrics)
+    return app
+
+
+def check_auth(request: Request, opts: EmulatorOptions) -> None:
+    """401 unless the request carries ``Authorization: Bearer <api key>`` (when the emulator has a key)."""
+    got = request.headers.get("authorization", "").encode()
+    if opts.api_key is not None and not hmac.compare_digest(got, f"Bearer {opts.api_key}".encode()):
+        raise ApiError(401, "Unauthorized: send the header `Authorization: Bearer <api key>`")
+
+
+def add_openai_routes(app: FastAPI, engine: RealTimeEngine, opts: EmulatorOptions) -> None:
+    """What clients call, behind the API key: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``."""
 
     async def generate(request: Request, chat: bool) -> Response:
-        check_auth(request)
+        check_auth(request, opts)
         try:
             body = await read_json(request, opts.max_body_bytes)
         except ClientDisconnect:  # gone while sending its body: nobody to answer (nginx's 499)
@@ -378,11 +389,15 @@ def create_app(opts: EmulatorOptions | None = None, **kwargs: Any) -> FastAPI:
 
     @app.get("/v1/models")
     async def models(request: Request) -> JSONResponse:
-        check_auth(request)
+        check_auth(request, opts)
         card = {"id": opts.name, "object": "model", "created": int(time.time()), "owned_by": "llmsim",
                 "root": opts.model, "parent": None, "max_model_len": engine.max_model_len,
                 "permission": []}
         return JSONResponse({"object": "list", "data": [card]})
+
+
+def add_operations_routes(app: FastAPI, engine: RealTimeEngine, metrics: EmulatorMetrics) -> None:
+    """What operators and routers poll, without the API key (as vLLM): ``/health`` and ``/metrics``."""
 
     @app.get("/health")
     async def health() -> Response:
@@ -393,5 +408,3 @@ def create_app(opts: EmulatorOptions | None = None, **kwargs: Any) -> FastAPI:
     @app.get("/metrics")
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    return app

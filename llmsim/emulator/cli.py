@@ -1,6 +1,7 @@
 """``llmsim-emulate``: serve one emulated vLLM engine (a model on a GPU, timed by llmsim) over HTTP.
 
-Bad input prints one line naming the option and what was expected, and exits with status 2 (no traceback).
+Bad input prints one line naming the option and what was expected, and exits with status 2 (no traceback). This
+module loads without the serve extra (fastapi, uvicorn), so that ``--help`` works and a missing extra is named.
 """
 
 from __future__ import annotations
@@ -10,15 +11,19 @@ import math
 import sys
 from typing import NoReturn
 
+from llmsim.emulator import SERVE_EXTRA
+from llmsim.emulator.engine import EmulatorOptions
 from llmsim.engine.config import EngineConfig
 from llmsim.errors import LLMSimError
+
+PROG = "llmsim-emulate"
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse, with its usage dump replaced by one line (the project's rule for bad input)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"llmsim-emulate: error: {message} (see llmsim-emulate --help)\n")
+        self.exit(2, f"{PROG}: error: {message} (see {PROG} --help)\n")
 
 
 def _positive_float(flag: str, what: str):  # noqa: ANN202 - an argparse type
@@ -49,8 +54,9 @@ def _int(lo: int):  # noqa: ANN202 - an argparse type
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="llmsim-emulate", description="An OpenAI-compatible server that behaves like one vLLM engine: "
-                "llmsim's engine for a (model, GPU) profile, run against the wall clock (docs/emulator.md).")
+    p = _Parser(prog=PROG, epilog=f"Needs the serve extra ({SERVE_EXTRA}).", description="An OpenAI-compatible "
+                "server that behaves like one vLLM engine: llmsim's engine for a (model, GPU) profile, run against "
+                "the wall clock (docs/emulator.md).")
     p.add_argument("--model", required=True, help="llmsim model name, e.g. llama-3.1-8b")
     p.add_argument("--gpu", required=True, help="llmsim GPU name, e.g. a100-80gb")
     p.add_argument("--port", type=_int(0), default=8000, help="TCP port (default 8000; 0 = any free port)")
@@ -79,36 +85,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    # imported here so that --help and argument errors stay fast
-    from llmsim.emulator.app import create_app
-    from llmsim.emulator.engine import EmulatorOptions
-
     opts = EmulatorOptions(model=args.model, gpu=args.gpu, tp=args.tp, speedup=args.speedup,
                            max_num_seqs=args.max_num_seqs, engine=args.engine, max_model_len=args.max_model_len,
                            num_gpu_blocks=args.num_gpu_blocks, served_model_name=args.served_model_name,
                            output_len=args.output_len, seed=args.seed, chars_per_token=args.chars_per_token,
                            api_key=args.api_key)
     try:
+        import uvicorn  # optional: the serve extra
+
+        from llmsim.emulator.app import create_app  # optional: the serve extra (fastapi, prometheus-client)
+        from llmsim.emulator.server_thread import listen_socket  # optional: the serve extra (uvicorn)
+    except ImportError as e:
+        _fail(f"{e.name} is missing; install the serve extra: {SERVE_EXTRA}")
+    try:
         app = create_app(opts)
     except LLMSimError as e:
-        sys.stderr.write(f"llmsim-emulate: error: {_flagged(str(e))}\n")
-        raise SystemExit(2) from None
-    import uvicorn
-
-    from llmsim.emulator import listen_socket
-
+        _fail(_flagged(str(e)))
     try:  # bound here, so a taken port is one line and status 2, not uvicorn's log and status 1
         sock = listen_socket(args.host, args.port)
     except OSError as e:
-        sys.stderr.write(f"llmsim-emulate: error: --host/--port: cannot listen on {args.host}:{args.port}: {e}\n")
-        raise SystemExit(2) from None
+        _fail(f"--host/--port: cannot listen on {args.host}:{args.port}: {e}")
     port = sock.getsockname()[1]
     eng = app.state.engine
-    print(f"llmsim-emulate: {opts.name} ({eng.inst.profile.name}, {eng.inst.kv_total} KV blocks of "
+    print(f"{PROG}: {opts.name} ({eng.inst.profile.name}, {eng.inst.kv_total} KV blocks of "
           f"{eng.inst.block_size} tokens, max_model_len {eng.max_model_len}) at {args.speedup:g}x real time on "
           f"http://{args.host}:{port}", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=2)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _fail(message: str) -> NoReturn:
+    """One line on stderr and exit status 2 (the project's rule for bad input)."""
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    raise SystemExit(2)
 
 
 def _flagged(msg: str) -> str:

@@ -209,10 +209,11 @@ class RealTimeEngine:
         self._stopped = False
 
     # ------------------------------------------------------------------ clock
-    def start(self) -> None:
-        """Bind to the running loop: simulated time 0 is now."""
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Bind to ``loop`` (default: the running loop): simulated time 0 is now on its clock. The driver uses
+        only the loop's ``time()`` and ``call_at()``, so a test can pass a loop with a clock of its own."""
         if self._loop is None:
-            self._loop = asyncio.get_running_loop()
+            self._loop = loop or asyncio.get_running_loop()
             self._t0 = self._loop.time()
 
     @property
@@ -383,7 +384,7 @@ class RealTimeEngine:
             "running": float(len(inst.running)),
             "waiting": float(len(inst.waiting)),
             "swapped": float(len(inst.swapped)),
-            "kv_usage": inst.kv_used / inst.kv_total,
+            "kv_usage": (inst.kv_total - inst.kv.free) / inst.kv_total,
             "generation_tokens": float(inst.tokens_out),
             "prompt_tokens": float(self.prompt_tokens_total),
             "preemptions": float(inst.preemptions),

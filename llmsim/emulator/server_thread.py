@@ -39,6 +39,11 @@ class ServerThread:
         return f"http://{host}:{self.port}"
 
     @property
+    def thread_alive(self) -> bool:
+        """The server's thread has not ended (False once :meth:`stop` has returned, unless the server hangs)."""
+        return self._thread.is_alive()
+
+    @property
     def running(self) -> bool:
         return self._thread.is_alive() and self._server.started and not self._server.should_exit
 

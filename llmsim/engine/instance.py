@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from math import log as _log
 from typing import TYPE_CHECKING
 
 from llmsim.engine.config import EngineConfig
 from llmsim.engine.fastpath import NEVER, DecodeRun, bad_step, decode_step_fn, residues, stable_decode_batch
 from llmsim.engine.guards import ProgressGuard
 from llmsim.engine.handoff import MIXED
-from llmsim.engine.iteration import apply_tokens, stepped_cost
+from llmsim.engine.iteration import stepped_cost
 from llmsim.engine.kv import build_kv_cache
 from llmsim.engine.limits import PromptLimits
 from llmsim.engine.ops import EVICT, PARK, SWAP_OUT, EngineOps, stepped_decode
@@ -199,22 +200,6 @@ class Instance:
         """Move a running request's KV blocks to CPU swap space at the next boundary (``park``: keep it out while
         requests wait; llmsim.engine.ops)."""
         self.ops.request(PARK if park else SWAP_OUT, request_id, now, self.env.phase if phase is None else phase)
-
-    @property
-    def kv_free(self) -> int:
-        return self.kv.free
-
-    @property
-    def kv_used(self) -> int:
-        return self.kv_total - self.kv.free
-
-    @property
-    def cpu_total(self) -> int:
-        return self.kv.cpu_total
-
-    @property
-    def cpu_free(self) -> int:
-        return self.kv.cpu_free
 
     @property
     def prefix_evictions(self) -> int:
@@ -406,8 +391,17 @@ class Instance:
             self.ops.transfer = 0
             if sched.res is not None and self.fast:
                 stepped_decode(sched.batch, self.block_size)
-        elif sched.res is not None and self.fast:
-            self._start_decode_run(sched, now, factor)
+        elif sched.res is not None and self.fast:  # a stable decode batch: the fast path plans it as one run
+            batch = sched.batch
+            n = len(batch)
+            dt = self.profile.step_time(n, n, 0, 0, n, sched.decode_ctx)
+            if factor != 1.0:
+                dt *= factor
+            end = now + dt
+            if not now < end < NEVER:
+                raise bad_step(self.name, now, dt, f"a decode batch of {n} request(s), context {sched.decode_ctx}")
+            self._start_run(DecodeRun(self.name, now, list(batch), end, sched.decode_ctx, self.kv.free, sched.res,
+                                      sched.k_min, factor, decode_step_fn(self.profile, n)))
             return
         self._start_stepped(sched, now, factor, xfer)
 
@@ -419,18 +413,6 @@ class Instance:
         self.ops.idle()
         self.set_busy(False, now, ENGINE)
         self.batch = []
-
-    def _start_decode_run(self, sched: Scheduled, now: float, factor: float) -> None:
-        batch = sched.batch
-        n = len(batch)
-        dt = self.profile.step_time(n, n, 0, 0, n, sched.decode_ctx)
-        if factor != 1.0:
-            dt *= factor
-        end = now + dt
-        if not now < end < NEVER:
-            raise bad_step(self.name, now, dt, f"a decode batch of {n} request(s), context {sched.decode_ctx}")
-        self._start_run(DecodeRun(self.name, now, list(batch), end, sched.decode_ctx, self.kv.free, sched.res,
-                                  sched.k_min, factor, decode_step_fn(self.profile, n)))
 
     def _start_stepped(self, sched: Scheduled, now: float, factor: float, xfer: int) -> None:
         batch = sched.batch
@@ -464,7 +446,28 @@ class Instance:
         self.batch = []
         self.iterations += 1
         self.busy_time += now - self.iter_start
-        done, out = apply_tokens(batch, now, self.recorder)
+        rec = self.recorder
+        hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN  # Recorder.itl, inlined
+        done = []
+        out = gaps = 0
+        pv, pb = -1.0, 0  # the last gap and its bin: a batch's decoders mostly share their last token's time
+        for r in batch:
+            r.computed += r.n_new
+            if r.computed == r.prompt_tokens + r.generated:
+                r.generated += 1
+                out += 1
+                if r.first_token < 0:
+                    r.first_token = now
+                else:
+                    v = now - r.last_token_time
+                    if v != pv:
+                        pv, pb = v, int(_log(v) * inv) + off if v > lo else 0
+                    hist[pb] += 1
+                    gaps += 1
+                r.last_token_time = now
+                if r.generated >= r.target_tokens:
+                    done.append(r)
+        rec.itl_count += gaps
         self.tokens_out += out
         if self.kv.prefix is not None:
             self.kv.prefix.computed(batch)  # the prompt blocks computed so far become cached

@@ -1,11 +1,8 @@
-"""One stepped iteration: what it computes, as the step-time model wants it (``Profile.step_time``'s arguments),
-and its tokens applied to the requests when it ends (the fast path, ``llmsim.engine.fastpath``, does the same for a
-whole run of decode iterations at once)."""
+"""What one stepped iteration computes, as the step-time model wants it (``Profile.step_time``'s arguments)."""
 
 from __future__ import annotations
 
-from math import log as _log
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from llmsim.errors import LLMSimError
 
@@ -34,30 +31,3 @@ def stepped_cost(batch: list[Request], owner: str, policy: str) -> tuple[int, in
             cp += n * r.computed
     return n_tokens, n_decode, decode_ctx, c2, cp
 
-
-def apply_tokens(batch: list[Request], now: float, rec: Any) -> tuple[list[Request], int]:
-    """Each request computes its ``n_new`` tokens; those that reach prompt + generated sample one (the first token,
-    or an inter-token gap for ``rec``, the llmsim.metrics.recorder.Recorder). Returns the requests that finished
-    and the tokens sampled."""
-    hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN  # Recorder.itl, inlined
-    done = []
-    out = gaps = 0
-    pv, pb = -1.0, 0  # the last gap and its bin: a batch's decoders mostly share their last token's time
-    for r in batch:
-        r.computed += r.n_new
-        if r.computed == r.prompt_tokens + r.generated:
-            r.generated += 1
-            out += 1
-            if r.first_token < 0:
-                r.first_token = now
-            else:
-                v = now - r.last_token_time
-                if v != pv:
-                    pv, pb = v, int(_log(v) * inv) + off if v > lo else 0
-                hist[pb] += 1
-                gaps += 1
-            r.last_token_time = now
-            if r.generated >= r.target_tokens:
-                done.append(r)
-    rec.itl_count += gaps
-    return done, out

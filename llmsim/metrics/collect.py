@@ -8,18 +8,21 @@ when the run got that far, a summary: ``summary.json`` (``llmsim``), ``training.
 depth, reads them with :mod:`llmsim.metrics.sweep`'s readers (same typed override columns as ``sweep.csv``) and
 writes ``collect.csv`` and ``collect.parquet``. Some runs of a big sweep always fail (a bad combination, a node
 lost, a timeout): such a run is a row with ``status`` ``failed`` and an ``error`` (the last line of its error log
-when one is found, e.g. submitit's ``.submitit/<job>/<job>_0_log.err``), counted and printed, never fatal; a
-submitit job that never produced a run directory is listed the same way, and the jobs ``multirun.yaml`` asked for
-that have no directory at all (the basic and joblib launchers stop at a sweep's first failing job) are rows with
-``status`` ``missing`` and their overrides, ready to be submitted again.
+when one is found, e.g. submitit's ``.submitit/<job>/<job>_0_log.err``), counted and printed, never fatal. A run
+that fails with an error leaves no run directory (the apps remove it), and a submitit job can die before making
+one: such a job is still a ``failed`` row, with its log's last line and, when ``multirun.yaml`` tells which job it
+was, its overrides. The jobs ``multirun.yaml`` asked for that have no directory and no submitit log (the basic
+and joblib launchers stop a sweep at its first failing job) are rows with ``status`` ``missing`` and their
+overrides, ready to be submitted again.
 
-Imports neither Hydra's app machinery, torch nor gymnasium (override values go through Hydra's override parser,
-as in ``llmsim.metrics.report``, so both tables type them alike).
+Imports no torch, gymnasium nor matplotlib, so it runs on a login node; override values go through Hydra's
+override parser, as in ``python -m llmsim.metrics.report``, so both tables type them alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import re
@@ -27,7 +30,11 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from llmsim.errors import LLMSimError
 from llmsim.metrics.sweep import (
@@ -39,9 +46,6 @@ from llmsim.metrics.sweep import (
     read_json,
     swept_keys,
 )
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 SUMMARIES = ("summary.json", "training.json", "evaluation.json")  # what a run of each app leaves, in that order
 STATUS_COLUMNS = ("status", "source", "error", "job_dir")  # after the overrides and the metrics
@@ -72,15 +76,23 @@ class Collected:
 def find_runs(root: Path) -> list[Path]:
     """Run directories under ``root`` (those with ``.hydra/`` or a summary), in job order; a run's own
     subdirectories (checkpoints, tensorboard/) and hidden ones (.submitit/) are not searched."""
-    runs = []
+    return _walk(root)[0]
+
+
+def _walk(root: Path) -> tuple[list[Path], list[Path]]:
+    """The run directories (see :func:`find_runs`) and the multirun directories (with ``multirun.yaml``, the
+    root included) under ``root``, in one pass over the tree."""
+    runs, sweeps = [], []
     for here, dirs, files in os.walk(root):
         path = Path(here)
         if path != root and (".hydra" in dirs or any(s in files for s in SUMMARIES)):
             runs.append(path)
             dirs.clear()
             continue
+        if "multirun.yaml" in files:
+            sweeps.append(path)
         dirs[:] = [d for d in dirs if not d.startswith(".")]
-    return sorted(runs, key=lambda p: _order(p.relative_to(root)))
+    return sorted(runs, key=lambda p: _order(p.relative_to(root))), sweeps
 
 
 def _order(rel: Path) -> tuple[tuple[int, str], ...]:
@@ -163,8 +175,6 @@ def last_line(path: Path, tail: int = 8192) -> str | None:
 
 def _job_id(run: Path) -> str | None:
     """``hydra.job.id`` of a run (submitit's job id, ``<array>_<task>`` on Slurm); None when unknown."""
-    import yaml
-
     path = run / ".hydra" / "hydra.yaml"
     try:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -212,8 +222,6 @@ def _array_script_only(folder: Path) -> bool:
 
 def _multirun_config(sweep_dir: Path) -> dict[str, Any]:
     """``hydra:`` of a multirun's ``multirun.yaml`` ({} when absent or unreadable)."""
-    import yaml
-
     try:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         cfg = yaml.load((sweep_dir / "multirun.yaml").read_text(), Loader=loader) or {}
@@ -226,10 +234,6 @@ def _multirun_config(sweep_dir: Path) -> dict[str, Any]:
 def planned_jobs(sweep_dir: Path) -> list[dict[str, Any]] | None:
     """The typed overrides of every job a multirun was asked for (the basic sweeper's cartesian product of
     ``hydra.overrides.task`` and ``hydra.sweeper.params``); None when that cannot be told (another sweeper)."""
-    import itertools
-
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     hydra = _multirun_config(sweep_dir)
     sweeper = (hydra.get("sweeper") or {}).get("_target_", "")
     task = (hydra.get("overrides") or {}).get("task")
@@ -252,22 +256,43 @@ def planned_jobs(sweep_dir: Path) -> list[dict[str, Any]] | None:
 
 
 def missing_jobs(sweep_dir: Path, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows for the planned jobs of ``sweep_dir`` that have no run directory at all: the basic and joblib
-    launchers stop a sweep at its first failing job, an interrupted sweep stops anywhere."""
+    """The overrides of the planned jobs of ``sweep_dir`` that have no run directory at all: the job failed (a
+    failed run leaves no directory), or never started (the basic and joblib launchers stop a sweep at its first
+    failing job, an interrupted sweep stops anywhere)."""
     planned = planned_jobs(sweep_dir)
     if planned is None:
         return []
     seen = Counter(_key(o) for o in found)
-    rows = []
+    out = []
     for overrides in planned:
         k = _key(overrides)
         if seen[k] > 0:
             seen[k] -= 1
             continue
-        rows.append({**overrides, "status": "missing", "source": None, "job_dir": str(sweep_dir),
-                     "error": "no run directory: the sweep stopped before this job (an earlier job failed, or it "
-                              "was interrupted)"})
-    return rows
+        out.append(overrides)
+    return out
+
+
+def jobs_without_a_run(sweep_dir: Path, missing: list[dict[str, Any]],
+                       orphans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows for a sweep's jobs that left no run directory: its planned jobs without one (``missing``, their
+    overrides) and its submitit jobs without one (``orphans``, failed rows with their log's last line).
+
+    Under submitit a job that failed is both, so when the two counts agree they are the same jobs: the launcher
+    submits the planned jobs in order (a Slurm array's task index, a local job's process id), and each failed row
+    gets its job's overrides. Otherwise planned jobs are ``missing`` rows and submitit jobs keep no overrides."""
+    if missing and len(missing) == len(orphans):
+        ordered = sorted(orphans, key=lambda row: _submission_order(Path(row["job_dir"]).name))
+        return [{**overrides, **row} for overrides, row in zip(missing, ordered)]
+    return [*({**overrides, "status": "missing", "source": None, "job_dir": str(sweep_dir),
+               "error": "no run directory: the job failed (its error went to the sweep's terminal) or never started "
+                        "(the sweep stopped at a failed job, or was interrupted)"} for overrides in missing),
+            *orphans]
+
+
+def _submission_order(job_id: str) -> tuple[int, ...]:
+    """submitit job ids in submission order: ``<array>_<task>`` numerically (Slurm), a process id (local)."""
+    return tuple(int(p) if p.isdigit() else sys.maxsize for p in job_id.split("_"))
 
 
 def _key(overrides: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -284,31 +309,33 @@ def _launcher(sweep_dir: Path, cache: dict[Path, str | None]) -> str | None:
 
 def collect(sweep_dir: str | Path) -> Collected:
     """Every run under ``sweep_dir`` as one table (see the module docstring); ReportError when it holds none."""
-    import pandas as pd
-
     root = Path(sweep_dir)
     if not root.is_dir():
         raise ReportError(f"{root}: no such directory (expected a sweep directory, e.g. multirun/<date>/<time>)")
-    runs = find_runs(root)
-    if not runs:
-        what = ("a single run's directory, not a sweep; pass the directory that holds the runs"
-                if (root / ".hydra").is_dir() or any((root / s).exists() for s in SUMMARIES)
-                else "no run directories (with .hydra/ or a summary) in it; is it a sweep (`llmsim -m ...`)?")
-        raise ReportError(f"{root}: {what}")
+    runs, sweeps = _walk(root)
     rows: list[dict[str, Any]] = []
     keys: list[str] = []
-    found: dict[Path, list[dict[str, Any]]] = {}
+    found: dict[Path, list[dict[str, Any]]] = {sweep: [] for sweep in sweeps}
     for run in runs:
         run_keys, run_rows = read_run(run)
         keys += [k for k in run_keys if k not in keys]
         rows += run_rows
         found.setdefault(run.parent, []).append({k: run_rows[0][k] for k in run_keys})
+    orphans = orphan_jobs(root, {j for r in runs if (j := _job_id(r)) is not None}) \
+        if any(root.rglob(".submitit")) else []
     for sweep, overrides in found.items():
-        rows += missing_jobs(sweep, overrides)
-    if any(root.rglob(".submitit")):
-        rows += orphan_jobs(root, {j for r in runs if (j := _job_id(r)) is not None})
+        missing = missing_jobs(sweep, overrides)
+        keys += [k for k in dict.fromkeys(k for o in missing for k in o) if k not in keys]
+        mine = [o for o in orphans if Path(o["job_dir"]).parent.parent == sweep]
+        rows += jobs_without_a_run(sweep, missing, mine)
+    rows += [o for o in orphans if Path(o["job_dir"]).parent.parent not in found]
+    if not rows:
+        what = ("a single run's directory, not a sweep; pass the directory that holds the runs"
+                if (root / ".hydra").is_dir() or any((root / s).exists() for s in SUMMARIES)
+                else "no run directories (with .hydra/ or a summary) in it; is it a sweep (`llmsim -m ...`)?")
+        raise ReportError(f"{root}: {what}")
     cache: dict[Path, str | None] = {}
-    launchers = sorted({name for r in runs if (name := _launcher(r.parent, cache))})
+    launchers = sorted({name for d in [*(r.parent for r in runs), *sweeps] if (name := _launcher(d, cache))})
     frame = pd.DataFrame(rows)
     for col in STATUS_COLUMNS:
         if col not in frame:

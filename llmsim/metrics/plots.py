@@ -1,5 +1,8 @@
 """The plots saved with each run: ``latency_cdf.png`` and ``timeline.png``.
 
+Imports matplotlib (its object API: no pyplot, no backend switch), so it stays off ``import llmsim``'s path: the
+simulation never draws; the ``llmsim`` command and the notebooks do.
+
 Each figure is meant to be read without the code: every panel has a title, axis labels with units, and a
 legend; SLO targets are drawn where they apply, with the share of requests that met them.
 """
@@ -9,11 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter, NullFormatter, PercentFormatter
 
-    from llmsim.metrics.recorder import SLO
+if TYPE_CHECKING:
     from llmsim.metrics.result import SimResult
+    from llmsim.schema import SLO
 
 # (column, summary key of the SLO attainment, panel title, x label)
 CDF_PANELS = (
@@ -26,8 +31,6 @@ CDF_PANELS = (
 def new_figure(nrows: int, ncols: int, figsize: tuple[float, float], **kw: Any) -> tuple[Figure, Any]:
     """A figure outside pyplot: no backend is switched (a notebook keeps its inline display) and nothing
     global is left open; ``fig.savefig`` writes PNGs, Jupyter shows a returned figure."""
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=figsize)
     return fig, fig.subplots(nrows, ncols, **kw)
 
@@ -41,9 +44,6 @@ def _run_title(result: SimResult, label: str | None) -> str:
 
 def latency_cdf_figure(result: SimResult, slo: SLO | None = None, label: str | None = None) -> Figure:
     """CDFs of TTFT, TPOT and E2EL (ms, log x) with a dashed line at each SLO target that is set."""
-    import numpy as np
-    from matplotlib.ticker import LogFormatter, NullFormatter, PercentFormatter
-
     df = result.requests
     fig, axes = new_figure(1, 3, (14, 4.2))
     for ax, (col, key, title, xlabel) in zip(axes, CDF_PANELS):
@@ -77,8 +77,6 @@ def latency_cdf_figure(result: SimResult, slo: SLO | None = None, label: str | N
 
 def timeline_figure(result: SimResult, label: str | None = None) -> Figure | None:
     """Per-instance requests in the engine, KV-cache use (% of blocks) and the router's central queue over time."""
-    from matplotlib.ticker import PercentFormatter
-
     tl = result.timeline
     if not len(tl):
         return None

@@ -20,6 +20,8 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
 
+from tqdm import tqdm
+
 if TYPE_CHECKING:
     from llmsim.cluster import Cluster
 
@@ -63,8 +65,6 @@ class SimProgress:
         cluster.recorder.subscribe(self.on_finish, self.on_drop)
         self._t0 = self._last = time.perf_counter()
         if self.tty:
-            from tqdm import tqdm
-
             self._bar = tqdm(total=self.total, unit="req", desc="requests done", file=self.stream, leave=False,
                              mininterval=0, miniters=1, dynamic_ncols=True)
 

@@ -27,12 +27,11 @@ from itertools import compress
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
-from llmsim.schema import SLO  # noqa: F401  (the slo group's schema; re-exported for old imports)
+from llmsim.schema import SLO
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from llmsim.cluster import Cluster
     from llmsim.engine.config import EngineConfig
     from llmsim.perf.profile import Profile
@@ -136,8 +135,6 @@ class Recorder:
 
     # ------------------------------------------------------------------ tables
     def requests_frame(self) -> pd.DataFrame:
-        import pandas as pd
-
         data: dict[str, Any] = {k: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64).copy()
                                 for k, v in self.cols.items()}
         df = pd.DataFrame(data)
@@ -158,14 +155,10 @@ class Recorder:
         return df.sort_values("id", kind="stable").reset_index(drop=True)
 
     def dropped_frame(self) -> pd.DataFrame:
-        import pandas as pd
-
         return pd.DataFrame(self.dropped, columns=["id", "arrival", "prompt_tokens", "output_tokens", "reason",
                                                    "time", "instance"])
 
     def timeline_frame(self) -> pd.DataFrame:
-        import pandas as pd
-
         return pd.DataFrame({k: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64).copy()
                              for k, v in self.timeline.items()})
 
@@ -355,8 +348,6 @@ INSTANCE_COLUMNS: dict[str, str] = {
 
 def instance_table(cluster: Cluster, duration: float) -> pd.DataFrame:
     """One row per instance, the columns of :data:`INSTANCE_COLUMNS`, over a run of ``duration`` seconds."""
-    import pandas as pd
-
     rows = []
     for inst in cluster.instances:
         prof = inst.profile

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from llmsim.errors import ConfigError
-from llmsim.routing.qlm.bench import main, random_problem
+from experiments.bench.qlm_plan import main, random_problem
 from llmsim.routing.qlm.milp import solve_plan
 from llmsim.routing.qlm.plan import PlanProblem, RequestGroup, VirtualQueue, brute_force_plan, edf_plan, evaluate
 

@@ -243,10 +243,10 @@ def test_invariants_hold_every_event(sc):
     def checked_step() -> None:
         inner()
         for inst in cluster.instances:
-            assert 0 <= inst.kv_free <= inst.kv_total
-            assert sum(r.blocks for r in inst.running) + inst.kv_free == inst.kv_total
-            assert 0 <= inst.cpu_free <= inst.cpu_total
-            assert sum(r.blocks for r in inst.swapped) + inst.cpu_free == inst.cpu_total
+            assert 0 <= inst.kv.free <= inst.kv_total
+            assert sum(r.blocks for r in inst.running) + inst.kv.free == inst.kv_total
+            assert 0 <= inst.kv.cpu_free <= inst.kv.cpu_total
+            assert sum(r.blocks for r in inst.swapped) + inst.kv.cpu_free == inst.kv.cpu_total
 
     env.step = checked_step  # the run loop looks step up on the instance
     cluster.run(sc_workload(sc))

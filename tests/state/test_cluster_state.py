@@ -44,7 +44,7 @@ def _expected(inst, state_inst: InstanceState) -> None:
     """``state_inst`` describes the engine ``inst`` exactly (counts, KV, every request, the sums)."""
     assert (state_inst.num_running, state_inst.num_waiting, state_inst.num_swapped) == (
         len(inst.running), len(inst.waiting), len(inst.swapped))
-    assert state_inst.kv_blocks_used == inst.kv_total - inst.kv_free
+    assert state_inst.kv_blocks_used == inst.kv_total - inst.kv.free
     assert state_inst.kv_blocks_total == inst.kv_total
     for q, name in ((inst.running, "running"), (inst.waiting, "waiting"), (inst.swapped, "swapped")):
         want = [(r.id, r.prompt_tokens, r.generated, r.computed, r.predicted_output, r.task, r.arrival) for r in q]

@@ -21,7 +21,7 @@ all padding to the head); the objective is per group, not per request (count-wei
 Fallback (the paper's App. A.3 and public code): EDF when infeasible, or when the budget runs out with no
 incumbent, or when EDF scores better than the budget-stopped incumbent (ranked by feasibility, then objective).
 
-``python -m llmsim.routing.qlm.bench --bench`` prints the solve time against queue size and instance count.
+``python -m experiments.bench qlm_plan --bench`` prints the solve time against queue size and instance count.
 """
 
 from __future__ import annotations

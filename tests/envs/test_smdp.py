@@ -50,7 +50,7 @@ class _Fixed(EnvWorkload):
 
 def _env(reqs, insts=None, **kw) -> RoutingEnv:
     insts = insts or [InstanceConfig("llama-2-7b", "a100-80gb")]
-    return RoutingEnv(insts, _Fixed(reqs), num_requests=len(reqs), **kw)
+    return RoutingEnv(instances=insts, workload=_Fixed(reqs), num_requests=len(reqs), **kw)
 
 
 @pytest.mark.parametrize("env_id", envs.ENV_IDS)

@@ -1,4 +1,5 @@
-"""Graph observation (spec 000): exact HeteroData round trip and features checked against the cluster."""
+"""Graph observation (the QoS-aware edge router's): exact HeteroData round trip and features checked against the
+cluster."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_nodes_and_edges_match_cluster_state():
             rows.append([r.prompt_tokens / 1000, env.routed_quality[r.id], r.predicted_output / 300,
                          (r.prompt_tokens + g) / kv_tok, g / 300, lat])
             owners.append(k)
-        assert float(data["expert"].x[k, 0]) == pytest.approx((inst.kv_total - inst.kv_free) / inst.kv_total)
+        assert float(data["expert"].x[k, 0]) == pytest.approx((inst.kv_total - inst.kv.free) / inst.kv_total)
         assert float(data["expert"].x[k, 1]) == pytest.approx(len(inst.running) / 10)
     assert np.allclose(data["running"].x.numpy(), np.array(rows, np.float32), rtol=1e-6)
     ei = data["running", "on", "expert"].edge_index.numpy()

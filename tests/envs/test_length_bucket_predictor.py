@@ -1,4 +1,5 @@
-"""The learned output-length bucket predictor (envs/predictors/length_buckets.py, spec 001 Sec. 4.1)."""
+"""The learned output-length bucket predictor (envs/predictors/length_buckets.py; "Intelligent Router
+for LLM Workloads", Sec. 4.1)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
+from llmsim.envs.predictors.from_config import make_agent_predictor  # noqa: E402
 from llmsim.envs.predictors.length_buckets import (  # noqa: E402
     BUCKET_NAMES,
     GRID_MAX,
@@ -20,7 +22,6 @@ from llmsim.envs.predictors.length_buckets import (  # noqa: E402
     bucket_of,
     collect_samples,
     main,
-    make_agent_predictor,
     split,
     train_predictor,
 )

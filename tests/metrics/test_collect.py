@@ -226,13 +226,54 @@ def test_last_line_and_reason_read_only_the_tail(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_module_runs_and_imports_no_heavy_package(tmp_path):
-    """The collector runs where the sweep's files are (a login node): no torch, gymnasium, nor Hydra's app
-    machinery at import."""
-    code = ("import sys, llmsim.metrics.collect; bad = {'torch', 'gymnasium', 'hydra'} & set(sys.modules); "
-            "assert not bad, bad")
+    """The collector runs where the sweep's files are (a login node): no torch, gymnasium nor matplotlib at import.
+    (Hydra's override grammar it does import, at the top: it is what types the override columns.)"""
+    code = ("import sys, llmsim.metrics.collect; bad = {'torch', 'gymnasium', 'matplotlib'} & "
+            "{m.split('.')[0] for m in sys.modules}; assert not bad, bad")
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True).returncode == 0
     sweep = basic_sweep(tmp_path / "sweep")
     p = subprocess.run([sys.executable, "-m", "llmsim.metrics.collect", str(sweep)], capture_output=True, text=True,
                        cwd=tmp_path, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "collected 2 runs, 1 failed" in p.stdout
+
+
+# ---------------------------------------------------------------------- failed runs that left no run directory
+def _submitit_job(sweep: Path, job_id: str, err: str) -> None:
+    """What submitit leaves of a job whose run failed and removed its run directory: its logs."""
+    folder = sweep / ".submitit" / job_id
+    folder.mkdir(parents=True)
+    (folder / f"{job_id}_0_log.out").write_text("submitit INFO - Starting with JobEnvironment(...)\n")
+    (folder / f"{job_id}_0_log.err").write_text(err)
+
+
+def test_a_failed_submitit_job_without_a_run_gets_its_overrides(tmp_path):
+    """A run that fails removes its directory; under submitit its logs stay. The planned jobs without a run and
+    the submitit jobs without a run are the same jobs, in submission order: local jobs are numbered by process
+    id (job 998 before job 1002, though "1002" < "998" as text)."""
+    sweep = tmp_path / "sweep"
+    _multirun_yaml(sweep, "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
+                   ["workload.rate=1,-1,2,-2"])
+    for num, rate, job in ((0, 1, "997"), (2, 2, "1000")):
+        _run(sweep, num, [f"workload.rate={rate}"], SUMMARY, job_id=job)
+        _submitit_job(sweep, job, "")
+    _submitit_job(sweep, "998", "llmsim: error: workload.rate: expected a value > 0, got -1\n")
+    _submitit_job(sweep, "1002", "llmsim: error: workload.rate: expected a value > 0, got -2\n")
+    col = collect(sweep)
+    assert col.ok["workload.rate"].tolist() == [1, 2] and len(col.failed) == 2
+    assert (col.failed["status"] == "failed").all()
+    for rate, job in ((-1, "998"), (-2, "1002")):
+        row = col.failed[col.failed["workload.rate"] == rate].iloc[0]
+        assert row["error"] == f"llmsim: error: workload.rate: expected a value > 0, got {rate} ({job}_0_log.err)"
+        assert Path(row["job_dir"]).name == job
+
+
+def test_a_sweep_whose_every_job_failed_is_collected_and_exits_1(tmp_path, capsys):
+    """No run directory at all: multirun.yaml still says what was asked, so it is a sweep, every job failed."""
+    sweep = tmp_path / "sweep"
+    _multirun_yaml(sweep, "hydra._internal.core_plugins.basic_launcher.BasicLauncher", ["workload.rate=-1,-2"])
+    assert main([str(sweep)]) == 1
+    col = collect(sweep)
+    assert col.keys == ["workload.rate"] and col.frame["workload.rate"].tolist() == [-1, -2]
+    assert (col.frame["status"] == "missing").all() and col.frame["error"].str.contains("the job failed").all()
+    assert "no run has a summary" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The RouteBalance testbed (spec 004, issue 16): profiles, cluster, prices, task mix, arrivals, a short run."""
+"""The RouteBalance testbed: profiles, cluster, prices, task mix, arrivals, a short run."""
 
 from __future__ import annotations
 

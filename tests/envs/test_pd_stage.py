@@ -33,7 +33,7 @@ def play(env, pick):
 
 @pytest.mark.parametrize("stage", ["prefill", "decode", "both"])
 def test_the_agent_decides_the_stages_it_drives_and_only_among_their_candidates(stage):
-    env = RoutingEnv(SPLIT, Small(), num_requests=30, stage=stage)
+    env = RoutingEnv(instances=SPLIT, workload=Small(), num_requests=30, stage=stage)
     seen = play(env, lambda valid: int(valid[-1]))
     decided = {s for s, _ in seen if s is not None}
     assert decided == ({"prefill", "decode"} if stage == "both" else {stage})
@@ -52,7 +52,7 @@ def test_the_agent_decides_the_stages_it_drives_and_only_among_their_candidates(
 
 
 def test_heuristics_answer_the_decode_stage_inside_the_env():
-    env = RoutingEnv(SPLIT, Small(), num_requests=10, stage="decode")
+    env = RoutingEnv(instances=SPLIT, workload=Small(), num_requests=10, stage="decode")
     env.reset(seed=0)
     jsq = make_router("jsq")
     while env.pending is None:
@@ -63,8 +63,9 @@ def test_heuristics_answer_the_decode_stage_inside_the_env():
 def test_stage_needs_a_disaggregated_arrival_env():
     mixed = [{"model": "llama-2-7b", "gpu": "a100-80gb", "count": 2}]
     with pytest.raises(ConfigError, match=r"env.stage: 'decode' needs a disaggregated cluster"):
-        RoutingEnv(mixed, Small(), num_requests=5, stage="decode")
+        RoutingEnv(instances=mixed, workload=Small(), num_requests=5, stage="decode")
     with pytest.raises(ConfigError, match=r"env.stage: 'both' needs decision='arrival' and action='instance'"):
-        RoutingEnv(SPLIT, Small(), num_requests=5, stage="both", decision="tick", action="instance_wait")
+        RoutingEnv(instances=SPLIT, workload=Small(), num_requests=5, stage="both", decision="tick",
+                   action="instance_wait")
     with pytest.raises(ConfigError, match="stage"):
-        RoutingEnv(SPLIT, Small(), num_requests=5, stage="middle")
+        RoutingEnv(instances=SPLIT, workload=Small(), num_requests=5, stage="middle")

@@ -1,4 +1,5 @@
-"""Spec 000's score and length bucket predictors (envs/predictors/qos.py) and the zero-predictor ablation."""
+"""The QoS-aware edge router's score and length bucket predictors (envs/predictors/qos.py) and the zero-predictor
+ablation."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ pytest.importorskip("gymnasium")
 pytest.importorskip("xgboost")
 
 from llmsim.envs.predictors.base import PREDICTORS, ZeroPredictor, make_predictor  # noqa: E402
-from llmsim.envs.predictors.length_buckets import make_agent_predictor  # noqa: E402
+from llmsim.envs.predictors.from_config import make_agent_predictor  # noqa: E402
 from llmsim.envs.predictors.qos import (  # noqa: E402
     GRID_MAX,
     QoSBucketModel,

@@ -140,6 +140,7 @@ def test_model_action_routes_to_least_loaded_replica():
         assert req.instance == want
 
 
+@pytest.mark.slow
 def test_subproc_vec_env():
     from stable_baselines3.common.vec_env import SubprocVecEnv
 

@@ -1,4 +1,5 @@
-"""Spec 000's Baseline RL state (envs/observations/expert_flat.py) equals the graph state's expert features."""
+"""The QoS-aware edge router's Baseline RL state (envs/observations/expert_flat.py) equals the graph state's expert
+features."""
 
 from __future__ import annotations
 

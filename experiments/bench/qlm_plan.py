@@ -1,8 +1,7 @@
 """How long QLM's MILP plan generator takes against queue size and instance count, on seeded random problems
-(``python -m llmsim.routing.qlm.bench --bench``; docs/qlm.md, "Solve time against queue size").
+(``python -m experiments.bench qlm_plan --bench``; docs/qlm.md, "Solve time against queue size").
 
-Why a module of its own: the router never needs it, and ``python -m`` runs it without the package having
-imported it first.
+A benchmark, so it lives with the others (``random_problem`` also feeds the plan generator's tests).
 """
 
 from __future__ import annotations
@@ -60,8 +59,8 @@ def bench(sizes: Sequence[int], queue_counts: Sequence[int], budget_s: float, se
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m llmsim.routing.qlm.bench --bench``: print the solve-time table."""
-    ap = argparse.ArgumentParser(prog="python -m llmsim.routing.qlm.bench",
+    """``python -m experiments.bench qlm_plan --bench``: print the solve-time table."""
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench qlm_plan",
                                  description="QLM's MILP plan generator: solve time against queue size")
     ap.add_argument("--bench", action="store_true", help="time the MILP against queue size")
     ap.add_argument("--sizes", default="2,5,10,20,30,40")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -25,8 +23,9 @@ from llmsim.envs.testbeds import make_from_config
 from llmsim.envs.workloads import MIXTURE_PRESETS, LabelledWorkload, MixtureWorkload, make_workload
 from llmsim.errors import ConfigError, TraceError
 from llmsim.workload import ARRIVAL_PRESETS, RandomPhases
+from tests.helpers import REPO
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "env"
+CONF = REPO / "conf" / "env"
 
 
 def test_workload_router_mixture_matches_table1():

@@ -62,6 +62,7 @@ def _quiet_logger(model) -> None:
     model.set_logger(Logger(folder=None, output_formats=[]))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_maskable_ppo_learns_the_fast_instance_rule_beyond_a_random_policy():
     from sb3_contrib import MaskablePPO

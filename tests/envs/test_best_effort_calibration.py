@@ -1,5 +1,5 @@
-"""BestEffort's regime (spec 002 section 4.3.1): the static baselines' deadline curves bend where the paper's
-do. Small runs of the calibration command's own jobs (experiments.testbeds.cases); the full curves are
+"""BestEffort's regime ("Learned Best-Effort LLM Serving", Sec. 4.3.1): the static baselines' deadline curves bend
+where the paper's do. Small runs of the calibration command's own jobs (experiments.testbeds.cases); the full curves are
 ``python -m experiments.testbeds.calibrate --testbed best_effort`` (docs/testbeds.md)."""
 
 import numpy as np

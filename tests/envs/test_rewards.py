@@ -1,4 +1,5 @@
-"""Reward components on hand-computed tiny cases (spec 000 worked examples, spec 001/002/004 formulas)."""
+"""Reward components on hand-computed tiny cases (the QoS-aware edge router's worked examples; the WorkloadRouter,
+BestEffort and RouteBalance formulas)."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ class _Fixed(EnvWorkload):
 
 def _tiny_env(reqs, reward, models=("llama-2-7b",), **kw) -> RoutingEnv:
     insts = [InstanceConfig(model=m, gpu="a100-80gb", engine=EngineConfig(max_num_seqs=8)) for m in models]
-    return RoutingEnv(insts, _Fixed(reqs), num_requests=len(reqs), reward=reward, **kw)
+    return RoutingEnv(instances=insts, workload=_Fixed(reqs), num_requests=len(reqs), reward=reward, **kw)
 
 
 def _run(env, actions):

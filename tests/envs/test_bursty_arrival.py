@@ -1,4 +1,5 @@
-"""BurstGPT-like arrivals for env workloads (spec 000's bursty test): exact mean rate, bursty, deterministic."""
+"""BurstGPT-like arrivals for env workloads (the QoS-aware edge router's bursty test): exact mean rate, bursty,
+deterministic."""
 
 from __future__ import annotations
 

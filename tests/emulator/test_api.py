@@ -1,0 +1,185 @@
+"""The emulated vLLM backend's HTTP API (llmsim.emulator): completions and chat as vLLM answers them (usage counts,
+determinism, streaming chunks, sampled lengths), errors in OpenAI's shape, auth, and option checks. Loopback only;
+every test takes a few seconds at most."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import httpx
+import pytest
+
+from llmsim.emulator import EmulatorHandle, start_emulator
+from llmsim.errors import LLMSimError
+from tests.emulator.helpers import MODEL, post, sse
+
+
+# ---------------------------------------------------------------------- the API
+@pytest.mark.timeout(60)  # a hang bound: start() itself fails if the server does not start in 10 s
+def test_models_health_and_quick_start() -> None:
+    with start_emulator(MODEL, "a100-80gb", speedup=20.0, served_model_name="my-llama") as h:
+        assert httpx.get(h.url + "/health").status_code == 200
+        d = httpx.get(h.url + "/v1/models").json()["data"][0]
+        assert d["id"] == "my-llama" and d["owned_by"] == "llmsim" and d["max_model_len"] == 131072
+        assert post(h, "/v1/completions", {"model": "my-llama", "prompt": "hi", "max_tokens": 2}).status_code == 200
+    assert not h.thread_alive  # stop() returned with the server's thread ended: it did not wait out its timeout
+
+
+def test_completion_non_streaming_counts_and_determinism(emu: EmulatorHandle) -> None:
+    body = {"model": MODEL, "prompt": "x" * 401, "max_tokens": 7}
+    r = post(emu, "/v1/completions", body)
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["object"] == "text_completion" and d["id"].startswith("cmpl-")
+    assert d["usage"] == {"prompt_tokens": 101, "completion_tokens": 7, "total_tokens": 108}  # ceil(401 / 4)
+    c = d["choices"][0]
+    assert c["finish_reason"] == "length" and len(c["text"].split()) == 7
+    assert post(emu, "/v1/completions", body).json()["choices"][0]["text"] == c["text"]  # same request, same text
+    ids = post(emu, "/v1/completions", {"model": MODEL, "prompt": list(range(37)), "max_tokens": 3}).json()
+    assert ids["usage"]["prompt_tokens"] == 37  # token ids count exactly
+    dflt = post(emu, "/v1/completions", {"model": MODEL, "prompt": "hello"}).json()
+    assert dflt["usage"]["completion_tokens"] == 16  # vLLM's default max_tokens for completions
+
+
+def test_chat_non_streaming(emu: EmulatorHandle) -> None:
+    msgs = [{"role": "system", "content": "s" * 10}, {"role": "user", "content": [{"type": "text", "text": "u" * 7}]}]
+    r = post(emu, "/v1/chat/completions", {"model": MODEL, "messages": msgs, "max_completion_tokens": 5})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["object"] == "chat.completion"
+    assert d["choices"][0]["message"]["role"] == "assistant" and d["choices"][0]["finish_reason"] == "length"
+    # ceil(17 chars / 4) + 3 per message + 3 for the reply's header
+    assert d["usage"] == {"prompt_tokens": 5 + 6 + 3, "completion_tokens": 5, "total_tokens": 19}
+
+
+def test_chat_default_max_tokens_is_the_rest_of_the_context(small: EmulatorHandle) -> None:
+    r = post(small, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+    u = r.json()["usage"]
+    assert u["prompt_tokens"] == 1 + 3 + 3 and u["total_tokens"] == 512
+
+
+def test_streaming_completion(emu: EmulatorHandle) -> None:
+    body = {"model": MODEL, "prompt": "hello " * 20, "max_tokens": 12, "stream": True,
+            "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", emu.url + "/v1/completions", json=body, timeout=30) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        chunks = sse(list(r.iter_lines()))
+    assert chunks[-1] == "[DONE]"
+    tokens, final, usage = chunks[:-3], chunks[-3], chunks[-2]
+    assert len(tokens) == 12 and all(c["choices"][0]["finish_reason"] is None for c in tokens)
+    assert all(c["choices"][0]["text"].strip() for c in tokens)
+    assert final["choices"][0]["finish_reason"] == "length"
+    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 30, "completion_tokens": 12,
+                                                         "total_tokens": 42}
+    whole = post(emu, "/v1/completions", {**body, "stream": False, "stream_options": None}).json()
+    assert "".join(c["choices"][0]["text"] for c in tokens) == whole["choices"][0]["text"]
+    body.pop("stream_options")  # no usage chunk unless asked
+    with httpx.stream("POST", emu.url + "/v1/completions", json=body, timeout=30) as r:
+        chunks = sse(list(r.iter_lines()))
+    assert len(chunks) == 12 + 2 and not any("usage" in c for c in chunks[:-1])
+
+
+def test_streaming_chat(emu: EmulatorHandle) -> None:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}
+    with httpx.stream("POST", emu.url + "/v1/chat/completions", json=body, timeout=30) as r:
+        chunks = sse(list(r.iter_lines()))
+    assert chunks[0]["object"] == "chat.completion.chunk" and chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert [bool(c["choices"][0]["delta"].get("content")) for c in chunks[1:5]] == [True] * 4
+    assert chunks[5]["choices"][0]["finish_reason"] == "length" and chunks[6] == "[DONE]"
+
+
+def test_sampled_output_length() -> None:
+    with start_emulator(MODEL, "a100-80gb", speedup=50.0, output_len="sampled", seed=3) as h:
+        outs = []
+        for k in range(4):
+            d = post(h, "/v1/completions", {"model": MODEL, "prompt": f"q{k}", "max_tokens": 5000}).json()
+            outs.append((d["usage"]["completion_tokens"], d["choices"][0]["finish_reason"]))
+        assert all(1 <= n < 5000 and fin == "stop" for n, fin in outs) and len({n for n, _ in outs}) > 1
+        again = post(h, "/v1/completions", {"model": MODEL, "prompt": "q0", "max_tokens": 5000}).json()
+        assert again["usage"]["completion_tokens"] == outs[0][0]
+        capped = post(h, "/v1/completions", {"model": MODEL, "prompt": "q0", "max_tokens": 2}).json()
+        assert capped["usage"]["completion_tokens"] == 2 and capped["choices"][0]["finish_reason"] == "length"
+        full = post(h, "/v1/completions", {"model": MODEL, "prompt": "q0", "max_tokens": 900, "ignore_eos": True})
+        assert full.json()["usage"]["completion_tokens"] == 900
+
+
+# ---------------------------------------------------------------------- errors and auth
+BAD = [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "must be a JSON object"),
+    ({"prompt": "x"}, 400, "`model` is required"),
+    ({"model": 7, "prompt": "x"}, 400, "`model` must be a string"),
+    ({"model": "gpt-5", "prompt": "x"}, 404, "The model `gpt-5` does not exist."),
+    ({"model": MODEL}, 400, "`prompt` is required"),
+    ({"model": MODEL, "prompt": ""}, 400, "must not be empty"),
+    ({"model": MODEL, "prompt": [True, 2]}, 400, "list of token ids"),
+    ({"model": MODEL, "prompt": ["a", "b"]}, 400, "batched prompts"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": 0}, 400, "`max_tokens` must be a positive integer"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": "5"}, 400, "`max_tokens` must be a positive integer"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": 1.5}, 400, "`max_tokens` must be a positive integer"),
+    ({"model": MODEL, "prompt": "x", "stream": "yes"}, 400, "`stream` must be a boolean"),
+    ({"model": MODEL, "prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream=True"),
+    ({"model": MODEL, "prompt": "x", "n": 2}, 400, "`n` must be 1"),
+    ({"model": MODEL, "prompt": list(range(600))}, 400, "maximum context length is 512 tokens"),
+]
+
+
+@pytest.mark.parametrize("body,status,words", BAD, ids=[w[:24] for _, _, w in BAD])
+def test_completions_bad_requests(small: EmulatorHandle, body: Any, status: int, words: str) -> None:
+    r = post(small, "/v1/completions", body)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert words in err["message"] and err["code"] == status
+    assert err["type"] == ("NotFoundError" if status == 404 else "BadRequestError")
+
+
+@pytest.mark.parametrize("body,words", [
+    ({"model": MODEL}, "`messages` is required"),
+    ({"model": MODEL, "messages": []}, "`messages` is required"),
+    ({"model": MODEL, "messages": [{"content": "x"}]}, "string `role`"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": 3}]}, "`messages[0].content` must be"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, "positive integer"),
+])
+def test_chat_bad_requests(small: EmulatorHandle, body: Any, words: str) -> None:
+    r = post(small, "/v1/chat/completions", body)
+    assert r.status_code == 400 and words in r.json()["error"]["message"], r.text
+
+
+def test_prompt_that_never_fits_the_kv_cache() -> None:
+    with start_emulator(MODEL, "a100-80gb", speedup=50.0, num_gpu_blocks=8) as h:
+        r = post(h, "/v1/completions", {"model": MODEL, "prompt": list(range(200)), "max_tokens": 2})
+        assert r.status_code == 400 and "KV cache" in r.json()["error"]["message"]
+        assert post(h, "/v1/completions", {"model": MODEL, "prompt": list(range(50)), "max_tokens": 2}).status_code \
+            == 200
+
+
+def test_body_size_limit(small: EmulatorHandle) -> None:
+    big = json.dumps({"model": MODEL, "prompt": "x" * (5 * 1024 * 1024)})
+    r = post(small, "/v1/completions", big)
+    assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
+
+
+def test_api_key() -> None:
+    with start_emulator(MODEL, "a100-80gb", speedup=50.0, api_key="s3cret") as h:
+        body = {"model": MODEL, "prompt": "x", "max_tokens": 1}
+        for hdr in ({}, {"authorization": "Bearer nope"}):
+            r = post(h, "/v1/completions", body, **hdr)
+            assert r.status_code == 401 and r.json()["error"]["type"] == "AuthenticationError"
+        assert httpx.get(h.url + "/v1/models").status_code == 401
+        assert post(h, "/v1/completions", body, authorization="Bearer s3cret").status_code == 200
+        assert httpx.get(h.url + "/health").status_code == 200 and httpx.get(h.url + "/metrics").status_code == 200
+
+
+def test_bad_options_raise_config_error() -> None:
+    for kw in ({"speedup": 0}, {"speedup": float("nan")}, {"model": "nope"}, {"engine": "fifo"},
+               {"output_len": "eos"}):
+        with pytest.raises(LLMSimError):
+            start_emulator(**{"model": MODEL, "gpu": "a100-80gb", **kw})
+
+
+def test_output_is_capped_by_the_context(small: EmulatorHandle) -> None:
+    d = post(small, "/v1/completions", {"model": MODEL, "prompt": list(range(500)), "max_tokens": 100}).json()
+    assert d["usage"]["completion_tokens"] == 12 and d["choices"][0]["finish_reason"] == "length"
+    assert math.isclose(d["usage"]["total_tokens"], 512)

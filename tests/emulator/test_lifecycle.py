@@ -1,0 +1,165 @@
+"""The emulator's life cycle and command: a client that disconnects aborts its request, stopping with open
+streams hangs nothing and lets no new connection in, ``llmsim-emulate`` (bad input as one line, serving, the
+serve extra named when missing) and what ``import llmsim`` leaves out. Wall time only bounds hangs, generously."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from llmsim.emulator import EmulatorHandle, listen_socket, start_emulator
+from tests.emulator.helpers import MODEL, metrics, sample, wait_until_idle
+from tests.helpers import REPO
+
+# runs llmsim-emulate with the serve extra's packages made unimportable, as in an install without it
+WITHOUT_SERVE_EXTRA = ("import sys; sys.modules.update(dict.fromkeys(['fastapi', 'uvicorn', 'httpx', "
+                       "'prometheus_client'])); from llmsim.emulator.cli import main; main(sys.argv[1:])")
+
+
+# ---------------------------------------------------------------------- disconnects and stopping
+def test_client_disconnect_aborts_the_request(emu: EmulatorHandle) -> None:
+    before = metrics(emu)
+    body = {"model": MODEL, "prompt": "q" * 100, "max_tokens": 20000, "stream": True}
+    with httpx.stream("POST", emu.url + "/v1/completions", json=body, timeout=30) as r:
+        it = r.iter_lines()
+        for _ in range(6):
+            next(it)
+    m = wait_until_idle(emu)
+    ok = "vllm:request_success_total"
+    assert sample(m, ok, finished_reason="abort") == sample(before, ok, finished_reason="abort") + 1
+    # aborted, not run to its 20,000 tokens (~15 s at 20x): the close is noticed at once (a few tokens here);
+    # the bound leaves a loaded machine seconds of slack
+    assert sample(m, "vllm:generation_tokens_total") - sample(before, "vllm:generation_tokens_total") < 10_000
+
+
+def test_stop_with_open_streams_does_not_hang() -> None:
+    h = start_emulator(MODEL, "a100-80gb", speedup=20.0)
+    got: list[int] = []
+    ended: list[str] = []
+
+    def reader() -> None:
+        n = 0
+        try:
+            body = {"model": MODEL, "prompt": "w" * 50, "max_tokens": 50000, "stream": True}
+            with httpx.stream("POST", h.url + "/v1/completions", json=body, timeout=10) as r:
+                for _ in r.iter_lines():
+                    n += 1
+            ended.append("eof")
+        except httpx.HTTPError as e:
+            ended.append(type(e).__name__)
+        got.append(n)
+
+    threads = [threading.Thread(target=reader, daemon=True) for _ in range(3)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30  # a hang bound
+    # 20 tokens released to each stream: its first chunks (> 5 lines) have long been written to the client
+    while len(h.engine.tickets) < 3 or min(t.available for t in list(h.engine.tickets.values())) < 20:
+        assert time.monotonic() < deadline, "the three streams never got going"
+        time.sleep(0.01)
+    h.stop()
+    assert not h.thread_alive  # stop() returned with the server's thread ended: it waited for no stream
+    for t in threads:
+        t.join(20)  # a hang bound: a cut connection ends the client's read at once
+        assert not t.is_alive(), "a client stream hung after the server stopped"
+    assert len(ended) == 3 and min(got) > 5, (ended, got)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(h.url + "/health", timeout=2)
+
+
+def test_a_stopping_server_lets_no_new_connection_in() -> None:
+    """Once stop() has begun, the port refuses connections at once (not at uvicorn's next tick): a router's health
+    check let in meanwhile was answered by the dying backend and readmitted it. The kill is held inside on_kill,
+    on the server's loop, so uvicorn cannot tick meanwhile and the check is deterministic."""
+    h = start_emulator(MODEL, "a100-80gb", speedup=20.0)
+    in_kill, release = threading.Event(), threading.Event()
+    stop_engine = h.on_kill
+
+    def held_kill() -> None:
+        stop_engine()
+        in_kill.set()
+        release.wait(10)
+
+    h.on_kill = held_kill  # type: ignore[method-assign]
+    stopper = threading.Thread(target=h.stop, daemon=True)
+    stopper.start()
+    try:
+        assert in_kill.wait(10), "stop() never reached on_kill"
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((h.host, h.port), timeout=2).close()
+    finally:
+        release.set()
+        stopper.join(10)
+    assert not stopper.is_alive()
+
+
+# ---------------------------------------------------------------------- the CLI
+@pytest.mark.parametrize("args,flag", [
+    (["--model", "nope", "--gpu", "a100-80gb"], "--model"),
+    (["--model", MODEL, "--gpu", "b200x"], "--gpu"),
+    (["--model", MODEL, "--gpu", "a100-80gb", "--speedup", "0"], "--speedup"),
+    (["--model", MODEL, "--gpu", "a100-80gb", "--speedup", "fast"], "--speedup"),
+    (["--model", MODEL, "--gpu", "a100-80gb", "--engine", "fifo"], "--engine"),
+    (["--model", MODEL, "--gpu", "a100-80gb", "--max-model-len", "1000000"], "--max-model-len"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(args: list[str], flag: str) -> None:
+    p = subprocess.run([sys.executable, "-m", "llmsim.emulator.cli", *args], cwd=REPO, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0] and "Traceback" not in p.stderr, p.stderr
+
+
+def test_cli_serves() -> None:
+    p = subprocess.Popen([sys.executable, "-m", "llmsim.emulator.cli", "--model", MODEL, "--gpu", "a100-80gb",
+                          "--port", "0", "--speedup", "50"], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stderr.readline()  # "llmsim-emulate: ... on http://127.0.0.1:PORT"
+        url = line.strip().rsplit(" ", 1)[-1]
+        assert url.startswith("http://127.0.0.1:"), line
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                r = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 3})
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert r.json()["usage"]["completion_tokens"] == 3
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
+def test_import_llmsim_does_not_import_fastapi() -> None:
+    code = ("import sys, llmsim, llmsim.cluster.cluster; "
+            "assert 'fastapi' not in sys.modules and 'uvicorn' not in sys.modules")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+
+
+def test_cli_help_and_a_missing_serve_extra() -> None:
+    """Without the serve extra, ``--help`` still works and says it is needed; serving names it in one line."""
+    run = [sys.executable, "-c", WITHOUT_SERVE_EXTRA]
+    p = subprocess.run([*run, "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "pip install 'llmsim[serve]'" in p.stdout, p.stderr
+    p = subprocess.run([*run, "--model", MODEL, "--gpu", "a100-80gb"], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "pip install 'llmsim[serve]'" in lines[0], p.stderr
+
+
+def test_listening_socket_sends_small_chunks_at_once() -> None:
+    """The listener says IPPROTO_TCP and TCP_NODELAY, so asyncio sets TCP_NODELAY on each accepted connection:
+    without it Nagle's algorithm holds each small SSE chunk until the client's delayed ACK (~40 ms late)."""
+    sock = listen_socket("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP and sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        sock.close()
