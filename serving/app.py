@@ -16,7 +16,7 @@ from starlette.requests import ClientDisconnect
 from llmsim.serving.config import RouterConfig
 from llmsim.serving.gateway import Gateway
 from llmsim.serving.inbound import BadRequest, check_request, parse_json
-from llmsim.serving.policy import Decider
+from llmsim.serving.decider import Decider
 
 CLIENT_GONE = 499  # nginx's status for a client that left before its answer
 

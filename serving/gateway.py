@@ -1,7 +1,7 @@
 """The router's core: one client request from admission to its last byte.
 
 A request is admitted (in-flight and prompt limits), decided on the live ClusterState (serving/tracker.py) by
-the configured policy (serving/policy.py; a WAIT holds it and decides again when the state moves), and forwarded.
+the configured policy (serving/decider.py; a WAIT holds it and decides again when the state moves), and forwarded.
 Failures before the first token (refused connection, timeout, 5xx) are retried on another backend, ``retries``
 times at most, the failed backend excluded for that request (a refused connection also ejects it until health
 checks readmit it: serving/monitor.py). After the first token a failure ends the client's stream with one SSE
@@ -28,7 +28,7 @@ from llmsim.serving.config import RouterConfig
 from llmsim.serving.inbound import BadRequest, Inbound
 from llmsim.serving.metrics import RouterMetrics
 from llmsim.serving.monitor import BackendMonitor
-from llmsim.serving.policy import Decider
+from llmsim.serving.decider import Decider
 from llmsim.serving.tracker import Backend, Flight, cluster_state
 
 HOLD_TICK_S = 0.05  # a held (WAIT) request is decided again at least this often

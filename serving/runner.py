@@ -15,7 +15,7 @@ from llmsim.errors import LLMSimError
 from llmsim.serving.app import create_app
 from llmsim.serving.config import RouterConfig, parse_config
 from llmsim.serving.gateway import Gateway
-from llmsim.serving.policy import Decider
+from llmsim.serving.decider import Decider
 
 
 class RouterHandle(ServerThread):

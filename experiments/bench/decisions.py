@@ -23,7 +23,7 @@ import numpy as np
 
 from llmsim.request import Request
 from llmsim.serving.config import BackendConfig, PolicyConfig
-from llmsim.serving.policy import Decider
+from llmsim.serving.decider import Decider
 from llmsim.serving.scrape import BackendMetrics
 from llmsim.serving.tracker import Backend, Flight, cluster_state
 

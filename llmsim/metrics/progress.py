@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 from tqdm import tqdm
 
 if TYPE_CHECKING:
-    from llmsim.cluster import Cluster
+    from llmsim.metrics.sources import RunningCluster
 
 
 def _is_tty(stream: IO[str]) -> bool:
@@ -51,13 +51,13 @@ class SimProgress:
         self.finished = 0
         self.dropped = 0
         self.lines = 0
-        self._cluster: Cluster | None = None
+        self._cluster: RunningCluster | None = None
         self._bar: Any = None
         self._next_check = self.check_every
         self._t0 = self._last = 0.0
 
     # ------------------------------------------------------------------ wiring
-    def attach(self, cluster: Cluster, total: int | None = None) -> None:
+    def attach(self, cluster: RunningCluster, total: int | None = None) -> None:
         """Start reporting on ``cluster`` (call before ``cluster.run``)."""
         if total is not None and self.total is None:
             self.total = int(total)

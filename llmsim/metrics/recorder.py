@@ -32,8 +32,7 @@ import pandas as pd
 from llmsim.schema import SLO
 
 if TYPE_CHECKING:
-    from llmsim.cluster import Cluster
-    from llmsim.engine.config import EngineConfig
+    from llmsim.metrics.sources import EngineSettings, MeasuredCluster
     from llmsim.perf.profile import Profile
     from llmsim.request import Request
 
@@ -296,7 +295,7 @@ def profile_label(name: str) -> str:
     return name
 
 
-def peak_token_throughput(profile: Profile, config: EngineConfig) -> float:
+def peak_token_throughput(profile: Profile, config: EngineSettings) -> float:
     """Tokens/s of the reference peak batch: one prefill-only iteration that fills the token budget.
 
     The batch is ``k`` prompts of ``p = min(PEAK_PROMPT_TOKENS, max_num_batched_tokens, max_model_len)`` tokens,
@@ -346,7 +345,7 @@ INSTANCE_COLUMNS: dict[str, str] = {
 """The columns of ``instances.csv`` in order, with their meaning (the README's table is generated from this)."""
 
 
-def instance_table(cluster: Cluster, duration: float) -> pd.DataFrame:
+def instance_table(cluster: MeasuredCluster, duration: float) -> pd.DataFrame:
     """One row per instance, the columns of :data:`INSTANCE_COLUMNS`, over a run of ``duration`` seconds."""
     rows = []
     for inst in cluster.instances:
@@ -382,7 +381,7 @@ def instance_means(inst_df: pd.DataFrame) -> dict[str, float]:
             "prefix_cache_queries": q, "prefix_cache_hits": h, "prefix_cache_hit_rate": h / q if q else 0.0}
 
 
-def profile_notes(cluster: Cluster) -> list[str]:
+def profile_notes(cluster: MeasuredCluster) -> list[str]:
     """A note naming the profiles with estimated step times (absolute latencies are less certain there)."""
     estimated = sorted({profile_label(i.profile.name) for i in cluster.instances if getattr(i.profile, "estimated",
                                                                                             False)})
