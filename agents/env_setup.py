@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llmsim.envs.predictors.length_buckets import make_agent_predictor
+from llmsim.envs.predictors.from_config import make_agent_predictor
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.envs.testbeds import make_from_config
 

@@ -6,7 +6,7 @@
 * ``ClusterView.live_progress`` equals the state's ``(central_queue, (num_requests, progress))``;
 * ``DecodeRun.used_blocks`` equals the per-request count that ``materialise`` settles;
 * the engine's queued totals (``llmsim.engine.queues``) equal sums over its queues after every event;
-* an env that accounts for ticks between events without an event each (``RoutingEnv._quiet_ticks``) gives the
+* an env that accounts for ticks between events without an event each (``DecisionPoints.quiet_ticks``) gives the
   same observations, rewards and infos as one event per tick, and the workload-aware reward's backlog read
   through ``true_progress`` equals the one computed from ``true_state``.
 """
@@ -205,17 +205,19 @@ def _trajectory(env, seed: int) -> list:
             return out
 
 
-def _count_quiet_ticks(monkeypatch, env_cls) -> dict:
-    """Wrap ``env_cls._quiet_ticks`` to count the ticks it accounts without an event of their own."""
+def _count_quiet_ticks(monkeypatch) -> dict:
+    """Wrap ``DecisionPoints.quiet_ticks`` to count the ticks it accounts without an event of their own."""
+    from llmsim.envs.decision_points import DecisionPoints
+
     calls = {"quiet": 0}
-    quiet = env_cls._quiet_ticks
+    quiet = DecisionPoints.quiet_ticks
 
     def counted(self):
-        k = self._tick_k
+        k = self.tick_k
         quiet(self)
-        calls["quiet"] += self._tick_k - k
+        calls["quiet"] += self.tick_k - k
 
-    monkeypatch.setattr(env_cls, "_quiet_ticks", counted)
+    monkeypatch.setattr(DecisionPoints, "quiet_ticks", counted)
     return calls
 
 
@@ -223,13 +225,13 @@ def test_ticks_between_events_give_the_same_episode_as_one_event_per_tick(monkey
     import gymnasium as gym
 
     import llmsim.envs  # noqa: F401
-    from llmsim.envs.routing_env import RoutingEnv
+    from llmsim.envs.decision_points import DecisionPoints
 
-    calls = _count_quiet_ticks(monkeypatch, RoutingEnv)
+    calls = _count_quiet_ticks(monkeypatch)
     env = gym.make("llmsim/WorkloadRouter-v0", num_requests=120).unwrapped
     fast = _trajectory(env, 3)
     assert calls["quiet"] > 1000  # most drain ticks had no event of their own
-    monkeypatch.setattr(RoutingEnv, "_quiet_ticks", lambda self: None)
+    monkeypatch.setattr(DecisionPoints, "quiet_ticks", lambda self: None)
     slow = _trajectory(env, 3)
     assert len(fast) == len(slow) > 100 and fast == slow
 
@@ -251,7 +253,7 @@ def test_backlog_from_true_progress_equals_the_one_from_true_state(monkeypatch):
         got = backlog(self, env)
         assert got == want
         seen["ticks"] += 1
-        seen["quiet"] += env._at is not None
+        seen["quiet"] += env.points.at is not None
         return got
 
     monkeypatch.setattr(WorkloadAwareReward, "_backlog", checked)
@@ -273,6 +275,7 @@ class _DyadicWorkload:
 
 
 def test_ticks_on_the_same_instants_as_boundaries_and_completions(monkeypatch):
+    from llmsim.envs.decision_points import DecisionPoints
     from llmsim.envs.routing_env import RoutingEnv
     from llmsim.envs.workloads import EnvWorkload
     from llmsim.testing import LinearProfile
@@ -280,11 +283,11 @@ def test_ticks_on_the_same_instants_as_boundaries_and_completions(monkeypatch):
     wl = type("Dyadic", (EnvWorkload,), dict(vars(_DyadicWorkload)))()
     insts = [InstanceConfig(profile=LinearProfile(base=0.25, per_token=0.0), engine=EngineConfig(policy="vllm_v0"))
              for _ in range(2)]
-    env = RoutingEnv(insts, wl, num_requests=30, decision="tick", tick=0.125, action="instance_wait",
-                     reward="workload_aware", drain_time=60.0)
-    calls = _count_quiet_ticks(monkeypatch, RoutingEnv)
+    env = RoutingEnv(instances=insts, workload=wl, num_requests=30, decision="tick", tick=0.125,
+                     action="instance_wait", reward="workload_aware", drain_time=60.0)
+    calls = _count_quiet_ticks(monkeypatch)
     fast = _trajectory(env, 5)
     assert calls["quiet"] > 100
-    monkeypatch.setattr(RoutingEnv, "_quiet_ticks", lambda self: None)
+    monkeypatch.setattr(DecisionPoints, "quiet_ticks", lambda self: None)
     slow = _trajectory(env, 5)
     assert len(fast) == len(slow) > 30 and fast == slow

@@ -243,8 +243,8 @@ def test_observation_flag_adds_one_feature_per_instance():
     from llmsim.envs.routing_env import RoutingEnv
 
     def env(obs):
-        return RoutingEnv([{"model": "llama-2-7b", "gpu": "a100-80gb", "count": 3}],
-                          {"kind": "mixture", "preset": "workload_router"}, num_requests=5, observation=obs)
+        return RoutingEnv(instances=[{"model": "llama-2-7b", "gpu": "a100-80gb", "count": 3}],
+                          workload={"kind": "mixture", "preset": "workload_router"}, num_requests=5, observation=obs)
 
     plain, off, on = env("flat"), env({"kind": "flat", "prefix_hit": False}), env({"kind": "flat", "prefix_hit": True})
     assert plain.observation_space.shape == off.observation_space.shape == (3 + 6 * 3,)
@@ -259,20 +259,24 @@ def test_observation_flag_adds_one_feature_per_instance():
 
 def test_observation_flag_reads_the_view():
     from llmsim.envs.observations import make_obs
+    from llmsim.envs.policy_router import DecisionContext
+    from llmsim.envs.predictors.base import OraclePredictor
 
     b = make_obs({"kind": "flat", "prefix_hit": True})
     n = 4
-    ctx = SimpleNamespace(num_instances=n, cluster=SimpleNamespace(view=FakeView(n, hits=[0, 32, 64, 80])))
+    view = FakeView(n, hits=[0, 32, 64, 80])
+    ctx = SimpleNamespace(num_instances=n, prefix_hit_tokens=view.prefix_hit_tokens)  # the env's: its cluster view's
     b.bind(ctx)
     b.buf[:] = 0.0
     b.fill_prefix_hits(ctx, req(prompt=64), 3 + 6 * n)
     assert b.buf[-n:].tolist() == [0.0, 0.5, 1.0, 1.0]
     b.fill_prefix_hits(ctx, None, 3 + 6 * n)
     assert not b.buf[-n:].any()
+    # a router outside the env (an exported policy) answers from its own view, and refuses without one
+    outside = DecisionContext({"instance_models": ["m"] * n, "models": ["m"]}, OraclePredictor())
     with pytest.raises(ConfigError, match="observation.prefix_hit"):
-        b.fill_prefix_hits(SimpleNamespace(num_instances=n), req(prompt=64), 3 + 6 * n)
-    # a router outside the env (an exported policy) hands its own view over in the context
-    outside = SimpleNamespace(num_instances=n, view=FakeView(n, hits=[64, 0, 0, 16]))
+        b.fill_prefix_hits(outside, req(prompt=64), 3 + 6 * n)
+    outside.view = FakeView(n, hits=[64, 0, 0, 16])
     b.fill_prefix_hits(outside, req(prompt=64), 3 + 6 * n)
     assert b.buf[-n:].tolist() == [1.0, 0.0, 0.0, 0.25]
 
@@ -287,8 +291,8 @@ def test_observation_flag_on_the_simulator():
         def requests(self, seed: int, k: int) -> list[Request]:
             return [Request(j, j * 1.0, 4 * 512 + 256, 8, hash_ids=(1, 2, 3, 4, 10**6 + j)) for j in range(k)]
 
-    env = RoutingEnv([{"model": "llama-2-7b", "gpu": "a100-80gb", "count": 2}], Shared(), num_requests=6,
-                     observation={"kind": "flat", "prefix_hit": True})
+    env = RoutingEnv(instances=[{"model": "llama-2-7b", "gpu": "a100-80gb", "count": 2}], workload=Shared(),
+                     num_requests=6, observation={"kind": "flat", "prefix_hit": True})
     obs, _ = env.reset(seed=0)
     seen = [obs[15:].tolist()]
     for _ in range(5):
