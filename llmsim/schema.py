@@ -11,7 +11,7 @@ forbids unknown keys and reports the first problem as::
 Groups: ``engine`` (:class:`llmsim.engine.config.EngineConfig`), ``cluster`` (:class:`ClusterConfig`), ``workload``
 (:mod:`llmsim.workload.schema`), ``policy`` (:class:`PolicyConfig`), ``slo`` (:class:`SLO`), ``sim``
 (:class:`SimConfig`), ``output`` (:class:`OutputConfig`) and the whole run (:class:`RunConfig`). The envs'
-options are :class:`llmsim.envs.schema.RoutingEnvConfig`, built from the same field types.
+options are :class:`llmsim.envs.config.RoutingEnvConfig`, built from the same field types.
 """
 
 from __future__ import annotations
