@@ -238,7 +238,7 @@ class SimConfig(Schema):
     central_queue_tick: PosFloat | None = None
     on_unservable: Literal["error", "drop"] = "error"
     colocation_interference: NonNegFloat = 1.0
-    kv_link: Literal["nvlink", "infiniband", "pcie", "ethernet"] = "infiniband"  # prefill -> decode (llmsim.cluster.disagg)
+    kv_link: Literal["nvlink", "infiniband", "pcie", "ethernet"] = "infiniband"  # prefill -> decode (cluster.disagg)
     kv_transfer: Literal["overlap", "blocking"] = "overlap"
 
 

@@ -14,9 +14,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import ClientDisconnect
 
 from llmsim.serving.config import RouterConfig
+from llmsim.serving.decider import Decider
 from llmsim.serving.gateway import Gateway
 from llmsim.serving.inbound import BadRequest, check_request, parse_json
-from llmsim.serving.decider import Decider
 
 CLIENT_GONE = 499  # nginx's status for a client that left before its answer
 

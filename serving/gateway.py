@@ -25,10 +25,10 @@ from llmsim.errors import ConfigError
 from llmsim.request import Request
 from llmsim.routing import DROP, WAIT
 from llmsim.serving.config import RouterConfig
+from llmsim.serving.decider import Decider
 from llmsim.serving.inbound import BadRequest, Inbound
 from llmsim.serving.metrics import RouterMetrics
 from llmsim.serving.monitor import BackendMonitor
-from llmsim.serving.decider import Decider
 from llmsim.serving.tracker import Backend, Flight, cluster_state
 
 HOLD_TICK_S = 0.05  # a held (WAIT) request is decided again at least this often

@@ -14,8 +14,8 @@ from llmsim.emulator.server_thread import ServerThread, listen_socket
 from llmsim.errors import LLMSimError
 from llmsim.serving.app import create_app
 from llmsim.serving.config import RouterConfig, parse_config
-from llmsim.serving.gateway import Gateway
 from llmsim.serving.decider import Decider
+from llmsim.serving.gateway import Gateway
 
 
 class RouterHandle(ServerThread):

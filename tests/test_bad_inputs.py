@@ -209,8 +209,8 @@ def test_cli_bad_mooncake_rows(tmp_path) -> None:
 def test_replay_bad_jsonl(name, content, needle, tmp_path) -> None:
     f = tmp_path / f"{name}.jsonl"
     f.write_text(content)
-    p = _cli(["--requests", str(f), "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000"], tmp_path,
-             module="llmsim.profiles.replay")
+    p = _cli(["replay", "--requests", str(f), "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000"], tmp_path,
+             module="llmsim.profiles")
     _assert_clear(p, f.name, needle)
 
 

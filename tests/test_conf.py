@@ -18,7 +18,7 @@ from llmsim.errors import ConfigError
 from llmsim.resources import conf_dir
 from llmsim.simulation.from_config import run_from_config
 from tests.helpers import REPO, SHARED
-from tests.test_workload_burstgpt import write_burstgpt
+from tests.workload.helpers import write_burstgpt
 
 CONF = REPO / "conf"
 # presets whose data is not in ../shared: the tests write a fixture in the upstream format and pass its path

@@ -1,4 +1,4 @@
-"""``python -m experiments.bench {sim,env,train,decisions,qlm_plan} [options]``: the project's speed benchmarks, one entry.
+"""``python -m experiments.bench {sim,env,train,decisions,qlm_plan} [options]``: the speed benchmarks, one entry.
 
 * ``sim``: the simulator alone (``single``: 10,000 requests on one instance; ``million``: 1,000,000 on 16), wall
   time, simulated requests per second, iterations per second and peak RSS, each case in a fresh process;

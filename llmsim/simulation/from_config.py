@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsim.cluster.config import instances_from_config
-from llmsim.metrics.report import save_plots
+from llmsim.metrics.plots import save_plots
 from llmsim.metrics.result import SimResult
 from llmsim.resources import repo_root
 from llmsim.schema import RunConfig

@@ -8,10 +8,11 @@ from typing import Any
 
 from llmsim.cluster import Cluster, InstanceConfig
 from llmsim.metrics.progress import SimProgress
-from llmsim.metrics.recorder import SLO, instance_means, instance_table, profile_notes, run_duration, summarise
+from llmsim.metrics.recorder import instance_means, instance_table, profile_notes, run_duration, summarise
 from llmsim.metrics.result import SimResult
 from llmsim.request import Request
 from llmsim.routing import Router, make_router
+from llmsim.schema import SLO
 
 
 def simulate(
@@ -75,7 +76,7 @@ def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:
         "evictions": cluster.evictions,  # requests a policy sent back to the central queue (llmsim.engine.ops)
         "dropped_by_reason": dropped["reason"].value_counts().to_dict() if len(dropped) else {},
         **cluster.model_swap_stats,  # multi-model instances only (llmsim.engine.model_host)
-        **(cluster.transfers.summary() if cluster.transfers is not None else {}),  # disaggregated (llmsim.cluster.disagg)
+        **(cluster.transfers.summary() if cluster.transfers is not None else {}),  # disaggregated (cluster.disagg)
         **instance_means(inst_df),
     }
     summary = summarise(df, rec, num, slo, extra)

@@ -1,4 +1,4 @@
-"""A router's view built from a :class:`~llmsim.state.cluster_state.ClusterState` alone: what a live router hands a policy.
+"""A router's view built from a :class:`~llmsim.state.cluster_state.ClusterState` alone (what a live router hands one).
 
 Every llmsim router reads a :class:`~llmsim.cluster.view.ClusterView`: ``state()`` (the public snapshot) and
 the list helpers of the heuristics (``queue_lengths``, ``kv_demand_fractions``, ``work_left``, ...). In the

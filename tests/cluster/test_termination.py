@@ -113,7 +113,7 @@ def test_wait_patience_counts_only_settled_passes():
     reqs = requests([(0.0, 10, 190), (1.5, 10, 3)])
     cluster = Cluster(insts(1), WhenEmpty(), view_staleness=1.0, central_queue_tick=0.1, wait_patience=3)
     cluster.run(reqs)
-    from llmsim.metrics.recorder import SLO
+    from llmsim.schema import SLO
     from llmsim.simulation.run import collect
 
     res = collect(cluster, SLO())

@@ -16,10 +16,10 @@ from llmsim.cluster.config import instances_from_config
 from llmsim.engine.kv import build_kv_cache
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.event_loop import ROUTE
-from llmsim.metrics.recorder import SLO
 from llmsim.perf.profile import load_profile
 from llmsim.request import Request
 from llmsim.routing import Router, make_router
+from llmsim.schema import SLO
 from llmsim.simulation.run import collect, simulate
 from tests.helpers import examples
 

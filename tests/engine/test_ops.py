@@ -16,13 +16,12 @@ from llmsim import EngineConfig, InstanceConfig
 from llmsim.cluster import Cluster
 from llmsim.errors import LLMSimError
 from llmsim.event_loop import ROUTE
-from llmsim.metrics.recorder import SLO
 from llmsim.request import Request
 from llmsim.routing import make_router
+from llmsim.schema import SLO
 from llmsim.simulation.run import collect
 from llmsim.testing import LinearProfile, requests
-from tests.helpers import examples
-from tests.helpers import assert_frames_identical
+from tests.helpers import assert_frames_identical, examples
 
 BASE, PER_TOKEN = 0.01, 0.001  # LinearProfile: a step takes BASE + PER_TOKEN * tokens
 

@@ -11,8 +11,8 @@ import pytest
 
 from llmsim import envs
 from llmsim.envs.routing_env import RoutingEnv
-from llmsim.metrics.recorder import SLO
 from llmsim.routing import Router
+from llmsim.schema import SLO
 from llmsim.simulation.run import simulate
 
 SMALL = {"num_requests": 30}

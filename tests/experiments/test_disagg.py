@@ -14,7 +14,7 @@ from experiments.studies.disagg import setup as D
 from llmsim import simulate
 from llmsim.cluster import InstanceConfig
 from llmsim.errors import ConfigError
-from llmsim.metrics.recorder import SLO
+from llmsim.schema import SLO
 
 pytestmark = pytest.mark.skipif(not D.lengths_path().is_file(),
                                 reason="ShareGPT lengths (../shared/traces/sharegpt_lengths) not available")

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from llmsim.errors import ConfigError
 from experiments.bench.qlm_plan import main, random_problem
+from llmsim.errors import ConfigError
 from llmsim.routing.qlm.milp import solve_plan
 from llmsim.routing.qlm.plan import PlanProblem, RequestGroup, VirtualQueue, brute_force_plan, edf_plan, evaluate
 

@@ -11,8 +11,8 @@ from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.request import Request  # noqa: E402
 from llmsim.schema import Schema  # noqa: E402
 from llmsim.serving.config import PolicyConfig, RouterConfig, load_config, parse_config  # noqa: E402
-from llmsim.serving.inbound import BadRequest, check_request, parse_json  # noqa: E402
 from llmsim.serving.decider import Decider  # noqa: E402
+from llmsim.serving.inbound import BadRequest, check_request, parse_json  # noqa: E402
 from llmsim.serving.scrape import MetricsParseError, parse_metrics, parse_models  # noqa: E402
 from llmsim.serving.tracker import Backend, Flight, cluster_state  # noqa: E402
 

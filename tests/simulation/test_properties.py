@@ -232,7 +232,7 @@ def _coverage_events(sc: dict, df, dropped, router: Router) -> None:
 @given(scenarios())
 def test_invariants_hold_every_event(sc):
     """KV and swap accounting after every event (a wrapped ``env.step``), then the end-of-run invariants."""
-    from llmsim.metrics.recorder import SLO
+    from llmsim.schema import SLO
     from llmsim.simulation.run import collect
 
     router = sc_router(sc)
