@@ -11,9 +11,13 @@ minute. docs/notebooks.md describes the notebooks and their parameters.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import math
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -110,6 +114,22 @@ CAPACITY_REQUESTS = 150
 CAPACITY_TOLERANCE = 0.1
 WORKERS = 1
 """
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_rate_sweep_runs_with_jupyter_nbconvert_as_documented(tmp_path):
+    """docs/notebooks.md's command, default parameters: the way a user runs a notebook with the notebooks extra."""
+    jupyter = Path(sys.executable).parent / "jupyter"
+    if not jupyter.exists() or importlib.util.find_spec("nbconvert") is None:
+        pytest.skip("jupyter nbconvert is not installed (pip install -e '.[notebooks]')")
+    shutil.copy(NOTEBOOKS / "rate_sweep.ipynb", tmp_path / "rate_sweep.ipynb")
+    p = subprocess.run([str(jupyter), "nbconvert", "--to", "notebook", "--execute", "rate_sweep.ipynb",
+                        "--output-dir", str(tmp_path / "executed"), "--ExecutePreprocessor.timeout=280"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=290)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert (tmp_path / "rate_sweep_out" / "sweep.csv").exists()
+    assert (tmp_path / "executed" / "rate_sweep.ipynb").exists()
 
 
 @pytest.mark.timeout(180)

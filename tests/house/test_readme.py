@@ -69,6 +69,8 @@ def test_every_command_has_a_rule() -> None:
 def _argv(cmd: str, tmp: Path, state: dict) -> list[str] | None:
     args = shlex.split(cmd)
     head = args[0]
+    if head == "llmsim-reproduce":  # the installed launcher, which finds the checkout's experiments/ from anywhere
+        return [str(Path(sys.executable).parent / head), *args[1:], "--out", str(tmp / "reproduce"), "--no-progress"]
     if head in AGENT_APPS:
         return _agent_argv([sys.executable, "-m", AGENT_APPS[head], *args[1:]], tmp, state)
     if head.startswith("llmsim"):

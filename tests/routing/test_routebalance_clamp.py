@@ -130,7 +130,7 @@ def test_knn_beats_chance_on_the_testbed_and_batches_its_search() -> None:
 
 
 def test_same_seed_same_budget_run() -> None:
-    from experiments.papers import routebalance_setups as S
+    from experiments.papers.routebalance import setup as S
 
     def once() -> list:
         reqs = S.workload(16.0, 150, 5)

@@ -98,6 +98,7 @@ ESTIMATORS: Registry[Callable[..., Estimator]] = Registry("RouteBalance estimato
 ESTIMATORS.register(OracleEstimator, name="oracle")
 ESTIMATORS.register(NoisyEstimator, name="noisy")
 register_estimator = ESTIMATORS.register  # ``@register_estimator("name")`` on a factory f(seed=..., **kwargs)
+ESTIMATORS.register_lazy("knn", "llmsim.routing.routebalance.predictors:KnnEstimator")  # (pandas, on first use)
 
 
 def make_estimator(name: Any, seed: int, kwargs: Mapping[str, Any] | None) -> Estimator:

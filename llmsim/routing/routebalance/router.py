@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 from llmsim.errors import ConfigError
 from llmsim.routing.base import WAIT, Router, register_router
 from llmsim.routing.base import kwarg_number as _num
-from llmsim.routing.routebalance import predictors  # noqa: F401  (registers the learned estimators and TPOT heads)
 from llmsim.routing.routebalance.estimators import make_estimator, predict_batch
 from llmsim.routing.routebalance.objective import Candidate, parse_prices, parse_weights, score_candidates
 from llmsim.routing.routebalance.state import TPOT_HEADS, Reckoned, TpotPriors, predicted_latency

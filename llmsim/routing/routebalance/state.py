@@ -30,6 +30,7 @@ PROFILE_CONTEXT = 600  # context tokens of the one-sequence decode step a profil
 # learned TPOT heads: tpot_prior name -> factory(tpot_kwargs) of an object with observe(state) and
 # tpot_s(reckoned, prior_s); llmsim.routing.routebalance.predictors registers "xgboost"
 TPOT_HEADS: Registry[Callable[[Any], Any]] = Registry("learned TPOT head")
+TPOT_HEADS.register_lazy("xgboost", "llmsim.routing.routebalance.predictors:xgb_head")
 
 
 @dataclass(slots=True)
