@@ -18,7 +18,6 @@ from llmsim.workload.arrivals import (
     square_wave,
 )
 from llmsim.workload.base import Workload, WorkloadStats
-from llmsim.workload.burstgpt_like import BurstGPTLike, LogNormalMixture, TruncatedZipf
 from llmsim.workload.config import build_arrival, build_length, build_lengths, build_workload
 from llmsim.workload.lengths import (
     LENGTH_PRESETS,
@@ -41,7 +40,6 @@ __all__ = [
     "LENGTH_PRESETS",
     "ArrivalProcess",
     "AzureTrace",
-    "BurstGPTLike",
     "BurstGPTTrace",
     "CsvTrace",
     "Empirical",
@@ -49,7 +47,6 @@ __all__ = [
     "GammaArrivals",
     "Independent",
     "LengthModel",
-    "LogNormalMixture",
     "Limited",
     "LogNormal",
     "MooncakeTrace",
@@ -64,7 +61,6 @@ __all__ = [
     "SessionIds",
     "SharedPrefixWorkload",
     "SyntheticWorkload",
-    "TruncatedZipf",
     "Uniform",
     "Windowed",
     "Workload",

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmsim.errors import ConfigError
+from llmsim.registry import Registry
 from llmsim.workload.arrivals import (
     ArrivalProcess,
     GammaArrivals,
@@ -20,7 +21,6 @@ from llmsim.workload.arrivals import (
     square_wave,
 )
 from llmsim.workload.base import Workload
-from llmsim.workload.burstgpt_like import BurstGPTLike
 from llmsim.workload.lengths import (
     LENGTH_PRESETS,
     Empirical,
@@ -63,6 +63,10 @@ from llmsim.workload.transforms import Limited, PromptCapped, RateScaled, Window
 
 # the sources whose ``max_prompt`` skips rows (the generators' own ``max_prompt`` shapes what they draw instead)
 TRACE_SOURCES = (AzureSource, BurstGPTSource, CsvSource, MooncakeSource)
+
+# generators whose module needs scipy: imported when a config first asks for one (keeps `import llmsim.workload` light)
+GENERATORS: Registry[Any] = Registry("workload generator")
+GENERATORS.register_lazy("burstgpt_like", "llmsim.workload.burstgpt_like:BurstGPTLike")
 
 
 def build_arrival(cfg: Mapping[str, Any], where: str = "workload.arrival") -> ArrivalProcess:
@@ -145,13 +149,13 @@ def _build_source(src: Any, seed: int) -> Workload:
     )
 
 
-def _burstgpt_like(src: BurstGPTLikeSource, seed: int) -> BurstGPTLike:
+def _burstgpt_like(src: BurstGPTLikeSource, seed: int) -> Workload:
     """``log_type`` is the one-service shortcut of ``mix``; ``max_requests`` alone also bounds the stream."""
     mix = src.mix if src.log_type is None else {LOG_TYPES[src.log_type]: 1.0}
     bounded = src.num_requests is not None or src.duration is not None
     overrides = {name: spec.model_dump(exclude_none=True) for name in ("conversation", "api")
                  if (spec := getattr(src, name)) is not None}
-    return BurstGPTLike(
+    return GENERATORS.get("burstgpt_like")(
         rate=src.rate, model=src.model, mix=mix, seed=seed,
         num_requests=src.num_requests if bounded else src.max_requests, duration=src.duration,
         start_hour=src.start_hour, period_s=src.period_s, diurnal=src.diurnal, overrides=overrides,

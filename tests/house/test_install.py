@@ -79,6 +79,16 @@ def test_wheel_runs_llmsim_from_another_directory(wheel_venv, tmp_path) -> None:
 
 
 @pytest.mark.timeout(600)
+def test_reproduce_from_a_wheel_says_what_it_needs(wheel_venv, tmp_path) -> None:
+    """The reproductions are not in the wheel: ``llmsim-reproduce`` says so in one line and exits 2."""
+    p = subprocess.run([str(wheel_venv / "bin" / "llmsim-reproduce"), "qlm", "--quick"], cwd=tmp_path,
+                       capture_output=True, text=True, env=_clean_env(), timeout=120)
+    assert p.returncode == 2, p.stderr[-2000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "experiments/" in lines[0] and "checkout" in lines[0], p.stderr
+
+
+@pytest.mark.timeout(600)
 def test_wheel_contents(wheel_venv) -> None:
     import zipfile
 

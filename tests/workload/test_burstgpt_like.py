@@ -12,8 +12,8 @@ import pytest
 from scipy.optimize import minimize_scalar
 
 from llmsim.errors import ConfigError
-from llmsim.workload import BurstGPTLike, build_workload
-from llmsim.workload.burstgpt_like import CONV_PROFILE, DEFAULT_STREAMS, DayProfile, _Stream
+from llmsim.workload import build_workload
+from llmsim.workload.burstgpt_like import CONV_PROFILE, DEFAULT_STREAMS, BurstGPTLike, DayProfile, _Stream
 
 
 def rows(wl) -> list[tuple]:
