@@ -93,3 +93,16 @@ def test_router_wait_and_drop_are_reported():
     assert res.summary["dropped_by_reason"] == {"router": 1}
     r1 = res.requests.set_index("id").loc[1]
     assert r1.routed_time > 0.5  # decided again at a completion after 0.5 s
+
+
+def test_config_files_that_are_not_utf8_or_unreadable_are_one_line(tmp_path) -> None:
+    from llmsim.errors import ConfigError, load_json_file, load_yaml_file
+
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    for load in (load_yaml_file, load_json_file):
+        with pytest.raises(ConfigError, match="latin1.yaml: not UTF-8") as e:
+            load(bad)
+        assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="cannot read it"):
+        load_yaml_file(tmp_path / "missing.yaml")
