@@ -12,6 +12,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -37,10 +38,16 @@ def one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
-def quiet_on_closed_pipe(fn: Callable[[], None]) -> None:
-    """Run ``fn``; when the reader of stdout has left (``llmsim --help | head``), exit 1 without a traceback."""
+def quiet_on_closed_pipe(fn: Callable[[], None], prog: str = "llmsim") -> None:
+    """Run the Hydra app ``fn``. A bad override or config (an unknown key, a value of the wrong type) is one line
+    ``prog: error: ...`` with exit status 2, as llmsim's own errors are, not Hydra's multi-line report; when the
+    reader of stdout has left (``llmsim --help | head``), exit 1 without a traceback."""
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises instead of printing its report and exiting 1
     try:
         fn()
+    except (HydraException, OmegaConfBaseException) as e:
+        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+        raise SystemExit(2) from None
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1) from None
@@ -91,4 +98,4 @@ def run_hydra_app(config_name: str, prog: str, body: Callable[[dict, str], None]
             discard_run_dir(Path(out_dir))
             raise
 
-    quiet_on_closed_pipe(_main)
+    quiet_on_closed_pipe(_main, prog)

@@ -117,3 +117,18 @@ def test_job_name_is_llmsim(tmp_path):
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "run" / "llmsim.log").exists()
     assert (tmp_path / "run" / ".hydra" / "hydra.yaml").read_text().count("name: llmsim") >= 1
+
+
+@pytest.mark.parametrize("prog,args,needle", [
+    ("llmsim", ["lr=nan"], "Could not override 'lr'"),
+    ("llmsim", ["policy=no_such_router"], "Could not find 'policy/no_such_router'"),
+    ("llmsim-capacity", ["capacity.no_such_key=1"], "capacity.no_such_key"),
+])
+def test_a_bad_override_is_one_line_and_exit_2(prog, args, needle, tmp_path) -> None:
+    """Hydra's own errors (unknown keys, missing presets) read like llmsim's: one line, exit status 2."""
+    exe = Path(sys.executable).parent / prog
+    p = subprocess.run([str(exe), *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: ") and needle in lines[0], p.stderr
+    assert not any(tmp_path.iterdir()), "a failed run left files behind"
