@@ -20,13 +20,23 @@ from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from llmsim.agents.buffer import Batch
+from llmsim.errors import ConfigError
 from llmsim.registry import Registry
-from llmsim.schema import Float, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt, Schema
+from llmsim.schema import Float, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt, Schema, show
 
 Probability = Annotated[Float, Field(ge=0, le=1)]  # a number in [0, 1]
+
+
+def non_empty(widths: list[int]) -> list[int]:
+    if not widths:
+        raise ValueError("a non-empty list of layer widths, e.g. [64, 64]")
+    return widths
+
+
+LayerWidths = Annotated[list[PosInt], AfterValidator(non_empty)]  # hidden layers of an MLP: at least one
 
 
 class OffPolicyConfig(Schema):
@@ -34,8 +44,8 @@ class OffPolicyConfig(Schema):
 
     where: ClassVar[str] = "agent"
     name: str
-    hidden: list[PosInt] = Field(default_factory=lambda: [64, 64])
-    gamma: Probability = 0.99
+    hidden: LayerWidths = Field(default_factory=lambda: [64, 64])
+    gamma: Fraction = 0.99  # 0 < gamma <= 1
     tau: NonNegFloat | None = None  # s per discount step: gamma ** (dt / tau); None (or 0): gamma per decision
     lr: PosFloat = 1e-4
     batch_size: PosInt = 256
@@ -59,6 +69,23 @@ class LoopState:
     episode: int = 0  # finished training episodes (k of the guided schedule)
     best_score: float = -math.inf
     returns: list[float] = field(default_factory=list)
+
+    def restore(self, saved: dict[str, Any], where: str) -> None:
+        """The counters of a saved ``vars(state)`` (trainer.pt's ``loop``), each checked: one line naming the file."""
+        def count(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+        def number(v: Any) -> bool:
+            return isinstance(v, int | float) and not isinstance(v, bool) and not math.isnan(v)
+
+        ok = (set(saved) == set(vars(self)) and count(saved["step"]) and count(saved["episode"])
+              and number(saved["best_score"]) and isinstance(saved["returns"], list)
+              and all(number(r) for r in saved["returns"]))
+        if not ok:
+            raise ConfigError(f"{where}: loop: expected {sorted(vars(self))} (step and episode counts, best_score "
+                              f"and returns numbers), got {show(saved)}")
+        self.step, self.episode = saved["step"], saved["episode"]
+        self.best_score, self.returns = float(saved["best_score"]), [float(r) for r in saved["returns"]]
 
 
 class OffPolicyAgent(ABC):

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# the per-slot arrays state_dict() saves (with action_vecs when the agent stores action vectors, and meta)
+ARRAYS = ("obs", "next_obs", "next_masks", "masks", "actions", "rewards", "heuristic", "dt", "terminated", "truncated")
+
 
 @dataclass
 class Batch:
@@ -113,19 +116,30 @@ class ReplayBuffer:
                      self.action_vecs[p0, env] if self.action_vecs is not None else None)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        keys = ("obs", "next_obs", "next_masks", "masks", "actions", "rewards", "heuristic", "dt", "terminated",
-                "truncated")
-        out = {k: getattr(self, k) for k in keys}
+        out = {k: getattr(self, k) for k in ARRAYS}
         if self.action_vecs is not None:
             out["action_vecs"] = self.action_vecs
         out["meta"] = np.array([self.pos, self.size], np.int64)
         return out
 
     def load_state_dict(self, d: dict[str, np.ndarray]) -> None:
+        """Arrays saved by :meth:`state_dict` (agents/checkpoint_files.py reads them without pickle); ValueError
+        naming the field for an unknown field or another shape, before anything is changed."""
+        fields = {k: getattr(self, k) for k in ARRAYS}
+        if self.action_vecs is not None:
+            fields["action_vecs"] = self.action_vecs
+        unknown = sorted(set(d) - set(fields) - {"meta"})
+        if unknown:
+            raise ValueError(f"replay buffer: unknown field(s) {unknown}; expected {sorted([*fields, 'meta'])}")
         for k, v in d.items():
-            if k == "meta":
-                self.pos, self.size = (int(x) for x in v)
-            elif getattr(self, k).shape != v.shape:
-                raise ValueError(f"replay buffer field {k}: saved shape {v.shape}, expected {getattr(self, k).shape}")
-            else:
-                getattr(self, k)[...] = v
+            if k != "meta" and fields[k].shape != v.shape:
+                raise ValueError(f"replay buffer field {k}: saved shape {v.shape}, expected {fields[k].shape}")
+        meta = np.asarray(d.get("meta"))
+        if meta.shape != (2,) or meta.dtype.kind not in "iu" or not 0 <= meta[1] <= self.cap or \
+                not 0 <= meta[0] < self.cap:
+            raise ValueError(f"replay buffer field meta: expected [pos, size] within capacity {self.cap}, got "
+                             f"{meta.tolist()}")
+        for k, v in d.items():
+            if k != "meta":
+                fields[k][...] = v
+        self.pos, self.size = (int(x) for x in meta)

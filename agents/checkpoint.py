@@ -7,7 +7,8 @@
     trainer.pt        optimiser, target network, counters and RNG states (only what resuming needs)
     replay.npz        the replay buffer (only with ``trainer.save_replay``; resuming without it refills it)
 
-checkpoint.json's layouts and the check that an env matches them are agents/checkpoint_meta.py's (no torch).
+checkpoint.json's layouts and the check that an env matches them are agents/checkpoint_meta.py's (no torch); how
+each file is read (tensors, arrays and JSON only: nothing in a checkpoint runs code) is agents/checkpoint_files.py's.
 ``updates`` in checkpoint.json counts the gradient steps behind the weights: 0 means the network is still its
 random initialisation (a "best" checkpoint saved before learning started).
 """
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from llmsim.agents.checkpoint_files import load_weights, save_trainer_state
 from llmsim.agents.checkpoint_meta import FORMAT, check_compatible, read_meta
 from llmsim.agents.nets import QNetwork, masked, masked_argmax
 from llmsim.agents.sac_nets import SACActor, build_actor
@@ -52,7 +54,7 @@ def save_checkpoint(path: str | Path, net: torch.nn.Module, meta: dict[str, Any]
     if config_yaml is not None:
         (p / "config.yaml").write_text(config_yaml)
     if trainer_state is not None:
-        torch.save(trainer_state, p / "trainer.pt")
+        save_trainer_state(p, trainer_state)
     tmp = p / "checkpoint.json.tmp"
     tmp.write_text(json.dumps(body, indent=1, sort_keys=True, default=_jsonable) + "\n")
     tmp.replace(p / "checkpoint.json")  # written last: a directory with checkpoint.json is complete
@@ -77,16 +79,32 @@ def load_policy_net(path: str | Path, meta: dict[str, Any] | None = None) -> tor
         net = build_actor(meta["arch"])
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"{p / 'checkpoint.json'}: arch is not a network this llmsim builds ({e})") from None
-    net.load_state_dict(torch.load(p / "policy.pt", map_location="cpu", weights_only=True))
+    load_weights(net, p / "policy.pt", "the actor's weights saved with checkpoint.json")
     net.eval()
     return net
+
+
+def q_net_shape(meta: dict[str, Any], where: Path) -> tuple[int, int, list[int], bool]:
+    """(obs_dim, n_actions, hidden, dueling) of checkpoint.json ``where``, checked before a network is built."""
+    obs_dim, n, hidden, dueling = (meta.get(k) for k in ("obs_dim", "n_actions", "hidden", "dueling"))
+    dueling = False if dueling is None else dueling
+
+    def count(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+    if not (count(obs_dim) and count(n) and isinstance(hidden, list) and all(count(h) for h in hidden)
+            and isinstance(dueling, bool)):
+        raise ConfigError(f"{where}: expected obs_dim and n_actions positive integers, hidden a list of positive "
+                          f"integers and dueling true or false; got obs_dim={obs_dim!r} n_actions={n!r} "
+                          f"hidden={hidden!r} dueling={dueling!r}"[:400])
+    return obs_dim, n, hidden, dueling
 
 
 def load_q_net(path: str | Path, meta: dict[str, Any] | None = None) -> QNetwork:
     p = Path(path)
     meta = meta or read_meta(p)
-    net = QNetwork(int(meta["obs_dim"]), int(meta["n_actions"]), meta["hidden"], bool(meta.get("dueling", False)))
-    net.load_state_dict(torch.load(p / "q_net.pt", map_location="cpu", weights_only=True))
+    net = QNetwork(*q_net_shape(meta, p / "checkpoint.json"))
+    load_weights(net, p / "q_net.pt", "the Q-network's weights saved with checkpoint.json")
     net.eval()
     return net
 

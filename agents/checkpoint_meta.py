@@ -41,6 +41,8 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     if not f.is_file():
         raise ConfigError(f"{p}: not a checkpoint directory (no checkpoint.json)")
     meta = load_json_file(f)
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{f}: expected a JSON object (a checkpoint's description), got a {type(meta).__name__}")
     if meta.get("format") != FORMAT:
         raise ConfigError(f"{f}: checkpoint format {meta.get('format')!r}, this llmsim reads format {FORMAT}")
     return meta

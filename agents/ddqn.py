@@ -28,6 +28,7 @@ from pydantic import Field
 from llmsim.agents import guided
 from llmsim.agents.base import (
     ALGORITHMS,
+    LayerWidths,
     LoopState,
     OffPolicyAgent,
     OffPolicyConfig,
@@ -44,7 +45,7 @@ class DDQNConfig(OffPolicyConfig):
     """``conf/agent/ddqn*.yaml`` (the values of an agent preset are justified there)."""
 
     name: Literal["ddqn"] = "ddqn"
-    hidden: list[PosInt] = Field(default_factory=lambda: [64, 64])
+    hidden: LayerWidths = Field(default_factory=lambda: [64, 64])
     dueling: bool = False  # separate value and advantage heads (agents/nets.py)
     tau: NonNegFloat | None = 0.02  # s per discount step: dt seconds are discounted gamma**(dt/tau); None: per decision
     batch_size: PosInt = 512

@@ -3,7 +3,8 @@
 A learned predictor (``learned``: the Intelligent Router's output-length buckets, envs/predictors/length_buckets.py;
 ``learned_qos``: the QoS-aware edge router's quality and length buckets, envs/predictors/qos.py) is fitted once by
 :func:`env_config`, saved in the run directory, and loaded by :func:`make_env` in every worker process, so the
-worker envs, the evaluation env and the checkpoint all refer to the same file.
+worker envs, the evaluation env and the checkpoint all refer to the same file (JSON and xgboost's UBJ: a
+scikit-learn predictor, which saves only by pickle, is refused before it is fitted).
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from llmsim.envs.predictors.from_config import make_agent_predictor
+from llmsim.envs.predictors.length_buckets import SKLEARN_NOT_SAVED
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.envs.testbeds import make_from_config
+from llmsim.errors import ConfigError
 
 LEARNED = ("learned", "learned_qos")  # predictor kinds that are fitted models (not the env's oracles)
 
@@ -42,6 +45,8 @@ def env_config(env: dict[str, Any], predictor: Any, run_dir: Path) -> dict[str, 
         return env_cfg
     if is_learned(spec) and not (isinstance(spec, dict) and spec.get("path")):
         kind = spec if isinstance(spec, str) else spec["kind"]
+        if isinstance(spec, dict) and spec.get("model") == "sklearn":  # refused before the fit, not after it
+            raise ConfigError(f"predictor.model=sklearn: {SKLEARN_NOT_SAVED}")
         run_dir.mkdir(parents=True, exist_ok=True)
         pred = make_agent_predictor(spec)
         path = run_dir / ("qos_predictor.json" if kind == "learned_qos" else "predictor.json")

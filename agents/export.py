@@ -20,11 +20,12 @@ import tempfile
 import warnings
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
 import yaml
+from pydantic import BeforeValidator, Field
 from torch import nn
 
 from llmsim.agents.checkpoint import load_policy_net, policy_input
@@ -38,11 +39,14 @@ from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
 from llmsim.hydra_app import run_hydra_app
 from llmsim.routing import DROP, WAIT
-from llmsim.schema import NonNegInt, PosInt, Schema
+from llmsim.schema import NonNegInt, Schema, not_bool
 from llmsim.state.cluster_state import LAYOUT_VERSION
 
 PROG = "llmsim-export"
 FORMATS = ("onnx",)
+# the ONNX opsets the exporter writes: torch's TorchScript exporter goes up to 20; below 9 the masked argmax graph
+# has no operators (every policy type was checked from 9 to 20)
+OPSET_MIN, OPSET_MAX = 9, 20
 TIE_TOL = 1e-5  # two valid actions whose torch scores are this close are a tie (either argmax is correct)
 
 
@@ -53,7 +57,8 @@ class ExportConfig(Schema):
     checkpoint: str | None = None  # required; None only so that the message names the key
     format: str = "onnx"  # FORMATS; export() names the choices
     out: str | None = None
-    opset: PosInt = 17
+    overwrite: bool = False  # replace policy.onnx and manifest.json in an existing non-empty ``out``
+    opset: Annotated[int, BeforeValidator(not_bool), Field(ge=OPSET_MIN, le=OPSET_MAX)] = 17
     check_steps: NonNegInt = 256
 
 
@@ -232,8 +237,9 @@ def compare(ref_scores: np.ndarray, ref_actions: np.ndarray, got_scores: np.ndar
             "mismatches_outside_ties": int((~same & ~ties).sum()), "max_abs_score_diff": diff}
 
 
-def self_check(env: RoutingEnv, net: nn.Module, out: Path, steps: int) -> dict[str, Any]:
-    """The written export against the torch network on ``steps`` rollout decisions; refuses any real mismatch."""
+def self_check(env: RoutingEnv, net: nn.Module, out: Path, steps: int, where: Path | None = None) -> dict[str, Any]:
+    """The export written in ``out`` against the torch network on ``steps`` rollout decisions; refuses any real
+    mismatch (``where``: the export directory to name in the message, when ``out`` is where it is staged)."""
     if steps <= 0:
         return {"observations": 0}
     obs, masks = rollout(env, steps)
@@ -242,51 +248,78 @@ def self_check(env: RoutingEnv, net: nn.Module, out: Path, steps: int) -> dict[s
     got = [pol.run(o, m) for o, m in zip(obs, masks)]
     res = compare(ref, ref.argmax(axis=1), np.stack([g[0] for g in got]), np.array([int(g[1]) for g in got]))
     if res["mismatches_outside_ties"] or res["max_abs_score_diff"] > 1e-3:
-        raise ConfigError(f"{out}: the ONNX policy disagrees with the checkpoint on the env rollout: {res}")
+        raise ConfigError(f"{where or out}: the ONNX policy disagrees with the checkpoint on the env rollout: {res}")
     return res
 
 
+def export_dir(ckpt: Path, out: str | Path | None, overwrite: bool) -> Path:
+    """Where the export goes (``out``, default ``<checkpoint>/export``); refused when that is a file, or a
+    non-empty directory without ``overwrite``."""
+    dest = Path(out) if out else ckpt / "export"
+    if dest.exists() and not dest.is_dir():
+        raise ConfigError(f"out={dest}: an existing file; expected a directory for policy.onnx and {MANIFEST}")
+    if dest.is_dir() and any(dest.iterdir()) and not overwrite:
+        raise ConfigError(f"out={dest}: a directory that is not empty; choose a new out=DIR, or overwrite=true to "
+                          f"replace its policy.onnx and {MANIFEST}")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"out={dest}: cannot create its parent directory ({e.strerror})") from None
+    return dest
+
+
+def build_manifest(ckpt: Path, meta: dict[str, Any], env: RoutingEnv, env_cfg: dict[str, Any], onnx_file: Path,
+                   opset: int) -> dict[str, Any]:
+    """manifest.json for ``onnx_file`` (policy.onnx): docs/export.md lists its keys."""
+    spec = builder_spec(env.obs_builder)
+    inputs = onnx_inputs(env)
+    ptype, sampling = policy_type(meta)
+    digest, src = config_hash(ckpt, meta)
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "policy": {"type": ptype, "agent": meta.get("agent"), "label": meta.get("label"), "sampling": sampling,
+                   "greedy": "argmax of the masked scores, first index on ties", "arch": meta.get("arch"),
+                   "network": {k: meta[k] for k in ("obs_dim", "hidden", "dueling") if k in meta}},
+        "onnx": {"file": onnx_file.name, "sha256": file_sha256(onnx_file), "opset": opset, "inputs": inputs,
+                 "outputs": [{"name": "scores", "shape": [None, int(env.action_space.n)], "dtype": "float32",
+                              "masked": "-inf (unless no action is valid)"},
+                             {"name": "action", "shape": [None], "dtype": "int64"}]},
+        "observation": {**dict(meta["observation"]), "builder": spec, "keys": [i["name"] for i in inputs[:-1]],
+                        "state_layout_version": LAYOUT_VERSION,
+                        "normalisation": "inside the builder: see its options in builder (envs/observations)"},
+        "actions": {**env.actions.to_dict(), "meaning": action_meanings(env)},
+        "context": env_context(env, env_cfg), "env_config": env_cfg, "versions": versions(),
+        "config_sha256": digest, "config_source": src, "checkpoint": str(ckpt.resolve()),
+        "training": training_summary(meta),
+    }
+
+
 def export(checkpoint: str | Path, fmt: str = "onnx", out: str | Path | None = None, opset: int = 17,
-           check_steps: int = 256) -> Path:
-    """Export checkpoint directory ``checkpoint``; returns the export directory."""
+           check_steps: int = 256, overwrite: bool = False) -> Path:
+    """Export checkpoint directory ``checkpoint``; returns the export directory.
+
+    The export is written and checked in a staging directory beside ``out`` and moved in only once complete, so a
+    failed export leaves ``out`` as it was."""
+    ExportConfig(checkpoint=str(checkpoint), format=fmt, out=None if out is None else str(out), opset=opset,
+                 check_steps=check_steps, overwrite=overwrite)  # one line naming a bad key
     if fmt not in FORMATS:
         raise ConfigError(f"format: {fmt!r} is not an export format; expected one of {list(FORMATS)}")
     ckpt = Path(checkpoint)
     meta = read_meta(ckpt)  # one line naming checkpoint.json when it is missing or another format
     env, env_cfg = load_env(ckpt, meta)
-    spec = builder_spec(env.obs_builder)
-    check_builder(env, spec)
-    context = env_context(env, env_cfg)
+    check_builder(env, builder_spec(env.obs_builder))
     net = load_policy_net(ckpt, meta)
-    dest = Path(out) if out else ckpt / "export"
-    dest.mkdir(parents=True, exist_ok=True)
-    inputs = onnx_inputs(env)
-    with tempfile.TemporaryDirectory(dir=dest) as tmp:  # policy.onnx appears only once it is complete
-        write_onnx(net, inputs, Path(tmp) / "policy.onnx", opset)
-        (Path(tmp) / "policy.onnx").replace(dest / "policy.onnx")
-    ptype, sampling = policy_type(meta)
-    digest, src = config_hash(ckpt, meta)
-    layout = dict(meta["observation"])
-    manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
-        "policy": {"type": ptype, "agent": meta.get("agent"), "label": meta.get("label"), "sampling": sampling,
-                   "greedy": "argmax of the masked scores, first index on ties", "arch": meta.get("arch"),
-                   "network": {k: meta[k] for k in ("obs_dim", "hidden", "dueling") if k in meta}},
-        "onnx": {"file": "policy.onnx", "sha256": file_sha256(dest / "policy.onnx"), "opset": opset,
-                 "inputs": inputs, "outputs": [{"name": "scores", "shape": [None, int(env.action_space.n)],
-                                                "dtype": "float32", "masked": "-inf (unless no action is valid)"},
-                                               {"name": "action", "shape": [None], "dtype": "int64"}]},
-        "observation": {**layout, "builder": spec, "keys": [i["name"] for i in inputs[:-1]],
-                        "state_layout_version": LAYOUT_VERSION,
-                        "normalisation": "inside the builder: see its options in builder (envs/observations)"},
-        "actions": {**env.actions.to_dict(), "meaning": action_meanings(env)},
-        "context": context, "env_config": env_cfg, "versions": versions(),
-        "config_sha256": digest, "config_source": src, "checkpoint": str(ckpt.resolve()),
-        "training": training_summary(meta),
-    }
-    (dest / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
-    manifest["export_check"] = self_check(env, net, dest, check_steps)
-    (dest / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+    dest = export_dir(ckpt, out, overwrite)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as tmp:
+        stage = Path(tmp)
+        write_onnx(net, onnx_inputs(env), stage / "policy.onnx", opset)
+        manifest = build_manifest(ckpt, meta, env, env_cfg, stage / "policy.onnx", opset)
+        (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+        manifest["export_check"] = self_check(env, net, stage, check_steps, dest)
+        (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+        dest.mkdir(exist_ok=True)
+        for name in ("policy.onnx", MANIFEST):  # the manifest last: its sha256 names the new policy.onnx
+            (stage / name).replace(dest / name)
     return dest
 
 
@@ -296,7 +329,7 @@ def main() -> None:
         if not cfg.checkpoint:
             raise ConfigError("checkpoint: required (a checkpoint directory with checkpoint.json)")
         torch.set_num_threads(1)
-        dest = export(cfg.checkpoint, cfg.format, cfg.out, cfg.opset, cfg.check_steps)
+        dest = export(cfg.checkpoint, cfg.format, cfg.out, cfg.opset, cfg.check_steps, cfg.overwrite)
         m = json.loads((dest / MANIFEST).read_text())
         chk = m.get("export_check", {})
         print(f"exported {m['policy']['type']} ({m['policy']['label']}) to {dest}: policy.onnx + {MANIFEST}; "

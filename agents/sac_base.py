@@ -18,7 +18,7 @@ import torch
 from pydantic import Field, field_validator
 from torch import nn
 
-from llmsim.agents.base import OffPolicyAgent, OffPolicyConfig, polyak_update
+from llmsim.agents.base import LayerWidths, OffPolicyAgent, OffPolicyConfig, polyak_update
 from llmsim.agents.han import GraphLayout
 from llmsim.agents.sac_nets import SACActor, embed_dim, make_encoder
 from llmsim.schema import Float, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
@@ -29,7 +29,7 @@ class SACConfig(OffPolicyConfig):
 
     name: Literal["sac", "sac_argmax"] = "sac"
     encoder: Literal["han", "mlp"] = "han"  # han (graph observation) | mlp (flat observation)
-    hidden: list[PosInt] = Field(default_factory=lambda: [64, 64])  # actor and critic MLPs after the encoder
+    hidden: LayerWidths = Field(default_factory=lambda: [64, 64])  # actor and critic MLPs after encoding
     han_hidden: PosInt = 64
     han_heads: PosInt = 4  # the paper's 4 (the released code: 8)
     han_layers: PosInt = 2

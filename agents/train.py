@@ -42,6 +42,7 @@ from llmsim.agents import ddqn, guided, sac, sac_argmax  # noqa: F401 - the algo
 from llmsim.agents.base import ALGORITHMS, LoopState, OffPolicyAgent, OffPolicyConfig
 from llmsim.agents.buffer import ReplayBuffer
 from llmsim.agents.checkpoint import QPolicy, load_policy_net, net_arch, save_checkpoint
+from llmsim.agents.checkpoint_files import TRAINER_FILE, load_replay, one_line, read_trainer_state, save_replay
 from llmsim.agents.checkpoint_meta import action_layout, check_compatible, observation_layout, read_meta
 from llmsim.agents.ddqn import DDQNConfig
 from llmsim.agents.env_setup import env_config, make_env
@@ -61,7 +62,7 @@ class TrainerConfig(Schema):
     """``trainer``: the budget, the in-training evaluation, checkpoints and resume (conf/train.yaml)."""
 
     where: ClassVar[str] = "trainer"
-    total_steps: NonNegInt = 200_000  # env steps, summed over the parallel envs
+    total_steps: PosInt = 200_000  # env steps, summed over the parallel envs
     num_envs: PosInt = 1
     eval_every: NonNegInt = 20_000  # env steps between greedy evaluations (0: only at the end)
     eval_seeds: list[NonNegInt] = Field(default_factory=lambda: [500, 501], min_length=1)
@@ -204,19 +205,15 @@ class TrainingRun:
         self.agent.policy_loaded()
         if key == "trainer.init_from":
             return
-        ts_path = Path(src) / "trainer.pt"
-        if not ts_path.is_file():
-            raise ConfigError(f"trainer.resume={src}: no trainer.pt (a checkpoint to fine-tune from: "
-                              "trainer.init_from)")
-        ts = torch.load(ts_path, map_location="cpu", weights_only=False)
-        self.agent.load_state_dict(ts["agent"])
-        for k, v in ts["loop"].items():
-            setattr(self.state, k, v)
+        ts = read_trainer_state(Path(src), key)
+        try:
+            self.agent.load_state_dict(ts["agent"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise ConfigError(f"{Path(src) / TRAINER_FILE}: does not fit this {self.agent_cfg.name} agent: "
+                              f"{one_line(e)}") from None
+        self.state.restore(ts["loop"], str(Path(src) / TRAINER_FILE))
         self.history.extend(ts.get("history", []))
-        replay = Path(src) / "replay.npz"
-        if replay.is_file():
-            with np.load(replay) as z:
-                self.rb.load_state_dict({k: z[k] for k in z.files})
+        load_replay(Path(src), self.rb)
 
     def meta(self) -> dict[str, Any]:
         """checkpoint.json's (and training.json's) description of the run so far."""
@@ -233,7 +230,7 @@ class TrainingRun:
         trainer_state = {"agent": self.agent.state_dict(), "loop": vars(self.state), "history": self.history}
         save_checkpoint(self.run_dir / name, self.agent.policy_net(), self.meta(), self.config_yaml, trainer_state)
         if name == "last" and self.tr.save_replay:
-            np.savez(self.run_dir / name / "replay.npz", **self.rb.state_dict())
+            save_replay(self.run_dir / name, self.rb)
 
     def evaluate(self) -> None:
         """Greedy evaluation on ``trainer.eval_seeds``; best/ on a new best score, last/ every time."""

@@ -6,11 +6,17 @@ observation arrays and the action mask and returns the masked scores (Q-values o
 ``torch.argmax`` does in :class:`llmsim.agents.checkpoint.QPolicy`. Loading needs no torch, stable-baselines3 or
 ``agents`` code, so a serving process stays small; the manifest says how to rebuild the observation
 (envs/policy_router.py does it with the envs' own builders).
+
+What loading trusts: JSON (the manifest) and an ONNX graph that onnxruntime runs with its own operators; nothing
+in an export is imported or unpickled. ``onnx.file`` must name a file inside the export directory and
+``onnx.sha256`` must be its digest (required: a damaged or swapped file is refused, not run). Every problem is one
+:class:`ConfigError` line naming the file (docs/export.md lists them).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,7 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 MASK_INPUT = "action_mask"
 OUTPUTS = ("scores", "action")
+SHA256 = re.compile(r"[0-9a-f]{64}")
 _ORT_TYPES = {"tensor(float)": "float32", "tensor(int8)": "int8", "tensor(bool)": "bool", "tensor(int64)": "int64"}
 
 
@@ -54,13 +61,52 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     if have != LAYOUT_VERSION:
         raise ConfigError(f"{f}: observation.state_layout_version {have!r} (the export's ClusterState layout), "
                           f"but this llmsim's llmsim.state.cluster_state.LAYOUT_VERSION is {LAYOUT_VERSION}")
-    onnx_file = d / str(m["onnx"].get("file", ""))
-    if not m["onnx"].get("file") or not onnx_file.is_file():
-        raise ConfigError(f"{f}: onnx.file {m['onnx'].get('file')!r} is not a file in {d}")
-    want = m["onnx"].get("sha256")
-    if want and file_sha256(onnx_file) != want:
-        raise ConfigError(f"{f}: onnx.sha256 {want[:12]}... does not match {onnx_file.name} (file changed?)")
+    onnx_path(d, m)
+    check_io(f, m)
     return m
+
+
+def onnx_path(d: Path, m: dict[str, Any]) -> Path:
+    """The file ``onnx.file`` names: a plain file name inside export directory ``d`` (no absolute path, no ``..``,
+    no symbolic link leading out of ``d``), with ``onnx.sha256`` (required) the hex digest to check it against."""
+    f, name, digest = d / MANIFEST, m["onnx"].get("file"), m["onnx"].get("sha256")
+    if not isinstance(name, str) or not name or name in (".", "..") or Path(name).name != name or "\\" in name:
+        raise ConfigError(f"{f}: onnx.file {name!r}: expected the plain name of a file in {d} (no directory part)")
+    onnx_file = d / name
+    if not onnx_file.is_file():
+        raise ConfigError(f"{f}: onnx.file {name!r} is not a file in {d}")
+    if not onnx_file.resolve().is_relative_to(d.resolve()):
+        raise ConfigError(f"{f}: onnx.file {name!r} leads out of {d} (to {onnx_file.resolve()}); expected a file "
+                          "inside the export directory")
+    if not isinstance(digest, str) or not SHA256.fullmatch(digest):
+        raise ConfigError(f"{f}: onnx.sha256 {digest!r}: required, the 64 hex digit sha256 of {name} (llmsim-export "
+                          "writes it; an export without it is refused)")
+    return onnx_file
+
+
+def check_io(f: Path, m: dict[str, Any]) -> None:
+    """``onnx.inputs``: name, dtype (one of the graph's) and shape of each input, the action mask last."""
+    inputs = m["onnx"].get("inputs")
+    ok = isinstance(inputs, list) and inputs and all(
+        isinstance(i, dict) and isinstance(i.get("name"), str) and i.get("dtype") in _ORT_TYPES.values()
+        and isinstance(i.get("shape"), list) and len(i["shape"]) >= 1 for i in inputs)
+    if not ok or inputs[-1]["name"] != MASK_INPUT:
+        raise ConfigError(f"{f}: onnx.inputs: expected a list of {{name, dtype, shape}} (dtype one of "
+                          f"{sorted(_ORT_TYPES.values())}) ending with {MASK_INPUT!r}")
+    n = m["actions"].get("n")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"{f}: actions.n {n!r}: expected the number of actions, a positive integer")
+
+
+def read_onnx(d: Path, m: dict[str, Any]) -> bytes:
+    """The bytes of the export's ONNX file once their sha256 is the manifest's (read once: what is checked is what
+    is loaded). The digest finds a changed or damaged file; it says nothing of who wrote the export."""
+    onnx_file = onnx_path(d, m)
+    data = onnx_file.read_bytes()
+    if hashlib.sha256(data).hexdigest() != m["onnx"]["sha256"]:
+        raise ConfigError(f"{d / MANIFEST}: onnx.sha256 {m['onnx']['sha256'][:12]}... does not match "
+                          f"{onnx_file.name} (file changed?)")
+    return data
 
 
 class ExportedPolicy:
@@ -84,11 +130,18 @@ class ExportedPolicy:
 
         d = Path(path)
         m = read_manifest(d)
+        model = read_onnx(d, m)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
-        opts.log_severity_level = 3
-        sess = ort.InferenceSession(str(d / m["onnx"]["file"]), opts, providers=["CPUExecutionProvider"])
+        opts.log_severity_level = 4  # errors come back as one ConfigError line, not onnxruntime's log
+        # a model given as bytes resolves external data against this folder: keep it to the export directory
+        opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(d.resolve()))
+        try:
+            sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 - any onnxruntime failure to load means the file is not a usable model
+            raise ConfigError(f"{d / m['onnx']['file']}: not a valid ONNX model ({' '.join(str(e).split())[:300]})"
+                              ) from None
         cls._check_session(d, m, sess)
         return cls(d, m, sess)
 

@@ -180,9 +180,7 @@ class ExportedRouter(Router):
         self.policy = _load(self.path)
         m = self.policy.manifest
         self.manifest = m
-        self.spec = ActionSpec.from_dict(m["actions"])
-        self.ctx = DecisionContext(m["context"], make_predictor(m["context"].get("predictor"), seed=seed))
-        self.builder = make_obs(dict(m["observation"]["builder"]))
+        self.spec, self.ctx, self.builder = from_manifest(self.path, m, seed)
         check_layout(m, self.builder.bind(self.ctx), str(self.path))
         self.builder.reset(self.ctx)
         self.predictor_seed = seed
@@ -230,6 +228,24 @@ class ExportedRouter(Router):
         if d != WAIT:  # decided for good: forget it (a held request is offered again, its arrival told once)
             self.seen.discard(req.id)
         return d
+
+
+def from_manifest(path: Path, m: dict[str, Any], seed: int) -> tuple[ActionSpec, DecisionContext, ObsBuilder]:
+    """The action layout, decision context and observation builder a manifest describes (registry names only:
+    the predictor and the builder are looked up, never imported); a malformed section is one line naming it."""
+    section = "actions"
+    try:
+        spec = ActionSpec.from_dict(m["actions"])
+        section = "context"
+        ctx = DecisionContext(m["context"], make_predictor(m["context"].get("predictor"), seed=seed))
+        section = "observation.builder"
+        builder = make_obs(dict(m["observation"]["builder"]))
+    except ConfigError as e:
+        raise ConfigError(f"{path / 'manifest.json'}: {section}: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ConfigError(f"{path / 'manifest.json'}: {section} is malformed ({type(e).__name__}: "
+                          f"{' '.join(str(e).split())[:200]})") from None
+    return spec, ctx, builder
 
 
 def check_backends(manifest: dict[str, Any], models: list[str], where: str = "export") -> None:

@@ -8,7 +8,10 @@ hint) and its prompt length. Never ``output_tokens``: that is the label.
 * :func:`collect_samples` draws labelled requests from an env workload into a DataFrame.
 * :class:`BucketPredictor` is the fitted classifier (xgboost by default, scikit-learn's
   HistGradientBoostingClassifier as the alternative) with its bucket -> length mapping; it saves to a
-  small JSON file plus a model file beside it and refuses anything else with one ConfigError line.
+  small JSON file plus xgboost's own UBJ model file beside it and refuses anything else with one ConfigError line.
+  Nothing is unpickled: scikit-learn models live in memory only (scikit-learn saves only by pickle), and the
+  loader parses JSON and xgboost's UBJ, nothing else. The sha256 in the JSON finds a model file that does not
+  belong to it; it proves nothing of who wrote either, so safety never rests on it.
 * :class:`LearnedPredictor` wraps it for the envs (predicted length per model, oracle quality).
 * :func:`llmsim.envs.predictors.from_config.make_agent_predictor` turns a config value into one.
 
@@ -58,6 +61,9 @@ VERSION = 1
 NO_TASK = "<none>"
 GRID_MAX = 4096  # LearnedPredictor precomputes prompts 0..GRID_MAX per task in one batched call
 INSTALL_HINT = "pip install -e '.[predict]'"
+MODEL_FILE_SUFFIXES = (".ubj", ".json")  # xgboost's own formats: the only model files the loader parses
+SKLEARN_NOT_SAVED = ("a scikit-learn predictor is not saved (scikit-learn's only format is a pickle, which llmsim "
+                     "never loads); use model xgboost, saved in xgboost's UBJ format, or keep sklearn in memory")
 
 
 def bucket_of(tokens: Any) -> np.ndarray:
@@ -235,22 +241,19 @@ class BucketPredictor:
                 "seed": self.seed, "info": self.info}
 
     def save(self, path: str | Path) -> list[Path]:
-        """Write ``path`` (JSON: buckets, lengths, features) and, for a real model, ``<stem>.model.ubj``
-        (xgboost) or ``<stem>.model.joblib`` (scikit-learn) beside it. Returns the files written."""
+        """Write ``path`` (JSON: buckets, lengths, features) and, for an xgboost model, ``<stem>.model.ubj`` beside
+        it. Returns the files written. A scikit-learn model is refused (:data:`SKLEARN_NOT_SAVED`)."""
         p = Path(path)
         if p.suffix != ".json":
             raise ConfigError(f"{p}: expected a predictor path ending in .json (the model file goes beside it)")
+        if self.kind == "sklearn":
+            raise ConfigError(f"{p}: {SKLEARN_NOT_SAVED}")
         p.parent.mkdir(parents=True, exist_ok=True)
         meta = self.meta()
         written = []
         if self.kind != "constant":
-            mp = p.with_name(p.stem + (".model.ubj" if self.kind == "xgboost" else ".model.joblib"))
-            if self.kind == "xgboost":
-                self.model.save_model(str(mp))
-            else:
-                import joblib  # optional: scikit-learn's, with the predict extra
-
-                joblib.dump(self.model, mp)
+            mp = p.with_name(p.stem + ".model.ubj")
+            self.model.save_model(str(mp))
             meta["model_file"], meta["model_sha256"] = mp.name, file_sha256(mp)
             written.append(mp)
         p.write_text(json.dumps(meta, indent=1) + "\n")
@@ -298,7 +301,9 @@ def _read_meta(p: Path) -> dict[str, Any]:
     _expect(isinstance(meta, dict) and meta.get("format") == FORMAT, p, f"format {FORMAT!r}",
             meta.get("format") if isinstance(meta, dict) else type(meta).__name__)
     _expect(meta.get("version") == VERSION, p, f"version {VERSION}", meta.get("version"))
-    _expect(meta.get("kind") in (*MODELS, "constant"), p, f"kind in {[*MODELS, 'constant']}", meta.get("kind"))
+    if meta.get("kind") == "sklearn":
+        raise ConfigError(f"{p}: kind 'sklearn' is not loaded: {SKLEARN_NOT_SAVED}")
+    _expect(meta.get("kind") in ("xgboost", "constant"), p, "kind in ['xgboost', 'constant']", meta.get("kind"))
     tasks, classes, lengths = meta.get("tasks"), meta.get("classes"), meta.get("lengths")
     _expect(isinstance(tasks, list) and len(tasks) > 0 and all(isinstance(t, str) for t in tasks), p,
             "tasks: a non-empty list of names", tasks)
@@ -317,31 +322,27 @@ def _read_meta(p: Path) -> dict[str, Any]:
     _expect(meta["kind"] != "constant" or len(classes) == 1, p, "one class for a constant predictor", classes)
     if meta["kind"] != "constant":
         _expect(isinstance(meta.get("model_file"), str) and meta["model_file"]
-                and Path(meta["model_file"]).name == meta["model_file"], p,
-                "model_file: the name of a file beside it", meta.get("model_file"))
+                and Path(meta["model_file"]).name == meta["model_file"]
+                and meta["model_file"].endswith(MODEL_FILE_SUFFIXES), p,
+                f"model_file: the name of an xgboost model file beside it ({' or '.join(MODEL_FILE_SUFFIXES)})",
+                meta.get("model_file"))
     return meta
 
 
 def _load_model(p: Path, meta: dict[str, Any]) -> Any:
-    """The model file named by ``meta``, checked against its recorded sha256 before it is parsed."""
+    """The xgboost model file named by ``meta``, parsed by xgboost (its JSON / UBJ formats: data, not code). The
+    recorded sha256 is checked first so that a model file from another save is named as such."""
     mp = p.with_name(meta["model_file"])
     if not mp.is_file():
         raise ConfigError(f"{mp}: missing model file (named by {p}); expected the {meta['kind']} model saved with it")
     if file_sha256(mp) != meta.get("model_sha256"):
         raise ConfigError(f"{mp}: does not match {p} (sha256 differs); expected the model file saved with it")
+    model = _new_model("xgboost", 0)
     try:
-        if meta["kind"] == "xgboost":
-            model = _new_model("xgboost", 0)
-            model.load_model(str(mp))
-            return model
-        _new_model("sklearn", 0)  # a clear error when scikit-learn is missing
-        import joblib  # optional: scikit-learn's, with the predict extra
-
-        return joblib.load(mp)
-    except ConfigError:
-        raise
+        model.load_model(str(mp))
     except Exception as e:  # noqa: BLE001 - any parse error of the library is a bad file
-        raise ConfigError(f"{mp}: not a readable {meta['kind']} model (named by {p}): {_one_line(e)}") from None
+        raise ConfigError(f"{mp}: not a readable xgboost model (named by {p}): {_one_line(e)}") from None
+    return model
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -475,6 +476,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     a = ap.parse_args(argv)
     try:
+        if a.out and a.model == "sklearn":
+            raise ConfigError(f"--out: {SKLEARN_NOT_SAVED}")
         wl = as_workload({"kind": "mixture", "preset": a.preset})
         bp, report = train_predictor(wl, a.samples, a.seed, a.model, a.lengths)
         lp = LearnedPredictor(bp)

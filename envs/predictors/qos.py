@@ -14,6 +14,9 @@ task (when the workload has several) and the expert (one-hot), like the paper's 
   and :func:`ceiling` (the best any classifier of these features can do under the stand-in task model).
 * :class:`QoSBucketPredictor` is the env ``Predictor`` (bucket midpoints for lengths and qualities).
 
+Saved as JSON plus one xgboost UBJ file per target; loading parses those two formats only (nothing is unpickled).
+The sha256 recorded in the JSON finds a model file from another save; it proves nothing of who wrote the files.
+
 CLI: ``python -m llmsim.envs.predictors.qos [--samples N] [--seed S] [--experts a,b] [--out DIR] [--json]``.
 See docs/predictors.md, "QoS-aware edge router predictors".
 """
@@ -259,8 +262,10 @@ def _read_meta(p: Path) -> dict[str, Any]:
                     and isinstance(tm.get("classes"), list) and tm["classes"] == sorted(set(tm["classes"]))
                     and all(isinstance(c, int) and 0 <= c < N_BUCKETS for c in tm["classes"])
                     and (tm["kind"] == "xgboost") == (len(tm["classes"]) > 1)
-                    and (tm["kind"] == "constant" or Path(str(tm.get("model_file"))).name == tm.get("model_file"))):
-                bad = f"targets.{name}: kind, sorted classes in 0..{N_BUCKETS - 1} and a model_file beside it"
+                    and (tm["kind"] == "constant" or Path(str(tm.get("model_file"))).name == tm.get("model_file")
+                         and str(tm["model_file"]).endswith((".ubj", ".json")))):
+                bad = (f"targets.{name}: kind, sorted classes in 0..{N_BUCKETS - 1} and a model_file beside it "
+                       "(an xgboost .ubj or .json)")
                 break
     if bad:
         raise ConfigError(f"{p}: not a valid {FORMAT} file: expected {bad}")

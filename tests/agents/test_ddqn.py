@@ -29,8 +29,10 @@ def _set_linear_q(net: QNetwork, table: np.ndarray) -> None:
 
 
 def _agent(q_online: np.ndarray, q_target: np.ndarray) -> DoubleDQN:
+    """An agent whose networks are single linear layers (a config must name hidden layers; a QNetwork may not)."""
     n_obs, n_act = q_online.shape
-    a = DoubleDQN(n_obs, n_act, DDQNConfig(hidden=[]), seed=0)
+    a = DoubleDQN(n_obs, n_act, DDQNConfig(hidden=[1]), seed=0)
+    a.q, a.q_target = QNetwork(n_obs, n_act, []), QNetwork(n_obs, n_act, [])
     _set_linear_q(a.q, q_online)
     _set_linear_q(a.q_target, q_target)
     return a
