@@ -24,7 +24,7 @@ import torch
 
 from llmsim.agents.checkpoint_files import load_weights, save_trainer_state
 from llmsim.agents.checkpoint_meta import FORMAT, check_compatible, read_meta
-from llmsim.agents.nets import QNetwork, masked, masked_argmax
+from llmsim.agents.nets import QNetwork, SetQNetwork, SlotAdapter, masked, masked_argmax
 from llmsim.agents.sac_nets import SACActor, build_actor
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
@@ -34,6 +34,9 @@ def net_arch(net: torch.nn.Module) -> dict[str, Any]:
     """What checkpoint.json records to rebuild ``net``: a QNetwork's shape, or an actor's ``arch``."""
     if isinstance(net, QNetwork):
         return {"obs_dim": net.obs_dim, "n_actions": net.n_actions, "hidden": net.hidden, "dueling": net.dueling}
+    if isinstance(net, SetQNetwork):  # slots: n_max instances + wait + drop (llmsim.envs.randomize)
+        return {"obs_dim": net.obs_dim, "n_actions": net.n_actions, "hidden": net.hidden, "dueling": False,
+                "set_net": {"n_max": net.n_max, "guide": net.guide}}
     arch = getattr(net, "arch", None)
     if not isinstance(arch, dict):
         raise TypeError(f"cannot checkpoint a {type(net).__name__}: no arch description")
@@ -100,10 +103,19 @@ def q_net_shape(meta: dict[str, Any], where: Path) -> tuple[int, int, list[int],
     return obs_dim, n, hidden, dueling
 
 
-def load_q_net(path: str | Path, meta: dict[str, Any] | None = None) -> QNetwork:
+def load_q_net(path: str | Path, meta: dict[str, Any] | None = None) -> QNetwork | SetQNetwork:
     p = Path(path)
     meta = meta or read_meta(p)
-    net = QNetwork(*q_net_shape(meta, p / "checkpoint.json"))
+    obs_dim, n, hidden, dueling = q_net_shape(meta, p / "checkpoint.json")
+    set_net = meta.get("set_net")
+    if set_net is None:
+        net: QNetwork | SetQNetwork = QNetwork(obs_dim, n, hidden, dueling)
+    else:
+        try:
+            net = SetQNetwork(obs_dim, n, hidden, set_net["guide"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"{p / 'checkpoint.json'}: set_net {set_net!r} is not a network this llmsim builds "
+                              f"({e})"[:400]) from None
     load_weights(net, p / "q_net.pt", "the Q-network's weights saved with checkpoint.json")
     net.eval()
     return net
@@ -153,8 +165,19 @@ class QPolicy:
         return int(self.rng.choice(len(p), p=p / p.sum()))
 
 
+def for_env(net: torch.nn.Module, env: Any) -> torch.nn.Module:
+    """``net`` as it acts on ``env``: a slot network on a plain K-instance env through its
+    :class:`~llmsim.agents.nets.SlotAdapter` (the env's K + 2 actions), anything else as it is."""
+    base = net.net if isinstance(net, SlotAdapter) else net
+    n = int(env.action_space.n)
+    if isinstance(base, SetQNetwork) and n != base.n_actions:
+        return SlotAdapter(base, n - 2)
+    return base
+
+
 class CheckpointPolicy(QPolicy):
-    """The greedy router of a checkpoint directory; refuses an env with another layout at ``reset``."""
+    """The greedy router of a checkpoint directory; refuses an env with another layout at ``reset``. A slot
+    policy (one network for any number of instances) acts on each env through its slots."""
 
     def __init__(self, path: str | Path, label: str | None = None, mode: str = "greedy") -> None:
         self.path = Path(path)
@@ -167,4 +190,5 @@ class CheckpointPolicy(QPolicy):
         super().reset(env, seed)
         if self._checked != id(env):
             check_compatible(self.meta, env, str(self.path))
+            self.net = for_env(self.net, env)
             self._checked = id(env)

@@ -55,6 +55,13 @@ def check_compatible(meta: dict[str, Any], env: RoutingEnv, where: str = "checkp
         raise ConfigError(f"{where}: trained on observation layout {describe_layout(want)}, but this env has "
                           f"{describe_layout(have)}")
     n = int(env.action_space.n)
+    slots = (meta.get("set_net") or {}).get("n_max")
+    if slots is not None:  # one network for any number of instances up to n_max (llmsim.envs.randomize)
+        if not str(env.action_kind).startswith("instance") or env.n_choices > slots or meta.get("n_actions") != \
+                slots + 2:
+            raise ConfigError(f"{where}: a policy over {slots} instance slots cannot act on this env "
+                              f"({env.n_choices} {env.action_kind} choices + wait + drop)")
+        return
     if meta.get("n_actions") != n:
         raise ConfigError(f"{where}: trained with {meta.get('n_actions')} actions, but this env has {n} "
                           f"({env.n_choices} choices + wait + drop)")

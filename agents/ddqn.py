@@ -37,7 +37,7 @@ from llmsim.agents.base import (
     random_valid,
 )
 from llmsim.agents.buffer import Batch
-from llmsim.agents.nets import NumpyActor, QNetwork, masked_argmax
+from llmsim.agents.nets import NumpyActor, QNetwork, SetQNetwork, guide_slots, masked, masked_argmax, q_values
 from llmsim.schema import Float, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 
 
@@ -62,6 +62,16 @@ class DDQNConfig(OffPolicyConfig):
     guidance: Literal["none", "aware", "guided"] = "none"  # agents/guided.py
     guidance_decay: NonNegFloat = 0.5  # beta of the guided schedule
     guidance_scale: Float = 1.0  # multiplies h before shaping: with the Intelligent Router's reward h is ~1e-4 of it
+    # a network shared across instances, started from a guide heuristic (docs/agents.md, "Policies that transfer")
+    network: Literal["mlp", "set"] = "mlp"  # set: agents/nets.py SetQNetwork on the instance_set observation
+    guide: Literal["min_min", "least_work_left", "jsq"] = "min_min"  # the heuristic imitated and fallen back on
+    demo_steps: NonNegInt = 0  # env steps acted by the guide (with demo_epsilon random actions) before the policy acts
+    demo_epsilon: Probability = 0.1
+    margin: NonNegFloat = 0.5  # DQfD's large margin l: Q(guide) must beat every other valid action by l
+    demo_margin_weight: NonNegFloat = 0.0  # weight of the margin loss while the guide acts ...
+    margin_weight: NonNegFloat = 0.0  # ... and afterwards (the regulariser towards the guide)
+    fallback_margin: NonNegFloat = 0.0  # decision time: take the guide's action unless Q-advantage > this
+    fallback_margins: list[NonNegFloat] = Field(default_factory=list)  # candidates chosen on validation seeds
 
 
 @ALGORITHMS.register
@@ -73,14 +83,21 @@ class DoubleDQN(OffPolicyAgent):
     def __init__(self, obs_dim: int, n_actions: int, cfg: DDQNConfig, seed: int = 0) -> None:
         self.cfg = cfg
         torch.manual_seed(seed)
-        self.q = QNetwork(obs_dim, n_actions, cfg.hidden, cfg.dueling)
-        self.q_target = QNetwork(obs_dim, n_actions, cfg.hidden, cfg.dueling)
+        self.q: QNetwork | SetQNetwork = self.build_net(obs_dim, n_actions, cfg)
+        self.q_target = self.build_net(obs_dim, n_actions, cfg)
         self.q_target.load_state_dict(self.q.state_dict())
         self.opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr)
         self.rng = np.random.default_rng(seed)
         self.n_actions = n_actions
         self.updates = 0
-        self.actor = NumpyActor(self.q)
+        self.actor = NumpyActor(self.q) if isinstance(self.q, QNetwork) else None
+        self.demo_phase = False  # the guide is acting (explore sets it; update weighs the margin loss by it)
+
+    @staticmethod
+    def build_net(obs_dim: int, n_actions: int, cfg: DDQNConfig) -> QNetwork | SetQNetwork:
+        if cfg.network == "set":
+            return SetQNetwork(obs_dim, n_actions, cfg.hidden, cfg.guide, cfg.fallback_margin)
+        return QNetwork(obs_dim, n_actions, cfg.hidden, cfg.dueling)
 
     @classmethod
     def for_env(cls, obs_space: Any, n_actions: int, cfg: Any, seed: int) -> DoubleDQN:
@@ -97,16 +114,41 @@ class DoubleDQN(OffPolicyAgent):
         explore = self.rng.random(n) < eps
         actions = np.empty(n, np.int64)
         if not explore.all():
-            actions[:] = self.actor.act(np.asarray(obs, dtype=np.float32), masks)
+            actions[:] = self.greedy(np.asarray(obs, dtype=np.float32), masks)
         for i in np.flatnonzero(explore):
             actions[i] = random_valid(self.rng, masks[i], self.n_actions)
         return actions
 
+    def greedy(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """Masked argmax of the policy network (the set network's with its decision-time fallback)."""
+        if self.actor is not None:
+            return self.actor.act(obs, masks)
+        with torch.no_grad():
+            return masked_argmax(self.q(torch.as_tensor(obs)), torch.as_tensor(masks)).numpy()
+
+    def guide_act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """The guide's actions (read from the observation), demo_epsilon of them random valid ones; the usual
+        no-op (greedy) where nothing is decided or the guide's slot is not valid."""
+        obs = np.asarray(obs, dtype=np.float32)
+        actions = self.greedy(obs, masks)
+        guide = guide_slots(obs, self.cfg.guide)
+        for i, g in enumerate(guide):
+            if self.rng.random() < self.cfg.demo_epsilon:
+                actions[i] = random_valid(self.rng, masks[i], self.n_actions)
+            elif g >= 0 and masks[i][g]:
+                actions[i] = g
+        return actions
+
     def explore(self, obs: np.ndarray, masks: np.ndarray, state: LoopState,
                 total_steps: int) -> tuple[np.ndarray, dict[str, float]]:
-        """Behaviour actions for agents/loop.py: masked epsilon-greedy on the current schedule."""
-        eps = epsilon(self.cfg, state.step, state.episode, total_steps)
-        return self.act(obs, masks, eps), {"epsilon": eps}
+        """Behaviour actions for agents/loop.py: the guide's during the first ``demo_steps`` env steps, then
+        masked epsilon-greedy on the current schedule (epsilon counted from the end of the demonstrations)."""
+        self.demo_phase = state.step < self.cfg.demo_steps
+        if self.demo_phase:
+            return self.guide_act(obs, masks), {"epsilon": self.cfg.demo_epsilon, "demo": 1.0}
+        done = self.cfg.demo_steps
+        eps = epsilon(self.cfg, state.step - done, state.episode, max(1, total_steps - done))
+        return self.act(obs, masks, eps), {"epsilon": eps, "demo": 0.0}
 
     def stage(self, episode: int) -> tuple[float, float]:
         return guided.stage(self.cfg.guidance, episode, self.cfg.gamma, self.cfg.guidance_decay)
@@ -117,16 +159,39 @@ class DoubleDQN(OffPolicyAgent):
         next_obs = torch.as_tensor(batch.next_obs)
         next_mask = torch.as_tensor(batch.next_masks)
         with torch.no_grad():
-            a_star = masked_argmax(self.q(next_obs), next_mask)
-            q_next = self.q_target(next_obs).gather(1, a_star.unsqueeze(1)).squeeze(1)
+            a_star = masked_argmax(q_values(self.q, next_obs), next_mask)
+            q_next = q_values(self.q_target, next_obs).gather(1, a_star.unsqueeze(1)).squeeze(1)
             disc = torch.as_tensor(batch.discounts)
             q_next = torch.where(disc > 0, q_next, torch.zeros_like(q_next))  # no bootstrap after an end
             return torch.as_tensor(batch.returns) + disc * q_next
 
+    def margin_loss(self, obs: torch.Tensor, q_all: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """DQfD's large-margin loss towards the guide: mean over decisions of max_a [Q(s, a) + l [a != a_g]] -
+        Q(s, a_g), valid actions only (0 once the guide's action leads every other by ``margin``); and the share of
+        those decisions where the network's own argmax is the guide's."""
+        guide = torch.as_tensor(guide_slots(obs.numpy(), self.cfg.guide))
+        rows = (guide >= 0) & masks.gather(1, guide.clamp(min=0).unsqueeze(1)).squeeze(1)
+        if not bool(rows.any()):
+            return torch.zeros(()), float("nan")
+        q, m, a_g = q_all[rows], masks[rows], guide[rows]
+        bonus = torch.full_like(q, self.cfg.margin).scatter(1, a_g.unsqueeze(1), 0.0)
+        best = masked(q + bonus, m).max(dim=1).values
+        q_g = q.gather(1, a_g.unsqueeze(1)).squeeze(1)
+        agree = (masked_argmax(q.detach(), m) == a_g).float().mean().item()
+        return (best - q_g).mean(), agree
+
     def update(self, batch: Batch) -> dict[str, float]:
         y = self.td_target(batch)
-        q = self.q(torch.as_tensor(batch.obs)).gather(1, torch.as_tensor(batch.actions).unsqueeze(1)).squeeze(1)
+        obs = torch.as_tensor(batch.obs)
+        q_all = q_values(self.q, obs)
+        q = q_all.gather(1, torch.as_tensor(batch.actions).unsqueeze(1)).squeeze(1)
         loss = F.smooth_l1_loss(q, y)
+        stats: dict[str, float] = {}
+        weight = self.cfg.demo_margin_weight if self.demo_phase else self.cfg.margin_weight
+        if weight > 0 and batch.masks is not None:
+            margin, agree = self.margin_loss(obs, q_all, torch.as_tensor(batch.masks))
+            loss = loss + weight * margin
+            stats = {"margin_loss": margin.item(), "guide_agreement": agree}
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.q.parameters(), self.cfg.max_grad_norm)
@@ -134,7 +199,7 @@ class DoubleDQN(OffPolicyAgent):
         self.updates += 1
         if self.cfg.polyak < 1.0:
             polyak_update(self.q.parameters(), self.q_target.parameters(), self.cfg.polyak)
-        return {"loss": loss.item(), "q_mean": q.mean().item()}
+        return {"loss": loss.item(), "q_mean": q.mean().item(), **stats}
 
     def sync_target(self) -> None:
         self.q_target.load_state_dict(self.q.state_dict())

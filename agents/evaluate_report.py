@@ -3,7 +3,10 @@
 Per policy, every numeric column of the rows is summarised as mean and sample standard deviation over its
 episodes (0 with one episode). Gains are against the reference policy (round robin by default), on the
 means: ``(reference - policy) / reference`` in per cent, so a positive gain is a lower mean E2E latency or an
-earlier finish. Nothing here runs a simulation; it reads the rows of :func:`llmsim.agents.evaluate.evaluate`.
+earlier finish. The latency columns count every request (a drop or cut-off at the time it was given up;
+llmsim.agents.accounting), and the table shows the requests the env's wait fallback placed (``timeouts``) and the
+ones its time limit cut off. Nothing here runs a simulation; it reads the rows of
+:func:`llmsim.agents.evaluate.evaluate`.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from llmsim.agents.seeds import split_note
 from llmsim.metrics.plots import new_figure
 
 # (row key, markdown header, scale to the shown unit, decimals); OPTIONAL ones are shown only when measured
 TABLE_COLUMNS: tuple[tuple[str, str, float, int], ...] = (
     ("avg_qos", "avg QoS", 1.0, 4),
+    ("utility", "utility", 1.0, 4),
     ("latency_per_token_ms", "latency/token (ms)", 1.0, 2),
     ("within_l", "within L", 1.0, 3),
     ("mean_e2el_ms", "mean E2E (s)", 1e-3, 2),
@@ -31,9 +36,11 @@ TABLE_COLUMNS: tuple[tuple[str, str, float, int], ...] = (
     ("slo_attainment", "SLO attainment", 1.0, 3),
     ("return", "return", 1.0, 1),
     ("dropped", "dropped", 1.0, 1),
+    ("cut_off", "cut off", 1.0, 1),
+    ("timeouts", "timeouts", 1.0, 1),
     ("preempted_frac", "preempted", 1.0, 3),
 )
-OPTIONAL = ("slo_attainment", "avg_qos", "latency_per_token_ms", "within_l")
+OPTIONAL = ("slo_attainment", "avg_qos", "utility", "latency_per_token_ms", "within_l", "cut_off", "timeouts")
 NOT_SUMMARISED = ("policy", "seed", "episode", "workload_seed", "workload_digest", "truncated")
 
 
@@ -71,8 +78,10 @@ def summarise(rows: Sequence[Mapping[str, Any]], reference: str = "round_robin")
         e["makespan_gain_pct"] = _gain(ref and ref.get("makespan_s_mean"), e.get("makespan_s_mean"))
         q_ref, q = ref and ref.get("avg_qos_mean"), e.get("avg_qos_mean")
         e["qos_gain_pct"] = (q - q_ref) / q_ref * 100.0 if q is not None and q_ref else None
-    if any(e.get("avg_qos_mean") is not None for e in out):  # the QoS-aware edge router's metric: higher QoS first
-        out.sort(key=lambda e: (e.get("avg_qos_mean") is None, -(e.get("avg_qos_mean") or 0.0), e["policy"]))
+    for higher in ("avg_qos", "utility"):  # the QoS-aware edge router's and the best-effort paper's: higher first
+        if any(e.get(f"{higher}_mean") is not None for e in out):
+            out.sort(key=lambda e: (e.get(f"{higher}_mean") is None, -(e.get(f"{higher}_mean") or 0.0), e["policy"]))
+            break
     else:
         out.sort(key=lambda e: (e.get("mean_e2el_ms_mean") is None, e.get("mean_e2el_ms_mean") or 0.0, e["policy"]))
     return out
@@ -106,16 +115,20 @@ def markdown(summary: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> s
         cells += [_pct(e.get("qos_gain_pct"))] if qos else []
         lines.append("| " + " | ".join(cells) + " |")
     seeds = meta.get("seeds", [])
-    title = (f"**{meta.get('env_id', 'env')}**: {len(summary)} policies x {len(seeds)} held-out seeds "
+    title = (f"**{meta.get('env_id', 'env')}**: {len(summary)} policies x {len(seeds)} seeds "
              f"({', '.join(map(str, seeds))}) x {meta.get('episodes_per_seed', 1)} episode(s), "
              f"{_requests(meta)} requests per episode")
     notes = [f"Values are mean ± sample std over episodes; gains are ({ref} - policy) / {ref} on the means "
-             "(positive = lower mean E2E latency / earlier finish)."]
+             "(positive = lower mean E2E latency / earlier finish). Latencies count every request: a dropped or "
+             "cut-off one at the time it was given up (completed-only figures: evaluation.json, completed_*)."]
+    if seeds:
+        notes.append(split_note(seeds) + ".")
     if not any(e["policy"] == ref for e in summary):
         notes.append(f"The reference {ref!r} was not evaluated: no gains.")
     cut = sum(int(e.get("truncated", 0)) for e in summary)
     if cut:
-        notes.append(f"{cut} episode(s) hit the env's time limit (unfinished requests count as dropped).")
+        notes.append(f"{cut} episode(s) hit the env's time limit (unfinished requests count as dropped, and as "
+                     "cut off at the limit).")
     return "\n".join([title, "", *lines, "", *notes]) + "\n"
 
 

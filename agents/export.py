@@ -28,7 +28,7 @@ import yaml
 from pydantic import BeforeValidator, Field
 from torch import nn
 
-from llmsim.agents.checkpoint import load_policy_net, policy_input
+from llmsim.agents.checkpoint import for_env, load_policy_net, policy_input
 from llmsim.agents.checkpoint_meta import check_compatible, read_meta
 from llmsim.agents.env_setup import LEARNED, make_env
 from llmsim.agents.nets import masked
@@ -60,6 +60,9 @@ class ExportConfig(Schema):
     overwrite: bool = False  # replace policy.onnx and manifest.json in an existing non-empty ``out``
     opset: Annotated[int, BeforeValidator(not_bool), Field(ge=OPSET_MIN, le=OPSET_MAX)] = 17
     check_steps: NonNegInt = 256
+    # env options on top of the checkpoint's env: a policy over instance slots exports for another cluster size
+    # (env_overrides.num_instances=8); the observation and the actions must still be the checkpoint's
+    env_overrides: dict[str, Any] | None = None
 
 
 class ExportModule(nn.Module):
@@ -110,6 +113,8 @@ def policy_type(meta: dict[str, Any]) -> tuple[str, str | None]:
     """(type, sampling): ddqn_flat / ddqn_best_effort / sac_han / sac_mlp / sac_argmax_han / sac_argmax_mlp."""
     arch = meta.get("arch")
     if not arch:
+        if meta.get("set_net"):
+            return "ddqn_set", None
         by_model = str(meta.get("actions", {}).get("kind", "")).startswith("model")
         return ("ddqn_best_effort" if by_model else "ddqn_flat"), None
     if arch.get("head") == "gaussian":
@@ -184,11 +189,13 @@ def check_builder(env: RoutingEnv, spec: dict[str, Any]) -> None:
                           f"({opts(rebuilt)} vs {opts(env.obs_builder)})")
 
 
-def load_env(ckpt: Path, meta: dict[str, Any]) -> tuple[RoutingEnv, dict[str, Any]]:
+def load_env(ckpt: Path, meta: dict[str, Any],
+             overrides: dict[str, Any] | None = None) -> tuple[RoutingEnv, dict[str, Any]]:
     env_cfg = meta.get("env")
     if not isinstance(env_cfg, dict):
         raise ConfigError(f"{ckpt / 'checkpoint.json'}: key 'env' (the env config) missing; cannot rebuild the "
                           f"observation")
+    env_cfg = {**env_cfg, **(overrides or {})}
     pred = env_cfg.get("predictor")
     kind = pred.get("kind") if isinstance(pred, dict) else pred
     if kind in LEARNED:
@@ -279,7 +286,7 @@ def build_manifest(ckpt: Path, meta: dict[str, Any], env: RoutingEnv, env_cfg: d
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "policy": {"type": ptype, "agent": meta.get("agent"), "label": meta.get("label"), "sampling": sampling,
                    "greedy": "argmax of the masked scores, first index on ties", "arch": meta.get("arch"),
-                   "network": {k: meta[k] for k in ("obs_dim", "hidden", "dueling") if k in meta}},
+                   "network": {k: meta[k] for k in ("obs_dim", "hidden", "dueling", "set_net") if k in meta}},
         "onnx": {"file": onnx_file.name, "sha256": file_sha256(onnx_file), "opset": opset, "inputs": inputs,
                  "outputs": [{"name": "scores", "shape": [None, int(env.action_space.n)], "dtype": "float32",
                               "masked": "-inf (unless no action is valid)"},
@@ -295,20 +302,20 @@ def build_manifest(ckpt: Path, meta: dict[str, Any], env: RoutingEnv, env_cfg: d
 
 
 def export(checkpoint: str | Path, fmt: str = "onnx", out: str | Path | None = None, opset: int = 17,
-           check_steps: int = 256, overwrite: bool = False) -> Path:
+           check_steps: int = 256, overwrite: bool = False, env_overrides: dict[str, Any] | None = None) -> Path:
     """Export checkpoint directory ``checkpoint``; returns the export directory.
 
     The export is written and checked in a staging directory beside ``out`` and moved in only once complete, so a
     failed export leaves ``out`` as it was."""
     ExportConfig(checkpoint=str(checkpoint), format=fmt, out=None if out is None else str(out), opset=opset,
-                 check_steps=check_steps, overwrite=overwrite)  # one line naming a bad key
+                 check_steps=check_steps, overwrite=overwrite, env_overrides=env_overrides)  # one line naming a bad key
     if fmt not in FORMATS:
         raise ConfigError(f"format: {fmt!r} is not an export format; expected one of {list(FORMATS)}")
     ckpt = Path(checkpoint)
     meta = read_meta(ckpt)  # one line naming checkpoint.json when it is missing or another format
-    env, env_cfg = load_env(ckpt, meta)
+    env, env_cfg = load_env(ckpt, meta, env_overrides)
     check_builder(env, builder_spec(env.obs_builder))
-    net = load_policy_net(ckpt, meta)
+    net = for_env(load_policy_net(ckpt, meta), env)  # a slot policy: the columns of this env's actions
     dest = export_dir(ckpt, out, overwrite)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as tmp:
         stage = Path(tmp)
@@ -329,7 +336,7 @@ def main() -> None:
         if not cfg.checkpoint:
             raise ConfigError("checkpoint: required (a checkpoint directory with checkpoint.json)")
         torch.set_num_threads(1)
-        dest = export(cfg.checkpoint, cfg.format, cfg.out, cfg.opset, cfg.check_steps, cfg.overwrite)
+        dest = export(cfg.checkpoint, cfg.format, cfg.out, cfg.opset, cfg.check_steps, cfg.overwrite, cfg.env_overrides)
         m = json.loads((dest / MANIFEST).read_text())
         chk = m.get("export_check", {})
         print(f"exported {m['policy']['type']} ({m['policy']['label']}) to {dest}: policy.onnx + {MANIFEST}; "

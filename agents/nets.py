@@ -1,4 +1,5 @@
-"""The networks every agent builds on: an MLP, the Q-network, action masking, and a numpy actor.
+"""The networks every agent builds on: an MLP, the Q-networks (flat, and shared across instances), action masking,
+and a numpy actor.
 
 The Intelligent Router's network is Linear(27, 64) -> ReLU -> Linear(64, 64) -> ReLU -> Linear(64, K + 1); the
 best-effort router's is 256-256. ``hidden`` takes either. Masked actions get -inf before any max / argmax, so
@@ -12,6 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from torch import nn
+
+from llmsim.envs.observations.instance_set import GLOBAL_FEATURES, GUIDE_COLUMNS, INSTANCE_FEATURES, split_layout
 
 
 def mlp(d_in: int, hidden: Sequence[int], d_out: int) -> nn.Sequential:
@@ -87,3 +90,90 @@ class NumpyActor:
         q = self.q_values(obs)
         q = np.where(masks | ~masks.any(axis=1, keepdims=True), q, -np.inf)
         return q.argmax(axis=1)
+
+
+class SetQNetwork(nn.Module):
+    """One Q-network for any number of instances, on the padded ``instance_set`` observation (envs/observations).
+
+    An encoder shared by every instance reads [instance row, global features]; masked mean and max pooling over the
+    real instances summarise the cluster; an instance's Q-value is V + A_k from its embedding and the pool, wait and
+    drop are V + A from the pool and the global features (the dueling split, for the same reason as
+    :class:`QNetwork`'s). Outputs are slots (``n_max`` instances, wait, drop: llmsim.envs.randomize).
+
+    ``forward`` adds ``fallback_margin`` to the guide heuristic's action (read from the observation's one-hot
+    column, :data:`~llmsim.envs.observations.instance_set.GUIDE_COLUMNS`): the greedy action is the guide's unless
+    the learned choice's Q-advantage over it exceeds the margin. ``q_values`` is the network without it (what the
+    TD target and the losses use). The margin is a buffer, so a checkpoint and its ONNX export carry it."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64), guide: str = "min_min",
+                 fallback_margin: float = 0.0) -> None:
+        super().__init__()
+        self.n_max = split_layout(obs_dim)
+        if n_actions != self.n_max + 2:
+            raise ValueError(f"a set network over {self.n_max} instance slots has {self.n_max + 2} actions, "
+                             f"not {n_actions}")
+        if guide not in GUIDE_COLUMNS:
+            raise ValueError(f"guide {guide!r}: expected one of {sorted(GUIDE_COLUMNS)}")
+        self.obs_dim, self.n_actions, self.hidden, self.guide = obs_dim, n_actions, [int(h) for h in hidden], guide
+        self.dueling = False
+        h = self.hidden[-1]
+        g, f = GLOBAL_FEATURES, INSTANCE_FEATURES
+        self.encoder = nn.Sequential(mlp(f + g, self.hidden[:-1], h), nn.ReLU())
+        self.instance_head = mlp(3 * h, [h], 1)
+        self.cluster_head = mlp(2 * h + g, [h], 3)  # V, A_wait, A_drop
+        self.register_buffer("fallback_margin", torch.tensor(float(fallback_margin)))
+
+    def split(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(global features (B, G), instance rows (B, n_max, F), mask (B, n_max)) of a batch of observations."""
+        g, f, n = GLOBAL_FEATURES, INSTANCE_FEATURES, self.n_max
+        rows = obs[:, g:g + n * f].reshape(-1, n, f)
+        return obs[:, :g], rows, obs[:, g + n * f:]
+
+    def q_values(self, obs: torch.Tensor) -> torch.Tensor:
+        glob, rows, mask = self.split(obs)
+        n = self.n_max
+        z = self.encoder(torch.cat([rows, glob.unsqueeze(1).expand(-1, n, -1)], dim=-1))
+        m = mask.unsqueeze(-1)
+        mean = (z * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+        top = torch.where(m > 0, z, torch.full_like(z, -1e9)).max(dim=1).values
+        pool = torch.cat([mean, top], dim=-1)
+        adv = self.instance_head(torch.cat([z, pool.unsqueeze(1).expand(-1, n, -1)], dim=-1)).squeeze(-1)
+        head = self.cluster_head(torch.cat([pool, glob], dim=-1))
+        return head[:, :1] + torch.cat([adv, head[:, 1:]], dim=-1)
+
+    def guide_onehot(self, obs: torch.Tensor) -> torch.Tensor:
+        """1 at the guide's slot (none when nothing is decided), over the n_max + 2 slots."""
+        _, rows, _ = self.split(obs)
+        pick = rows[:, :, GUIDE_COLUMNS[self.guide]]
+        return torch.cat([pick, torch.zeros_like(pick[:, :2])], dim=-1)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q_values(obs) + self.fallback_margin * self.guide_onehot(obs)
+
+
+class SlotAdapter(nn.Module):
+    """A slot network's scores for the actions of a K-instance env (instances, wait, drop), so a policy trained in
+    slots runs on a plain env, in evaluation and in its ONNX export."""
+
+    def __init__(self, net: SetQNetwork, k: int) -> None:
+        super().__init__()
+        if not 1 <= k <= net.n_max:
+            raise ValueError(f"the policy has {net.n_max} instance slots; an env of {k} instances does not fit")
+        self.net, self.k = net, k
+        self.register_buffer("columns", torch.tensor([*range(k), net.n_max, net.n_max + 1], dtype=torch.int64))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs).index_select(1, self.columns)
+
+
+def guide_slots(obs: np.ndarray, guide: str = "min_min") -> np.ndarray:
+    """The guide heuristic's slot for each row of a batch of instance_set observations (-1: nothing to decide)."""
+    n_max = split_layout(obs.shape[1])
+    g, f = GLOBAL_FEATURES, INSTANCE_FEATURES
+    pick = obs[:, g:g + n_max * f].reshape(len(obs), n_max, f)[:, :, GUIDE_COLUMNS[guide]]
+    return np.where(pick.max(axis=1) > 0.5, pick.argmax(axis=1), -1)
+
+
+def q_values(net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """The network's Q-values without any decision-time fallback (what learning uses)."""
+    return net.q_values(obs) if isinstance(net, SetQNetwork) else net(obs)

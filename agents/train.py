@@ -38,7 +38,7 @@ from stable_baselines3.common.logger import Logger, make_output_format
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv
 from tqdm import tqdm
 
-from llmsim.agents import ddqn, guided, sac, sac_argmax  # noqa: F401 - the algorithms register in ALGORITHMS
+from llmsim.agents import ddqn, guided, sac, sac_argmax, transfer  # noqa: F401 - the algorithms register themselves
 from llmsim.agents.base import ALGORITHMS, LoopState, OffPolicyAgent, OffPolicyConfig
 from llmsim.agents.buffer import ReplayBuffer
 from llmsim.agents.checkpoint import QPolicy, load_policy_net, net_arch, save_checkpoint
@@ -50,6 +50,7 @@ from llmsim.agents.loop import learn
 from llmsim.agents.sac_base import SACConfig
 from llmsim.agents.scoring import evaluate_greedy, explain_score
 from llmsim.agents.vec import FreshInfoVecEnv
+from llmsim.envs.randomize import RandomizeConfig, SlotEnv
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
 from llmsim.hydra_app import run_hydra_app
@@ -85,6 +86,10 @@ class TrainConfig(Schema):
     predictor: str | dict[str, Any] | None = None
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     label: str | None = None
+    # policies that transfer (envs/randomize.py): training episodes on drawn scenarios, evaluation on these
+    # validation scenarios (env options on top of ``env``; trainer.eval_seeds pick one each, seed % count)
+    randomize: RandomizeConfig | None = None
+    validation: list[dict[str, Any]] | None = None
 
 
 def agent_config(agent: Mapping[str, Any]) -> OffPolicyConfig:
@@ -120,9 +125,13 @@ def build_agent(agent_cfg: OffPolicyConfig, env: RoutingEnv, seed: int) -> OffPo
     return ALGORITHMS.get(agent_cfg.name).for_env(env.observation_space, int(env.action_space.n), agent_cfg, seed)
 
 
-def make_vec(env_cfg: dict[str, Any], n: int) -> VecEnv:
-    """``n`` training envs: in worker processes (n > 1), or in this one without SB3's per-step copy."""
-    fns = [functools.partial(make_env, env_cfg) for _ in range(n)]
+def make_vec(env_cfg: dict[str, Any], n: int, randomize: RandomizeConfig | None = None) -> VecEnv:
+    """``n`` training envs: in worker processes (n > 1), or in this one without SB3's per-step copy; with
+    ``randomize``, slot envs drawing a scenario per episode."""
+    if randomize is not None:
+        fns = [functools.partial(SlotEnv, env_cfg, randomize) for _ in range(n)]
+    else:
+        fns = [functools.partial(make_env, env_cfg) for _ in range(n)]
     return SubprocVecEnv(fns) if n > 1 else FreshInfoVecEnv(fns)
 
 
@@ -169,7 +178,10 @@ class TrainingRun:
         torch.set_num_threads(tr.torch_threads)
         self.agent_cfg = agent_config(self.cfg.agent)
         self.env_cfg = env_config(self.cfg.env, self.cfg.predictor, run_dir)
-        self.eval_env = make_env(self.env_cfg)
+        self.transfer = self.cfg.randomize is not None
+        self.eval_env = SlotEnv(self.env_cfg, scenarios=self.cfg.validation or [{}]) if self.transfer \
+            else make_env(self.env_cfg)
+        self.guide_rows: list[dict[str, Any]] | None = None  # the guide on the validation seeds (transfer)
         check_setup(self.agent_cfg, self.eval_env)
         self.agent = build_agent(self.agent_cfg, self.eval_env, self.cfg.seed)
         n_actions = int(self.eval_env.action_space.n)
@@ -235,7 +247,8 @@ class TrainingRun:
     def evaluate(self) -> None:
         """Greedy evaluation on ``trainer.eval_seeds``; best/ on a new best score, last/ every time."""
         st = self.state
-        res = evaluate_greedy(self.policy, self.eval_env, list(self.tr.eval_seeds), self.tr.eval_metric)
+        res = self.evaluate_transfer() if self.transfer else \
+            evaluate_greedy(self.policy, self.eval_env, list(self.tr.eval_seeds), self.tr.eval_metric)
         res.update(step=st.step, episode=st.episode, updates=self.agent.updates,
                    wall_s=round(time.perf_counter() - self.t0, 2))
         self.history.append(res)
@@ -248,6 +261,32 @@ class TrainingRun:
             self.checkpoint("best")
         self.checkpoint("last")
         self.bar.set_postfix(ep=st.episode, eval=f"{res['score']:.4g}", best=f"{st.best_score:.4g}")
+
+    def evaluate_transfer(self) -> dict[str, Any]:
+        """The greedy policy against its guide on the validation scenarios (agents/transfer.py): the score is the
+        mean gain (%) in E2E with every request counted, lost requests first; warnings when it collapsed."""
+        seeds = list(self.tr.eval_seeds)
+        if self.guide_rows is None:
+            self.guide_rows = transfer.reference_rows(self.eval_env, seeds, self.agent_cfg.guide)
+        res, warnings = transfer.evaluate_vs_guide(self.agent.policy_net(), self.eval_env, seeds, self.guide_rows)
+        for w in warnings:
+            warn(f"step {self.state.step}: {w}")
+        res["score"] = res["gain_pct"] - 1e3 * res["lost"]
+        return res
+
+    def choose_margin(self) -> None:
+        """The decision-time fallback margin of best/, chosen among ``agent.fallback_margins`` on the validation
+        seeds; best/ is rewritten with it and training.json records every candidate."""
+        margins = list(getattr(self.agent_cfg, "fallback_margins", []) or [])
+        if not (self.transfer and margins and (self.run_dir / "best").is_dir()):
+            return
+        net = load_policy_net(self.run_dir / "best")
+        best, table = transfer.choose_margin(net, self.eval_env, list(self.tr.eval_seeds), margins,
+                                             self.guide_rows or [])
+        meta = read_meta(self.run_dir / "best")
+        meta.update(fallback_margin=best, fallback_margin_choice=table)
+        save_checkpoint(self.run_dir / "best", net, {k: v for k, v in meta.items() if k != "format"})
+        self.margin_table = table
 
     def on_episode(self, st: LoopState, info: dict[str, Any]) -> None:
         log_episode(self.logger, st, info)
@@ -277,7 +316,7 @@ class TrainingRun:
         note = budget_warning(tr.total_steps, self.agent_cfg)
         if note and self.agent.updates == 0:
             warn(note)
-        vec = make_vec(self.env_cfg, tr.num_envs)
+        vec = make_vec(self.env_cfg, tr.num_envs, self.cfg.randomize)
         try:
             learn(self.agent, vec, self.rb, tr.total_steps, st, self.on_episode, self.on_step,
                   seed=self.cfg.seed + 7919 * st.episode)
@@ -286,7 +325,10 @@ class TrainingRun:
         if not self.history or self.history[-1]["step"] != st.step:
             self.evaluate()
         self.bar.close()
+        self.choose_margin()
         meta = self.meta()
+        if getattr(self, "margin_table", None):
+            meta["fallback_margin_choice"] = self.margin_table
         meta["wall_s"] = round(time.perf_counter() - self.t0, 2)
         if self.best_updates == 0:
             meta["best_untrained"] = True

@@ -27,7 +27,7 @@ from llmsim.envs.tasks import (
     qos_edge_mixture,
     workload_router_mixture,
 )
-from llmsim.envs.workloads import MixtureWorkload
+from llmsim.envs.workloads import MixtureWorkload, scale_lengths
 from llmsim.errors import ConfigError
 from llmsim.schema import NonNegFloat, PosFloat, PosInt, check_choice, validated
 
@@ -52,14 +52,19 @@ QOS_EDGE_PREDICTOR = {"kind": "noisy", "len_sigma": 0.25, "q_sd": 0.03, "len_buc
 
 
 # ---------------------------------------------------------------------------------------------- clusters
-def workload_router_instances(num_instances: int = 4, gpu: str = WORKLOAD_ROUTER_GPU,
+def workload_router_instances(num_instances: int = 4, gpu: str | Sequence[str] = WORKLOAD_ROUTER_GPU,
                               max_num_seqs: int = WORKLOAD_ROUTER_MAX_SEQS,
                               gpu_memory_utilization: float = WORKLOAD_ROUTER_MEMORY,
                               step_time_scale: float = 1.0) -> list[InstanceConfig]:
-    """The WorkloadRouter cluster: ``num_instances`` x Llama-2-7B, one GPU each, vLLM V0 FCFS (docs/testbeds.md)."""
+    """The WorkloadRouter cluster: ``num_instances`` x Llama-2-7B, one GPU each, vLLM V0 FCFS (docs/testbeds.md).
+    ``gpu`` may list one GPU per instance (a heterogeneous cluster; its length must be ``num_instances``)."""
+    gpus = [gpu] * num_instances if isinstance(gpu, str) else list(gpu)
+    if len(gpus) != num_instances:
+        raise ConfigError(f"WorkloadRouter-v0.gpu: a list needs one GPU per instance ({num_instances}), got "
+                          f"{len(gpus)}: {gpus}")
     eng = EngineConfig(policy="vllm_v0", max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization,
                        step_time_scale=step_time_scale)
-    return [InstanceConfig(model="llama-2-7b", gpu=gpu, engine=eng) for _ in range(num_instances)]
+    return [InstanceConfig(model="llama-2-7b", gpu=g, engine=eng) for g in gpus]
 
 
 def qos_edge_instances(experts: Sequence[str] = QOS_EXPERTS, gpu: str = "rtx4090",
@@ -138,7 +143,9 @@ class QoSEdgeEnv(RoutingEnv):
     oracle above), ``timing`` (``paper`` or ``measured``), ``intercept`` (s per iteration under ``paper``; None:
     the measured profile's fixed step cost, 0: the paper's equations exactly), ``drain_time`` (60 s),
     ``arrival`` (replaces the Poisson process, e.g. ``{kind: burstgpt_like, rate: 5}``, the paper's real-world
-    test), plus any :class:`~llmsim.envs.config.RoutingEnvConfig` key.
+    test, or ``{kind: trace, trace: {kind: azure, path: ..., window: [0, 1200]}}``: a real trace's timing),
+    ``lengths`` (None; ``short``, ``long`` or ``bimodal`` reshape the experts' output lengths for held-out tests:
+    ``llmsim.envs.workloads.LENGTH_MIXES``), plus any :class:`~llmsim.envs.config.RoutingEnvConfig` key.
     """
 
     @validated("QoSEdge-v0")
@@ -146,7 +153,8 @@ class QoSEdgeEnv(RoutingEnv):
                  experts: Sequence[str] | PosInt = QOS_EXPERTS, gpu: str = "rtx4090", cap: PosInt = 10,
                  predictor: Any = None, timing: Literal["measured", "paper"] = "paper",
                  intercept: NonNegFloat | None = None, drain_time: NonNegFloat = QOS_EDGE_DRAIN_S,
-                 arrival: dict[str, Any] | None = None, **options: Any) -> None:
+                 arrival: dict[str, Any] | None = None,
+                 lengths: Literal["short", "long", "bimodal"] | None = None, **options: Any) -> None:
         names = qos_edge_experts(experts) if isinstance(experts, int) else experts
         defaults = dict(
             num_requests=num_requests, decision="arrival", action="instance_drop",
@@ -157,7 +165,8 @@ class QoSEdgeEnv(RoutingEnv):
         )
         super().__init__(testbed_config(
             qos_edge_instances(names, gpu, timing, intercept), defaults, options,
-            lambda: MixtureWorkload(qos_edge_mixture(names), arrival or {"kind": "poisson", "rate": rate})))
+            lambda: MixtureWorkload(scale_lengths(qos_edge_mixture(names), lengths),
+                                    arrival or {"kind": "poisson", "rate": rate})))
 
 
 class WorkloadRouterEnv(RoutingEnv):
@@ -193,16 +202,19 @@ class WorkloadRouterEnv(RoutingEnv):
     ``num_requests`` (2000), ``rate`` (20.0 req/s), ``num_instances`` (4), ``gpu`` (v100-16gb), ``max_num_seqs``
     (128), ``gpu_memory_utilization`` (0.97), ``step_time_scale`` (1.0), ``task_weights`` (another task mix: a
     name of ``llmsim.envs.tasks.WORKLOAD_ROUTER_MIXES`` such as ``long_decode``, or task -> weight, for held-out
-    evaluation; None = Table 1's mix), ``drain_time`` (600 s), plus any
-    :class:`~llmsim.envs.config.RoutingEnvConfig` key (e.g. ``tick``, ``reward={kind: workload_aware, guidance: 0}``).
+    evaluation; None = Table 1's mix), ``drain_time`` (600 s), ``arrival`` (replaces the Poisson process at
+    ``rate``, e.g. ``{kind: burstgpt_like, rate: 20}``; llmsim.envs.workloads), ``gpu`` may be a list of one GPU per
+    instance (a heterogeneous cluster), plus any :class:`~llmsim.envs.config.RoutingEnvConfig` key (e.g. ``tick``,
+    ``reward={kind: workload_aware, guidance: 0}``, or ``workload=`` an llmsim trace config to replay real lengths).
     """
 
     @validated("WorkloadRouter-v0")
     def __init__(self, num_requests: PosInt = 2000, rate: PosFloat = 20.0, num_instances: PosInt = 4,
-                 gpu: str = WORKLOAD_ROUTER_GPU, max_num_seqs: PosInt = WORKLOAD_ROUTER_MAX_SEQS,
+                 gpu: str | list[str] = WORKLOAD_ROUTER_GPU, max_num_seqs: PosInt = WORKLOAD_ROUTER_MAX_SEQS,
                  gpu_memory_utilization: PosFloat = WORKLOAD_ROUTER_MEMORY, step_time_scale: PosFloat = 1.0,
                  task_weights: str | Mapping[str, NonNegFloat] | None = None,
-                 drain_time: NonNegFloat = WORKLOAD_ROUTER_DRAIN_S, **options: Any) -> None:
+                 drain_time: NonNegFloat = WORKLOAD_ROUTER_DRAIN_S, arrival: dict[str, Any] | None = None,
+                 **options: Any) -> None:
         instances = workload_router_instances(num_instances, gpu, max_num_seqs, gpu_memory_utilization,
                                               step_time_scale)
         defaults = dict(
@@ -211,7 +223,8 @@ class WorkloadRouterEnv(RoutingEnv):
         )
         super().__init__(testbed_config(
             instances, defaults, options,
-            lambda: MixtureWorkload(workload_router_mixture(weights=task_weights), {"kind": "poisson", "rate": rate})))
+            lambda: MixtureWorkload(workload_router_mixture(weights=task_weights),
+                                    arrival or {"kind": "poisson", "rate": rate})))
 
 
 class BestEffortEnv(RoutingEnv):

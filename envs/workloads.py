@@ -1,8 +1,16 @@
-"""Episode workloads: K requests drawn from a seed (task mixtures, user-labelled data, llmsim workloads)."""
+"""Episode workloads: K requests drawn from a seed (task mixtures, user-labelled data, llmsim workloads).
+
+A mixture's arrivals can be Poisson, the BestEffort paper's schedules, BurstGPT-like bursts or the arrival times of
+a real trace window (``{kind: trace, trace: <llmsim workload config>}``: the trace's timing, the mixture's
+contents). :func:`scale_lengths` reshapes a mixture's output lengths (short, long, bimodal) for held-out tests.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +27,13 @@ from llmsim.workload.burstgpt_like import BurstGPTLike
 from llmsim.workload.schema import parse_workload
 
 ARRIVAL_KINDS = {"poisson": ("rate",), "stable": ("rate",), "bursty": (), "bursty2": (),
-                 "burstgpt_like": ("rate", "start_hour", "model")}
+                 "burstgpt_like": ("rate", "start_hour", "model"), "trace": ("trace",)}
 DEFAULT_ARRIVAL = {"kind": "poisson", "rate": 5.0}
+# output-length reshapes of a mixture: (scale of every task's mean output, weight) per component; ``bimodal`` keeps
+# the mean output of the mix (0.25 and 1.75 in equal parts) and changes its shape
+LENGTH_MIXES: dict[str, tuple[tuple[float, float], ...]] = {
+    "short": ((0.5, 1.0),), "long": ((2.0, 1.0),), "bimodal": ((0.25, 1.0), (1.75, 1.0)),
+}
 
 
 class EnvWorkload:
@@ -48,6 +61,11 @@ def check_arrival(spec: Any, where: str = "workload.arrival") -> dict[str, Any]:
                           f"{sorted({'kind', *ARRIVAL_KINDS[kind]})}")
     if kind in ("poisson", "burstgpt_like") and spec.get("rate") is None:
         raise ConfigError(f"{where}.rate: missing required key for kind {kind!r}; expected a rate in req/s")
+    if kind == "trace":
+        if not isinstance(spec.get("trace"), Mapping):
+            raise ConfigError(f"{where}.trace: expected an llmsim workload config (e.g. {{kind: azure, path: ..., "
+                              f"window: [0, 1200]}}), got {spec.get('trace')!r}")
+        parse_workload(dict(spec["trace"]), f"{where}.trace")
     if spec.get("rate") is not None:
         spec["rate"] = check_float(f"{where}.rate", spec["rate"], gt=0.0)
     return {"kind": kind, **{k: v for k, v in spec.items() if k != "kind"}}
@@ -59,7 +77,39 @@ def _arrivals(rng: np.random.Generator, spec: dict[str, Any], k: int) -> tuple[n
         return T.poisson_arrivals(rng, float(spec["rate"]), k), None
     if kind == "burstgpt_like":
         return burstgpt_like_arrivals(rng, spec, k), None
+    if kind == "trace":
+        return trace_arrivals(spec["trace"], k), None
     return T.best_effort_arrivals(rng, kind, k, spec.get("rate"))
+
+
+def trace_arrivals(trace: Mapping[str, Any], k: int) -> np.ndarray:
+    """The first ``k`` arrival times of an llmsim workload (a real trace window), shifted to start at 0: fewer when
+    the window holds fewer. Only the times are used; the requests' contents come from the env's own mixture."""
+    return _trace_times(json.dumps(dict(trace), sort_keys=True, default=str))[:k].copy()
+
+
+@functools.lru_cache(maxsize=16)
+def _trace_times(trace_json: str) -> np.ndarray:
+    """A trace's arrival times (cached: every episode of a scenario reads the same window)."""
+    t = np.array([r.arrival for r in build_workload(json.loads(trace_json), 0)], float)
+    if not len(t):
+        raise ConfigError(f"workload.arrival.trace: the trace window holds no request ({trace_json})")
+    return t - t[0]
+
+
+def scale_lengths(mixture: T.TaskMixture, mix: str | None) -> T.TaskMixture:
+    """``mixture`` with its output lengths reshaped by LENGTH_MIXES[mix] (None: as is). Each component is a copy of
+    every task with its mean outputs scaled (the same task names, so a predictor keyed by task still applies)."""
+    if mix is None:
+        return mixture
+    if mix not in LENGTH_MIXES:
+        raise ConfigError(f"lengths: unknown length mix {mix!r}; expected one of {sorted(LENGTH_MIXES)} or null")
+    tasks, weights = [], []
+    for scale, w in LENGTH_MIXES[mix]:
+        for t, p in zip(mixture.tasks, mixture.probs()):
+            tasks.append(dataclasses.replace(t, out_mean={m: v * scale for m, v in t.out_mean.items()}))
+            weights.append(float(w * p))
+    return T.TaskMixture(tasks, list(mixture.models), weights, mixture.max_total)
 
 
 def burstgpt_like_arrivals(rng: np.random.Generator, spec: Mapping[str, Any], k: int) -> np.ndarray:
@@ -86,7 +136,7 @@ class MixtureWorkload(EnvWorkload):
         if not isinstance(self.mixture, T.TaskMixture):
             raise ConfigError(f"workload.mixture: expected an llmsim.envs.tasks.TaskMixture, got {self.mixture!r}")
         self.arrival = check_arrival(self.arrival)
-        self.task_names = [t.name for t in self.mixture.tasks]
+        self.task_names = list(dict.fromkeys(t.name for t in self.mixture.tasks))
 
     def requests(self, seed: int, k: int) -> list[Request]:
         k = check_int("num_requests", k, ge=1)

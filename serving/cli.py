@@ -1,14 +1,16 @@
 """``llmsim-router --config router.yaml [--port 8000]``: the live router (docs/serving.md).
 
 Before serving, the config is validated, the policy loaded and every backend asked for its model (an exported
-policy checks they are the ones it was trained for). Bad input is one line on stderr and exit code 2. This
-module loads without the ``serve`` extra, so that ``--help`` works and a missing extra is named.
+policy checks they are the ones it was trained for). Bad input (an option, the config file, a key in it) is one
+line on stderr naming the option, file or key and what was expected, and exit code 2. This module loads without
+the ``serve`` extra, so that ``--help`` works and a missing extra is named.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from llmsim.errors import LLMSimError
 from llmsim.serving.config import load_config
@@ -17,23 +19,40 @@ PROG = "llmsim-router"
 SERVE_EXTRA = "pip install 'llmsim[serve]'"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its usage dump replaced by one line (the project's rule for bad input)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{PROG}: error: {message} (see {PROG} --help)\n")
+
+
+def port_number(s: str) -> int:
+    """``--port``: a TCP port, 0-65535 (0: any free one)."""
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a TCP port 0-65535 (0: any free one), got {s!r}") from None
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port 0-65535 (0: any free one), got {s!r}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, epilog=f"Needs the serve extra ({SERVE_EXTRA}).", description=(
+    ap = OneLineParser(prog=PROG, epilog=f"Needs the serve extra ({SERVE_EXTRA}).", description=(
         "The live router: an OpenAI-compatible gateway in front of vLLM (or llmsim-emulate) backends that routes "
         "each request with an llmsim heuristic or an exported policy (docs/serving.md)."))
     ap.add_argument("--config", required=True, help="router YAML: backends, policy, limits (docs/serving.md)")
-    ap.add_argument("--port", type=int, default=None, help="override the config's port")
+    ap.add_argument("--port", type=port_number, default=None, help="override the config's port (0: any free one)")
     ap.add_argument("--host", default=None, help="override the config's host")
-    ap.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
+    ap.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)",
+                    choices=["critical", "error", "warning", "info", "debug", "trace"])
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        cfg = load_config(args.config, args.port)
-        if args.host is not None:
-            cfg = cfg.model_copy(update={"host": args.host})
+        cfg = load_config(args.config, args.port, args.host)
         from llmsim.serving.runner import serve  # optional: the serve extra (fastapi, uvicorn, httpx, ...)
 
         serve(cfg, args.log_level)

@@ -13,28 +13,103 @@ http:// or https:// URL, got 'ftp://x'``.
     retries: 2
     health: {interval_s: 1, eject_after: 2, readmit_after: 1}
 
-Bearer tokens: ``api_key`` (clients must send it), a backend's ``api_key`` (sent to that backend). Values of
-the form ``env:NAME`` are read from the environment variable ``NAME`` (keys stay out of config files).
-Loading needs no optional dependency: the CLI checks a config before it needs the ``serve`` extra.
+Secrets: ``api_key`` (clients must send it: every route but ``/health`` then needs it), a backend's ``api_key``
+(sent to that backend) and a backend URL's ``user:password@`` (sent as HTTP basic authentication, then removed
+from the URL, so that no log line or answer that names the backend can carry it). Values of the form ``env:NAME``
+are read from the environment variable ``NAME`` (keys stay out of config files). An empty key is an error, never
+"no authentication": leave the key out for that. :func:`redact` is the one helper that takes secrets out of any
+text the router shows. Loading needs no optional dependency: the CLI checks a config before it needs the
+``serve`` extra.
 """
 
 from __future__ import annotations
 
+import base64
 import math
 import os
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
+from urllib.parse import unquote, urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from llmsim.errors import ConfigError, load_yaml_file
 from llmsim.schema import Int, NonNegInt, PosFloat, PosInt, Schema
 
 SECRET_PREFIX = "env:"  # an api_key of the form env:NAME is read from the environment
+HIDDEN = "***"
+MIN_SECRET_CHARS = 4  # shorter secrets are not searched for in texts (they would garble them)
+# a URL's user:password@ and its query values, wherever a URL sits in a text (greedy: up to the last '@')
+_USERINFO = re.compile(r"(://)[^\s'\"<>]*@")
+_QUERY_VALUE = re.compile(r"([?&][^\s'\"<>=&#]+=)[^\s'\"<>&#]+")
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` safe to show outside the process: any URL's ``user:password@`` and query values, and every string
+    of ``secrets`` (api keys, passwords: :func:`config_secrets`), replaced by ``***``."""
+    text = _QUERY_VALUE.sub(rf"\1{HIDDEN}", _USERINFO.sub(rf"\1{HIDDEN}@", text))
+    for s in secrets:
+        if len(s) >= MIN_SECRET_CHARS and s in text:
+            text = text.replace(s, HIDDEN)
+    return text
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with a backend's base URL (None: nothing): http or https, a host, a port in 1-65535, no
+    whitespace, no query string or fragment (the router appends ``/v1/...`` to it)."""
+    if not url or any(c.isspace() or not c.isprintable() for c in url):
+        return "an http:// or https:// URL without spaces or control characters"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:  # its text may quote a password: described, not echoed
+        why = "a port in 1-65535" if "out of range" in str(e) else (
+            "its IPv6 host in closed [brackets]" if "IPv6" in str(e) else "a numeric port")
+        return f"an http:// or https:// URL with {why}"
+    if parts.scheme not in ("http", "https"):
+        return "an http:// or https:// URL"
+    if not parts.hostname:
+        return "an http:// or https:// URL with a host"
+    if port == 0:
+        return "an http:// or https:// URL with a port in 1-65535"
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        return "a base URL without a ?query or #fragment (the router appends /v1/... to it)"
+    return None
+
+
+def url_identity(url: str) -> tuple[str, str, int, str]:
+    """What makes two backend URLs the same server: scheme, host, port (the scheme's default if none), path."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, (parts.hostname or "").lower(), port, parts.path.rstrip("/")
+
+
+def non_empty(v: str | None) -> str | None:
+    """A key given as ``''`` is refused where it is read (it would turn authentication off)."""
+    if v == "":
+        raise ValueError("a non-empty key (an empty key would turn authentication off; leave the key out for none)")
+    return v
+
+
+def check_key(v: str | None, key: str) -> str | None:
+    """A bearer token as HTTP carries it: non-empty visible ASCII without spaces (ConfigError naming ``key``, never
+    the value). An empty key would turn authentication off, so it is an error, not a way to say "none"."""
+    if v is None:
+        return None
+    if not v:
+        raise ConfigError(f"{key}: expected a non-empty key (an empty key would turn authentication off; leave "
+                          "the key out for none)")
+    if not all(33 <= ord(c) <= 126 for c in v):
+        raise ConfigError(f"{key}: expected visible ASCII characters without spaces (a key of {len(v)} characters "
+                          "has others)")
+    return v
 
 
 class BackendConfig(Schema):
-    """One backend (``backends[i]``): where it is and, when it cannot say, what it serves."""
+    """One backend (``backends[i]``): where it is and, when it cannot say, what it serves. A ``user:password@`` in
+    ``url`` becomes the backend's basic authentication and leaves the URL (``url`` is then the URL without it)."""
 
     where: ClassVar[str] = "backends[]"
     name: Annotated[str, Field(min_length=1)]
@@ -42,15 +117,41 @@ class BackendConfig(Schema):
     model: str | None = None  # served model name; default: read from the backend's /v1/models
     policy_model: str | None = None  # the llmsim model name a trained policy knows this backend by; default: model
     gpu: str | None = None
-    api_key: str | None = None
+    api_key: str | None = Field(default=None, repr=False)
     max_num_seqs: PosInt = 256  # vLLM's default; the engine argument is not in /metrics
+    _basic: str | None = PrivateAttr(default=None)  # base64 "user:password" from the URL, for the basic auth header
+
+    @field_validator("api_key")
+    @classmethod
+    def non_empty_key(cls, v: str | None) -> str | None:
+        return non_empty(v)
 
     @field_validator("url")
     @classmethod
     def http_url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError("an http:// or https:// URL")
+        problem = url_problem(v)
+        if problem is not None:
+            raise ValueError(problem)
         return v.rstrip("/")
+
+    def model_post_init(self, context: Any) -> None:
+        """Move ``user:password@`` out of the URL: sent as a header, never written where a URL is shown."""
+        parts = urlsplit(self.url)
+        if parts.username is None and parts.password is None:
+            return
+        user_pass = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        self._basic = base64.b64encode(user_pass.encode()).decode("ascii")
+        self.url = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+    @property
+    def has_url_credentials(self) -> bool:
+        return self._basic is not None
+
+    def auth_headers(self) -> dict[str, str]:
+        """What authenticates the router to this backend: its bearer ``api_key``, or the URL's basic credentials."""
+        if self.api_key:
+            return {"Authorization": f"Bearer {self.api_key}"}
+        return {"Authorization": f"Basic {self._basic}"} if self._basic else {}
 
 
 class PolicyConfig(Schema):
@@ -78,6 +179,9 @@ class Limits(Schema):
     max_wait_s: PosFloat = 10.0  # longest a held request waits for a decision; then 503
     max_body_bytes: Annotated[Int, Field(ge=1024)] = 4 * 1024 * 1024
     max_prompt_tokens: PosInt | None = None  # estimated; default: the largest backend context
+    header_read_s: PosFloat = 10.0  # a client's request headers, from its first byte; then the connection is closed
+    body_read_s: PosFloat = 30.0  # a client's request body, from its headers; then the connection is closed
+    idle_s: PosFloat = 75.0  # an idle keep-alive client connection (longer than clients' pools keep theirs)
 
 
 class Timeouts(Schema):
@@ -88,6 +192,7 @@ class Timeouts(Schema):
     first_token_s: PosFloat = 60.0  # until the response headers / first streamed token
     request_s: PosFloat = 600.0  # whole request
     scrape_s: PosFloat = 2.0
+    stall_s: PosFloat = 10.0  # a stream's longest gap between two tokens; then it ends with an SSE error event
 
 
 class Health(Schema):
@@ -107,8 +212,9 @@ class RouterConfig(Schema):
     scrape_interval_s: PosFloat = 0.5
     host: str = "127.0.0.1"
     port: Annotated[Int, Field(ge=0, le=65535)] = 8000
-    model_name: str = "llmsim-router"  # the name clients may ask for to let the policy choose any backend
-    api_key: str | None = None
+    model_name: Annotated[str, Field(min_length=1)] = "llmsim-router"  # lets the policy choose any backend
+    api_key: str | None = Field(default=None, repr=False)
+    openapi: bool = False  # serve /openapi.json and /docs (behind api_key when there is one)
     retries: NonNegInt = 2
     chars_per_token: PosFloat = 4.0  # prompt-length estimate for text prompts (no tokenizer)
     limits: Limits = Field(default_factory=Limits)
@@ -117,37 +223,93 @@ class RouterConfig(Schema):
 
     @field_validator("backends")
     @classmethod
-    def some_backends_named_apart(cls, v: list[BackendConfig]) -> list[BackendConfig]:
+    def some_backends_apart(cls, v: list[BackendConfig]) -> list[BackendConfig]:
+        """At least one; no two with one name (metrics label them by it) or one URL (one server counted twice)."""
         if not v:
             raise ValueError("at least one backend")
         names = [b.name for b in v]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"backends with unique names (repeated: {dup})")
+        seen: dict[tuple[str, str, int, str], int] = {}
+        for i, b in enumerate(v):
+            j = seen.setdefault(url_identity(b.url), i)
+            if j != i:
+                raise ValueError(f"backends with distinct URLs (backends[{j}] and backends[{i}] are both "
+                                 f"{redact(b.url)})")
         return v
+
+    @field_validator("host")
+    @classmethod
+    def listen_address(cls, v: str) -> str:
+        return check_host(v)
+
+    @field_validator("api_key")
+    @classmethod
+    def non_empty_key(cls, v: str | None) -> str | None:
+        return non_empty(v)
+
+
+def check_host(v: str) -> str:
+    """An address to listen on: a name or IP without spaces or control characters (ValueError otherwise)."""
+    if not v or any(c.isspace() or not c.isprintable() for c in v):
+        raise ValueError("an address to listen on, such as 127.0.0.1 or 0.0.0.0 (no spaces)")
+    return v
 
 
 def read_secret(v: str | None, key: str) -> str | None:
-    """``v`` itself, or for ``env:NAME`` the environment variable NAME (ConfigError naming ``key`` if unset)."""
-    if v is None or not v.startswith(SECRET_PREFIX):
-        return v
-    name = v[len(SECRET_PREFIX):]
-    if name not in os.environ:
-        raise ConfigError(f"{key}: environment variable {name!r} is not set")
-    return os.environ[name]
+    """``v`` itself, or for ``env:NAME`` the environment variable NAME; checked as a bearer token (ConfigError
+    naming ``key`` if the variable is unset or empty, or the key malformed; never showing the value)."""
+    if v is not None and v.startswith(SECRET_PREFIX):
+        name = v[len(SECRET_PREFIX):]
+        if not name:
+            raise ConfigError(f"{key}: expected env:<variable name>, got 'env:'")
+        if not os.environ.get(name):
+            state = "empty" if name in os.environ else "not set"
+            raise ConfigError(f"{key}: environment variable {name!r} is {state} (an empty key would turn "
+                              "authentication off; leave the key out for none)")
+        v = os.environ[name]
+    return check_key(v, key)
+
+
+def config_secrets(cfg: RouterConfig) -> tuple[str, ...]:
+    """Every secret value of a loaded config (api keys): what :func:`redact` must take out of any text."""
+    keys = [cfg.api_key, *(b.api_key for b in cfg.backends)]
+    return tuple(k for k in keys if k)
+
+
+def raw_secrets(data: dict[str, Any]) -> list[str]:
+    """The secret values of a config not yet validated (api keys, URL passwords), for redacting its errors."""
+    found = [data.get("api_key")]
+    backends = data.get("backends")
+    for b in backends if isinstance(backends, list) else []:
+        if isinstance(b, dict):
+            found.append(b.get("api_key"))
+            url = b.get("url")
+            if isinstance(url, str) and "@" in url:
+                userinfo = url.partition("://")[2].rpartition("@")[0]
+                found += [userinfo, userinfo.partition(":")[2] or userinfo]  # all of it; the password
+    return sorted({s for s in found if isinstance(s, str) and s and not s.startswith(SECRET_PREFIX)},
+                  key=len, reverse=True)
 
 
 def parse_config(data: Any, where: str = "router config") -> RouterConfig:
-    """A RouterConfig from a mapping; a one-line ConfigError naming ``where`` and the first bad key otherwise."""
+    """A RouterConfig from a mapping; a one-line ConfigError naming ``where`` and the first bad key otherwise (its
+    text redacted: an error never shows a key or a password)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with 'backends' and 'policy', got {type(data).__name__}")
     try:
         cfg = RouterConfig.parse(data)
     except ConfigError as e:
-        raise ConfigError(f"{where}: {e}") from None
+        raise ConfigError(redact(f"{where}: {e}", raw_secrets(data))) from None
     check_static_tpot(cfg.policy, [b.policy_model or b.model for b in cfg.backends], where)
-    backends = [b.model_copy(update={"api_key": read_secret(b.api_key, f"{where}: backends[{i}].api_key")})
-                for i, b in enumerate(cfg.backends)]
+    backends = []
+    for i, b in enumerate(cfg.backends):
+        key = read_secret(b.api_key, f"{where}: backends[{i}].api_key")
+        if key is not None and b.has_url_credentials:
+            raise ConfigError(f"{where}: backends[{i}]: expected either an api_key or user:password@ in the url, "
+                              "not both (each is an Authorization header)")
+        backends.append(b.model_copy(update={"api_key": key}))
     return cfg.model_copy(update={"backends": backends, "api_key": read_secret(cfg.api_key, f"{where}: api_key")})
 
 
@@ -174,10 +336,27 @@ def check_static_tpot(policy: PolicyConfig, models: list[str | None], where: str
                           f"{sorted(table)}")
 
 
-def load_config(path: str | Path, port: int | None = None) -> RouterConfig:
-    """The router config in the YAML file ``path`` (``port`` overrides the file's)."""
+def load_config(path: str | Path, port: int | None = None, host: str | None = None) -> RouterConfig:
+    """The router config in the YAML file ``path`` (``port`` / ``host`` override the file's: ``--port``,
+    ``--host``); a one-line ConfigError naming the file or the option otherwise."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: no such router config file")
+    try:
+        p.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the router config ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: expected a UTF-8 text file, got byte 0x{e.object[e.start]:02x} at offset "
+                          f"{e.start}") from None
     cfg = parse_config(load_yaml_file(p), str(p))
-    return cfg if port is None else cfg.model_copy(update={"port": port})
+    if port is not None:
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ConfigError(f"--port: expected a TCP port 0-65535 (0: any free one), got {port!r}")
+        cfg = cfg.model_copy(update={"port": port})
+    if host is not None:
+        try:
+            cfg = cfg.model_copy(update={"host": check_host(host)})
+        except ValueError as e:
+            raise ConfigError(f"--host: expected {e}, got {host!r}") from None
+    return cfg

@@ -1,45 +1,87 @@
 """The router's core: one client request from admission to its last byte.
 
 A request is admitted (in-flight and prompt limits), decided on the live ClusterState (serving/tracker.py) by
-the configured policy (serving/decider.py; a WAIT holds it and decides again when the state moves), and forwarded.
-Failures before the first token (refused connection, timeout, 5xx) are retried on another backend, ``retries``
-times at most, the failed backend excluded for that request (a refused connection also ejects it until health
-checks readmit it: serving/monitor.py). After the first token a failure ends the client's stream with one SSE
-error event and ``[DONE]``: a half-sent answer cannot be redone elsewhere without duplicating text. A
-non-streaming request that times out while the backend works is not retried either (504): the backend may
-still be generating. Every client request ends exactly once (``end_request``), whichever way it ends.
+the configured policy (serving/decider.py; a WAIT holds it and decides again when the state moves), and forwarded
+(serving/upstream.py). Failures before the first token (refused connection, timeout, 5xx) are retried on another
+backend, ``retries`` times at most, the failed backend excluded for that request (a refused connection also ejects
+it until health checks readmit it: serving/monitor.py). After the first token a failure or a stall ends the
+client's stream with one SSE error event and ``[DONE]``: a half-sent answer cannot be redone elsewhere without
+duplicating text. A non-streaming request that times out while the backend works is not retried either (504): the
+backend may still be generating.
+
+Two things interrupt an attempt while it waits for a backend: the client leaving (serving/departure.py: the
+upstream request is cancelled, so the backend frees its KV cache, and the client's request ends as 499), and the
+backend being ejected while the request has produced nothing yet (outlier ejection moves waiting work away from
+a frozen backend: the request is retried elsewhere; one that has produced output is never sent again). Both are
+counted in ``llmsim_router_aborted_total{reason}``. Every client request ends exactly once (``end_request``),
+whichever way it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 
-import httpx
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from llmsim.errors import ConfigError
 from llmsim.request import Request
 from llmsim.routing import DROP, WAIT
 from llmsim.serving.config import RouterConfig
 from llmsim.serving.decider import Decider
+from llmsim.serving.departure import departed
 from llmsim.serving.inbound import BadRequest, Inbound
 from llmsim.serving.metrics import RouterMetrics
 from llmsim.serving.monitor import BackendMonitor
 from llmsim.serving.tracker import Backend, Flight, cluster_state
+from llmsim.serving.upstream import BackendFailed, Upstream, count_token
 
 HOLD_TICK_S = 0.05  # a held (WAIT) request is decided again at least this often
+CLIENT_GONE = 499  # nginx's status for a client that left before its answer
+
+__all__ = ["BackendFailed", "ClientGone", "Gateway", "Interrupt", "RelayResponse"]
 
 
-class BackendFailed(Exception):
-    """A backend failed a request before its first token (the request may go elsewhere)."""
+class ClientGone(Exception):
+    """The client left while its request waited for a backend."""
 
-    def __init__(self, backend: Backend, why: str, refused: bool = False) -> None:
-        super().__init__(f"backend {backend.name!r} ({backend.cfg.url}): {why}")
-        self.backend, self.refused = backend, refused
+
+class Interrupt:
+    """What may stop one attempt while it waits for its backend: ``fire(reason)`` cancels the waiting task once
+    ("client_gone" or "ejected"); after ``close()`` it does nothing (the attempt has moved on)."""
+
+    def __init__(self, task: asyncio.Task) -> None:
+        self.task = task
+        self.reason: str | None = None
+        self.closed = False
+
+    def fire(self, reason: str) -> None:
+        if self.reason is None and not self.closed:
+            self.reason = reason
+            self.task.cancel()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class RelayResponse(StreamingResponse):
+    """A relayed stream whose end is reported exactly once (``ended``), even when the client leaves before the
+    relay starts (a generator never started runs no ``finally``)."""
+
+    def __init__(self, content: object, ended: Callable[[str | None], None]) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self.ended = ended
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with contextlib.suppress(Exception):
+                await self.body_iterator.aclose()
+            self.ended("client_gone")
 
 
 class Gateway:
@@ -53,7 +95,8 @@ class Gateway:
         self.changed = asyncio.Event()
         self.monitor = BackendMonitor(cfg, self.metrics, self.now, self.notify)
         self.backends = self.monitor.backends
-        self.client: httpx.AsyncClient | None = None
+        self.upstream = Upstream(cfg, self.metrics)
+        self.waiting: dict[int, dict[int, Interrupt]] = {b.idx: {} for b in self.backends}  # no output yet
         self.next_id = 0
         self.in_flight = 0
         self.queued = 0
@@ -64,18 +107,20 @@ class Gateway:
         return time.monotonic() - self.t0
 
     def notify(self) -> None:
-        """Wake held requests: something finished or a scrape moved the state."""
+        """Something finished, a scrape moved the state or a backend went up or down: wake held requests, and
+        move the requests waiting on an ejected backend (nothing produced yet) elsewhere."""
         self.changed.set()
         self.changed = asyncio.Event()
+        for k, waiting in self.waiting.items():
+            if waiting and not self.backends[k].up:
+                for interrupt in list(waiting.values()):
+                    interrupt.fire("ejected")
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Discover the backends, check the policy fits them (ConfigError if not), then watch them."""
-        t = self.cfg.timeouts
-        n = self.cfg.limits.max_in_flight + 4 * len(self.backends)
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(t.request_s, connect=t.connect_s),
-                                        limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
-        await self.monitor.discover_all(self.client)
+        client = self.upstream.open(self.cfg.limits.max_in_flight + 4 * len(self.backends))
+        await self.monitor.discover_all(client)
         missing = [b.name for b in self.backends if not b.model]
         if missing and self.cfg.policy.onnx is not None:
             raise ConfigError(f"backends {missing}: model unknown (down at start and no 'model' in the config); an "
@@ -85,8 +130,7 @@ class Gateway:
 
     async def stop(self) -> None:
         await self.monitor.stop()
-        if self.client is not None:
-            await self.client.aclose()
+        await self.upstream.close()
 
     # ------------------------------------------------------------------ one request
     def allowed_for(self, model: str) -> list[int]:
@@ -146,7 +190,8 @@ class Gateway:
         return d
 
     async def handle(self, inbound: Inbound, path: str) -> Response:
-        """Route and forward one validated client request; the response (streaming or not) or a BadRequest."""
+        """Route and forward one validated client request; the response (streaming or not) or a BadRequest. A
+        client that leaves meanwhile gets (nobody reads it) a 499."""
         pool = self.allowed_for(inbound.model)
         if self.in_flight >= self.cfg.limits.max_in_flight:
             raise BadRequest(429, f"router at its limit of {self.cfg.limits.max_in_flight} requests in flight",
@@ -164,8 +209,11 @@ class Gateway:
         handed_over = False
         try:
             resp = await self.route_and_send(req, inbound, path, pool)
-            handed_over = isinstance(resp, StreamingResponse)
+            handed_over = isinstance(resp, RelayResponse)
             return resp
+        except ClientGone:
+            self.metrics.aborted.labels("client_gone").inc()
+            return Response(status_code=CLIENT_GONE)
         finally:
             if not handed_over:
                 self.end_request()
@@ -179,9 +227,7 @@ class Gateway:
             b.send(flight)
             self.metrics.decisions.labels(b.name).inc()
             try:
-                if inbound.stream:
-                    return await self.open_stream(b, flight, inbound, path)
-                return await self.forward(b, flight, inbound, path)
+                return await self.attempt(b, flight, inbound, path)
             except BackendFailed as e:
                 errors.append(str(e))
                 if e.refused and b.up:
@@ -190,11 +236,61 @@ class Gateway:
                     self.metrics.retries.labels(b.name).inc()
                 pool = [k for k in pool if k != b.idx]
             finally:
-                if not (inbound.stream and flight.started):
+                if not flight.started:
                     self.finish_flight(b, flight)
             if not pool:
                 break
         raise BadRequest(502, "no backend answered: " + "; ".join(errors), "BadGatewayError")
+
+    async def attempt(self, b: Backend, flight: Flight, inbound: Inbound, path: str) -> Response:
+        """One try on ``b``: its whole answer, or its stream once the first token is in. Interrupted while it
+        waits if the client leaves (ClientGone) or ``b`` is ejected (BackendFailed: the request goes elsewhere)."""
+        interrupt = Interrupt(asyncio.current_task())
+        gone = asyncio.ensure_future(departed())
+        gone.add_done_callback(lambda f: f.cancelled() or interrupt.fire("client_gone"))
+        waiting = self.waiting[b.idx]
+        waiting[flight.id] = interrupt
+        body = inbound.upstream_content(b.model or inbound.model)
+        try:
+            if not inbound.stream:
+                return await self.upstream.whole(b, flight, body, path)
+            got = await self.upstream.first_token(b, body, path)
+        except asyncio.CancelledError:
+            if interrupt.reason is None:
+                raise
+            interrupt.task.uncancel()
+            if interrupt.reason == "client_gone":
+                raise ClientGone from None
+            self.metrics.aborted.labels("ejected").inc()
+            raise BackendFailed(b, "ejected (failed health checks) before its first token") from None
+        finally:
+            interrupt.close()
+            waiting.pop(flight.id, None)
+            gone.cancel()
+        if isinstance(got, Response):
+            return got
+        resp, lines, head = got
+        flight.started = True
+        count_token(flight, head[-1])
+        ended = self.stream_end(b, flight)
+        return RelayResponse(self.upstream.relay(b, flight, resp, lines, head, ended), ended)
+
+    def stream_end(self, b: Backend, flight: Flight) -> Callable[[str | None], None]:
+        """What runs once when a relayed stream ends: the abort counted by reason (stall, client_gone), the
+        flight finished, the client request ended."""
+        done = False
+
+        def ended(reason: str | None) -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            if reason is not None:
+                self.metrics.aborted.labels(reason).inc()
+            self.finish_flight(b, flight)
+            self.end_request()
+
+        return ended
 
     def finish_flight(self, b: Backend, flight: Flight) -> None:
         """The backend is done with ``flight``: its answer's length updates the running mean a policy may read."""
@@ -208,81 +304,3 @@ class Gateway:
         """A client request ended (answered, refused or cut): exactly once per request."""
         self.in_flight -= 1
         self.metrics.in_flight.set(self.in_flight)
-
-    def upstream_body(self, b: Backend, inbound: Inbound) -> dict:
-        """The client's body with ``model`` set to the chosen backend's served name."""
-        return {**inbound.body, "model": b.model or inbound.model}
-
-    async def forward(self, b: Backend, flight: Flight, inbound: Inbound, path: str) -> Response:
-        """A non-streaming request: the backend's whole answer (BackendFailed on a transport error or 5xx)."""
-        try:
-            r = await self.client.post(f"{b.cfg.url}{path}", json=self.upstream_body(b, inbound),
-                                       headers=b.headers())
-        except httpx.ReadTimeout:
-            raise BadRequest(504, f"backend {b.name!r} did not answer within {self.cfg.timeouts.request_s} s",
-                             "GatewayTimeoutError") from None
-        except httpx.TransportError as e:
-            raise BackendFailed(b, f"{type(e).__name__}: {e}", refused=isinstance(e, httpx.ConnectError)) from None
-        if r.status_code >= 500:
-            raise BackendFailed(b, f"HTTP {r.status_code}: {r.text[:200]}")
-        with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError):
-            flight.generated = int(r.json()["usage"]["completion_tokens"])
-        return Response(r.content, status_code=r.status_code,
-                        media_type=r.headers.get("content-type", "application/json"))
-
-    async def open_stream(self, b: Backend, flight: Flight, inbound: Inbound, path: str) -> Response:
-        """Open the upstream stream and wait for its first token: failures up to then may be retried."""
-        t = self.cfg.timeouts
-        req = self.client.build_request("POST", f"{b.cfg.url}{path}", json=self.upstream_body(b, inbound),
-                                        headers=b.headers())
-        try:
-            resp = await asyncio.wait_for(self.client.send(req, stream=True), t.first_token_s)
-        except (TimeoutError, httpx.TransportError) as e:
-            raise BackendFailed(b, f"{type(e).__name__}: {e}", refused=isinstance(e, httpx.ConnectError)) from None
-        if resp.status_code != 200:
-            body = await resp.aread()
-            await resp.aclose()
-            if resp.status_code >= 500:
-                raise BackendFailed(b, f"HTTP {resp.status_code}: {body[:200]!r}")
-            return Response(body, status_code=resp.status_code,
-                            media_type=resp.headers.get("content-type", "application/json"))
-        lines = resp.aiter_lines()
-        head: list[str] = []
-        try:
-            while True:
-                line = await asyncio.wait_for(anext(lines), t.first_token_s)
-                head.append(line)
-                if line.startswith("data:"):
-                    break
-        except (TimeoutError, StopAsyncIteration, httpx.TransportError, httpx.StreamError) as e:
-            await resp.aclose()
-            raise BackendFailed(b, f"stream ended before its first token ({type(e).__name__})") from None
-        flight.started = True
-        self.count_token(flight, head[-1])
-        return StreamingResponse(self.relay(b, flight, resp, lines, head), media_type="text/event-stream")
-
-    @staticmethod
-    def count_token(flight: Flight, line: str) -> None:
-        """An SSE data line is one generated token, except ``[DONE]`` and the chunk that carries a finish reason."""
-        if line.startswith("data:") and "[DONE]" not in line and '"finish_reason":"' not in line.replace(" ", ""):
-            flight.generated += 1
-
-    async def relay(self, b: Backend, flight: Flight, resp: httpx.Response, lines: AsyncIterator[str],
-                    head: list[str]) -> AsyncIterator[str]:
-        """Pass the backend's SSE lines through as they come; a backend failure ends the stream cleanly."""
-        try:
-            for line in head:
-                yield line + "\n"
-            async for line in lines:
-                self.count_token(flight, line)
-                yield line + "\n"
-        except (httpx.TransportError, httpx.StreamError) as e:
-            self.metrics.stream_errors.labels(b.name).inc()
-            err = {"error": {"message": f"backend {b.name!r} failed after {flight.generated} tokens "
-                                        f"({type(e).__name__}); the answer is incomplete",
-                             "type": "BackendStreamError", "code": 502}}
-            yield f"data: {json.dumps(err)}\n\ndata: [DONE]\n\n"
-        finally:
-            await resp.aclose()
-            self.finish_flight(b, flight)
-            self.end_request()

@@ -1,4 +1,6 @@
-"""The router's own Prometheus metrics (one registry per app: several routers can live in one process)."""
+"""The router's own Prometheus metrics (one registry per app: several routers can live in one process). Labels are
+bounded and hold no secret: endpoints are the router's own routes, codes what it answered, backends their config
+names (never URLs)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,12 @@ class RouterMetrics:
                         registry=r)
         self.scrape_failures = Counter("llmsim_router_scrape_failures", "Failed /metrics scrapes", ["backend"],
                                        registry=r)
+        self.aborted = Counter("llmsim_router_aborted", "Upstream requests cancelled, by reason (client_gone, stall, "
+                               "ejected)", ["reason"], registry=r)
+        self.misconfigured = Gauge("llmsim_router_backend_misconfigured",
+                                   "1 if the backend refuses the router's credentials (401 / 403), else 0",
+                                   ["backend"], registry=r)
         for b in backends:
             self.decisions.labels(b)
             self.up.labels(b).set(0)
+            self.misconfigured.labels(b).set(0)

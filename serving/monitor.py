@@ -4,20 +4,28 @@ checks (``/health``: eject after ``eject_after`` failures, readmit after ``readm
 
 Whatever moves a backend's state (a scrape lands, a backend goes up or down) calls ``notify``, so that requests a
 policy holds (WAIT) are decided again at once.
+
+A backend that answers 401 or 403 refuses the router's credentials: it is misconfigured, not down. It is ejected
+like a down one, but said so: one log line naming it (by its redacted URL) and the status, ``/health``'s detail
+(``misconfigured: 401 from backend b0``), the ``llmsim_router_backend_misconfigured`` metric, and clients' 503s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 
 import httpx
 
-from llmsim.serving.config import RouterConfig
+from llmsim.serving.config import RouterConfig, redact
 from llmsim.serving.metrics import RouterMetrics
 from llmsim.serving.scrape import parse_metrics, parse_models
 from llmsim.serving.tracker import Backend
+
+log = logging.getLogger(__name__)
+AUTH_REFUSED = (401, 403)  # what a server answers to wrong or missing credentials
 
 
 class BackendMonitor:
@@ -54,11 +62,15 @@ class BackendMonitor:
         try:
             r = await self.client.get(f"{b.cfg.url}/v1/models", headers=b.headers(),
                                       timeout=self.cfg.timeouts.scrape_s)
+            if r.status_code in AUTH_REFUSED:
+                self.refused(b, r.status_code, "/v1/models")
+                return
             r.raise_for_status()
             model, mml = parse_models(r.json())
         except (httpx.HTTPError, ValueError):
             self.set_up(b, False)
             return
+        self.accepted(b)
         b.model = b.cfg.model or model or ""
         if mml:
             b.max_model_len = mml
@@ -74,10 +86,31 @@ class BackendMonitor:
         self.metrics.up.labels(b.name).set(1 if up else 0)
         self.notify()
 
+    def refused(self, b: Backend, status: int, path: str) -> None:
+        """The backend answered ``status`` (401 / 403) to the router's credentials: ejected as misconfigured, said
+        once in the log (its URL redacted) and kept in /health until it accepts them."""
+        if b.refused_status != status:
+            log.warning("backend %s (%s) answered %d to %s: misconfigured (check its api_key or the URL's "
+                        "credentials); ejected until it accepts them", b.name, redact(b.cfg.url, [b.cfg.api_key or ""]),
+                        status, path)
+        b.refused_status = status
+        self.metrics.misconfigured.labels(b.name).set(1)
+        self.set_up(b, False)
+
+    def accepted(self, b: Backend) -> None:
+        """The backend took the router's credentials: no longer misconfigured (logged if it was)."""
+        if b.refused_status is not None:
+            log.warning("backend %s accepts the router's credentials again", b.name)
+            b.refused_status = None
+            self.metrics.misconfigured.labels(b.name).set(0)
+
     async def scrape(self, b: Backend) -> None:
         try:
             r = await self.client.get(f"{b.cfg.url}/metrics", headers=b.headers(),
                                       timeout=self.cfg.timeouts.scrape_s)
+            if r.status_code in AUTH_REFUSED:
+                self.refused(b, r.status_code, "/metrics")
+                return
             r.raise_for_status()
             m = parse_metrics(r.text)
         except (httpx.HTTPError, ValueError):
@@ -102,6 +135,9 @@ class BackendMonitor:
                 ok = r.status_code == 200
             except httpx.HTTPError:
                 ok = False
+            else:
+                if r.status_code in AUTH_REFUSED:
+                    self.refused(b, r.status_code, "/health")
             if ok:
                 b.fails = 0
                 if not b.up:

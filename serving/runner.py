@@ -1,6 +1,8 @@
 """Running the router: in the foreground on a port (:func:`serve`, what ``llmsim-router`` does) or in a background
 thread of this process (:func:`start_router`, for tests and notebooks:
-``with start_router(cfg) as r: httpx.get(r.url + "/health")``)."""
+``with start_router(cfg) as r: httpx.get(r.url + "/health")``). Either way the app is wrapped in
+:class:`~llmsim.serving.departure.DepartureWatch` (a client that leaves cancels its upstream request) and served
+with the config's read deadlines for clients (``limits.header_read_s``, ``body_read_s``, ``idle_s``)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,19 @@ from typing import Any
 
 import uvicorn
 
-from llmsim.emulator.server_thread import ServerThread, listen_socket
+from llmsim.emulator.server_thread import ReadLimits, ServerThread, listen_socket, server_config
 from llmsim.errors import LLMSimError
 from llmsim.serving.app import create_app
 from llmsim.serving.config import RouterConfig, parse_config
 from llmsim.serving.decider import Decider
+from llmsim.serving.departure import DepartureWatch
 from llmsim.serving.gateway import Gateway
+
+
+def read_limits(cfg: RouterConfig) -> ReadLimits:
+    """How long a client may take to send its request and may keep an idle connection (the config's limits)."""
+    lim = cfg.limits
+    return ReadLimits(header_s=lim.header_read_s, body_s=lim.body_read_s, idle_s=lim.idle_s)
 
 
 class RouterHandle(ServerThread):
@@ -23,7 +32,7 @@ class RouterHandle(ServerThread):
 
     def __init__(self, cfg: RouterConfig, decider: Decider | None = None) -> None:
         app = create_app(cfg, decider)
-        super().__init__(app, cfg.host, cfg.port, name="llmsim-router")
+        super().__init__(DepartureWatch(app), cfg.host, cfg.port, name="llmsim-router", limits=read_limits(cfg))
         self.gateway: Gateway = app.state.gateway
 
 
@@ -57,5 +66,5 @@ def serve(cfg: RouterConfig, log_level: str = "warning") -> None:
     note = f"; not answering yet (ejected until healthy): {down}" if down else ""
     print(f"llmsim-router: {len(cfg.backends)} backends, policy {cfg.policy.heuristic or cfg.policy.onnx}, on "
           f"http://{cfg.host}:{port}{note}", file=sys.stderr, flush=True)
-    config = uvicorn.Config(create_app(cfg), log_level=log_level, access_log=False, timeout_graceful_shutdown=2)
+    config = server_config(DepartureWatch(create_app(cfg)), read_limits(cfg), log_level, timeout_graceful_shutdown=2)
     uvicorn.Server(config).run(sockets=[sock])

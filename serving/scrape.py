@@ -85,4 +85,5 @@ def parse_models(body: object) -> tuple[str | None, int | None]:
     if not isinstance(first, dict):
         return None, None
     mml = first.get("max_model_len")
-    return (str(first["id"]) if "id" in first else None), (int(mml) if isinstance(mml, int) else None)
+    ok = isinstance(mml, int) and not isinstance(mml, bool) and mml > 0
+    return (str(first["id"]) if "id" in first else None), (mml if ok else None)

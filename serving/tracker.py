@@ -59,6 +59,7 @@ class Backend:
     sent_since: int = 0  # requests sent since the last scrape
     done_since: int = 0  # requests finished since the last scrape
     blocks_since: int = 0  # prompt KV blocks sent since the last scrape
+    refused_status: int | None = None  # 401 / 403: the backend refuses the router's credentials (misconfigured)
 
     def __post_init__(self) -> None:
         self.model = self.model or self.cfg.model or ""
@@ -85,9 +86,14 @@ class Backend:
             return m.num_gpu_blocks
         return math.ceil(self.max_model_len * self.cfg.max_num_seqs / self.block_size)
 
+    @property
+    def problem(self) -> str:
+        """Why the backend is misconfigured, for /health and client errors (``401 from backend b0``); "" if not."""
+        return f"{self.refused_status} from backend {self.name}" if self.refused_status else ""
+
     def headers(self) -> dict[str, str]:
-        """What every request to this backend carries: its bearer token, if the config gives one."""
-        return {"Authorization": f"Bearer {self.cfg.api_key}"} if self.cfg.api_key else {}
+        """What every request to this backend carries: its bearer token or basic credentials, if it has any."""
+        return self.cfg.auth_headers()
 
     def record_scrape(self, m: BackendMetrics, now: float) -> None:
         """Take a new scrape: throughput and step time are the counters' rates since the previous one."""

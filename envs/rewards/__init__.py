@@ -1,4 +1,5 @@
-"""Reward functions: ``make_reward(name, **kw)``; names qos, workload_aware, best_effort, utility, latency."""
+"""Reward functions: ``make_reward(name, **kw)``; names qos, workload_aware, workload_aware_tail, best_effort, utility,
+latency."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from llmsim.envs.rewards.best_effort import BestEffortReward, deadline_weight
 from llmsim.envs.rewards.latency import LatencyReward
 from llmsim.envs.rewards.qos import QoSReward, action_impact, latency_increase
 from llmsim.envs.rewards.utility import UtilityReward
-from llmsim.envs.rewards.workload_aware import WorkloadAwareReward, mixing_penalty
+from llmsim.envs.rewards.workload_aware import TailAwareReward, WorkloadAwareReward, mixing_penalty
 from llmsim.registry import Registry
 
 REWARDS: Registry[type[Reward]] = Registry("reward")
-for _cls in (QoSReward, WorkloadAwareReward, BestEffortReward, UtilityReward, LatencyReward):
+for _cls in (QoSReward, WorkloadAwareReward, BestEffortReward, UtilityReward, LatencyReward, TailAwareReward):
     REWARDS.register(_cls)
 
 
@@ -22,6 +23,6 @@ def make_reward(spec: str | dict[str, Any] | Reward | None, **kwargs: Any) -> Re
     return REWARDS.build(spec, Reward, "latency", "reward", **kwargs)
 
 
-__all__ = ["REWARDS", "BestEffortReward", "LatencyReward", "QoSReward", "Reward", "UtilityReward",
+__all__ = ["REWARDS", "BestEffortReward", "LatencyReward", "QoSReward", "Reward", "TailAwareReward", "UtilityReward",
            "WorkloadAwareReward", "action_impact", "deadline_weight", "latency_increase", "make_reward",
            "mixing_penalty"]

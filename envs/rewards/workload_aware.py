@@ -22,9 +22,11 @@ defaults to 1 / r_c, so a completion is worth 1 and a backlog of 60 requests cos
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
 from llmsim.envs.rewards.base import Reward
+from llmsim.errors import ConfigError
 
 if TYPE_CHECKING:
     from llmsim.envs.context import RewardContext
@@ -106,3 +108,41 @@ class WorkloadAwareReward(Reward):
     def on_step_end(self, env: RewardContext, dt: float) -> None:
         if env.decision != "tick" and dt > 0:
             self._acc["unfinished"] -= self._backlog(env) * dt / env.tick
+
+
+class TailAwareReward(WorkloadAwareReward):
+    """The workload-aware reward plus a price on the tail: ``workload_aware_tail`` (not the paper's; an option for
+    policies that must not buy a better mean with a worse p99).
+
+    * ``tail``: per completion, -(e2e - target) / target seconds beyond ``e2e_target_s`` (0 within it), capped at
+      ``tail_cap``: a request twice as slow as the target costs as much as a completion earns (weight r_c).
+    * ``held``: per request routed after waiting w seconds in the central queue, -(w / ``max_wait_s``)^2: holding a
+      request near the wait limit costs more than several short holds.
+
+    With ``tail_weight`` 0 and ``held_weight`` 0 it is the workload-aware reward exactly."""
+
+    name = "workload_aware_tail"
+    own_components = (*WorkloadAwareReward.own_components, "tail", "held")
+
+    def __init__(self, e2e_target_s: float = 30.0, tail_cap: float = 5.0, max_wait_s: float = 10.0,
+                 tail_weight: float = 1.0, held_weight: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        for key, v in (("e2e_target_s", e2e_target_s), ("tail_cap", tail_cap), ("max_wait_s", max_wait_s)):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+                raise ConfigError(f"reward.{key}: expected a positive number, got {v!r}")
+        self.target, self.cap, self.max_wait = float(e2e_target_s), float(tail_cap), float(max_wait_s)
+        weights = kwargs.get("weights") or {}
+        self.weights["tail"] = float(weights.get("tail", tail_weight * self.r_c))
+        self.weights["held"] = float(weights.get("held", held_weight * self.r_c))
+
+    def before_action(self, env: RewardContext, req: Request, target: int | None) -> None:
+        super().before_action(env, req, target)
+        if target is not None:
+            w = max(0.0, env.state().now - req.arrival) / self.max_wait
+            self._acc["held"] -= min(1.0, w) ** 2
+
+    def on_finish(self, req: Request, k: int) -> None:
+        super().on_finish(req, k)
+        late = (req.finish - req.arrival - self.target) / self.target
+        if late > 0:
+            self._acc["tail"] -= min(self.cap, late)

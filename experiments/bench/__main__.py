@@ -1,4 +1,4 @@
-"""``python -m experiments.bench {sim,env,train,decisions,qlm_plan} [options]``: the speed benchmarks, one entry.
+"""``python -m experiments.bench {sim,env,train,decisions,qlm_plan,faults} [options]``: the speed benchmarks, one entry.
 
 * ``sim``: the simulator alone (``single``: 10,000 requests on one instance; ``million``: 1,000,000 on 16), wall
   time, simulated requests per second, iterations per second and peak RSS, each case in a fresh process;
@@ -8,6 +8,9 @@
   against PyG) (bench/train.py).
 * ``decisions``: per-decision latency of the live router, heuristics and exported policies (bench/decisions.py).
 * ``qlm_plan``: solve time of QLM's MILP plan generator against queue size and instance count (bench/qlm_plan.py).
+* ``faults``: load through the live router over emulated backends in their own processes, with a backend killed
+  (SIGKILL) or frozen (SIGSTOP): completed / clean / unclean errors, hung, served twice, router overhead
+  (bench/faults.py).
 
 ``python -m experiments.bench NAME --help`` lists each one's options; ``--json`` prints one JSON object per result.
 """
@@ -19,7 +22,8 @@ import sys
 from collections.abc import Sequence
 
 BENCHES = {"sim": "experiments.bench.sim", "env": "experiments.bench.env", "train": "experiments.bench.train",
-           "decisions": "experiments.bench.decisions", "qlm_plan": "experiments.bench.qlm_plan"}
+           "decisions": "experiments.bench.decisions", "qlm_plan": "experiments.bench.qlm_plan",
+           "faults": "experiments.bench.faults"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

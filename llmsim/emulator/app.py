@@ -36,7 +36,6 @@ from llmsim.emulator.metrics import EmulatorMetrics
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's (and OpenAI's) default for /v1/completions
 CHAT_TOKENS_PER_MESSAGE = 3  # role and separators of each chat message (OpenAI's documented count)
 CHAT_REPLY_PRIMING = 3  # the assistant header the template appends
-DISCONNECT_POLL_S = 0.5  # non-streaming requests: how often a waiting handler checks its client is still there
 _MARK = "\u0000token\u0000"  # placeholder of a token's text in a chunk template (never a generated word)
 
 
@@ -260,20 +259,20 @@ class Answer:
 
 
 async def stream_tokens(engine: RealTimeEngine, t: Ticket, ans: Answer, include_usage: bool) -> AsyncIterator[str]:
-    """One SSE chunk per token as the engine releases it, then the finish chunk, usage, and [DONE].
+    """One SSE chunk per token as the engine releases it (a chat's role chunk comes with the first token, as vLLM
+    sends it), then the finish chunk, usage, and [DONE].
 
     Leaving early (the client disconnected: the response task is cancelled) aborts the request in the engine."""
     text = SyntheticText(t.seed)
     sent = 0
     try:
-        if ans.chat:
-            yield ans.chunk(None, role=True)
         while True:
             await t.event.wait()
             t.event.clear()
             n = t.available
             if n > sent:
-                yield ans.token_chunks(text.take(n - sent))
+                chunks = ans.token_chunks(text.take(n - sent))
+                yield ans.chunk(None, role=True) + chunks if sent == 0 and ans.chat else chunks
                 sent = n
             if t.done:
                 break
@@ -290,30 +289,52 @@ async def stream_tokens(engine: RealTimeEngine, t: Ticket, ans: Answer, include_
             engine.abort(t)
 
 
+async def client_left(request: Request) -> None:
+    """Return when the client disconnects (uvicorn says so as soon as the connection drops); call it only once
+    the body has been read."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
 async def wait_done(engine: RealTimeEngine, t: Ticket, request: Request) -> bool:
-    """Wait until the request finishes; False (and the request aborted) if the client went away first."""
+    """Wait until the request finishes; False, and the request aborted at once, if the client left first (a
+    watcher task reads the disconnect while the engine works)."""
+    watcher = asyncio.ensure_future(client_left(request))
+    watcher.add_done_callback(lambda _: t.event.set())
     try:
         while not t.done:
-            try:
-                await asyncio.wait_for(t.event.wait(), DISCONNECT_POLL_S)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    engine.abort(t)
-                    return False
+            await t.event.wait()
             t.event.clear()
+            if watcher.done() and not watcher.cancelled() and not t.done:
+                engine.abort(t)
+                return False
     except asyncio.CancelledError:
         engine.abort(t)
         raise
+    finally:
+        watcher.cancel()
     return True
 
 
+def context_error(prompt_tokens: int, max_tokens: int, max_model_len: int) -> str:
+    """vLLM's words for a prompt plus ``max_tokens`` longer than the context (its OpenAI server answers 400)."""
+    return (f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). "
+            "Please reduce the length of the messages or completion.")
+
+
 async def serve_job(engine: RealTimeEngine, opts: EmulatorOptions, job: Job, request: Request) -> Response:
-    """Submit a validated job and answer it: an SSE stream, or one JSON once the engine has finished it."""
+    """Submit a validated job and answer it: an SSE stream, or one JSON once the engine has finished it. A
+    ``max_tokens`` that does not fit the context is a 400 (as vLLM); without one, the answer may fill it."""
     why = engine.prompt_error(job.prompt_tokens)
     if why:
         raise ApiError(400, why, "messages" if job.chat else "prompt")
     room = engine.max_model_len - job.prompt_tokens
-    max_tokens = min(job.max_tokens or room, room)
+    if job.max_tokens is not None and job.max_tokens > room:
+        raise ApiError(400, context_error(job.prompt_tokens, job.max_tokens, engine.max_model_len), "max_tokens")
+    max_tokens = job.max_tokens or room
     out = max_tokens
     if opts.output_len == "sampled" and not job.ignore_eos:
         out = min(max_tokens, sampled_length(job.seed))

@@ -40,17 +40,26 @@ def _positive_float(flag: str, what: str):  # noqa: ANN202 - an argparse type
     return parse
 
 
-def _int(lo: int):  # noqa: ANN202 - an argparse type
+def _int(lo: int, hi: int | None = None):  # noqa: ANN202 - an argparse type
+    want = f"an integer >= {lo}" if hi is None else f"an integer {lo}-{hi}"
+
     def parse(s: str) -> int:
         try:
             v = int(s)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {s!r}") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {s!r}")
+            raise argparse.ArgumentTypeError(f"expected {want}, got {s!r}") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"expected {want}, got {s!r}")
         return v
 
     return parse
+
+
+def _host(s: str) -> str:
+    """``--host``: an address to listen on (a name or IP, no spaces or control characters)."""
+    if not s or any(c.isspace() or not c.isprintable() for c in s):
+        raise argparse.ArgumentTypeError(f"expected an address to listen on, such as 127.0.0.1 or 0.0.0.0, got {s!r}")
+    return s
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "the wall clock (docs/emulator.md).")
     p.add_argument("--model", required=True, help="llmsim model name, e.g. llama-3.1-8b")
     p.add_argument("--gpu", required=True, help="llmsim GPU name, e.g. a100-80gb")
-    p.add_argument("--port", type=_int(0), default=8000, help="TCP port (default 8000; 0 = any free port)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=_int(0, 65535), default=8000, help="TCP port (default 8000; 0 = any free port)")
+    p.add_argument("--host", type=_host, default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--speedup", type=_positive_float("speedup", "times faster than real time"), default=1.0,
                    help="run K times faster than real time (default 1)")
     p.add_argument("--tp", type=_int(1), default=1, help="tensor-parallel degree (default 1)")

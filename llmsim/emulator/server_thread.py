@@ -1,6 +1,14 @@
-"""An ASGI app served by uvicorn on a loopback socket in a daemon thread: how tests and notebooks run emulated
-backends and the live router in one process. ``stop()`` is abrupt (open connections are cut, as when a server
-dies), so fault tests can kill a backend mid-stream."""
+"""Serving an ASGI app with uvicorn as the project does: with read deadlines for slow clients
+(:func:`server_config`), and in a daemon thread on a loopback socket (:class:`ServerThread`: how tests and notebooks
+run emulated backends and the live router in one process). ``stop()`` is abrupt (open connections are cut, as
+when a server dies), so fault tests can kill a backend mid-stream.
+
+Read deadlines (what Envoy calls ``request_headers_timeout`` and ``request_timeout``; uvicorn has neither): a
+request's headers must arrive within ``header_s`` of its first byte (or of the connection's opening), and its body
+within ``body_s`` of its headers; an idle keep-alive connection is closed after ``idle_s``. A client past a
+deadline loses its connection, so slow or silent clients cannot hold descriptors for long. Header size is h11's
+limit (``MAX_HEADER_BYTES``; larger: 400 and close).
+"""
 
 from __future__ import annotations
 
@@ -9,24 +17,134 @@ import contextlib
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
+MAX_HEADER_BYTES = 16 * 1024  # h11's default limit on a request's head, set explicitly
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """How long a client may take: to send a request's headers, its body, and to stay idle between requests.
+
+    ``idle_s`` should exceed the idle expiry of the clients' connection pools (httpx and the OpenAI SDK: 5 s,
+    aiohttp: 15 s): a server that closes an idle connection first races a client reusing it, and the client's
+    request then meets a reset (``httpx.ReadError``) or a closed connection (docs/serving.md)."""
+
+    header_s: float = 10.0
+    body_s: float = 30.0
+    idle_s: float = 75.0
+
+
+class CoalescingTransport:
+    """A transport whose writes within one event-loop turn go out as one ``send``: uvicorn writes a response's
+    head and body separately, and on a small machine each ``send`` on loopback may hand the CPU to the reader
+    (two wake-ups of the client instead of one). Everything else is the wrapped transport's."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport, self.loop = transport, loop
+        self.pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self.pending:
+            self.loop.call_soon(self.flush)
+        self.pending.append(data)
+
+    def flush(self) -> None:
+        if self.pending:
+            data = b"".join(self.pending)
+            self.pending.clear()
+            if not self.transport.is_closing():
+                self.transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+class DeadlineH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with the read deadlines of :class:`ReadLimits` (``limits``, set by subclassing),
+    writing through a :class:`CoalescingTransport`."""
+
+    limits = ReadLimits()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.read_deadline: asyncio.TimerHandle | None = None
+        self.reading = ""  # "", "headers" or "body": what the deadline is for
+        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        self.arm("headers", self.limits.header_s)  # a connection that never speaks is closed too
+
+    def data_received(self, data: bytes) -> None:
+        if self.reading == "" and self.conn.their_state is h11.IDLE:
+            self.arm("headers", self.limits.header_s)  # the first bytes of a new request
+        super().data_received(data)
+        self.follow_request()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self.follow_request()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.arm("", 0.0)
+        super().connection_lost(exc)
+
+    def follow_request(self) -> None:
+        """Move the deadline along with the request: from headers to body, off once it is read."""
+        state = self.conn.their_state
+        if state is h11.SEND_BODY:
+            if self.reading != "body":
+                self.arm("body", self.limits.body_s)
+        elif state is h11.IDLE:  # no request under way: a deadline only on a fresh connection or for a partial head
+            if self.reading and self.cycle is not None and not self.conn.trailing_data[0]:
+                self.arm("", 0.0)
+        elif self.reading:  # read in full, or closing
+            self.arm("", 0.0)
+
+    def arm(self, reading: str, seconds: float) -> None:
+        if self.read_deadline is not None:
+            self.read_deadline.cancel()
+        self.reading = reading
+        self.read_deadline = self.loop.call_later(seconds, self.read_timed_out) if reading else None
+
+    def read_timed_out(self) -> None:
+        """Too slow: close the connection (an app waiting for the body sees the client disconnect)."""
+        self.read_deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def deadline_protocol(limits: ReadLimits) -> type[DeadlineH11Protocol]:
+    """The h11 protocol class with these limits (uvicorn builds one protocol object per connection)."""
+    return type("DeadlineH11Protocol", (DeadlineH11Protocol,), {"limits": limits})
+
+
+def server_config(app: Any, limits: ReadLimits | None = None, log_level: str = "warning",
+                  **kw: Any) -> uvicorn.Config:
+    """uvicorn's config for ``app``, with the project's read deadlines and header limit."""
+    limits = limits or ReadLimits()
+    return uvicorn.Config(app, log_level=log_level, access_log=False, http=deadline_protocol(limits),
+                          timeout_keep_alive=limits.idle_s, h11_max_incomplete_event_size=MAX_HEADER_BYTES, **kw)
 
 
 class ServerThread:
     """``app`` on ``host:port`` (0: a free port) once :meth:`start` returns; a context manager."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, name: str = "server") -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, name: str = "server",
+                 limits: ReadLimits | None = None) -> None:
         self.app = app
         self._sock = listen_socket(host, port)
         self.host = host
         self.port: int = self._sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=1)
+        config = server_config(app, limits, lifespan="on", timeout_graceful_shutdown=1)
         self._server = uvicorn.Server(config)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._error: BaseException | None = None
@@ -79,6 +197,21 @@ class ServerThread:
             self._thread.join(STOP_TIMEOUT_S)
         with contextlib.suppress(OSError):
             self._sock.close()
+
+    def freeze(self, seconds: float) -> None:
+        """Block the server's event loop for ``seconds``, as SIGSTOP stops a server process: connections stay open
+        and nothing answers (tests of stalled and frozen backends). Returns once the loop is blocked."""
+        loop = self._loop
+        if loop is None:
+            return
+        frozen = threading.Event()
+
+        def block() -> None:
+            frozen.set()
+            time.sleep(seconds)
+
+        loop.call_soon_threadsafe(block)
+        frozen.wait(STOP_TIMEOUT_S)
 
     def on_kill(self) -> None:
         """Called on the server's loop just before connections are cut (subclasses stop their engines)."""

@@ -179,7 +179,15 @@ def test_bad_options_raise_config_error() -> None:
             start_emulator(**{"model": MODEL, "gpu": "a100-80gb", **kw})
 
 
-def test_output_is_capped_by_the_context(small: EmulatorHandle) -> None:
-    d = post(small, "/v1/completions", {"model": MODEL, "prompt": list(range(500)), "max_tokens": 100}).json()
+def test_max_tokens_past_the_context_is_refused_as_vllm_does(small: EmulatorHandle) -> None:
+    """vLLM's OpenAI server answers 400 (it does not cap silently); what fits is served to the last token."""
+    for path, body in (("/v1/completions", {"prompt": list(range(500)), "max_tokens": 100}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                 "max_tokens": 10**30})):
+        r = post(small, path, {"model": MODEL, **body})
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == "max_tokens", r.text
+        assert err["message"].startswith("This model's maximum context length is 512 tokens. However, you requested")
+    d = post(small, "/v1/completions", {"model": MODEL, "prompt": list(range(500)), "max_tokens": 12}).json()
     assert d["usage"]["completion_tokens"] == 12 and d["choices"][0]["finish_reason"] == "length"
     assert math.isclose(d["usage"]["total_tokens"], 512)

@@ -90,3 +90,42 @@ def test_a_missing_serve_extra_is_named(tmp_path) -> None:
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1, p.stderr
     assert "is missing" in lines[0] and "pip install 'llmsim[serve]'" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("yaml_text,flags,needle", [
+    ("backends: [{name: a, url: 'http://[::1'}]\npolicy: {heuristic: jsq}\n", [],
+     "backends[0].url: expected an http:// or https:// URL with its IPv6 host in closed [brackets]"),
+    ("backends: [{name: a, url: 'http://127.0.0.1:99999'}]\npolicy: {heuristic: jsq}\n", [],
+     "backends[0].url: expected an http:// or https:// URL with a port in 1-65535"),
+    ("backends: [{name: a, url: 'http://127.0.0.1:9'}]\npolicy: {heuristic: jsq}\n", ["--port", "70000"],
+     "argument --port: expected a TCP port 0-65535 (0: any free one), got '70000'"),
+    ("backends: [{name: a, url: 'http://127.0.0.1:9'}]\npolicy: {heuristic: jsq}\n", ["--host", "local host"],
+     "--host: expected an address to listen on"),
+    ("backends: [{name: a, url: 'http://127.0.0.1:9', api_key: ''}]\npolicy: {heuristic: jsq}\n", [],
+     "backends[0].api_key: expected a non-empty key"),
+])
+def test_bad_options_and_config_keys_are_one_line(tmp_path, yaml_text, flags, needle) -> None:
+    cfg = tmp_path / "router.yaml"
+    cfg.write_text(yaml_text)
+    p = run_cli(["--config", str(cfg), *flags])
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
+
+
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path) -> None:
+    cfg = tmp_path / "router.yaml"
+    cfg.write_bytes(b"backends: [{name: caf\xe9, url: 'http://127.0.0.1:9'}]\npolicy: {heuristic: jsq}\n")
+    p = run_cli(["--config", str(cfg)])
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert f"{cfg}: expected a UTF-8 text file, got byte 0xe9" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("flags,needle", [(["--port", "70000"], "argument --port: expected an integer 0-65535"),
+                                          (["--port", "-1"], "argument --port: expected an integer 0-65535"),
+                                          (["--host", ""], "argument --host: expected an address to listen on")])
+def test_the_emulator_port_and_host_are_checked(flags, needle) -> None:
+    p = subprocess.run([sys.executable, "-m", "llmsim.emulator.cli", "--model", "llama-3.1-8b", "--gpu", "a100-80gb",
+                        *flags], capture_output=True, text=True, timeout=60)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr

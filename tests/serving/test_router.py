@@ -139,7 +139,7 @@ def test_bad_requests_get_clear_4xx(backends) -> None:
             assert resp.status_code == code and needle in resp.json()["error"]["message"], resp.text
         ok = c.post("/v1/completions", json={"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 3}, headers=auth)
         assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
-        models = {m["id"] for m in c.get("/v1/models").json()["data"]}
+        models = {m["id"] for m in c.get("/v1/models", headers=auth).json()["data"]}
         assert models == {"llmsim-router", "llama-3.1-8b"}
         assert c.get("/health").json()["healthy"] == ["b0", "b1", "b2"]
 

@@ -170,3 +170,8 @@ def test_routebalance_static_tpot_is_checked_at_startup(tpot, want) -> None:
     d.check_backends(["llama-3.1-8b", ""])  # "" : a backend down at start (model unknown yet)
     with pytest.raises(ConfigError, match=r"static_tpot_ms: no entry for backend model\(s\) \['qwen'\]"):
         d.check_backends(["llama-3.1-8b", "qwen"])
+
+
+def test_a_backend_model_list_without_a_usable_context_keeps_the_default() -> None:
+    for mml in (True, 0, -5, "4096", 2.5):
+        assert parse_models({"data": [{"id": "m", "max_model_len": mml}]}) == ("m", None)

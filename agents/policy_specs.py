@@ -1,0 +1,195 @@
+"""What a policy given to evaluation is, and how it becomes a :class:`~llmsim.agents.policy.Policy` on an env.
+
+A policy spec is a router name (``"jsq"``), ``{name, kwargs, label}`` for a router, ``{checkpoint: DIR, label}``
+for a trained router, or a Policy object. Router options an env determines (KV capacity of the capacity routers,
+the instances' models of the model routers, the QoSEdge lookahead's step model) are filled in from the env when
+left null, as ``experiments.testbeds.calibrate`` passes them. ``baselines: auto`` is each testbed's short list (the
+papers' baselines); ``baselines: all`` is every registered heuristic that applies to it (conf/suite/<testbed>.yaml).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmsim.agents.checkpoint_meta import read_meta
+from llmsim.agents.policy import HeuristicPolicy, Policy
+from llmsim.agents.suite_config import applicable_heuristics
+from llmsim.envs.paper_timing import QOS_EDGE_K
+from llmsim.envs.routing_env import RoutingEnv
+from llmsim.errors import ConfigError
+
+# ``baselines: auto``: the Intelligent Router's heuristics, the Learned Best-Effort paper's static model choices,
+# the QoS-aware edge router's routers
+AUTO_BASELINES: dict[str, list[Any]] = {
+    "workload_router": ["round_robin", "jsq", "least_work_left", "least_kv", "earliest_available",
+                        "max_capacity", "min_min"],
+    "best_effort": [{"name": "static_model", "kwargs": {"model": m}, "label": f"static_{m}"}
+                    for m in ("opt-125m", "opt-1.3b", "opt-6.7b")] + ["round_robin"],
+    "qos_edge": ["round_robin", "jsq", "quality_first", "qos_lookahead"],
+    "routing": ["round_robin", "jsq", "least_work_left", "least_kv"],
+}
+CAPACITY_ROUTERS = ("earliest_available", "max_capacity")
+MODEL_ROUTERS = ("static_model", "quality_first", "qos_lookahead")
+QOS_LIMIT = 0.03  # the QoSEdge factory's default latency limit (s per output token)
+
+PolicySpec = str | Mapping[str, Any] | Policy
+
+
+# ---------------------------------------------------------------------- policy specs
+def normalise_spec(spec: PolicySpec) -> dict[str, Any] | Policy:
+    """A router name, a ``{name, kwargs, label}`` / ``{checkpoint, label}`` mapping, or a Policy as is."""
+    if isinstance(spec, str):
+        return {"kind": "router", "name": spec, "kwargs": {}, "label": spec}
+    if isinstance(spec, Mapping):
+        d = dict(spec)
+        if d.get("kind") in ("router", "checkpoint"):  # normalised already
+            return d
+        if "checkpoint" in d:
+            _only(d, ("checkpoint", "label", "mode"), "checkpoints")
+            if not isinstance(d["checkpoint"], str | Path) or not str(d["checkpoint"]):
+                raise ConfigError(f"checkpoints: expected a checkpoint directory, got {d['checkpoint']!r}")
+            mode = d.get("mode", "greedy")
+            if mode not in ("greedy", "sample"):
+                raise ConfigError(f"checkpoints: mode {mode!r}: expected greedy (argmax) or sample (SAC's policy)")
+            return {"kind": "checkpoint", "path": str(d["checkpoint"]), "label": d.get("label"), "mode": mode}
+        _only(d, ("name", "kwargs", "label"), "baselines")
+        name, kwargs = d.get("name"), d.get("kwargs") or {}
+        if not isinstance(name, str) or not isinstance(kwargs, Mapping):
+            raise ConfigError(f"baselines: expected a router name or {{name: ROUTER, kwargs: {{...}}}}, got {spec!r}")
+        return {"kind": "router", "name": name, "kwargs": dict(kwargs), "label": d.get("label") or name}
+    if all(hasattr(spec, a) for a in ("name", "reset", "act")):
+        return spec
+    raise ConfigError(f"policies: expected a router name, a mapping or a Policy, got {spec!r}")
+
+
+def _only(d: dict[str, Any], allowed: Sequence[str], where: str) -> None:
+    unknown = sorted(set(d) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown} in {d!r}; allowed keys: {list(allowed)}")
+
+
+def baseline_specs(baselines: Any, env_id: str) -> list[dict[str, Any]]:
+    """``auto`` (the env's AUTO_BASELINES), ``all`` (every heuristic that applies to the testbed), ``none`` or a list
+    of router names / ``{name, kwargs, label}``."""
+    if baselines is None or baselines == "none":
+        return []
+    if baselines == "all":
+        baselines = applicable_heuristics(env_id)
+    elif baselines == "auto":
+        if env_id not in AUTO_BASELINES:
+            raise ConfigError(f"baselines: no automatic baselines for env id {env_id!r}; list them")
+        baselines = AUTO_BASELINES[env_id]
+    if isinstance(baselines, str | Mapping) or not isinstance(baselines, Sequence):
+        raise ConfigError(f"baselines: expected 'auto', 'all', 'none' or a list of routers, got {baselines!r}")
+    return [normalise_spec(b) for b in baselines]  # type: ignore[misc]
+
+
+def checkpoint_specs(checkpoints: Any) -> list[dict[str, Any]]:
+    """A mapping label -> directory, or a list of directories, ``{label: directory}`` (one entry; the
+    command-line form, as ``checkpoints: []`` cannot be overridden by a mapping) or ``{checkpoint, label}``."""
+    if checkpoints is None:
+        return []
+    if isinstance(checkpoints, Mapping):
+        return [{"kind": "checkpoint", "path": str(p), "label": str(k)} for k, p in checkpoints.items()]
+    if isinstance(checkpoints, str) or not isinstance(checkpoints, Sequence):
+        raise ConfigError(f"checkpoints: expected a list of directories or a mapping label -> directory, got "
+                          f"{checkpoints!r}")
+    out = []
+    for c in checkpoints:
+        if isinstance(c, Mapping) and len(c) == 1 and not {"checkpoint", "kind"} & set(c):
+            (label, path), = c.items()
+            c = {"checkpoint": path, "label": str(label)}
+        out.append(normalise_spec(c if isinstance(c, Mapping) else {"checkpoint": c}))
+    return out  # type: ignore[return-value]
+
+
+def router_kwargs(name: str, kwargs: Mapping[str, Any], env: RoutingEnv, env_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the options this env determines filled in where they are absent or null."""
+    kw = dict(kwargs)
+
+    def fill(key: str, value: Any) -> None:
+        if kw.get(key) is None:
+            kw[key] = value
+
+    if name in CAPACITY_ROUTERS:
+        fill("kv_tokens", [kv_tokens(c) for c in env.instance_configs])
+        fill("max_num_seqs", int(env.instance_configs[0].engine.max_num_seqs))
+    if name == "max_capacity" and env.decision == "tick":
+        # The env routes at most one request per tick, so the paper's 1 s rounds would leave most requests to the
+        # env's max-wait fallback (-115 % vs RR); a round per tick keeps the rule without starving it.
+        fill("interval", float(env.tick))
+    if name in MODEL_ROUTERS:
+        fill("models", list(env.instance_models))
+    if name == "quality_first":
+        fill("max_waiting", env.max_waiting)
+    if name == "qos_lookahead":
+        models = kw["models"]
+        if all(m in QOS_EDGE_K for m in models):
+            fill("k1", {m: QOS_EDGE_K[m][0] for m in models})
+            fill("k2", {m: QOS_EDGE_K[m][1] for m in models})
+        fill("base", {m: float(getattr(c.profile, "base", 0.0)) for m, c in zip(models, env.instance_configs)})
+        fill("latency_limit", float(env_cfg.get("latency_limit") or QOS_LIMIT))
+    return kw
+
+
+def kv_tokens(inst: Any) -> int:
+    """KV-cache capacity of an instance in tokens (whole blocks), as experiments.testbeds.calibrate gives the
+    capacity routers."""
+    prof = inst.build_profile()
+    bs = inst.engine.block_size
+    return prof.kv_capacity_tokens(inst.engine.gpu_memory_utilization) // bs * bs
+
+
+def build_policy(spec: dict[str, Any] | Policy, env: RoutingEnv, env_cfg: Mapping[str, Any]) -> Policy:
+    """The Policy of a normalised spec on ``env`` (a Policy object is copied: episodes share no state)."""
+    if not isinstance(spec, dict):
+        return copy.deepcopy(spec)
+    if spec["kind"] == "checkpoint":
+        path = Path(spec["path"])
+        if not path.is_dir():
+            raise ConfigError(f"checkpoints: {path}: no such checkpoint directory")
+        try:
+            from llmsim.agents.checkpoint import CheckpointPolicy  # optional: torch (the rl extra), for checkpoints
+        except ImportError as e:
+            raise ConfigError(f"checkpoints: a learned router needs {e.name} (pip install 'llmsim[rl]'); "
+                              "baselines alone run without it") from None
+        return CheckpointPolicy(path, spec.get("label"), spec.get("mode", "greedy"))
+    kw = router_kwargs(spec["name"], spec["kwargs"], env, env_cfg)
+    return HeuristicPolicy(spec["name"], label=spec["label"], **kw)
+
+
+def describe(spec: dict[str, Any] | Policy, policy: Policy) -> dict[str, Any]:
+    """What a policy is, for evaluation.json."""
+    if not isinstance(spec, dict):
+        return {"label": policy.name, "kind": "object", "type": type(policy).__name__}
+    if spec["kind"] == "checkpoint":
+        return {"label": policy.name, "kind": "checkpoint", "path": spec["path"],
+                "agent": getattr(policy, "meta", {}).get("agent"), "mode": spec.get("mode", "greedy")}
+    return {"label": policy.name, "kind": "router", "name": spec["name"], "kwargs": _plain(policy.kwargs)}
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_plain(v) for v in x]
+    return x.item() if isinstance(x, np.generic) else x
+
+
+VIEW_KEYS = ("observation", "predictor")
+
+
+def policy_env_cfg(env_cfg: dict[str, Any], spec: Any) -> dict[str, Any]:
+    """The env a policy runs on: a checkpoint trained with its own ``observation`` or ``predictor`` (the QoS-aware
+    edge router's Baseline RL sees expert-level features, the no-predictor ablation zeroed predictions) keeps them;
+    the cluster, the workload and the reward, which judge it, stay the evaluation's."""
+    if not isinstance(spec, dict) or spec.get("kind") != "checkpoint" or not Path(spec["path"]).is_dir():
+        return env_cfg
+    trained = read_meta(spec["path"]).get("env") or {}
+    view = {k: trained[k] for k in VIEW_KEYS if k in trained and trained[k] != env_cfg.get(k)}
+    return {**env_cfg, **copy.deepcopy(view)} if view else env_cfg

@@ -1,0 +1,198 @@
+"""The router's side of the wire towards its backends: one pooled HTTP client, one attempt of a request on one
+backend (the whole answer, or a stream up to its first token), and the relay of a stream after it.
+
+Connection reuse. The pool keeps an idle connection for ``UPSTREAM_IDLE_S`` only, less than the keep-alive of
+vLLM's server (uvicorn's 5 s): the backend never closes a connection the router is about to reuse. When a pooled
+connection fails anyway before any byte of the answer came back (reset, or closed without a response: the
+keep-alive race), the request is sent once more on another connection of the same backend, and the backend is not
+blamed. Any other failure before the first token is a :class:`BackendFailed` (the gateway retries elsewhere).
+
+Stalls. A stream whose backend stops producing for ``timeouts.stall_s`` after its first token is ended with the
+SSE error event (``BackendStreamError``, code 504) and ``[DONE]``: its text so far cannot be redone elsewhere
+without duplicating it. Before the first token the gateway moves a request away from a backend that is ejected
+(serving/gateway.py); ``first_token_s`` bounds the wait in any case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+from starlette.responses import Response
+
+from llmsim.serving.config import RouterConfig
+from llmsim.serving.inbound import BadRequest
+from llmsim.serving.metrics import RouterMetrics
+from llmsim.serving.tracker import Backend, Flight
+
+UPSTREAM_IDLE_S = 2.0  # pooled connections idle longer are closed by the router, never by the backend (5 s)
+STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+class BackendFailed(Exception):
+    """A backend failed a request before its first token (the request may go elsewhere)."""
+
+    def __init__(self, backend: Backend, why: str, refused: bool = False) -> None:
+        super().__init__(f"backend {backend.name!r} ({backend.cfg.url}): {why}")
+        self.backend, self.refused = backend, refused
+
+
+def count_token(flight: Flight, line: str) -> None:
+    """An SSE data line is one generated token, except ``[DONE]`` and the chunk that carries a finish reason."""
+    if line.startswith("data:") and "[DONE]" not in line and '"finish_reason":"' not in line.replace(" ", ""):
+        flight.generated += 1
+
+
+def error_event(message: str, code: int) -> str:
+    """The SSE event that ends a cut stream cleanly, then ``[DONE]``."""
+    err = {"error": {"message": message, "type": "BackendStreamError", "code": code}}
+    return f"data: {json.dumps(err)}\n\ndata: [DONE]\n\n"
+
+
+class Upstream:
+    """The pooled client to every backend and what one attempt on one backend does."""
+
+    def __init__(self, cfg: RouterConfig, metrics: RouterMetrics) -> None:
+        self.cfg, self.metrics = cfg, metrics
+        self.client: httpx.AsyncClient | None = None
+        self.limits: httpx.Limits | None = None
+
+    def open(self, connections: int) -> httpx.AsyncClient:
+        """The shared client (also the monitor's): ``connections`` at most, idle ones kept ``UPSTREAM_IDLE_S``."""
+        t = self.cfg.timeouts
+        self.limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections,
+                                   keepalive_expiry=UPSTREAM_IDLE_S)
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(t.request_s, connect=t.connect_s), limits=self.limits)
+        return self.client
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+
+    async def send(self, b: Backend, path: str, body: bytes) -> httpx.Response:
+        """POST the JSON ``body`` to the backend and return once its answer's headers are in (the body is
+        streamed); sent once more, on another connection, when a pooled one fails before any byte of the answer."""
+        url = f"{b.cfg.url}{path}"
+        headers = {"content-type": "application/json", **b.headers()}
+        try:
+            return await self.client.send(self.client.build_request("POST", url, content=body, headers=headers),
+                                          stream=True)
+        except STALE_CONNECTION:
+            return await self.client.send(self.client.build_request("POST", url, content=body, headers=headers),
+                                          stream=True)
+
+    async def whole(self, b: Backend, flight: Flight, body: bytes, path: str) -> Response:
+        """A non-streaming request: the backend's whole answer (BackendFailed on a transport error or 5xx; a 504
+        if it takes over ``request_s`` between two reads: the backend may still be generating, so no retry)."""
+        try:
+            resp = await self.send(b, path, body)
+        except httpx.TimeoutException as e:
+            raise self.timed_out(b, e) from None
+        except httpx.TransportError as e:
+            raise BackendFailed(b, f"{type(e).__name__}: {e}", refused=isinstance(e, httpx.ConnectError)) from None
+        try:
+            content = await resp.aread()
+        except httpx.TimeoutException as e:
+            raise self.timed_out(b, e) from None
+        except (httpx.TransportError, httpx.StreamError) as e:
+            raise BackendFailed(b, f"answer cut ({type(e).__name__}: {e})") from None
+        finally:
+            await close_quietly(resp)
+        if resp.status_code >= 500:
+            raise BackendFailed(b, f"HTTP {resp.status_code}: {content[:200]!r}")
+        with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError):
+            flight.generated = int(json.loads(content)["usage"]["completion_tokens"])
+        return Response(content, status_code=resp.status_code,
+                        media_type=resp.headers.get("content-type", "application/json"))
+
+    def timed_out(self, b: Backend, e: Exception) -> Exception:
+        """A connect timeout is a failure (retried elsewhere); a read timeout a 504 (not retried)."""
+        if isinstance(e, httpx.ConnectTimeout):
+            return BackendFailed(b, f"ConnectTimeout: {e}", refused=True)
+        return BadRequest(504, f"backend {b.name!r} did not answer within {self.cfg.timeouts.request_s} s",
+                          "GatewayTimeoutError")
+
+    async def first_token(self, b: Backend, body: bytes, path: str
+                          ) -> tuple[httpx.Response, AsyncIterator[str], list[str]] | Response:
+        """Open a stream and read up to its first data line, all within ``first_token_s``: the open response, its
+        line iterator and the lines read; a non-200 answer as is (BackendFailed for a 5xx or any failure)."""
+        wait = self.cfg.timeouts.first_token_s
+        deadline = asyncio.get_running_loop().time() + wait
+        try:
+            async with asyncio.timeout_at(deadline):
+                resp = await self.send(b, path, body)
+        except TimeoutError:
+            raise BackendFailed(b, f"no answer within {wait:g} s") from None
+        except httpx.TransportError as e:
+            raise BackendFailed(b, f"{type(e).__name__}: {e}", refused=isinstance(e, httpx.ConnectError)) from None
+        try:
+            async with asyncio.timeout_at(deadline):
+                if resp.status_code != 200:
+                    return await self.refusal(b, resp)
+                lines = resp.aiter_lines()
+                head = [await anext(lines)]
+                while not head[-1].startswith("data:"):
+                    head.append(await anext(lines))
+                return resp, lines, head
+        except (TimeoutError, StopAsyncIteration, httpx.TransportError, httpx.StreamError) as e:
+            await close_quietly(resp)
+            raise BackendFailed(b, f"stream ended before its first token ({type(e).__name__})") from None
+        except BaseException:  # cancelled (the client left, the backend was ejected): the stream is closed
+            await close_quietly(resp)
+            raise
+
+    @staticmethod
+    async def refusal(b: Backend, resp: httpx.Response) -> Response:
+        """A non-200 answer to a stream request, passed on (BackendFailed for a 5xx)."""
+        try:
+            content = await resp.aread()
+        finally:
+            await close_quietly(resp)
+        if resp.status_code >= 500:
+            raise BackendFailed(b, f"HTTP {resp.status_code}: {content[:200]!r}")
+        return Response(content, status_code=resp.status_code,
+                        media_type=resp.headers.get("content-type", "application/json"))
+
+    async def relay(self, b: Backend, flight: Flight, resp: httpx.Response, lines: AsyncIterator[str],
+                    head: list[str], ended: Callable[[str | None], None]) -> AsyncIterator[str]:
+        """Pass the backend's SSE lines on as they come. A backend failure or a stall (no line for ``stall_s``)
+        ends the stream with the error event. ``ended(reason)`` runs once at the end: reason None when the stream
+        ended by itself or the backend failed, "stall", or "client_gone" when the client left first."""
+        stall = self.cfg.timeouts.stall_s
+        reason: str | None = "client_gone"
+        try:
+            for line in head:
+                yield line + "\n"
+            while True:
+                try:
+                    async with asyncio.timeout(stall):
+                        line = await anext(lines)
+                except StopAsyncIteration:
+                    reason = None
+                    return
+                count_token(flight, line)
+                yield line + "\n"
+        except TimeoutError:
+            reason = "stall"
+            self.metrics.stream_errors.labels(b.name).inc()
+            yield error_event(f"backend {b.name!r} stalled: no token for {stall:g} s after {flight.generated} "
+                              "tokens; the answer is incomplete", 504)
+        except (httpx.TransportError, httpx.StreamError) as e:
+            reason = None
+            self.metrics.stream_errors.labels(b.name).inc()
+            yield error_event(f"backend {b.name!r} failed after {flight.generated} tokens ({type(e).__name__}); "
+                              "the answer is incomplete", 502)
+        finally:
+            try:
+                await close_quietly(resp)
+            finally:
+                ended(reason)
+
+
+async def close_quietly(resp: httpx.Response) -> None:
+    """Close an upstream response; a failure to close it must never cut the client's answer."""
+    with contextlib.suppress(Exception):
+        await resp.aclose()

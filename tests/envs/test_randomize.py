@@ -1,0 +1,83 @@
+"""Domain randomisation (SlotEnv): scenarios on a curriculum, slot actions, fixed validation scenarios."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmsim.envs.randomize import (
+    RandomizeConfig,
+    SlotEnv,
+    draw_scenario,
+    env_action,
+    slot_action,
+    slot_columns,
+    slot_mask,
+)
+from llmsim.errors import ConfigError
+
+BASE = {"id": "workload_router", "num_requests": 60, "observation": {"kind": "instance_set", "n_max": 8}}
+
+
+def test_curriculum_starts_at_the_paper_regime_and_widens():
+    cfg = RandomizeConfig(curriculum_episodes=10)
+    rng = np.random.default_rng(0)
+    first = [draw_scenario(cfg, rng, 0) for _ in range(20)]
+    assert all(s["num_instances"] == 4 and s["rate"] == 20.0 and s["task_weights"] == "table1" for s in first)
+    late = [draw_scenario(cfg, rng, 50) for _ in range(300)]
+    sizes = {s["num_instances"] for s in late}
+    assert sizes == set(range(2, 9))
+    scales = [s["rate"] / (5.0 * s["num_instances"]) for s in late]
+    assert min(scales) >= 0.25 - 1e-6 and max(scales) <= 2.0 + 1e-6
+    assert min(scales) < 0.4 and max(scales) > 1.6
+    assert any(isinstance(s["task_weights"], dict) for s in late)  # random Dirichlet mixes
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(ConfigError, match="randomize.mixes"):
+        RandomizeConfig(mixes=["nope"])
+    with pytest.raises(ConfigError, match="randomize.start_size"):
+        RandomizeConfig(sizes=[2, 3], start_size=4)
+
+
+def test_slot_mapping_round_trips():
+    k, n_max = 3, 8
+    m = np.array([True, False, True, True, False])
+    sm = slot_mask(m, n_max)
+    assert sm.tolist() == [True, False, True, False, False, False, False, False, True, False]
+    for a in range(k + 2):
+        assert env_action(slot_action(a, k, n_max), k, n_max) == a
+    assert slot_columns(k, n_max) == [0, 1, 2, 8, 9]
+    assert env_action(5, k, n_max) == k  # an absent instance's slot falls back to wait
+
+
+def test_slot_env_runs_drawn_scenarios_with_one_shape():
+    env = SlotEnv(BASE, {"curriculum_episodes": 0, "num_requests": 40, "sizes": [2, 6], "start_size": 2})
+    assert env.action_space.n == 10
+    sizes = set()
+    for ep in range(6):
+        obs, info = env.reset(seed=ep)
+        sizes.add(env.scenario["num_instances"])
+        assert obs.shape == env.observation_space.shape and info["action_mask"].shape == (10,)
+        done = False
+        while not done:
+            m = info["action_mask"]
+            assert not m[env.env.n_choices:8].any(), "absent instances are never valid"
+            obs, _, term, trunc, info = env.step(int(np.flatnonzero(m)[0]))
+            done = term or trunc
+        assert env.summary()["completed"] == 40
+    assert len(sizes) > 1
+
+
+def test_validation_scenarios_follow_the_workload_seed():
+    env = SlotEnv(BASE, scenarios=[{"num_instances": 2}, {"num_instances": 5}])
+    for seed, n in ((1000, 2), (1001, 5), (1002, 2)):
+        env.reset(seed=seed, options={"workload_seed": seed})
+        assert env.env.num_instances == n and env.env.workload_seed == seed
+
+
+def test_needs_the_padded_observation():
+    with pytest.raises(ConfigError, match="instance_set"):
+        SlotEnv({"id": "workload_router", "num_requests": 20}, scenarios=[{}])
+    with pytest.raises(ConfigError, match="either"):
+        SlotEnv(BASE)

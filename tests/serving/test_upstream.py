@@ -1,0 +1,142 @@
+"""The router's side towards its backends, without a network: a stream that stalls after its first token ends with
+the SSE error event, a pooled connection closed under a request is retried once on another connection (and only
+then), an interrupt fires once, and the keep-alive settings that keep the two sides from racing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serving extra is not installed: pip install 'llmsim[serve]'")
+
+import httpx  # noqa: E402
+import uvicorn  # noqa: E402
+
+from llmsim.emulator.server_thread import ReadLimits  # noqa: E402
+from llmsim.serving.config import Limits, parse_config  # noqa: E402
+from llmsim.serving.gateway import Interrupt  # noqa: E402
+from llmsim.serving.metrics import RouterMetrics  # noqa: E402
+from llmsim.serving.tracker import Backend, Flight  # noqa: E402
+from llmsim.serving.upstream import UPSTREAM_IDLE_S, BackendFailed, Upstream  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+CFG = {"backends": [{"name": "b0", "url": "http://backend.test"}], "policy": {"heuristic": "jsq"},
+       "timeouts": {"stall_s": 0.05}}
+
+
+def upstream(transport: httpx.MockTransport | None = None) -> tuple[Upstream, Backend]:
+    cfg = parse_config(CFG)
+    up = Upstream(cfg, RouterMetrics(["b0"]))
+    if transport is not None:
+        up.client = httpx.AsyncClient(transport=transport)
+    return up, Backend(0, cfg.backends[0], up=True)
+
+
+async def lines_then_silence(lines: list[str]):
+    """A backend's SSE lines, then nothing more (a frozen backend: the connection stays open)."""
+    for line in lines:
+        yield line
+    await asyncio.get_running_loop().create_future()
+
+
+async def lines_then_reset(lines: list[str]):
+    for line in lines:
+        yield line
+    raise httpx.ReadError("connection reset by peer")
+
+
+async def relayed(up: Upstream, b: Backend, source) -> tuple[list[str], list]:
+    ended: list = []
+    flight = Flight(1, 10, 8.0, None, 0.0, started=True)
+    out = [x async for x in up.relay(b, flight, httpx.Response(200), source, ["data: {\"t\": 0}"], ended.append)]
+    return out, ended
+
+
+def error_of(out: list[str]) -> dict:
+    events = [line for chunk in out for line in chunk.splitlines() if line.startswith("data: {\"error\"")]
+    assert len(events) == 1, out
+    return json.loads(events[0][6:])["error"]
+
+
+def test_a_stream_that_stalls_after_its_first_token_ends_with_the_error_event() -> None:
+    up, b = upstream()
+    out, ended = asyncio.run(relayed(up, b, lines_then_silence(["data: {\"t\": 1}", "data: {\"t\": 2}"])))
+    err = error_of(out)
+    assert err["code"] == 504 and err["type"] == "BackendStreamError" and "stalled" in err["message"]
+    assert out[-1].endswith("data: [DONE]\n\n") and out[:3] == ["data: {\"t\": 0}\n", "data: {\"t\": 1}\n",
+                                                                  "data: {\"t\": 2}\n"]
+    assert ended == ["stall"]
+
+
+def test_a_stream_cut_by_its_backend_and_one_that_ends_are_told_apart() -> None:
+    up, b = upstream()
+    out, ended = asyncio.run(relayed(up, b, lines_then_reset(["data: {\"t\": 1}"])))
+    assert error_of(out)["code"] == 502 and ended == [None]
+
+    async def whole():
+        for line in ["data: {\"t\": 1}", "data: [DONE]"]:
+            yield line
+
+    out, ended = asyncio.run(relayed(up, b, whole()))
+    assert out[-1] == "data: [DONE]\n" and not any("error" in x for x in out) and ended == [None]
+
+
+def test_a_pooled_connection_closed_under_a_request_is_retried_once_on_another() -> None:
+    """The keep-alive race: the backend closed the connection as the router reused it (no byte of an answer)."""
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) == 1:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return httpx.Response(200, json={"usage": {"completion_tokens": 3}})
+
+    up, b = upstream(httpx.MockTransport(handler))
+    flight = Flight(1, 10, 8.0, None, 0.0)
+    resp = asyncio.run(up.whole(b, flight, b"{}", "/v1/completions"))
+    assert resp.status_code == 200 and len(calls) == 2 and flight.generated == 3
+
+
+@pytest.mark.parametrize("failures, error", [(2, httpx.ReadError("reset")), (1, httpx.ConnectError("refused"))])
+def test_only_one_resend_and_never_for_a_refused_connection(failures: int, error: Exception) -> None:
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        raise error
+
+    up, b = upstream(httpx.MockTransport(handler))
+    with pytest.raises(BackendFailed) as e:
+        asyncio.run(up.whole(b, Flight(1, 10, 8.0, None, 0.0), b"{}", "/v1/completions"))
+    assert len(calls) == failures and e.value.refused == isinstance(error, httpx.ConnectError)
+
+
+def test_an_interrupt_fires_once_and_not_after_its_attempt() -> None:
+    async def scenario() -> tuple[str | None, bool]:
+        task = asyncio.ensure_future(asyncio.sleep(30))
+        first = Interrupt(task)
+        first.fire("ejected")
+        first.fire("client_gone")
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        other = asyncio.ensure_future(asyncio.sleep(0))
+        late = Interrupt(other)
+        late.close()
+        late.fire("client_gone")
+        await other
+        return first.reason, other.cancelled()
+
+    assert asyncio.run(scenario()) == ("ejected", False)
+
+
+def test_idle_connections_are_closed_by_the_side_that_reuses_them_first() -> None:
+    """No keep-alive race: the router keeps client connections longer than httpx / the OpenAI SDK keep theirs
+    (5 s) and drops its pooled backend connections sooner than uvicorn-based backends (vLLM) close them (5 s)."""
+    client_pool_expiry = httpx.Limits().keepalive_expiry  # httpx's default, the OpenAI SDK's too
+    assert Limits().idle_s > client_pool_expiry and ReadLimits().idle_s > client_pool_expiry
+    assert uvicorn.Config(app=None).timeout_keep_alive > UPSTREAM_IDLE_S
+    up, _ = upstream()
+    up.open(8)
+    assert up.limits.keepalive_expiry == UPSTREAM_IDLE_S
