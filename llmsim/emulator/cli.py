@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         import uvicorn  # optional: the serve extra
 
         from llmsim.emulator.app import create_app  # optional: the serve extra (fastapi, prometheus-client)
-        from llmsim.emulator.server_thread import listen_socket  # optional: the serve extra (uvicorn)
+        from llmsim.emulator.server_thread import listen_socket, server_config  # optional: the serve extra
     except ImportError as e:
         _fail(f"{e.name} is missing; install the serve extra: {SERVE_EXTRA}")
     try:
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{PROG}: {opts.name} ({eng.inst.profile.name}, {eng.inst.kv_total} KV blocks of "
           f"{eng.inst.block_size} tokens, max_model_len {eng.max_model_len}) at {args.speedup:g}x real time on "
           f"http://{args.host}:{port}", file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=2)
+    config = server_config(app, log_level=args.log_level, timeout_graceful_shutdown=2)  # the read deadlines too
     uvicorn.Server(config).run(sockets=[sock])
 
 

@@ -16,10 +16,12 @@ from omegaconf import OmegaConf
 from llmsim.agents.checkpoint import save_checkpoint
 from llmsim.agents.checkpoint_meta import action_layout, observation_layout
 from llmsim.agents.evaluate import (
+    DEFAULT_SEEDS,
     baseline_specs,
     env_config,
     evaluate,
     held_out_seeds,
+    run_app,
     workload_digest,
     workload_seed,
 )
@@ -181,7 +183,7 @@ def test_api_refuses_bad_inputs_before_running():
         evaluate(cfg, ["jsq"], [])
     with pytest.raises(ConfigError, match="jobs"):
         evaluate(cfg, ["jsq"], [1000], jobs=0)
-    assert held_out_seeds(3) == [1000, 1001, 1002]
+    assert held_out_seeds(3) == [2000, 2001, 2002]  # a count means test seeds (validation: 1000-1999)
 
 
 def test_auto_baselines_per_env():
@@ -209,3 +211,34 @@ def test_summary_gains_and_order():
     assert learned["mean_e2el_ms_std"] == pytest.approx(0.7071, abs=1e-4)
     md = markdown(summary, {"env_id": "x", "seeds": [0, 1], "env": {"num_requests": 60}})
     assert "| learned | 2 | 0.80 ± 0.00 |" in md and "+19.99 %" in md
+
+
+def test_reports_default_to_test_seeds_and_say_which_split():
+    assert list(DEFAULT_SEEDS) == _compose([])["seeds"] == [2000, 2001, 2002, 2003, 2004]
+    rows = [{"policy": "round_robin", "seed": s, "mean_e2el_ms": 1.0, "timeouts": 3, "cut_off": 1} for s in (5, 2000)]
+    md = markdown(summarise(rows), {"env_id": "x", "seeds": [5, 2000], "env": {"num_requests": 60}})
+    assert "WARNING" in md and "training seeds" in md  # seed 5 is a training seed: not held out
+    assert "| timeouts |" in md and "| cut off |" in md  # placed by the wait fallback; ended by the limit
+
+
+def test_rows_carry_all_requests_and_completed_only_latencies():
+    row = evaluate(_env_cfg(), ["round_robin"], [2000])[0]
+    for k in ("mean", "median", "p90", "p99"):
+        assert isinstance(row[f"{k}_e2el_ms"], float) and isinstance(row[f"completed_{k}_e2el_ms"], float)
+        assert isinstance(row[f"{k}_ttft_ms"], float) and isinstance(row[f"completed_{k}_ttft_ms"], float)
+    assert row["cut_off"] == 0 and row["mean_e2el_ms"] == pytest.approx(row["completed_mean_e2el_ms"])
+
+
+def test_all_baselines_are_the_suite_s_heuristics():
+    labels = [s["label"] for s in baseline_specs("all", "workload_router")]
+    assert {"dedicated_small_large", "max_capacity", "min_min", "shepherd"} <= set(labels)
+    assert [s["label"] for s in baseline_specs("all", "best_effort")][:3] == [
+        "static_opt-125m", "static_opt-1.3b", "static_opt-6.7b"]
+
+
+@pytest.mark.parametrize("override", ["+env_overrides.rate=3.0", "seeds=[2000]", "reference=jsq",
+                                      "episodes_per_seed=2"])
+def test_suite_refuses_plain_mode_keys_it_would_ignore(tmp_path, override):
+    cfg = _compose(["suite=unseen", override])
+    with pytest.raises(ConfigError, match=override.split("=")[0].lstrip("+").split(".")[0]):
+        run_app(cfg, tmp_path)
