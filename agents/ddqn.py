@@ -37,7 +37,16 @@ from llmsim.agents.base import (
     random_valid,
 )
 from llmsim.agents.buffer import Batch
-from llmsim.agents.nets import NumpyActor, QNetwork, SetQNetwork, guide_slots, masked, masked_argmax, q_values
+from llmsim.agents.nets import (
+    NumpyActor,
+    QNetwork,
+    SetQNetwork,
+    guide_slots,
+    masked,
+    masked_argmax,
+    q_values,
+    without_hold,
+)
 from llmsim.schema import Float, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 
 
@@ -72,6 +81,7 @@ class DDQNConfig(OffPolicyConfig):
     margin_weight: NonNegFloat = 0.0  # ... and afterwards (the regulariser towards the guide)
     fallback_margin: NonNegFloat = 0.0  # decision time: take the guide's action unless Q-advantage > this
     fallback_margins: list[NonNegFloat] = Field(default_factory=list)  # candidates chosen on validation seeds
+    hold: bool = True  # false: a set network never waits while a request is pending (routes at once, as heuristics)
 
 
 @ALGORITHMS.register
@@ -96,7 +106,7 @@ class DoubleDQN(OffPolicyAgent):
     @staticmethod
     def build_net(obs_dim: int, n_actions: int, cfg: DDQNConfig) -> QNetwork | SetQNetwork:
         if cfg.network == "set":
-            return SetQNetwork(obs_dim, n_actions, cfg.hidden, cfg.guide, cfg.fallback_margin)
+            return SetQNetwork(obs_dim, n_actions, cfg.hidden, cfg.guide, cfg.fallback_margin, cfg.hold)
         return QNetwork(obs_dim, n_actions, cfg.hidden, cfg.dueling)
 
     @classmethod
@@ -118,6 +128,10 @@ class DoubleDQN(OffPolicyAgent):
         for i in np.flatnonzero(explore):
             actions[i] = random_valid(self.rng, masks[i], self.n_actions)
         return actions
+
+    def allowed(self, masks: np.ndarray, obs: np.ndarray) -> np.ndarray:
+        """The masks the agent acts and learns under: without wait at a pending request unless ``hold``."""
+        return masks if self.cfg.hold or self.cfg.network != "set" else without_hold(masks, np.asarray(obs))
 
     def greedy(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """Masked argmax of the policy network (the set network's with its decision-time fallback)."""
@@ -144,6 +158,7 @@ class DoubleDQN(OffPolicyAgent):
         """Behaviour actions for agents/loop.py: the guide's during the first ``demo_steps`` env steps, then
         masked epsilon-greedy on the current schedule (epsilon counted from the end of the demonstrations)."""
         self.demo_phase = state.step < self.cfg.demo_steps
+        masks = self.allowed(masks, obs)
         if self.demo_phase:
             return self.guide_act(obs, masks), {"epsilon": self.cfg.demo_epsilon, "demo": 1.0}
         done = self.cfg.demo_steps
@@ -157,7 +172,7 @@ class DoubleDQN(OffPolicyAgent):
     def td_target(self, batch: Batch) -> torch.Tensor:
         """Double-Q target: online argmax over the valid next actions, evaluated by the target network."""
         next_obs = torch.as_tensor(batch.next_obs)
-        next_mask = torch.as_tensor(batch.next_masks)
+        next_mask = torch.as_tensor(self.allowed(batch.next_masks, batch.next_obs))
         with torch.no_grad():
             a_star = masked_argmax(q_values(self.q, next_obs), next_mask)
             q_next = q_values(self.q_target, next_obs).gather(1, a_star.unsqueeze(1)).squeeze(1)
@@ -189,7 +204,7 @@ class DoubleDQN(OffPolicyAgent):
         stats: dict[str, float] = {}
         weight = self.cfg.demo_margin_weight if self.demo_phase else self.cfg.margin_weight
         if weight > 0 and batch.masks is not None:
-            margin, agree = self.margin_loss(obs, q_all, torch.as_tensor(batch.masks))
+            margin, agree = self.margin_loss(obs, q_all, torch.as_tensor(self.allowed(batch.masks, batch.obs)))
             loss = loss + weight * margin
             stats = {"margin_loss": margin.item(), "guide_agreement": agree}
         self.opt.zero_grad(set_to_none=True)

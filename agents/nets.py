@@ -16,6 +16,8 @@ from torch import nn
 
 from llmsim.envs.observations.instance_set import GLOBAL_FEATURES, GUIDE_COLUMNS, INSTANCE_FEATURES, split_layout
 
+NO_HOLD_PENALTY = 1e6  # subtracted from wait's score where a policy that does not hold has a request to place
+
 
 def mlp(d_in: int, hidden: Sequence[int], d_out: int) -> nn.Sequential:
     """Linear -> ReLU per hidden width, then a linear output layer."""
@@ -102,11 +104,13 @@ class SetQNetwork(nn.Module):
 
     ``forward`` adds ``fallback_margin`` to the guide heuristic's action (read from the observation's one-hot
     column, :data:`~llmsim.envs.observations.instance_set.GUIDE_COLUMNS`): the greedy action is the guide's unless
-    the learned choice's Q-advantage over it exceeds the margin. ``q_values`` is the network without it (what the
-    TD target and the losses use). The margin is a buffer, so a checkpoint and its ONNX export carry it."""
+    the learned choice's Q-advantage over it exceeds the margin. With ``hold=False`` it never waits while a request
+    is pending (:func:`without_hold` does the same to masks in training). ``q_values`` is the network without
+    either (what the TD target and the losses use). Both are buffers, so a checkpoint and its ONNX export carry
+    them."""
 
     def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64), guide: str = "min_min",
-                 fallback_margin: float = 0.0) -> None:
+                 fallback_margin: float = 0.0, hold: bool = True) -> None:
         super().__init__()
         self.n_max = split_layout(obs_dim)
         if n_actions != self.n_max + 2:
@@ -122,6 +126,8 @@ class SetQNetwork(nn.Module):
         self.instance_head = mlp(3 * h, [h], 1)
         self.cluster_head = mlp(2 * h + g, [h], 3)  # V, A_wait, A_drop
         self.register_buffer("fallback_margin", torch.tensor(float(fallback_margin)))
+        self.register_buffer("no_hold", torch.tensor(0.0 if hold else 1.0))
+        self.register_buffer("wait_slot", torch.eye(n_actions)[self.n_max], persistent=False)
 
     def split(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(global features (B, G), instance rows (B, n_max, F), mask (B, n_max)) of a batch of observations."""
@@ -148,7 +154,8 @@ class SetQNetwork(nn.Module):
         return torch.cat([pick, torch.zeros_like(pick[:, :2])], dim=-1)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.q_values(obs) + self.fallback_margin * self.guide_onehot(obs)
+        q = self.q_values(obs) + self.fallback_margin * self.guide_onehot(obs)
+        return q - NO_HOLD_PENALTY * self.no_hold * obs[:, :1] * self.wait_slot  # obs[:, 0]: a request is pending
 
 
 class SlotAdapter(nn.Module):
@@ -172,6 +179,14 @@ def guide_slots(obs: np.ndarray, guide: str = "min_min") -> np.ndarray:
     g, f = GLOBAL_FEATURES, INSTANCE_FEATURES
     pick = obs[:, g:g + n_max * f].reshape(len(obs), n_max, f)[:, :, GUIDE_COLUMNS[guide]]
     return np.where(pick.max(axis=1) > 0.5, pick.argmax(axis=1), -1)
+
+
+def without_hold(masks: np.ndarray, obs: np.ndarray) -> np.ndarray:
+    """Slot masks with wait removed where a request is pending and some instance is valid (never hold it)."""
+    n_max = split_layout(obs.shape[1])
+    out = masks.copy()
+    out[:, n_max] &= ~((obs[:, 0] > 0.5) & masks[:, :n_max].any(axis=1))
+    return out
 
 
 def q_values(net: nn.Module, obs: torch.Tensor) -> torch.Tensor:

@@ -35,7 +35,7 @@ and an agent can read its guide's action from the observation itself (:data:`GUI
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -60,6 +60,7 @@ INSTANCE_FEATURES = len(INSTANCE_FEATURE_NAMES)
 GUIDE_COLUMNS = {"min_min": 9, "least_work_left": 10, "jsq": 11}
 LOG_TOKENS = math.log1p(4096.0)
 LOG_SECONDS = math.log1p(600.0)
+MEMO_MAX = 100_000  # waiting requests' terms kept (envs/observations/instance_set.py instance_load)
 
 
 def layout_size(n_max: int) -> int:
@@ -89,25 +90,49 @@ def first_min(values: list[float], candidates: list[int]) -> int:
     return best
 
 
-def instance_load(inst: InstanceState, default_output: float) -> tuple[float, float, float, int]:
+def request_load(r: Any, default_output: float) -> tuple[float, float]:
+    """(work-left tokens, Min-Min's remaining job time in s) of one request row."""
+    g = r.generated
+    pred = r.predicted_output
+    rem = (default_output if pred is None else pred) - g
+    work = r.prompt_tokens + g - r.computed + (rem if rem > 1.0 else 1.0)
+    if pred is None:
+        return work, 0.0
+    ub = bucket_upper(pred)
+    return work, ((GRAD_P * r.prompt_tokens + DECODE_STEP * ub) * (1.0 - g / ub) if g < ub else 0.0)
+
+
+def instance_load(inst: InstanceState, default_output: float,
+                  memo: dict[int, tuple[int, int, float, float]]) -> tuple[float, float, float, int]:
     """(work-left tokens, Min-Min ready time in s, least predicted tokens left among decoding requests (inf
-    without any), tokens the waiting requests will occupy) of one instance, from its request rows."""
-    work = ready = waiting_tokens = 0.0
+    without any), tokens the waiting requests will occupy) of one instance, from its request rows.
+
+    ``memo`` keeps each waiting request's terms by id with the (generated, computed) they were computed at: a
+    queued request's terms do not change while it waits, and queues are long exactly when decisions matter."""
+    work = ready = 0.0
     left = math.inf
-    for queue, decoding in ((inst.running, True), (inst.swapped, True), (inst.waiting, False)):
+    for queue in (inst.running, inst.swapped):
         for r in queue:
+            w, t = request_load(r, default_output)
+            work += w
+            ready += t
             g = r.generated
-            pred = r.predicted_output
-            d = pred if pred is not None else default_output
-            work += (r.prompt_tokens + g - r.computed) + max(d - g, 1.0)
-            if pred is not None:
-                ub = bucket_upper(pred)
-                ready += (GRAD_P * r.prompt_tokens + DECODE_STEP * ub) * max(0.0, 1.0 - g / ub)
-            if decoding and g > 0:
-                left = min(left, max(0.0, d - g))
-            elif not decoding:
-                waiting_tokens += r.prompt_tokens + g
-    return work, ready, left, int(waiting_tokens)
+            if g > 0:
+                pred = r.predicted_output
+                rem = (default_output if pred is None else pred) - g
+                if rem < left:
+                    left = rem if rem > 0.0 else 0.0
+    waiting_tokens = 0
+    for r in inst.waiting:
+        g, c = r.generated, r.computed
+        m = memo.get(r.id)
+        if m is None or m[0] != g or m[1] != c or r.predicted_output is None:
+            w, t = request_load(r, default_output)
+            m = memo[r.id] = (g, c, w, t)
+        work += m[2]
+        ready += m[3]
+        waiting_tokens += r.prompt_tokens + g
+    return work, ready, left, waiting_tokens
 
 
 class InstanceSetObs(ObsBuilder):
@@ -133,10 +158,16 @@ class InstanceSetObs(ObsBuilder):
         self.buf = np.zeros(layout_size(self.n_max), np.float32)
         self.mask_at = GLOBAL_FEATURES + self.n_max * INSTANCE_FEATURES
         self.buf[self.mask_at:self.mask_at + self.n] = 1.0
+        self.memo: dict[int, tuple[int, int, float, float]] = {}
         return gym.spaces.Box(0.0, 8.0, self.buf.shape, np.float32)
+
+    def reset(self, env: ObservationContext) -> None:
+        self.memo = {}
 
     def build(self, env: ObservationContext, state: ClusterState, req: Request | None) -> np.ndarray:
         b = self.buf
+        if len(self.memo) > MEMO_MAX:  # a long-running router: forget, the terms are recomputed on demand
+            self.memo = {}
         b[:self.mask_at].fill(0.0)
         insts = state.instances
         tau = [i.step_time if i.step_time > 0 else self.default_step_s for i in insts]
@@ -166,7 +197,7 @@ class InstanceSetObs(ObsBuilder):
         for k, inst in enumerate(state.instances):
             o = GLOBAL_FEATURES + k * INSTANCE_FEATURES
             ms = inst.max_num_seqs
-            work, ready, left, waiting_tokens = instance_load(inst, state.mean_output)
+            work, ready, left, waiting_tokens = instance_load(inst, state.mean_output, self.memo)
             works.append(work)
             readies.append(ready)
             queues.append(inst.num_requests)

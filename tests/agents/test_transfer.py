@@ -201,3 +201,16 @@ def test_the_checkpoint_exports_for_4_and_8_instances_and_routes_live(run: Path,
             obs, _, term, trunc, info = env.step(a)
             if term or trunc:
                 break
+
+
+def test_a_policy_that_does_not_hold_never_waits_with_a_request_pending():
+    torch.manual_seed(0)
+    net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [16, 16], hold=False)
+    with torch.no_grad():
+        net.cluster_head[-1].bias.copy_(torch.tensor([0.0, 100.0, 0.0]))  # the network itself prefers waiting
+    x, m = set_obs(4, steps=60)
+    acts = masked_argmax(net(torch.as_tensor(x)), torch.as_tensor(m)).numpy()
+    pending = x[:, 0] > 0.5
+    assert (acts[pending] < N_MAX).all() and (acts[~pending] == N_MAX).all()
+    agent = DoubleDQN(layout_size(N_MAX), N_MAX + 2, DDQNConfig(network="set", hidden=[16, 16], hold=False), 0)
+    assert not agent.allowed(m, x)[pending, N_MAX].any() and agent.allowed(m, x)[~pending, N_MAX].all()
