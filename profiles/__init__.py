@@ -10,7 +10,7 @@ build       ``build``: derive profiles/data from ../shared/profiles_raw, or chec
 validate    ``validate``: profiles/VALIDATION.md, the profiles against held-out measurements
 estimate    ``estimate_report``: how good estimated profiles are (numbers from ``estimate_check``)
 replay      ``replay`` (+ ``replay_timeline``): a recorded vLLM run through the simulator
-calibrate   ``calibrate``: fit a profile's per-sequence CPU overhead to a recorded run (profiles/fits)
+calibrate   ``calibrate``: diagnose a profile's CPU overhead against a recorded run (never read by the build)
 measure     ``measure``: time a model's operators on this machine with PyTorch (the rl extra)
 ==========  ==========================================================================================
 

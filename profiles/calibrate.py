@@ -1,6 +1,6 @@
 """Fit a profile's per-sequence CPU overhead to a recorded vLLM run, on part of the run, and report the rest.
 
-    python -m llmsim.profiles calibrate --requests RUN/requests.jsonl --model M --gpu G [--fit-until 33] [--write]
+    python -m llmsim.profiles calibrate --requests RUN/requests.jsonl --model M --gpu G [--fit-until 33] [--write DIR]
 
 Why this parameter. The operator tables of a measured profile time the GPU work of an iteration; what they miss
 is the engine's own work per step that the GPU waits for: scheduling, preparing inputs, sampling,
@@ -14,8 +14,10 @@ Method (transfers to any GPU with a recorded run and its ``timeseries.csv``): re
 ``overhead.per_seq`` values (the per-iteration term stays the profile's), keep the value whose per-second
 running and waiting curves are closest (RMSE) to the measured ones over the first ``--fit-until`` seconds
 (default: the first half of the timeline), and report the RMSE on the remaining seconds, which the fit never
-saw, and the request latency errors of the whole run. ``--write`` stores the result in
-``profiles/fits/<gpu>/<model>.yaml``, which ``python -m llmsim.profiles build`` reads (profiles/providers/overhead.py).
+saw, and the request latency errors of the whole run. ``--write DIR`` stores the result in
+``DIR/<gpu>/<model>.yaml``. It is a diagnosis of that run, never a profile part: the build does not read it, since a
+constant fitted to one run does not transfer (the committed overheads are modelled from the engine version and
+mode, profiles/providers/overhead.py).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import yaml
 
 from llmsim.errors import LLMSimError, TraceError
 from llmsim.perf.profile import load_profile
-from llmsim.profiles.providers.overhead import FITS, MODERN_OVERHEAD
+from llmsim.profiles.providers.overhead import MODERN_OVERHEAD
 from llmsim.profiles.replay import compare, engine_meta, read_requests, simulate_run, stats
 from llmsim.profiles.replay_timeline import align, read_timeseries, rmse
 
@@ -100,12 +102,9 @@ def _profile_overhead(model: str, gpu: str) -> dict[str, float]:
     return dict(load_profile(model, gpu, 1, "measured").data["overhead"])
 
 
-def fit_file(model: str, gpu: str) -> Path:
-    return FITS / gpu / f"{model}.yaml"
-
-
-def write_fit(f: Fit, root: Path = FITS) -> Path:
-    """The fit as profiles/fits/<gpu>/<model>.yaml (derived data: the run is named, never copied)."""
+def write_fit(f: Fit, root: Path) -> Path:
+    """The fit as ``root/<gpu>/<model>.yaml`` (derived data: the run is named, never copied). The build never
+    reads it: a constant fitted to one run is a diagnosis of that run, not a profile part."""
     out = root / f.gpu / f"{f.model}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     body = {"generated_by": "python -m llmsim.profiles calibrate --write",
@@ -126,7 +125,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--gpu", required=True)
     ap.add_argument("--fit-until", type=float, default=None, help="seconds of the timeline fitted (default: half)")
-    ap.add_argument("--write", action="store_true", help="store the fit in profiles/fits/<gpu>/<model>.yaml")
+    ap.add_argument("--write", type=Path, metavar="DIR", help="store the fit in DIR/<gpu>/<model>.yaml (a diagnosis: "
+                    "the build never reads it)")
     ap.add_argument("--json", action="store_true")
 
 
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         for k, v in f.errors_pct.items():
             print(f"  {k:<16}{f.before_errors_pct[k]:>+10.1f}{v:>+10.1f}")
     if args.write:
-        print("wrote", write_fit(f))
+        print("wrote", write_fit(f, args.write))
     return 0
 
 

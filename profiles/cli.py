@@ -26,6 +26,7 @@ EXAMPLES = f"""examples:
   {PROG} build                      check profiles/data against a fresh build (--write updates it)
   {PROG} validate                   check profiles/VALIDATION.md (--write regenerates it)
   {PROG} replay --requests run.jsonl --model llama-3.1-8b --gpu rtx-pro-6000
+  {PROG} replay --requests run.jsonl --model path/to/config.json --gpu rtx-pro-6000   (TP / DP / EP from meta.json)
   {PROG} measure --model llama-2-7b --device cuda --gpu-name a10     (needs pip install 'llmsim[rl]')
 """
 

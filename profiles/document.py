@@ -9,12 +9,13 @@ order, no timestamps.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.models import get_model
-from llmsim.perf.profile_table import FORMAT
+from llmsim.perf.profile_table import FORMAT, OPTIONAL_PARTS
 from llmsim.profiles.providers import CHAINS, Context, resolve
 from llmsim.profiles.providers.fits import SEQ_GRID, TOKEN_GRID, monotone, sig
 from llmsim.profiles.providers.memory import memory_values
@@ -48,6 +49,7 @@ class Built:
     notes: list[str] = field(default_factory=list)
     memory: dict[str, int] = field(default_factory=dict)
     providers: dict[str, str] = field(default_factory=dict)  # part -> provider name (for the expected-error note)
+    optional: dict[str, Any] = field(default_factory=dict)  # OPTIONAL_PARTS that apply: moe, allreduce
 
 
 def build_one(raw: Raw, model: str, gpu: str, tp: int = 1, skip: tuple[str, ...] = ()) -> Built:
@@ -56,7 +58,7 @@ def build_one(raw: Raw, model: str, gpu: str, tp: int = 1, skip: tuple[str, ...]
     ctx.build_other = lambda other: build_one(raw, model, other, tp, skip)
     for part, chain in CHAINS.items():
         ctx.done[part] = resolve(chain, ctx, part, frozenset(skip))
-    d = ctx.done
+    d = {p: r for p, r in ctx.done.items() if r.value is not None}  # parts that do not apply are left out
     sources = set(BASE_SOURCES).union(*(r.sources for r in d.values()))
     notes = list(dict.fromkeys(n for r in d.values() for n in r.notes))
     return Built(
@@ -70,13 +72,15 @@ def build_one(raw: Raw, model: str, gpu: str, tp: int = 1, skip: tuple[str, ...]
         notes=notes,
         memory=d["memory"].value,
         providers={p: r.provider for p, r in d.items()},
+        optional={p: d[p].value for p in OPTIONAL_PARTS if p in d},
     )
 
 
 def render(b: Built, model: str, gpu: str, tp: int) -> dict:
     """The profile document (what ``llmsim.perf.profile_table`` loads) of a built profile."""
     m = get_model(model)
-    parts = {k: {"status": b.parts[k].status, "source": b.parts[k].source} for k in PART_NAMES}
+    names = (*PART_NAMES, *(p for p in OPTIONAL_PARTS if p in b.optional))
+    parts = {k: {"status": b.parts[k].status, "source": b.parts[k].source} for k in names}
     srcs = []
     for s in b.sources:
         repo, commit, lic, sw = SOURCES[s]
@@ -94,6 +98,7 @@ def render(b: Built, model: str, gpu: str, tp: int) -> dict:
         "lm_head": {"seqs": SEQ_GRID, "seconds": monotone(b.lm_head)},
         "overhead": {k: sig(b.overhead[k]) for k in ("per_iteration", "per_seq")},
         "memory": b.memory or memory_values(m, tp),
+        **render_optional(b.optional),
         "parts": parts,
         "provenance": {
             "summary": summary,
@@ -102,6 +107,18 @@ def render(b: Built, model: str, gpu: str, tp: int) -> dict:
             "notes": b.notes,
         },
     }
+
+
+def render_optional(optional: dict[str, Any]) -> dict:
+    """The ``moe`` and ``allreduce`` sections (profile_table's format), for the parts that apply."""
+    out: dict[str, Any] = {}
+    if "moe" in optional:
+        moe = optional["moe"]
+        curves = [{"tokens": c["tokens"], "seconds": [sig(v) for v in c["seconds"]]} for c in moe["curves"]]
+        out["moe"] = {**{k: moe[k] for k in ("n_experts", "experts_per_token", "layers", "experts")}, "curves": curves}
+    if "allreduce" in optional:
+        out["allreduce"] = {"tokens": list(TOKEN_GRID), "seconds": monotone(optional["allreduce"])}
+    return out
 
 
 def dump(doc: dict) -> str:

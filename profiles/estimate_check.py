@@ -24,15 +24,25 @@ import numpy as np
 
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.models import get_model
-from llmsim.perf.profile_table import MeasuredProfile
+from llmsim.perf.profile_table import MeasuredProfile, profile_filename
 from llmsim.profiles.document import Built, Part, build_one, render
+from llmsim.profiles.providers.allreduce import allreduce_curve
 from llmsim.profiles.providers.attention import roofline_pair
 from llmsim.profiles.providers.base import Context
-from llmsim.profiles.providers.fits import Roofline, gemm_dense, sig
+from llmsim.profiles.providers.calibrated import (
+    EfficiencyModel,
+    attention_coefficients,
+    calibrate,
+    dense_seconds,
+    moe_seconds,
+    roofline_terms,
+)
+from llmsim.profiles.providers.fits import SEQ_GRID, TOKEN_GRID, Roofline, gemm_dense, sig
 from llmsim.profiles.providers.lm_head import lm_gemm
 from llmsim.profiles.providers.memory import config_memory
-from llmsim.profiles.providers.overhead import vidur_overhead_part
-from llmsim.profiles.providers.raw import LSS_GPUS, Raw, lss_measured
+from llmsim.profiles.providers.operators import CLASSES, all_records, gemm_cost, measured_gpus, records_frame
+from llmsim.profiles.providers.overhead import engine_overhead, vidur_cpu, vidur_overhead_part
+from llmsim.profiles.providers.raw import LSS_GPUS, LSS_MODEL, LSS_RUNS, Raw, lss_measured, lss_table_model
 from llmsim.profiles.targets import TARGETS, fits_gpu
 
 # GPUs whose step-time parts are measured (their committed profiles are the references).
@@ -65,7 +75,6 @@ MEASUREMENT_PATHS: dict[str, tuple[str, ...]] = {
         _AIC.format("") + "rtx_pro_6000_server",
         _AIC.format("csv_gz/") + "rtx_pro_6000_server",
         "llmservingsim/profiler/perf/RTXPRO6000",
-        "llmservingsim/bench/examples/RTXPRO6000",
     ),
 }
 KV_UTIL = 0.9
@@ -129,8 +138,8 @@ def reference_docs(raw: Raw) -> dict[tuple[str, str], dict]:
     out = {}
     for gpu in HELD_OUT_GPUS:
         for model in TARGETS[gpu]:
-            if gpu in LSS_GPUS and not lss_measured(gpu, model, 1):
-                continue  # transferred from other GPUs (the 4090's other models): not a reference, skip the build
+            if gpu in LSS_GPUS and not (lss_measured(gpu, model, 1) and lss_table_model(model) == LSS_MODEL):
+                continue  # transferred (the 4090's other models), or the Qwen3 tables of the calibrated check
             if not fits_gpu(model, gpu, 1, KV_UTIL):
                 continue
             b = build_one(raw, model, gpu)
@@ -306,6 +315,141 @@ def add_expected_error(doc: dict, raw_dir: Path, gpu: str, providers: dict[str, 
     kind = estimate_kind(gpu, providers)
     if kind is not None:
         doc["provenance"]["expected_error"] = expected_error(raw_dir, kind)
+
+
+# ----------------------------------------------------------------- the calibrated estimate as a profile
+def calibrated_parts(model: EfficiencyModel, m, g, tp: int, ctx: Context) -> tuple[dict, dict]:
+    """Every step-time value of the calibrated estimate and the optional parts (moe, allreduce) that apply."""
+    pf, dec = attention_coefficients(model, m, g, tp)
+    _, sampler = vidur_cpu(ctx)
+    lm = [model.op_seconds(g, "gemm", *gemm_cost(s, m.vocab / tp, m.hidden)) + sampler[i]
+          for i, s in enumerate(SEQ_GRID)]
+    values = {"dense": [dense_seconds(model, m, g, tp, t) for t in TOKEN_GRID], "lm_head": lm,
+              "prefill_attention": pf, "decode_attention": dec}
+    optional: dict = {}
+    if m.is_moe:
+        experts = [e for e in (1, 2, 4, 8, 16, 32, 64, 128, 256) if m.experts_per_token <= e <= m.n_experts]
+        curves = [{"tokens": TOKEN_GRID, "seconds": [moe_seconds(model, m, g, tp, t, e) for t in TOKEN_GRID]}
+                  for e in experts]
+        optional["moe"] = {"n_experts": m.n_experts, "experts_per_token": m.experts_per_token,
+                           "layers": m.n_moe_layers, "experts": experts, "curves": curves}
+    if tp > 1:
+        optional["allreduce"] = allreduce_curve(ctx)
+    return values, optional
+
+
+def calibrated_doc(raw: Raw, model: str, gpu: str, tp: int = 1, leave_out: tuple[str, ...] = ()) -> dict:
+    """The profile the calibrated estimate gives for (model, gpu, tp), calibrated on every GPU with operator
+    tables except ``leave_out`` (llmsim.profiles.providers.calibrated)."""
+    m, g = get_model(model), get_gpu(gpu)
+    eff = calibrate(all_records(str(raw.root)), leave_out)
+    ctx = Context(raw, m, gpu, g, tp)
+    values, optional = calibrated_parts(eff, m, g, tp, ctx)
+    ov, src_ov = engine_overhead("0.19.0", cuda_graphs=False)
+    src = ("calibrated estimate: roofline / efficiency by operator class, regime and size, measured on "
+           + "+".join(eff.gpus))
+    parts = {p: Part("estimated", src) for p in ("dense", "prefill_attention", "decode_attention", "lm_head")}
+    parts["lm_head"] = Part("estimated", src + "; sampler from vidur")
+    parts["overhead"] = Part("estimated", src_ov)
+    mem = config_memory(ctx)
+    parts["memory"] = Part(mem.status, mem.source)
+    if "moe" in optional:
+        parts["moe"] = Part("estimated", src + "; grouped expert GEMMs at each number of distinct experts")
+    if "allreduce" in optional:
+        parts["allreduce"] = Part("estimated", "ring all-reduces from the hardware table (llmsim.perf.parallel)")
+    b = Built(values["dense"], values["lm_head"], values["prefill_attention"], values["decode_attention"], ov,
+              parts, ["llm-analysis", "vidur-history"], [f"calibrated estimate; measurements of {gpu} unused"
+                                                           if gpu in leave_out else "calibrated estimate"],
+              mem.value, optional=optional)
+    return render(b, model, gpu, tp)
+
+
+# ------------------------------------------------------------------- leave-one-GPU-out, operator level
+ITERATIONS = {  # batch -> (tokens through the dense ops, lm_head sequences, attention record label)
+    **{f"decode {n} x 1,024": (n, n, f"decode@{n}x1024") for n in (1, 16, 64, 256)},
+    **{f"prefill {c}": (c, 1, f"prefill@{c}+0") for c in (256, 1024, 2048)},
+}
+ONCE = ("embedding", "final_layernorm")
+
+
+@dataclass
+class OperatorRow:
+    """Errors (%) of the calibrated estimate on one held-out GPU, by operator class or iteration."""
+
+    gpu: str
+    what: str  # operator class, or "iteration <model>"
+    err: np.ndarray
+    calibrated_on: tuple[str, ...]
+
+
+def iteration_seconds(ops: dict[str, float], model: str, tokens: int, seqs: int, attention: str) -> float | None:
+    """One iteration of ``model`` from per-operator seconds keyed by label (None when a label is missing)."""
+    m = get_model(model)
+    layer_ops = [lab for lab in ops if lab.endswith(f"@{tokens}") and lab.split("@")[0] not in ONCE]
+    try:
+        layer = sum(ops[lab] * (2 if lab.startswith("layernorm@") else 1) for lab in layer_ops) + ops[attention]
+        once = sum(ops[f"{op}@{tokens}"] for op in ONCE) + ops[f"lm_head@{seqs}"]
+    except KeyError:
+        return None
+    return m.n_layers * layer + once if layer_ops else None
+
+
+def iteration_errors(frame, predicted: np.ndarray) -> dict[str, np.ndarray]:
+    """Per model measured on the GPU: errors (%) of whole iterations (ITERATIONS) rebuilt from its operators."""
+    out = {}
+    frame = frame.assign(pred=predicted)
+    for src, sub in frame[frame.source.str.startswith("llmservingsim:")].groupby("source"):
+        model = src.split(":")[-1]
+        meas, pred = dict(zip(sub.label, sub.seconds)), dict(zip(sub.label, sub.pred))
+        errs = []
+        for tokens, seqs, att in ITERATIONS.values():
+            a, b = iteration_seconds(meas, model, tokens, seqs, att), iteration_seconds(pred, model, tokens, seqs, att)
+            if a and b:
+                errs.append((b - a) / a * 100)
+        if errs:
+            out[f"iteration {model}"] = np.asarray(errs)
+    return out
+
+
+@cache
+def _operator_rows(raw_root: str) -> tuple[OperatorRow, ...]:
+    recs = all_records(raw_root)
+    rows = []
+    for gpu in measured_gpus(recs):
+        model = calibrate(recs, leave_out=(gpu,))
+        frame = roofline_terms(records_frame([r for r in recs if r.gpu == gpu]))
+        pred = model.predict(frame)
+        err = (pred - frame.seconds.to_numpy(float)) / frame.seconds.to_numpy(float) * 100
+        for cls in CLASSES:
+            sel = (frame.cls == cls).to_numpy()
+            if sel.any():
+                rows.append(OperatorRow(gpu, cls, err[sel], model.gpus))
+        rows += [OperatorRow(gpu, what, e, model.gpus) for what, e in iteration_errors(frame, pred).items()]
+    return tuple(rows)
+
+
+def operator_error_rows(raw_dir: Path) -> list[OperatorRow]:
+    """The leave-one-GPU-out check of the calibrated estimate: for every GPU with operator tables, calibrate on
+    the other GPUs and compare with its measured operators and with iterations rebuilt from them."""
+    return list(_operator_rows(str(Path(raw_dir).resolve())))
+
+
+@cache
+def _calibrated_rows(raw_root: str) -> tuple[Row, ...]:
+    raw, shapes, rows = Raw(Path(raw_root)), shape_grid(), []
+    for (gpu, model), tps in LSS_RUNS.items():
+        for tp in tps:
+            ref = render(build_one(raw, model, gpu, tp), model, gpu, tp)
+            row = compare_profiles(calibrated_doc(raw, model, gpu, tp, leave_out=(gpu,)), ref, shapes)
+            row.model = profile_filename(model, tp).removesuffix(".yaml")
+            rows.append(row)
+    return tuple(rows)
+
+
+def calibrated_rows(raw_dir: Path) -> list[Row]:
+    """Step-time errors of the calibrated estimate, its GPU left out, against every profile built from
+    LLMServingSim's tables (prefill, decode and mixed batches of :func:`shape_grid`)."""
+    return list(_calibrated_rows(str(Path(raw_dir).resolve())))
 
 
 if __name__ == "__main__":  # not a command of its own: the room has one entry

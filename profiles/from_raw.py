@@ -1,18 +1,22 @@
 """A profile from your own measurements: the output directory of ``python -m llmsim.profiles measure``.
 
 That directory holds LLMServingSim-like operator tables (``dense.csv``, ``attention.csv``, ``per_sequence.csv``,
-microseconds) and ``meta.yaml`` (model, GPU, TP, hardware, software, and the model's shape when it is not in
-the registry). Every input error is a one-line :class:`ProfileError` naming the file and the key.
+and for a mixture-of-experts model ``moe.csv``; microseconds) and ``meta.yaml`` (model, GPU, TP, hardware,
+software, and the model's shape when it is not in the registry). Every input error is a one-line
+:class:`ProfileError` naming the file and the key.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from llmsim.errors import ProfileError, load_yaml_file
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.models import ModelSpec, get_model, register_model
 from llmsim.profiles.document import Built, Part, render
+from llmsim.profiles.providers.experts import moe_curves
 from llmsim.profiles.providers.fits import lss_attention, lss_dense, lss_lm_head
 from llmsim.profiles.providers.overhead import MODERN_OVERHEAD
 from llmsim.profiles.providers.raw import lss_tables
@@ -90,7 +94,13 @@ def build_from_raw(d: Path) -> tuple[dict, str, str, int]:
     parts = {p: Part("measured", src) for p in ("dense", "prefill_attention", "decode_attention", "lm_head")}
     parts["overhead"] = Part("estimated", "framework overhead not measured by the operator profiler; vLLM V1 default")
     parts["memory"] = Part("estimated", "from the model config and the calibrated reserve")
-    b = Built(dense, lm_head, prefill, decode, dict(MODERN_OVERHEAD), parts, [], [f"raw dir {d.name}"])
+    optional = {}
+    if m.is_moe and (d / "moe.csv").is_file():  # LLMServingSim's moe.csv layout: tokens, activated_experts, time_us
+        optional["moe"] = {"n_experts": m.n_experts, "experts_per_token": m.experts_per_token,
+                           "layers": m.n_moe_layers, **moe_curves(pd.read_csv(d / "moe.csv"), m.n_moe_layers)}
+        parts["moe"] = Part("measured", src + "; moe.csv at the expected distinct experts of the batch")
+    b = Built(dense, lm_head, prefill, decode, dict(MODERN_OVERHEAD), parts, [], [f"raw dir {d.name}"],
+              optional=optional)
     doc = render(b, m.name, meta["gpu"], tp)
     doc["provenance"]["sources"] = [
         {"repo": "local measurement", "commit": "", "license": "user data", "software": str(meta.get("software", {}))}

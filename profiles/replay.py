@@ -1,16 +1,21 @@
 """Replay a recorded serving run through llmsim and compare latencies with the measured ones.
 
-    python -m llmsim.profiles replay --requests FILE --model M --gpu G [--tp N] [--policy chunked]
-        [--max-num-batched-tokens 2048] [--max-num-seqs 256] [--gpu-memory-utilization 0.9] [--json]
+    python -m llmsim.profiles replay --requests FILE --model M --gpu G [--tp N] [--dp N]
+        [--enable-expert-parallel] [--policy chunked] [--max-num-batched-tokens 2048] [--max-num-seqs 256]
+        [--block-size 16] [--no-enable-prefix-caching] [--gpu-memory-utilization 0.9] [--json]
         [--timeline] [--plot timeline.png] [--overhead-per-iteration S] [--overhead-per-seq S]
 
-FILE is either vLLM-bench style JSON lines (LLMServingSim ``requests.jsonl``: input_toks, output_toks,
-arrival_time / queued_ts, first_token_ts, last_token_ts) or a CSV with columns
-``arrival, prompt_tokens, output_tokens`` and optionally measured ``ttft`` and ``e2e`` (seconds) or
-``first_token, finish`` timestamps. Prints simulated vs measured mean / median / p90 of TTFT, TPOT and
-E2E latency (ms); ``--json`` prints one JSON object per row (metric, simulated, measured, error_pct).
-``--timeline`` / ``--plot`` compare the per-second running / waiting (/ KV) curves with the run's
-``timeseries.csv`` (profiles/replay_timeline.py); ``--overhead-*`` replay with another CPU overhead.
+M is a registered model name (qwen3-32b), a Hugging Face id whose config.json is in the local hub cache
+(Qwen/Qwen3-32B) or the path of a config.json. FILE is either vLLM-bench style JSON lines (LLMServingSim
+``requests.jsonl``: input_toks, output_toks, arrival_time / queued_ts, first_token_ts, last_token_ts) or a CSV with
+columns ``arrival, prompt_tokens, output_tokens`` and optionally measured ``ttft`` and ``e2e`` (seconds) or
+``first_token, finish`` timestamps. The engine settings (TP, DP, expert parallelism, chunked prefill, prefix
+caching, block size, batch limits, memory use) come from the run's ``meta.json`` unless a flag gives them
+(profiles/replay_deploy.py); the replay prints each with its source. Prints simulated vs measured mean / median /
+p90 of TTFT, TPOT and E2E latency (ms) and where each part of the profile comes from; ``--json`` prints one JSON
+object per row (metric, simulated, measured, error_pct) and the settings on stderr. ``--timeline`` / ``--plot``
+compare the per-second running / waiting (/ KV) curves with the run's ``timeseries.csv``
+(profiles/replay_timeline.py); ``--overhead-*`` replay with another CPU overhead.
 """
 
 from __future__ import annotations
@@ -29,7 +34,17 @@ import pandas as pd
 from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.errors import LLMSimError, TraceError
+from llmsim.perf.models import get_model
+from llmsim.perf.parallel import check_degrees
 from llmsim.perf.profile import load_profile
+from llmsim.profiles.replay_deploy import (
+    VllmDataParallelBalancer,
+    describe_settings,
+    expert_parallel_degree,
+    profile_parts,
+    read_meta,
+    resolve,
+)
 from llmsim.profiles.replay_timeline import align, plot, print_table, read_timeseries
 from llmsim.request import MAX_TOKENS, Request
 from llmsim.simulation.run import simulate
@@ -160,12 +175,20 @@ def simulate_run(
     max_model_len: int | None = None,
     profile_kind: str = "auto",
     overhead: dict[str, float] | None = None,
+    *,
+    dp: int = 1,
+    ep: int = 1,
+    block_size: int = 16,
+    enable_prefix_caching: bool = True,
 ) -> tuple[dict[str, float], list[str], pd.DataFrame]:
     """:func:`simulate_recorded` plus the simulated timeline (one row per second: running, waiting, KV blocks).
 
-    ``overhead`` (``per_iteration`` / ``per_seq`` seconds) replaces the profile's CPU overhead (measured profiles
-    only): what-if replays and ``python -m llmsim.profiles calibrate``."""
-    prof = load_profile(model, gpu, tp, profile_kind)
+    ``dp`` engines (each ``tp`` GPUs) share the requests through vLLM's data-parallel balancer; ``ep`` spreads a
+    mixture-of-experts model's experts over that many GPUs. ``overhead`` (``per_iteration`` / ``per_seq`` seconds)
+    replaces the profile's CPU overhead (measured profiles only): what-if replays and
+    ``python -m llmsim.profiles calibrate``."""
+    prof = load_profile(model, gpu, tp, profile_kind, ep=ep) if ep != 1 else load_profile(model, gpu, tp,
+                                                                                             profile_kind)
     if overhead:
         if not hasattr(prof, "with_overhead"):
             raise LLMSimError(f"--overhead-*: {prof.name} is a roofline profile; only measured ones take an override")
@@ -177,18 +200,24 @@ def simulate_run(
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=mml,
         gpu_memory_utilization=gpu_memory_utilization,
+        block_size=block_size,
+        enable_prefix_caching=enable_prefix_caching,
     )
-    inst = InstanceConfig(model=model, gpu=gpu, tp=tp, profile=prof, engine=eng)
+    inst = InstanceConfig(model=model, gpu=gpu, tp=tp, profile=prof, engine=eng, ep=ep)
     reqs = [
         Request(i, float(a), int(p), int(o)) for i, (a, p, o) in enumerate(zip(rec.arrival, rec.prompt, rec.output))
     ]
-    res = simulate(instances=[inst], requests=reqs, policy="round_robin", seed=0)
+    router = VllmDataParallelBalancer() if dp > 1 else "round_robin"
+    res = simulate(instances=[inst] * dp, requests=reqs, policy=router, seed=0)
     df = res.requests.sort_values("id")
     ttft = (df.first_token - df.arrival).to_numpy(float)
     e2e = (df.finish - df.arrival).to_numpy(float)
     notes = list(getattr(res, "notes", []) or [])
     d = prof.describe()
-    notes.append(f"profile {d['name']} (estimated parts: {', '.join(d.get('estimated_parts', [])) or 'none'})")
+    notes.append(f"profile {d['name']} ({d.get('kind', 'unknown')}): {profile_parts(d)}")
+    if ep > 1 and "ep" not in d:
+        notes.append(f"expert parallelism ep={ep}: the {d.get('kind', '')} profile {d['name']} prices the experts "
+                     f"as measured at tp={tp}, without the all-to-all or the split of expert weights")
     return stats(ttft, e2e, df.output_tokens.to_numpy(int)), notes, res.timeline
 
 
@@ -220,52 +249,49 @@ def engine_meta(path: str | Path) -> dict:
 
 
 def replay_from_args(args: argparse.Namespace) -> tuple[list[dict], list[str], pd.DataFrame]:
-    """The comparison rows, notes and simulated timeline of the replay the command line asks for."""
+    """The comparison rows, notes and simulated timeline of the replay the command line asks for; the notes start
+    with every engine setting and its source (flag / meta.json / default) and a warning per contradicting flag."""
     rec = read_requests(args.requests)
-    meta = engine_meta(args.requests)
-    notes0 = []
-    if args.max_num_seqs is None:
-        args.max_num_seqs = int(meta.get("max_num_seqs") or 256)
-        notes0.append(f"max_num_seqs={args.max_num_seqs} ({'meta.json' if meta.get('max_num_seqs') else 'default'})")
-    if args.max_num_batched_tokens is None:
-        args.max_num_batched_tokens = int(meta.get("max_num_batched_tokens") or 2048)
+    _, meta = read_meta(args.requests)
+    settings, warnings = resolve(args, meta)
+    value = {k: s.value for k, s in settings.items()}
+    policy = args.policy or ("chunked" if value["chunked_prefill"] else "vllm_v0")
+    check_degrees(get_model(args.model), value["tp"], expert_parallel_degree(settings), value["dp"])
     overhead = {k: v for k, v in (("per_iteration", getattr(args, "overhead_per_iteration", None)),
                                   ("per_seq", getattr(args, "overhead_per_seq", None))) if v is not None}
     sim, notes, timeline = simulate_run(
-        rec,
-        args.model,
-        args.gpu,
-        args.tp,
-        args.policy,
-        args.max_num_batched_tokens,
-        args.max_num_seqs,
-        args.gpu_memory_utilization,
-        args.max_model_len,
-        args.profile_kind,
-        overhead or None,
+        rec, args.model, args.gpu, value["tp"], policy, value["max_num_batched_tokens"], value["max_num_seqs"],
+        value["gpu_memory_utilization"], value["max_model_len"], args.profile_kind, overhead or None,
+        dp=value["dp"], ep=expert_parallel_degree(settings), block_size=value["block_size"],
+        enable_prefix_caching=value["prefix_caching"],
     )
     meas = None if rec.ttft is None else stats(rec.ttft, rec.e2e, rec.output)
-    return compare(sim, meas), notes0 + notes, timeline
+    head = [f"setting {line}" for line in describe_settings(settings)] + [f"warning: {w}" for w in warnings]
+    return compare(sim, meas), head + notes, timeline
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    """The ``replay`` verb's flags."""
+    """The ``replay`` verb's flags; the engine settings default to the run's meta.json, then vLLM's defaults."""
     ap.add_argument("--requests", required=True, help="requests.jsonl (vLLM bench) or CSV")
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model", required=True, help="a registered name (qwen3-32b), a Hugging Face id whose "
+                    "config.json is in the local hub cache (Qwen/Qwen3-32B), or a config.json path")
     ap.add_argument("--gpu", required=True)
-    ap.add_argument("--tp", type=int, default=1)
-    ap.add_argument("--policy", default="chunked", help="engine batching policy: chunked | vllm_v0")
-    ap.add_argument(
-        "--max-num-batched-tokens",
-        type=int,
-        default=None,
-        help="default: meta.json next to the requests file, else 2048",
-    )
-    ap.add_argument("--max-num-seqs", type=int, default=None, help="default: meta.json, else 256")
-    ap.add_argument("--max-model-len", type=int, default=None)
-    ap.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    ap.add_argument("--tp", type=int, default=None, help="tensor-parallel degree (meta: tensor_parallel_size; 1)")
+    ap.add_argument("--dp", type=int, default=None, help="data-parallel engines (meta: data_parallel_size; 1)")
+    ap.add_argument("--enable-expert-parallel", action=argparse.BooleanOptionalAction, default=None,
+                    help="spread a MoE model's experts over tp x dp GPUs (meta: enable_expert_parallel; off)")
+    ap.add_argument("--policy", default=None, help="engine batching policy: chunked | vllm_v0 "
+                    "(meta: enable_chunked_prefill; chunked)")
+    ap.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                    help="(meta: enable_prefix_caching; on)")
+    ap.add_argument("--block-size", type=int, default=None, help="KV block tokens (meta: block_size; 16)")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=None, help="(meta: max_num_batched_tokens; 2048)")
+    ap.add_argument("--max-num-seqs", type=int, default=None, help="(meta: max_num_seqs; 256)")
+    ap.add_argument("--max-model-len", type=int, default=None,
+                    help="(meta: max_model_len; the longest request + 16)")
+    ap.add_argument("--gpu-memory-utilization", type=float, default=None, help="(meta: gpu_memory_utilization; 0.9)")
     ap.add_argument("--profile-kind", default="auto", choices=["auto", "measured", "roofline"])
-    ap.add_argument("--json", action="store_true", help="one JSON object per metric")
+    ap.add_argument("--json", action="store_true", help="one JSON object per metric (the settings go to stderr)")
     ap.add_argument("--timeline", action="store_true", help="per-second running / waiting next to timeseries.csv")
     ap.add_argument("--plot", default=None, help="write the timeline comparison as a PNG here")
     ap.add_argument("--overhead-per-iteration", type=float, default=None, help="CPU overhead override (s)")
@@ -283,6 +309,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         for r in rows:
             print(json.dumps(r))
+        for n in notes:
+            print("note:", n, file=sys.stderr)
         return 0
     print(f"{'metric':<18}{'simulated':>12}{'measured':>12}{'error %':>10}")
     for r in rows:

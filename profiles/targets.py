@@ -37,7 +37,7 @@ TARGETS: dict[str, list[str]] = {
     "a100-80gb": MODELS_7B + BIG + ["llama-2-70b", "llama-3-70b", "qwen2.5-72b"],
     "h100": MODELS_7B + BIG + ["llama-2-70b", "llama-3-70b", "qwen2.5-72b"],
     "rtx4090": MODELS_7B + EXPERTS,
-    "rtx-pro-6000": ["llama-3.1-8b"],
+    "rtx-pro-6000": ["llama-3.1-8b", "qwen3-32b", "qwen3-30b-a3b"],
     "v100-32gb": [
         "llama-2-7b",
         "vicuna-7b",
@@ -66,6 +66,8 @@ TP_TARGETS = [
     ("llama-3-70b", "a100-80gb", 4),
     ("llama-2-13b", "a100-80gb", 2),
     ("vicuna-13b", "a10", 2),  # QLM's Vicuna-13B on A10s: 26 GB of weights need two 24 GB GPUs
+    ("qwen3-32b", "rtx-pro-6000", 2),  # LLMServingSim's TP 2 tables
+    ("qwen3-30b-a3b", "rtx-pro-6000", 2),
 ]
 
 

@@ -8,7 +8,7 @@
 Generates profiles/VALIDATION.md: LLM-Inference-Bench vLLM static batches (A100/H100), Splitwise iteration
 times (Llama-2-70B TP2/4/8), DistServe OPT-13B fits, cross-source checks (vidur vs AIConfigurator, the
 L40S->4090 transfer vs the measured 4090 table), the V100 facts of the Intelligent Router paper, KV-capacity
-anchors and the replay of the real vLLM run on an RTX PRO 6000 through the simulator, and the
+anchors, and the
 leave-measurements-out check of the estimation method (section 9, llmsim.profiles.estimate_report). Check
 mode (the default) compares the regenerated report with the committed one numerically
 (llmsim.profiles.compare.compare_report_texts: same text, numbers within a relative 2e-3 or two units of their
@@ -31,11 +31,10 @@ from llmsim.perf.models import get_model
 from llmsim.perf.profile import load_profile
 from llmsim.profiles.compare import REL_TOL, compare_report_texts
 from llmsim.profiles.document import build_one
-from llmsim.profiles.estimate_report import section, start_replays
+from llmsim.profiles.estimate_report import section
 from llmsim.profiles.providers.dense import vidur_dense
 from llmsim.profiles.providers.fits import TOKEN_GRID, elementwise_roofline, gemm_layer
 from llmsim.profiles.providers.raw import Raw
-from llmsim.profiles.replay import compare, engine_meta, read_requests, simulate_recorded, stats
 from llmsim.profiles.targets import DEFAULT_RAW, PACKAGE, check_raw_dir
 
 DEFAULT_REPORT = PACKAGE / "VALIDATION.md"
@@ -291,25 +290,6 @@ def capacity_section() -> str:
     return md_table(rows, list(rows[0]))
 
 
-def replay_section(raw: Path) -> str:
-    f = raw / "llmservingsim/bench/examples/RTXPRO6000/Llama-3.1-8B/vllm/requests.jsonl"
-    rec = read_requests(f)
-    meta = engine_meta(f)
-    out = []
-    for seqs in (int(meta.get("max_num_seqs") or 256), 256):
-        sim, _ = simulate_recorded(rec, "llama-3.1-8b", "rtx-pro-6000", 1, "chunked", 2048, seqs, 0.9)
-        rows = compare(sim, stats(rec.ttft, rec.e2e, rec.output))
-        for r in rows:
-            r["error_pct"] = f"{r['error_pct']:+.1f}"
-        src = "meta.json" if seqs == meta.get("max_num_seqs") else "the replay's default without meta.json"
-        out.append(
-            f"max_num_seqs={seqs} ({src}):\n\n" + md_table(rows, ["metric", "simulated", "measured", "error_pct"])
-        )
-        if seqs == 256 and meta.get("max_num_seqs") == 256:
-            break
-    return "\n\n".join(out)
-
-
 def report_head(raw: Path) -> list[str]:
     """Title and sections 1-3 (held-out end-to-end and iteration-time measurements)."""
     parts = [
@@ -344,7 +324,7 @@ def report_head(raw: Path) -> list[str]:
 
 
 def report_tail(raw: Path) -> list[str]:
-    """Sections 4-7: cross-source checks, V100 facts, KV capacity, replay of a real run."""
+    """Sections 4-7: cross-source checks, V100 facts, KV capacity, where the real serving runs are."""
     parts: list[str] = []
     parts += ["## 4. Cross-source checks\n", cross_section(raw), ""]
     parts += [
@@ -357,16 +337,11 @@ def report_tail(raw: Path) -> list[str]:
     ]
     parts += ["## 6. KV-cache capacity\n", capacity_section(), ""]
     parts += [
-        "## 7. Replay of a real vLLM run through the simulator\n",
-        "LLMServingSim `bench/examples/RTXPRO6000/Llama-3.1-8B/vllm` (vLLM 0.19, 300 ShareGPT requests, "
-        "chunked prefill, max_num_batched_tokens 2048). Command: `python -m llmsim.profiles replay --requests "
-        "../shared/profiles_raw/llmservingsim/bench/examples/RTXPRO6000/Llama-3.1-8B/vllm/requests.jsonl "
-        "--model llama-3.1-8b --gpu rtx-pro-6000` (engine settings from meta.json). The profile is built from "
-        "LLMServingSim's RTX PRO 6000 operator tables, i.e. the same group's measurements but a different "
-        "run; its per-sequence CPU overhead is fitted on the first half of this run's timeline "
-        "(`python -m llmsim.profiles calibrate`, section 8), so this replay is not held out for it. The run's meta.json "
-        "records max_num_seqs 128 (the replay's default is 256); both are shown.\n",
-        replay_section(raw),
+        "## 7. Real serving runs\n",
+        "None is replayed here. Published end-to-end serving runs (vLLM on RTX 4090, RTX PRO 6000) are kept out "
+        "of this repository as the held-out check of end-to-end fidelity: no profile, constant or test uses them. "
+        "The operator-level fidelity, and the command to replay your own vLLM run, are in "
+        "docs/results/fidelity.md (`python -m llmsim.profiles estimate --write`).\n",
         "",
     ]
     return parts
@@ -387,13 +362,6 @@ GAPS = [
     "- **Splitwise TP8 decode (section 2) is about 50 % too fast**: the TP8 stack has a per-iteration floor "
     "(all-reduce latency on 8 GPUs, scheduler) that the TP1-derived overhead model and the bandwidth term of "
     "the all-reduce do not capture.",
-    "- **Replay (section 7)**: with the V1 engine's per-sequence CPU overhead assumed (2 us) the replay ran "
-    "6-9 % fast per iteration at large batches and TTFT, mostly queueing in this overloaded run, came out "
-    "17-20 % low. The overhead is now fitted on the first half of the run's per-second timeline "
-    "(`python -m llmsim.profiles calibrate`: 22 us per sequence; held-out RMSE of running + waiting 1.5 requests "
-    "against 14.9 before), which brings every mean within 1.4 % and every p90 within 2.0 %. The profile's "
-    "overhead is thus fitted to this run: section 7 is no longer held out for it "
-    "(docs/results/fidelity_rtxpro6000.md).",
     "- **V100 (section 5)**: see the conflict between the paper's facts above; the paper's relative slowdown "
     "under periodic arrivals (17 s -> 31 s, x1.82) is reproduced within 10 % (x1.98, "
     "`tests/profiles/test_v100.py`).",
@@ -402,9 +370,8 @@ GAPS = [
 
 
 def report(raw: Path) -> str:
-    """The whole of profiles/VALIDATION.md (section 9's replays run in the background meanwhile)."""
-    procs = start_replays(raw)
-    return "\n".join(report_head(raw) + report_tail(raw) + GAPS + [section(raw, procs)])
+    """The whole of profiles/VALIDATION.md."""
+    return "\n".join(report_head(raw) + report_tail(raw) + GAPS + [section(raw)])
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:

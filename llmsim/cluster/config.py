@@ -36,10 +36,17 @@ class InstanceConfig:
     storage_gbps: float = DEFAULT_STORAGE_GBPS  # storage -> host memory read bandwidth, GB/s
     swap_overhead_s: float = 0.0  # fixed cost of each swap on top of the transfers
     role: str = "mixed"  # prefill / decode disaggregation (llmsim.cluster.disagg): mixed, prefill or decode
+    # expert parallelism of a mixture-of-experts model: its experts spread over this many GPUs (vLLM's
+    # --enable-expert-parallel makes it tp x dp); 1 shards every expert over the tp GPUs instead
+    ep: int = 1
 
     def build_profile(self) -> Profile:
-        return self.profile if self.profile is not None else load_profile(self.model, self.gpu, self.tp,
-                                                                          self.profile_kind)
+        """The given profile, else the measured one for (model, GPU, tp), else the roofline (with ``ep``)."""
+        if self.profile is not None:
+            return self.profile
+        if self.ep != 1:
+            return load_profile(self.model, self.gpu, self.tp, self.profile_kind, ep=self.ep)
+        return load_profile(self.model, self.gpu, self.tp, self.profile_kind)
 
 
 def engine_config(d: Mapping[str, Any] | EngineConfig | None, where: str = "engine") -> EngineConfig:

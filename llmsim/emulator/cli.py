@@ -66,13 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, epilog=f"Needs the serve extra ({SERVE_EXTRA}).", description="An OpenAI-compatible "
                 "server that behaves like one vLLM engine: llmsim's engine for a (model, GPU) profile, run against "
                 "the wall clock (docs/emulator.md).")
-    p.add_argument("--model", required=True, help="llmsim model name, e.g. llama-3.1-8b")
+    p.add_argument("--model", required=True, help="a registered name (llama-3.1-8b), a Hugging Face id whose "
+                   "config.json is in the local hub cache (Qwen/Qwen3-32B), or a config.json path")
     p.add_argument("--gpu", required=True, help="llmsim GPU name, e.g. a100-80gb")
     p.add_argument("--port", type=_int(0, 65535), default=8000, help="TCP port (default 8000; 0 = any free port)")
     p.add_argument("--host", type=_host, default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--speedup", type=_positive_float("speedup", "times faster than real time"), default=1.0,
                    help="run K times faster than real time (default 1)")
     p.add_argument("--tp", type=_int(1), default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--enable-expert-parallel", action="store_true",
+                   help="spread a mixture-of-experts model's experts over the --tp GPUs (vLLM's flag)")
     p.add_argument("--max-num-seqs", type=_int(1), default=None,
                    help=f"max requests in a batch (default llmsim's {EngineConfig().max_num_seqs})")
     p.add_argument("--max-model-len", type=_int(2), default=None, help="context length (default: the model's)")
@@ -95,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     opts = EmulatorOptions(model=args.model, gpu=args.gpu, tp=args.tp, speedup=args.speedup,
+                           expert_parallel=args.enable_expert_parallel,
                            max_num_seqs=args.max_num_seqs, engine=args.engine, max_model_len=args.max_model_len,
                            num_gpu_blocks=args.num_gpu_blocks, served_model_name=args.served_model_name,
                            output_len=args.output_len, seed=args.seed, chars_per_token=args.chars_per_token,

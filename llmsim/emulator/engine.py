@@ -60,6 +60,7 @@ class EmulatorOptions:
     model: str = "llama-3.1-8b"
     gpu: str = "a100-80gb"
     tp: int = 1
+    expert_parallel: bool = False  # vLLM's --enable-expert-parallel: a MoE model's experts spread over the tp GPUs
     speedup: float = 1.0
     max_num_seqs: int | None = None
     engine: str | None = None  # llmsim batch policy; None = llmsim's default (EngineConfig.policy)
@@ -116,7 +117,8 @@ def build_instance(opts: EmulatorOptions, env: SimEnv, recorder: Recorder) -> In
     """The one engine, built by llmsim's own builders (InstanceConfig -> profile, EngineConfig -> Instance)."""
     opts.validate()
     ecfg = opts.engine_config()
-    ic = InstanceConfig(model=opts.model, gpu=opts.gpu, tp=opts.tp, engine=ecfg, name=opts.name)
+    ic = InstanceConfig(model=opts.model, gpu=opts.gpu, tp=opts.tp, engine=ecfg, name=opts.name,
+                        ep=opts.tp if opts.expert_parallel else 1)
     prof = ic.build_profile()
     return Instance(0, env, prof, ecfg, recorder, opts.name)
 

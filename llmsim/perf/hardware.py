@@ -1,7 +1,9 @@
-"""GPU datasheet numbers (dense 16-bit tensor peak, memory, bandwidth).
+"""GPU datasheet numbers (dense 16-bit tensor peak, memory, bandwidth, the link between GPUs of one instance).
 
-Sources: shared/specs/profiles_data.md section 6 (AIConfigurator system YAMLs, llm-analysis JSONs,
-NVIDIA datasheets). These are spec numbers, not measurements; measured efficiencies live in profiles.
+Sources: NVIDIA's datasheets, AIConfigurator's system YAMLs and llm-analysis's GPU JSONs (the profiles' raw data
+PROVENANCE). These are spec numbers, not measurements; measured efficiencies live in profiles. The interconnect
+columns price tensor- and expert-parallel communication (llmsim.perf.parallel); each row names its link kind,
+whose source is in ``INTERCONNECTS``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,19 @@ from llmsim.errors import ConfigError
 GB = 1e9
 GiB = 1024**3
 
+# link kind -> where its per-direction bandwidth comes from (datasheets quote NVLink bidirectional: halved here)
+INTERCONNECTS = {
+    "nvlink2": "NVIDIA V100 SXM2 datasheet: NVLink 300 GB/s total, 150 GB/s per direction",
+    "nvlink3": "NVIDIA A100 SXM datasheet: NVLink 600 GB/s total, 300 GB/s per direction",
+    "nvlink4": "NVIDIA H100 / H200 SXM datasheets: NVLink 900 GB/s total, 450 GB/s per direction",
+    "nvlink-bridge": "the card's datasheet NVLink bridge figure (A40 112.5, A30 200, Titan RTX 100 GB/s total), halved",
+    "pcie4": "PCI-SIG PCIe 4.0 x16: 32 GB/s per direction (no NVLink on the card)",
+    "pcie5": "PCI-SIG PCIe 5.0 x16: 64 GB/s per direction (no NVLink on the card)",
+}
+# NCCL's latency for one small-message collective within a node is of the order of 10 us on both NVLink and PCIe
+# (nccl-tests' all_reduce_perf at 8 B); one figure for every link, the roofline's constant.
+COLLECTIVE_LATENCY_S = 10e-6
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -23,28 +38,30 @@ class GpuSpec:
     tdp_w: float = 0.0
     interconnect_bw: float = 0.0  # bytes/s per direction to a peer (NVLink or PCIe)
     host_link_bw: float = 25e9  # bytes/s GPU<->CPU, used for KV swap
+    interconnect: str = ""  # link kind, a key of INTERCONNECTS (where interconnect_bw comes from)
+    interconnect_latency_s: float = COLLECTIVE_LATENCY_S  # one collective's fixed cost
 
 
 _GPUS = [
-    GpuSpec("a100-80gb", int(80 * GiB), 2039e9, 312e12, 400, 300e9, 25e9),
-    GpuSpec("a100-80gb-pcie", int(80 * GiB), 1935e9, 312e12, 300, 32e9, 25e9),
-    GpuSpec("a100-40gb", int(40 * GiB), 1555e9, 312e12, 400, 300e9, 25e9),
-    GpuSpec("h100", int(80 * GiB), 3350e9, 989e12, 700, 450e9, 50e9),
-    GpuSpec("h100-pcie", int(80 * GiB), 2000e9, 756.5e12, 350, 64e9, 50e9),
-    GpuSpec("h200", int(141 * GiB), 4800e9, 989e12, 700, 450e9, 50e9),
-    GpuSpec("l40s", int(48 * GiB), 864e9, 362e12, 350, 32e9, 25e9),
-    GpuSpec("l4", int(24 * GiB), 300e9, 121e12, 72, 32e9, 25e9),
+    GpuSpec("a100-80gb", int(80 * GiB), 2039e9, 312e12, 400, 300e9, 25e9, "nvlink3"),
+    GpuSpec("a100-80gb-pcie", int(80 * GiB), 1935e9, 312e12, 300, 32e9, 25e9, "pcie4"),
+    GpuSpec("a100-40gb", int(40 * GiB), 1555e9, 312e12, 400, 300e9, 25e9, "nvlink3"),
+    GpuSpec("h100", int(80 * GiB), 3350e9, 989e12, 700, 450e9, 50e9, "nvlink4"),
+    GpuSpec("h100-pcie", int(80 * GiB), 2000e9, 756.5e12, 350, 64e9, 50e9, "pcie5"),
+    GpuSpec("h200", int(141 * GiB), 4800e9, 989e12, 700, 450e9, 50e9, "nvlink4"),
+    GpuSpec("l40s", int(48 * GiB), 864e9, 362e12, 350, 32e9, 25e9, "pcie4"),
+    GpuSpec("l4", int(24 * GiB), 300e9, 121e12, 72, 32e9, 25e9, "pcie4"),
     # RTX 4090: device memory as reported by torch in the LLMServingSim vLLM run.
-    GpuSpec("rtx4090", 25_250_627_584, 1008e9, 165.2e12, 450, 32e9, 25e9),
-    GpuSpec("a40", int(48 * GiB), 696e9, 149.7e12, 300, 56e9, 25e9),
-    GpuSpec("a30", int(24 * GiB), 933e9, 165e12, 165, 100e9, 25e9),
-    GpuSpec("a10", int(24 * GiB), 600e9, 125e12, 150, 32e9, 25e9),
-    GpuSpec("v100-16gb", int(16 * GiB), 900e9, 125e12, 300, 150e9, 12e9),
-    GpuSpec("v100-32gb", int(32 * GiB), 900e9, 125e12, 300, 150e9, 12e9),
-    GpuSpec("titan-rtx", int(24 * GiB), 672e9, 130e12, 280, 50e9, 12e9),
+    GpuSpec("rtx4090", 25_250_627_584, 1008e9, 165.2e12, 450, 32e9, 25e9, "pcie4"),
+    GpuSpec("a40", int(48 * GiB), 696e9, 149.7e12, 300, 56e9, 25e9, "nvlink-bridge"),
+    GpuSpec("a30", int(24 * GiB), 933e9, 165e12, 165, 100e9, 25e9, "nvlink-bridge"),
+    GpuSpec("a10", int(24 * GiB), 600e9, 125e12, 150, 32e9, 25e9, "pcie4"),
+    GpuSpec("v100-16gb", int(16 * GiB), 900e9, 125e12, 300, 150e9, 12e9, "nvlink2"),
+    GpuSpec("v100-32gb", int(32 * GiB), 900e9, 125e12, 300, 150e9, 12e9, "nvlink2"),
+    GpuSpec("titan-rtx", int(24 * GiB), 672e9, 130e12, 280, 50e9, 12e9, "nvlink-bridge"),
     # RTX PRO 6000 Blackwell Server Edition: 96 GB GDDR7, 1,597 GB/s; dense bf16 peak from the
-    # aiconfigurator rtx_pro_6000_server.yaml (used only for roofline fallbacks).
-    GpuSpec("rtx-pro-6000", int(96 * GiB), 1597e9, 503.8e12, 600, 64e9, 50e9),
+    # aiconfigurator rtx_pro_6000_server.yaml (used only for roofline fallbacks); PCIe 5, no NVLink.
+    GpuSpec("rtx-pro-6000", int(96 * GiB), 1597e9, 503.8e12, 600, 64e9, 50e9, "pcie5"),
 ]
 
 GPUS: dict[str, GpuSpec] = {g.name: g for g in _GPUS}

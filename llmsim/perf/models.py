@@ -6,11 +6,11 @@ Llama-2-7B) share measured operator data.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from llmsim.errors import ConfigError
+from llmsim.perf.hf_config import hub_cache_config, hub_cache_dir, spec_fields
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,24 @@ class ModelSpec:
     max_position: int = 4096
     hf_id: str = ""
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    # mixture of experts (0 experts: a dense model); the defaults keep every dense model as it was
+    n_experts: int = 0  # routed experts per MoE layer
+    experts_per_token: int = 0  # top-k
+    moe_intermediate: int = 0  # one routed expert's MLP width
+    n_shared_experts: int = 0  # experts every token passes through (DeepSeek-style)
+    shared_intermediate: int = 0  # the shared experts' total MLP width (0: n_shared_experts * moe_intermediate)
+    first_dense_layers: int = 0  # leading layers with a dense MLP (DeepSeek's first_k_dense_replace)
+    moe_layer_freq: int = 1  # every n-th layer after those is MoE (Qwen's decoder_sparse_step)
+    sliding_window: int = 0  # attention window in tokens (0: full attention)
+    attention_bias: bool = False
+    architecture: str = ""  # the HF model_type it came from ("" for the hand-written registry)
+    # multi-head latent attention (DeepSeek-V2/V3): the cache holds one latent of kv_lora_rank + qk_rope_head_dim
+    # per token and layer; head_dim is then the no-position part of a query / key head (qk_nope_head_dim)
+    kv_lora_rank: int = 0  # 0: ordinary (grouped-query) attention
+    q_lora_rank: int = 0  # 0: queries projected directly from the hidden state
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    kv_dtype_bytes: int = 0  # bytes per cached K / V value when they differ from the weights' (fp8 weights: 2)
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -43,12 +61,34 @@ class ModelSpec:
         return self.n_kv_heads * self.head_dim
 
     @property
+    def attention_params(self) -> int:
+        """One layer's attention GEMM weights (QKV and output projection)."""
+        if self.kv_lora_rank:
+            return self.latent_attention_params
+        return self.hidden * (self.q_dim + 2 * self.kv_dim) + self.q_dim * self.hidden
+
+    @property
+    def latent_attention_params(self) -> int:
+        """Multi-head latent attention's projections: queries (through a low-rank ``q_lora_rank`` when set), the
+        shared KV latent and its per-head up-projection, and the output (DeepSeek-V2's layout)."""
+        qk_head = self.head_dim + self.qk_rope_head_dim
+        q = self.n_heads * qk_head
+        q_proj = self.hidden * self.q_lora_rank + self.q_lora_rank * q if self.q_lora_rank else self.hidden * q
+        kv_down = self.hidden * (self.kv_lora_rank + self.qk_rope_head_dim)
+        kv_up = self.kv_lora_rank * self.n_heads * (self.head_dim + self.v_head_dim)
+        return q_proj + kv_down + kv_up + self.n_heads * self.v_head_dim * self.hidden
+
+    def mlp_params(self, width: int) -> int:
+        """Weights of one MLP of ``width`` (gate, up and down when gated; up and down otherwise)."""
+        return (3 if self.gated_mlp else 2) * self.hidden * width
+
+    @property
     def layer_linear_params(self) -> int:
-        """Weights of the per-layer GEMMs (QKV, O, MLP); norms and biases are negligible."""
-        qkv = self.hidden * (self.q_dim + 2 * self.kv_dim)
-        o = self.q_dim * self.hidden
-        mlp = (3 if self.gated_mlp else 2) * self.hidden * self.intermediate
-        return qkv + o + mlp
+        """Weights of the per-layer GEMMs (QKV, O, MLP); norms and biases are negligible. For a MoE model, the
+        per-layer average of the weights one token uses (so ``2 * n_layers * layer_linear_params`` is its FLOPs)."""
+        if self.is_moe:
+            return round(self.active_linear_params / self.n_layers)
+        return self.attention_params + self.mlp_params(self.intermediate)
 
     @property
     def embedding_params(self) -> int:
@@ -56,7 +96,65 @@ class ModelSpec:
 
     @property
     def n_params(self) -> int:
+        """Every weight (a MoE model's total, all experts counted)."""
+        if self.is_moe:
+            return self.linear_params(self.n_experts) + self.embedding_params
         return self.n_layers * self.layer_linear_params + self.embedding_params
+
+    @property
+    def active_params(self) -> int:
+        """The weights one token passes through: a MoE model's top-k routed experts, not all of them."""
+        if self.is_moe:
+            return self.active_linear_params + self.embedding_params
+        return self.n_params
+
+    # -- mixture of experts --------------------------------------------------------------------------------------
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def n_moe_layers(self) -> int:
+        """Layers whose MLP is a MoE block: after ``first_dense_layers``, every ``moe_layer_freq``-th."""
+        if not self.is_moe:
+            return 0
+        return sum(1 for i in range(self.first_dense_layers, self.n_layers) if (i + 1) % self.moe_layer_freq == 0)
+
+    @property
+    def n_dense_layers(self) -> int:
+        return self.n_layers - self.n_moe_layers
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert's MLP weights."""
+        return self.mlp_params(self.moe_intermediate) if self.is_moe else 0
+
+    @property
+    def shared_expert_params(self) -> int:
+        """The shared experts' MLP weights in one MoE layer (0 without shared experts)."""
+        width = self.shared_intermediate or self.n_shared_experts * self.moe_intermediate
+        return self.mlp_params(width) if self.is_moe and width else 0
+
+    @property
+    def router_params(self) -> int:
+        """One MoE layer's gate: hidden x experts."""
+        return self.hidden * self.n_experts
+
+    @property
+    def routed_expert_params_total(self) -> int:
+        """Every routed expert of every MoE layer: what expert parallelism spreads over GPUs."""
+        return self.n_moe_layers * self.n_experts * self.expert_params
+
+    def linear_params(self, experts: int) -> int:
+        """All layers' GEMM weights counting ``experts`` routed experts per MoE layer."""
+        moe = self.router_params + experts * self.expert_params + self.shared_expert_params
+        return (self.n_layers * self.attention_params + self.n_dense_layers * self.mlp_params(self.intermediate)
+                + self.n_moe_layers * moe)
+
+    @property
+    def active_linear_params(self) -> int:
+        return self.linear_params(self.experts_per_token) if self.is_moe else self.n_layers * self.layer_linear_params
 
     @property
     def weight_bytes(self) -> int:
@@ -64,8 +162,12 @@ class ModelSpec:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V for every layer: 2 * L * n_kv * d_head * dtype bytes."""
-        return 2 * self.n_layers * self.kv_dim * self.dtype_bytes
+        """K and V for every layer: 2 * L * n_kv * d_head * dtype bytes (latent attention: one latent of
+        kv_lora_rank + qk_rope_head_dim per layer)."""
+        dtype = self.kv_dtype_bytes or self.dtype_bytes
+        if self.kv_lora_rank:
+            return self.n_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * dtype
+        return 2 * self.n_layers * self.kv_dim * dtype
 
 
 def _llama(name: str, L: int, h: int, heads: int, kv: int, inter: int, vocab: int, **kw) -> ModelSpec:
@@ -130,6 +232,22 @@ _MODELS: list[ModelSpec] = [
     # Open Assistant's SFT of StableLM-Alpha 7B (the same shape; mix-instruct used its 12B Pythia sibling).
     ModelSpec("oasst-stablelm-7b", 16, 6144, 48, 48, 24576, 50288, gated_mlp=False, max_position=4096,
               hf_id="OpenAssistant/stablelm-7b-sft-v7-epoch-3"),
+    # Models people serve today, from their HF config.json (parameters checked against the published sizes in
+    # tests/perf): Llama-3.1-70B, Qwen3-32B, and three mixtures of experts.
+    _llama("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256, max_position=131072,
+           hf_id="meta-llama/Llama-3.1-70B", architecture="llama"),
+    _llama("qwen3-32b", 64, 5120, 64, 8, 25600, 151936, head_dim=128, max_position=40960, hf_id="Qwen/Qwen3-32B",
+           architecture="qwen3"),
+    _llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, head_dim=128, max_position=262144,
+           hf_id="Qwen/Qwen3-30B-A3B", aliases=("qwen3-30b-a3b-instruct-2507", "Qwen/Qwen3-30B-A3B-Instruct-2507"),
+           n_experts=128, experts_per_token=8, moe_intermediate=768, architecture="qwen3_moe"),
+    _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, max_position=32768, hf_id="mistralai/Mixtral-8x7B-v0.1",
+           aliases=("mixtral-8x7b-v0.1",), n_experts=8, experts_per_token=2, moe_intermediate=14336,
+           architecture="mixtral"),
+    _llama("phi-mini-moe", 32, 4096, 32, 8, 960, 32064, head_dim=128, max_position=4096,
+           hf_id="microsoft/Phi-mini-MoE-instruct", aliases=("phi-mini-moe-instruct",), n_experts=16,
+           experts_per_token=2, moe_intermediate=960, sliding_window=2047, attention_bias=True,
+           architecture="phimoe"),
 ]
 
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _MODELS}
@@ -140,64 +258,66 @@ def register_model(spec: ModelSpec) -> None:
     MODELS[spec.name.lower()] = spec
 
 
+# configs read by path or hub id, by the string they were asked for (so a path resolves once per process)
+_FROM_FILES: dict[str, ModelSpec] = {}
+
+
 def get_model(name: str) -> ModelSpec:
+    """A model by registry name, alias or Hugging Face id; or by a ``config.json`` path (file or folder); or by a
+    Hugging Face id whose config is in the local hub cache. Anything else is one line listing the three forms."""
     key = name.lower()
     if key in MODELS:
         return MODELS[key]
     for spec in MODELS.values():
         if key in (a.lower() for a in spec.aliases) or key == spec.hf_id.lower():
             return spec
-    raise ConfigError(f"unknown model {name!r}; known models: {', '.join(sorted(MODELS))}")
+    if name in _FROM_FILES:
+        return _FROM_FILES[name]
+    path = Path(name).expanduser()
+    found = path if path.exists() else hub_cache_config(name)
+    if found is None:
+        raise ConfigError(
+            f"unknown model {name!r}: give a registered name ({', '.join(sorted(MODELS))}), a Hugging Face id "
+            f"whose config.json is in the local hub cache ({hub_cache_dir()}), or the path of a config.json "
+            "(Python: llmsim.perf.models.from_hf_config)")
+    spec = registered_twin(from_hf_config(str(found)), str(found))
+    _FROM_FILES[name] = spec
+    if spec.name.lower() not in MODELS:  # its name now resolves too (planning and profiles pass names on)
+        register_model(spec)
+    return spec
 
 
-_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "fp16": 2, "bf16": 2, "float8": 1, "int8": 1}
+# fields that do not change what a step costs in llmsim (the sliding window is recorded, not priced)
+SHAPE_IGNORED = ("name", "hf_id", "aliases", "architecture", "max_position", "attention_bias", "sliding_window")
+
+
+def same_shapes(a: ModelSpec, b: ModelSpec) -> bool:
+    """Whether two specs cost the same: every field but names, context length, biases and the window."""
+    return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(ModelSpec) if f.name not in SHAPE_IGNORED)
+
+
+def registered_twin(spec: ModelSpec, source: str) -> ModelSpec:
+    """The registered model a config describes (by name, alias or HF id, with the same shapes), so its measured
+    profiles apply; a config that reuses a registered name with other shapes is renamed after its file, so no
+    profile measured for the registered model is ever applied to it."""
+    keys = {spec.name.lower(), spec.hf_id.lower()} - {""}
+    for known in MODELS.values():
+        names = {known.name.lower(), known.hf_id.lower(), *(a.lower() for a in known.aliases)}
+        if keys & names:
+            return known if same_shapes(known, spec) else replace(spec, name=source)
+    return spec
 
 
 def from_hf_config(path: str, name: str | None = None, register: bool = False) -> ModelSpec:
-    """Build a ModelSpec from a Hugging Face ``config.json`` (Llama/Mistral/Qwen2, OPT, MPT, ChatGLM, GPT-2).
+    """Build a ModelSpec from a Hugging Face ``config.json`` (a file or the folder holding one).
 
-    ``name`` defaults to the config's ``_name_or_path`` or the parent directory's name. Raises a
-    ConfigError naming the file and the missing key for configs it cannot read.
+    ``name`` defaults to the config's ``_name_or_path`` or the file's / folder's name. Architectures llmsim cannot
+    model (llmsim.perf.hf_config) are refused with a ConfigError naming the file and what is missing.
     """
-    p = Path(path)
-    try:
-        cfg = json.loads(p.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot read HF config {p}: {e}") from e
-
-    def get(*keys: str, default: object = None) -> object:
-        for k in keys:
-            if k in cfg and cfg[k] is not None:
-                return cfg[k]
-        if default is None:
-            raise ConfigError(f"HF config {p}: none of the keys {keys} is present")
-        return default
-
-    mtype = str(cfg.get("model_type", "")).lower()
-    L = int(get("num_hidden_layers", "n_layers", "num_layers", "n_layer"))  # type: ignore[arg-type]
-    h = int(get("hidden_size", "d_model", "n_embd"))  # type: ignore[arg-type]
-    heads = int(get("num_attention_heads", "n_heads", "n_head"))  # type: ignore[arg-type]
-    kv = int(get("num_key_value_heads", "multi_query_group_num", default=heads))  # type: ignore[arg-type]
-    if cfg.get("multi_query_attention") is False:
-        kv = heads
-    gated = mtype not in ("opt", "mpt", "gpt2", "gpt_neox", "chatglm", "gptj", "bloom", "falcon")
-    if mtype == "chatglm" and "ffn_hidden_size" in cfg:  # ChatGLM2/3 use a gated (SwiGLU) MLP
-        gated = True
-    if mtype == "mpt":
-        inter = int(cfg.get("expansion_ratio", 4) * h)
-    else:
-        inter = int(get("intermediate_size", "ffn_dim", "ffn_hidden_size", "inner_hidden_size", "n_inner",
-                        default=4 * h))  # type: ignore[arg-type]
-    vocab = int(get("vocab_size", "padded_vocab_size"))  # type: ignore[arg-type]
-    head_dim = int(cfg.get("head_dim") or cfg.get("kv_channels") or h // heads)
-    tied = bool(cfg.get("tie_word_embeddings", mtype in ("opt", "mpt", "gpt2")))
-    max_pos = int(get("max_position_embeddings", "max_seq_len", "seq_length", "n_positions", default=4096))  # type: ignore[arg-type]
-    dtype = _DTYPE_BYTES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "float16"))), 2)
-    if dtype == 4:
-        dtype = 2  # served in 16-bit
-    nm = name or str(cfg.get("_name_or_path") or p.parent.name or p.stem).split("/")[-1].lower()
-    spec = ModelSpec(nm, L, h, heads, kv, inter, vocab, gated_mlp=gated, head_dim=head_dim, dtype_bytes=dtype,
-                     tied_embeddings=tied, max_position=max_pos, hf_id=str(cfg.get("_name_or_path", "")))
+    _, kwargs = spec_fields(path)
+    if name:
+        kwargs["name"] = name
+    spec = ModelSpec(**kwargs)
     if register:
         register_model(spec)
     return spec

@@ -22,7 +22,19 @@ from llmsim.errors import ConfigError, ProfileError
 from llmsim.perf.hardware import GpuSpec, get_gpu
 from llmsim.perf.kv_budget import kv_capacity_from_bytes
 from llmsim.perf.models import ModelSpec, get_model
+from llmsim.perf.moe import moe_layer_flops, moe_layer_weight_bytes
+from llmsim.perf.parallel import (
+    ALLREDUCES_PER_LAYER,
+    alltoall_s,
+    check_degrees,
+    expert_shards,
+    link_bandwidth,
+    weight_bytes_per_gpu,
+)
 from llmsim.perf.profile_table import measured_loader, profile_dirs
+
+# the step-time parts a roofline prices from datasheet numbers (their names as in measured profiles' ``parts``)
+ROOFLINE_PARTS = ("dense", "prefill_attention", "decode_attention", "lm_head", "memory")
 
 
 @runtime_checkable
@@ -59,6 +71,12 @@ class RooflineProfile:
 
     Efficiencies default to the values measured on A100/H100/L40S/4090 in shared/specs/profiles_data.md
     section 5; CPU overheads follow vidur's cpu_overheads.csv for vLLM. Marked ``estimated``.
+
+    Parallelism (llmsim.perf.parallel): ``tp`` shards every GEMM and adds two all-reduces per layer; ``ep`` (the
+    expert-parallel group, a multiple of ``tp``; vLLM's TP x DP) spreads a MoE model's experts over that many
+    GPUs and adds each MoE layer's all-to-all. A MoE layer reads the weights of the distinct experts the step's
+    tokens activate (llmsim.perf.moe); with ``ep > tp`` the other ranks of the group (``ep / tp`` data-parallel
+    replicas) are assumed as loaded as this one.
     """
 
     model: ModelSpec
@@ -75,14 +93,17 @@ class RooflineProfile:
     reserved_bytes: float = 1.5e9
     name: str = ""
     estimated: bool = True
+    ep: int = 1
     _dense_cache: dict[int, float] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.tp < 1:
             raise ConfigError(f"tensor-parallel degree must be >= 1, got {self.tp}")
+        if self.ep > 1:
+            check_degrees(self.model, self.tp, self.ep)
         m, g, tp = self.model, self.gpu, self.tp
         if not self.name:
-            self.name = f"{m.name}@{g.name}" + (f"-tp{tp}" if tp > 1 else "")
+            self.name = f"{m.name}@{g.name}" + (f"-tp{tp}" if tp > 1 else "") + (f"-ep{self.ep}" if self.ep > 1 else "")
         self._flops_per_token = 2.0 * m.n_layers * m.layer_linear_params / tp
         self._weight_read_s = m.n_layers * m.layer_linear_params * m.dtype_bytes / tp / (
             self.eff_weight_bw * g.bandwidth
@@ -98,17 +119,46 @@ class RooflineProfile:
         lm = m.vocab * m.hidden / tp
         self._lm_flop = 2.0 * lm
         self._lm_read_s = lm * m.dtype_bytes / (self.eff_weight_bw * g.bandwidth)
-        # two all-reduces per layer over NVLink/PCIe when sharded
+        # two all-reduces per layer over NVLink/PCIe when sharded (llmsim.perf.parallel.allreduce_s, per token)
         self._ar_bytes_tok = 0.0 if tp == 1 else 2 * m.n_layers * m.hidden * m.dtype_bytes * 2 * (tp - 1) / tp
-        self._ar_bw = g.interconnect_bw if g.interconnect_bw > 0 else 25e9
+        self._ar_bw = link_bandwidth(g)
+        self._ar_latency = m.n_layers * ALLREDUCES_PER_LAYER * g.interconnect_latency_s
+        if m.is_moe:
+            self._init_moe()
+
+    def _init_moe(self) -> None:
+        """Split a MoE model's GEMMs: the shared part (attention, dense layers) and the expert layers."""
+        m, tp = self.model, self.tp
+        shared = m.n_layers * m.attention_params + m.n_dense_layers * m.mlp_params(m.intermediate)
+        self._flops_per_token = 2.0 * shared / tp
+        self._weight_read_s = shared * m.dtype_bytes / tp / (self.eff_weight_bw * self.gpu.bandwidth)
+        self._expert_shards = expert_shards(tp, self.ep)
+        self._ep_group = self.ep // tp if self.ep > 1 else 1  # data-parallel ranks whose tokens meet here
+
+    def _linear_time(self, n_tokens: int) -> float:
+        """The GEMMs (weights streamed or compute bound, whichever is slower), kernel launches and collectives."""
+        compute = self._flops_per_token * n_tokens / self._gemm_rate
+        t = max(compute, self._weight_read_s) + self._launch
+        if self._ar_bytes_tok:
+            t += self._ar_bytes_tok * n_tokens / self._ar_bw + self._ar_latency
+        if self.model.is_moe:
+            t += self._experts_time(n_tokens)
+        return t
+
+    def _experts_time(self, n_tokens: int) -> float:
+        """Every MoE layer: its experts (FLOPs of top-k, weights of the distinct experts activated) and, with
+        expert parallelism, the dispatch and combine all-to-all."""
+        m = self.model
+        group_tokens = n_tokens * self._ep_group
+        compute = moe_layer_flops(m, group_tokens) / self._expert_shards / self._gemm_rate
+        read = moe_layer_weight_bytes(m, group_tokens) / self._expert_shards / (self.eff_weight_bw * self.gpu.bandwidth)
+        routed = n_tokens * m.experts_per_token * m.hidden * m.dtype_bytes / self.tp
+        return m.n_moe_layers * (max(compute, read) + alltoall_s(routed, self.ep, self.gpu))
 
     def _dense(self, n_tokens: int) -> float:
         t = self._dense_cache.get(n_tokens)
         if t is None:
-            compute = self._flops_per_token * n_tokens / self._gemm_rate
-            t = max(compute, self._weight_read_s) + self._launch
-            if self._ar_bytes_tok:
-                t += self._ar_bytes_tok * n_tokens / self._ar_bw + self.model.n_layers * 2 * 10e-6
+            t = self._linear_time(n_tokens)
             self._dense_cache[n_tokens] = t
         return t
 
@@ -126,7 +176,11 @@ class RooflineProfile:
         return t
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
-        return kv_capacity_tokens(self.model, self.gpu, self.tp, gpu_memory_utilization, self.reserved_bytes)
+        if self.ep <= 1:
+            return kv_capacity_tokens(self.model, self.gpu, self.tp, gpu_memory_utilization, self.reserved_bytes)
+        weights = weight_bytes_per_gpu(self.model, self.tp, self.ep) * self.tp
+        return kv_capacity_from_bytes(self.model.name, self.gpu, self.tp, gpu_memory_utilization, weights,
+                                      self.model.kv_bytes_per_token, self.reserved_bytes)
 
     def describe(self) -> dict:
         return {
@@ -135,7 +189,10 @@ class RooflineProfile:
             "model": self.model.name,
             "gpu": self.gpu.name,
             "tp": self.tp,
+            "ep": self.ep,
             "estimated": True,
+            "parts": {**dict.fromkeys(ROOFLINE_PARTS, "roofline"), "overhead": "assumed"},
+            "estimated_parts": [],
             "source": "analytic roofline with efficiencies from shared/specs/profiles_data.md s5",
         }
 
@@ -148,11 +205,17 @@ def register_profile_loader(loader) -> None:
     _PROFILE_LOADERS.append(loader)
 
 
-def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto") -> Profile:
-    """Measured profile when one exists (``kind='auto'`` or ``'measured'``), else the roofline."""
+def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto", ep: int = 1) -> Profile:
+    """Measured profile when one exists (``kind='auto'`` or ``'measured'``), else the roofline.
+
+    ``model`` is anything :func:`llmsim.perf.models.get_model` resolves: a registered name, a Hugging Face id or a
+    ``config.json`` path. ``ep`` > 1 spreads a MoE model's experts over that many GPUs (roofline only: the measured
+    loaders are asked for ``(model, gpu, tp)``)."""
     try:
         m = get_model(model)
         g = get_gpu(gpu)
+        if ep != 1:
+            check_degrees(m, tp, ep)
     except ConfigError as e:
         raise ProfileError(f"cannot load a profile: {e}") from e
     if kind not in ("auto", "measured", "roofline"):
@@ -169,7 +232,7 @@ def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto") -> Profi
                 "build one with `python -m llmsim.profiles build` or measure it with "
                 "`python -m llmsim.profiles measure`"
             )
-    return RooflineProfile(m, g, tp)
+    return RooflineProfile(m, g, tp, ep=ep)
 
 
 def profile_for_instance(model: str, gpu: str, kv_blocks: int = 0, block_size: int = 16) -> Profile:

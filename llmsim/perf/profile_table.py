@@ -13,8 +13,15 @@ File format ``llmsim-profile/1`` (all times in seconds, for the whole model on o
   output processing) not hidden behind the GPU.
 * ``memory``: ``weight_bytes``, ``kv_bytes_per_token`` (whole model, before TP sharding) and
   ``reserved_bytes`` (activations, CUDA graphs, allocator slack per GPU).
-* ``parts``: for each of the parts above, ``status`` (``measured`` / ``transferred`` / ``estimated``)
-  and ``source``; ``provenance``: source data, commits, licenses, measurement software.
+* ``moe`` (mixture-of-experts models only): the expert computation of all MoE layers, as a small grid of
+  curves ``tokens`` / ``seconds``, one per number of distinct ``experts`` a batch activates (LLMServingSim's
+  moe.csv); a batch of ``t`` tokens is timed at the expected distinct experts of ``t`` tokens
+  (:func:`llmsim.perf.moe.expected_distinct_experts`, ``n_experts`` and ``experts_per_token`` recorded here).
+* ``allreduce`` (tensor-parallel profiles whose operator tables time one GPU's shard only): ``tokens`` /
+  ``seconds`` of every layer's all-reduces, on the dense part's token grid (added to it on load).
+* ``parts``: for each of the parts above, ``status`` (``measured``, ``fitted`` or ``transferred`` from
+  measurements, ``estimated``, ``roofline``) and ``source``; ``provenance``: source data, commits, licenses,
+  measurement software.
 
 Evaluation is O(1) after warm-up: tables are Python lists searched with ``bisect`` and the dense and
 lm_head terms are cached per integer argument.
@@ -34,12 +41,15 @@ from llmsim.errors import ProfileError
 from llmsim.perf.hardware import GpuSpec, get_gpu
 from llmsim.perf.kv_budget import kv_capacity_from_bytes
 from llmsim.perf.models import ModelSpec, get_model
+from llmsim.perf.moe import expected_distinct_experts
 from llmsim.resources import profile_data_dir
 
 FORMAT = "llmsim-profile/1"
 PART_NAMES = ("dense", "prefill_attention", "decode_attention", "lm_head", "overhead", "memory")
 STEP_PARTS = ("dense", "prefill_attention", "decode_attention", "lm_head")
-STATUSES = ("measured", "transferred", "estimated")
+OPTIONAL_PARTS = ("moe", "allreduce")  # present only where they apply (MoE models, TP shards timed alone)
+STATUSES = ("measured", "fitted", "transferred", "estimated", "roofline")
+NOT_MEASURED = ("estimated", "roofline")
 
 
 class Table:
@@ -128,7 +138,89 @@ def _part_statuses(data: dict, path: Path | str) -> dict[str, str]:
         if st not in STATUSES:
             raise _err(path, f"parts.{p}.status", f"expected one of {STATUSES}, got {st!r}")
         out[p] = st
+    for p in OPTIONAL_PARTS:
+        if p in data:
+            st = _get(_get(parts, p, path, "parts"), "status", path, f"parts.{p}")
+            if st not in STATUSES:
+                raise _err(path, f"parts.{p}.status", f"expected one of {STATUSES}, got {st!r}")
+            out[p] = st
     return out
+
+
+class MoeTable:
+    """Time of all MoE layers' experts for a batch of ``t`` tokens: the measured curves of the two numbers of
+    distinct experts that bracket the expected number ``t`` tokens activate, interpolated linearly between them."""
+
+    __slots__ = ("n_experts", "top_k", "experts", "rows", "_cache")
+
+    def __init__(self, n_experts: int, top_k: int, experts: list[float], rows: list[Table]) -> None:
+        self.n_experts, self.top_k = n_experts, top_k
+        self.experts, self.rows = experts, rows
+        self._cache: dict[int, float] = {}
+
+    def __call__(self, tokens: int) -> float:
+        v = self._cache.get(tokens)
+        if v is not None:
+            return v
+        if tokens <= 0:
+            return 0.0
+        e = expected_distinct_experts(tokens, self.n_experts, self.top_k)
+        xs = self.experts
+        if e <= xs[0] or len(xs) == 1:
+            v = self.rows[0](tokens)
+        elif e >= xs[-1]:
+            v = self.rows[-1](tokens)
+        else:
+            i = bisect_right(xs, e)
+            f = (e - xs[i - 1]) / (xs[i] - xs[i - 1])
+            v = (1 - f) * self.rows[i - 1](tokens) + f * self.rows[i](tokens)
+        if len(self._cache) < 1_000_000:
+            self._cache[tokens] = v
+        return v
+
+
+class DenseWithExperts:
+    """The dense table plus the MoE experts, one cached value per token count (the engine's hot path)."""
+
+    __slots__ = ("dense", "moe", "_cache")
+
+    def __init__(self, dense: Table, moe: MoeTable) -> None:
+        self.dense, self.moe = dense, moe
+        self._cache: dict[int, float] = {}
+
+    def __call__(self, tokens: int) -> float:
+        v = self._cache.get(tokens)
+        if v is None:
+            v = self.dense(tokens) + self.moe(tokens)
+            if len(self._cache) < 1_000_000:
+                self._cache[tokens] = v
+        return v
+
+
+def _moe_table(data: dict, path: Path | str) -> MoeTable:
+    """The ``moe`` section: ``n_experts``, ``experts_per_token``, ``experts`` and one curve per experts value."""
+    sec = _get(data, "moe", path)
+    n = _num(sec, "n_experts", path, "moe", 1.0)
+    k = _num(sec, "experts_per_token", path, "moe", 1.0)
+    experts = _get(sec, "experts", path, "moe")
+    curves = _get(sec, "curves", path, "moe")
+    if not isinstance(experts, list) or not isinstance(curves, list) or len(experts) != len(curves) or not experts:
+        raise _err(path, "moe.curves", "expected one curve per entry of moe.experts")
+    if any(b <= a for a, b in zip(experts, experts[1:])):
+        raise _err(path, "moe.experts", "must be strictly increasing")
+    rows = [_table({"curve": c}, "tokens", "curve", f"{path} moe.curves[{i}]") for i, c in enumerate(curves)]
+    return MoeTable(int(n), int(k), [float(e) for e in experts], rows)
+
+
+def _dense_part(data: dict, path: Path | str):
+    """The dense table, with the all-reduces added (same token grid) and the MoE experts when present."""
+    dense = _table(data, "tokens", "dense", path)
+    if "allreduce" in data:
+        ar = _table(data, "tokens", "allreduce", path)
+        if ar.xs != dense.xs:
+            raise _err(path, "allreduce.tokens", "must equal dense.tokens")
+        dense = Table(dense.xs, [d + a for d, a in zip(dense.ys, ar.ys)])
+    return DenseWithExperts(dense, _moe_table(data, path)) if "moe" in data else dense
 
 
 class MeasuredProfile:
@@ -159,8 +251,7 @@ class MeasuredProfile:
         if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
             raise _err(path, "tp", f"expected an integer >= 1, got {tp!r}")
         self.tp = tp
-        self.name = f"{self.model.name}@{self.gpu.name}" + (f"-tp{tp}" if tp > 1 else "") + " (measured)"
-        self._dense = _table(data, "tokens", "dense", path)
+        self._dense = _dense_part(data, path)
         self._lm = _table(data, "seqs", "lm_head", path)
         pa = _get(data, "prefill_attention", path)
         self._pf_fixed = _num(pa, "fixed", path, "prefill_attention")
@@ -185,9 +276,11 @@ class MeasuredProfile:
         self.kv_bytes_per_token = _num(mem, "kv_bytes_per_token", path, "memory", 1.0)
         self.reserved_bytes = _num(mem, "reserved_bytes", path, "memory")
         self.parts = _part_statuses(data, path)
-        # A profile counts as estimated when a step-time part (GPU work) is; the CPU-overhead and memory
-        # parts are modelled for every profile and listed separately in describe()["estimated_parts"].
-        self.estimated = any(self.parts[p] == "estimated" for p in STEP_PARTS)
+        # A profile counts as estimated when a step-time part (GPU work, experts included) is; the CPU overhead,
+        # the memory and the all-reduce are modelled and listed separately in describe()["estimated_parts"].
+        self.estimated = any(self.parts[p] in NOT_MEASURED for p in (*STEP_PARTS, "moe") if p in self.parts)
+        kind = "estimated" if self.estimated else "measured"
+        self.name = f"{self.model.name}@{self.gpu.name}" + (f"-tp{tp}" if tp > 1 else "") + f" ({kind})"
         self.provenance = data.get("provenance", {})
 
     def with_overhead(self, per_iteration: float | None = None, per_seq: float | None = None,
@@ -245,7 +338,8 @@ class MeasuredProfile:
             "tp": self.tp,
             "estimated": self.estimated,
             "parts": dict(self.parts),
-            "estimated_parts": [p for p, s in self.parts.items() if s == "estimated"],
+            "part_sources": {p: self.data["parts"][p].get("source", "") for p in self.parts},
+            "estimated_parts": [p for p, s in self.parts.items() if s in NOT_MEASURED],
             "source": self.provenance.get("summary", ""),
         }
 

@@ -11,6 +11,9 @@ prefill_attention  llmservingsim, rtx4090-transfer, aiconfigurator, a100-40gb-tr
                    roofline
 decode_attention   same as prefill_attention (one fit gives both)
 memory             config (model config + calibrated reserve)
+moe                llmservingsim (moe.csv; TP > 1 without its table: TP 1 / tp, estimated); none for dense models
+allreduce          llmservingsim (TP > 1 tables time one shard: ring all-reduces from the hardware table);
+                   none otherwise
 =================  =====================================================================================
 
 Parts are resolved in the order of :data:`CHAINS`; a provider may look at parts resolved before it in
@@ -19,7 +22,7 @@ Parts are resolved in the order of :data:`CHAINS`; a provider may look at parts 
 
 from __future__ import annotations
 
-from . import attention, dense, lm_head, memory, overhead
+from . import allreduce, attention, dense, experts, lm_head, memory, overhead
 from .base import Context, FnProvider, PartResult, Provider, provider, resolve
 
 CHAINS: dict[str, tuple[Provider, ...]] = {
@@ -29,6 +32,8 @@ CHAINS: dict[str, tuple[Provider, ...]] = {
     "prefill_attention": attention.PREFILL_CHAIN,
     "decode_attention": attention.DECODE_CHAIN,
     "memory": memory.CHAIN,
+    "moe": experts.CHAIN,
+    "allreduce": allreduce.CHAIN,
 }
 
 __all__ = ["CHAINS", "Context", "FnProvider", "PartResult", "Provider", "provider", "resolve"]

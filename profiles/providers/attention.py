@@ -16,9 +16,9 @@ from llmsim.perf.hardware import GpuSpec
 from llmsim.perf.models import ModelSpec, get_model
 
 from .base import Context, FnProvider, PartResult
-from .fits import a100_40_transfer, elementwise_roofline, fit_nnls, gemm_layer, lss_attention, lss_data
+from .fits import a100_40_transfer, elementwise_roofline, fit_nnls, gemm_layer, lss_attention, lss_data, lss_own
 from .overhead import vidur_cpu
-from .raw import AIC_SYSTEMS, LSS_GPUS, LSS_MODEL, Raw, lss_measured, lss_source
+from .raw import AIC_SYSTEMS, LSS_MODEL, Raw, lss_measured, lss_source
 
 Pair = tuple[PartResult, PartResult]
 
@@ -130,9 +130,9 @@ ROOFLINE_DECODE = "roofline, 0.8 of bandwidth (measured 0.77-0.91)"
 def lss_pair(ctx: Context) -> Pair | None:
     if not lss_measured(ctx.gpu, ctx.model.name, ctx.tp):
         return None
-    _, att, _ = lss_data(ctx, LSS_GPUS[ctx.gpu])
+    _, att, _ = lss_own(ctx)
     prefill, decode = lss_attention(att, ctx.model.n_layers)
-    src, used = lss_source(ctx.gpu), frozenset({"llmservingsim"})
+    src, used = lss_source(ctx.gpu, ctx.model.name, ctx.tp), frozenset({"llmservingsim"})
     return (
         PartResult(prefill, "measured", src + " attention.csv, fit a + c2*c^2 + cp*c*p (n_decode=0)", used),
         PartResult(decode, "measured", src + " attention.csv, fit a + b*B + c*B*KV (prefill=0)", used),

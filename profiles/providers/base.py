@@ -17,7 +17,7 @@ from llmsim.perf.models import ModelSpec
 
 from .raw import Raw
 
-STATUSES = ("measured", "transferred", "estimated")
+STATUSES = ("measured", "fitted", "transferred", "estimated", "roofline")
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,10 @@ from .fits import (
     gemm_layer,
     lss_data,
     lss_dense,
+    lss_own,
     roofline_basis,
 )
-from .raw import AIC_SYSTEMS, LSS_GPUS, LSS_MODEL, VIDUR_GPUS, VIDUR_MODELS, VIDUR_NET, Raw, lss_measured, lss_source
+from .raw import AIC_SYSTEMS, LSS_MODEL, VIDUR_GPUS, VIDUR_MODELS, VIDUR_NET, Raw, lss_measured, lss_source
 
 VIDUR_OPS = [
     "input_layernorm",
@@ -88,13 +89,12 @@ def vidur_dense(raw: Raw, m: ModelSpec, gpu: str, tp: int) -> tuple[list[float],
 def lss_dense_part(ctx: Context) -> PartResult | None:
     if not lss_measured(ctx.gpu, ctx.model.name, ctx.tp):
         return None
-    dn, _, _ = lss_data(ctx, LSS_GPUS[ctx.gpu])
-    return PartResult(
-        lss_dense(dn, ctx.model),
-        "measured",
-        lss_source(ctx.gpu) + " dense.csv, per-layer ops x 32 + embedding + final norm",
-        frozenset({"llmservingsim"}),
-    )
+    dn, _, _ = lss_own(ctx)
+    src = lss_source(ctx.gpu, ctx.model.name, ctx.tp)
+    src += f" dense.csv, per-layer ops x {ctx.model.n_layers} + embedding + final norm"
+    if ctx.tp > 1:
+        src += " (one GPU's shard; the tables time no all-reduce: see the allreduce part)"
+    return PartResult(lss_dense(dn, ctx.model), "measured", src, frozenset({"llmservingsim"}))
 
 
 def rtx4090_gemm(ctx: Context, dn: pd.DataFrame):

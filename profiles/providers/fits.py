@@ -17,7 +17,7 @@ from llmsim.perf.hardware import GpuSpec, get_gpu
 from llmsim.perf.models import ModelSpec
 
 from .base import Context
-from .raw import Raw, lss_dir, lss_tables
+from .raw import Raw, lss_dir, lss_run_dir, lss_tables
 
 # fmt: off
 TOKEN_GRID = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144,
@@ -58,14 +58,13 @@ def elementwise_roofline(
 
 
 def gemm_layer(gemm, m: ModelSpec, tp: int, tokens: float) -> float:
+    """One layer's GEMMs: QKV, O and, for a dense model, the MLP (a MoE model's experts are its ``moe`` part)."""
     qkv = (m.q_dim + 2 * m.kv_dim) / tp
+    attn = gemm(tokens, qkv, m.hidden) + gemm(tokens, m.hidden, m.q_dim / tp)
+    if m.is_moe:
+        return attn
     up = (2 if m.gated_mlp else 1) * m.intermediate / tp
-    return (
-        gemm(tokens, qkv, m.hidden)
-        + gemm(tokens, m.hidden, m.q_dim / tp)
-        + gemm(tokens, up, m.hidden)
-        + gemm(tokens, m.hidden, m.intermediate / tp)
-    )
+    return attn + gemm(tokens, up, m.hidden) + gemm(tokens, m.hidden, m.intermediate / tp)
 
 
 def monotone(v: list[float]) -> list[float]:
@@ -83,19 +82,24 @@ def fit_nnls(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return coef
 
 
+# Ops of one decoder layer in LLMServingSim's dense.csv, in the order they are summed (Llama's first, so its
+# profiles keep their numbers); ``layernorm`` runs twice per layer (before attention and before the MLP), any other
+# op once (e.g. Qwen3's ``qk_norm``); ``embedding`` and ``final_layernorm`` once per forward.
+LSS_LAYER_OPS = ("layernorm", "layernorm", "qkv_proj", "rotary_emb", "o_proj", "gate_up_proj", "act_fn", "down_proj")
+LSS_ONCE_OPS = ("embedding", "final_layernorm")
+
+
+def lss_layer_ops(columns) -> list[str]:
+    """The per-layer ops of a dense.csv (known ones in LSS_LAYER_OPS order, then any other, sorted)."""
+    known = [c for c in LSS_LAYER_OPS if c in columns]
+    return known + sorted(c for c in columns if c not in LSS_LAYER_OPS and c not in LSS_ONCE_OPS)
+
+
 def lss_dense(dense: pd.DataFrame, m: ModelSpec) -> list[float]:
+    """Whole-model dense time on TOKEN_GRID: per-layer ops x layers + embedding + final norm (a MoE model's
+    dense.csv has no MLP ops: its experts are the ``moe`` part)."""
     piv = dense.pivot_table(index="tokens", columns="layer", values="time_us", aggfunc="median").sort_index()
-    per_layer = [
-        "layernorm",
-        "layernorm",
-        "qkv_proj",
-        "rotary_emb",
-        "o_proj",
-        "gate_up_proj",
-        "act_fn",
-        "down_proj",
-    ]
-    layer = sum(piv[c] for c in per_layer)
+    layer = sum(piv[c] for c in lss_layer_ops(piv.columns))
     once = piv.get("embedding", 0.0) + piv.get("final_layernorm", 0.0)
     x = piv.index.to_numpy(float)
     tot = (m.n_layers * layer + once).to_numpy(float) * 1e-6
@@ -173,8 +177,13 @@ def roofline_basis(ctx: Context) -> tuple[Roofline, str]:
 
 
 def lss_data(ctx: Context, gpu_dir: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The LLMServingSim Llama-3.1-8B tables of ``gpu_dir``, read once per build."""
+    """The LLMServingSim Llama-3.1-8B TP1 tables of ``gpu_dir``, read once per build."""
     return ctx.memo(("lss", gpu_dir), lambda: lss_tables(lss_dir(ctx.raw.root, gpu_dir)))
+
+
+def lss_own(ctx: Context) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The LLMServingSim tables measured for this build's (GPU, model, TP), read once per build."""
+    return ctx.memo(("lss-own",), lambda: lss_tables(lss_run_dir(ctx.raw.root, ctx.gpu, ctx.model.name, ctx.tp)))
 
 
 def gemm_dense(ctx: Context, gemm) -> list[float]:

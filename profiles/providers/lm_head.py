@@ -17,11 +17,12 @@ from .fits import (
     efficiencies,
     lss_data,
     lss_lm_head,
+    lss_own,
     mean_efficiency,
     roofline_basis,
 )
 from .overhead import vidur_cpu
-from .raw import AIC_SYSTEMS, LSS_GPUS, LSS_MODEL, lss_measured, lss_source
+from .raw import AIC_SYSTEMS, LSS_MODEL, lss_measured, lss_source, lss_table_model
 
 
 def lm_gemm(ctx: Context, gemm_fn) -> list[float]:
@@ -35,13 +36,13 @@ def lm_gemm(ctx: Context, gemm_fn) -> list[float]:
 def lss_lm_head_part(ctx: Context) -> PartResult | None:
     if not lss_measured(ctx.gpu, ctx.model.name, ctx.tp):
         return None
-    _, _, ps = lss_data(ctx, LSS_GPUS[ctx.gpu])
+    _, _, ps = lss_own(ctx)
     lm_head = lss_lm_head(ps)
-    r = ctx.model.vocab / get_model(LSS_MODEL).vocab
+    r = ctx.model.vocab / get_model(lss_table_model(ctx.model.name)).vocab
     if r != 1:
         lm_head = [v * r for v in lm_head]
     status = "measured" if r == 1 else "transferred"
-    src = lss_source(ctx.gpu) + " per_sequence.csv lm_head + sampler"
+    src = lss_source(ctx.gpu, ctx.model.name, ctx.tp) + " per_sequence.csv lm_head + sampler"
     return PartResult(lm_head, status, src, frozenset({"llmservingsim"}))
 
 

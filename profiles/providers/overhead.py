@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
-import yaml
 
 from .base import Context, PartResult, provider
 from .fits import SEQ_GRID, fit_nnls
-from .raw import Raw, lss_measured
+from .raw import Raw, lss_measured, lss_meta
 
 
 def vidur_overhead(raw: Raw) -> tuple[dict[str, float], list[float]]:
@@ -27,6 +24,35 @@ def vidur_overhead(raw: Raw) -> tuple[dict[str, float], list[float]]:
 # vLLM >= 0.6 (multi-step/async scheduling, V1 engine) hides most CPU work behind the GPU: per-iteration
 # overhead is a small fraction of the 2024 sarathi/vLLM numbers. Used with the vLLM 0.19 tables.
 MODERN_OVERHEAD = {"per_iteration": 5e-4, "per_seq": 2e-6}
+V1_FROM = (0, 8)  # vLLM's V1 engine is the default from 0.8 (0.6-0.7: V0 with async output processing)
+
+
+def vllm_version(text: str) -> tuple[int, int]:
+    """``"0.19.0"`` -> ``(0, 19)``; an unreadable version is the oldest engine (its overhead is the largest)."""
+    try:
+        major, minor = text.split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return (0, 0)
+
+
+def engine_overhead(version: str, cuda_graphs: bool) -> tuple[dict[str, float], str]:
+    """CPU time per iteration and per sequence the GPU waits for, from what sets it, and how it was obtained.
+
+    What sets it: the engine generation (vLLM's version: V1 overlaps scheduling and output processing with the
+    GPU, V0 runs them in between iterations), the batch (the per-sequence term: input preparation and output
+    processing are per request in Python) and CUDA graphs (off in eager mode: each kernel launch is CPU time,
+    which operator tables measured in eager mode already hold, so it is not added again). The sampler is GPU
+    work measured with lm_head (the lm_head part). Never fitted to a serving run: a constant fitted to one run
+    does not transfer (the RTX 4090 run showed it)."""
+    v = vllm_version(version)
+    graphs = "CUDA graphs on" if cuda_graphs else "eager (kernel launches inside the measured operator times)"
+    if v >= V1_FROM:
+        return dict(MODERN_OVERHEAD), (
+            f"vLLM {version} V1 engine, {graphs}: scheduling and output processing overlap the GPU, leaving "
+            "0.5 ms/iteration + 2 us/sequence (estimated from the engine design, not fitted to any run)"
+        )
+    return {}, f"vLLM {version} (V0 engine, {graphs}): the vidur CPU-overhead table applies"
 
 
 def vidur_cpu(ctx: Context) -> tuple[dict[str, float], list[float]]:
@@ -34,42 +60,15 @@ def vidur_cpu(ctx: Context) -> tuple[dict[str, float], list[float]]:
     return ctx.memo("vidur_cpu", lambda: vidur_overhead(ctx.raw))
 
 
-FITS = Path(__file__).resolve().parents[1] / "fits"
-
-
-@provider("run-fit")
-def run_fit_overhead(ctx: Context) -> PartResult | None:
-    """The per-sequence overhead fitted to a recorded run of this (model, GPU) by
-    ``python -m llmsim.profiles calibrate`` (profiles/fits/<gpu>/<model>.yaml, derived data), on top of the V1
-    per-iteration term. Only for profiles whose
-    GPU work is measured with the same engine (the LLMServingSim vLLM 0.19 tables): the fit absorbs whatever the
-    operator tables miss."""
-    f = FITS / ctx.gpu / f"{ctx.model.name}.yaml"
-    if ctx.tp != 1 or not f.is_file() or not lss_measured(ctx.gpu, ctx.model.name, ctx.tp):
-        return None
-    fit = yaml.safe_load(f.read_text())
-    per_seq = float(fit["overhead"]["per_seq"])
-    return PartResult(
-        {"per_iteration": MODERN_OVERHEAD["per_iteration"], "per_seq": per_seq},
-        "measured",
-        f"vLLM 0.19 V1 engine: 0.5 ms/iteration (assumed) + {per_seq * 1e6:.0f} us/sequence fitted to the recorded "
-        f"run {fit['run']} ({fit['method']}; held-out RMSE {fit['holdout_rmse']} requests, "
-        f"{fit['holdout_rmse_before']} with the assumed 2 us); profiles/calibrate.py",
-        frozenset({"llmservingsim"}),
-    )
-
-
 @provider("llmservingsim")
 def lss_overhead(ctx: Context) -> PartResult | None:
+    """The overhead of the engine the LLMServingSim tables were measured with (their meta.yaml: vLLM 0.19, eager)."""
     if not lss_measured(ctx.gpu, ctx.model.name, ctx.tp):
         return None
-    return PartResult(
-        dict(MODERN_OVERHEAD),
-        "estimated",
-        "vLLM 0.19 V1 engine overlaps scheduling with the GPU: 0.5 ms/iteration "
-        "+ 2 us/sequence (assumed; eager-mode launch cost is already in the op tables)",
-        frozenset({"llmservingsim"}),
-    )
+    meta = lss_meta(ctx.raw.root, ctx.gpu, ctx.model.name)
+    eager = bool(meta.get("engine_effective", {}).get("enforce_eager", True))
+    ov, src = engine_overhead(str(meta.get("vllm_version", "0.19.0")), cuda_graphs=not eager)
+    return PartResult(ov, "estimated", src, frozenset({"llmservingsim"}))
 
 
 @provider("rtx4090-transfer")
@@ -91,4 +90,4 @@ def vidur_overhead_part(ctx: Context) -> PartResult:
     )
 
 
-CHAIN = (run_fit_overhead, lss_overhead, rtx4090_overhead, vidur_overhead_part)
+CHAIN = (lss_overhead, rtx4090_overhead, vidur_overhead_part)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 SOURCES = {
     "vidur": (
@@ -77,6 +78,18 @@ VIDUR_MODELS = {  # per-layer shape twin in vidur's tables
 LSS_GPUS = {"rtx4090": "RTX4090", "rtx-pro-6000": "RTXPRO6000"}
 LSS_MODEL = "llama-3.1-8b"
 LSS_TWINS = ("llama-3.1-8b", "llama-3-8b", "mistral-7b")  # identical layer shapes
+LSS_MODEL_DIRS = {  # llmsim model -> <org>/<model> directory of LLMServingSim's profiler tables
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B",
+    "qwen3-32b": "Qwen/Qwen3-32B",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B-Instruct-2507",
+}
+# (GPU, model) -> the TP degrees whose tables the profiles use (PROVENANCE.md of llmservingsim, sections 1 and 4)
+LSS_RUNS: dict[tuple[str, str], tuple[int, ...]] = {
+    ("rtx4090", "llama-3.1-8b"): (1,),
+    ("rtx-pro-6000", "llama-3.1-8b"): (1,),
+    ("rtx-pro-6000", "qwen3-32b"): (1, 2),
+    ("rtx-pro-6000", "qwen3-30b-a3b"): (1, 2),
+}
 VIDUR_NET = {"a100-80gb": "a100_dgx", "h100": "h100_dgx"}
 
 
@@ -188,8 +201,9 @@ class Raw:
         return pd.read_csv(self.root / "vidur/history-e2d00e9/data/profiling/a40/cpu_overheads.csv")
 
 
-def lss_dir(root: Path, gpu_dir: str) -> Path:
-    return root / f"llmservingsim/profiler/perf/{gpu_dir}/meta-llama/Llama-3.1-8B/bf16/tp1"
+def lss_dir(root: Path, gpu_dir: str, model_dir: str = LSS_MODEL_DIRS[LSS_MODEL], tp: int = 1) -> Path:
+    """An LLMServingSim profiler table directory: ``perf/<HW>/<org>/<model>/bf16/tp<N>``."""
+    return root / f"llmservingsim/profiler/perf/{gpu_dir}/{model_dir}/bf16/tp{tp}"
 
 
 def lss_tables(d: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -197,10 +211,27 @@ def lss_tables(d: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     return pd.read_csv(d / "dense.csv"), pd.read_csv(d / "attention.csv"), pd.read_csv(d / "per_sequence.csv")
 
 
+def lss_table_model(model: str) -> str:
+    """The measured model whose tables serve ``model`` (a shape twin of Llama-3.1-8B uses Llama-3.1-8B's)."""
+    return LSS_MODEL if model in LSS_TWINS else model
+
+
 def lss_measured(gpu: str, model: str, tp: int) -> bool:
-    """True when LLMServingSim measured this GPU for this model's layer shapes (TP1 only)."""
-    return gpu in LSS_GPUS and model in LSS_TWINS and tp == 1
+    """True when LLMServingSim's profiler measured this GPU at this TP for this model's layer shapes."""
+    return tp in LSS_RUNS.get((gpu, lss_table_model(model)), ())
 
 
-def lss_source(gpu: str) -> str:
-    return f"LLMServingSim {LSS_GPUS[gpu]} Llama-3.1-8B bf16 tp1 (vLLM 0.19, eager)"
+def lss_run_dir(root: Path, gpu: str, model: str, tp: int) -> Path:
+    """The table directory of a measured (GPU, model, TP) (see :func:`lss_measured`)."""
+    return lss_dir(root, LSS_GPUS[gpu], LSS_MODEL_DIRS[lss_table_model(model)], tp)
+
+
+def lss_meta(root: Path, gpu: str, model: str) -> dict:
+    """meta.yaml of a measured (GPU, model): engine version, eager mode, grids (one file for every TP)."""
+    f = lss_run_dir(root, gpu, model, 1).parent / "meta.yaml"
+    return yaml.safe_load(f.read_text()) if f.is_file() else {}
+
+
+def lss_source(gpu: str, model: str = LSS_MODEL, tp: int = 1) -> str:
+    name = LSS_MODEL_DIRS[lss_table_model(model)].split("/")[-1]
+    return f"LLMServingSim {LSS_GPUS[gpu]} {name} bf16 tp{tp} (vLLM 0.19, eager)"

@@ -19,7 +19,6 @@ from tests.helpers import REPO, SHARED
 
 README = (REPO / "README.md").read_text()
 SMALL = ["++workload.max_requests=60", "output.plots=false"]
-SHARED_RUN = SHARED / "profiles_raw/llmservingsim/bench/examples/RTXPRO6000/Llama-3.1-8B/vllm/requests.jsonl"
 
 
 def _blocks(lang: str) -> list[str]:

@@ -1,0 +1,224 @@
+"""A Hugging Face ``config.json`` -> the fields of a :class:`llmsim.perf.models.ModelSpec`, or a one-line refusal.
+
+Only architectures whose cost llmsim can model are accepted: decoder-only transformers with (grouped-query or
+multi-head) attention and a dense or mixture-of-experts MLP. Everything else - an unknown ``model_type``, an
+encoder-decoder, multi-head latent attention, a multimodal wrapper, quantised weights, a missing key - is refused
+in one line naming the file and what is missing: a model llmsim cannot price is never priced as a dense model.
+
+This module knows the file format only; ``llmsim.perf.models`` builds and registers the spec, and finds a config by
+a Hugging Face id in the local hub cache (:func:`hub_cache_config`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from llmsim.errors import ConfigError, read_text_file
+
+# decoder families with a dense MLP: model_type -> (gated MLP, tied embeddings when the config does not say)
+DENSE_TYPES: dict[str, tuple[bool, bool]] = {
+    "llama": (True, False), "mistral": (True, False), "qwen2": (True, False), "qwen3": (True, False),
+    "gemma": (True, True), "gemma2": (True, True), "phi3": (True, False), "phi": (False, False),
+    "opt": (False, True), "gpt2": (False, True), "gpt_neox": (False, False), "gptj": (False, False),
+    "mpt": (False, True), "chatglm": (False, False), "starcoder2": (False, True),
+}
+# mixture-of-experts families: model_type -> the keys of (experts, top-k, expert width); all gated
+MOE_TYPES: dict[str, tuple[str, str, str]] = {
+    "mixtral": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
+    "phimoe": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
+    "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+    "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+    "deepseek": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
+    "deepseek_v2": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
+    "deepseek_v3": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
+}
+DEEPSEEK_TYPES = ("deepseek", "deepseek_v2", "deepseek_v3")
+LATENT_ATTENTION_KEYS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+ENCODER_DECODER_TYPES = ("t5", "mt5", "bart", "mbart", "whisper", "pegasus", "marian", "encoder-decoder")
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 2, "fp16": 2, "bf16": 2, "float8": 1, "int8": 1}
+SUPPORTED = f"dense: {', '.join(DENSE_TYPES)}; mixture-of-experts: {', '.join(MOE_TYPES)}"
+
+
+def read_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """The JSON object in ``path`` (a ``config.json`` or the folder holding one), or one line naming the file."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise ConfigError(f"HF config {p}: no such file")
+    try:
+        cfg = json.loads(read_text_file(p))
+    except ValueError as e:
+        raise ConfigError(f"HF config {p}: not JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"HF config {p}: expected a JSON object, got {type(cfg).__name__}")
+    return p, cfg
+
+
+class HFConfig:
+    """One parsed config and the file it came from, so every error names both the file and the key."""
+
+    def __init__(self, path: Path, cfg: dict[str, Any]) -> None:
+        self.path, self.cfg = path, cfg
+        self.model_type = str(cfg.get("model_type", "")).lower()
+
+    def refuse(self, what: str) -> ConfigError:
+        return ConfigError(f"HF config {self.path}: {what}; llmsim models {SUPPORTED}")
+
+    def has(self, key: str) -> bool:
+        return self.cfg.get(key) is not None
+
+    def num(self, *keys: str, default: float | None = None) -> float:
+        """The first of ``keys`` present (a positive number), else ``default``, else a refusal naming the keys."""
+        for k in keys:
+            v = self.cfg.get(k)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+                raise ConfigError(f"HF config {self.path}: {k} must be a positive number, got {v!r}")
+            return v
+        if default is None:
+            raise ConfigError(f"HF config {self.path}: missing key {' or '.join(keys)} (model_type "
+                              f"{self.model_type!r}); cannot model it without")
+        return default
+
+
+def check_modelable(c: HFConfig) -> None:
+    """Refuse what llmsim cannot price: wrappers, encoder-decoders, latent attention, quantisation, unknown types."""
+    if "text_config" in c.cfg and c.model_type not in DENSE_TYPES and c.model_type not in MOE_TYPES:
+        raise c.refuse(f"model_type {c.model_type!r} is a multimodal wrapper; pass its language model's config")
+    if c.cfg.get("is_encoder_decoder") or c.model_type in ENCODER_DECODER_TYPES:
+        raise c.refuse(f"model_type {c.model_type!r} is an encoder-decoder; only decoder-only models are modelled")
+    latent = c.has("kv_lora_rank") or c.model_type in ("deepseek_v2", "deepseek_v3")
+    missing = [k for k in LATENT_ATTENTION_KEYS if not c.has(k)]
+    if latent and missing:
+        raise c.refuse(f"multi-head latent attention without {', '.join(missing)}: its KV cache cannot be sized")
+    quant = c.cfg.get("quantization_config")
+    if isinstance(quant, dict) and str(quant.get("quant_method", "")).lower() != "fp8":
+        raise c.refuse(f"quantised weights ({quant.get('quant_method', '?')}) are not modelled; only fp8 is")
+    if not c.model_type:
+        raise c.refuse("missing key model_type")
+    if c.model_type not in DENSE_TYPES and c.model_type not in MOE_TYPES:
+        raise c.refuse(f"unknown model_type {c.model_type!r}")
+    if c.model_type in DENSE_TYPES and any((c.cfg.get(k) or 0) > 1 for k in EXPERT_KEYS):
+        raise c.refuse(f"model_type {c.model_type!r} is dense but the config has experts "
+                       f"({', '.join(k for k in EXPERT_KEYS if c.has(k))})")
+    if c.cfg.get("mlp_only_layers"):
+        raise c.refuse("mlp_only_layers (dense layers between MoE ones) is not modelled")
+
+
+def dense_fields(c: HFConfig) -> dict[str, Any]:
+    """Attention, MLP, vocabulary and precision: what every decoder has."""
+    cfg, mt = c.cfg, c.model_type
+    h = int(c.num("hidden_size", "d_model", "n_embd"))
+    heads = int(c.num("num_attention_heads", "n_heads", "n_head"))
+    kv = int(c.num("num_key_value_heads", "multi_query_group_num", default=heads))
+    if cfg.get("multi_query_attention") is False:
+        kv = heads
+    gated, tied_default = DENSE_TYPES.get(mt, (True, False))
+    if mt == "chatglm" and "ffn_hidden_size" in cfg:  # ChatGLM2/3 use a gated (SwiGLU) MLP
+        gated = True
+    if mt == "mpt":
+        inter = int(cfg.get("expansion_ratio", 4) * h)
+    else:
+        inter = int(c.num("intermediate_size", "ffn_dim", "ffn_hidden_size", "inner_hidden_size", "n_inner",
+                          default=4 * h))
+    dtype = DTYPE_BYTES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "float16"))), 2)
+    kv_dtype = 0
+    if isinstance(cfg.get("quantization_config"), dict):
+        dtype, kv_dtype = 1, 2  # fp8 weights (check_modelable refused the rest); vLLM caches K / V in 16 bits
+    window = 0 if cfg.get("use_sliding_window") is False else int(cfg.get("sliding_window") or 0)
+    return {
+        "n_layers": int(c.num("num_hidden_layers", "n_layers", "num_layers", "n_layer")),
+        "hidden": h, "n_heads": heads, "n_kv_heads": kv, "intermediate": inter,
+        "vocab": int(c.num("vocab_size", "padded_vocab_size")), "gated_mlp": gated,
+        "head_dim": int(cfg.get("head_dim") or cfg.get("kv_channels") or h // heads), "dtype_bytes": dtype,
+        "kv_dtype_bytes": kv_dtype,
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", tied_default)),
+        "max_position": int(c.num("max_position_embeddings", "max_seq_len", "seq_length", "n_positions",
+                                  default=4096)),
+        "sliding_window": window, "attention_bias": bool(cfg.get("attention_bias", cfg.get("bias", False))),
+        "architecture": mt,
+    }
+
+
+def moe_fields(c: HFConfig) -> dict[str, Any]:
+    """Experts, top-k, expert width, shared experts and the dense-layer pattern of a MoE family."""
+    experts_key, topk_key, width_key = MOE_TYPES[c.model_type]
+    out: dict[str, Any] = {
+        "n_experts": int(c.num(experts_key)),
+        "experts_per_token": int(c.num(topk_key)),
+        "moe_intermediate": int(c.num(width_key)),
+        "gated_mlp": True,
+    }
+    if out["experts_per_token"] > out["n_experts"]:
+        raise ConfigError(f"HF config {c.path}: {topk_key}={out['experts_per_token']} exceeds "
+                          f"{experts_key}={out['n_experts']}")
+    if c.model_type == "qwen2_moe":
+        out["shared_intermediate"] = int(c.num("shared_expert_intermediate_size", default=0) or 0)
+    if c.model_type in DEEPSEEK_TYPES:
+        out["n_shared_experts"] = int(c.cfg.get("n_shared_experts") or 0)
+        out["first_dense_layers"] = int(c.cfg.get("first_k_dense_replace") or 0)
+    out["moe_layer_freq"] = int(c.cfg.get("decoder_sparse_step") or c.cfg.get("moe_layer_freq") or 1)
+    return out
+
+
+def latent_attention_fields(c: HFConfig) -> dict[str, Any]:
+    """Multi-head latent attention's ranks and head sizes (check_modelable made sure they are all there)."""
+    return {
+        "kv_lora_rank": int(c.num("kv_lora_rank")),
+        "q_lora_rank": int(c.cfg.get("q_lora_rank") or 0),
+        "head_dim": int(c.num("qk_nope_head_dim")),
+        "qk_rope_head_dim": int(c.num("qk_rope_head_dim")),
+        "v_head_dim": int(c.num("v_head_dim")),
+        "n_kv_heads": int(c.num("num_attention_heads")),
+    }
+
+
+def default_name(path: Path, cfg: dict[str, Any]) -> str:
+    """``_name_or_path``'s last part; else the file's stem (``Qwen3-32B.json``), the hub cache's repository name
+    (``models--Qwen--Qwen3-32B``) or the folder holding ``config.json``; lower case."""
+    if cfg.get("_name_or_path"):
+        return str(cfg["_name_or_path"]).rstrip("/").split("/")[-1].lower()
+    if path.name != "config.json":
+        return path.stem.lower()
+    for part in reversed(path.parts):
+        if part.startswith("models--"):
+            return part.split("--")[-1].lower()
+    return path.parent.name.lower() or path.stem.lower()
+
+
+def spec_fields(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """(the config file, ModelSpec keyword arguments) of a Hugging Face config, or a one-line ConfigError."""
+    p, cfg = read_config(path)
+    c = HFConfig(p, cfg)
+    check_modelable(c)
+    fields = dense_fields(c)
+    if c.model_type in MOE_TYPES:
+        fields.update(moe_fields(c))
+    if c.has("kv_lora_rank"):
+        fields.update(latent_attention_fields(c))
+    fields["name"] = default_name(p, cfg)
+    fields["hf_id"] = str(cfg.get("_name_or_path", ""))
+    return p, fields
+
+
+def hub_cache_dir() -> Path:
+    """Where ``huggingface_hub`` keeps downloads: ``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface"
+    return Path(home) / "hub"
+
+
+def hub_cache_config(hf_id: str) -> Path | None:
+    """The newest cached ``config.json`` of the hub repository ``org/name``, if it was downloaded here."""
+    if hf_id.count("/") != 1:
+        return None
+    snapshots = hub_cache_dir() / f"models--{hf_id.replace('/', '--')}" / "snapshots"
+    found = sorted(snapshots.glob("*/config.json"), key=lambda f: f.stat().st_mtime) if snapshots.is_dir() else []
+    return found[-1] if found else None

@@ -1,0 +1,150 @@
+"""The deployment a replay reproduces: each engine setting from the flag, the run's ``meta.json`` or a default.
+
+vLLM runs record their engine arguments next to ``requests.jsonl`` in ``meta.json`` (under ``engine_kwargs``,
+``engine_args`` or at the top level) with vLLM's own names: ``tensor_parallel_size``, ``data_parallel_size``,
+``enable_expert_parallel``, ``enable_chunked_prefill``, ``enable_prefix_caching``, ``block_size``,
+``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``max_model_len``. A flag overrides
+the file, and a flag that contradicts it is a warning line: a replay never silently runs another deployment than
+the one measured. :class:`VllmDataParallelBalancer` is vLLM's own balancer between data-parallel engines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmsim.errors import TraceError
+from llmsim.routing.base import Router
+
+# setting -> (meta.json keys, flag attribute, default); the flag's name is the attribute with dashes
+SETTINGS: dict[str, tuple[tuple[str, ...], str, Any]] = {
+    "tp": (("tensor_parallel_size", "tp"), "tp", 1),
+    "dp": (("data_parallel_size", "dp"), "dp", 1),
+    "expert_parallel": (("enable_expert_parallel",), "enable_expert_parallel", False),
+    "chunked_prefill": (("enable_chunked_prefill",), "policy", True),
+    "prefix_caching": (("enable_prefix_caching",), "enable_prefix_caching", True),
+    "block_size": (("block_size",), "block_size", 16),
+    "max_num_seqs": (("max_num_seqs",), "max_num_seqs", 256),
+    "max_num_batched_tokens": (("max_num_batched_tokens",), "max_num_batched_tokens", 2048),
+    "gpu_memory_utilization": (("gpu_memory_utilization",), "gpu_memory_utilization", 0.9),
+    "max_model_len": (("max_model_len",), "max_model_len", None),
+}
+BOOLEAN = ("expert_parallel", "chunked_prefill", "prefix_caching")
+META_SECTIONS = ("engine_kwargs", "engine_args")
+
+
+@dataclass(frozen=True)
+class Setting:
+    value: Any
+    source: str  # "flag --tp", "meta.json tensor_parallel_size", "default"
+
+
+def read_meta(requests: str | Path) -> tuple[Path, dict[str, Any]]:
+    """(meta.json path, its engine arguments merged: top level, then ``engine_args``, then ``engine_kwargs``)."""
+    f = Path(requests).parent / "meta.json"
+    if not f.is_file():
+        return f, {}
+    try:
+        meta = json.loads(f.read_text())
+    except ValueError as e:
+        raise TraceError(f"{f}: not JSON ({e}); fix or remove it, or pass every setting as a flag") from None
+    if not isinstance(meta, dict):
+        return f, {}
+    out = {k: v for k, v in meta.items() if not isinstance(v, dict)}
+    for section in META_SECTIONS:
+        if isinstance(meta.get(section), dict):
+            out.update(meta[section])
+    return f, out
+
+
+def meta_value(name: str, meta: dict[str, Any]) -> tuple[Any, str] | None:
+    """The run's value of a setting and the key it was under, or None when the run did not record it."""
+    for key in SETTINGS[name][0]:
+        if meta.get(key) is not None:
+            v = meta[key]
+            if name in BOOLEAN:
+                return bool(v), key
+            return (float(v) if name == "gpu_memory_utilization" else int(v)), key
+    return None
+
+
+def flag_value(name: str, args: argparse.Namespace) -> Any:
+    """The flag's value (None when not given); ``--policy`` stands for chunked prefill on or off."""
+    v = getattr(args, SETTINGS[name][1], None)
+    if name == "chunked_prefill" and v is not None:
+        return v == "chunked"
+    return v
+
+
+def resolve(args: argparse.Namespace, meta: dict[str, Any]) -> tuple[dict[str, Setting], list[str]]:
+    """Every setting with where it came from, and a warning per flag that contradicts the run's meta.json."""
+    out: dict[str, Setting] = {}
+    warnings: list[str] = []
+    for name, (_, attr, default) in SETTINGS.items():
+        flag, recorded = flag_value(name, args), meta_value(name, meta)
+        flag_name = "--" + attr.replace("_", "-")
+        if flag is not None:
+            out[name] = Setting(flag, f"flag {flag_name}")
+            if recorded is not None and recorded[0] != flag:
+                warnings.append(f"{flag_name} {getattr(args, attr)} contradicts meta.json {recorded[1]}="
+                                f"{recorded[0]}; replaying with the flag")
+        elif recorded is not None:
+            out[name] = Setting(recorded[0], f"meta.json {recorded[1]}")
+        else:
+            out[name] = Setting(default, "default")
+    return out, warnings
+
+
+def describe_settings(settings: dict[str, Setting]) -> list[str]:
+    """One line per setting: ``tp = 2 (meta.json tensor_parallel_size)``; ep is derived (vLLM: tp x dp)."""
+    lines = [f"{k} = {'the longest request + 16' if s.value is None else s.value} ({s.source})"
+             for k, s in settings.items()]
+    lines.append(f"ep = {expert_parallel_degree(settings)} (tp x dp when expert_parallel, else 1)")
+    return lines
+
+
+def expert_parallel_degree(settings: dict[str, Setting]) -> int:
+    """vLLM's EP group: every GPU of every data-parallel engine when expert parallelism is on."""
+    if not settings["expert_parallel"].value:
+        return 1
+    return int(settings["tp"].value) * int(settings["dp"].value)
+
+
+def profile_parts(description: dict[str, Any]) -> str:
+    """Where each part of a profile's step time comes from (measured / fitted / estimated / roofline ...)."""
+    parts = description.get("parts") or {}
+    if not parts:
+        return f"all parts {description.get('kind', 'unknown')}"
+    return ", ".join(f"{part}={status}" for part, status in parts.items())
+
+
+class VllmDataParallelBalancer(Router):
+    """vLLM's balancer between data-parallel engines (``DPLBAsyncMPClient``): the engine with the lowest
+    ``4 x waiting + running``, scanning from a rotating start so that ties spread. vLLM reads the counts from a
+    coordinator every 100 ms and counts its own sends in between; the simulator's live counts are that limit."""
+
+    name = "vllm_data_parallel"
+
+    def __init__(self, seed: int = 0, **kwargs: Any) -> None:
+        super().__init__(seed, **kwargs)
+        self.start = 0
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self.start = 0
+
+    def route(self, req, view) -> int:
+        waiting, running = view.num_waiting(), view.num_running()
+        candidates = set(view.candidates(req))
+        n = view.num_instances
+        best, best_score = -1, None
+        for k in range(n):
+            i = (self.start + k) % n
+            score = 4 * waiting[i] + running[i]
+            if i in candidates and (best_score is None or score < best_score):
+                best, best_score = i, score
+        self.start = (self.start + 1) % n
+        return best if best >= 0 else min(candidates)

@@ -1,0 +1,52 @@
+"""Tensor / expert parallelism costs and the hardware table's interconnect columns."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmsim.errors import ConfigError
+from llmsim.perf.hardware import GPUS, INTERCONNECTS, get_gpu
+from llmsim.perf.models import get_model
+from llmsim.perf.parallel import allreduce_s, alltoall_s, check_degrees, weight_bytes_per_gpu
+
+
+def test_every_gpu_cites_its_interconnect():
+    for g in GPUS.values():
+        assert g.interconnect in INTERCONNECTS, g.name
+        assert g.interconnect_bw > 0 and g.interconnect_latency_s > 0
+    assert get_gpu("rtx-pro-6000").interconnect == "pcie5"  # no NVLink on the RTX PRO 6000
+    assert get_gpu("h100").interconnect == "nvlink4"
+
+
+def test_ring_allreduce():
+    g = get_gpu("rtx-pro-6000")
+    assert allreduce_s(1e6, 1, g) == 0.0
+    assert allreduce_s(1e6, 2, g) == pytest.approx(2 * 0.5 * 1e6 / 64e9 + 10e-6)
+    assert allreduce_s(1e6, 4, g) == pytest.approx(2 * 0.75 * 1e6 / 64e9 + 10e-6)
+    assert allreduce_s(1e8, 2, get_gpu("h100")) < allreduce_s(1e8, 2, get_gpu("h100-pcie"))  # NVLink beats PCIe
+
+
+def test_alltoall_dispatch_and_combine():
+    g = get_gpu("rtx-pro-6000")
+    assert alltoall_s(1e6, 1, g) == 0.0
+    assert alltoall_s(1e6, 2, g) == pytest.approx(2 * (0.5 * 1e6 / 64e9 + 10e-6))
+    assert alltoall_s(1e6, 8, g) > alltoall_s(1e6, 2, g)
+
+
+def test_impossible_splits_are_refused():
+    dense, moe = get_model("qwen3-32b"), get_model("mixtral-8x7b")
+    check_degrees(moe, 2, 2)
+    for model, tp, ep, dp, what in ((dense, 1, 2, 1, "is dense"), (moe, 1, 16, 1, "8 experts"),
+                                    (moe, 2, 3, 1, "multiple of tp"), (dense, 3, 1, 1, "do not split"),
+                                    (dense, 1, 1, 0, "data-parallel")):
+        with pytest.raises(ConfigError, match=what):
+            check_degrees(model, tp, ep, dp)
+
+
+def test_expert_parallelism_spreads_the_expert_weights():
+    m = get_model("qwen3-30b-a3b")
+    assert weight_bytes_per_gpu(m, 1) == m.weight_bytes
+    assert weight_bytes_per_gpu(m, 2) == m.weight_bytes / 2  # TP shards everything
+    experts = m.routed_expert_params_total * 2
+    assert weight_bytes_per_gpu(m, 1, 2) == pytest.approx(m.weight_bytes - experts / 2)
+    assert weight_bytes_per_gpu(get_model("llama-2-7b"), 2, 1) == get_model("llama-2-7b").weight_bytes / 2

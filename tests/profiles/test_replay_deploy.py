@@ -1,0 +1,122 @@
+"""The replay's deployment: TP / DP / EP and the engine settings from meta.json or flags, printed with their
+source; a flag contradicting meta.json warns; the profile's parts are labelled truthfully; vLLM's DP balancer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from llmsim.profiles.cli import main
+from llmsim.profiles.replay import Recorded, simulate_run
+from llmsim.profiles.replay_deploy import VllmDataParallelBalancer, read_meta, resolve
+
+TINY_MOE = str(Path(__file__).resolve().parents[1] / "perf" / "configs" / "tiny-qwen3-moe.json")
+
+
+def write_run(folder, meta: dict | None, n: int = 40) -> str:
+    rng = np.random.default_rng(0)
+    t = 0.0
+    lines = []
+    for _ in range(n):
+        t += float(rng.exponential(0.5))
+        p, o = int(rng.integers(50, 400)), int(rng.integers(10, 100))
+        lines.append(json.dumps({"input_toks": p, "output_toks": o, "queued_ts": t, "arrival_time": t,
+                                 "first_token_ts": t + 0.05, "last_token_ts": t + 0.05 + 0.02 * o}))
+    (folder / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    if meta is not None:
+        (folder / "meta.json").write_text(json.dumps(meta))
+    return str(folder / "requests.jsonl")
+
+
+META = {"engine_kwargs": {"tensor_parallel_size": 2, "data_parallel_size": 2, "enable_expert_parallel": True,
+                          "enable_prefix_caching": False, "block_size": 32, "max_num_seqs": 64,
+                          "enable_chunked_prefill": True, "gpu_memory_utilization": 0.85}}
+
+
+def test_settings_come_from_meta_and_flags_override_with_a_warning(tmp_path):
+    _, meta = read_meta(write_run(tmp_path, META))
+    args = SimpleNamespace(tp=1, dp=None, enable_expert_parallel=None, policy=None, enable_prefix_caching=None,
+                           block_size=None, max_num_seqs=None, max_num_batched_tokens=None,
+                           gpu_memory_utilization=None, max_model_len=None)
+    settings, warnings = resolve(args, meta)
+    assert settings["tp"].value == 1 and settings["tp"].source == "flag --tp"
+    assert (settings["dp"].value, settings["dp"].source) == (2, "meta.json data_parallel_size")
+    assert settings["prefix_caching"].value is False and settings["block_size"].value == 32
+    assert settings["max_num_batched_tokens"].source == "default"
+    assert warnings == ["--tp 1 contradicts meta.json tensor_parallel_size=2; replaying with the flag"]
+
+
+def test_meta_at_the_top_level_or_under_engine_args(tmp_path):
+    _, meta = read_meta(write_run(tmp_path, {"engine_args": {"tensor_parallel_size": 4}, "block_size": 8}))
+    assert meta["tensor_parallel_size"] == 4 and meta["block_size"] == 8
+
+
+def test_the_replay_prints_each_setting_its_source_and_the_roofline_parts(tmp_path, capsys):
+    req = write_run(tmp_path, META)
+    status = main(["replay", "--requests", req, "--model", TINY_MOE, "--gpu", "l40s", "--tp", "1",
+                   "--profile-kind", "roofline"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "setting dp = 2 (meta.json data_parallel_size)" in out
+    assert "setting tp = 1 (flag --tp)" in out
+    assert "setting ep = 2" in out  # tp x dp with expert parallelism
+    assert "warning: --tp 1 contradicts meta.json tensor_parallel_size=2" in out
+    assert "dense=roofline" in out and "estimated parts: none" not in out
+
+
+def test_an_unknown_model_lists_the_three_forms(tmp_path, capsys):
+    req = write_run(tmp_path, None)
+    assert main(["replay", "--requests", req, "--model", "qwen3-33b", "--gpu", "l40s"]) == 2
+    err = capsys.readouterr().err
+    assert "registered name" in err and "Hugging Face id" in err and "config.json" in err
+
+
+def test_data_parallel_replays_on_dp_engines(tmp_path):
+    rec = Recorded(np.zeros(8), np.full(8, 100), np.full(8, 20), None, None)
+    one, _, tl1 = simulate_run(rec, "llama-3.1-8b", "h100", profile_kind="roofline")
+    two, _, tl2 = simulate_run(rec, "llama-3.1-8b", "h100", profile_kind="roofline", dp=2)
+    assert tl1.instance.nunique() == 1 and tl2.instance.nunique() == 2
+    assert two["mean_e2el_ms"] < one["mean_e2el_ms"]  # half the batch per engine
+
+
+class FakeView:
+    num_instances = 3
+
+    def __init__(self, waiting, running):
+        self.w, self.r = waiting, running
+
+    def num_waiting(self):
+        return self.w
+
+    def num_running(self):
+        return self.r
+
+    def candidates(self, req):
+        return [0, 1, 2]
+
+
+def test_vllm_balancer_scores_four_times_waiting_plus_running():
+    b = VllmDataParallelBalancer()
+    assert b.route(None, FakeView([1, 0, 0], [0, 5, 3])) == 2  # scores 4, 5, 3
+    assert b.route(None, FakeView([0, 1, 0], [4, 0, 4])) == 1  # 4, 4, 4: rotating start picks 1 on the 2nd call
+    assert b.route(None, FakeView([0, 0, 0], [0, 0, 0])) == 2
+
+
+@pytest.mark.parametrize("flag", ["--dp", "--tp"])
+def test_bad_degrees_exit_2(tmp_path, capsys, flag):
+    req = write_run(tmp_path, None)
+    assert main(["replay", "--requests", req, "--model", "llama-3.1-8b", "--gpu", "h100", flag, "0"]) == 2
+    assert "must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_json_output_stays_json_and_the_settings_go_to_stderr(tmp_path, capsys):
+    req = write_run(tmp_path, {"engine_kwargs": {"max_num_seqs": 32}})
+    assert main(["replay", "--requests", req, "--model", "llama-3.1-8b", "--gpu", "h100", "--json",
+                 "--profile-kind", "roofline"]) == 0
+    out, err = capsys.readouterr()
+    assert all(json.loads(line)["metric"] for line in out.splitlines())
+    assert "setting max_num_seqs = 32 (meta.json max_num_seqs)" in err and "setting tp = 1 (default)" in err
