@@ -34,6 +34,7 @@ class RunOwner(Protocol):
 
     block_size: int
     kv: KVCache
+    cohort: Any  # llmsim.engine.cohort.DecodeCohort, or None: who keeps the requests' counts
     recorder: Any  # llmsim.metrics.recorder.Recorder: the run adds its inter-token latencies (itl, itl_hist)
     busy_time: float
     iterations: int
@@ -107,6 +108,24 @@ def stable_decode_batch(running: list[Request], kv: KVCache, bs: int, fast: bool
     return True
 
 
+def run_for(owner: str, profile: Profile, sched: Scheduled, now: float, free: int, factor: float) -> DecodeRun:
+    """The run of the stable decode batch ``sched`` filled by ``Instance.decode_all``, starting at ``now`` with
+    ``free`` KV blocks left and the co-location slowdown ``factor``."""
+    batch = sched.batch
+    n = len(batch)
+    ctx = sched.decode_ctx
+    dt = profile.step_time(n, n, 0, 0, n, ctx)
+    if factor != 1.0:
+        dt *= factor
+    end = now + dt
+    if not now < end < NEVER:
+        raise bad_step(owner, now, dt, f"a decode batch of {n} request(s), context {ctx}")
+    run = DecodeRun(owner, now, list(batch), end, ctx, free, sched.res, sched.k_min, factor, decode_step_fn(profile, n))
+    if sched.first_gaps is not None:
+        run.first_gaps = sched.first_gaps  # (from a decode cohort: llmsim.engine.cohort)
+    return run
+
+
 def residues(reqs: list[Request], block_size: int) -> tuple[list[int], int]:
     """Requests per (computed % block_size), and the iterations until the first of them finishes."""
     res = [0] * block_size
@@ -153,7 +172,7 @@ class DecodeRun:
     """A planned run of identical decode iterations over the same requests."""
 
     __slots__ = ("owner", "start", "reqs", "n", "bounds", "applied", "end", "k_final", "ctx1", "free", "res",
-                 "stop_t", "stop_strict", "planned", "factor", "step", "blocks0")
+                 "stop_t", "stop_strict", "planned", "factor", "step", "blocks0", "first_gaps")
 
     def __init__(
         self, owner: str, start: float, reqs: list[Request], b1: float, ctx1: int, free: int, res: list[int],
@@ -176,6 +195,9 @@ class DecodeRun:
         self.factor = factor  # co-location slowdown, fixed for the run (a change of it ends the run)
         self.step = step  # decode step time as a function of the context sum (fixed batch size)
         self.blocks0: tuple[int, int] | None = None  # the last (j, used_blocks(j))
+        # (last-token time, requests) groups of the first iteration's gaps: given by the cohort, else read from the
+        # requests when the run is first applied (llmsim.engine.fastpath.last_token_runs)
+        self.first_gaps: list[tuple[float, int]] = []
 
     def plan(self, block_size: int) -> None:
         """Extend the planned boundaries by up to ``planned`` iterations, doubling the next chunk."""
@@ -239,6 +261,11 @@ class DecodeRun:
         """The boundary the pending event must move to after a stop request (``end`` if it need not move)."""
         return max(self.applied + 1, min(self.stop_index(), self.end))
 
+    def step_time(self, j: int) -> float:
+        """Duration of iteration ``j + 1`` (in progress once ``j`` are complete); 0.0 past the planned ones."""
+        b = self.bounds
+        return b[j] - (b[j - 1] if j else self.start) if j < len(b) else 0.0
+
     def seen(self, now: float, phase: int) -> int:
         """Iterations an observer at (now, phase) has seen completed (never the event's own boundary)."""
         j = self.applied
@@ -280,21 +307,37 @@ class DecodeRun:
     def materialise(self, inst: RunOwner, j: int) -> list[Request]:
         """Apply iterations ``applied+1 .. j`` to the requests, ``inst``'s KV cache and statistics.
 
-        Returns the requests that finished (possible only at the run's last iteration).
+        Returns the requests that finished (possible only at the run's last iteration). With a decode cohort
+        (``inst.cohort``, llmsim.engine.cohort) the requests' own counts are left to the cohort: it advances its
+        clock and settles only the requests that finished.
         """
         j0 = self.applied
-        done: list[Request] = []
         if j <= j0:
-            return done
-        bounds, reqs, n = self.bounds, self.reqs, self.n
+            return []
         d = j - j0
-        last = bounds[j - 1]
-        bs = inst.block_size
         extra = 1 if j < self.end else 0  # mid-run, iteration j+1 has already been given its blocks
+        cohort = inst.cohort
+        if cohort is None:
+            done = self._apply_to_requests(inst, d, self.bounds[j - 1], extra)
+        else:
+            # during a run only its requests hold GPU blocks: the same count, from the residues
+            inst.kv.settle(self.used_blocks(j if extra else j - 1, inst.block_size))
+            cohort.advance(d, self.bounds[j - 1], extra)
+            done = cohort.finished() if j == self.end else []
+            if len(done) > 1:
+                done.sort(key=self.reqs.index)  # in the run's order, as the per-request pass finds them
+        self._account(inst, j0, j)
+        self.applied = j
+        return done
+
+    def _apply_to_requests(self, inst: RunOwner, d: int, last: float, extra: int) -> list[Request]:
+        """Write ``d`` more iterations into every request of the run (no cohort) and settle the KV cache."""
+        if self.applied == 0:
+            self.first_gaps = last_token_runs(self.reqs)
+        bs = inst.block_size
         used = 0
-        # on the first iteration, each request's first gap (stalls included) runs from its own last token
-        first_gaps = last_token_runs(reqs) if j0 == 0 else None
-        for r in reqs:
+        done = []
+        for r in self.reqs:
             c = r.computed + d
             r.computed = c
             g = r.generated + d
@@ -307,10 +350,16 @@ class DecodeRun:
                 done.append(r)
         # during a run only its requests hold GPU blocks, so the free count follows from theirs
         inst.kv.settle(used)
+        return done
+
+    def _account(self, inst: RunOwner, j0: int, j: int) -> None:
+        """Iterations ``j0+1 .. j`` in the engine's statistics and the inter-token latency histogram."""
+        bounds, n = self.bounds, self.n
         itl = inst.recorder.itl
-        if first_gaps is not None:
+        if j0 == 0:
+            # on the first iteration, each request's first gap (stalls included) runs from its own last token
             b1 = bounds[0]
-            for t, cnt in first_gaps:
+            for t, cnt in self.first_gaps:
                 itl(b1 - t, cnt)
             inst.busy_time += b1 - self.start
             start = 1
@@ -330,7 +379,5 @@ class DecodeRun:
         if j > start:
             rec.itl_count += (j - start) * n
         inst.busy_time = busy
-        inst.iterations += d
-        inst.tokens_out += d * n
-        self.applied = j
-        return done
+        inst.iterations += j - j0
+        inst.tokens_out += (j - j0) * n
