@@ -15,7 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from math import log as _log
-from operator import attrgetter
+from operator import attrgetter, mul
 from typing import TYPE_CHECKING, Any, Protocol
 
 from llmsim.errors import LLMSimError
@@ -108,19 +108,24 @@ def stable_decode_batch(running: list[Request], kv: KVCache, bs: int, fast: bool
     return True
 
 
-def run_for(owner: str, profile: Profile, sched: Scheduled, now: float, free: int, factor: float) -> DecodeRun:
+def run_for(owner: str, profile: Profile, sched: Scheduled, now: float, free: int, factor: float,
+            step_fns: dict[int, Callable[[int], float]]) -> DecodeRun:
     """The run of the stable decode batch ``sched`` filled by ``Instance.decode_all``, starting at ``now`` with
-    ``free`` KV blocks left and the co-location slowdown ``factor``."""
+    ``free`` KV blocks left and the co-location slowdown ``factor``; ``step_fns`` keeps ``decode_step_fn`` per batch
+    size for ``profile``."""
     batch = sched.batch
     n = len(batch)
     ctx = sched.decode_ctx
-    dt = profile.step_time(n, n, 0, 0, n, ctx)
+    step = step_fns.get(n)
+    if step is None:
+        step = step_fns[n] = decode_step_fn(profile, n)
+    dt = step(ctx)  # (bit-identical to profile.step_time(n, n, 0, 0, n, ctx))
     if factor != 1.0:
         dt *= factor
     end = now + dt
     if not now < end < NEVER:
         raise bad_step(owner, now, dt, f"a decode batch of {n} request(s), context {ctx}")
-    run = DecodeRun(owner, now, list(batch), end, ctx, free, sched.res, sched.k_min, factor, decode_step_fn(profile, n))
+    run = DecodeRun(owner, now, list(batch), end, ctx, free, sched.res, sched.k_min, factor, step)
     if sched.first_gaps is not None:
         run.first_gaps = sched.first_gaps  # (from a decode cohort: llmsim.engine.cohort)
     return run
@@ -172,7 +177,7 @@ class DecodeRun:
     """A planned run of identical decode iterations over the same requests."""
 
     __slots__ = ("owner", "start", "reqs", "n", "bounds", "applied", "end", "k_final", "ctx1", "free", "res",
-                 "stop_t", "stop_strict", "planned", "factor", "step", "blocks0", "first_gaps")
+                 "stop_t", "stop_strict", "planned", "factor", "step", "full0", "first_gaps")
 
     def __init__(
         self, owner: str, start: float, reqs: list[Request], b1: float, ctx1: int, free: int, res: list[int],
@@ -194,7 +199,7 @@ class DecodeRun:
         self.planned = FIRST_CHUNK
         self.factor = factor  # co-location slowdown, fixed for the run (a change of it ends the run)
         self.step = step  # decode step time as a function of the context sum (fixed batch size)
-        self.blocks0: tuple[int, int] | None = None  # the last (j, used_blocks(j))
+        self.full0: int | None = None  # the requests' full blocks at the start (used_blocks)
         # (last-token time, requests) groups of the first iteration's gaps: given by the cohort, else read from the
         # requests when the run is first applied (llmsim.engine.fastpath.last_token_runs)
         self.first_gaps: list[tuple[float, int]] = []
@@ -281,27 +286,18 @@ class DecodeRun:
         """GPU blocks the run's requests hold once iterations up to ``j < end`` are materialised: what
         :meth:`materialise` settles the KV cache at, from the residues instead of a pass over the requests.
 
-        A request with c computed tokens at the run's start holds ceil((c + j + 1) / block_size) blocks mid-run
-        (iteration j + 1 already has its blocks): one more than at j - 1 exactly when c % block_size ==
-        -j % block_size. So from the last answer (j0, u0), u(j) = u0 + res[-j0-1 % bs] + ... + res[-j % bs];
-        from scratch, with c = block_size * q + m, u(j) = sum(q) + sum_m res[m] * ((m + j + block_size) //
-        block_size). Exact integers either way."""
-        b0 = self.blocks0
+        A request with c = block_size * q + m computed tokens at the run's start holds ceil((c + j + 1) / block_size)
+        = q + 1 + (m + j) // block_size blocks mid-run (iteration j + 1 already has its blocks), and (m + j) //
+        block_size is j // block_size, plus one exactly when m >= block_size - j % block_size. So u(j) = sum(q) +
+        n * (1 + j // block_size) + (requests with such residues): O(1) but a slice sum, exact integers."""
+        full = self.full0
         res = self.res
-        if b0 is not None and b0[0] <= j <= b0[0] + 4:
-            used = b0[1]
-            for i in range(b0[0] + 1, j + 1):
-                used += res[-i % block_size]
-        else:
-            q = self.ctx1 - self.n  # computed tokens of the requests at the start (ctx1 counts the new token)
-            used = 0
-            top = j + block_size
-            for m, c in enumerate(res):
-                if c:
-                    q -= m * c
-                    used += c * ((m + top) // block_size)
-            used += q // block_size
-        self.blocks0 = (j, used)
+        if full is None:  # sum(q): the computed tokens at the start (ctx1 counts the new token) less sum(m)
+            full = self.full0 = (self.ctx1 - self.n - sum(map(mul, range(block_size), res))) // block_size
+        jq, jr = divmod(j, block_size)
+        used = full + self.n * (1 + jq)
+        if jr:
+            used += sum(res[block_size - jr:])
         return used
 
     def materialise(self, inst: RunOwner, j: int) -> list[Request]:
@@ -355,21 +351,22 @@ class DecodeRun:
     def _account(self, inst: RunOwner, j0: int, j: int) -> None:
         """Iterations ``j0+1 .. j`` in the engine's statistics and the inter-token latency histogram."""
         bounds, n = self.bounds, self.n
-        itl = inst.recorder.itl
+        # each gap goes to the ITL histogram with its weight (Recorder.itl, inlined on this hot path)
+        rec = inst.recorder
+        hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN
         if j0 == 0:
             # on the first iteration, each request's first gap (stalls included) runs from its own last token
             b1 = bounds[0]
             for t, cnt in self.first_gaps:
-                itl(b1 - t, cnt)
+                delta = b1 - t
+                hist[int(_log(delta) * inv) + off if delta > lo else 0] += cnt
+                rec.itl_count += cnt
             inst.busy_time += b1 - self.start
             start = 1
         else:
             start = j0
         prev = bounds[start - 1]
         busy = inst.busy_time
-        # each iteration's gap goes to the ITL histogram with weight n (Recorder.itl, inlined on this hot path)
-        rec = inst.recorder
-        hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN
         for i in range(start, j):
             b = bounds[i]
             delta = b - prev

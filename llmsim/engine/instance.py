@@ -122,6 +122,7 @@ class Instance:
 
     def _size_for(self, profile: Profile) -> None:
         self.profile = profile
+        self.step_fns: dict[int, Callable[[int], float]] = {}  # decode step time per batch size (fastpath.run_for)
         self.kv = build_kv_cache(self.name, profile, self.config)
         self.kv_total = self.kv.total
         self.watermark_blocks = self.kv.watermark
@@ -408,7 +409,7 @@ class Instance:
                 self.settle_running()
                 stepped_decode(sched.batch, self.block_size)
         elif sched.res is not None and self.fast:  # a stable decode batch: the fast path plans it as one run
-            self._start_run(run_for(self.name, self.profile, sched, now, self.kv.free, factor))
+            self._start_run(run_for(self.name, self.profile, sched, now, self.kv.free, factor, self.step_fns))
             return
         self._start_stepped(sched, now, factor, xfer)
 
