@@ -7,7 +7,8 @@ then samples its next token.
 
 The parts live apart: the batch policy (``llmsim.engine.scheduling``) picks each iteration's batch, the KV cache
 (``llmsim.engine.kv``) owns the block accounting, and a stable decode-only batch runs on the fast path
-(``llmsim.engine.fastpath``), planned as one run of iterations with one event at its end. The engine's features
+(``llmsim.engine.fastpath``), planned as one run of iterations with one event at its end; its requests' counts are
+kept lazily by a decode cohort (``llmsim.engine.cohort``) under a policy that allows it. The engine's features
 are components it calls at fixed points of its loop (``llmsim.engine.components`` documents the contract):
 engine operations (``ops``), progress guards (``guard``), a multi-model catalog (``host``), the P/D hand-off
 (``handoff``) and a GPU shared with other instances (``gpu_share``).
@@ -394,7 +395,7 @@ class Instance:
             self.batch = []  # a blocking prefill engine waits for its KV copies (llmsim.engine.handoff)
             return
         changes = self.room_freed
-        sched = self.policy.schedule(self, now)
+        sched = self._policy.schedule(self, now)
         if not sched.batch:
             sched = self.guard.after_empty(now, changes)
             if sched is None:
