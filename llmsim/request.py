@@ -61,6 +61,8 @@ class Request:
         "blocks",
         "admit_seq",
         "last_token_time",
+        "lazy_mark",
+        "lazy_id",
         "swapped",
         "n_new",
         "truncated",
@@ -119,6 +121,8 @@ class Request:
         self.blocks = 0
         self.admit_seq = 0
         self.last_token_time = NOT_SET
+        self.lazy_mark: int | None = None  # a member of an engine's decode cohort: counts exact as of this clock
+        self.lazy_id = 0  # that membership's id (llmsim.engine.cohort)
         self.swapped = False
         self.n_new = 0
         self.truncated = False

@@ -193,6 +193,7 @@ class Cluster:
             if inst.busy:
                 raise LLMSimError(f"simulation ended with instance {inst.idx} ({inst.name or inst.profile.name}) busy "
                                   f"but no event pending at t={now} s; this is a bug in its batch policy or engine")
+            inst.settle_running()
             for q in (inst.running, inst.waiting, inst.swapped):
                 for r in q:  # a batch policy that idles with requests on purpose: they can never finish
                     self.recorder.drop(r, "stalled_in_engine", now)
@@ -221,8 +222,8 @@ class Cluster:
         now = env.now
         phase = env.phase
         for inst in self.instances:
-            if inst.decode_run is not None:
-                inst.sync(now, phase)
+            if inst.decode_run is not None or inst.cohort is not None:
+                inst.sync(now, phase)  # (a decode cohort's requests may lag without a run: llmsim.engine.cohort)
 
     # ------------------------------------------------------------------ arrivals and routing
     def _schedule_next_arrival(self) -> None:

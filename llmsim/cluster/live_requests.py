@@ -101,6 +101,7 @@ class LiveRequests(InstanceRequests):
                     "changed (the simulation moved on); read them while the state is current, or keep a copy "
                     "(ClusterState.to_dict)")
             self._changes = inst.changes
+        inst.settle_running()  # (a decode cohort writes its requests' counts lazily: llmsim.engine.cohort)
         return key[0] - inst.iterations
 
     def _rows(self) -> tuple[Any, Any, Any]:

@@ -205,6 +205,7 @@ class ClusterView:
                 continue  # e.g. an event that changed nothing here
             self._p_keys[k] = key
             terms = queued_progress_terms(inst, self._queued[k])
+            inst.settle_running()  # (a decode cohort writes its requests' counts lazily: llmsim.engine.cohort)
             p = sum_progress(inst.running, shift=shift)
             for t in terms:
                 p += t

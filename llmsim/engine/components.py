@@ -61,6 +61,7 @@ class ComponentEngine(Protocol):
     queued: QueueTotals
     busy: bool
     decode_run: Any
+    cohort: Any  # llmsim.engine.cohort.DecodeCohort or None: running requests leave it when they leave ``running``
     batch: list[Request]
     changes: int
     room_freed: int
@@ -75,6 +76,8 @@ class ComponentEngine(Protocol):
     def can_ever_serve(self, r: Request) -> str: ...
 
     def sync(self, now: float, phase: int) -> None: ...
+
+    def settle_running(self) -> None: ...
 
     def accept(self, r: Request, now: float, phase: int) -> None: ...
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from math import log as _log
-from operator import attrgetter
+from operator import attrgetter, mul
 from typing import TYPE_CHECKING, Any, Protocol
 
 from llmsim.errors import LLMSimError
@@ -34,6 +34,7 @@ class RunOwner(Protocol):
 
     block_size: int
     kv: KVCache
+    cohort: Any  # llmsim.engine.cohort.DecodeCohort, or None: who keeps the requests' counts
     recorder: Any  # llmsim.metrics.recorder.Recorder: the run adds its inter-token latencies (itl, itl_hist)
     busy_time: float
     iterations: int
@@ -107,6 +108,29 @@ def stable_decode_batch(running: list[Request], kv: KVCache, bs: int, fast: bool
     return True
 
 
+def run_for(owner: str, profile: Profile, sched: Scheduled, now: float, free: int, factor: float,
+            step_fns: dict[int, Callable[[int], float]]) -> DecodeRun:
+    """The run of the stable decode batch ``sched`` filled by ``Instance.decode_all``, starting at ``now`` with
+    ``free`` KV blocks left and the co-location slowdown ``factor``; ``step_fns`` keeps ``decode_step_fn`` per batch
+    size for ``profile``."""
+    batch = sched.batch
+    n = len(batch)
+    ctx = sched.decode_ctx
+    step = step_fns.get(n)
+    if step is None:
+        step = step_fns[n] = decode_step_fn(profile, n)
+    dt = step(ctx)  # (bit-identical to profile.step_time(n, n, 0, 0, n, ctx))
+    if factor != 1.0:
+        dt *= factor
+    end = now + dt
+    if not now < end < NEVER:
+        raise bad_step(owner, now, dt, f"a decode batch of {n} request(s), context {ctx}")
+    run = DecodeRun(owner, now, list(batch), end, ctx, free, sched.res, sched.k_min, factor, step)
+    if sched.first_gaps is not None:
+        run.first_gaps = sched.first_gaps  # (from a decode cohort: llmsim.engine.cohort)
+    return run
+
+
 def residues(reqs: list[Request], block_size: int) -> tuple[list[int], int]:
     """Requests per (computed % block_size), and the iterations until the first of them finishes."""
     res = [0] * block_size
@@ -153,7 +177,7 @@ class DecodeRun:
     """A planned run of identical decode iterations over the same requests."""
 
     __slots__ = ("owner", "start", "reqs", "n", "bounds", "applied", "end", "k_final", "ctx1", "free", "res",
-                 "stop_t", "stop_strict", "planned", "factor", "step", "blocks0")
+                 "stop_t", "stop_strict", "planned", "factor", "step", "full0", "first_gaps")
 
     def __init__(
         self, owner: str, start: float, reqs: list[Request], b1: float, ctx1: int, free: int, res: list[int],
@@ -175,7 +199,10 @@ class DecodeRun:
         self.planned = FIRST_CHUNK
         self.factor = factor  # co-location slowdown, fixed for the run (a change of it ends the run)
         self.step = step  # decode step time as a function of the context sum (fixed batch size)
-        self.blocks0: tuple[int, int] | None = None  # the last (j, used_blocks(j))
+        self.full0: int | None = None  # the requests' full blocks at the start (used_blocks)
+        # (last-token time, requests) groups of the first iteration's gaps: given by the cohort, else read from the
+        # requests when the run is first applied (llmsim.engine.fastpath.last_token_runs)
+        self.first_gaps: list[tuple[float, int]] = []
 
     def plan(self, block_size: int) -> None:
         """Extend the planned boundaries by up to ``planned`` iterations, doubling the next chunk."""
@@ -239,6 +266,11 @@ class DecodeRun:
         """The boundary the pending event must move to after a stop request (``end`` if it need not move)."""
         return max(self.applied + 1, min(self.stop_index(), self.end))
 
+    def step_time(self, j: int) -> float:
+        """Duration of iteration ``j + 1`` (in progress once ``j`` are complete); 0.0 past the planned ones."""
+        b = self.bounds
+        return b[j] - (b[j - 1] if j else self.start) if j < len(b) else 0.0
+
     def seen(self, now: float, phase: int) -> int:
         """Iterations an observer at (now, phase) has seen completed (never the event's own boundary)."""
         j = self.applied
@@ -254,47 +286,54 @@ class DecodeRun:
         """GPU blocks the run's requests hold once iterations up to ``j < end`` are materialised: what
         :meth:`materialise` settles the KV cache at, from the residues instead of a pass over the requests.
 
-        A request with c computed tokens at the run's start holds ceil((c + j + 1) / block_size) blocks mid-run
-        (iteration j + 1 already has its blocks): one more than at j - 1 exactly when c % block_size ==
-        -j % block_size. So from the last answer (j0, u0), u(j) = u0 + res[-j0-1 % bs] + ... + res[-j % bs];
-        from scratch, with c = block_size * q + m, u(j) = sum(q) + sum_m res[m] * ((m + j + block_size) //
-        block_size). Exact integers either way."""
-        b0 = self.blocks0
+        A request with c = block_size * q + m computed tokens at the run's start holds ceil((c + j + 1) / block_size)
+        = q + 1 + (m + j) // block_size blocks mid-run (iteration j + 1 already has its blocks), and (m + j) //
+        block_size is j // block_size, plus one exactly when m >= block_size - j % block_size. So u(j) = sum(q) +
+        n * (1 + j // block_size) + (requests with such residues): O(1) but a slice sum, exact integers."""
+        full = self.full0
         res = self.res
-        if b0 is not None and b0[0] <= j <= b0[0] + 4:
-            used = b0[1]
-            for i in range(b0[0] + 1, j + 1):
-                used += res[-i % block_size]
-        else:
-            q = self.ctx1 - self.n  # computed tokens of the requests at the start (ctx1 counts the new token)
-            used = 0
-            top = j + block_size
-            for m, c in enumerate(res):
-                if c:
-                    q -= m * c
-                    used += c * ((m + top) // block_size)
-            used += q // block_size
-        self.blocks0 = (j, used)
+        if full is None:  # sum(q): the computed tokens at the start (ctx1 counts the new token) less sum(m)
+            full = self.full0 = (self.ctx1 - self.n - sum(map(mul, range(block_size), res))) // block_size
+        jq, jr = divmod(j, block_size)
+        used = full + self.n * (1 + jq)
+        if jr:
+            used += sum(res[block_size - jr:])
         return used
 
     def materialise(self, inst: RunOwner, j: int) -> list[Request]:
         """Apply iterations ``applied+1 .. j`` to the requests, ``inst``'s KV cache and statistics.
 
-        Returns the requests that finished (possible only at the run's last iteration).
+        Returns the requests that finished (possible only at the run's last iteration). With a decode cohort
+        (``inst.cohort``, llmsim.engine.cohort) the requests' own counts are left to the cohort: it advances its
+        clock and settles only the requests that finished.
         """
         j0 = self.applied
-        done: list[Request] = []
         if j <= j0:
-            return done
-        bounds, reqs, n = self.bounds, self.reqs, self.n
+            return []
         d = j - j0
-        last = bounds[j - 1]
-        bs = inst.block_size
         extra = 1 if j < self.end else 0  # mid-run, iteration j+1 has already been given its blocks
+        cohort = inst.cohort
+        if cohort is None:
+            done = self._apply_to_requests(inst, d, self.bounds[j - 1], extra)
+        else:
+            # during a run only its requests hold GPU blocks: the same count, from the residues
+            inst.kv.settle(self.used_blocks(j if extra else j - 1, inst.block_size))
+            cohort.advance(d, self.bounds[j - 1], extra)
+            done = cohort.finished() if j == self.end else []
+            if len(done) > 1:
+                done.sort(key=self.reqs.index)  # in the run's order, as the per-request pass finds them
+        self._account(inst, j0, j)
+        self.applied = j
+        return done
+
+    def _apply_to_requests(self, inst: RunOwner, d: int, last: float, extra: int) -> list[Request]:
+        """Write ``d`` more iterations into every request of the run (no cohort) and settle the KV cache."""
+        if self.applied == 0:
+            self.first_gaps = last_token_runs(self.reqs)
+        bs = inst.block_size
         used = 0
-        # on the first iteration, each request's first gap (stalls included) runs from its own last token
-        first_gaps = last_token_runs(reqs) if j0 == 0 else None
-        for r in reqs:
+        done = []
+        for r in self.reqs:
             c = r.computed + d
             r.computed = c
             g = r.generated + d
@@ -307,20 +346,27 @@ class DecodeRun:
                 done.append(r)
         # during a run only its requests hold GPU blocks, so the free count follows from theirs
         inst.kv.settle(used)
-        itl = inst.recorder.itl
-        if first_gaps is not None:
+        return done
+
+    def _account(self, inst: RunOwner, j0: int, j: int) -> None:
+        """Iterations ``j0+1 .. j`` in the engine's statistics and the inter-token latency histogram."""
+        bounds, n = self.bounds, self.n
+        # each gap goes to the ITL histogram with its weight (Recorder.itl, inlined on this hot path)
+        rec = inst.recorder
+        hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN
+        if j0 == 0:
+            # on the first iteration, each request's first gap (stalls included) runs from its own last token
             b1 = bounds[0]
-            for t, cnt in first_gaps:
-                itl(b1 - t, cnt)
+            for t, cnt in self.first_gaps:
+                delta = b1 - t
+                hist[int(_log(delta) * inv) + off if delta > lo else 0] += cnt
+                rec.itl_count += cnt
             inst.busy_time += b1 - self.start
             start = 1
         else:
             start = j0
         prev = bounds[start - 1]
         busy = inst.busy_time
-        # each iteration's gap goes to the ITL histogram with weight n (Recorder.itl, inlined on this hot path)
-        rec = inst.recorder
-        hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN
         for i in range(start, j):
             b = bounds[i]
             delta = b - prev
@@ -330,7 +376,5 @@ class DecodeRun:
         if j > start:
             rec.itl_count += (j - start) * n
         inst.busy_time = busy
-        inst.iterations += d
-        inst.tokens_out += d * n
-        self.applied = j
-        return done
+        inst.iterations += j - j0
+        inst.tokens_out += (j - j0) * n

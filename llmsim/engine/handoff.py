@@ -52,6 +52,8 @@ class HandOff:
         e = self.engine
         e.running = [r for r in e.running if id(r) not in gone]
         for r in out:
+            if e.cohort is not None:
+                e.cohort.leave(r)
             self.transfers.send(r, e, now)
 
     def start_ready(self, now: float) -> None:

@@ -7,7 +7,8 @@ then samples its next token.
 
 The parts live apart: the batch policy (``llmsim.engine.scheduling``) picks each iteration's batch, the KV cache
 (``llmsim.engine.kv``) owns the block accounting, and a stable decode-only batch runs on the fast path
-(``llmsim.engine.fastpath``), planned as one run of iterations with one event at its end. The engine's features
+(``llmsim.engine.fastpath``), planned as one run of iterations with one event at its end; its requests' counts are
+kept lazily by a decode cohort (``llmsim.engine.cohort``) under a policy that allows it. The engine's features
 are components it calls at fixed points of its loop (``llmsim.engine.components`` documents the contract):
 engine operations (``ops``), progress guards (``guard``), a multi-model catalog (``host``), the P/D hand-off
 (``handoff``) and a GPU shared with other instances (``gpu_share``).
@@ -25,19 +26,19 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from math import log as _log
 from typing import TYPE_CHECKING
 
+from llmsim.engine.cohort import DecodeCohort
 from llmsim.engine.config import EngineConfig
-from llmsim.engine.fastpath import NEVER, DecodeRun, bad_step, decode_step_fn, residues, stable_decode_batch
+from llmsim.engine.fastpath import NEVER, DecodeRun, bad_step, decode_step_fn, residues, run_for, stable_decode_batch
 from llmsim.engine.guards import ProgressGuard
 from llmsim.engine.handoff import MIXED
-from llmsim.engine.iteration import stepped_cost
+from llmsim.engine.iteration import sample_tokens, stepped_cost
 from llmsim.engine.kv import build_kv_cache
 from llmsim.engine.limits import PromptLimits
 from llmsim.engine.ops import EVICT, PARK, SWAP_OUT, EngineOps, stepped_decode
 from llmsim.engine.queues import QueueTotals
-from llmsim.engine.scheduling import BATCH_POLICIES, Scheduled
+from llmsim.engine.scheduling import BATCH_POLICIES, BatchPolicy, Scheduled
 from llmsim.event_loop import ARRIVAL, ENGINE, SimEnv
 
 if TYPE_CHECKING:
@@ -59,13 +60,13 @@ class Instance:
         self.env = env
         self.config = cfg = config.resolved(profile.model.max_position, profile.model.name)
         self.name = name or f"{idx}:{profile.name}"
-        self.policy = BATCH_POLICIES[cfg.policy]()
         self.recorder = recorder  # where every outcome is reported (and observed: Recorder.subscribe)
         self.block_size = cfg.block_size
         self.max_seqs = cfg.max_num_seqs
         self.max_batched = cfg.max_num_batched_tokens
         self.max_model_len = cfg.max_model_len
         self.fast = cfg.fast_path
+        self.policy = BATCH_POLICIES[cfg.policy]()
         self._init_statistics()
         self._size_for(profile)
         self.waiting: deque[Request] = deque()
@@ -101,6 +102,16 @@ class Instance:
         self.prefill_tokens = 0
         self.finished = 0
 
+    @property
+    def policy(self) -> BatchPolicy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: BatchPolicy) -> None:
+        """A fast-path engine whose policy allows it keeps its running requests' counts in a decode cohort."""
+        self._policy = policy
+        self.cohort = DecodeCohort(self.block_size) if self.fast and policy.lazy_running else None
+
     def install_profile(self, profile: Profile) -> None:
         """Serve another model (a model swap ended, ``llmsim.engine.model_host``): its timing, and a new KV cache
         sized for its weights. Only on a drained engine, where no request holds a block."""
@@ -112,6 +123,7 @@ class Instance:
 
     def _size_for(self, profile: Profile) -> None:
         self.profile = profile
+        self.step_fns: dict[int, Callable[[int], float]] = {}  # decode step time per batch size (fastpath.run_for)
         self.kv = build_kv_cache(self.name, profile, self.config)
         self.kv_total = self.kv.total
         self.watermark_blocks = self.kv.watermark
@@ -129,19 +141,9 @@ class Instance:
         self.accept(r, now, phase)
 
     def accept(self, r: Request, now: float, phase: int) -> None:
-        """Queue ``r`` past any gate: its target length, then the waiting queue."""
+        """Queue ``r`` past any gate: its target length (``PromptLimits.set_target``), then the waiting queue."""
         p = r.prompt_tokens
-        if p.__class__ is not int or p < 0:
-            self.limits.check_prompt(r)
-        limit = self.max_model_len - p
-        target = r.output_tokens if r.outputs_by_model is None else r.output_for(self.profile.model.name)
-        cap = r.max_tokens if r.token_cap is None else r.output_cap()  # (a router's cap for this run: token_cap)
-        if cap is not None and target > cap:
-            target = cap  # finishes by length, as vLLM does at max_tokens (not a truncation by the context)
-        if target > limit:
-            target = limit
-            r.truncated = True
-        r.target_tokens = target if target > 0 else 1
+        self.limits.set_target(r)
         r.instance = self.idx
         self.waiting.append(r)
         if r.generated or r.computed:
@@ -169,7 +171,10 @@ class Instance:
             self.queued.left(r)
             self.changes += 1
             return True
-        r.target_tokens = r.generated + 1
+        if self.cohort is None:
+            r.target_tokens = r.generated + 1
+        else:
+            self.cohort.cancel(r)
         run = self.decode_run
         if run is not None and r in run.reqs:
             self.stop_run_at(now, False)
@@ -179,11 +184,16 @@ class Instance:
     def sync(self, now: float, phase: int) -> None:
         """Bring request and KV state up to the last boundary an observer at (now, phase) has seen."""
         run = self.decode_run
-        if run is None:
-            return
-        j = run.seen(now, phase)
-        if j > run.applied:
-            run.materialise(self, j)
+        if run is not None:
+            j = run.seen(now, phase)
+            if j > run.applied:
+                run.materialise(self, j)
+        self.settle_running()
+
+    def settle_running(self) -> None:
+        """Write the running requests' true counts into them (a decode cohort keeps them lazily)."""
+        if self.cohort is not None:
+            self.cohort.settle(self.running)
 
     def seen_iterations(self, now: float, phase: int) -> int:
         """``iterations`` as ``sync(now, phase)`` would leave it (without materialising a decode run)."""
@@ -213,9 +223,7 @@ class Instance:
         as the time per output token. Observers call ``Cluster.sync_all`` first."""
         run = self.decode_run
         if run is not None:
-            j = run.applied  # iterations completed; iteration j + 1 is in progress
-            b = run.bounds
-            return b[j] - (b[j - 1] if j else run.start) if j < len(b) else 0.0
+            return run.step_time(run.applied)
         if self.batch:
             return self.iter_end - self.iter_start
         return 0.0
@@ -232,7 +240,10 @@ class Instance:
 
     def decode_all(self, out: Scheduled, check: bool = True) -> bool:
         """Schedule one decode token for every running request if all are decoding and the new blocks fit, filling
-        ``out``; False (nothing changed) otherwise (``llmsim.engine.fastpath.stable_decode_batch``)."""
+        ``out``; False (nothing changed) otherwise (``llmsim.engine.fastpath.stable_decode_batch``; with a decode
+        cohort, ``DecodeCohort.plan``)."""
+        if self.cohort is not None:
+            return self.cohort.plan(self.running, self.kv, out)
         return stable_decode_batch(self.running, self.kv, self.block_size, self.fast, out, check)
 
     def admit(self, r: Request, n_new: int, need: int, now: float, cached: int = 0) -> None:
@@ -262,10 +273,14 @@ class Instance:
         self._admitted += 1
         r.admit_seq = self._admitted
         self.running.append(r)
+        if self.cohort is not None:
+            self.cohort.join(r)
 
     def preempt_last(self) -> int:
         """Preempt the most recently admitted running request; returns blocks swapped out."""
         r = self.running.pop()
+        if self.cohort is not None:
+            self.cohort.leave(r)
         self.room_freed += 1
         self.preemptions += 1
         r.preemptions += 1
@@ -298,6 +313,8 @@ class Instance:
         moved = self.kv.swap_in(r, need)
         r.swapped = False
         self.running.append(r)
+        if self.cohort is not None:
+            self.cohort.join(r)
         return moved
 
     # ------------------------------------------------------------------ what components call
@@ -378,7 +395,7 @@ class Instance:
             self.batch = []  # a blocking prefill engine waits for its KV copies (llmsim.engine.handoff)
             return
         changes = self.room_freed
-        sched = self.policy.schedule(self, now)
+        sched = self._policy.schedule(self, now)
         if not sched.batch:
             sched = self.guard.after_empty(now, changes)
             if sched is None:
@@ -390,18 +407,10 @@ class Instance:
         if xfer:
             self.ops.transfer = 0
             if sched.res is not None and self.fast:
+                self.settle_running()
                 stepped_decode(sched.batch, self.block_size)
         elif sched.res is not None and self.fast:  # a stable decode batch: the fast path plans it as one run
-            batch = sched.batch
-            n = len(batch)
-            dt = self.profile.step_time(n, n, 0, 0, n, sched.decode_ctx)
-            if factor != 1.0:
-                dt *= factor
-            end = now + dt
-            if not now < end < NEVER:
-                raise bad_step(self.name, now, dt, f"a decode batch of {n} request(s), context {sched.decode_ctx}")
-            self._start_run(DecodeRun(self.name, now, list(batch), end, sched.decode_ctx, self.kv.free, sched.res,
-                                      sched.k_min, factor, decode_step_fn(self.profile, n)))
+            self._start_run(run_for(self.name, self.profile, sched, now, self.kv.free, factor, self.step_fns))
             return
         self._start_stepped(sched, now, factor, xfer)
 
@@ -416,6 +425,9 @@ class Instance:
 
     def _start_stepped(self, sched: Scheduled, now: float, factor: float, xfer: int) -> None:
         batch = sched.batch
+        cohort = self.cohort
+        if cohort is not None:
+            cohort.stepping(self.running, batch)  # (before the batch's counts are read)
         n_tokens, n_decode, decode_ctx, c2, cp = stepped_cost(batch, self.name, self.policy.name)
         if n_tokens == 0:
             self.guard.count_stall(batch, now)
@@ -431,8 +443,11 @@ class Instance:
                                                f"{n_decode} decodes, {sched.transfer_blocks} blocks swapped in)")
         if self.fast and sched.stable and not xfer:
             res, k_final = residues(batch, self.block_size)
-            self._start_run(DecodeRun(self.name, now, list(batch), end, decode_ctx, self.kv.free, res, k_final,
-                                      factor, decode_step_fn(self.profile, len(batch))))
+            run = DecodeRun(self.name, now, list(batch), end, decode_ctx, self.kv.free, res, k_final, factor,
+                            decode_step_fn(self.profile, len(batch)))
+            if cohort is not None:  # (a stable batch is every running request: the cohort carries the run)
+                run.first_gaps = cohort.carry(self.running)
+            self._start_run(run)
             return
         self.batch = batch
         self.iter_start = now
@@ -446,28 +461,7 @@ class Instance:
         self.batch = []
         self.iterations += 1
         self.busy_time += now - self.iter_start
-        rec = self.recorder
-        hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN  # Recorder.itl, inlined
-        done = []
-        out = gaps = 0
-        pv, pb = -1.0, 0  # the last gap and its bin: a batch's decoders mostly share their last token's time
-        for r in batch:
-            r.computed += r.n_new
-            if r.computed == r.prompt_tokens + r.generated:
-                r.generated += 1
-                out += 1
-                if r.first_token < 0:
-                    r.first_token = now
-                else:
-                    v = now - r.last_token_time
-                    if v != pv:
-                        pv, pb = v, int(_log(v) * inv) + off if v > lo else 0
-                    hist[pb] += 1
-                    gaps += 1
-                r.last_token_time = now
-                if r.generated >= r.target_tokens:
-                    done.append(r)
-        rec.itl_count += gaps
+        out, done = sample_tokens(batch, now, self.recorder)
         self.tokens_out += out
         if self.kv.prefix is not None:
             self.kv.prefix.computed(batch)  # the prompt blocks computed so far become cached
@@ -477,7 +471,11 @@ class Instance:
             self._complete(done, now)
 
     def _complete(self, finished: list[Request], now: float) -> None:
-        self.running = [r for r in self.running if r.generated < r.target_tokens]
+        cohort = self.cohort
+        if cohort is None:
+            self.running = [r for r in self.running if r.generated < r.target_tokens]
+        else:
+            cohort.drop(self.running, finished)
         kv = self.kv
         for r in finished:
             kv.release(r)

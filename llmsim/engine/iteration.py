@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from math import log as _log
+from typing import TYPE_CHECKING, Any
 
 from llmsim.errors import LLMSimError
 
@@ -31,3 +32,31 @@ def stepped_cost(batch: list[Request], owner: str, policy: str) -> tuple[int, in
             cp += n * r.computed
     return n_tokens, n_decode, decode_ctx, c2, cp
 
+
+
+def sample_tokens(batch: list[Request], now: float, rec: Any) -> tuple[int, list[Request]]:
+    """Apply a stepped iteration that ended at ``now`` to its requests: the computed tokens, and a sampled token for
+    each request whose computed tokens reach its context, with its inter-token gap in ``rec`` (the Recorder).
+    Returns (tokens sampled, requests that reached their target)."""
+    hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN  # Recorder.itl, inlined
+    done = []
+    out = gaps = 0
+    pv, pb = -1.0, 0  # the last gap and its bin: a batch's decoders mostly share their last token's time
+    for r in batch:
+        r.computed += r.n_new
+        if r.computed == r.prompt_tokens + r.generated:
+            r.generated += 1
+            out += 1
+            if r.first_token < 0:
+                r.first_token = now
+            else:
+                v = now - r.last_token_time
+                if v != pv:
+                    pv, pb = v, int(_log(v) * inv) + off if v > lo else 0
+                hist[pb] += 1
+                gaps += 1
+            r.last_token_time = now
+            if r.generated >= r.target_tokens:
+                done.append(r)
+    rec.itl_count += gaps
+    return out, done

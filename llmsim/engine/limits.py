@@ -51,6 +51,23 @@ class PromptLimits:
             return "prompt_exceeds_kv_capacity"
         return ""
 
+    def set_target(self, r: Request) -> None:
+        """``r.target_tokens`` on this engine: its output for the engine's model, within its token cap and the
+        context window (``truncated`` when the window cuts it), at least one token. A bad prompt length raises."""
+        e = self.engine
+        p = r.prompt_tokens
+        if p.__class__ is not int or p < 0:
+            self.check_prompt(r)
+        limit = e.max_model_len - p
+        target = r.output_tokens if r.outputs_by_model is None else r.output_for(e.profile.model.name)
+        cap = r.max_tokens if r.token_cap is None else r.output_cap()  # (a router's cap for this run: token_cap)
+        if cap is not None and target > cap:
+            target = cap  # finishes by length, as vLLM does at max_tokens (not a truncation by the context)
+        if target > limit:
+            target = limit
+            r.truncated = True
+        r.target_tokens = target if target > 0 else 1
+
     def check_prompt(self, r: Request) -> None:
         """A prompt length must be an integer >= 0 (numpy integers too): anything else would make time run
         backwards or never end."""

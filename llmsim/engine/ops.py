@@ -114,6 +114,7 @@ class EngineOps:
 
     def apply(self, now: float) -> None:
         """At a boundary, before scheduling: carry out the pending operations this boundary sees, in call order."""
+        self.engine.settle_running()  # (the operations read the running requests' blocks and counts)
         keep = []
         for op in self.pending:
             kind, rid, t, phase = op
@@ -146,6 +147,8 @@ class EngineOps:
         kv = inst.kv
         if where == "running":
             inst.running.remove(r)
+            if inst.cohort is not None:
+                inst.cohort.leave(r)
             kv.release(r)
         elif where == "waiting":
             inst.waiting.remove(r)
@@ -171,6 +174,8 @@ class EngineOps:
     def _swapped_out(self, r: Any, park: bool) -> None:
         inst = self.engine
         inst.running.remove(r)
+        if inst.cohort is not None:
+            inst.cohort.leave(r)
         r.swapped = True
         r.swaps += 1
         self.swap_outs += 1

@@ -178,6 +178,7 @@ def test_landed_copies_are_not_locked_out_by_a_preempted_head(policy, monkeypatc
     start = Instance._start_next
 
     def checked(self, now):  # at every boundary: block accounting and the queued requests' bookkeeping agree
+        self.settle_running()  # (a decode cohort writes the running requests' counts lazily)
         self.kv.check(self.running, self.swapped)
         assert list(self.queued.waiting_started) == [r for r in self.waiting if r.generated]
         landed = [bool(r.blocks) for r in self.waiting]

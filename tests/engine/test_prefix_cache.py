@@ -158,6 +158,7 @@ def _checked_start_next(orig):
 
     def start_next(self, now):
         kv = self.kv
+        self.settle_running()  # (a decode cohort writes the running requests' counts lazily)
         kv.check(self.running, self.swapped)
         pc = kv.prefix
         if pc is not None:

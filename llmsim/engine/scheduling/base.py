@@ -50,6 +50,8 @@ class Engine(Protocol):
 
     def decode_all(self, out: Scheduled, check: bool = True) -> bool: ...
 
+    def settle_running(self) -> None: ...
+
 
 @dataclass(slots=True)
 class Scheduled:
@@ -64,12 +66,16 @@ class Scheduled:
     res: list[int] | None = None  # requests per (computed % block_size)
     decode_ctx: int = 0
     k_min: int = 0  # iterations until the first request finishes
+    first_gaps: list[tuple[float, int]] | None = None  # (last-token time, requests) of the first iteration's gaps
 
 
 class BatchPolicy:
     name: ClassVar[str] = "base"
     uses_watermark: ClassVar[bool] = False  # admission keeps engine.watermark of the cache free
     prefills_whole_prompts: ClassVar[bool] = False  # a prompt is prefilled in one iteration (needs budget >= len)
+    # the engine may keep running requests' counts lazily between decode runs (llmsim.engine.cohort): the policy
+    # reads running requests' counts only after ``inst.settle_running()`` (or through ``decode_all``)
+    lazy_running: ClassVar[bool] = False
 
     @classmethod
     def default_max_num_batched_tokens(cls, max_model_len: int) -> int:

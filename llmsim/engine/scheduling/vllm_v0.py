@@ -22,6 +22,7 @@ class VllmV0Policy(BatchPolicy):
     name = "vllm_v0"
     uses_watermark = True
     prefills_whole_prompts = True
+    lazy_running = True  # after its prefill iteration every running request decodes: the cohort can carry them
 
     @classmethod
     def default_max_num_batched_tokens(cls, max_model_len: int) -> int:
@@ -67,6 +68,7 @@ class VllmV0Policy(BatchPolicy):
         return out
 
     def _decode_with_preemption(self, inst: Engine, out: Scheduled) -> bool:
+        inst.settle_running()  # this pass reads the running requests' counts
         running = inst.running
         batch = out.batch
         kv = inst.kv
