@@ -298,6 +298,7 @@ class InstanceSpec(Schema):
     model: Annotated[str, Field(min_length=1)] = "llama-2-7b"
     gpu: Annotated[str, Field(min_length=1)] = "a100-80gb"
     tp: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=64)] = 1
+    ep: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=64)] = 1  # expert parallelism (docs/models.md)
     count: NonNegInt = 1
     name: str | None = None
     engine: dict[str, Any] | None = None

@@ -62,7 +62,8 @@ def expand_instance(spec: InstanceSpec, engine: Mapping[str, Any] | EngineConfig
     out = []
     for c in range(spec.count):
         out.append(InstanceConfig(
-            model=spec.model, gpu=spec.gpu, tp=spec.tp, engine=ecfg.model_copy(), profile_kind=spec.profile_kind,
+            model=spec.model, gpu=spec.gpu, tp=spec.tp, ep=spec.ep, engine=ecfg.model_copy(),
+            profile_kind=spec.profile_kind,
             name=f"{name}#{c}" if spec.count > 1 else name,
             device=None if spec.device is None else spec.device.replace("{i}", str(c)),
             models=tuple(spec.models), host_cache_gb=spec.host_cache_gb, storage_gbps=spec.storage_gbps,
