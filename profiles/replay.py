@@ -214,7 +214,8 @@ def simulate_run(
     e2e = (df.finish - df.arrival).to_numpy(float)
     notes = list(getattr(res, "notes", []) or [])
     d = prof.describe()
-    notes.append(f"profile {d['name']} ({d.get('kind', 'unknown')}): {profile_parts(d)}")
+    kind = "" if d["name"].endswith(")") else f" ({d.get('kind', 'unknown')})"  # a measured name carries its own
+    notes.append(f"profile {d['name']}{kind}: {profile_parts(d)}")
     if ep > 1 and "ep" not in d:
         notes.append(f"expert parallelism ep={ep}: the {d.get('kind', '')} profile {d['name']} prices the experts "
                      f"as measured at tp={tp}, without the all-to-all or the split of expert weights")
