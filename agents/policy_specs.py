@@ -19,6 +19,7 @@ import numpy as np
 from llmsim.agents.checkpoint_meta import read_meta
 from llmsim.agents.policy import HeuristicPolicy, Policy
 from llmsim.agents.suite_config import applicable_heuristics
+from llmsim.agents.zoo import checkpoint_dir
 from llmsim.envs.paper_timing import QOS_EDGE_K
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
@@ -56,7 +57,8 @@ def normalise_spec(spec: PolicySpec) -> dict[str, Any] | Policy:
             mode = d.get("mode", "greedy")
             if mode not in ("greedy", "sample"):
                 raise ConfigError(f"checkpoints: mode {mode!r}: expected greedy (argmax) or sample (SAC's policy)")
-            return {"kind": "checkpoint", "path": str(d["checkpoint"]), "label": d.get("label"), "mode": mode}
+            path = str(checkpoint_dir(d["checkpoint"]))  # zoo:<name>: a shipped router's checkpoint (docs/zoo.md)
+            return {"kind": "checkpoint", "path": path, "label": d.get("label"), "mode": mode}
         _only(d, ("name", "kwargs", "label"), "baselines")
         name, kwargs = d.get("name"), d.get("kwargs") or {}
         if not isinstance(name, str) or not isinstance(kwargs, Mapping):

@@ -10,12 +10,14 @@ The run directory (``hydra.run.dir``) gets ``tensorboard/`` and ``progress.csv``
 stable-baselines3 supplies the vector envs (``trainer.num_envs`` > 1: one process per env) and the logger; the
 algorithm is ``agent.name`` in the registry of agents/base.py (ddqn: agents/ddqn.py, sac: agents/sac.py,
 sac_argmax: agents/sac_argmax.py), run by the experience loop of agents/loop.py. Training workloads are drawn
-from the env's own seed stream (``seed``); the in-training evaluation uses ``trainer.eval_seeds`` and
-llmsim-evaluate holds out seeds >= 1000.
+from the env's own seed stream (``seed``, seeds below 1000); the in-training evaluation, which picks ``best/``, uses
+``trainer.eval_seeds`` (validation seeds 1000-1999), and llmsim-evaluate reports on test seeds from 2000.
 
-The run says what a newcomer would otherwise find out late: a budget below ``agent.learning_starts`` takes no
-gradient step (a warning at the start), a ``best/`` saved before the first gradient step is the untrained network
-(a warning at the end), and the final score is printed with what it is made of.
+The run says what a newcomer would otherwise find out late (agents/training_warnings.py), each a warning line at
+the evaluation where it happens and an entry of training.json's ``warnings``: a budget below
+``agent.learning_starts`` takes no gradient step, a ``best/`` saved before the first gradient step is the untrained
+network, a greedy policy collapsed to one action, to waiting or to dropping; the final score is printed with what
+it is made of.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from llmsim.agents.env_setup import env_config, make_env
 from llmsim.agents.loop import learn
 from llmsim.agents.sac_base import SACConfig
 from llmsim.agents.scoring import evaluate_greedy, explain_score
+from llmsim.agents.training_warnings import WatchedGreedy, budget_warning, collapse_warnings, untrained_best_warning
 from llmsim.agents.vec import FreshInfoVecEnv
 from llmsim.envs.randomize import RandomizeConfig, SlotEnv
 from llmsim.envs.routing_env import RoutingEnv
@@ -66,7 +69,7 @@ class TrainerConfig(Schema):
     total_steps: PosInt = 200_000  # env steps, summed over the parallel envs
     num_envs: PosInt = 1
     eval_every: NonNegInt = 20_000  # env steps between greedy evaluations (0: only at the end)
-    eval_seeds: list[NonNegInt] = Field(default_factory=lambda: [500, 501], min_length=1)
+    eval_seeds: list[NonNegInt] = Field(default_factory=lambda: [1000, 1001], min_length=1)
     eval_metric: str = "return"
     resume: str | None = None
     init_from: str | None = None
@@ -157,17 +160,6 @@ def warn(message: str) -> None:
     print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
 
 
-def budget_warning(total: int, cfg: OffPolicyConfig) -> str | None:
-    """Why a budget takes no gradient step, or None: updates start once ``learning_starts`` env steps are taken
-    and the replay holds a batch."""
-    needed = max(cfg.learning_starts, cfg.batch_size)
-    if total >= needed:
-        return None
-    key = "agent.learning_starts" if cfg.learning_starts >= cfg.batch_size else "agent.batch_size"
-    return (f"trainer.total_steps={total} is below {key}={needed}: no gradient step will be taken and every "
-            f"checkpoint is the untrained network (raise trainer.total_steps or lower {key})")
-
-
 class TrainingRun:
     """One run of :func:`train`: the agent, its replay and counters, the in-training evaluation and the
     checkpoints of a run directory."""
@@ -189,6 +181,7 @@ class TrainingRun:
                                self.cfg.seed, action_dim=n_actions if self.agent.stores_action_vectors else 0)
         self.state, self.history = LoopState(), []
         self.best_updates: int | None = None  # gradient steps behind best/ (0: the untrained network)
+        self.warnings: list[dict[str, Any]] = []  # every warning of this run, with its step (training.json)
         self.restore()
         self.config_yaml = OmegaConf.to_yaml(OmegaConf.create(dict(cfg)))
         self.logger = make_logger(run_dir)
@@ -244,35 +237,51 @@ class TrainingRun:
         if name == "last" and self.tr.save_replay:
             save_replay(self.run_dir / name, self.rb)
 
+    def warn_at(self, step: int, message: str, evaluation: bool = True) -> str:
+        """A warning line now (stderr; an evaluation's starts with its step) and in training.json's ``warnings``."""
+        warn(f"step {step}: {message}" if evaluation else message)
+        self.warnings.append({"step": step, "message": message})
+        return message
+
     def evaluate(self) -> None:
-        """Greedy evaluation on ``trainer.eval_seeds``; best/ on a new best score, last/ every time."""
+        """Greedy evaluation on ``trainer.eval_seeds``; best/ on a new best score, last/ every time; a warning
+        (and the evaluation's ``warnings``) when the policy collapsed or best/ is the untrained network."""
         st = self.state
-        res = self.evaluate_transfer() if self.transfer else \
-            evaluate_greedy(self.policy, self.eval_env, list(self.tr.eval_seeds), self.tr.eval_metric)
+        if self.transfer:
+            res, found = self.evaluate_transfer()
+        else:
+            watched = WatchedGreedy(self.policy)
+            res = evaluate_greedy(watched, self.eval_env, list(self.tr.eval_seeds), self.tr.eval_metric)
+            shares = watched.counts.shares()
+            res.update(shares)
+            found = collapse_warnings(shares)
         res.update(step=st.step, episode=st.episode, updates=self.agent.updates,
                    wall_s=round(time.perf_counter() - self.t0, 2))
+        new_best = res["score"] > st.best_score
+        if new_best and self.agent.updates == 0:
+            found.append(untrained_best_warning(st.step, self.agent_cfg.learning_starts))
+        res["warnings"] = [self.warn_at(st.step, w) for w in found]
         self.history.append(res)
         for k, v in res.items():
-            self.logger.record(f"eval/{k}", v)
+            if k != "warnings":
+                self.logger.record(f"eval/{k}", v)
         self.logger.dump(st.step)
-        if res["score"] > st.best_score:
+        if new_best:
             st.best_score = res["score"]
             self.best_updates = self.agent.updates
             self.checkpoint("best")
         self.checkpoint("last")
         self.bar.set_postfix(ep=st.episode, eval=f"{res['score']:.4g}", best=f"{st.best_score:.4g}")
 
-    def evaluate_transfer(self) -> dict[str, Any]:
+    def evaluate_transfer(self) -> tuple[dict[str, Any], list[str]]:
         """The greedy policy against its guide on the validation scenarios (agents/transfer.py): the score is the
-        mean gain (%) in E2E with every request counted, lost requests first; warnings when it collapsed."""
+        mean gain (%) in E2E with every request counted, lost requests first; and warnings when it collapsed."""
         seeds = list(self.tr.eval_seeds)
         if self.guide_rows is None:
             self.guide_rows = transfer.reference_rows(self.eval_env, seeds, self.agent_cfg.guide)
         res, warnings = transfer.evaluate_vs_guide(self.agent.policy_net(), self.eval_env, seeds, self.guide_rows)
-        for w in warnings:
-            warn(f"step {self.state.step}: {w}")
         res["score"] = res["gain_pct"] - 1e3 * res["lost"]
-        return res
+        return res, list(warnings)
 
     def choose_margin(self) -> None:
         """The decision-time fallback margin of best/, chosen among ``agent.fallback_margins`` on the validation
@@ -315,7 +324,7 @@ class TrainingRun:
         tr, st = self.tr, self.state
         note = budget_warning(tr.total_steps, self.agent_cfg)
         if note and self.agent.updates == 0:
-            warn(note)
+            self.warn_at(st.step, note, evaluation=False)
         vec = make_vec(self.env_cfg, tr.num_envs, self.cfg.randomize)
         try:
             learn(self.agent, vec, self.rb, tr.total_steps, st, self.on_episode, self.on_step,
@@ -332,7 +341,8 @@ class TrainingRun:
         meta["wall_s"] = round(time.perf_counter() - self.t0, 2)
         if self.best_updates == 0:
             meta["best_untrained"] = True
-            warn(self.untrained_best_note())
+            self.warn_at(st.step, self.untrained_best_note(), evaluation=False)
+        meta["warnings"] = self.warnings
         (self.run_dir / "training.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
         return meta
 

@@ -23,9 +23,8 @@ import torch
 
 from llmsim.agents.nets import SetQNetwork, guide_slots, masked_argmax, q_values
 from llmsim.agents.policy import HeuristicPolicy, run_episode
+from llmsim.agents.training_warnings import collapse_warnings as training_collapse_warnings
 
-MOST_FREQUENT_LIMIT = 0.9  # one action for 90 % of the decisions: collapsed
-WAIT_LIMIT = 0.5  # waiting at half of the decisions: holding requests
 TIMEOUT_LIMIT = 0.05  # 5 % of the requests placed by the env's wait-timeout fallback
 
 
@@ -113,13 +112,9 @@ def reference_rows(env: Any, seeds: list[int], guide: str) -> list[dict[str, Any
 
 
 def collapse_warnings(shares: dict[str, float]) -> list[str]:
-    """A line per sign that the greedy policy stopped routing: one action, waiting, or the timeout fallback."""
-    out = []
-    if shares["most_frequent_action_share"] >= MOST_FREQUENT_LIMIT:
-        out.append(f"the greedy policy takes one action at {shares['most_frequent_action_share']:.0%} of its decisions "
-                   "(collapsed to one action)")
-    if shares["wait_share"] >= WAIT_LIMIT:
-        out.append(f"the greedy policy waits at {shares['wait_share']:.0%} of its decisions (holding requests)")
+    """Every algorithm's collapse lines (one action, waiting; agents/training_warnings.py), and one when the env's
+    wait-timeout fallback placed the requests instead of the policy."""
+    out = training_collapse_warnings({"decisions_with_choice": 1.0, "drop_share": 0.0, **shares})
     if shares["timeout_share"] >= TIMEOUT_LIMIT:
         out.append(f"{shares['timeout_share']:.0%} of the requests were placed by the env's wait-timeout fallback, "
                    "not by the policy")

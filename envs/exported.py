@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ MANIFEST = "manifest.json"
 MASK_INPUT = "action_mask"
 OUTPUTS = ("scores", "action")
 SHA256 = re.compile(r"[0-9a-f]{64}")
+ZOO_PREFIX = "zoo:"  # ``zoo:<name>``: a shipped router of llmsim's zoo (docs/zoo.md) instead of a directory
+ZOO_DIR = Path(str(resources.files("llmsim") / "zoo"))  # zoo/<name>/{manifest.json, checkpoint/, export/, suite.json}
 _ORT_TYPES = {"tensor(float)": "float32", "tensor(int8)": "int8", "tensor(bool)": "bool", "tensor(int64)": "int64"}
 
 
@@ -43,9 +46,36 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def zoo_names() -> list[str]:
+    """The routers shipped in the zoo: its folders that hold a manifest.json."""
+    if not ZOO_DIR.is_dir():
+        return []
+    return sorted(p.name for p in ZOO_DIR.iterdir() if (p / "manifest.json").is_file())
+
+
+def zoo_dir(name: str) -> Path:
+    """The zoo folder of router ``name``; one line listing the shipped names when there is no such router."""
+    if name not in zoo_names():
+        raise ConfigError(f"zoo:{name}: no such router in the zoo; shipped: {', '.join(zoo_names()) or '(none)'}")
+    return ZOO_DIR / name
+
+
+def resolve_zoo(path: str | Path, part: str) -> Path:
+    """``path`` as a directory: ``zoo:<name>`` is that zoo router's ``part`` folder (``checkpoint`` or
+    ``export``), anything else the path itself. Only names of the zoo resolve: no path goes through the prefix."""
+    text = str(path)
+    if not text.startswith(ZOO_PREFIX):
+        return Path(path)
+    d = zoo_dir(text[len(ZOO_PREFIX):])
+    if not (d / part).is_dir():
+        raise ConfigError(f"{text}: this zoo router ships no {part}/ folder")
+    return d / part
+
+
 def read_manifest(path: str | Path) -> dict[str, Any]:
-    """The manifest of export directory ``path``, checked for format, files and the ClusterState layout."""
-    d = Path(path)
+    """The manifest of export directory ``path`` (or ``zoo:<name>``), checked for format, files and the
+    ClusterState layout."""
+    d = resolve_zoo(path, "export")
     f = d / MANIFEST
     if not f.is_file():
         raise ConfigError(f"{d}: not a policy export (no {MANIFEST}; llmsim-export checkpoint=DIR writes one)")
@@ -128,7 +158,7 @@ class ExportedPolicy:
     def load(cls, path: str | Path, threads: int = 1) -> ExportedPolicy:
         import onnxruntime as ort  # optional: the export / serve extras
 
-        d = Path(path)
+        d = resolve_zoo(path, "export")
         m = read_manifest(d)
         model = read_onnx(d, m)
         opts = ort.SessionOptions()

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from llmsim.envs.actions import ActionSpec, action_mask, decode_action
-from llmsim.envs.exported import ExportedPolicy, read_manifest
+from llmsim.envs.exported import ExportedPolicy, read_manifest, resolve_zoo
 from llmsim.envs.observations import ObsBuilder, make_obs
 from llmsim.envs.predictors.base import NoisyOraclePredictor, OraclePredictor, Predictor, ZeroPredictor, make_predictor
 from llmsim.errors import ConfigError
@@ -161,7 +161,7 @@ class DecisionContext:
 
 @register_router
 class ExportedRouter(Router):
-    """Routes with the exported policy in ``path`` (an llmsim-export directory).
+    """Routes with the exported policy in ``path`` (an llmsim-export directory, or ``zoo:<name>``: a shipped router).
 
     ``mode``: greedy (argmax) or sample (categorical SAC only, seeded by ``seed``). ``models``: the backends'
     models in order, checked against the manifest at construction (otherwise at the first decision, from the
@@ -176,7 +176,7 @@ class ExportedRouter(Router):
             raise ConfigError("policy.kwargs.path: the onnx router needs an export directory (llmsim-export)")
         if mode not in ("greedy", "sample"):
             raise ConfigError(f"policy.kwargs.mode: {mode!r} is not greedy or sample")
-        self.path, self.mode, self.seed = Path(path), mode, seed
+        self.path, self.mode, self.seed = resolve_zoo(path, "export"), mode, seed
         self.policy = _load(self.path)
         m = self.policy.manifest
         self.manifest = m

@@ -11,9 +11,10 @@
     llmsim-reproduce routebalance --size tiny --sections budget,batching
     llmsim-reproduce prefix --jobs 2                     # KV reuse: Mooncake's 36.6 % check, routers (not a paper)
     llmsim-reproduce disagg --jobs 2                     # P/D disaggregation vs colocated (DistServe, Splitwise)
-    llmsim-reproduce all --jobs 2 --report docs/REPRODUCTION.md    # every experiment into OUT/<name>/, the report
+    llmsim-reproduce all --jobs 2 --out OUT                        # every experiment into OUT/<name>/, the report
     llmsim-reproduce all --jobs 2 --out OUT --resume               # again: keeps what OUT finished, runs the rest
     llmsim-reproduce report --from DIR,NAME=DIR --report FILE      # the report from existing output directories
+    llmsim-reproduce report --from-zoo --report docs/REPRODUCTION.md   # the report from the router zoo (seconds)
 
 The old spec ids name the papers too (spec000 qos_edge, spec001 intelligent_router, spec002 best_effort, spec003
 qlm, spec004 routebalance). Each experiment's module (experiments.harness.registry, imported only when asked for)
@@ -37,10 +38,12 @@ from typing import Any
 
 from experiments.harness import reproduction_report as book
 from experiments.harness.claims import PROG, source_commit
-from experiments.harness.pages import text_table, write_claims
+from experiments.harness.pages import learned_lines, text_table, write_claims
 from experiments.harness.pool import say
 from experiments.harness.registry import ALIASES, ORDER, load, resolve
 from experiments.harness.sizes import SIZE_NAMES
+from experiments.harness.zoo_report import write_zoo_report
+from experiments.harness.zoo_routers import in_repo
 from llmsim.errors import ConfigError, LLMSimError
 
 MODES = ("all", "report")  # not experiments: every experiment in turn, and the report from existing outputs
@@ -82,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, help="all / report: where the reproduction report goes "
                                                "(all: default OUT/REPRODUCTION.md)")
     p.add_argument("--from", dest="from_dirs", help="report: output directories DIR[,NAME=DIR...] (their claims.json)")
+    p.add_argument("--from-zoo", action="store_true", help="report: the page from the router zoo's manifests "
+                                                            "(seconds; docs/REPRODUCTION.md)")
     p.add_argument("--resume", action="store_true", help="all: keep the experiments whose OUT/<name>/claims.json an "
                                                          "earlier all with the same setting finished, run the others")
     return p
@@ -111,12 +116,15 @@ def _check_mode(a: argparse.Namespace) -> None:
         if given:
             fail(f"{a.experiment} does not take {given[0]} (run that experiment on its own)")
     if a.experiment == "report":
-        if not a.from_dirs or a.report is None:
-            fail("report needs --from DIR[,NAME=DIR...] and --report FILE")
+        if not (a.from_dirs or a.from_zoo) or a.report is None:
+            fail("report needs --from DIR[,NAME=DIR...] (or --from-zoo) and --report FILE")
+        if a.from_dirs and a.from_zoo:
+            fail("report takes --from or --from-zoo, not both")
         if a.quick or a.size or a.out:
-            fail("report reads existing directories: it takes only --from and --report")
-    elif a.from_dirs:
-        fail("--from is for report (all runs every experiment itself)")
+            fail("report reads existing directories (or the zoo): it takes only --from and --report (or --from-zoo "
+                 "and --report)")
+    elif a.from_dirs or a.from_zoo:
+        fail(f"{'--from' if a.from_dirs else '--from-zoo'} is for report (all runs every experiment itself)")
     elif a.report is not None and a.experiment != "all":
         fail("--report is for all and report")
     if a.resume and (a.experiment != "all" or a.out is None):
@@ -249,6 +257,12 @@ def report_mode(a: argparse.Namespace, command: str) -> None:
             entries, kept = run_all(a, out)
             target = a.report or out / "REPRODUCTION.md"
             reports = book.write_report(entries, target, command, origin="all", strict=False, kept=kept)
+        elif a.from_zoo:
+            target = a.report
+            entries = write_zoo_report(target, f"{PROG} report --from-zoo --report {in_repo(target)}")
+            print("\n".join(f"{name}: zoo router {e.name}" for name, e in entries.items()) or "the zoo has no router")
+            print(f"report: {target}")
+            return
         else:
             target = a.report
             reports = book.write_report(book.parse_from(a.from_dirs), target, command)
@@ -267,6 +281,8 @@ def _print_rows(rows: Sequence[Mapping[str, Any]], as_json: bool, command: str, 
     print(text_table(rows), end="")
     for n in sorted({str(r["setting_note"]) for r in rows if r.get("setting_note")}):
         print(f"note: {n}")
+    for line in learned_lines(rows):
+        print(f"learned: {line}")
     print(f"command: {command}   ({wall / 60:.1f} min)")
     print(f"outputs: {out}  (claims.md, claims.json and the experiment's own results)")
 

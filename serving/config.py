@@ -5,7 +5,8 @@ http:// or https:// URL, got 'ftp://x'``.
     backends:                      # the OpenAI-compatible servers (vLLM, llmsim-emulate, ...) it routes over
       - {name: a100-0, url: http://10.0.0.5:8000, model: llama-3.1-8b, gpu: a100-80gb}
       - {name: a100-1, url: http://10.0.0.6:8000, model: meta-llama/Llama-3.1-8B-Instruct, policy_model: llama-3.1-8b}
-    policy: {heuristic: jsq}       # any llmsim router (kwargs: {...}), or {onnx: <export dir>} (llmsim-export)
+    policy: {heuristic: jsq}       # any llmsim router (kwargs: {...}), {onnx: <export dir>} (llmsim-export) or
+                                   # {onnx: zoo:<name>} (a router of llmsim's zoo, docs/zoo.md)
     scrape_interval_s: 0.5
     port: 8000
     limits: {max_in_flight: 1024, max_queue: 256, max_wait_s: 10, max_body_bytes: 4194304}
@@ -155,7 +156,8 @@ class BackendConfig(Schema):
 
 
 class PolicyConfig(Schema):
-    """``policy``: what decides, an llmsim router by name or an exported policy's directory."""
+    """``policy``: what decides, an llmsim router by name or an exported policy's directory (``zoo:<name>``: a
+    router shipped in llmsim's zoo)."""
 
     where: ClassVar[str] = "policy"
     heuristic: str | None = None

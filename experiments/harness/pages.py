@@ -70,7 +70,18 @@ def write_claims(rows: Sequence[Mapping[str, Any]], out_dir: Path, command: str,
               f"Command: `{command}` ({when}, commit {body['commit'] or 'unknown'}, {wall_s / 60:.1f} min)."]
     if settings:
         header += ["", f"Setting: **{', '.join(settings)}**." + "".join(f" {n.rstrip('.')}." for n in notes)]
+    learned = learned_lines(rows)
+    if learned:
+        header += ["", "What each learned policy's own training run learned:", "", *(f"* {line}" for line in learned)]
     (out_dir / "claims.md").write_text(claims_markdown(rows, header))
+
+
+def learned_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The runs' one line per learned policy (rows' ``learned``: what its training learned, what is measured)."""
+    out: list[str] = []
+    for r in rows:
+        out += [str(line) for line in r.get("learned") or [] if str(line) not in out]
+    return out
 
 
 # ---------------------------------------------------------------------- results.json / results.md

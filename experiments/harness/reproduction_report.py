@@ -1,6 +1,6 @@
-"""The reproduction report (docs/REPRODUCTION.md): every experiment's claims.json on one page, verdicts copied.
+"""The reproduction report from output directories: every experiment's claims.json on one page, verdicts copied.
 
-    llmsim-reproduce all --report docs/REPRODUCTION.md                  # runs every experiment, then the page
+    llmsim-reproduce all --out OUT                                      # every experiment, then OUT/REPRODUCTION.md
     llmsim-reproduce report --from DIR[,NAME=DIR...] --report FILE      # the same page from existing outputs
 
 Why a module of its own: ``experiments.reproduce`` runs experiments; this one only reads what they wrote, so the page
@@ -361,7 +361,7 @@ def provenance(reports: Mapping[str, ExperimentReport], origin: str, kept: Seque
                  "one that failed is listed with its error."]
     else:
         lines = [f"Built from existing output directories; no simulation was run to write this page. "
-                 f"`{PROG} all --report docs/REPRODUCTION.md` (the full setting) was **NOT** run end to end in "
+                 f"`{PROG} all` (the full setting) was **NOT** run end to end in "
                  "one go for it: each section comes from its own earlier run, listed with that run's command, "
                  "date, commit and wall time."]
     lines += ["", "Where each section comes from:", ""]
@@ -400,13 +400,17 @@ def write_report(entries: Sequence[tuple[str | None, Path]], report: Path, comma
     """Read the output directories, write the page to ``report``; the per-experiment reports (for the summary
     line). ``kept``: experiments an ``all --resume`` kept from an earlier invocation."""
     reports = collect(entries, strict)
-    text = render(reports, report, command, origin, source_commit(), kept)
+    write_page(report, render(reports, report, command, origin, source_commit(), kept))
+    return reports
+
+
+def write_page(report: Path, text: str) -> None:
+    """Write a report page, creating its folder; an unwritable path is one line."""
     try:
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(text)
     except OSError as e:
         raise ConfigError(f"{report}: cannot write ({e.strerror})") from None
-    return reports
 
 
 def summary_line(reports: Mapping[str, ExperimentReport]) -> str:

@@ -28,10 +28,13 @@ from experiments.harness.claims import claim_row, gain_verdict, order_verdict, p
 from experiments.harness.pool import say
 from experiments.harness.sizes import pick
 from experiments.harness.training import checkpoint_dir, compose_experiment, evaluate, read_env, read_meta, train_all
+from experiments.harness.zoo_routers import ZooRouter, instead_of, policy_lines, shipped, versus_reference
 from llmsim.agents.evaluate import baseline_specs
 from llmsim.errors import ConfigError
 
 PAPER = "intelligent_router"
+TESTBED = "workload_router"
+ZOO_LABEL = "zoo_rl"  # the zoo's shipped router in the evaluation (quick and tiny sizes)
 PRESET = "intelligent_router"  # conf/experiment/<PRESET>_<variant>.yaml and <PRESET>_8_<variant>.yaml
 REFERENCE = "round_robin"
 PAPER_HEURISTICS = ("jsq", "earliest_available", "max_capacity", "min_min")  # section 7.2's four
@@ -89,10 +92,10 @@ SIZES = {
         "router with faster-learning hyperparameters, 2 held-out seeds; the paper trains to convergence on 2,000 "
         "(4,000) requests and tests 20 episodes. For numbers to compare: the full run (no --quick) or --from-runs."),
     "tiny": Size(
-        ("env.num_requests=40", "trainer.total_steps=400", "trainer.eval_every=400", "trainer.eval_seeds=[500]",
+        ("env.num_requests=40", "trainer.total_steps=400", "trainer.eval_every=400", "trainer.eval_seeds=[1000]",
          "agent.hidden=[16,16]", "agent.batch_size=32", "agent.learning_starts=100", "agent.buffer_size=2000",
          "agent.target_update=100", "agent.eps_episodes=2"),
-        ("env.num_requests=60", "trainer.total_steps=300", "trainer.eval_every=300", "trainer.eval_seeds=[500]",
+        ("env.num_requests=60", "trainer.total_steps=300", "trainer.eval_every=300", "trainer.eval_seeds=[1000]",
          "agent.hidden=[16,16]", "agent.batch_size=32", "agent.learning_starts=100", "agent.buffer_size=2000",
          "agent.target_update=100", "agent.eps_episodes=2"),
         1,
@@ -160,15 +163,16 @@ def resolve_runs(spec: str | Sequence[str] | Mapping[str, str], instances: int, 
 
 # ---------------------------------------------------------------------- evaluation
 def evaluate_checkpoints(ckpts: Sequence[Path], seeds: int, jobs: int, progress: bool,
-                         out_dir: Path) -> list[dict[str, Any]]:
-    """The three routers and the automatic heuristics on the first router's training env, held-out seeds;
-    writes evaluation.json / .md / .png to ``out_dir``; returns the per-policy summary."""
+                         out_dir: Path, zoo: ZooRouter | None = None) -> list[dict[str, Any]]:
+    """The three routers (and the zoo's, labelled ``zoo_rl``) and the automatic heuristics on the first router's
+    training env, held-out seeds; writes evaluation.json / .md / .png to ``out_dir``; the per-policy summary."""
     env_cfg = read_env(ckpts[0])
     for c in ckpts[1:]:
         other = read_env(c)
         if {k: v for k, v in other.items() if k != "reward"} != {k: v for k, v in env_cfg.items() if k != "reward"}:
             raise ConfigError(f"{c} was trained on another env than {ckpts[0]}; evaluate runs of one setting")
     specs = [{"checkpoint": str(c), "label": v.label} for v, c in zip(VARIANTS, ckpts)]
+    specs += [{"checkpoint": str(zoo.checkpoint), "label": ZOO_LABEL}] if zoo else []
     specs += baseline_specs("auto", str(env_cfg.get("id", "workload_router")))
     n = env_cfg.get("num_requests")
     _log(f"evaluating {len(specs)} policies x {seeds} held-out seeds ({n} requests) -> {out_dir}")
@@ -209,17 +213,22 @@ def _ranking(items: Sequence[tuple[str, float | None]], descending: bool, unit: 
     return text + (f" (unmeasured: {', '.join(missing)})" if missing else "")
 
 
-def _gain_claims(by: Mapping[str, Mapping[str, Any]], common: dict[str, Any], eight: bool) -> list[dict[str, Any]]:
+def _gain_claims(by: Mapping[str, Mapping[str, Any]], common: dict[str, Any], eight: bool,
+                 learned: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Each learned router's gain vs round robin, its note the variant's ``learned`` line when given (what its own
+    run learned); when the zoo's router (``zoo_rl``) was evaluated, it is measured for every variant."""
     rows = []
     where = "8 instances" if eight else "4 instances"
     metrics = (("e2e_gain_pct", "mean E2E"),) if eight else (("e2e_gain_pct", "mean E2E"),
                                                               ("makespan_gain_pct", "time to finish"))
     for key, what in metrics:
         for v in VARIANTS:
-            e = by.get(v.label, {})
+            e = by.get(ZOO_LABEL if ZOO_LABEL in by else v.label, {})
             p = v.gain8_pct if eight else v.gain_pct
             steps = e.get("training_steps")
             note = f"best/ checkpoint from training step {steps:,}" if isinstance(steps, int) else ""
+            if learned and v.name in learned:
+                note = learned[v.name]
             if key == "makespan_gain_pct":
                 note += "; the paper's 'E2E' read as the time to finish all requests (RR ~170 s implied)"
                 note = note.lstrip("; ")
@@ -271,17 +280,19 @@ def _order_claims(by: Mapping[str, Mapping[str, Any]], common: dict[str, Any]) -
 
 
 def claims(summary: Sequence[Mapping[str, Any]], setting: str = "full", note: str | None = None,
-           summary8: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+           summary8: Sequence[Mapping[str, Any]] | None = None,
+           learned: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """The headline claims from evaluation summaries (llmsim.agents.evaluate_report.summarise, with the learned
-    routers labelled ``<key>_rl``); ``summary8`` adds the 8-instance claims."""
+    routers labelled ``<key>_rl``); ``summary8`` adds the 8-instance claims; ``learned`` (a line per variant) says
+    what each variant's own run learned (and, when the zoo's router ``zoo_rl`` was evaluated, that it is measured)."""
     by = _by_policy(summary)
     seeds = list(by[REFERENCE].get("seeds", []))
     common = {"seeds": seeds, "setting": setting, "setting_note": note}
-    rows = _gain_claims(by, common, False) + _heuristic_claims(by, common) + _order_claims(by, common)
+    rows = _gain_claims(by, common, False, learned) + _heuristic_claims(by, common) + _order_claims(by, common)
     if summary8 is not None:
         by8 = _by_policy(summary8)
         common8 = {**common, "seeds": list(by8[REFERENCE].get("seeds", []))}
-        rows += _gain_claims(by8, common8, True)
+        rows += _gain_claims(by8, common8, True, learned)
     return rows
 
 
@@ -300,6 +311,19 @@ def _runs_note(ckpts: Sequence[Path], n_seeds: int) -> str:
     return text
 
 
+def _learned_lines(ckpts: Sequence[Path], summary: Sequence[Mapping[str, Any]], zoo: ZooRouter | None,
+                   size: str) -> dict[str, str]:
+    """One line per variant: what its own run learned, how its checkpoint did vs round robin, and what the
+    claims measure (printed now, and carried by the rows)."""
+    by = {str(e["policy"]): e for e in summary}
+    versus = {v.name: versus_reference(by.get(v.label, {}).get("e2e_gain_pct"), REFERENCE) for v in VARIANTS}
+    instead = instead_of(zoo, TESTBED) if size != "full" else "the claims measure these checkpoints"
+    lines = policy_lines({v.name: c.parent for v, c in zip(VARIANTS, ckpts)}, instead, versus)
+    for line in lines.values():
+        _log(line)
+    return lines
+
+
 def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True,
         from_runs: str | Mapping[str, str] | None = None, seeds: int | None = None, scale8: bool = False,
         from_runs_8: str | Mapping[str, str] | None = None, size: str | None = None) -> list[dict[str, Any]]:
@@ -310,18 +334,23 @@ def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True,
     n_seeds = seeds or sz.seeds
     ckpts = resolve_runs(from_runs, 4, "--from-runs") if from_runs else None
     ckpts8 = resolve_runs(from_runs_8, 8, "--from-runs-8") if from_runs_8 else None
+    zoo, learned = None, {}
     if ckpts is None:
         if sz.note:
             _log(sz.note)
         ckpts = train_variants(name, sz, out_dir / "train", jobs, progress)
         setting, note = name, sz.note or None
+        zoo = shipped(PAPER) if name != "full" else None  # quick / tiny: the routers above are smoke runs
     else:
         setting, note = "runs", _runs_note(ckpts, n_seeds)
         _log(note)
-    summary = evaluate_checkpoints(ckpts, n_seeds, jobs, progress, out_dir)
+    summary = evaluate_checkpoints(ckpts, n_seeds, jobs, progress, out_dir, zoo)
+    if setting != "runs":
+        learned = _learned_lines(ckpts, summary, zoo, name)
     summary8 = None
     if ckpts8 is None and scale8:
         ckpts8 = train_variants(name, sz, out_dir / "scale8" / "train", jobs, progress, eight=True)
     if ckpts8 is not None:
-        summary8 = evaluate_checkpoints(ckpts8, n_seeds, jobs, progress, out_dir / "scale8")
-    return [{**r, "out_dir": str(out_dir)} for r in claims(summary, setting, note, summary8)]
+        summary8 = evaluate_checkpoints(ckpts8, n_seeds, jobs, progress, out_dir / "scale8", zoo)
+    rows = claims(summary, setting, note, summary8, learned)
+    return [{**r, "out_dir": str(out_dir), **({"learned": list(learned.values())} if learned else {})} for r in rows]

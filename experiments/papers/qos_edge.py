@@ -32,7 +32,9 @@ from experiments.harness.claims import claim_row, format_value, gain_verdict
 from experiments.harness.pool import say
 from experiments.harness.sizes import pick
 from experiments.harness.training import checkpoint_dir, compose_experiment, evaluate, read_env, read_meta, train_all
+from experiments.harness.zoo_routers import instead_of, policy_lines, shipped, versus_reference
 from llmsim.agents.checkpoint import CheckpointPolicy
+from llmsim.agents.evaluate import held_out_seeds
 from llmsim.agents.nets import masked_argmax
 from llmsim.envs.tasks import QOS_EXPERTS, qos_edge_experts
 from llmsim.envs.testbeds import make_from_config
@@ -68,12 +70,14 @@ class Size:
 SIZES = {
     "full": Size((), 5, True, "the presets' setting (the conf/experiment presets): 150,000 decisions of training per "
                  "router where the paper trains 1M; 5 held-out seeds", (3, 8, 10)),
-    "quick": Size(("trainer.total_steps=40000", "trainer.eval_every=10000", "agent.learning_starts=5000",
-                            "env.num_requests=2000"), 2, False,
-                  "QUICK setting, not the paper's: 40,000 decisions of training on 2,000-request episodes, 2 held-out "
+    # quick: the routers trained here are smoke runs (minutes); the zoo's qos_edge router stands in for ours
+    "quick": Size(("trainer.total_steps=4000", "trainer.eval_every=2000", "agent.learning_starts=1000",
+                   "env.num_requests=1000"), 2, False,
+                  "QUICK setting, not the paper's: 4,000 decisions of training per router (smoke runs) on "
+                  "1,000-request episodes, the zoo's qos_edge router for ours when the zoo has it, 2 held-out "
                   "seeds, no sweeps"),
     "tiny": Size(("env.num_requests=60", "trainer.total_steps=300", "trainer.eval_every=300",
-                          "trainer.eval_seeds=[500]", "agent.learning_starts=100", "agent.batch_size=32",
+                          "trainer.eval_seeds=[1000]", "agent.learning_starts=100", "agent.batch_size=32",
                           "agent.buffer_size=1000", "agent.train_freq=8", "env.experts=[alpaca-native,chatglm-6b]"),
                  1, True, "TINY test setting: meaningless numbers (a wiring check)", (3,)),
 }
@@ -348,6 +352,32 @@ def _experts_sweep(ckpts: Mapping[str, Path], env_cfg: dict[str, Any], seeds: in
     return out
 
 
+def use_zoo(ckpts: dict[str, Path], size: str, experts: list[str]) -> dict[str, str]:
+    """quick / tiny: the zoo's qos_edge router replaces this run's own ``sac_han`` (a smoke run) when the zoo has
+    one for these experts; per learned policy, what its claims measure."""
+    zoo = shipped(PAPER) if size != "full" else None
+    own = "the claims measure this run's own checkpoint"
+    instead = {k: own for k in ckpts}
+    instead["sac_han"] = instead_of(zoo, PAPER) if size != "full" else own
+    if zoo is not None and experts_of(read_env(zoo.checkpoint)) != experts:
+        instead["sac_han"] = f"the zoo's {zoo.name} router serves other experts than this setting's: {own}"
+    elif zoo is not None:
+        ckpts["sac_han"] = zoo.checkpoint
+    return instead
+
+
+def learned_lines(runs: Mapping[str, Path], instead: Mapping[str, str],
+                  by: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """One line per learned policy: what its own run learned, how its own checkpoint did against round robin in
+    avg QoS (when it was evaluated), what the claims measure."""
+    mine = {k for k, why in instead.items() if "this run's own checkpoint" in why}
+    versus = {k: versus_reference(qos_gain(by, k, "round_robin"), "round_robin in avg QoS") for k in mine if k in by}
+    lines = {k: next(iter(policy_lines({k: runs[k]}, instead[k], versus).values())) for k in runs}
+    for line in lines.values():
+        _log(line)
+    return lines
+
+
 def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True,
         from_runs: str | Mapping[str, str] | None = None, seeds: int | None = None,
         size: str | None = None) -> list[dict[str, Any]]:
@@ -365,10 +395,13 @@ def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True,
         ckpts = train_variants(name, sz, out_dir / "train", jobs, progress)
         setting, note = name, sz.note
     env_cfg = _env_of(ckpts)
-    common = {"seeds": list(range(1000, 1000 + n_seeds)), "setting": setting, "setting_note": note}
+    runs = {k: c.parent for k, c in ckpts.items() if not N_KEY.fullmatch(k)}  # own runs, before the zoo's
+    instead = {} if from_runs else use_zoo(ckpts, name, experts_of(env_cfg))
+    common = {"seeds": held_out_seeds(n_seeds), "setting": setting, "setting_note": note}  # the test seeds evaluated
     main = {k: c for k, c in ckpts.items() if not N_KEY.fullmatch(k)}  # the per-N routers only see their own N
     summ = evaluate_setting(main, env_cfg, n_seeds, jobs, progress, out_dir / "poisson", (*BASELINES, STRONG))
     rows = main_claims({str(e["policy"]): e for e in summ}, common)
+    learned = learned_lines(runs, instead, {str(e["policy"]): e for e in summ}) if instead else {}
     bursty = {**env_cfg, "arrival": {"kind": "burstgpt_like", "rate": float(env_cfg.get("rate", 5.0))}}
     summ_b = evaluate_setting({"sac_han": ckpts["sac_han"]} | ({"baseline_rl": ckpts["baseline_rl"]}
                                                               if "baseline_rl" in ckpts else {}),
@@ -389,4 +422,6 @@ def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True,
                           if "onnx_median_ms" in ov else ""), **common))
     for r in rows:
         r["out_dir"] = str(out_dir)
+        if learned:
+            r["learned"] = list(learned.values())
     return rows

@@ -19,6 +19,7 @@ from experiments.harness.pages import write_results
 from experiments.harness.pool import say
 from experiments.harness.sizes import pick
 from experiments.harness.training import checkpoint_dir, learning_curve
+from experiments.harness.zoo_routers import instead_of, policy_lines, shipped
 from experiments.papers.best_effort import claims as C
 from experiments.papers.best_effort.page import markdown, plot_sweep
 from experiments.papers.best_effort.setup import SIZES, make_cells, simulate_cells, train_both
@@ -34,6 +35,21 @@ def same_requests(results: list[dict[str, Any]]) -> bool:
     return True
 
 
+def use_zoo(ckpts: dict[str, Path], runs: dict[str, Path], size: str) -> dict[str, str]:
+    """quick / tiny: the zoo's best_effort router replaces this run's own hard-deadline router (a smoke run) when
+    the zoo has it; one line per learned router saying what its own run learned and what the claims measure."""
+    zoo = shipped("best_effort") if size != "full" else None
+    own = "the claims measure this run's own checkpoint"
+    lines = policy_lines({"hard-deadline router": runs["hard"]}, instead_of(zoo, "best_effort") if size != "full"
+                         else own)
+    lines |= policy_lines({"soft-deadline router": runs["soft"]}, own + " (fine-tuned from this run's hard one)")
+    if zoo is not None:
+        ckpts["hard"] = zoo.checkpoint
+    for line in lines.values():
+        say("best_effort", line)
+    return lines
+
+
 def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True, from_runs: dict | None = None,
         size: str | None = None) -> list[dict]:
     """Train (unless ``from_runs`` = {"hard": run dir, "soft": run dir}), measure, write out_dir; the claims."""
@@ -47,13 +63,15 @@ def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True, from_r
         runs = train_both(sz, out_dir, progress)
     t1 = time.perf_counter()
     ckpts = {k: checkpoint_dir(runs[k]) for k in ("hard", "soft")}
+    learned = {} if from_runs else use_zoo(ckpts, runs, name)
     results = simulate_cells(make_cells(sz, ckpts), max(1, int(jobs)), progress)
     sweep, windows, hw = C.sweep_table(results, sz.rates), C.window_table(results), C.hw_table(results)
     claims = C.availability_claims(sweep, sz.rates) + C.window_claims(windows) + C.hw_claims(hw) + \
         [C.soft_claim(sweep, sz.rates)]
     note = (f"existing runs ({', '.join(f'{k}={v}' for k, v in runs.items())}), " if from_runs else "") + \
         f"the {name} evaluation grid: rates {list(sz.rates)} req/s"
-    claims = stamp(claims, "runs" if from_runs else name, note, seeds=list(sz.seeds))
+    claims = stamp(claims, "runs" if from_runs else name, note, seeds=list(sz.seeds),
+                   **({"learned": list(learned.values())} if learned else {}))
     report = {"size_name": name, "size": asdict(sz), "runs": {k: str(v) for k, v in runs.items()},
               "checkpoints": {k: str(v) for k, v in ckpts.items()}, "claims": claims, "sweep": sweep,
               "windows": windows, "hardware_utility": hw,

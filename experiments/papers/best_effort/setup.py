@@ -52,9 +52,9 @@ class Size:
 SIZES = {
     "full": Size(None, None, RATES, 500, 40.0, 10_000, (1000, 1001, 1002)),
     "quick": Size(20_000, 8_000, (0.5, 2.0, 8.0, 32.0, 48.0), 300, 0.0, 3_000, (1000,),
-                  ("env.num_requests=1000", "trainer.eval_every=10000", "trainer.eval_seeds=[500]")),
+                  ("env.num_requests=1000", "trainer.eval_every=10000", "trainer.eval_seeds=[1000]")),
     "tiny": Size(300, 150, (1.0, 48.0), 30, 0.0, 60, (1000,),
-                 ("env.num_requests=60", "trainer.eval_every=0", "trainer.eval_seeds=[500]",
+                 ("env.num_requests=60", "trainer.eval_every=0", "trainer.eval_seeds=[1000]",
                   "agent.learning_starts=100", "agent.batch_size=32", "agent.buffer_size=2000")),
 }
 
