@@ -83,6 +83,7 @@ class Cluster:
         kv_transfer: str = "overlap",
         wait_patience: int = WAIT_PATIENCE,
         max_events_per_instant: int = MAX_EVENTS_PER_INSTANT,
+        recorder: Recorder | None = None,
     ) -> None:
         if not instances:
             raise ConfigError("cluster.instances: a cluster needs at least one instance, got 0")
@@ -94,7 +95,7 @@ class Cluster:
         _check_int("wait_patience", wait_patience, 1)
         self.max_events_per_instant = _check_int("max_events_per_instant", max_events_per_instant, 8)
         self.env = SimEnv()
-        self.recorder = Recorder()
+        self.recorder = recorder if recorder is not None else Recorder()  # a StreamedRecorder writes as it goes
         self.recorder.subscribe(self._on_finish)
         self.router = router
         self.on_unservable = on_unservable

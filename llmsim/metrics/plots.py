@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullFormatter, PercentFormatter
 
@@ -45,6 +46,8 @@ def _run_title(result: SimResult, label: str | None) -> str:
 def latency_cdf_figure(result: SimResult, slo: SLO | None = None, label: str | None = None) -> Figure:
     """CDFs of TTFT, TPOT and E2EL (ms, log x) with a dashed line at each SLO target that is set."""
     df = result.requests
+    if result.requests_path is not None:  # streamed: the three latency columns from the file
+        df = pd.read_parquet(result.requests_path, columns=[panel[0] for panel in CDF_PANELS])
     fig, axes = new_figure(1, 3, (14, 4.2))
     for ax, (col, key, title, xlabel) in zip(axes, CDF_PANELS):
         v = np.sort(df[col].dropna().to_numpy()) if col in df else np.array([])

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import compress
 from typing import TYPE_CHECKING, Any
 
@@ -134,24 +135,8 @@ class Recorder:
 
     # ------------------------------------------------------------------ tables
     def requests_frame(self) -> pd.DataFrame:
-        data: dict[str, Any] = {k: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64).copy()
-                                for k, v in self.cols.items()}
-        df = pd.DataFrame(data)
-        df = df[["id", "arrival", "prompt_tokens", "output_tokens", "requested_output_tokens", "instance",
-                 "routed_time", "first_scheduled", "first_token", "finish", "preemptions", "swaps", "truncated",
-                 "cached_tokens"]]
-        if self.tasks is not None:
-            df["task"] = self.tasks
-        if self.slo_classes is not None:
-            df["slo_class"] = self.slo_classes
-        df["truncated"] = df["truncated"].astype(bool)
-        df["ttft_ms"] = (df["first_token"] - df["arrival"]) * 1e3
-        df["e2el_ms"] = (df["finish"] - df["arrival"]) * 1e3
-        out = df["output_tokens"]
-        df["tpot_ms"] = np.where(out > 1, (df["finish"] - df["first_token"]) * 1e3 / (out - 1).clip(lower=1),
-                                 np.nan)
-        df["queue_ms"] = (df["first_scheduled"] - df["arrival"]) * 1e3
-        return df.sort_values("id", kind="stable").reset_index(drop=True)
+        return rows_frame(self.cols, self.tasks, self.slo_classes).sort_values("id", kind="stable").reset_index(
+            drop=True)
 
     def dropped_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.dropped, columns=["id", "arrival", "prompt_tokens", "output_tokens", "reason",
@@ -201,57 +186,93 @@ def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:
     return out
 
 
+@dataclass
+class Latencies:
+    """What the summary needs of the completed requests, in id order: from the requests table
+    (:func:`latencies_of`) or from a run streamed to Parquet (:mod:`llmsim.metrics.stream`), same numbers."""
+
+    n_done: int
+    start: float  # first arrival of a completed request (inf when none)
+    end: float  # last completion (-inf when none)
+    input_tokens: int
+    output_tokens: int
+    ttft_ms: np.ndarray
+    tpot_ms: np.ndarray  # NaN for one-token outputs
+    e2el_ms: np.ndarray
+    itl_sum_s: float  # sum of finish - first_token over the requests with more than one output token
+    n_itl: int
+    preemptions: int
+    preempted: int
+    truncated: int
+    slo_class: np.ndarray | None  # object array, None when no request has a class
+
+
+def latencies_of(df: pd.DataFrame) -> Latencies:
+    """The summary's inputs from a requests table (:meth:`Recorder.requests_frame`)."""
+    n = len(df)
+    multi = df[df["output_tokens"] > 1]
+    return Latencies(
+        n_done=n, start=float(df["arrival"].min()) if n else math.inf,
+        end=float(df["finish"].max()) if n else -math.inf,
+        input_tokens=int(df["prompt_tokens"].sum()) if n else 0,
+        output_tokens=int(df["output_tokens"].sum()) if n else 0,
+        ttft_ms=df["ttft_ms"].to_numpy(), tpot_ms=df["tpot_ms"].to_numpy(), e2el_ms=df["e2el_ms"].to_numpy(),
+        itl_sum_s=float((multi["finish"] - multi["first_token"]).sum()), n_itl=int((multi["output_tokens"] - 1).sum()),
+        preemptions=int(df["preemptions"].sum()) if n else 0, preempted=int((df["preemptions"] > 0).sum()) if n else 0,
+        truncated=int(df["truncated"].sum()) if n else 0,
+        slo_class=df["slo_class"].to_numpy(object) if "slo_class" in df.columns else None)
+
+
 def summarise(
-    df: pd.DataFrame, recorder: Recorder, num_requests: int, slo: SLO, extra: dict[str, Any] | None = None
+    df: pd.DataFrame | Latencies, recorder: Recorder, num_requests: int, slo: SLO, extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Summary dict: throughput, ttft/tpot/itl/e2el statistics in ms, SLO attainment and goodput."""
-    n_done = len(df)
+    lat = df if isinstance(df, Latencies) else latencies_of(df)
+    n_done = lat.n_done
     s: dict[str, Any] = {"num_requests": num_requests, "completed": n_done, "dropped": len(recorder.dropped)}
-    s["duration"] = duration = run_duration(df, recorder)
-    s["total_input_tokens"] = int(df["prompt_tokens"].sum()) if n_done else 0
-    s["total_output_tokens"] = int(df["output_tokens"].sum()) if n_done else 0
+    s["duration"] = duration = run_duration(lat, recorder)
+    s["total_input_tokens"] = lat.input_tokens
+    s["total_output_tokens"] = lat.output_tokens
     s["request_throughput"] = n_done / duration if duration > 0 else float("nan")
     s["output_throughput"] = s["total_output_tokens"] / duration if duration > 0 else float("nan")
     s["total_token_throughput"] = (
         (s["total_input_tokens"] + s["total_output_tokens"]) / duration if duration > 0 else float("nan")
     )
-    s.update(_stats("ttft", df["ttft_ms"].to_numpy()))
-    tpot = df["tpot_ms"].to_numpy()
+    s.update(_stats("ttft", lat.ttft_ms))
+    tpot = lat.tpot_ms
     s.update(_stats("tpot", tpot[~np.isnan(tpot)]))
     # ITL: exact mean (telescoping sums), percentiles from the histogram
-    multi = df[df["output_tokens"] > 1]
-    n_itl = int((multi["output_tokens"] - 1).sum())
-    s["mean_itl_ms"] = float((multi["finish"] - multi["first_token"]).sum() * 1e3 / n_itl) if n_itl else float("nan")
+    s["mean_itl_ms"] = lat.itl_sum_s * 1e3 / lat.n_itl if lat.n_itl else float("nan")
     s["median_itl_ms"] = recorder.itl_percentile(50) * 1e3
     for p in PERCENTILES:
         if p != 50:
             s[f"p{p}_itl_ms"] = recorder.itl_percentile(p) * 1e3
-    s.update(_stats("e2el", df["e2el_ms"].to_numpy()))
-    s["preemptions"] = int(df["preemptions"].sum()) if n_done else 0
-    s["preempted_requests"] = int((df["preemptions"] > 0).sum()) if n_done else 0
-    s["truncated"] = int(df["truncated"].sum()) if n_done else 0
+    s.update(_stats("e2el", lat.e2el_ms))
+    s["preemptions"] = lat.preemptions
+    s["preempted_requests"] = lat.preempted
+    s["truncated"] = lat.truncated
     # SLOs: dropped requests count as misses
     if slo.any():
-        s.update(slo_summary(df, recorder, num_requests, slo, duration))
+        s.update(slo_summary(lat, recorder, num_requests, slo, duration))
     if extra:
         s.update(extra)
     return s
 
 
-def slo_summary(df: pd.DataFrame, recorder: Recorder, num_requests: int, slo: SLO,
+def slo_summary(lat: Latencies, recorder: Recorder, num_requests: int, slo: SLO,
                 duration: float) -> dict[str, float]:
     """Attainment of each target and of all (``slo_attainment``, dropped requests count as misses), goodput,
     and with ``slo.classes`` the same per request class (``slo_attainment_<class>``, ``request_goodput_<class>``)."""
     out: dict[str, float] = {}
-    n = len(df)
-    classes = df["slo_class"].to_numpy(object) if "slo_class" in df.columns else np.full(n, None, dtype=object)
+    n = lat.n_done
+    classes = lat.slo_class if lat.slo_class is not None else np.full(n, None, dtype=object)
     ok = np.ones(n, dtype=bool)
     for k, key in enumerate(("ttft_ms", "tpot_ms", "e2el_ms")):
         target = np.array([slo.targets(c)[k] for c in classes] if slo.classes else [getattr(slo, key)] * n,
                           dtype=float)
         if np.isnan(target).all() and getattr(slo, key) is None:
             continue
-        vals = df[key].to_numpy()
+        vals = getattr(lat, key)
         met = np.where(np.isnan(vals) | np.isnan(target), True, vals <= target)
         out[f"slo_{key.removesuffix('_ms')}_attainment"] = float(met.sum() / num_requests) if num_requests else 0.0
         ok &= met
@@ -266,16 +287,40 @@ def slo_summary(df: pd.DataFrame, recorder: Recorder, num_requests: int, slo: SL
     return out
 
 
-def run_duration(df: pd.DataFrame, recorder: Recorder) -> float:
+def run_duration(df: pd.DataFrame | Latencies, recorder: Recorder) -> float:
     """First arrival (dropped requests included) to last completion, in simulated seconds; 0 with no completion.
 
     ``vllm bench serve``'s benchmark duration: the throughputs divide by it, and so does ``busy_fraction``, so
     that an engine busy from the first to the last request reads 1.
     """
-    if not len(df):
+    lat = df if isinstance(df, Latencies) else latencies_of(df)
+    if not lat.n_done:
         return 0.0
-    start = float(min(df["arrival"].min(), min((d[1] for d in recorder.dropped), default=np.inf)))
-    return float(df["finish"].max() - start)
+    start = float(min(lat.start, min((d[1] for d in recorder.dropped), default=np.inf)))
+    return float(lat.end - start)
+
+
+def rows_frame(cols: dict[str, array], tasks: list[str | None] | None, slo_classes: list[str | None] | None,
+               labels: bool = False) -> pd.DataFrame:
+    """The requests table of recorded columns, in recording order (``labels``: the task and slo_class columns
+    even when no request has one, so that streamed row groups share one schema)."""
+    data: dict[str, Any] = {k: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64).copy()
+                            for k, v in cols.items()}
+    df = pd.DataFrame(data)
+    df = df[["id", "arrival", "prompt_tokens", "output_tokens", "requested_output_tokens", "instance",
+             "routed_time", "first_scheduled", "first_token", "finish", "preemptions", "swaps", "truncated",
+             "cached_tokens"]]
+    if tasks is not None or labels:
+        df["task"] = tasks
+    if slo_classes is not None or labels:
+        df["slo_class"] = slo_classes
+    df["truncated"] = df["truncated"].astype(bool)
+    df["ttft_ms"] = (df["first_token"] - df["arrival"]) * 1e3
+    df["e2el_ms"] = (df["finish"] - df["arrival"]) * 1e3
+    out = df["output_tokens"]
+    df["tpot_ms"] = np.where(out > 1, (df["finish"] - df["first_token"]) * 1e3 / (out - 1).clip(lower=1), np.nan)
+    df["queue_ms"] = (df["first_scheduled"] - df["arrival"]) * 1e3
+    return df
 
 
 # ---------------------------------------------------------------------- per-instance table (instances.csv)

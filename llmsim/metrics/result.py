@@ -23,17 +23,19 @@ class SimResult:
     summary: dict[str, Any]
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    requests_path: Path | None = None  # the Parquet file the requests were streamed to (``requests`` is then empty)
 
     def save(self, out_dir: str | Path, fmt: str = "csv") -> Path:
-        """Write per-request table, drops, timeline, per-instance stats and summary.json."""
+        """Write per-request table, drops, timeline, per-instance stats and summary.json (a streamed run's
+        requests are already in ``requests_path``)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        if fmt == "parquet":
-            self.requests.to_parquet(out / "requests.parquet", index=False)
-        elif fmt == "csv":
-            self.requests.to_csv(out / "requests.csv", index=False)
-        else:
+        if fmt not in ("csv", "parquet"):
             raise ConfigError(f"output.format must be 'csv' or 'parquet', got {fmt!r}")
+        if self.requests_path is None and fmt == "parquet":
+            self.requests.to_parquet(out / "requests.parquet", index=False)
+        elif self.requests_path is None:
+            self.requests.to_csv(out / "requests.csv", index=False)
         self.dropped.to_csv(out / "dropped.csv", index=False)
         self.timeline.to_csv(out / "timeline.csv", index=False)
         self.instances.to_csv(out / "instances.csv", index=False)

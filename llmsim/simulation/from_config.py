@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsim.cluster.config import instances_from_config
+from llmsim.errors import ConfigError
 from llmsim.metrics.plots import save_plots
 from llmsim.metrics.result import SimResult
 from llmsim.resources import repo_root
@@ -27,6 +28,17 @@ def resolve_workload_path(workload: dict[str, Any]) -> dict[str, Any]:
     return wcfg
 
 
+def stream_path(run: RunConfig, out_dir: str | Path | None) -> Path | None:
+    """Where ``output.stream: parquet`` writes the requests (``requests.parquet`` in the run's directory)."""
+    if run.output.stream == "off":
+        return None
+    if out_dir is None or not run.output.save:
+        raise ConfigError("output.stream: parquet writes requests.parquet into the run's directory; it needs "
+                          "output.save: true and an output directory")
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    return Path(out_dir) / "requests.parquet"
+
+
 def run_from_config(cfg: dict[str, Any], out_dir: str | Path | None = None, progress: bool = False) -> SimResult:
     """Build everything from a plain config dict, simulate, save outputs; returns the SimResult."""
     run = RunConfig.parse(cfg)
@@ -37,6 +49,7 @@ def run_from_config(cfg: dict[str, Any], out_dir: str | Path | None = None, prog
     res = simulate(
         instances, workload, run.policy.name, seed=run.seed, slo=run.slo,
         progress=progress, total=total, policy_kwargs=dict(run.policy.kwargs), **run.sim.model_dump(),
+        stream_to=stream_path(run, out_dir),
     )
     stats = getattr(workload, "stats", None)
     if stats is not None:

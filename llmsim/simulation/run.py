@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from llmsim.cluster import Cluster, InstanceConfig
 from llmsim.metrics.progress import SimProgress
-from llmsim.metrics.recorder import instance_means, instance_table, profile_notes, run_duration, summarise
+from llmsim.metrics.recorder import (
+    instance_means,
+    instance_table,
+    latencies_of,
+    profile_notes,
+    run_duration,
+    summarise,
+)
 from llmsim.metrics.result import SimResult
+from llmsim.metrics.stream import StreamedRecorder
 from llmsim.request import Request
 from llmsim.routing import Router, make_router
 from llmsim.schema import SLO
@@ -32,12 +41,15 @@ def simulate(
     progress: bool | SimProgress = False,
     total: int | None = None,
     policy_kwargs: dict[str, Any] | None = None,
+    stream_to: str | Path | None = None,
 ) -> SimResult:
     """Run ``requests`` through a cluster of ``instances`` routed by ``policy``.
 
     ``progress=True`` shows completed requests on stderr (a bar on a terminal, a line every 5 s elsewhere);
     pass a :class:`llmsim.metrics.progress.SimProgress` to choose the stream and intervals. ``total`` (the
-    expected request count, when known) gives the bar its end.
+    expected request count, when known) gives the bar its end. ``stream_to`` (a ``.parquet`` path) writes the
+    completed requests there as they finish, in bounded memory (:mod:`llmsim.metrics.stream`); the result's
+    ``requests`` table is then empty and ``requests_path`` names the file.
     """
     router = policy if isinstance(policy, Router) else make_router(policy, seed=seed, **(policy_kwargs or {}))
     cluster = Cluster(
@@ -50,6 +62,7 @@ def simulate(
         colocation_interference=colocation_interference,
         kv_link=kv_link,
         kv_transfer=kv_transfer,
+        recorder=StreamedRecorder(stream_to, key="stream_to") if stream_to is not None else None,
     )
     reporter = progress if isinstance(progress, SimProgress) else SimProgress() if progress else None
     if reporter is not None:
@@ -67,10 +80,14 @@ def simulate(
 def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:
     """Tables and summary of a finished (or stopped) cluster; the env reads the same numbers."""
     rec = cluster.recorder
-    df = rec.requests_frame()
+    if isinstance(rec, StreamedRecorder):
+        lat, df = rec.latencies(), rec.empty_frame()
+    else:
+        df = rec.requests_frame()
+        lat = latencies_of(df)
     dropped = rec.dropped_frame()
-    num = len(df) + len(dropped)
-    inst_df = instance_table(cluster, run_duration(df, rec))
+    num = lat.n_done + len(dropped)
+    inst_df = instance_table(cluster, run_duration(lat, rec))
     extra: dict[str, Any] = {
         "iterations": int(inst_df["iterations"].sum()),
         "evictions": cluster.evictions,  # requests a policy sent back to the central queue (llmsim.engine.ops)
@@ -79,5 +96,6 @@ def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:
         **(cluster.transfers.summary() if cluster.transfers is not None else {}),  # disaggregated (cluster.disagg)
         **instance_means(inst_df),
     }
-    summary = summarise(df, rec, num, slo, extra)
-    return SimResult(df, dropped, rec.timeline_frame(), inst_df, summary, wall_s, profile_notes(cluster))
+    summary = summarise(lat, rec, num, slo, extra)
+    path = rec.path if isinstance(rec, StreamedRecorder) else None
+    return SimResult(df, dropped, rec.timeline_frame(), inst_df, summary, wall_s, profile_notes(cluster), path)
