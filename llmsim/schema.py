@@ -279,7 +279,7 @@ class SLO(Schema):
 class OutputConfig(Schema):
     where: ClassVar[str] = "output"
     format: Literal["csv", "parquet"] = "csv"
-    stream: Literal["off", "parquet"] = "off"  # parquet: requests.parquet written as requests finish (bounded memory)
+    stream: Literal["parquet"] | None = None  # parquet: requests.parquet written as requests finish (bounded memory)
     plots: bool = True
     progress: bool = True
     save: bool = True

@@ -33,7 +33,9 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -64,8 +66,15 @@ def _unique_ids(requests, hash_block: int = 16):
         yield r
 
 
-def run_case(name: str, requests: int | None = None, prefix: str = "none", hash_block: int = 16) -> dict:
-    """One case in this process: its wall time, rates, peak RSS and a few summary figures."""
+def run_case(name: str, requests: int | None = None, prefix: str = "none", hash_block: int = 16,
+             stream: bool = False) -> dict:
+    """One case in this process: its wall time, rates, peak RSS and a few summary figures (``stream``: the
+    requests streamed to a Parquet file in a temporary directory, as ``output.stream: parquet`` does)."""
+    with tempfile.TemporaryDirectory(prefix="llmsim-bench-") as tmp:
+        return _run_case(name, requests, prefix, hash_block, Path(tmp) / "requests.parquet" if stream else None)
+
+
+def _run_case(name: str, requests: int | None, prefix: str, hash_block: int, stream_to: Path | None) -> dict:
     case = CASES[name]
     n = int(requests or case["requests"])
     wl = build_workload(
@@ -81,12 +90,13 @@ def run_case(name: str, requests: int | None = None, prefix: str = "none", hash_
     insts = [InstanceConfig("llama-2-7b", "a100-80gb", engine=engine) for _ in range(case["instances"])]
     t0 = time.perf_counter()
     res = simulate(insts, _unique_ids(wl, hash_block) if prefix != "none" else wl, "round_robin",
-                   metrics_interval=10.0)
+                   metrics_interval=10.0, stream_to=stream_to)
     wall = time.perf_counter() - t0
     s = res.summary
     return {
         "case": name,
         "prefix": prefix,
+        "stream": stream_to is not None,
         "hash_block": hash_block if prefix != "none" else None,
         "requests": n,
         "instances": case["instances"],
@@ -104,12 +114,15 @@ def run_case(name: str, requests: int | None = None, prefix: str = "none", hash_
 PREFIX_COST_TARGET = 1.10  # the bench loses at most 10 % with caching on and no reuse
 
 
-def _case_row(case: str, requests: int | None, prefix: str, pin: int | None = None, hash_block: int = 16) -> dict:
+def _case_row(case: str, requests: int | None, prefix: str, pin: int | None = None, hash_block: int = 16,
+              stream: bool = False) -> dict:
     """One case in a fresh process (its own peak RSS, no warm caches from the last one), optionally on one CPU."""
     cmd = [sys.executable, "-m", "experiments.bench", "sim", "--inline", "--case", case, "--prefix", prefix,
            "--hash-block", str(hash_block)]
     if requests:
         cmd += ["--requests", str(requests)]
+    if stream:
+        cmd.append("--stream")
     pinned = None if pin is None else (lambda: os.sched_setaffinity(0, {pin}))
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, preexec_fn=pinned).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -185,6 +198,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--hash-block", type=int, default=16, metavar="TOKENS",
                     help="tokens per id with --prefix unique/off and --prefix-cost (default 16, the engine's block "
                          "size; 512: Mooncake-like ids, 32 engine blocks each)")
+    ap.add_argument("--stream", action="store_true",
+                    help="stream the requests to a temporary Parquet file (output.stream: parquet): bounded memory")
     ap.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
     return ap
 
@@ -201,7 +216,8 @@ def _case_text(row: dict) -> str:
     return (f"{row['case']:>8}: {row['requests']:>9,} requests on {row['instances']:>2} instance(s) in "
             f"{row['wall_s']:8.2f} s wall = {row['sim_requests_per_s']:>9,.0f} sim req/s, "
             f"{row['iterations_per_s']:>9,.0f} iterations/s, peak RSS {row['peak_rss_mb']:,.0f} MB "
-            f"({row['simulated_s']:,.0f} s simulated, mean TPOT {row['mean_tpot_ms']:.1f} ms)")
+            f"({row['simulated_s']:,.0f} s simulated, mean TPOT {row['mean_tpot_ms']:.1f} ms)"
+            + (", streamed to Parquet" if row.get("stream") else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = args.case or list(CASES)
     if args.inline:
         for c in cases:
-            print(json.dumps(run_case(c, args.requests, args.prefix, args.hash_block)))
+            print(json.dumps(run_case(c, args.requests, args.prefix, args.hash_block, args.stream)))
         return 0
     if args.prefix_cost:
         _prefix_cost_args(ap, args)
@@ -222,6 +238,6 @@ def main(argv: list[str] | None = None) -> int:
             print_json(cost) if args.json else print(_cost_text(c, cost, args.hash_block, args.pairs), flush=True)
         return 0
     for c in cases:
-        row = _case_row(c, args.requests, args.prefix, None, args.hash_block)
+        row = _case_row(c, args.requests, args.prefix, None, args.hash_block, args.stream)
         print_json(row) if args.json else print(_case_text(row), flush=True)
     return 0

@@ -83,12 +83,13 @@ class StreamedRecorder(Recorder):
     def keep(self, chunk: pd.DataFrame) -> None:
         """The summary's share of a row group: compact columns and running totals."""
         arrival, first, finish = (chunk[c].to_numpy() for c in ("arrival", "first_token", "finish"))
-        self.kept["id"].append(chunk["id"].to_numpy())
+        self.kept["id"].append(chunk["id"].to_numpy().copy())  # a copy: a view would keep the whole int block
         self.kept["ttft_s"].append(first - arrival)
         self.kept["e2el_s"].append(finish - arrival)
         self.kept["decode_s"].append(finish - first)
         self.kept["out"].append(chunk["output_tokens"].to_numpy().astype(np.int32))
-        self.kept_classes.append(chunk["slo_class"].to_numpy(object) if self.slo_classes is not None else len(chunk))
+        labelled = self.slo_classes is not None
+        self.kept_classes.append(chunk["slo_class"].to_numpy(object).copy() if labelled else len(chunk))
         t = self.totals
         t["input_tokens"] += int(chunk["prompt_tokens"].sum())
         t["output_tokens"] += int(chunk["output_tokens"].sum())

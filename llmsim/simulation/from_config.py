@@ -30,7 +30,7 @@ def resolve_workload_path(workload: dict[str, Any]) -> dict[str, Any]:
 
 def stream_path(run: RunConfig, out_dir: str | Path | None) -> Path | None:
     """Where ``output.stream: parquet`` writes the requests (``requests.parquet`` in the run's directory)."""
-    if run.output.stream == "off":
+    if run.output.stream is None:
         return None
     if out_dir is None or not run.output.save:
         raise ConfigError("output.stream: parquet writes requests.parquet into the run's directory; it needs "
