@@ -112,8 +112,11 @@ class StreamedRecorder(Recorder):
         ids = np.concatenate(self.kept.pop("id") or [np.zeros(0, np.int64)])
         order = np.argsort(ids, kind="stable")
         del ids
-        col = {k: np.concatenate(v or [np.zeros(0)])[order] for k, v in self.kept.items()}
-        self.kept.clear()
+        col = {}
+        for k in list(self.kept):  # one column at a time, its chunks released before the next: bounded peak
+            whole = np.concatenate(self.kept.pop(k) or [np.zeros(0)])
+            col[k] = whole[order]
+            del whole
         out = col.pop("out")
         ttft, e2el, decode = col.pop("ttft_s"), col.pop("e2el_s"), col.pop("decode_s")
         multi = out > 1
