@@ -27,6 +27,7 @@ from llmsim.metrics.recorder import Latencies, Recorder, rows_frame
 from llmsim.request import Request
 
 ROW_GROUP = 65_536
+_KEPT = {"id": "q", "ttft_s": "d", "e2el_s": "d", "decode_s": "d", "out": "i"}  # what the summary needs
 
 
 class StreamedRecorder(Recorder):
@@ -46,7 +47,9 @@ class StreamedRecorder(Recorder):
             raise ConfigError(f"{key}: cannot write {self.path}: {e.strerror or e}") from None
         self.writer: Any = None
         self.rows_written = 0
-        self.kept: dict[str, list[np.ndarray]] = {k: [] for k in ("id", "ttft_s", "e2el_s", "decode_s", "out")}
+        # one growing typed array per column (a big realloc'd block goes back to the system when freed; many
+        # chunk arrays would leave the heap fragmented)
+        self.kept = {k: array(t) for k, t in _KEPT.items()}
         self.kept_classes: list[np.ndarray | int] = []  # per row group: its classes, or its length before any class
         self.totals = {"input_tokens": 0, "output_tokens": 0, "preemptions": 0, "preempted": 0, "truncated": 0}
         self.start, self.end = math.inf, -math.inf
@@ -83,11 +86,10 @@ class StreamedRecorder(Recorder):
     def keep(self, chunk: pd.DataFrame) -> None:
         """The summary's share of a row group: compact columns and running totals."""
         arrival, first, finish = (chunk[c].to_numpy() for c in ("arrival", "first_token", "finish"))
-        self.kept["id"].append(chunk["id"].to_numpy().copy())  # a copy: a view would keep the whole int block
-        self.kept["ttft_s"].append(first - arrival)
-        self.kept["e2el_s"].append(finish - arrival)
-        self.kept["decode_s"].append(finish - first)
-        self.kept["out"].append(chunk["output_tokens"].to_numpy().astype(np.int32))
+        values = {"id": chunk["id"].to_numpy(), "ttft_s": first - arrival, "e2el_s": finish - arrival,
+                  "decode_s": finish - first, "out": chunk["output_tokens"].to_numpy().astype(np.int32)}
+        for k, v in values.items():
+            self.kept[k].frombytes(memoryview(np.ascontiguousarray(v)).cast("B"))
         labelled = self.slo_classes is not None
         self.kept_classes.append(chunk["slo_class"].to_numpy(object).copy() if labelled else len(chunk))
         t = self.totals
@@ -107,35 +109,39 @@ class StreamedRecorder(Recorder):
             self.writer.close()
 
     def latencies(self) -> Latencies:
-        """The summary's inputs in id order (closes the file first); the kept chunks are released."""
+        """The summary's inputs in id order (closes the file first); each kept column is released once it is
+        placed, so the end of a long run needs 16 B a request beyond what was kept."""
         self.close()
-        ids = np.concatenate(self.kept.pop("id") or [np.zeros(0, np.int64)])
-        order = np.argsort(ids, kind="stable")
-        del ids
-        col = {}
-        for k in list(self.kept):  # one column at a time, its chunks released before the next: bounded peak
-            whole = np.concatenate(self.kept.pop(k) or [np.zeros(0)])
-            col[k] = whole[order]
-            del whole
-        out = col.pop("out")
-        ttft, e2el, decode = col.pop("ttft_s"), col.pop("e2el_s"), col.pop("decode_s")
+        order = np.argsort(np.frombuffer(self.kept.pop("id"), np.int64), kind="stable")
+        col = {k: self.in_id_order(k, order) for k in ("out", "ttft_s", "e2el_s", "decode_s")}
+        classes = self.classes(order)
+        del order
+        out, decode = col.pop("out"), col.pop("decode_s")
         multi = out > 1
-        itl_sum, n_itl = float(decode[multi].sum()), int((out[multi].astype(np.int64) - 1).sum())
-        decode *= 1e3
-        tpot = np.where(multi, decode / np.clip(out - 1, 1, None), np.nan)
-        del decode
+        itl_sum, n_itl = float(decode[multi].sum()), int(np.sum(out[multi], dtype=np.int64)) - int(multi.sum())
+        den = out - 1
+        np.maximum(den, 1, out=den)
+        decode *= 1e3  # in place: the same values as the table's (finish - first_token) * 1e3 / (out - 1)
+        decode /= den
+        decode[~multi] = np.nan
+        del den, out
+        ttft, e2el = col.pop("ttft_s"), col.pop("e2el_s")
         ttft *= 1e3
         e2el *= 1e3
         t = self.totals
-        return Latencies(n_done=len(order), start=self.start, end=self.end, input_tokens=t["input_tokens"],
-                         output_tokens=t["output_tokens"], ttft_ms=ttft, tpot_ms=tpot, e2el_ms=e2el,
+        return Latencies(n_done=len(ttft), start=self.start, end=self.end, input_tokens=t["input_tokens"],
+                         output_tokens=t["output_tokens"], ttft_ms=ttft, tpot_ms=decode, e2el_ms=e2el,
                          itl_sum_s=itl_sum, n_itl=n_itl, preemptions=t["preemptions"], preempted=t["preempted"],
-                         truncated=t["truncated"], slo_class=self.classes(order))
+                         truncated=t["truncated"], slo_class=classes)
+
+    def in_id_order(self, name: str, order: np.ndarray) -> np.ndarray:
+        """Kept column ``name`` in id order; the kept copy is released."""
+        kept = self.kept.pop(name)
+        return np.frombuffer(kept, np.int32 if name == "out" else np.float64)[order]
 
     def classes(self, order: np.ndarray) -> np.ndarray | None:
         """The SLO classes in id order, None when no request has one."""
-        parts = self.kept_classes
-        self.kept_classes = []
+        parts, self.kept_classes = self.kept_classes, []
         if not any(isinstance(p, np.ndarray) for p in parts):
             return None
         full = [p if isinstance(p, np.ndarray) else np.full(p, None, dtype=object) for p in parts]
