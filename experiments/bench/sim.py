@@ -21,6 +21,9 @@ decide). On this project's 2-core VM the medians of 16-20-pair sets of the same 
 with caching on but not with caching off, ~2 % of such a pair that the million-request run does not carry
 (docs/prefix_caching.md).
 
+``--stream`` streams the requests to a temporary Parquet file as they finish (``output.stream: parquet``,
+:mod:`llmsim.metrics.stream`): the memory of a long run without the requests table (docs/speed.md).
+
 The envs are not imported here (they sit above the simulator): ``python -m experiments.bench env`` measures them.
 """
 
