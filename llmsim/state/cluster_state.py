@@ -83,6 +83,9 @@ class RequestState(NamedTuple):
     task: str | None
     arrival: float
 
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
+
 
 class InstanceRequests:
     """The requests on one instance (running, waiting, swapped, each in queue order) and sums over them.
@@ -330,6 +333,12 @@ class InstanceState(NamedTuple):
     def kv_used_fraction(self) -> float:
         return self.kv_blocks_used / self.kv_blocks_total
 
+    def to_dict(self) -> dict[str, Any]:
+        """The instance's fields and its request rows as plain dicts (``detail`` stays out: it is the lazy source)."""
+        d = {k: v for k, v in self._asdict().items() if k != "detail"}
+        d.update({q: [r.to_dict() for r in getattr(self, q)] for q in ("running", "waiting", "swapped")})
+        return d
+
     def can_serve(self, prompt_tokens: int) -> bool:
         """Whether a prompt of this length fits the context window and the whole KV cache."""
         return prompt_tokens <= self.max_prompt_tokens
@@ -368,10 +377,7 @@ class ClusterState(NamedTuple):
     def to_dict(self) -> dict[str, Any]:
         """Plain dicts and lists (JSON-ready), e.g. to log a decision or ship a state to a policy server."""
         d = self._asdict()
-        d["instances"] = [
-            {**{k: v for k, v in i._asdict().items() if k != "detail"},
-             **{q: [r._asdict() for r in getattr(i, q)] for q in ("running", "waiting", "swapped")}}
-            for i in self.instances]
+        d["instances"] = [i.to_dict() for i in self.instances]
         return d
 
     @classmethod

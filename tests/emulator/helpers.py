@@ -99,14 +99,12 @@ class VirtualLoop:
         self.now = max(self.now, t)
 
 
-def wait_until_idle(h: EmulatorHandle, timeout_s: float = 30.0) -> dict:
+def wait_until_idle(h: EmulatorHandle) -> dict:
     """Poll /metrics until the engine runs and queues nothing and no request is open (an aborted one has left);
-    returns the last scrape. ``timeout_s`` is a hang bound, generous for a loaded machine."""
-    deadline = time.monotonic() + timeout_s
+    returns the last scrape. A hang is bounded by the test's pytest-timeout, not by a wall-clock assertion."""
     while True:
         m = metrics(h)
         idle = sample(m, "vllm:num_requests_running") == 0 and sample(m, "vllm:num_requests_waiting") == 0
         if idle and not h.engine.tickets:
             return m
-        assert time.monotonic() < deadline, f"the emulator was still busy after {timeout_s} s"
         time.sleep(0.02)

@@ -16,8 +16,6 @@ from llmsim.emulator.server_thread import CoalescingTransport
 from llmsim.request import Request
 from tests.emulator.helpers import MODEL, metrics, sample, wait_until_idle
 
-HANG_S = 30.0
-
 
 def leave_when(h: EmulatorHandle, body: dict, ready) -> None:
     """Send a non-streaming request on a raw connection; close it once ``ready()``."""
@@ -25,9 +23,7 @@ def leave_when(h: EmulatorHandle, body: dict, ready) -> None:
     with socket.create_connection((h.host, h.port), timeout=10) as s:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
                   b"content-length: %d\r\n\r\n%s" % (len(raw), raw))
-        deadline = time.monotonic() + HANG_S
-        while not ready():
-            assert time.monotonic() < deadline, "the request never got going"
+        while not ready():  # a hang is bounded by pytest-timeout
             time.sleep(0.005)
 
 
@@ -38,7 +34,7 @@ def test_a_non_streaming_client_that_leaves_while_tokens_flow_aborts_its_request
         before = metrics(h)
         body = {"model": MODEL, "prompt": "q" * 100, "max_tokens": 20000}
         leave_when(h, body, lambda: any(t.available >= 20 for t in list(h.engine.tickets.values())))
-        m = wait_until_idle(h, HANG_S)
+        m = wait_until_idle(h)
         ok = "vllm:request_success_total"
         assert sample(m, ok, finished_reason="abort") == sample(before, ok, finished_reason="abort") + 1
         assert sample(m, ok, finished_reason="length") == sample(before, ok, finished_reason="length")

@@ -58,11 +58,9 @@ def test_stop_with_open_streams_does_not_hang() -> None:
     threads = [threading.Thread(target=reader, daemon=True) for _ in range(3)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 30  # a hang bound
     # 20 tokens released to each stream: its first chunks (> 5 lines) have long been written to the client
     while len(h.engine.tickets) < 3 or min(t.available for t in list(h.engine.tickets.values())) < 20:
-        assert time.monotonic() < deadline, "the three streams never got going"
-        time.sleep(0.01)
+        time.sleep(0.01)  # a hang is bounded by pytest-timeout
     h.stop()
     assert not h.thread_alive  # stop() returned with the server's thread ended: it waited for no stream
     for t in threads:
@@ -123,13 +121,11 @@ def test_cli_serves() -> None:
         line = p.stderr.readline()  # "llmsim-emulate: ... on http://127.0.0.1:PORT"
         url = line.strip().rsplit(" ", 1)[-1]
         assert url.startswith("http://127.0.0.1:"), line
-        deadline = time.monotonic() + 20
-        while True:
+        while True:  # until it listens; a hang is bounded by pytest-timeout
             try:
                 r = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 3})
                 break
             except httpx.ConnectError:
-                assert time.monotonic() < deadline
                 time.sleep(0.05)
         assert r.json()["usage"]["completion_tokens"] == 3
     finally:

@@ -93,15 +93,13 @@ def test_an_ejected_backend_is_readmitted_when_it_comes_back() -> None:
             def up() -> list[str]:
                 return httpx.get(r.url + "/health").json()["healthy"]
 
-            deadline = time.monotonic() + 10
-            while up() != ["b0"] and time.monotonic() < deadline:
+            while up() != ["b0"]:  # a hang is bounded by pytest-timeout
                 time.sleep(0.05)
             assert up() == ["b0"]
             for _ in range(4):  # all to the healthy one meanwhile
                 assert httpx.post(r.url + "/v1/completions", json=BODY, timeout=30).status_code == 200
             b = start_emulator("llama-3.1-8b", "a100-80gb", speedup=20.0, port=port)  # back on its address
-            deadline = time.monotonic() + 10
-            while up() != ["b0", "b1"] and time.monotonic() < deadline:
+            while up() != ["b0", "b1"]:
                 time.sleep(0.05)
             assert up() == ["b0", "b1"]
             before = samples(httpx.get(r.url + "/metrics").text, "llmsim_router_decisions_total")
@@ -137,8 +135,7 @@ def test_a_client_that_leaves_mid_stream_frees_the_backend() -> None:
                               json={**BODY, "max_tokens": 300, "stream": True}) as resp:
                 lines = resp.iter_lines()
                 next(lines)
-            deadline = time.monotonic() + 10  # the router closes its upstream stream: the engine aborts the request
-            while time.monotonic() < deadline:
+            while True:  # the router closes its upstream stream: the engine aborts it (pytest-timeout bounds this)
                 aborted = samples(httpx.get(slow.url + "/metrics").text, "vllm:request_success_total")
                 if any(("finished_reason", "abort") in k and v == 1 for k, v in aborted.items()):
                     break

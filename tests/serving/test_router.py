@@ -151,8 +151,7 @@ def test_no_healthy_backend_is_a_clear_503() -> None:
         resp = httpx.post(r.url + "/v1/completions", json={"model": "llmsim-router", "prompt": "x", "max_tokens": 2},
                           timeout=30)
         assert resp.status_code in (502, 503) and resp.json()["error"]["message"], resp.text
-        deadline = time.monotonic() + 5
-        while httpx.get(r.url + "/health").status_code != 503 and time.monotonic() < deadline:
+        while httpx.get(r.url + "/health").status_code != 503:  # a hang is bounded by pytest-timeout
             time.sleep(0.05)
         assert httpx.get(r.url + "/health").status_code == 503
         resp = httpx.post(r.url + "/v1/completions", json={"model": "llmsim-router", "prompt": "x"}, timeout=30)
