@@ -81,7 +81,8 @@ def fits_gpu(model: str, gpu: str, tp: int, util: float = 0.9) -> bool:
     """Whether the weights of ``model`` leave room for a KV cache on ``tp`` x ``gpu`` at ``util`` (vLLM's rule)."""
     m, g = get_model(model), get_gpu(gpu)
     try:
-        kv_capacity_from_bytes(m.name, g, tp, util, m.weight_bytes, m.kv_bytes_per_token, reserved_bytes(m, tp))
+        kv_capacity_from_bytes(m.name, g, tp, util, m.weight_bytes, m.kv_bytes_per_token, reserved_bytes(m, tp),
+                               m.kv_shards(tp))
     except ValueError:
         return False
     return True

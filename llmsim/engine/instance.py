@@ -127,7 +127,7 @@ class Instance:
         self.kv = build_kv_cache(self.name, profile, self.config)
         self.kv_total = self.kv.total
         self.watermark_blocks = self.kv.watermark
-        self.block_bytes = self.block_size * profile.model.kv_bytes_per_token // profile.tp
+        self.block_bytes = self.block_size * profile.model.kv_bytes_per_token // profile.model.kv_shards(profile.tp)
         self.host_bw = profile.gpu.host_link_bw
 
     # ------------------------------------------------------------------ submissions

@@ -43,7 +43,7 @@ def build_kv_cache(name: str, prof: Profile, cfg: Any) -> KVCache:
         )
     cpu_total = 0
     if cfg.preemption == "swap":
-        block_bytes = bs * prof.model.kv_bytes_per_token // prof.tp
+        block_bytes = bs * prof.model.kv_bytes_per_token // prof.model.kv_shards(prof.tp)
         if not block_bytes >= 1 or not prof.gpu.host_link_bw > 0:
             raise ConfigError(f"instance {name}: engine.preemption=swap needs KV blocks of >= 1 byte and a "
                               f"host link > 0 B/s; got {block_bytes!r} B and {prof.gpu.host_link_bw!r} B/s")

@@ -17,7 +17,7 @@ to stop at that boundary (as a submission does), so the outcome is bit-identical
   from ``engine.swap_space_gb``) and it joins the swapped queue; the batch policy swaps it back in by its
   normal rules (vLLM: swapped requests come back before any waiting one is admitted, when blocks allow, so
   on an engine with room it comes back at once). The transfer costs what swap preemption costs:
-  blocks * block_bytes / host_link_bw seconds (``Instance.block_bytes``: block_size * kv_bytes_per_token / tp;
+  blocks * block_bytes / host_link_bw seconds (``Instance.block_bytes``: block_size * kv_bytes_per_token / KV shards;
   the GPU's host-link bandwidth from the hardware table), added to the next iteration's step time.
 * **park** (``swap_out(..., park=True)``): a swap-out whose request is *parked*: it stays in CPU memory while the
   engine has waiting requests, so the room it freed goes to them (a plain swap-out comes straight back, since

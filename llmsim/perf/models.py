@@ -60,6 +60,14 @@ class ModelSpec:
     def kv_dim(self) -> int:
         return self.n_kv_heads * self.head_dim
 
+    def kv_shards(self, tp: int) -> int:
+        """Over how many of ``tp`` ranks the KV cache is split. vLLM gives each rank its share of the KV heads but
+        at least one (heads are replicated when ``tp`` exceeds them), and every rank keeps the whole latent of
+        multi-head latent attention; a GPU's KV bytes per token are ``kv_bytes_per_token / kv_shards(tp)``."""
+        if self.kv_lora_rank:
+            return 1
+        return max(1, min(tp, self.n_kv_heads))
+
     @property
     def attention_params(self) -> int:
         """One layer's attention GEMM weights (QKV and output projection)."""

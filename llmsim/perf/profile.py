@@ -62,7 +62,7 @@ def kv_capacity_tokens(
     Raises a ConfigError naming the model and GPU when the weights alone do not fit.
     """
     return kv_capacity_from_bytes(model.name, gpu, tp, gpu_memory_utilization, model.weight_bytes,
-                                  model.kv_bytes_per_token, reserved_bytes)
+                                  model.kv_bytes_per_token, reserved_bytes, model.kv_shards(tp))
 
 
 @dataclass
@@ -114,7 +114,7 @@ class RooflineProfile:
         # causal prefill attention: QK^T and PV, 2 FLOPs per MAC -> 4 * heads * d per (query, key) pair
         self._pf_attn_flop = 4.0 * m.n_layers * heads * m.head_dim
         self._pf_attn_rate = self.eff_prefill_attn * g.peak_flops
-        self._kv_bytes_tok = m.kv_bytes_per_token / tp
+        self._kv_bytes_tok = m.kv_bytes_per_token / m.kv_shards(tp)
         self._dec_attn_bw = self.eff_decode_attn * g.bandwidth
         lm = m.vocab * m.hidden / tp
         self._lm_flop = 2.0 * lm
@@ -180,7 +180,8 @@ class RooflineProfile:
             return kv_capacity_tokens(self.model, self.gpu, self.tp, gpu_memory_utilization, self.reserved_bytes)
         weights = weight_bytes_per_gpu(self.model, self.tp, self.ep) * self.tp
         return kv_capacity_from_bytes(self.model.name, self.gpu, self.tp, gpu_memory_utilization, weights,
-                                      self.model.kv_bytes_per_token, self.reserved_bytes)
+                                      self.model.kv_bytes_per_token, self.reserved_bytes,
+                                      self.model.kv_shards(self.tp))
 
     def describe(self) -> dict:
         return {

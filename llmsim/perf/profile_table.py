@@ -326,6 +326,7 @@ class MeasuredProfile:
             self.weight_bytes,
             self.kv_bytes_per_token,
             self.reserved_bytes,
+            self.model.kv_shards(self.tp),
         )
 
     def describe(self) -> dict:

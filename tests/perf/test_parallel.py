@@ -6,8 +6,10 @@ import pytest
 
 from llmsim.errors import ConfigError
 from llmsim.perf.hardware import GPUS, INTERCONNECTS, get_gpu
-from llmsim.perf.models import get_model
+from llmsim.perf.models import from_hf_config, get_model
 from llmsim.perf.parallel import allreduce_s, alltoall_s, check_degrees, weight_bytes_per_gpu
+from llmsim.perf.profile import kv_capacity_tokens
+from tests.perf.helpers import tiny
 
 
 def test_every_gpu_cites_its_interconnect():
@@ -50,3 +52,18 @@ def test_expert_parallelism_spreads_the_expert_weights():
     experts = m.routed_expert_params_total * 2
     assert weight_bytes_per_gpu(m, 1, 2) == pytest.approx(m.weight_bytes - experts / 2)
     assert weight_bytes_per_gpu(get_model("llama-2-7b"), 2, 1) == get_model("llama-2-7b").weight_bytes / 2
+
+
+def test_kv_heads_split_over_ranks_but_never_below_one_and_latents_replicate():
+    """A GPU's KV bytes follow vLLM: each rank holds n_kv / tp heads but at least one; MLA latents are not split."""
+    qwen_moe = get_model("qwen3-30b-a3b")  # 4 KV heads
+    assert [qwen_moe.kv_shards(tp) for tp in (1, 2, 4, 8)] == [1, 2, 4, 4]
+    mla = from_hf_config(tiny("tiny-deepseek-v2-mla"))
+    assert [mla.kv_shards(tp) for tp in (1, 2, 4)] == [1, 1, 1]
+    g = get_gpu("h100")
+    # at tp 8 each rank keeps one of the 4 heads: the per-token KV bytes of tp 4, not half of them
+    free = 0.9 * g.memory_bytes - qwen_moe.weight_bytes / 8 - 1.5e9
+    assert kv_capacity_tokens(qwen_moe, g, 8, 0.9, 1.5e9) == int(free // (qwen_moe.kv_bytes_per_token / 4))
+    llama = get_model("llama-3-70b")  # 8 KV heads: tp 8 splits them exactly, as before
+    free = 0.9 * g.memory_bytes - llama.weight_bytes / 8 - 1.5e9
+    assert kv_capacity_tokens(llama, g, 8, 0.9, 1.5e9) == int(free // (llama.kv_bytes_per_token / 8))
