@@ -38,7 +38,6 @@ from llmsim.perf.models import get_model
 from llmsim.perf.parallel import check_degrees
 from llmsim.perf.profile import load_profile
 from llmsim.profiles.replay_deploy import (
-    VllmDataParallelBalancer,
     describe_settings,
     expert_parallel_degree,
     profile_parts,
@@ -207,7 +206,7 @@ def simulate_run(
     reqs = [
         Request(i, float(a), int(p), int(o)) for i, (a, p, o) in enumerate(zip(rec.arrival, rec.prompt, rec.output))
     ]
-    router = VllmDataParallelBalancer() if dp > 1 else "round_robin"
+    router = "vllm_data_parallel" if dp > 1 else "round_robin"
     res = simulate(instances=[inst] * dp, requests=reqs, policy=router, seed=0)
     df = res.requests.sort_values("id")
     ttft = (df.first_token - df.arrival).to_numpy(float)

@@ -5,7 +5,8 @@ vLLM runs record their engine arguments next to ``requests.jsonl`` in ``meta.jso
 ``enable_expert_parallel``, ``enable_chunked_prefill``, ``enable_prefix_caching``, ``block_size``,
 ``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``max_model_len``. A flag overrides
 the file, and a flag that contradicts it is a warning line: a replay never silently runs another deployment than
-the one measured. :class:`VllmDataParallelBalancer` is vLLM's own balancer between data-parallel engines.
+the one measured. vLLM's own balancer between
+data-parallel engines is the router ``vllm_data_parallel`` (llmsim.routing.load).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from llmsim.errors import TraceError
-from llmsim.routing.base import Router
 
 # setting -> (meta.json keys, flag attribute, default); the flag's name is the attribute with dashes
 SETTINGS: dict[str, tuple[tuple[str, ...], str, Any]] = {
@@ -119,32 +119,3 @@ def profile_parts(description: dict[str, Any]) -> str:
     if not parts:
         return f"all parts {description.get('kind', 'unknown')}"
     return ", ".join(f"{part}={status}" for part, status in parts.items())
-
-
-class VllmDataParallelBalancer(Router):
-    """vLLM's balancer between data-parallel engines (``DPLBAsyncMPClient``): the engine with the lowest
-    ``4 x waiting + running``, scanning from a rotating start so that ties spread. vLLM reads the counts from a
-    coordinator every 100 ms and counts its own sends in between; the simulator's live counts are that limit."""
-
-    name = "vllm_data_parallel"
-
-    def __init__(self, seed: int = 0, **kwargs: Any) -> None:
-        super().__init__(seed, **kwargs)
-        self.start = 0
-
-    def reset(self, seed: int | None = None) -> None:
-        super().reset(seed)
-        self.start = 0
-
-    def route(self, req, view) -> int:
-        waiting, running = view.num_waiting(), view.num_running()
-        candidates = set(view.candidates(req))
-        n = view.num_instances
-        best, best_score = -1, None
-        for k in range(n):
-            i = (self.start + k) % n
-            score = 4 * waiting[i] + running[i]
-            if i in candidates and (best_score is None or score < best_score):
-                best, best_score = i, score
-        self.start = (self.start + 1) % n
-        return best if best >= 0 else min(candidates)

@@ -324,3 +324,33 @@ class DedicatedSmallLargeRouter(Router):
             if i in cands:
                 return i
         return cands[0]
+
+
+@register_router
+class VllmDataParallelBalancer(Router):
+    """vLLM's balancer between data-parallel engines (``DPLBAsyncMPClient``): the engine with the lowest
+    ``4 x waiting + running``, scanning from a rotating start so that ties spread. vLLM reads the counts from a
+    coordinator every 100 ms and counts its own sends in between; the simulator's live counts are that limit."""
+
+    name = "vllm_data_parallel"
+
+    def __init__(self, seed: int = 0, **kwargs: Any) -> None:
+        super().__init__(seed, **kwargs)
+        self.start = 0
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self.start = 0
+
+    def route(self, req: Request, view: RouterView) -> int:
+        waiting, running = view.num_waiting(), view.num_running()
+        candidates = set(view.candidates(req))
+        n = view.num_instances
+        best, best_score = -1, None
+        for k in range(n):
+            i = (self.start + k) % n
+            score = 4 * waiting[i] + running[i]
+            if i in candidates and (best_score is None or score < best_score):
+                best, best_score = i, score
+        self.start = (self.start + 1) % n
+        return best if best >= 0 else min(candidates)

@@ -12,7 +12,8 @@ import pytest
 
 from llmsim.profiles.cli import main
 from llmsim.profiles.replay import Recorded, simulate_run
-from llmsim.profiles.replay_deploy import VllmDataParallelBalancer, read_meta, resolve
+from llmsim.profiles.replay_deploy import read_meta, resolve
+from llmsim.routing.load import VllmDataParallelBalancer
 
 TINY_MOE = str(Path(__file__).resolve().parents[1] / "perf" / "configs" / "tiny-qwen3-moe.json")
 
