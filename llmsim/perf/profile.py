@@ -202,7 +202,7 @@ _PROFILE_LOADERS: list = []
 
 
 def register_profile_loader(loader) -> None:
-    """Let profiles/ plug in measured profiles: ``loader(model, gpu, tp) -> Profile | None``."""
+    """Let profiles/ plug in measured profiles: ``loader(model, gpu, tp, ep) -> Profile | None``."""
     _PROFILE_LOADERS.append(loader)
 
 
@@ -210,8 +210,8 @@ def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto", ep: int 
     """Measured profile when one exists (``kind='auto'`` or ``'measured'``), else the roofline.
 
     ``model`` is anything :func:`llmsim.perf.models.get_model` resolves: a registered name, a Hugging Face id or a
-    ``config.json`` path. ``ep`` > 1 spreads a MoE model's experts over that many GPUs (roofline only: the measured
-    loaders are asked for ``(model, gpu, tp)``)."""
+    ``config.json`` path. ``ep`` > 1 spreads a MoE model's experts over that many GPUs (the roofline prices it; a
+    measured profile reads its experts' curves at one GPU's share, llmsim.perf.expert_parallel)."""
     try:
         m = get_model(model)
         g = get_gpu(gpu)
@@ -223,7 +223,7 @@ def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto", ep: int 
         raise ProfileError(f"profile kind must be auto, measured or roofline, got {kind!r}")
     if kind != "roofline":
         for loader in _PROFILE_LOADERS:
-            prof = loader(m, g, tp)
+            prof = loader(m, g, tp, ep)
             if prof is not None:
                 return prof
         if kind == "measured":

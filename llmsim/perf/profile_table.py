@@ -17,6 +17,8 @@ File format ``llmsim-profile/1`` (all times in seconds, for the whole model on o
   curves ``tokens`` / ``seconds``, one per number of distinct ``experts`` a batch activates (LLMServingSim's
   moe.csv); a batch of ``t`` tokens is timed at the expected distinct experts of ``t`` tokens
   (:func:`llmsim.perf.moe.expected_distinct_experts`, ``n_experts`` and ``experts_per_token`` recorded here).
+* With expert parallelism (``ep`` > 1 when loading) the ``moe`` curves are read at one GPU's share of the EP group
+  and an estimated ``alltoall`` part is added (:mod:`llmsim.perf.expert_parallel`).
 * ``allreduce`` (tensor-parallel profiles whose operator tables time one GPU's shard only): ``tokens`` /
   ``seconds`` of every layer's all-reduces, on the dense part's token grid (added to it on load).
 * ``parts``: for each of the parts above, ``status`` (``measured``, ``fitted`` or ``transferred`` from
@@ -38,10 +40,12 @@ from typing import Any
 import yaml
 
 from llmsim.errors import ProfileError
+from llmsim.perf.expert_parallel import ExpertParallelExperts, expert_parallel_weight_bytes
 from llmsim.perf.hardware import GpuSpec, get_gpu
 from llmsim.perf.kv_budget import kv_capacity_from_bytes
 from llmsim.perf.models import ModelSpec, get_model
 from llmsim.perf.moe import expected_distinct_experts
+from llmsim.perf.parallel import check_degrees
 from llmsim.resources import profile_data_dir
 
 FORMAT = "llmsim-profile/1"
@@ -50,6 +54,7 @@ STEP_PARTS = ("dense", "prefill_attention", "decode_attention", "lm_head")
 OPTIONAL_PARTS = ("moe", "allreduce")  # present only where they apply (MoE models, TP shards timed alone)
 STATUSES = ("measured", "fitted", "transferred", "estimated", "roofline")
 NOT_MEASURED = ("estimated", "roofline")
+ALLTOALL_SOURCE = "expert-parallel dispatch + combine per MoE layer over the hardware table's link (perf.parallel)"
 
 
 class Table:
@@ -164,19 +169,21 @@ class MoeTable:
             return v
         if tokens <= 0:
             return 0.0
-        e = expected_distinct_experts(tokens, self.n_experts, self.top_k)
-        xs = self.experts
-        if e <= xs[0] or len(xs) == 1:
-            v = self.rows[0](tokens)
-        elif e >= xs[-1]:
-            v = self.rows[-1](tokens)
-        else:
-            i = bisect_right(xs, e)
-            f = (e - xs[i - 1]) / (xs[i] - xs[i - 1])
-            v = (1 - f) * self.rows[i - 1](tokens) + f * self.rows[i](tokens)
+        v = self.at(tokens, expected_distinct_experts(tokens, self.n_experts, self.top_k))
         if len(self._cache) < 1_000_000:
             self._cache[tokens] = v
         return v
+
+    def at(self, tokens: float, distinct: float) -> float:
+        """The time of ``tokens`` tokens with ``distinct`` experts activated: the bracketing curves, interpolated."""
+        xs = self.experts
+        if distinct <= xs[0] or len(xs) == 1:
+            return self.rows[0](tokens)
+        if distinct >= xs[-1]:
+            return self.rows[-1](tokens)
+        i = bisect_right(xs, distinct)
+        f = (distinct - xs[i - 1]) / (xs[i] - xs[i - 1])
+        return (1 - f) * self.rows[i - 1](tokens) + f * self.rows[i](tokens)
 
 
 class DenseWithExperts:
@@ -232,6 +239,7 @@ class MeasuredProfile:
         path: Path | str = "<dict>",
         model: ModelSpec | None = None,
         gpu: GpuSpec | None = None,
+        ep: int = 1,
     ) -> None:
         if not isinstance(data, dict):
             raise ProfileError(f"profile {path}: expected a mapping at top level, got {type(data).__name__}")
@@ -276,12 +284,33 @@ class MeasuredProfile:
         self.kv_bytes_per_token = _num(mem, "kv_bytes_per_token", path, "memory", 1.0)
         self.reserved_bytes = _num(mem, "reserved_bytes", path, "memory")
         self.parts = _part_statuses(data, path)
+        self.ep = ep
+        if ep > 1:
+            self._spread_experts(path)
         # A profile counts as estimated when a step-time part (GPU work, experts included) is; the CPU overhead,
         # the memory and the all-reduce are modelled and listed separately in describe()["estimated_parts"].
         self.estimated = any(self.parts[p] in NOT_MEASURED for p in (*STEP_PARTS, "moe") if p in self.parts)
         kind = "estimated" if self.estimated else "measured"
-        self.name = f"{self.model.name}@{self.gpu.name}" + (f"-tp{tp}" if tp > 1 else "") + f" ({kind})"
+        self.name = (f"{self.model.name}@{self.gpu.name}" + (f"-tp{tp}" if tp > 1 else "")
+                     + (f"-ep{ep}" if ep > 1 else "") + f" ({kind})")
         self.provenance = data.get("provenance", {})
+
+    @property
+    def expert_curves(self) -> MoeTable | None:
+        """The measured ``moe`` curves (None for a dense model), as loaded, before any expert parallelism."""
+        moe = self._dense.moe if isinstance(self._dense, DenseWithExperts) else None
+        return moe.curves if isinstance(moe, ExpertParallelExperts) else moe
+
+    def _spread_experts(self, path: Path | str) -> None:
+        """Expert parallelism over ``ep`` GPUs (llmsim.perf.expert_parallel): the measured experts' curves read at
+        this GPU's share, the all-to-alls added (estimated), the routed experts' weights split by ``ep``."""
+        check_degrees(self.model, self.tp, self.ep)
+        if not isinstance(self._dense, DenseWithExperts):
+            raise _err(path, "moe", f"expert parallelism (ep={self.ep}) needs the experts' curves; none here")
+        self._dense = DenseWithExperts(self._dense.dense,
+                                       ExpertParallelExperts(self._dense.moe, self.model, self.gpu, self.tp, self.ep))
+        self.weight_bytes = expert_parallel_weight_bytes(self.model, self.weight_bytes, self.tp, self.ep)
+        self.parts["alltoall"] = "estimated"
 
     def with_overhead(self, per_iteration: float | None = None, per_seq: float | None = None,
                       source: str = "override") -> MeasuredProfile:
@@ -294,7 +323,7 @@ class MeasuredProfile:
         parts = dict(self.data["parts"])
         parts["overhead"] = {"status": "estimated", "source": source}
         return MeasuredProfile({**self.data, "overhead": ov, "parts": parts}, f"{self.path} ({source})", self.model,
-                               self.gpu)
+                               self.gpu, self.ep)
 
     def step_time(
         self, n_tokens: int, n_seqs: int, prefill_c2: int, prefill_cp: int, n_decode: int, decode_ctx: int
@@ -337,16 +366,19 @@ class MeasuredProfile:
             "model": self.model.name,
             "gpu": self.gpu.name,
             "tp": self.tp,
+            **({"ep": self.ep} if self.ep > 1 else {}),
             "estimated": self.estimated,
             "parts": dict(self.parts),
-            "part_sources": {p: self.data["parts"][p].get("source", "") for p in self.parts},
+            "part_sources": {p: self.data["parts"].get(p, {}).get("source", ALLTOALL_SOURCE if p == "alltoall" else "")
+                             for p in self.parts},
             "estimated_parts": [p for p, s in self.parts.items() if s in NOT_MEASURED],
             "source": self.provenance.get("summary", ""),
         }
 
 
-def load_profile_file(path: str | Path) -> MeasuredProfile:
-    """Parse and validate one profile YAML; every error names the file and the key at fault."""
+def load_profile_file(path: str | Path, ep: int = 1) -> MeasuredProfile:
+    """Parse and validate one profile YAML (``ep``: its experts spread over that many GPUs); every error names the
+    file and the key at fault."""
     p = Path(path)
     if not p.is_file():
         raise ProfileError(f"profile file {p} does not exist")
@@ -354,7 +386,7 @@ def load_profile_file(path: str | Path) -> MeasuredProfile:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         raise ProfileError(f"profile {p}: not valid YAML: {e}") from e
-    return MeasuredProfile(data, p)
+    return MeasuredProfile(data, p, ep=ep)
 
 
 def profile_dirs() -> list[Path]:
@@ -377,18 +409,19 @@ def find_profile_file(model: str, gpu: str, tp: int = 1) -> Path | None:
     return None
 
 
-_CACHE: dict[tuple[str, str, int], MeasuredProfile] = {}
+_CACHE: dict[tuple[str, str, int, int], MeasuredProfile] = {}
 
 
-def measured_loader(model: ModelSpec, gpu: GpuSpec, tp: int) -> MeasuredProfile | None:
-    """Loader for :func:`llmsim.perf.profile.register_profile_loader`: the profile file or None."""
-    key = (model.name, gpu.name, tp)
+def measured_loader(model: ModelSpec, gpu: GpuSpec, tp: int, ep: int = 1) -> MeasuredProfile | None:
+    """Loader for :func:`llmsim.perf.profile.register_profile_loader`: the profile file or None; ``ep`` > 1 spreads
+    a MoE profile's measured experts over that many GPUs."""
+    key = (model.name, gpu.name, tp, ep)
     prof = _CACHE.get(key)
     if prof is None:
         f = find_profile_file(model.name, gpu.name, tp)
         if f is None:
             return None
-        prof = load_profile_file(f)
+        prof = load_profile_file(f, ep)
         if prof.model.name != model.name or prof.gpu.name != gpu.name or prof.tp != tp:
             raise ProfileError(
                 f"profile {f}: declares model={prof.model.name!r} gpu={prof.gpu.name!r} tp={prof.tp} "
