@@ -285,8 +285,7 @@ class MeasuredProfile:
         self.reserved_bytes = _num(mem, "reserved_bytes", path, "memory")
         self.parts = _part_statuses(data, path)
         self.ep = ep
-        if ep > 1:
-            self._spread_experts(path)
+        self._spread_experts(path)
         # A profile counts as estimated when a step-time part (GPU work, experts included) is; the CPU overhead,
         # the memory and the all-reduce are modelled and listed separately in describe()["estimated_parts"].
         self.estimated = any(self.parts[p] in NOT_MEASURED for p in (*STEP_PARTS, "moe") if p in self.parts)
@@ -304,6 +303,8 @@ class MeasuredProfile:
     def _spread_experts(self, path: Path | str) -> None:
         """Expert parallelism over ``ep`` GPUs (llmsim.perf.expert_parallel): the measured experts' curves read at
         this GPU's share, the all-to-alls added (estimated), the routed experts' weights split by ``ep``."""
+        if self.ep == 1:
+            return
         check_degrees(self.model, self.tp, self.ep)
         if not isinstance(self._dense, DenseWithExperts):
             raise _err(path, "moe", f"expert parallelism (ep={self.ep}) needs the experts' curves; none here")
