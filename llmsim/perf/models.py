@@ -197,7 +197,7 @@ _MODELS: list[ModelSpec] = [
            hf_id="meta-llama/Llama-3.1-8B"),
     _llama("llama-3-70b", 80, 8192, 64, 8, 28672, 128256, max_position=8192,
            hf_id="meta-llama/Meta-Llama-3-70B"),
-    _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, max_position=32768,
+    _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, max_position=32768, sliding_window=4096,
            hf_id="mistralai/Mistral-7B-v0.1"),
     _llama("vicuna-7b", 32, 4096, 32, 32, 11008, 32000, hf_id="lmsys/vicuna-7b-v1.5"),
     _llama("vicuna-13b", 40, 5120, 40, 40, 13824, 32000, hf_id="lmsys/vicuna-13b-v1.5"),
@@ -295,7 +295,8 @@ def get_model(name: str) -> ModelSpec:
     return spec
 
 
-# fields that do not change what a step costs in llmsim (the sliding window is recorded, not priced)
+# fields that do not change what a measured step costs (the roofline prices the sliding window; a measured profile
+# holds the measured model's own attention)
 SHAPE_IGNORED = ("name", "hf_id", "aliases", "architecture", "max_position", "attention_bias", "sliding_window")
 
 

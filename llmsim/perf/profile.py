@@ -115,6 +115,7 @@ class RooflineProfile:
         self._pf_attn_flop = 4.0 * m.n_layers * heads * m.head_dim
         self._pf_attn_rate = self.eff_prefill_attn * g.peak_flops
         self._kv_bytes_tok = m.kv_bytes_per_token / m.kv_shards(tp)
+        self._window = m.sliding_window  # keys an attention layer reads per query at most (0: all)
         self._dec_attn_bw = self.eff_decode_attn * g.bandwidth
         lm = m.vocab * m.hidden / tp
         self._lm_flop = 2.0 * lm
@@ -166,11 +167,17 @@ class RooflineProfile:
         self, n_tokens: int, n_seqs: int, prefill_c2: int, prefill_cp: int, n_decode: int, decode_ctx: int
     ) -> float:
         t = self._dense(n_tokens) + self.iteration_overhead_s + self.per_seq_overhead_s * n_seqs
+        window = self._window
         if prefill_c2:
-            # chunk attends to itself causally (c^2 / 2 pairs) and to its cached context (c * p)
+            # chunk attends to itself causally (c^2 / 2 pairs) and to its cached context (c * p); a sliding
+            # window caps each chunk token's cached keys at the window (a bound: the engine passes sums only)
+            if window:
+                prefill_cp = min(prefill_cp, (n_tokens - n_decode) * window)
             t += self._pf_attn_flop * (0.5 * prefill_c2 + prefill_cp) / self._pf_attn_rate
         if n_decode:
-            t += self._kv_bytes_tok * decode_ctx / self._dec_attn_bw
+            # a sliding window reads at most ``window`` keys per sequence (the same bound over the batch's sum)
+            ctx = decode_ctx if not window else min(decode_ctx, n_decode * window)
+            t += self._kv_bytes_tok * ctx / self._dec_attn_bw
         lm_compute = self._lm_flop * n_seqs / self._gemm_rate
         t += lm_compute if lm_compute > self._lm_read_s else self._lm_read_s
         return t
