@@ -183,7 +183,7 @@ def _plain(x: Any) -> Any:
     return x.item() if isinstance(x, np.generic) else x
 
 
-VIEW_KEYS = ("observation", "predictor")
+VIEW_KEYS = ("observation", "predictor", "max_experts")  # max_experts: the QoSEdge graph's padded expert slots
 
 
 def policy_env_cfg(env_cfg: dict[str, Any], spec: Any) -> dict[str, Any]:
