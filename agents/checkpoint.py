@@ -40,7 +40,8 @@ def net_arch(net: torch.nn.Module) -> dict[str, Any]:
     arch = getattr(net, "arch", None)
     if not isinstance(arch, dict):
         raise TypeError(f"cannot checkpoint a {type(net).__name__}: no arch description")
-    return {"n_actions": arch["n_actions"], "arch": arch}
+    slots = getattr(net, "slots", None)  # a padded graph layout: one actor for up to ``slots`` experts
+    return {"n_actions": arch["n_actions"], "arch": arch, **({"slots": slots} if slots is not None else {})}
 
 
 def _weights_file(meta: dict[str, Any]) -> str:
@@ -167,9 +168,13 @@ class QPolicy:
 
 def for_env(net: torch.nn.Module, env: Any) -> torch.nn.Module:
     """``net`` as it acts on ``env``: a slot network on a plain K-instance env through its
-    :class:`~llmsim.agents.nets.SlotAdapter` (the env's K + 2 actions), anything else as it is."""
+    :class:`~llmsim.agents.nets.SlotAdapter` (the env's K + 2 actions), an actor over expert slots through
+    :meth:`~llmsim.agents.sac_nets.SACActor.on_choices`, anything else as it is."""
     base = net.net if isinstance(net, SlotAdapter) else net
     n = int(env.action_space.n)
+    if isinstance(base, SACActor) and base.slots is not None:  # an actor over expert slots (padded graph)
+        base = base.slot_actor()
+        return base.on_choices(n - 2) if n != base.slots + 2 else base
     if isinstance(base, SetQNetwork) and n != base.n_actions:
         return SlotAdapter(base, n - 2)
     return base

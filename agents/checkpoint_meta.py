@@ -56,6 +56,8 @@ def check_compatible(meta: dict[str, Any], env: RoutingEnv, where: str = "checkp
                           f"{describe_layout(have)}")
     n = int(env.action_space.n)
     slots = (meta.get("set_net") or {}).get("n_max")
+    if slots is None:  # an actor over a padded graph layout's expert slots (GraphObs max_experts)
+        slots = meta.get("slots")
     if slots is not None:  # one network for any number of instances up to n_max (llmsim.envs.randomize)
         if not str(env.action_kind).startswith("instance") or env.n_choices > slots or meta.get("n_actions") != \
                 slots + 2:

@@ -41,12 +41,16 @@ INCOMING: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "waiting": (("expert__rev_at__waiting", "expert", True),),
 }
 OBS_KEYS = ("arrived", "arrived_mask", "expert", "running", "running_mask", "waiting", "waiting_mask")
+EXPERT_MASK = "expert_mask"  # only in a padded layout (GraphObs max_experts): which expert slots hold an expert
 _NEG = 1e30  # masked attention logits get -_NEG added: finite, so a destination without sources gives 0, not NaN
 
 
 @dataclass
 class GraphLayout:
-    """Key order and shapes of the graph observation, so it can live in a replay buffer as one flat float row."""
+    """Key order and shapes of the graph observation, so it can live in a replay buffer as one flat float row.
+
+    ``n_experts`` is the number of expert slots; a padded layout (``padded``: an ``expert_mask`` key) marks which
+    slots hold an expert, so a network built on it runs on any cluster with up to ``n_experts`` experts."""
 
     keys: tuple[str, ...]
     shapes: dict[str, tuple[int, ...]]
@@ -74,9 +78,15 @@ class GraphLayout:
         expect = {"arrived": (1, 3 * n), "arrived_mask": (1,), "expert": (n, 3), "running": (n * self.cap_running, 6),
                   "running_mask": (n * self.cap_running,), "waiting": (n * self.cap_waiting, 6),
                   "waiting_mask": (n * self.cap_waiting,)}
+        if self.padded:
+            expect[EXPERT_MASK] = (n,)
         for k, shape in expect.items():
             if self.shapes[k] != shape:
                 raise ValueError(f"graph observation {k}: shape {self.shapes[k]}, expected {shape}")
+
+    @property
+    def padded(self) -> bool:
+        return EXPERT_MASK in self.shapes
 
     @classmethod
     def from_space(cls, space: Any) -> GraphLayout:
@@ -88,11 +98,17 @@ class GraphLayout:
         return cls(tuple(shapes), {k: tuple(v) for k, v in shapes.items()})
 
     @classmethod
-    def for_experts(cls, n_experts: int, cap_running: int = 10, cap_waiting: int = 10) -> GraphLayout:
-        """The layout GraphObs produces for ``n_experts`` (gymnasium's sorted key order)."""
+    def for_experts(cls, n_experts: int, cap_running: int = 10, cap_waiting: int = 10,
+                    padded: bool = False) -> GraphLayout:
+        """The layout GraphObs produces for ``n_experts`` (expert slots with ``padded``; gymnasium's sorted key
+        order)."""
         n, cr, cw = n_experts, cap_running, cap_waiting
-        return cls.from_shapes({"arrived": (1, 3 * n), "arrived_mask": (1,), "expert": (n, 3), "running": (n * cr, 6),
-                                "running_mask": (n * cr,), "waiting": (n * cw, 6), "waiting_mask": (n * cw,)})
+        shapes: dict[str, tuple[int, ...]] = {"arrived": (1, 3 * n), "arrived_mask": (1,), "expert": (n, 3)}
+        if padded:
+            shapes[EXPERT_MASK] = (n,)
+        shapes.update({"running": (n * cr, 6), "running_mask": (n * cr,), "waiting": (n * cw, 6),
+                       "waiting_mask": (n * cw,)})
+        return cls.from_shapes(shapes)
 
     def to_dict(self) -> dict[str, Any]:
         return {"keys": list(self.keys), "shapes": {k: list(v) for k, v in self.shapes.items()}}
@@ -209,7 +225,10 @@ class _Layer(nn.Module):
 
     def _to_arrived(self, h: dict[str, Tensor], a_src: Tensor, a_dst: Tensor, m: dict[str, Any]) -> Tensor:
         """expert -> arrived attention (B, N, H) + (B, 1, H) logits -> the arrived output (B, 1, C)."""
-        g = self._softmax_sum(a_src + a_dst, F.pad(h["expert"], (0, 1), value=1.0), None)  # (B, H (F+1))
+        hs = F.pad(h["expert"], (0, 1), value=1.0)
+        if "expert" in m:  # padded layout: absent experts are no sources (all zeros, -1e30 logits)
+            hs = hs * m["expert"]
+        g = self._softmax_sum(a_src + a_dst, hs, m.get("expert_att"))  # (B, H (F+1))
         out = F.relu(g @ self._block_diag(self.proj["expert"]))
         return (out * m["arrived"][:, 0]).unsqueeze(1)
 
@@ -234,6 +253,12 @@ class _Layer(nn.Module):
         # mean tanh(y) = 2 mean sigmoid(2 y) - 1: torch's CPU tanh is ~3x slower than sigmoid (equal to ~2e-7)
         w2, b2 = 2.0 * self.k_lin.weight, 2.0 * self.k_lin.bias
         s_to = ((2.0 * torch.sigmoid(F.linear(to[:, 0], w2, b2)) - 1.0) * self.q).sum(-1)  # (B,)
+        if "expert" in m:  # padded layout: the mean over the present experts; absent experts output zeros
+            em = m["expert"]  # (B, N, 1)
+            mean = (torch.sigmoid(F.linear(qo, w2, b2)) * em).sum(2) / em.sum(1).clamp_min(1.0)
+            s_q = ((2.0 * mean - 1.0) * self.q).sum(-1)  # (2, B)
+            w = torch.softmax(torch.cat([s_to.unsqueeze(0), s_q]), 0).view(3, b, 1, 1)
+            return (w[0] * to + (w[1:] * qo).sum(0)) * em
         s_q = (((2.0 / n) * torch.sigmoid(F.linear(qo, w2, b2)).sum(2) - 1.0) * self.q).sum(-1)  # (2, B)
         w = torch.softmax(torch.cat([s_to.unsqueeze(0), s_q]), 0).view(3, b, 1, 1)
         return w[0] * to + (w[1:] * qo).sum(0)
@@ -282,9 +307,9 @@ class DenseHAN(nn.Module):
             dims = {t: (in_dims[t] if layer == 1 else hidden) for t in need[layer - 1]}
             self.layers.append(_Layer(dims, need[layer], hidden, heads, negative_slope))
 
-    def _queue(self, o: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+    def _queue(self, o: dict[str, Tensor], experts: Tensor | None) -> tuple[Tensor, Tensor]:
         """Running and waiting slots stacked (2, B, N, S, 6 + mask) with their 0/1 masks (2, B, N, S, 1), S = the
-        larger cap; masked slots are all zeros."""
+        larger cap; masked slots (and every slot of an absent expert, ``experts`` (B, N) 0) are all zeros."""
         lay = self.layout
         s = max(lay.cap_running, lay.cap_waiting)
         feats, masks = [], []
@@ -295,6 +320,8 @@ class DenseHAN(nn.Module):
             feats.append(x)
             masks.append(mk)
         mask = (torch.stack(masks) > 0.5).to(o["expert"].dtype)
+        if experts is not None:
+            mask = mask * experts.view(1, *experts.shape, 1, 1)
         feats = torch.where(mask > 0, torch.stack(feats), torch.zeros((), dtype=mask.dtype))  # NaN garbage too
         return torch.cat([feats, mask], -1), mask  # the mask as trailing "ones" column, see _Layer._softmax_sum
 
@@ -313,16 +340,28 @@ class DenseHAN(nn.Module):
         expert nodes carry no identity), so a policy that must name an expert needs these too (agents/sac_nets.py)."""
         o = self.layout.unflatten(x)
         am = (o["arrived_mask"] > 0.5).to(x.dtype).unsqueeze(-1)  # (B, 1, 1)
-        hq, qm = self._queue(o)
-        h = {"expert": o["expert"], "arrived": torch.where(am > 0, o["arrived"], torch.zeros((), dtype=x.dtype)),
-             "queue": hq}
+        em = expert_mask(self.layout, o)
+        hq, qm = self._queue(o, em)
+        zero = torch.zeros((), dtype=x.dtype)
+        h = {"expert": o["expert"], "arrived": torch.where(am > 0, o["arrived"], zero), "queue": hq}
         b, n, s = x.shape[0], self.layout.n_experts, hq.shape[3]
         m = {"arrived": am, "queue": qm, "queue_att": (qm.view(2 * b * n, s, 1) - 1.0) * _NEG}
+        if em is not None:  # absent experts: zero features, no attention weight, outside every mean
+            h["expert"] = torch.where(em.unsqueeze(-1) > 0, o["expert"], zero)
+            h["arrived"] = torch.where(em.repeat(1, 3).unsqueeze(1) > 0, h["arrived"], zero)
+            m["expert"], m["expert_att"] = em.unsqueeze(-1), (em.unsqueeze(-1) - 1.0) * _NEG
         experts = h["expert"]
         for layer in self.layers:
             experts = h["expert"]
             h = layer(h, m)
         return h["arrived"][:, 0], experts
+
+
+def expert_mask(layout: GraphLayout, o: Mapping[str, Tensor]) -> Tensor | None:
+    """(B, N) 0/1 float mask of the present experts of a padded layout's unflattened rows; None when unpadded."""
+    if not layout.padded:
+        return None
+    return (o[EXPERT_MASK] > 0.5).to(o["expert"].dtype)
 
 
 def _param_pairs(dense: DenseHAN, convs: Sequence[nn.Module]) -> Iterator[tuple[Tensor, Tensor]]:
@@ -391,9 +430,12 @@ def random_observation(layout: GraphLayout, rng: np.random.Generator, arrived: b
                        n_running: Sequence[int] | None = None, n_waiting: Sequence[int] | None = None
                        ) -> dict[str, np.ndarray]:
     """A synthetic observation (env dtypes, zeros in masked slots): random features, ``n_*[k]`` filled slots for
-    expert k (uniform in 0..cap when None), for benchmarks and edge-case tests."""
+    expert k (uniform in 0..cap when None), for benchmarks and edge-case tests. A padded layout gets every expert
+    slot marked present (tests then mark some absent)."""
     n = layout.n_experts
     obs = layout.zeros()
+    if layout.padded:
+        obs[EXPERT_MASK][:] = 1
     if arrived:
         obs["arrived"][:] = rng.uniform(0, 2, obs["arrived"].shape)
         obs["arrived_mask"][0] = 1
@@ -446,5 +488,9 @@ class PackedHAN(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         z, e = self.han.embed(x)
         b = x.shape[0]
-        arrived = self.han.layout.unflatten(x)["arrived"].reshape(b, 3, self.n).transpose(1, 2)
+        o = self.han.layout.unflatten(x)
+        arrived = o["arrived"].reshape(b, 3, self.n).transpose(1, 2)
+        em = expert_mask(self.han.layout, o)
+        if em is not None:  # an absent expert's request features are zeros, whatever its slot holds
+            arrived = torch.where(em.unsqueeze(-1) > 0, arrived, torch.zeros((), dtype=x.dtype))
         return torch.cat([z, e.reshape(b, -1), arrived.reshape(b, -1)], dim=1)

@@ -183,13 +183,14 @@ def _plain(x: Any) -> Any:
     return x.item() if isinstance(x, np.generic) else x
 
 
-VIEW_KEYS = ("observation", "predictor")
+VIEW_KEYS = ("observation", "predictor", "max_experts")  # max_experts: the QoSEdge graph's padded expert slots
 
 
 def policy_env_cfg(env_cfg: dict[str, Any], spec: Any) -> dict[str, Any]:
     """The env a policy runs on: a checkpoint trained with its own ``observation`` or ``predictor`` (the QoS-aware
-    edge router's Baseline RL sees expert-level features, the no-predictor ablation zeroed predictions) keeps them;
-    the cluster, the workload and the reward, which judge it, stay the evaluation's."""
+    edge router's Baseline RL sees expert-level features, the no-predictor ablation zeroed predictions) keeps them,
+    and one trained on padded expert slots keeps its ``max_experts``; the cluster, the workload and the reward,
+    which judge it, stay the evaluation's."""
     if not isinstance(spec, dict) or spec.get("kind") != "checkpoint" or not Path(spec["path"]).is_dir():
         return env_cfg
     trained = read_meta(spec["path"]).get("env") or {}

@@ -91,6 +91,19 @@ class GaussianHead(nn.Module):
         return self.dist(emb)[0]
 
 
+class ColumnHead(nn.Module):
+    """A head over expert slots (a padded graph layout: M slots, wait, drop) scored for the actions of a K-expert
+    env (experts 0..K-1, wait, drop), so a policy trained in slots runs on a plain env and in its ONNX export."""
+
+    def __init__(self, head: nn.Module, k: int, slots: int) -> None:
+        super().__init__()
+        self.head, self.k, self.slots = head, k, slots
+        self.register_buffer("columns", torch.tensor([*range(k), slots, slots + 1], dtype=torch.int64))
+
+    def forward(self, emb: torch.Tensor) -> torch.Tensor:
+        return self.head(emb).index_select(1, self.columns)
+
+
 class SACActor(nn.Module):
     """Encoder + policy head; what a checkpoint stores and a router runs (greedy: argmax of the logits)."""
 
@@ -100,6 +113,24 @@ class SACActor(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.encoder(x))
+
+    @property
+    def slots(self) -> int | None:
+        """Expert slots of a padded graph layout (one actor for any number of experts up to it), else None."""
+        return self.layout.n_experts if self.layout is not None and self.layout.padded else None
+
+    def slot_actor(self) -> SACActor:
+        """The actor over all its slots (itself unless it was narrowed by :meth:`on_choices`)."""
+        if not isinstance(self.head, ColumnHead):
+            return self
+        return SACActor(self.encoder, self.head.head, self.layout, {**self.arch, "n_actions": self.head.slots + 2})
+
+    def on_choices(self, k: int) -> SACActor:
+        """This slot actor scoring the K + 2 actions of a K-expert env (K <= slots); shares the weights."""
+        base, slots = self.slot_actor(), self.slots
+        if slots is None or not 1 <= k <= slots:
+            raise ValueError(f"the actor has {slots} expert slots; an env of {k} experts does not fit")
+        return SACActor(base.encoder, ColumnHead(base.head, k, slots), self.layout, {**base.arch, "n_actions": k + 2})
 
     def prepare(self, obs: Any) -> torch.Tensor:
         """One observation (a vector, or the graph Dict) as a float tensor row."""

@@ -247,7 +247,7 @@ class TrainingRun:
         """Greedy evaluation on ``trainer.eval_seeds``; best/ on a new best score, last/ every time; a warning
         (and the evaluation's ``warnings``) when the policy collapsed or best/ is the untrained network."""
         st = self.state
-        if self.transfer:
+        if self.transfer and hasattr(self.agent_cfg, "guide"):  # a guided policy (Double DQN): its gain over the guide
             res, found = self.evaluate_transfer()
         else:
             watched = WatchedGreedy(self.policy)

@@ -9,7 +9,8 @@ four instances at the paper's rate per instance, Table 1's mix) and widens the r
 Clusters of different sizes have different action spaces (``Discrete(K + 2)``), which one replay and one network
 cannot mix. A SlotEnv therefore acts in *slots*: ``Discrete(n_max + 2)``, slot ``k < K`` is instance ``k``, slots
 ``K .. n_max - 1`` are absent instances (never valid), slot ``n_max`` is wait and ``n_max + 1`` drop. The
-observation must be the padded :class:`~llmsim.envs.observations.instance_set.InstanceSetObs` (same ``n_max``), so
+observation must be padded to ``n_max`` instances: the :class:`~llmsim.envs.observations.instance_set.InstanceSetObs`
+or the QoSEdge graph state with ``max_experts`` (:class:`~llmsim.envs.observations.graph.GraphObs`), so
 observation and action shapes are the same for every scenario. :func:`slot_mask` and :func:`env_action` translate
 between an env's actions and slots; a slot policy runs on a plain env through them (llmsim.agents.checkpoint).
 
@@ -42,8 +43,10 @@ class RandomizeConfig(Schema):
 
     where: ClassVar[str] = "randomize"
     sizes: list[PosInt] = Field(default_factory=lambda: [2, 8], min_length=2, max_length=2)  # instances, inclusive
+    size_option: str = "num_instances"  # the env option the size sets (QoSEdge: experts)
     rate_per_instance: PosFloat = 5.0  # req/s per instance at scale 1 (the paper: 20 req/s on 4 instances)
     rate_scale: list[PosFloat] = Field(default_factory=lambda: [0.25, 2.0], min_length=2, max_length=2)
+    # WorkloadRouter task mixes (task_weights); [] draws none (a testbed without task mixes, e.g. QoSEdge)
     mixes: list[str] = Field(default_factory=lambda: ["table1", "long_decode", "short_decode", RANDOM_MIX])
     gpus: list[str] = Field(default_factory=lambda: ["v100-16gb"], min_length=1)
     curriculum_episodes: int = Field(default=30, ge=0)  # episodes until the ranges are fully open
@@ -72,16 +75,31 @@ def draw_scenario(cfg: RandomizeConfig, rng: np.random.Generator, episode: int) 
     size = int(rng.integers(size_lo, size_hi + 1))
     log_lo, log_hi = p * math.log(cfg.rate_scale[0]), p * math.log(cfg.rate_scale[1])
     scale = math.exp(rng.uniform(log_lo, log_hi)) if log_hi > log_lo else 1.0
-    mix = cfg.mixes[int(rng.integers(len(cfg.mixes)))] if rng.random() < p else cfg.start_mix
-    weights: Any = mix
-    if mix == RANDOM_MIX:
-        names = [t[0] for t in WORKLOAD_ROUTER_TASKS]
-        weights = dict(zip(names, (float(w) for w in rng.dirichlet(np.ones(len(names))))))
-    out = {"num_instances": size, "rate": round(cfg.rate_per_instance * size * scale, 4), "task_weights": weights,
-           "gpu": cfg.gpus[int(rng.integers(len(cfg.gpus)))]}
+    out: dict[str, Any] = {cfg.size_option: size, "rate": round(cfg.rate_per_instance * size * scale, 4)}
+    if cfg.mixes:
+        out["task_weights"] = draw_mix(cfg, rng, p)
+    out["gpu"] = cfg.gpus[int(rng.integers(len(cfg.gpus)))]
     if cfg.num_requests is not None:
         out["num_requests"] = cfg.num_requests
     return out
+
+
+def draw_mix(cfg: RandomizeConfig, rng: np.random.Generator, p: float) -> Any:
+    """An episode's task mix: a mix name, or Dirichlet(1) weights for ``random``."""
+    mix = cfg.mixes[int(rng.integers(len(cfg.mixes)))] if rng.random() < p else cfg.start_mix
+    if mix != RANDOM_MIX:
+        return mix
+    names = [t[0] for t in WORKLOAD_ROUTER_TASKS]
+    return dict(zip(names, (float(w) for w in rng.dirichlet(np.ones(len(names))))))
+
+
+def slot_count(builder: Any) -> int:
+    """The instance slots of a padded observation builder (``n_max``, or the graph's ``max_experts``); 0 if none."""
+    if builder.name == "instance_set":
+        return int(builder.n_max)
+    if builder.name == "graph" and builder.max_experts is not None:
+        return int(builder.max_experts)
+    return 0
 
 
 # ------------------------------------------------------------------------------------------ slots <-> env actions
@@ -114,7 +132,7 @@ def slot_action(action: int, k: int, n_max: int) -> int:
 class SlotEnv(gym.Env):
     """Episodes on drawn (``randomize``) or listed (``scenarios``) variants of one base env, in slot actions.
 
-    ``base``: a conf/env mapping (its observation must be ``instance_set``); each scenario's options go on top.
+    ``base``: a conf/env mapping (its observation must be padded, see above); each scenario's options go on top.
     The attributes agents read (``reward_fn``, ``obs_builder``, ``pending``, ``summary()``, ...) are the current
     episode's env's."""
 
@@ -134,10 +152,10 @@ class SlotEnv(gym.Env):
         self.scenario: dict[str, Any] = self.scenarios[0] if self.scenarios else {}
         self.env = self.build(self.scenario)
         builder = self.env.obs_builder
-        self.n_max = int(getattr(builder, "n_max", 0))
-        if builder.name != "instance_set":
-            raise ConfigError(f"env.observation: slot actions need the padded 'instance_set' observation, got "
-                              f"{builder.name!r}")
+        self.n_max = slot_count(builder)
+        if not self.n_max:
+            raise ConfigError(f"env.observation: slot actions need a padded observation ('instance_set', or 'graph' "
+                              f"with max_experts), got {builder.name!r}")
         if not self.env.action_kind.startswith("instance"):
             raise ConfigError(f"env.action: slot actions choose instances, got {self.env.action_kind!r}")
         self.observation_space = self.env.observation_space
@@ -229,6 +247,14 @@ class SlotEnv(gym.Env):
     @property
     def num_decisions(self) -> int:
         return self.env.num_decisions
+
+    @property
+    def episode_requests(self) -> Any:
+        return self.env.episode_requests
+
+    @property
+    def instance_models(self) -> list[str]:
+        return self.env.instance_models
 
     def summary(self) -> dict[str, Any]:
         return self.env.summary()

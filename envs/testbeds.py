@@ -145,7 +145,9 @@ class QoSEdgeEnv(RoutingEnv):
     ``arrival`` (replaces the Poisson process, e.g. ``{kind: burstgpt_like, rate: 5}``, the paper's real-world
     test, or ``{kind: trace, trace: {kind: azure, path: ..., window: [0, 1200]}}``: a real trace's timing),
     ``lengths`` (None; ``short``, ``long`` or ``bimodal`` reshape the experts' output lengths for held-out tests:
-    ``llmsim.envs.workloads.LENGTH_MIXES``), plus any :class:`~llmsim.envs.config.RoutingEnvConfig` key.
+    ``llmsim.envs.workloads.LENGTH_MIXES``), ``max_experts`` (None; M pads the graph state to M expert slots with a
+    mask of the present experts, so one policy runs on any N <= M: docs/testbeds.md), plus any
+    :class:`~llmsim.envs.config.RoutingEnvConfig` key.
     """
 
     @validated("QoSEdge-v0")
@@ -154,11 +156,14 @@ class QoSEdgeEnv(RoutingEnv):
                  predictor: Any = None, timing: Literal["measured", "paper"] = "paper",
                  intercept: NonNegFloat | None = None, drain_time: NonNegFloat = QOS_EDGE_DRAIN_S,
                  arrival: dict[str, Any] | None = None,
-                 lengths: Literal["short", "long", "bimodal"] | None = None, **options: Any) -> None:
+                 lengths: Literal["short", "long", "bimodal"] | None = None, max_experts: PosInt | None = None,
+                 **options: Any) -> None:
         names = qos_edge_experts(experts) if isinstance(experts, int) else experts
+        graph = {"kind": "graph", "cap_running": cap, "cap_waiting": cap, "latency_scale": latency_limit}
+        if max_experts is not None:  # expert blocks padded to max_experts slots with a mask of the present ones
+            graph["max_experts"] = max_experts
         defaults = dict(
-            num_requests=num_requests, decision="arrival", action="instance_drop",
-            observation={"kind": "graph", "cap_running": cap, "cap_waiting": cap, "latency_scale": latency_limit},
+            num_requests=num_requests, decision="arrival", action="instance_drop", observation=graph,
             reward={"kind": "qos", "latency_limit": latency_limit},
             predictor=predictor if predictor is not None else dict(QOS_EDGE_PREDICTOR), max_waiting=cap,
             drain_time=drain_time,

@@ -13,6 +13,9 @@ Node types and features (float32; the normalisation constants are constructor ar
   first token). Slot k * cap + i holds the i-th request of expert k's queue; ``*_mask`` marks real nodes.
   Swapped requests count as waiting. Everything is read from the (possibly stale) ClusterState, plus the
   predicted quality the router recorded when it routed each request (``env.routed_quality``).
+* ``max_experts`` M (default None: N slots, the layout above): every expert block has M slots (the arrived node's
+  three groups of M, M expert nodes, M * cap queue slots) and ``expert_mask`` (M) marks the N present experts (the
+  first N slots), so one policy runs on any cluster of up to M experts. Absent slots are zeros.
 
 Edges are implicit (a slot belongs to expert slot // cap; the arrived node links to every expert), so
 :func:`to_hetero_data` rebuilds the torch_geometric ``HeteroData`` exactly, with both directions of
@@ -27,6 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from llmsim.envs.observations.base import ObsBuilder
+from llmsim.errors import ConfigError
 
 if TYPE_CHECKING:
     from llmsim.envs.context import ObservationContext
@@ -42,7 +46,11 @@ class GraphObs(ObsBuilder):
     name = "graph"
 
     def __init__(self, cap_running: int = 10, cap_waiting: int = 10, prompt_scale: float = 1000.0,
-                 out_scale: float = 300.0, latency_scale: float = 0.03) -> None:
+                 out_scale: float = 300.0, latency_scale: float = 0.03, max_experts: int | None = None) -> None:
+        if max_experts is not None and (isinstance(max_experts, bool) or not isinstance(max_experts, int)
+                                        or max_experts < 1):
+            raise ConfigError(f"observation.max_experts: expected a positive integer or null, got {max_experts!r}")
+        self.max_experts = max_experts
         self.cap_r = cap_running
         self.cap_w = cap_waiting
         self.ps = prompt_scale
@@ -51,16 +59,22 @@ class GraphObs(ObsBuilder):
 
     def bind(self, env: ObservationContext) -> gym.Space:
         n = env.num_instances
-        self.n = n
+        m = n if self.max_experts is None else self.max_experts
+        if n > m:
+            raise ConfigError(f"observation.max_experts: {m} expert slots cannot hold {n} experts (a policy trained "
+                              f"with max_experts={m} runs on at most {m} experts)")
+        self.n, self.m = n, m
         self.bufs = {
-            "arrived": np.zeros((1, 3 * n), np.float32),
+            "arrived": np.zeros((1, 3 * m), np.float32),
             "arrived_mask": np.zeros(1, np.int8),
-            "expert": np.zeros((n, 3), np.float32),
-            "running": np.zeros((n * self.cap_r, 6), np.float32),
-            "running_mask": np.zeros(n * self.cap_r, np.int8),
-            "waiting": np.zeros((n * self.cap_w, 6), np.float32),
-            "waiting_mask": np.zeros(n * self.cap_w, np.int8),
+            "expert": np.zeros((m, 3), np.float32),
+            "running": np.zeros((m * self.cap_r, 6), np.float32),
+            "running_mask": np.zeros(m * self.cap_r, np.int8),
+            "waiting": np.zeros((m * self.cap_w, 6), np.float32),
+            "waiting_mask": np.zeros(m * self.cap_w, np.int8),
         }
+        if self.max_experts is not None:
+            self.bufs["expert_mask"] = (np.arange(m) < n).astype(np.int8)
         spaces = {}
         for k, b in self.bufs.items():
             if k.endswith("_mask"):
@@ -71,7 +85,7 @@ class GraphObs(ObsBuilder):
 
     def build(self, env: ObservationContext, state: ClusterState, req: Request | None) -> dict[str, np.ndarray]:
         b = self.bufs
-        n = self.n
+        n, m = self.n, self.m
         arr = b["arrived"]
         if req is None:
             arr.fill(0.0)
@@ -80,8 +94,8 @@ class GraphObs(ObsBuilder):
             lens, quals = env.predictions(req)
             mi = env.inst_model_idx
             arr[0, :n] = min(FEAT_HIGH, req.prompt_tokens / self.ps)
-            arr[0, n:2 * n] = quals[mi]
-            arr[0, 2 * n:] = np.minimum(FEAT_HIGH, lens[mi] / self.os)
+            arr[0, m:m + n] = quals[mi]
+            arr[0, 2 * m:2 * m + n] = np.minimum(FEAT_HIGH, lens[mi] / self.os)
             b["arrived_mask"][0] = 1
         run, wai = b["running"], b["waiting"]
         run.fill(0.0)
@@ -142,16 +156,19 @@ def to_hetero_data(obs: dict[str, Any]):
     from torch_geometric.data import HeteroData  # optional: the rl extra
 
     o = {k: np.asarray(v) for k, v in obs.items()}
-    n = o["expert"].shape[0]
-    cap_r = o["running"].shape[0] // n
-    cap_w = o["waiting"].shape[0] // n
+    slots_n = o["expert"].shape[0]
+    cap_r = o["running"].shape[0] // slots_n
+    cap_w = o["waiting"].shape[0] // slots_n
+    # a padded observation (max_experts): only the present experts (the first ones) are nodes
+    n = int((o["expert_mask"].reshape(-1) > 0).sum()) if "expert_mask" in o else slots_n
     data = HeteroData()
     has_arrived = bool(o["arrived_mask"].reshape(-1)[0])
     arrived = o["arrived"].reshape(1, -1)[:1 if has_arrived else 0]
     data["arrived"].x = torch.from_numpy(arrived.astype(np.float32))
-    data["expert"].x = torch.from_numpy(o["expert"].astype(np.float32))
+    data["expert"].x = torch.from_numpy(o["expert"][:n].astype(np.float32))
     for kind, cap in (("running", cap_r), ("waiting", cap_w)):
         slots = np.flatnonzero(o[f"{kind}_mask"].reshape(-1) > 0)
+        slots = slots[slots // cap < n]
         data[kind].x = torch.from_numpy(o[kind][slots].astype(np.float32))
         data[kind].slot = torch.from_numpy(slots.astype(np.int64))
         rel = {"running": ("on", "rev_on"), "waiting": ("at", "rev_at")}[kind]
