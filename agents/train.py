@@ -171,6 +171,9 @@ class TrainingRun:
         self.agent_cfg = agent_config(self.cfg.agent)
         self.env_cfg = env_config(self.cfg.env, self.cfg.predictor, run_dir)
         self.transfer = self.cfg.randomize is not None
+        # a randomised run of a guided agent (Double DQN) is validated by its gain over the guide; others (SAC) by
+        # their own metric
+        self.against_guide = self.transfer and "guide" in type(self.agent_cfg).model_fields
         self.eval_env = SlotEnv(self.env_cfg, scenarios=self.cfg.validation or [{}]) if self.transfer \
             else make_env(self.env_cfg)
         self.guide_rows: list[dict[str, Any]] | None = None  # the guide on the validation seeds (transfer)
@@ -247,7 +250,7 @@ class TrainingRun:
         """Greedy evaluation on ``trainer.eval_seeds``; best/ on a new best score, last/ every time; a warning
         (and the evaluation's ``warnings``) when the policy collapsed or best/ is the untrained network."""
         st = self.state
-        if self.transfer and hasattr(self.agent_cfg, "guide"):  # a guided policy (Double DQN): its gain over the guide
+        if self.against_guide:
             res, found = self.evaluate_transfer()
         else:
             watched = WatchedGreedy(self.policy)
