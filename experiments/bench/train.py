@@ -91,6 +91,7 @@ def bench(env: str = "workload_router", steps: int = 30_000, num_envs: int = 1, 
     state = learn(ddqn, vec, rb, steps, LoopState(), seed=seed)
     train_wall, train_cpu = time.perf_counter() - t0, time.process_time() - c0
     vec.close()
+    updates = ddqn.updates  # before the timing below adds its own
 
     batch = rb.sample(cfg.batch_size, cfg.gamma, cfg.tau)
     update_ms, update_cpu_ms, _ = timed(lambda: ddqn.update(batch), 50)
@@ -102,7 +103,7 @@ def bench(env: str = "workload_router", steps: int = 30_000, num_envs: int = 1, 
             "env_only_steps_per_cpu_s": round(env_cpu_rate, 1),
             "train_steps_per_cpu_s": round(state.step / max(1e-9, train_cpu), 1),
             "agent_cpu_us_per_step": round((train_cpu - env_cpu[0]) / max(1, state.step) * 1e6, 1),
-            "updates": ddqn.updates, "update_ms": round(update_ms, 3), "update_cpu_ms": round(update_cpu_ms, 3),
+            "updates": updates, "update_ms": round(update_ms, 3), "update_cpu_ms": round(update_cpu_ms, 3),
             "act_us": round(act_ms * 1e3, 1), "act_cpu_us": round(act_cpu_ms * 1e3, 1),
             "batch_size": cfg.batch_size, "train_freq": cfg.train_freq}
 
