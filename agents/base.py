@@ -176,3 +176,18 @@ def polyak_update(params: Iterable[torch.Tensor], target_params: Iterable[torch.
     """theta' <- (1 - polyak) theta' + polyak theta, in place."""
     for p, tp in zip(params, target_params):
         tp.mul_(1.0 - polyak).add_(p, alpha=polyak)
+
+
+@torch.no_grad()
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_`` for a few small CPU tensors, the same arithmetic (the norm of the
+    per-tensor norms; gradients times min(max_norm / (norm + 1e-6), 1)) and the same numbers, without its
+    grouping by device and dtype, which costs more than the arithmetic at this size."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, 2.0) for g in grads]), 2.0)
+    coef = torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef)
+

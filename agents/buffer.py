@@ -55,6 +55,9 @@ class ReplayBuffer:
         self.pos = 0
         self.size = 0
         self.rng = np.random.default_rng(seed)
+        # the same memory seen as (cap * num_envs, ...): a batch is one take of flat rows per field
+        self.rows = {k: getattr(self, k).reshape(self.cap * num_envs, *getattr(self, k).shape[2:])
+                     for k in (*ARRAYS, "action_vecs") if getattr(self, k) is not None}
 
     def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, heuristic: np.ndarray, dt: np.ndarray,
             next_obs: np.ndarray, next_masks: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
@@ -90,30 +93,60 @@ class ReplayBuffer:
         c = self.rng.integers(0, usable, size=batch_size)
         env = self.rng.integers(0, self.num_envs, size=batch_size)
         p0 = (start + c) % self.cap
+        first = p0 * self.num_envs + env  # row of (slot, env) in the arrays seen as (cap * num_envs, ...)
+        if n_step == 1:
+            (ret, disc), last = self.one_step(first, gamma, tau, shaping), first
+        else:
+            ret, disc, last_slot = self.n_step_returns(p0, env, gamma, tau, shaping, n_step)
+            last = last_slot * self.num_envs + env
+        disc = np.where(self.rows["terminated"][last], 0.0, disc)
+        rows = self.rows
+        return Batch(rows["obs"].take(first, axis=0), rows["actions"].take(first), ret.astype(np.float32),
+                     disc.astype(np.float32), rows["next_obs"].take(last, axis=0),
+                     rows["next_masks"].take(last, axis=0), rows["masks"].take(first, axis=0),
+                     rows["action_vecs"].take(first, axis=0) if self.action_vecs is not None else None)
+
+    def discount_log(self, gamma: float, tau: float | None) -> tuple[bool, float]:
+        """(discount per decision?, log of the discount per second or per decision)."""
+        per_step = tau is None or tau <= 0  # discount gamma per decision, whatever its duration
+        return per_step, np.log(gamma) / (1.0 if per_step else tau) if gamma > 0 else -np.inf
+
+    def discounts(self, rows: np.ndarray, gamma: float, per_step: bool, log_g: float) -> np.ndarray:
+        """The per-transition discounts g of the given rows (float64)."""
+        if gamma <= 0:
+            return np.zeros(len(rows))
+        if per_step:
+            return np.full(len(rows), gamma)
+        return np.exp(log_g * self.rows["dt"][rows].astype(np.float64))
+
+    def one_step(self, rows: np.ndarray, gamma: float, tau: float | None, shaping: float) -> tuple[np.ndarray,
+                                                                                                  np.ndarray]:
+        """(R, D) for n_step = 1: the n-step sums below with one term, the same numbers without the loop."""
+        r = self.rows["rewards"][rows] + shaping * self.rows["heuristic"][rows]
+        per_step, log_g = self.discount_log(gamma, tau)
+        return r.astype(np.float64) + 0.0, self.discounts(rows, gamma, per_step, log_g)
+
+    def n_step_returns(self, p0: np.ndarray, env: np.ndarray, gamma: float, tau: float | None, shaping: float,
+                       n_step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(R, D before the terminal cut, slot of the last transition) of n-step windows starting at slots p0."""
+        batch_size = len(p0)
         ret = np.zeros(batch_size, np.float64)
         disc = np.ones(batch_size, np.float64)
         alive = np.ones(batch_size, np.bool_)
         last = p0.copy()
         ended = np.zeros(batch_size, np.bool_)
-        per_step = tau is None or tau <= 0  # discount gamma per decision, whatever its duration
-        log_g = np.log(gamma) / (1.0 if per_step else tau) if gamma > 0 else -np.inf
+        per_step, log_g = self.discount_log(gamma, tau)
         for j in range(n_step):
             p = (p0 + j) % self.cap
+            rows = p * self.num_envs + env
             if j:
                 alive &= ~ended
-            r = self.rewards[p, env] + shaping * self.heuristic[p, env]
+            r = self.rows["rewards"][rows] + shaping * self.rows["heuristic"][rows]
             ret += np.where(alive, disc * r, 0.0)
-            if gamma <= 0:
-                g = np.zeros(batch_size)
-            else:
-                g = np.full(batch_size, gamma) if per_step else np.exp(log_g * self.dt[p, env].astype(np.float64))
-            disc = np.where(alive, disc * g, disc)
+            disc = np.where(alive, disc * self.discounts(rows, gamma, per_step, log_g), disc)
             last = np.where(alive, p, last)
-            ended = self.terminated[p, env] | self.truncated[p, env]
-        disc = np.where(self.terminated[last, env], 0.0, disc)
-        return Batch(self.obs[p0, env], self.actions[p0, env], ret.astype(np.float32), disc.astype(np.float32),
-                     self.next_obs[last, env], self.next_masks[last, env], self.masks[p0, env],
-                     self.action_vecs[p0, env] if self.action_vecs is not None else None)
+            ended = self.rows["terminated"][rows] | self.rows["truncated"][rows]
+        return ret, disc, last
 
     def state_dict(self) -> dict[str, np.ndarray]:
         out = {k: getattr(self, k) for k in ARRAYS}

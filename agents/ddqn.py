@@ -33,6 +33,7 @@ from llmsim.agents.base import (
     OffPolicyAgent,
     OffPolicyConfig,
     Probability,
+    clip_grad_norm,
     polyak_update,
     random_valid,
 )
@@ -96,7 +97,9 @@ class DoubleDQN(OffPolicyAgent):
         self.q: QNetwork | SetQNetwork = self.build_net(obs_dim, n_actions, cfg)
         self.q_target = self.build_net(obs_dim, n_actions, cfg)
         self.q_target.load_state_dict(self.q.state_dict())
-        self.opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr)
+        self.params = list(self.q.parameters())
+        # foreach: one kernel per step of Adam's arithmetic over all tensors, the same numbers as the per-tensor loop
+        self.opt = torch.optim.Adam(self.params, lr=cfg.lr, foreach=True)
         self.rng = np.random.default_rng(seed)
         self.n_actions = n_actions
         self.updates = 0
@@ -171,14 +174,14 @@ class DoubleDQN(OffPolicyAgent):
     # ----------------------------------------------------------------- learning
     def td_target(self, batch: Batch) -> torch.Tensor:
         """Double-Q target: online argmax over the valid next actions, evaluated by the target network."""
-        next_obs = torch.as_tensor(batch.next_obs)
-        next_mask = torch.as_tensor(self.allowed(batch.next_masks, batch.next_obs))
+        next_obs = shared(batch.next_obs)
+        next_mask = shared(self.allowed(batch.next_masks, batch.next_obs))
         with torch.no_grad():
             a_star = masked_argmax(q_values(self.q, next_obs), next_mask)
             q_next = q_values(self.q_target, next_obs).gather(1, a_star.unsqueeze(1)).squeeze(1)
-            disc = torch.as_tensor(batch.discounts)
-            q_next = torch.where(disc > 0, q_next, torch.zeros_like(q_next))  # no bootstrap after an end
-            return torch.as_tensor(batch.returns) + disc * q_next
+            disc = shared(batch.discounts)
+            q_next = torch.where(disc > 0, q_next, 0.0)  # no bootstrap after an end
+            return shared(batch.returns) + disc * q_next
 
     def margin_loss(self, obs: torch.Tensor, q_all: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, float]:
         """DQfD's large-margin loss towards the guide: mean over decisions of max_a [Q(s, a) + l [a != a_g]] -
@@ -197,9 +200,9 @@ class DoubleDQN(OffPolicyAgent):
 
     def update(self, batch: Batch) -> dict[str, float]:
         y = self.td_target(batch)
-        obs = torch.as_tensor(batch.obs)
+        obs = shared(batch.obs)
         q_all = q_values(self.q, obs)
-        q = q_all.gather(1, torch.as_tensor(batch.actions).unsqueeze(1)).squeeze(1)
+        q = q_all.gather(1, shared(batch.actions).unsqueeze(1)).squeeze(1)
         loss = F.smooth_l1_loss(q, y)
         stats: dict[str, float] = {}
         weight = self.cfg.demo_margin_weight if self.demo_phase else self.cfg.margin_weight
@@ -207,14 +210,15 @@ class DoubleDQN(OffPolicyAgent):
             margin, agree = self.margin_loss(obs, q_all, torch.as_tensor(self.allowed(batch.masks, batch.obs)))
             loss = loss + weight * margin
             stats = {"margin_loss": margin.item(), "guide_agreement": agree}
-        self.opt.zero_grad(set_to_none=True)
+        for p in self.params:  # zero_grad(set_to_none=True) without the optimiser's per-call overhead
+            p.grad = None
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.q.parameters(), self.cfg.max_grad_norm)
+        clip_grad_norm(self.params, self.cfg.max_grad_norm)
         self.opt.step()
         self.updates += 1
         if self.cfg.polyak < 1.0:
             polyak_update(self.q.parameters(), self.q_target.parameters(), self.cfg.polyak)
-        return {"loss": loss.item(), "q_mean": q.mean().item(), **stats}
+        return {"loss": loss.item(), "q_mean": q.detach().mean().item(), **stats}
 
     def sync_target(self) -> None:
         self.q_target.load_state_dict(self.q.state_dict())
@@ -237,7 +241,16 @@ class DoubleDQN(OffPolicyAgent):
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.q_target.load_state_dict(d["q_target"])
         self.opt.load_state_dict(d["opt"])
+        for group in self.opt.param_groups:  # a checkpoint from before foreach restores the per-tensor loop
+            group["foreach"] = True
         self.load_counters(d)
+
+
+def shared(a: np.ndarray) -> torch.Tensor:
+    """A tensor on the array's memory (``torch.as_tensor`` does the same with ~3 us more dispatch a call)."""
+    if isinstance(a, np.ndarray) and a.flags.writeable and a.flags.c_contiguous:
+        return torch.from_numpy(a)
+    return torch.as_tensor(a)
 
 
 def epsilon(cfg: DDQNConfig, step: int, episode: int, total_steps: int) -> float:

@@ -44,6 +44,7 @@ def learn(agent: OffPolicyAgent, vec: VecEnv, rb: ReplayBuffer, total_steps: int
     flat = agent.flatten
     n_envs = vec.num_envs
     scale = float(vec.get_attr("reward_scale")[0])
+    h_scale, rs = scale * cfg.guidance_scale, cfg.reward_scale
     vec.seed(seed)
     obs = flat(vec.reset())
     masks = np.stack([ri["action_mask"] for ri in vec.reset_infos])
@@ -53,23 +54,23 @@ def learn(agent: OffPolicyAgent, vec: VecEnv, rb: ReplayBuffer, total_steps: int
         actions, act_stats = agent.explore(obs, masks, state, total_steps)
         next_obs_raw, rewards, dones, infos = vec.step(actions)
         next_obs = flat(next_obs_raw)
-        real_next = next_obs.copy()
         next_masks = np.stack([info["action_mask"] for info in infos])
         truncated = np.array([info.get("TimeLimit.truncated", False) for info in infos])
-        h_scale = scale * cfg.guidance_scale
         h = np.array([info["reward_components"].get("heuristic", 0.0) * h_scale for info in infos], np.float32)
         dt = np.array([info["dt"] for info in infos], np.float32)
-        new_masks = next_masks.copy()
-        for i in np.flatnonzero(dones):
-            real_next[i] = _single(flat, infos[i]["terminal_observation"])
-            new_masks[i] = vec.reset_infos[i]["action_mask"]
-        rs = cfg.reward_scale
+        ended = np.flatnonzero(dones)
+        real_next, new_masks = next_obs, next_masks  # the replay copies them; only an episode end changes them
+        if len(ended):
+            real_next, new_masks = next_obs.copy(), next_masks.copy()
+            for i in ended:
+                real_next[i] = _single(flat, infos[i]["terminal_observation"])
+                new_masks[i] = vec.reset_infos[i]["action_mask"]
         rb.add(obs, actions, rewards * rs, h * rs, dt, real_next, next_masks, dones & ~truncated, truncated,
                masks=masks, action_vecs=agent.action_vectors)
         obs, masks = next_obs, new_masks
         prev = state.step
         state.step += n_envs
-        for i in np.flatnonzero(dones):
+        for i in ended:
             state.episode += 1
             state.returns.append(float(infos[i].get("episode_reward", 0.0)))
             w, g = agent.stage(state.episode)

@@ -8,7 +8,10 @@ Prints, for the env preset (conf/env/<name>.yaml): the env alone under a random 
 through the same vector env, DDQN training (updates from the first step: ``learning_starts`` = one batch),
 and the cost of one gradient step and of one greedy action. Wall-clock figures on this machine; compare
 before / after with farm-bench rather than across machines. "per CPU-s" divides by the process's CPU time
-(with one env everything runs in-process): on a loaded machine it stays near the quiet figure.
+(with one env everything runs in-process): on a loaded machine it stays nearer the quiet figure than wall
+time, and so do the ``*_cpu_*`` costs (median CPU time of the gradient step and the greedy action).
+``agent_cpu_us_per_step``: the training's CPU time outside the env's own step, per env step (acting, storing,
+sampling, gradient steps and the loop): the agent's share, which does not move with the env's speed.
 
 ``--encoder``: DenseHAN (the QoS-aware edge router's 2-layer HAN, hidden 64) on 256 synthetic graphs (N = 6
 experts, caps 10, each queue filled uniformly at random), one thread: median forward + backward and forward ms,
@@ -83,28 +86,41 @@ def bench(env: str = "workload_router", steps: int = 30_000, num_envs: int = 1, 
     cfg.learning_starts = cfg.batch_size
     ddqn = DoubleDQN(obs_dim, n, cfg, seed)
     rb = ReplayBuffer(cfg.buffer_size, num_envs, obs_dim, n, seed)
+    env_cpu = _time_env_steps(vec)
     t0, c0 = time.perf_counter(), time.process_time()
     state = learn(ddqn, vec, rb, steps, LoopState(), seed=seed)
     train_wall, train_cpu = time.perf_counter() - t0, time.process_time() - c0
     vec.close()
+    updates = ddqn.updates  # before the timing below adds its own
 
     batch = rb.sample(cfg.batch_size, cfg.gamma, cfg.tau)
-    t0 = time.perf_counter()
-    for _ in range(50):
-        ddqn.update(batch)
-    update_ms = (time.perf_counter() - t0) / 50 * 1e3
+    update_ms, update_cpu_ms, _ = timed(lambda: ddqn.update(batch), 50)
     obs = batch.obs[:1]
     mask = batch.next_masks[:1]
-    t0 = time.perf_counter()
-    for _ in range(2000):
-        ddqn.actor.act(obs, mask)
-    act_us = (time.perf_counter() - t0) / 2000 * 1e6
+    act_ms, act_cpu_ms, _ = timed(lambda: ddqn.actor.act(obs, mask), 2000)
     return {"env": env, "num_envs": num_envs, "steps": state.step, "episodes": state.episode,
             "env_only_steps_per_s": round(env_rate, 1), "train_steps_per_s": round(state.step / train_wall, 1),
             "env_only_steps_per_cpu_s": round(env_cpu_rate, 1),
             "train_steps_per_cpu_s": round(state.step / max(1e-9, train_cpu), 1),
-            "updates": ddqn.updates, "update_ms": round(update_ms, 3), "act_us": round(act_us, 1),
+            "agent_cpu_us_per_step": round((train_cpu - env_cpu[0]) / max(1, state.step) * 1e6, 1),
+            "updates": updates, "update_ms": round(update_ms, 3), "update_cpu_ms": round(update_cpu_ms, 3),
+            "act_us": round(act_ms * 1e3, 1), "act_cpu_us": round(act_cpu_ms * 1e3, 1),
             "batch_size": cfg.batch_size, "train_freq": cfg.train_freq}
+
+
+def _time_env_steps(vec: Any) -> list[float]:
+    """Wrap ``vec.step_wait`` (the envs' own steps) to add its CPU seconds to the returned one-item list."""
+    total = [0.0]
+    step_wait = vec.step_wait
+
+    def timed_step_wait() -> Any:
+        c0 = time.process_time()
+        out = step_wait()
+        total[0] += time.process_time() - c0
+        return out
+
+    vec.step_wait = timed_step_wait
+    return total
 
 
 def _onnx_b1_us(model: Any, layout: Any, x1: np.ndarray) -> float | None:
@@ -256,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
               f"  DDQN training            : {r['train_steps_per_s']:>9.1f} steps/s "
               f"({r['train_steps_per_cpu_s']:.1f} per CPU-s) "
               f"({r['updates']} updates, batch {r['batch_size']}, one per {r['train_freq']} steps)\n"
-              f"  one gradient step        : {r['update_ms']:>9.3f} ms\n"
-              f"  one greedy action        : {r['act_us']:>9.1f} us")
+              f"  agent's share (CPU)      : {r['agent_cpu_us_per_step']:>9.1f} us per env step\n"
+              f"  one gradient step        : {r['update_ms']:>9.3f} ms ({r['update_cpu_ms']:.3f} CPU)\n"
+              f"  one greedy action        : {r['act_us']:>9.1f} us ({r['act_cpu_us']:.1f} CPU)")
     return 0
 

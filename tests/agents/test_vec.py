@@ -47,4 +47,9 @@ def test_same_steps_as_dummy_vec_env_and_infos_are_not_shared() -> None:
     first = vec.step(np.array([0]))[3]
     second = vec.step(np.array([0]))[3]
     assert first[0] is not second[0]  # each step's info dict is the env's own fresh dict, not a reused buffer
+    obs = vec.step(np.array([0]))[0]
+    kept = obs.copy()
+    vec.step(np.array([0]))
+    np.testing.assert_array_equal(obs, kept)  # observations are copies: the next step does not overwrite them
+    assert not any(np.shares_memory(obs, buf) for buf in vec.buf_obs.values())
     vec.close()
