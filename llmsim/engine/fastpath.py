@@ -41,7 +41,7 @@ class RunOwner(Protocol):
     tokens_out: int
 
 
-FIRST_CHUNK = 4  # iterations planned at once; doubles while a run goes on
+FIRST_CHUNK = 16  # iterations planned at once; doubles while a run goes on
 NEVER = float("inf")
 _LAST_TOKEN_TIME = attrgetter("last_token_time")
 
@@ -367,32 +367,12 @@ class DecodeRun:
             start = j0
         prev = bounds[start - 1]
         busy = inst.busy_time
-        # a run's gaps grow slowly and mostly share a bin: gaps within [g_lo, g_hi], whose bin k is known, skip the
-        # log (the bin, floor(log(gap) * inv), never decreases as the gap grows), and a bin's count is added once
-        k = -1
-        cnt = 0
-        g_lo = g_hi = 0.0
         for i in range(start, j):
             b = bounds[i]
             delta = b - prev
+            hist[int(_log(delta) * inv) + off if delta > lo else 0] += n
             busy += delta
             prev = b
-            if g_lo <= delta <= g_hi:
-                cnt += n
-                continue
-            kd = int(_log(delta) * inv) + off if delta > lo else 0
-            if kd == k:
-                cnt += n
-                if delta < g_lo:
-                    g_lo = delta
-                else:
-                    g_hi = delta
-            else:
-                if cnt:
-                    hist[k] += cnt
-                k, cnt, g_lo, g_hi = kd, n, delta, delta
-        if cnt:
-            hist[k] += cnt
         if j > start:
             rec.itl_count += (j - start) * n
         inst.busy_time = busy

@@ -24,6 +24,7 @@ import math
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import compress
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -173,7 +174,7 @@ class Recorder:
             for lo in range(0, len(hist), _ITL_CHUNK):
                 chunk = hist[lo:lo + _ITL_CHUNK]
                 if chunk.count(0) != len(chunk):
-                    nonzero += [(lo + k, n) for k, n in enumerate(chunk) if n]
+                    nonzero += [(b, hist[b]) for b in compress(range(lo, lo + len(chunk)), chunk)]
             memo = self._itl_memo = (self.itl_count, nonzero)
         return memo[1]
 
