@@ -68,33 +68,30 @@ class FlatObs(ObsBuilder):
         buf = self.buf
         b0, b1 = self.b0, self.b1
         if req is None:
-            buf[0] = buf[1] = buf[2] = 0.0
+            vals = [0.0, 0.0, 0.0]
         else:
-            buf[0] = min(1.0, state.central_queue / self.queue_cap)
-            buf[1] = min(4.0, req.prompt_tokens / self.prompt_scale)
             lens, _ = env.predictions(req)
             d = float(lens[0]) if len(lens) == 1 else float(lens.mean())  # one model: skip numpy's mean (~10 us)
-            buf[2] = 0.0 if d < b0 else (0.5 if d < b1 else 1.0)
-        o = 3
+            vals = [min(1.0, state.central_queue / self.queue_cap), min(4.0, req.prompt_tokens / self.prompt_scale),
+                    0.0 if d < b0 else (0.5 if d < b1 else 1.0)]
+        # the features go into a list and then into the float32 buffer at once (one conversion per value either
+        # way; a store per value into a numpy array costs more than the arithmetic)
         grad_d, min_dec, ts = self.grad_d, self.min_dec, self.time_scale
         edges = (b0, b1)
         mean_out = state.mean_output
+        inf = math.inf
         for inst in state.instances:
             pre, (n0, n1, n2), left, resident = inst.detail.phase_summary(edges, mean_out)
             ms = inst.max_num_seqs
-            buf[o] = pre / ms
-            buf[o + 1] = n0 / ms
-            buf[o + 2] = n1 / ms
-            buf[o + 3] = n2 / ms
             used = max(inst.num_running / ms, inst.kv_blocks_used / inst.kv_blocks_total)
-            buf[o + 4] = round(max(0.0, 1.0 - used), 2)
-            if left == math.inf:
+            if left == inf:
                 t = 0.0
             else:
                 t_dec = max(min_dec, grad_d * resident)
                 t = min(1.0, max(0.0, left) * t_dec / ts)
-            buf[o + 5] = round(t, 2)
-            o += 6
+            vals += (pre / ms, n0 / ms, n1 / ms, n2 / ms, round(max(0.0, 1.0 - used), 2), round(t, 2))
+        o = len(vals)
+        buf[:o] = vals
         if self.prefix_hit:
             self.fill_prefix_hits(env, req, o)
         return buf.copy()

@@ -9,6 +9,7 @@ running estimate 1 / mean of the last ``window`` inter-arrival gaps (5 in the pa
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,11 @@ class ModelSelectObs(ObsBuilder):
         self.task_idx = {t: i for i, t in enumerate(self.tasks)}
         self.m = env.num_instances if self.per_replica else len(env.models)
         self.buf = np.zeros(len(self.tasks) + self.m + 1, np.float32)
+        self.slot = list(range(self.m)) if self.per_replica else [int(j) for j in env.inst_model_idx]
+        # with a power-of-two scale every partial sum of n / batch_scale is exact in float32, so the per-model
+        # features can be summed as integers and divided once (the same float32 values, without a numpy
+        # scalar operation per instance)
+        self.exact_sums = math.frexp(self.batch_scale)[0] == 0.5
         return gym.spaces.Box(0.0, np.inf, self.buf.shape, np.float32)
 
     def reset(self, env: ObservationContext) -> None:
@@ -69,9 +75,14 @@ class ModelSelectObs(ObsBuilder):
         t = len(self.tasks)
         if req is not None and req.task in self.task_idx:
             buf[self.task_idx[req.task]] = 1.0
-        mi = env.inst_model_idx
-        for k, inst in enumerate(state.instances):
-            j = k if self.per_replica else mi[k]
-            buf[t + j] += (inst.num_running + inst.num_waiting + inst.num_swapped) / self.batch_scale
+        if self.exact_sums:
+            counts = [0] * self.m
+            for inst, j in zip(state.instances, self.slot):
+                counts[j] += inst.num_running + inst.num_waiting + inst.num_swapped
+            scale = self.batch_scale
+            buf[t:t + self.m] = [c / scale for c in counts]
+        else:
+            for inst, j in zip(state.instances, self.slot):
+                buf[t + j] += (inst.num_running + inst.num_waiting + inst.num_swapped) / self.batch_scale
         buf[-1] = self.rate() / self.rate_scale
         return buf.copy()

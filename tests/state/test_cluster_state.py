@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import pytest
 
@@ -19,6 +20,7 @@ from llmsim.state.cluster_state import (
     InstanceState,
     RequestState,
     StaleStateError,
+    phase_summary_of,
 )
 
 
@@ -205,3 +207,16 @@ def test_phase_summary_matches_its_definition():
     pre, counts, left, resident = d.phase_summary((256, 2048), 500.0)
     assert (pre, counts, left, resident) == (2, [1, 1, 1], 90.0, 100 + 60 + 60 + 55)
     assert InstanceRequests().phase_summary((1.0,), 1.0) == (0, [0, 0], math.inf, 0)
+
+
+def test_two_edge_phase_summary_equals_the_general_one():
+    # the two-edge case has its own loop (cluster_state._phase_summary_3); a third edge at infinity adds an empty bin
+    rng = random.Random(7)
+    for _ in range(50):
+        rows = tuple(RequestState(i, rng.randint(1, 900), rng.choice([0, 0, rng.randint(1, 400)]), 0,
+                                  rng.choice([None, rng.uniform(1.0, 4000.0)]), None, 0.0) for i in range(12))
+        shift = rng.choice([0, 3])
+        two = phase_summary_of(rows[:8], rows[8:9], rows[9:], (256, 2048), 700.0, shift)
+        three = phase_summary_of(rows[:8], rows[8:9], rows[9:], (256, 2048, math.inf), 700.0, shift)
+        assert two[1] == three[1][:3] and three[1][3] == 0
+        assert (two[0], two[2], two[3]) == (three[0], three[2], three[3])
