@@ -20,7 +20,8 @@ INTERCONNECTS = {
     "nvlink2": "NVIDIA V100 SXM2 datasheet: NVLink 300 GB/s total, 150 GB/s per direction",
     "nvlink3": "NVIDIA A100 SXM datasheet: NVLink 600 GB/s total, 300 GB/s per direction",
     "nvlink4": "NVIDIA H100 / H200 SXM datasheets: NVLink 900 GB/s total, 450 GB/s per direction",
-    "nvlink-bridge": "the card's datasheet NVLink bridge figure (A40 112.5, A30 200, Titan RTX 100 GB/s total), halved",
+    "nvlink-bridge": "the card's datasheet NVLink bridge figure (A40, RTX A6000 and RTX 3090 112.5, A30 200, Titan RTX "
+                     "100 GB/s total), halved",
     "pcie4": "PCI-SIG PCIe 4.0 x16: 32 GB/s per direction (no NVLink on the card)",
     "pcie5": "PCI-SIG PCIe 5.0 x16: 64 GB/s per direction (no NVLink on the card)",
 }
@@ -59,6 +60,11 @@ _GPUS = [
     GpuSpec("v100-16gb", int(16 * GiB), 900e9, 125e12, 300, 150e9, 12e9, "nvlink2"),
     GpuSpec("v100-32gb", int(32 * GiB), 900e9, 125e12, 300, 150e9, 12e9, "nvlink2"),
     GpuSpec("titan-rtx", int(24 * GiB), 672e9, 130e12, 280, 50e9, 12e9, "nvlink-bridge"),
+    # RTX A6000 (datasheet: 48 GB GDDR6, 768 GB/s, 309.7 tensor TFLOPS with sparsity -> 154.8 dense) and GeForce
+    # RTX 3090 (Ampere GA102 whitepaper: 936 GB/s; 71 dense FP16/BF16 tensor TFLOPS with FP32 accumulate, the rate a
+    # bf16 GEMM runs at; 142 only with FP16 accumulate): the GPUs of LLMServingSim's v0 operator tables.
+    GpuSpec("rtx-a6000", int(48 * GiB), 768e9, 154.8e12, 300, 56.25e9, 25e9, "nvlink-bridge"),
+    GpuSpec("rtx3090", int(24 * GiB), 936e9, 71e12, 350, 56.25e9, 25e9, "nvlink-bridge"),
     # RTX PRO 6000 Blackwell Server Edition: 96 GB GDDR7, 1,597 GB/s; dense bf16 peak from the
     # aiconfigurator rtx_pro_6000_server.yaml (used only for roofline fallbacks); PCIe 5, no NVLink.
     GpuSpec("rtx-pro-6000", int(96 * GiB), 1597e9, 503.8e12, 600, 64e9, 50e9, "pcie5"),
@@ -67,7 +73,8 @@ _GPUS = [
 GPUS: dict[str, GpuSpec] = {g.name: g for g in _GPUS}
 _ALIASES = {"a100": "a100-80gb", "v100": "v100-32gb", "4090": "rtx4090", "rtx-4090": "rtx4090",
             "h100-80gb": "h100", "h100-sxm": "h100", "a100-sxm": "a100-80gb",
-            "rtxpro6000": "rtx-pro-6000", "rtx_pro_6000": "rtx-pro-6000", "titanrtx": "titan-rtx"}
+            "rtxpro6000": "rtx-pro-6000", "rtx_pro_6000": "rtx-pro-6000", "titanrtx": "titan-rtx",
+            "a6000": "rtx-a6000", "rtxa6000": "rtx-a6000", "3090": "rtx3090", "rtx-3090": "rtx3090"}
 
 
 def get_gpu(name: str) -> GpuSpec:

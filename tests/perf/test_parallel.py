@@ -67,3 +67,12 @@ def test_kv_heads_split_over_ranks_but_never_below_one_and_latents_replicate():
     llama = get_model("llama-3-70b")  # 8 KV heads: tp 8 splits them exactly, as before
     free = 0.9 * g.memory_bytes - llama.weight_bytes / 8 - 1.5e9
     assert kv_capacity_tokens(llama, g, 8, 0.9, 1.5e9) == int(free // (llama.kv_bytes_per_token / 8))
+
+
+def test_rtx_a6000_and_3090_rows_follow_their_datasheets():
+    a6000, r3090 = get_gpu("a6000"), get_gpu("RTX-3090")
+    assert (a6000.name, a6000.bandwidth, a6000.peak_flops, a6000.interconnect) == ("rtx-a6000", 768e9, 154.8e12,
+                                                                                   "nvlink-bridge")
+    # a GeForce card: bf16 GEMMs accumulate in FP32 at half the FP16-accumulate tensor rate
+    assert (r3090.name, r3090.bandwidth, r3090.peak_flops) == ("rtx3090", 936e9, 71e12)
+    assert get_gpu("rtx4090").peak_flops > 2 * r3090.peak_flops
