@@ -36,29 +36,23 @@ class ExpertCurves(Protocol):
 class ExpertParallelExperts:
     """Per-GPU time of every MoE layer's experts under expert parallelism, from a measured table."""
 
-    __slots__ = ("curves", "tp", "ep", "layers", "routed_bytes_per_token", "gpu", "_cache")
+    __slots__ = ("curves", "tp", "ep", "layers", "routed_bytes_per_token", "gpu")
 
     def __init__(self, curves: ExpertCurves, model: ModelSpec, gpu: GpuSpec, tp: int, ep: int) -> None:
         self.curves, self.tp, self.ep, self.gpu = curves, tp, ep, gpu
         self.layers = model.n_moe_layers
         # routed activations per token and layer on this shard: top-k copies of the hidden state
         self.routed_bytes_per_token = model.experts_per_token * model.hidden * model.dtype_bytes / tp
-        self._cache: dict[int, float] = {}
 
     def __call__(self, tokens: int) -> float:
-        v = self._cache.get(tokens)
-        if v is not None:
-            return v
+        """Uncached, as the measured curves: the profile's dense part keeps one value per token count."""
         if tokens <= 0:
             return 0.0
         c = self.curves
         group_tokens = tokens * self.ep / self.tp
         local_distinct = expected_distinct_experts(group_tokens, c.n_experts, c.top_k) / self.ep
         experts = self.tp * c.at(tokens / self.tp, local_distinct)
-        v = experts + self.layers * alltoall_s(self.routed_bytes_per_token * tokens, self.ep, self.gpu)
-        if len(self._cache) < 1_000_000:
-            self._cache[tokens] = v
-        return v
+        return experts + self.layers * alltoall_s(self.routed_bytes_per_token * tokens, self.ep, self.gpu)
 
 
 def expert_parallel_weight_bytes(model: ModelSpec, weight_bytes: float, tp: int, ep: int) -> float:

@@ -156,23 +156,17 @@ class MoeTable:
     """Time of all MoE layers' experts for a batch of ``t`` tokens: the measured curves of the two numbers of
     distinct experts that bracket the expected number ``t`` tokens activate, interpolated linearly between them."""
 
-    __slots__ = ("n_experts", "top_k", "experts", "rows", "_cache")
+    __slots__ = ("n_experts", "top_k", "experts", "rows")
 
     def __init__(self, n_experts: int, top_k: int, experts: list[float], rows: list[Table]) -> None:
         self.n_experts, self.top_k = n_experts, top_k
         self.experts, self.rows = experts, rows
-        self._cache: dict[int, float] = {}
 
     def __call__(self, tokens: int) -> float:
-        v = self._cache.get(tokens)
-        if v is not None:
-            return v
+        """Uncached: :class:`DenseWithExperts` keeps one value per token count for the hot path."""
         if tokens <= 0:
             return 0.0
-        v = self.at(tokens, expected_distinct_experts(tokens, self.n_experts, self.top_k))
-        if len(self._cache) < 1_000_000:
-            self._cache[tokens] = v
-        return v
+        return self.at(tokens, expected_distinct_experts(tokens, self.n_experts, self.top_k))
 
     def at(self, tokens: float, distinct: float) -> float:
         """The time of ``tokens`` tokens with ``distinct`` experts activated: the bracketing curves, interpolated."""

@@ -229,8 +229,6 @@ def decode_terms(*queues: Any) -> list[float]:
 
 def phase_summary_of(running: Any, waiting: Any, swapped: Any, edges: tuple[float, ...],
                    default: float, shift: int = 0) -> tuple[int, list[int], float, int]:
-    if len(edges) == 2:  # the common case (the Intelligent Router's three buckets): counters in locals
-        return _phase_summary_3(running, waiting, swapped, edges[0], edges[1], default, shift)
     pre = len(waiting)
     counts = [0] * (len(edges) + 1)
     left = math.inf
@@ -249,34 +247,6 @@ def phase_summary_of(running: Any, waiting: Any, swapped: Any, edges: tuple[floa
                 left = d - g
         s = 0
     return pre, counts, left, resident
-
-
-def _phase_summary_3(running: Any, waiting: Any, swapped: Any, e0: float, e1: float, default: float,
-                     shift: int) -> tuple[int, list[int], float, int]:
-    """:func:`phase_summary_of` with two edges, the same sums in the same order."""
-    pre = len(waiting)
-    c0 = c1 = c2 = 0
-    left = math.inf
-    resident = 0
-    s = shift
-    for q in (running, swapped):
-        for r in q:
-            g = r.generated + s
-            resident += r.prompt_tokens + g
-            if g == 0:
-                pre += 1
-                continue
-            d = r.predicted_output or default
-            if d < e0:
-                c0 += 1
-            elif d < e1:
-                c1 += 1
-            else:
-                c2 += 1
-            if d - g < left:
-                left = d - g
-        s = 0
-    return pre, [c0, c1, c2], left, resident
 
 
 def request_rows(running: Any, waiting: Any, swapped: Any) -> list[tuple[int, int, int, float | None, str]]:

@@ -210,7 +210,7 @@ def test_phase_summary_matches_its_definition():
 
 
 def test_two_edge_phase_summary_equals_the_general_one():
-    # the two-edge case has its own loop (cluster_state._phase_summary_3); a third edge at infinity adds an empty bin
+    # a third edge at infinity adds an empty bin and changes nothing else
     rng = random.Random(7)
     for _ in range(50):
         rows = tuple(RequestState(i, rng.randint(1, 900), rng.choice([0, 0, rng.randint(1, 400)]), 0,
