@@ -51,19 +51,22 @@ def test_two_hundred_requests_all_complete_and_follow_the_policy(backends) -> No
 
 def test_jsq_follows_the_scraped_load(backends) -> None:
     """Backend 0 is kept busy by another client; JSQ (reading its scraped queue) sends the router's load elsewhere."""
-    async def scenario(router_url: str) -> list[dict]:
+    async def scenario(router_url: str, gw) -> list[dict]:
         async with httpx.AsyncClient(timeout=60) as client:
             hog = [client.post(backends[0].url + "/v1/completions",
                                json={"model": "llama-3.1-8b", "prompt": "y" * 4000, "max_tokens": 3000})
                    for _ in range(12)]
             tasks = [asyncio.ensure_future(h) for h in hog]
-            await asyncio.sleep(0.3)  # the router scrapes the hogged backend (every 0.05 s)
+            # until the router's scrape of the hogged backend shows the 12 (a fixed sleep was too short on a loaded
+            # machine; pytest-timeout bounds the wait)
+            while (m := gw.backends[0].metrics) is None or m.running + m.waiting < 12:
+                await asyncio.sleep(0.02)
             res = await asyncio.gather(*(one(client, router_url, i, stream=False, chat=False) for i in range(12)))
             await asyncio.gather(*tasks)
             return res
 
     with start_router(router_cfg([h.url for h in backends], {"heuristic": "jsq"})) as r:
-        res = asyncio.run(scenario(r.url))
+        res = asyncio.run(scenario(r.url, r.gateway))
         assert all(x["status"] == 200 for x in res)
         split = samples(httpx.get(r.url + "/metrics").text, "llmsim_router_decisions_total")
         assert split[(("backend", "b0"),)] <= 1, split
