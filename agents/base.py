@@ -16,7 +16,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -59,6 +59,9 @@ class OffPolicyConfig(Schema):
     max_grad_norm: NonNegFloat | None = 10.0
     guidance: str = "none"  # heuristic shaping (agents/guided.py); only Double DQN uses it
     guidance_scale: Float = 1.0  # multiplies h before shaping
+    # step: a transition's reward is what happened during its step (outcomes of any request); request: a request's
+    # own outcome (its utility, its drop) is credited to the transition that placed it (agents/loop.py)
+    reward_credit: Literal["step", "request"] = "step"
 
 
 @dataclass

@@ -24,7 +24,7 @@ import torch
 
 from llmsim.agents.checkpoint_files import load_weights, save_trainer_state
 from llmsim.agents.checkpoint_meta import FORMAT, check_compatible, read_meta
-from llmsim.agents.nets import QNetwork, SetQNetwork, SlotAdapter, masked, masked_argmax
+from llmsim.agents.nets import GuidedQNetwork, QNetwork, SetQNetwork, SlotAdapter, masked, masked_argmax
 from llmsim.agents.sac_nets import SACActor, build_actor
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
@@ -33,7 +33,9 @@ from llmsim.errors import ConfigError
 def net_arch(net: torch.nn.Module) -> dict[str, Any]:
     """What checkpoint.json records to rebuild ``net``: a QNetwork's shape, or an actor's ``arch``."""
     if isinstance(net, QNetwork):
-        return {"obs_dim": net.obs_dim, "n_actions": net.n_actions, "hidden": net.hidden, "dueling": net.dueling}
+        guide = {"guide_action": net.guide_action} if isinstance(net, GuidedQNetwork) else {}
+        return {"obs_dim": net.obs_dim, "n_actions": net.n_actions, "hidden": net.hidden, "dueling": net.dueling,
+                **guide}
     if isinstance(net, SetQNetwork):  # slots: n_max instances + wait + drop (llmsim.envs.randomize)
         return {"obs_dim": net.obs_dim, "n_actions": net.n_actions, "hidden": net.hidden, "dueling": False,
                 "set_net": {"n_max": net.n_max, "guide": net.guide}}
@@ -108,9 +110,13 @@ def load_q_net(path: str | Path, meta: dict[str, Any] | None = None) -> QNetwork
     p = Path(path)
     meta = meta or read_meta(p)
     obs_dim, n, hidden, dueling = q_net_shape(meta, p / "checkpoint.json")
-    set_net = meta.get("set_net")
-    if set_net is None:
+    set_net, guide = meta.get("set_net"), meta.get("guide_action")
+    if set_net is None and guide is None:
         net: QNetwork | SetQNetwork = QNetwork(obs_dim, n, hidden, dueling)
+    elif set_net is None:
+        if not (isinstance(guide, int) and not isinstance(guide, bool) and 0 <= guide < n):
+            raise ConfigError(f"{p / 'checkpoint.json'}: guide_action {guide!r} is not an action in [0, {n - 1}]"[:400])
+        net = GuidedQNetwork(obs_dim, n, hidden, dueling, guide)
     else:
         try:
             net = SetQNetwork(obs_dim, n, hidden, set_net["guide"])

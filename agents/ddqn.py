@@ -39,6 +39,7 @@ from llmsim.agents.base import (
 )
 from llmsim.agents.buffer import Batch
 from llmsim.agents.nets import (
+    GuidedQNetwork,
     NumpyActor,
     QNetwork,
     SetQNetwork,
@@ -48,6 +49,7 @@ from llmsim.agents.nets import (
     q_values,
     without_hold,
 )
+from llmsim.errors import ConfigError
 from llmsim.schema import Float, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 
 
@@ -75,6 +77,7 @@ class DDQNConfig(OffPolicyConfig):
     # a network shared across instances, started from a guide heuristic (docs/agents.md, "Policies that transfer")
     network: Literal["mlp", "set"] = "mlp"  # set: agents/nets.py SetQNetwork on the instance_set observation
     guide: Literal["min_min", "least_work_left", "jsq"] = "min_min"  # the heuristic imitated and fallen back on
+    guide_action: NonNegInt | None = None  # a flat network's guide instead: this fixed action (a static model size)
     demo_steps: NonNegInt = 0  # env steps acted by the guide (with demo_epsilon random actions) before the policy acts
     demo_epsilon: Probability = 0.1
     margin: NonNegFloat = 0.5  # DQfD's large margin l: Q(guide) must beat every other valid action by l
@@ -94,6 +97,9 @@ class DoubleDQN(OffPolicyAgent):
     def __init__(self, obs_dim: int, n_actions: int, cfg: DDQNConfig, seed: int = 0) -> None:
         self.cfg = cfg
         torch.manual_seed(seed)
+        if cfg.guide_action is not None and (cfg.network == "set" or cfg.guide_action >= n_actions):
+            raise ConfigError(f"agent.guide_action={cfg.guide_action}: a flat network's guide is one of its "
+                              f"{n_actions} actions (0-{n_actions - 1}); a set network reads agent.guide instead")
         self.q: QNetwork | SetQNetwork = self.build_net(obs_dim, n_actions, cfg)
         self.q_target = self.build_net(obs_dim, n_actions, cfg)
         self.q_target.load_state_dict(self.q.state_dict())
@@ -110,6 +116,8 @@ class DoubleDQN(OffPolicyAgent):
     def build_net(obs_dim: int, n_actions: int, cfg: DDQNConfig) -> QNetwork | SetQNetwork:
         if cfg.network == "set":
             return SetQNetwork(obs_dim, n_actions, cfg.hidden, cfg.guide, cfg.fallback_margin, cfg.hold)
+        if cfg.guide_action is not None:
+            return GuidedQNetwork(obs_dim, n_actions, cfg.hidden, cfg.dueling, cfg.guide_action, cfg.fallback_margin)
         return QNetwork(obs_dim, n_actions, cfg.hidden, cfg.dueling)
 
     @classmethod
@@ -143,12 +151,19 @@ class DoubleDQN(OffPolicyAgent):
         with torch.no_grad():
             return masked_argmax(self.q(torch.as_tensor(obs)), torch.as_tensor(masks)).numpy()
 
+    def guide_actions(self, obs: np.ndarray) -> np.ndarray:
+        """The guide's action for each row (-1: nothing to decide): the fixed ``guide_action``, or the guide
+        heuristic's slot read from an instance_set observation."""
+        if self.cfg.guide_action is not None:
+            return np.full(len(obs), self.cfg.guide_action, np.int64)
+        return guide_slots(obs, self.cfg.guide)
+
     def guide_act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """The guide's actions (read from the observation), demo_epsilon of them random valid ones; the usual
         no-op (greedy) where nothing is decided or the guide's slot is not valid."""
         obs = np.asarray(obs, dtype=np.float32)
         actions = self.greedy(obs, masks)
-        guide = guide_slots(obs, self.cfg.guide)
+        guide = self.guide_actions(obs)
         for i, g in enumerate(guide):
             if self.rng.random() < self.cfg.demo_epsilon:
                 actions[i] = random_valid(self.rng, masks[i], self.n_actions)
@@ -187,7 +202,7 @@ class DoubleDQN(OffPolicyAgent):
         """DQfD's large-margin loss towards the guide: mean over decisions of max_a [Q(s, a) + l [a != a_g]] -
         Q(s, a_g), valid actions only (0 once the guide's action leads every other by ``margin``); and the share of
         those decisions where the network's own argmax is the guide's."""
-        guide = torch.as_tensor(guide_slots(obs.numpy(), self.cfg.guide))
+        guide = torch.as_tensor(self.guide_actions(obs.numpy()))
         rows = (guide >= 0) & masks.gather(1, guide.clamp(min=0).unsqueeze(1)).squeeze(1)
         if not bool(rows.any()):
             return torch.zeros(()), float("nan")

@@ -14,8 +14,18 @@ replay must keep the action masks, the semi-MDP ``dt`` and the Intelligent Route
 * ``after_updates(step, prev)``: e.g. a hard target-network copy every ``target_update`` env steps;
 
 and reads its ``cfg``'s ``learning_starts``, ``batch_size``, ``train_freq``, ``gradient_steps``, ``tau``, ``n_step``,
-``reward_scale`` and ``guidance_scale``. Graph (Dict) observations are flattened by ``agent.flatten`` before they
-reach the agent and the replay, so both store plain float vectors. An agent whose critic takes a continuous action
+``reward_scale``, ``guidance_scale`` and ``reward_credit``.
+
+``reward_credit: request`` moves each request's own part of a step's reward (the env's ``info["request_rewards"]``:
+a completion's utility, a drop) from the step in which it happened to the transition that placed the request
+(``info["decided"]``), in the replay, once it is known. Where a request finishes hundreds of decisions after it was
+placed, a per-decision discount otherwise leaves almost nothing of the choice's own outcome in its Q-value (the
+Learned Best-Effort router: rewards only at completion). A credit whose transition has left the ring, or came
+from a request placed by no transition (a wait-timeout fallback), stays with its step; a batch drawn before a
+request finished sees its transition without that credit yet.
+
+Graph (Dict) observations are flattened by ``agent.flatten`` before they reach the agent and the replay, so both
+store plain float vectors. An agent whose critic takes a continuous action
 (agents/sac_argmax.py) leaves the vectors behind its decoded actions in ``agent.action_vectors``.
 """
 
@@ -50,6 +60,7 @@ def learn(agent: OffPolicyAgent, vec: VecEnv, rb: ReplayBuffer, total_steps: int
     masks = np.stack([ri["action_mask"] for ri in vec.reset_infos])
     w, g = agent.stage(state.episode)
     stats: dict[str, float] = {}
+    credit = RequestCredit(rb, n_envs, rs) if getattr(cfg, "reward_credit", "step") == "request" else None
     while state.step < total_steps:
         actions, act_stats = agent.explore(obs, masks, state, total_steps)
         next_obs_raw, rewards, dones, infos = vec.step(actions)
@@ -65,8 +76,12 @@ def learn(agent: OffPolicyAgent, vec: VecEnv, rb: ReplayBuffer, total_steps: int
             for i in ended:
                 real_next[i] = _single(flat, infos[i]["terminal_observation"])
                 new_masks[i] = vec.reset_infos[i]["action_mask"]
+        if credit is not None:
+            rewards = credit.before_add(infos, rewards)
         rb.add(obs, actions, rewards * rs, h * rs, dt, real_next, next_masks, dones & ~truncated, truncated,
                masks=masks, action_vecs=agent.action_vectors)
+        if credit is not None:
+            credit.after_add(ended)
         obs, masks = next_obs, new_masks
         prev = state.step
         state.step += n_envs
@@ -93,3 +108,37 @@ def _single(flat: Flatten, obs: Any) -> np.ndarray:
     if isinstance(obs, dict):
         return flat({k: np.asarray(v)[None] for k, v in obs.items()})[0]
     return flat(np.asarray(obs)[None])[0]
+
+
+class RequestCredit:
+    """``reward_credit: request``: which replay slot placed each request still running, and the credits owed."""
+
+    def __init__(self, rb: ReplayBuffer, n_envs: int, reward_scale: float) -> None:
+        self.rb, self.rs = rb, reward_scale
+        self.adds = 0  # transitions per env added so far: a slot added ``cap`` adds ago has been overwritten
+        self.slots: list[dict[int, tuple[int, int]]] = [{} for _ in range(n_envs)]  # request id -> (add, ring slot)
+        self.owed: list[tuple[int, int, float]] = []  # (ring slot, env, reward) to apply once the slot is written
+
+    def before_add(self, infos: list[dict[str, Any]], rewards: np.ndarray) -> np.ndarray:
+        """This step's rewards without the credits that go to earlier (or this step's own) transitions."""
+        out = np.array(rewards, dtype=np.float32)
+        for i, info in enumerate(infos):
+            slots = self.slots[i]
+            if info.get("decided") is not None:
+                slots[info["decided"]] = (self.adds, self.rb.pos)  # this step's transition goes to rb.pos
+            for rid, r in (info.get("request_rewards") or {}).items():
+                at = slots.pop(rid, None)
+                if at is not None and self.adds - at[0] < self.rb.cap:
+                    out[i] -= r
+                    self.owed.append((at[1], i, r))
+        return out
+
+    def after_add(self, ended: np.ndarray) -> None:
+        """Apply the credits to their slots; an ended episode's placements are owed nothing more."""
+        rewards = self.rb.rewards
+        for slot, i, r in self.owed:
+            rewards[slot, i] += np.float32(r * self.rs)
+        self.owed.clear()
+        self.adds += 1
+        for i in ended:
+            self.slots[i].clear()

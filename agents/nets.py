@@ -50,6 +50,33 @@ class QNetwork(nn.Module):
         return out[..., :1] + adv - adv.mean(dim=-1, keepdim=True)
 
 
+class GuidedQNetwork(QNetwork):
+    """A :class:`QNetwork` with a fixed guide action and a decision-time fallback to it: the greedy action is
+    ``guide_action`` unless the learned choice's Q-advantage over it exceeds ``fallback_margin``. For testbeds whose
+    best simple policy is one constant action (the Learned Best-Effort router: always the best static model size).
+    ``forward`` adds the margin to the guide's Q-value; ``q_values`` is the plain network (what learning uses). The
+    margin is a buffer, so a checkpoint and its ONNX export carry it."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64), dueling: bool = False,
+                 guide_action: int = 0, fallback_margin: float = 0.0) -> None:
+        super().__init__(obs_dim, n_actions, hidden, dueling)
+        if not 0 <= guide_action < n_actions:
+            raise ValueError(f"guide_action {guide_action}: expected an action in [0, {n_actions - 1}]")
+        self.guide_action = int(guide_action)
+        self.register_buffer("fallback_margin", torch.tensor(float(fallback_margin)))
+        self.register_buffer("guide_slot", torch.eye(n_actions)[self.guide_action], persistent=False)
+
+    def q_values(self, obs: torch.Tensor) -> torch.Tensor:
+        return super().forward(obs)
+
+    def action_bias(self) -> torch.Tensor:
+        """What ``forward`` adds to the Q-values: the margin at the guide's action."""
+        return self.fallback_margin * self.guide_slot
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q_values(obs) + self.action_bias()
+
+
 def masked(q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``q`` with invalid actions at -inf (a row with no valid action keeps its values: nothing to restrict)."""
     any_valid = mask.any(dim=-1, keepdim=True)
@@ -76,6 +103,7 @@ class NumpyActor:
         linears = [m for m in net.net if isinstance(m, nn.Linear)]
         self.dueling = net.dueling
         self.layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linears]
+        self.net = net  # a guided network's fallback (a view of its margin buffer, read at each act)
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Q-values of a (n, obs_dim) float32 batch."""
@@ -92,6 +120,8 @@ class NumpyActor:
 
     def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         q = self.q_values(obs)
+        if isinstance(self.net, GuidedQNetwork):
+            q = q + self.net.action_bias().numpy()
         q = np.where(masks | ~masks.any(axis=1, keepdims=True), q, -np.inf)
         return q.argmax(axis=1)
 
@@ -193,4 +223,4 @@ def without_hold(masks: np.ndarray, obs: np.ndarray) -> np.ndarray:
 
 def q_values(net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
     """The network's Q-values without any decision-time fallback (what learning uses)."""
-    return net.q_values(obs) if isinstance(net, SetQNetwork) else net(obs)
+    return net.q_values(obs) if isinstance(net, (SetQNetwork, GuidedQNetwork)) else net(obs)

@@ -49,8 +49,9 @@ from llmsim.agents.checkpoint_meta import action_layout, check_compatible, obser
 from llmsim.agents.ddqn import DDQNConfig
 from llmsim.agents.env_setup import env_config, make_env
 from llmsim.agents.loop import learn
+from llmsim.agents.nets import GuidedQNetwork
 from llmsim.agents.sac_base import SACConfig
-from llmsim.agents.scoring import evaluate_greedy, explain_score
+from llmsim.agents.scoring import choose_flat_margin, evaluate_greedy, explain_score
 from llmsim.agents.training_warnings import WatchedGreedy, budget_warning, collapse_warnings, untrained_best_warning
 from llmsim.agents.vec import FreshInfoVecEnv
 from llmsim.envs.randomize import RandomizeConfig, SlotEnv
@@ -290,11 +291,15 @@ class TrainingRun:
         """The decision-time fallback margin of best/, chosen among ``agent.fallback_margins`` on the validation
         seeds; best/ is rewritten with it and training.json records every candidate."""
         margins = list(getattr(self.agent_cfg, "fallback_margins", []) or [])
-        if not (self.transfer and margins and (self.run_dir / "best").is_dir()):
+        flat = getattr(self.agent_cfg, "guide_action", None) is not None
+        if not ((self.transfer or flat) and margins and (self.run_dir / "best").is_dir()):
             return
         net = load_policy_net(self.run_dir / "best")
-        best, table = transfer.choose_margin(net, self.eval_env, list(self.tr.eval_seeds), margins,
-                                             self.guide_rows or [])
+        seeds = list(self.tr.eval_seeds)
+        if isinstance(net, GuidedQNetwork):
+            best, table = choose_flat_margin(net, self.eval_env, seeds, margins, self.tr.eval_metric)
+        else:
+            best, table = transfer.choose_margin(net, self.eval_env, seeds, margins, self.guide_rows or [])
         meta = read_meta(self.run_dir / "best")
         meta.update(fallback_margin=best, fallback_margin_choice=table)
         save_checkpoint(self.run_dir / "best", net, {k: v for k, v in meta.items() if k != "format"})

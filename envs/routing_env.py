@@ -169,6 +169,7 @@ class RoutingEnv(gym.Env):
         last = reqs[-1].arrival if reqs else 0.0
         limit = self.time_limit if self.time_limit is not None else last + (self.max_wait_s or 0.0) + self.drain_time
         self.steps = self.num_decisions = 0
+        self._decided: int | None = None
         self.stages.fallbacks = 0
         self._episode_reward = 0.0
         self._episode_components: dict[str, float] = dict.fromkeys(self.reward_fn.components, 0.0)
@@ -197,6 +198,7 @@ class RoutingEnv(gym.Env):
         action = check_action(action, int(self.action_space.n))
         req = pts.pending
         d = self.decode(action)
+        self._decided = None if req is None or d == WAIT else req.id  # the request this step placed or dropped
         if req is not None:
             self.num_decisions += 1
             self.reward_fn.before_action(self, req, d if d >= 0 else None)
@@ -364,6 +366,8 @@ class RoutingEnv(gym.Env):
         c, drv, out = self.cluster, self.driver, self.outcomes
         info: dict[str, Any] = {
             "reward_components": dict(comps),
+            "request_rewards": self.reward_fn.take_credits(),  # each request's own part of the reward, by id
+            "decided": self._decided,
             "dt": dt,
             "time": drv.now,
             "decisions": self.num_decisions,

@@ -21,6 +21,11 @@ way of losing a request is free and none is cheaper than another by accident:
 
 The step reward is ``scale * sum(weights[c] * component[c])``; ``info["reward_components"]`` holds the
 unweighted components. ``scale`` (per reward class, overridable) makes a typical step of order 1.
+
+Per-request credit: the part of a step's reward that one request's outcome earned (its completion terms, its drop
+or cut-off) is also kept by request id (:meth:`take_credits`, the env's ``info["request_rewards"]``), so a learner
+can credit it to the decision that placed the request instead of the step in which it happened to finish
+(agents/loop.py, ``reward_credit: request``).
 """
 
 from __future__ import annotations
@@ -61,11 +66,13 @@ class Reward:
         self.scale = float(self.default_scale if scale is None else scale)
         self.wait_cost = float(wait_cost)
         self._acc = dict.fromkeys(self.components, 0.0)
+        self._credits: dict[int, float] = {}
 
     # hooks -------------------------------------------------------------------------------
     def reset(self, env: RewardContext) -> None:
         self.env = env
         self._acc = dict.fromkeys(self.components, 0.0)
+        self._credits = {}
 
     def before_action(self, env: RewardContext, req: Request, target: int | None) -> None:
         """Called with the request being decided and the instance it goes to (None: wait / drop)."""
@@ -73,18 +80,15 @@ class Reward:
     def on_finish(self, req: Request, k: int) -> None:
         """A completion on instance ``k``; subclasses add their terms and call this (output truncation)."""
         if req.truncated:
-            self._acc["truncated"] -= 1.0
+            self.credit(req, "truncated", -1.0)
 
     def on_drop(self, req: Request, reason: str) -> None:
         """A request dropped for ``reason`` (every cause reaches here, the agent's DROP included)."""
-        if reason == CUT_OFF_REASON:
-            self._acc["cut_off"] -= 1.0
-        else:
-            self._acc["dropped"] -= 1.0
+        self.credit(req, "cut_off" if reason == CUT_OFF_REASON else "dropped", -1.0)
 
     def on_timeout(self, req: Request) -> None:
         """A held request that waited ``max_wait_s`` and was routed by the env's fallback."""
-        self._acc["timeouts"] -= 1.0
+        self.credit(req, "timeouts", -1.0)
 
     def on_wait(self, request_seconds: float) -> None:
         """Request-seconds spent held in the central queue during this step."""
@@ -99,6 +103,19 @@ class Reward:
     # output ------------------------------------------------------------------------------
     def add(self, key: str, value: float) -> None:
         self._acc[key] += value
+
+    def credit(self, req: Request, key: str, value: float) -> None:
+        """``add`` a term that ``req``'s own outcome earned, and keep its weighted value by request id."""
+        self._acc[key] += value
+        w = self.weights.get(key, 0.0)
+        if w:
+            self._credits[req.id] = self._credits.get(req.id, 0.0) + w * value
+
+    def take_credits(self) -> dict[int, float]:
+        """The step's per-request parts of the reward (reward units), by request id; cleared for the next step."""
+        out = {k: self.scale * v for k, v in self._credits.items()}
+        self._credits = {}
+        return out
 
     def end_step(self, env: RewardContext, dt: float) -> tuple[float, dict[str, float]]:
         self.on_step_end(env, dt)

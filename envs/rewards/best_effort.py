@@ -61,10 +61,6 @@ class BestEffortReward(Reward):
         acc = q.get(self.env.instance_models[k], 0.0) if q else 0.0
         d = self.task_deadlines.get(req.task, self.deadline) if req.task is not None else self.deadline
         w = deadline_weight(req.finish - req.arrival, req.generated, d, self.soft, self.soft_violation)
-        a = self._acc
-        a["utility"] += acc * w
-        a["accuracy"] += acc
-        if w >= 1.0:
-            a["deadline_met"] += 1.0
-        else:
-            a["deadline_missed"] += 1.0
+        self.credit(req, "utility", acc * w)
+        self.credit(req, "accuracy", acc)
+        self.credit(req, "deadline_met" if w >= 1.0 else "deadline_missed", 1.0)
