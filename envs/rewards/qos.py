@@ -107,7 +107,7 @@ class QoSReward(Reward):
         ok = lat < self.limit if self.code_compat else lat <= self.limit
         if ok:
             q = req.quality_by_model
-            self._acc["qos_completed"] += q.get(self.env.instance_models[k], 0.0) if q else 0.0
-            self._acc["completed_in_limit"] += 1.0
+            self.credit(req, "qos_completed", q.get(self.env.instance_models[k], 0.0) if q else 0.0)
+            self.credit(req, "completed_in_limit", 1.0)
         else:
-            self._acc["completed_late"] += 1.0
+            self.credit(req, "completed_late", 1.0)
