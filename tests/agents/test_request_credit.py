@@ -72,3 +72,21 @@ def test_step_credit_keeps_the_env_reward_per_step():
     step_rewards = [sum(i["reward_components"].get(k, 0.0) * w for k, w in env.reward_fn.weights.items())
                     * env.reward_fn.scale for i in infos]
     assert np.allclose(rb.rewards[:len(infos), 0], step_rewards, atol=1e-5)
+
+
+def test_qos_reward_credits_each_completion_and_drop_and_keeps_the_action_time_penalty_on_its_step():
+    """QoSEdge: a step's reward = its requests' own outcomes (credited by id) + the Eq. 15 penalty and waiting."""
+    env = make_from_config({"id": "qos_edge", "num_requests": 80, "rate": 6.0})
+    rng = np.random.default_rng(0)
+    _, info = env.reset(seed=3)
+    credited = expected = 0
+    done = False
+    while not done:
+        _, r, term, trunc, info = env.step(int(rng.choice(np.flatnonzero(info["action_mask"]))))
+        done = term or trunc
+        c, w = info["reward_components"], env.reward_fn.weights
+        rest = env.reward_fn.scale * sum(w.get(k, 0.0) * c[k] for k in ("qos_penalty", "waiting"))
+        assert r == pytest.approx(sum(info["request_rewards"].values()) + rest, abs=1e-9)
+        credited += len(info["request_rewards"])
+        expected += c["completed_in_limit"] - c["dropped"] - c["cut_off"]  # late completions earn nothing
+    assert credited == expected > 20
