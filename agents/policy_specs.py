@@ -97,7 +97,7 @@ def checkpoint_specs(checkpoints: Any) -> list[dict[str, Any]]:
     if checkpoints is None:
         return []
     if isinstance(checkpoints, Mapping):
-        return [{"kind": "checkpoint", "path": str(p), "label": str(k)} for k, p in checkpoints.items()]
+        return [normalise_spec({"checkpoint": p, "label": str(k)}) for k, p in checkpoints.items()]  # type: ignore[misc]
     if isinstance(checkpoints, str) or not isinstance(checkpoints, Sequence):
         raise ConfigError(f"checkpoints: expected a list of directories or a mapping label -> directory, got "
                           f"{checkpoints!r}")

@@ -132,6 +132,9 @@ def test_evaluate_config_parsing_takes_a_zoo_name() -> None:
     specs = checkpoint_specs(c.checkpoints)
     assert [s["path"] for s in specs] == [str(zoo.entry(n).checkpoint_dir) for n in ("best_effort", "qos_edge")]
     assert specs[1]["label"] == "mine"
+    # the mapping form (label -> directory, several at once) resolves zoo names too
+    both = checkpoint_specs({"a": "zoo:best_effort", "b": "zoo:qos_edge"})
+    assert [(s["label"], s["path"]) for s in both] == [("a", specs[0]["path"]), ("b", specs[1]["path"])]
 
 
 def test_the_suite_is_trimmed_to_results_and_names_the_router_by_zoo_name() -> None:
