@@ -90,7 +90,7 @@ class WorkloadAwareReward(Reward):
 
     def on_finish(self, req: Request, k: int) -> None:
         super().on_finish(req, k)
-        self._acc["completion"] += self.r_c
+        self.credit(req, "completion", self.r_c)
 
     def _backlog(self, env: RewardContext) -> float:
         """sum over requests in the system of (1 - f): the held ones count 1 each, an instance's count minus its
@@ -145,4 +145,4 @@ class TailAwareReward(WorkloadAwareReward):
         super().on_finish(req, k)
         late = (req.finish - req.arrival - self.target) / self.target
         if late > 0:
-            self._acc["tail"] -= min(self.cap, late)
+            self.credit(req, "tail", -min(self.cap, late))
