@@ -259,6 +259,9 @@ class TrainingRun:
             shares = watched.counts.shares()
             res.update(shares)
             found = collapse_warnings(shares)
+        demo = int(getattr(self.agent_cfg, "demo_steps", 0) or 0)
+        if st.step <= demo:  # one action is expected while the policy is still learning its guide's
+            found = [f"{w}; it is still imitating its guide (agent.demo_steps={demo})" for w in found]
         res.update(step=st.step, episode=st.episode, updates=self.agent.updates,
                    wall_s=round(time.perf_counter() - self.t0, 2))
         new_best = res["score"] > st.best_score

@@ -133,6 +133,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_margin_choice_scores_always_the_guide_as_the_static_heuristic(run: Path):
     meta = json.loads((run / "training.json").read_text())
+    during_demo = [w for e in meta["evaluations"] if e["step"] <= 300 for w in e["warnings"]]
+    assert during_demo and all("still imitating its guide (agent.demo_steps=300)" in w for w in during_demo)
     table = {r["margin"]: r for r in meta["fallback_margin_choice"]}
     assert set(table) == {0.0, 1000.0}
     env = make_from_config(ENV)
