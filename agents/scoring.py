@@ -12,10 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 
 from llmsim.agents.checkpoint import QPolicy
-from llmsim.agents.nets import GuidedQNetwork, masked_argmax
 from llmsim.agents.policy import run_episode
 from llmsim.envs.qos_metrics import env_qos
 from llmsim.envs.routing_env import RoutingEnv
@@ -80,38 +78,3 @@ def explain_score(metric: str, evaluation: dict[str, Any], reward: str) -> str:
                 "ranks higher")
     return f"score = {metric} (higher is better{lost_note})"
 
-
-def choose_flat_margin(net: GuidedQNetwork, env: RoutingEnv, seeds: list[int], margins: list[float],
-                       metric: str) -> tuple[float, list[dict[str, float]]]:
-    """The fallback margin of a guided flat network with the best validation score (ties: the larger margin,
-    the safer); ``net`` keeps it. Each candidate's evaluation, with the share of decisions where the fallback
-    turned the network's own choice into the guide's, is returned for the record."""
-    table = []
-    for m in sorted(set(margins)):
-        net.fallback_margin.fill_(float(m))
-        policy = FallbackCounting(net)
-        res = evaluate_greedy(policy, env, seeds, metric)
-        table.append({"margin": float(m), **res, "guide_fallback_share": policy.fallback_share()})
-    best = max(table, key=lambda r: (round(r["score"], 6), r["margin"]))
-    net.fallback_margin.fill_(best["margin"])
-    return best["margin"], table
-
-
-class FallbackCounting(QPolicy):
-    """The greedy policy of a guided network, counting the decisions where the margin made the guide win."""
-
-    def __init__(self, net: GuidedQNetwork) -> None:
-        super().__init__(net, "guided")
-        self.decisions = self.fallbacks = 0
-
-    @torch.no_grad()
-    def act(self, obs: Any, mask: np.ndarray, env: RoutingEnv | None = None) -> int:
-        a = super().act(obs, mask, env)
-        if env is not None and env.pending is not None and int(np.count_nonzero(mask)) >= 2:
-            x, m = torch.as_tensor(np.asarray(obs, dtype=np.float32)).unsqueeze(0), torch.as_tensor(mask).unsqueeze(0)
-            self.decisions += 1
-            self.fallbacks += int(masked_argmax(self.net.q_values(x), m).item()) != a
-        return a
-
-    def fallback_share(self) -> float:
-        return self.fallbacks / max(1, self.decisions)

@@ -51,7 +51,7 @@ from llmsim.agents.env_setup import env_config, make_env
 from llmsim.agents.loop import learn
 from llmsim.agents.nets import GuidedQNetwork
 from llmsim.agents.sac_base import SACConfig
-from llmsim.agents.scoring import choose_flat_margin, evaluate_greedy, explain_score
+from llmsim.agents.scoring import evaluate_greedy, explain_score
 from llmsim.agents.training_warnings import WatchedGreedy, budget_warning, collapse_warnings, untrained_best_warning
 from llmsim.agents.vec import FreshInfoVecEnv
 from llmsim.envs.randomize import RandomizeConfig, SlotEnv
@@ -300,7 +300,7 @@ class TrainingRun:
         net = load_policy_net(self.run_dir / "best")
         seeds = list(self.tr.eval_seeds)
         if isinstance(net, GuidedQNetwork):
-            best, table = choose_flat_margin(net, self.eval_env, seeds, margins, self.tr.eval_metric)
+            best, table = transfer.choose_flat_margin(net, self.eval_env, seeds, margins, self.tr.eval_metric)
         else:
             best, table = transfer.choose_margin(net, self.eval_env, seeds, margins, self.guide_rows or [])
         meta = read_meta(self.run_dir / "best")

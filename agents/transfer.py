@@ -9,7 +9,8 @@ is chosen on validation seeds.
   mean end-to-end latency with every request counted (a request lost to a drop or the episode limit enters at the
   episode's duration), averaged over scenarios.
 * :func:`collapse_warnings` turns the counts into warning lines; :func:`choose_margin` evaluates each candidate
-  margin on the validation seeds and keeps the best.
+  margin on the validation seeds and keeps the best (:func:`choose_flat_margin`: the same for a network guided by
+  one fixed action, by the run's own metric).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from llmsim.agents.nets import SetQNetwork, guide_slots, masked_argmax, q_values
+from llmsim.agents.nets import GuidedQNetwork, SetQNetwork, guide_slots, masked_argmax, q_values
 from llmsim.agents.policy import HeuristicPolicy, run_episode
+from llmsim.agents.scoring import evaluate_greedy
 from llmsim.agents.training_warnings import collapse_warnings as training_collapse_warnings
 
 TIMEOUT_LIMIT = 0.05  # 5 % of the requests placed by the env's wait-timeout fallback
@@ -67,9 +69,11 @@ class WatchedPolicy:
             c = self.counts
             c.actions[a] += 1
             c.waits += a == env.wait_action
-            if isinstance(self.net, SetQNetwork) and float(self.net.fallback_margin) > 0:
+            if isinstance(self.net, SetQNetwork | GuidedQNetwork) and float(self.net.fallback_margin) > 0:
                 own = int(masked_argmax(q_values(self.net, x), m).item())
-                c.guide_fallbacks += own != a and a == int(guide_slots(x.numpy(), self.net.guide)[0])
+                guide = self.net.guide_action if isinstance(self.net, GuidedQNetwork) \
+                    else int(guide_slots(x.numpy(), self.net.guide)[0])
+                c.guide_fallbacks += own != a and a == guide
         return a
 
 
@@ -143,5 +147,21 @@ def choose_margin(net: SetQNetwork, env: Any, seeds: list[int], margins: list[fl
         res, _ = evaluate_vs_guide(net, env, seeds, ref)
         table.append({"margin": float(m), **res})
     best = max(table, key=lambda r: (round(r["gain_pct"], 6), r["margin"]))
+    net.fallback_margin.fill_(best["margin"])
+    return best["margin"], table
+
+
+def choose_flat_margin(net: GuidedQNetwork, env: Any, seeds: list[int], margins: list[float],
+                       metric: str) -> tuple[float, list[dict[str, float]]]:
+    """:func:`choose_margin` for a flat network guided by one fixed action, scored by the run's ``metric``
+    (agents/scoring.py) instead of the gain over a guide heuristic's episodes."""
+    table = []
+    for m in sorted(set(margins)):
+        net.fallback_margin.fill_(float(m))
+        policy = WatchedPolicy(net)
+        res = evaluate_greedy(policy, env, seeds, metric)
+        shares = policy.counts.shares()
+        table.append({"margin": float(m), **res, "guide_fallback_share": shares["guide_fallback_share"]})
+    best = max(table, key=lambda r: (round(r["score"], 6), r["margin"]))
     net.fallback_margin.fill_(best["margin"])
     return best["margin"], table
