@@ -24,7 +24,15 @@ import torch
 
 from llmsim.agents.checkpoint_files import load_weights, save_trainer_state
 from llmsim.agents.checkpoint_meta import FORMAT, check_compatible, read_meta
-from llmsim.agents.nets import GuidedQNetwork, QNetwork, SetQNetwork, SlotAdapter, masked, masked_argmax
+from llmsim.agents.nets import (
+    GuidedQNetwork,
+    GuideSwitch,
+    QNetwork,
+    SetQNetwork,
+    SlotAdapter,
+    masked,
+    masked_argmax,
+)
 from llmsim.agents.sac_nets import SACActor, build_actor
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
@@ -33,7 +41,11 @@ from llmsim.errors import ConfigError
 def net_arch(net: torch.nn.Module) -> dict[str, Any]:
     """What checkpoint.json records to rebuild ``net``: a QNetwork's shape, or an actor's ``arch``."""
     if isinstance(net, QNetwork):
-        guide = {"guide_action": net.guide_action} if isinstance(net, GuidedQNetwork) else {}
+        guide: dict[str, Any] = {}
+        if isinstance(net, GuidedQNetwork):
+            guide["guide_action"] = net.guide_action
+            if net.switch is not None:
+                guide["guide_switch"] = net.switch.as_dict()
         return {"obs_dim": net.obs_dim, "n_actions": net.n_actions, "hidden": net.hidden, "dueling": net.dueling,
                 **guide}
     if isinstance(net, SetQNetwork):  # slots: n_max instances + wait + drop (llmsim.envs.randomize)
@@ -106,6 +118,19 @@ def q_net_shape(meta: dict[str, Any], where: Path) -> tuple[int, int, list[int],
     return obs_dim, n, hidden, dueling
 
 
+def guide_switch(meta: dict[str, Any], where: Path) -> GuideSwitch | None:
+    """The guided network's switch recorded in checkpoint.json (none when absent)."""
+    sw = meta.get("guide_switch")
+    if sw is None:
+        return None
+    ok = isinstance(sw, dict) and set(sw) == {"feature", "at", "action"} and all(
+        isinstance(sw[k], int) and not isinstance(sw[k], bool) for k in ("feature", "action")) and isinstance(
+        sw["at"], (int, float)) and not isinstance(sw["at"], bool)
+    if not ok:
+        raise ConfigError(f"{where}: guide_switch {sw!r}: expected {{feature: int, at: number, action: int}}"[:400])
+    return GuideSwitch(sw["feature"], float(sw["at"]), sw["action"])
+
+
 def load_q_net(path: str | Path, meta: dict[str, Any] | None = None) -> QNetwork | SetQNetwork:
     p = Path(path)
     meta = meta or read_meta(p)
@@ -116,7 +141,7 @@ def load_q_net(path: str | Path, meta: dict[str, Any] | None = None) -> QNetwork
     elif set_net is None:
         if not (isinstance(guide, int) and not isinstance(guide, bool) and 0 <= guide < n):
             raise ConfigError(f"{p / 'checkpoint.json'}: guide_action {guide!r} is not an action in [0, {n - 1}]"[:400])
-        net = GuidedQNetwork(obs_dim, n, hidden, dueling, guide)
+        net = GuidedQNetwork(obs_dim, n, hidden, dueling, guide, switch=guide_switch(meta, p / "checkpoint.json"))
     else:
         try:
             net = SetQNetwork(obs_dim, n, hidden, set_net["guide"])

@@ -40,6 +40,7 @@ from llmsim.agents.base import (
 from llmsim.agents.buffer import Batch
 from llmsim.agents.nets import (
     GuidedQNetwork,
+    GuideSwitch,
     NumpyActor,
     QNetwork,
     SetQNetwork,
@@ -50,7 +51,15 @@ from llmsim.agents.nets import (
     without_hold,
 )
 from llmsim.errors import ConfigError
-from llmsim.schema import Float, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
+from llmsim.schema import Float, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt, Schema
+
+
+class GuideSwitchConfig(Schema):
+    """``agent.guide_switch``: the guide takes ``action`` where observation feature ``feature`` >= ``at``."""
+
+    feature: int
+    at: float
+    action: NonNegInt
 
 
 class DDQNConfig(OffPolicyConfig):
@@ -78,6 +87,7 @@ class DDQNConfig(OffPolicyConfig):
     network: Literal["mlp", "set"] = "mlp"  # set: agents/nets.py SetQNetwork on the instance_set observation
     guide: Literal["min_min", "least_work_left", "jsq"] = "min_min"  # the heuristic imitated and fallen back on
     guide_action: NonNegInt | None = None  # a flat network's guide instead: this fixed action (a static model size)
+    guide_switch: GuideSwitchConfig | None = None  # ... or another action past a threshold of one feature
     demo_steps: NonNegInt = 0  # env steps acted by the guide (with demo_epsilon random actions) before the policy acts
     demo_epsilon: Probability = 0.1
     margin: NonNegFloat = 0.5  # DQfD's large margin l: Q(guide) must beat every other valid action by l
@@ -100,6 +110,11 @@ class DoubleDQN(OffPolicyAgent):
         if cfg.guide_action is not None and (cfg.network == "set" or cfg.guide_action >= n_actions):
             raise ConfigError(f"agent.guide_action={cfg.guide_action}: a flat network's guide is one of its "
                               f"{n_actions} actions (0-{n_actions - 1}); a set network reads agent.guide instead")
+        sw = cfg.guide_switch
+        if sw is not None and (cfg.guide_action is None or sw.action >= n_actions
+                               or not -obs_dim <= sw.feature < obs_dim):
+            raise ConfigError(f"agent.guide_switch={sw.model_dump()}: needs agent.guide_action, an action in "
+                              f"[0, {n_actions - 1}] and a feature in [{-obs_dim}, {obs_dim - 1}]")
         self.q: QNetwork | SetQNetwork = self.build_net(obs_dim, n_actions, cfg)
         self.q_target = self.build_net(obs_dim, n_actions, cfg)
         self.q_target.load_state_dict(self.q.state_dict())
@@ -117,7 +132,10 @@ class DoubleDQN(OffPolicyAgent):
         if cfg.network == "set":
             return SetQNetwork(obs_dim, n_actions, cfg.hidden, cfg.guide, cfg.fallback_margin, cfg.hold)
         if cfg.guide_action is not None:
-            return GuidedQNetwork(obs_dim, n_actions, cfg.hidden, cfg.dueling, cfg.guide_action, cfg.fallback_margin)
+            sw = cfg.guide_switch
+            switch = GuideSwitch(sw.feature, sw.at, sw.action) if sw is not None else None
+            return GuidedQNetwork(obs_dim, n_actions, cfg.hidden, cfg.dueling, cfg.guide_action, cfg.fallback_margin,
+                                  switch)
         return QNetwork(obs_dim, n_actions, cfg.hidden, cfg.dueling)
 
     @classmethod
@@ -152,10 +170,10 @@ class DoubleDQN(OffPolicyAgent):
             return masked_argmax(self.q(torch.as_tensor(obs)), torch.as_tensor(masks)).numpy()
 
     def guide_actions(self, obs: np.ndarray) -> np.ndarray:
-        """The guide's action for each row (-1: nothing to decide): the fixed ``guide_action``, or the guide
-        heuristic's slot read from an instance_set observation."""
-        if self.cfg.guide_action is not None:
-            return np.full(len(obs), self.cfg.guide_action, np.int64)
+        """The guide's action for each row (-1: nothing to decide): the flat network's guide action (switched by
+        ``guide_switch``), or the guide heuristic's slot read from an instance_set observation."""
+        if isinstance(self.q, GuidedQNetwork):
+            return self.q.guides(obs)
         return guide_slots(obs, self.cfg.guide)
 
     def guide_act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:

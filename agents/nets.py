@@ -9,6 +9,7 @@ they are never chosen and never used in a target.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -50,31 +51,61 @@ class QNetwork(nn.Module):
         return out[..., :1] + adv - adv.mean(dim=-1, keepdim=True)
 
 
+@dataclass(frozen=True)
+class GuideSwitch:
+    """A guide that changes with one observation feature: ``action`` where ``obs[feature] >= at``, else the
+    network's ``guide_action`` (the Learned Best-Effort router: the larger model below a rate, the smallest above,
+    as the best static size changes with the rate; ``feature`` is an index into the flat observation)."""
+
+    feature: int
+    at: float
+    action: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"feature": self.feature, "at": self.at, "action": self.action}
+
+
 class GuidedQNetwork(QNetwork):
-    """A :class:`QNetwork` with a fixed guide action and a decision-time fallback to it: the greedy action is
-    ``guide_action`` unless the learned choice's Q-advantage over it exceeds ``fallback_margin``. For testbeds whose
-    best simple policy is one constant action (the Learned Best-Effort router: always the best static model size).
-    ``forward`` adds the margin to the guide's Q-value; ``q_values`` is the plain network (what learning uses). The
-    margin is a buffer, so a checkpoint and its ONNX export carry it."""
+    """A :class:`QNetwork` with a guide action and a decision-time fallback to it: the greedy action is the guide's
+    unless the learned choice's Q-advantage over it exceeds ``fallback_margin``. The guide is ``guide_action``, or,
+    with a :class:`GuideSwitch`, that action on one side of an observation threshold and another on the other. For
+    testbeds whose best simple policy is a constant action per regime (the Learned Best-Effort router: the best
+    static model size). ``forward`` adds the margin to the guide's Q-value; ``q_values`` is the plain network (what
+    learning uses). The margin is a buffer, so a checkpoint and its ONNX export carry it."""
 
     def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64), dueling: bool = False,
-                 guide_action: int = 0, fallback_margin: float = 0.0) -> None:
+                 guide_action: int = 0, fallback_margin: float = 0.0, switch: GuideSwitch | None = None) -> None:
         super().__init__(obs_dim, n_actions, hidden, dueling)
         if not 0 <= guide_action < n_actions:
             raise ValueError(f"guide_action {guide_action}: expected an action in [0, {n_actions - 1}]")
+        if switch is not None and not (0 <= switch.action < n_actions and -obs_dim <= switch.feature < obs_dim):
+            raise ValueError(f"guide switch {switch.as_dict()}: expected an action in [0, {n_actions - 1}] and a "
+                             f"feature in [{-obs_dim}, {obs_dim - 1}]")
         self.guide_action = int(guide_action)
+        self.switch = switch
         self.register_buffer("fallback_margin", torch.tensor(float(fallback_margin)))
-        self.register_buffer("guide_slot", torch.eye(n_actions)[self.guide_action], persistent=False)
+        eye = torch.eye(n_actions)
+        self.register_buffer("guide_slot", eye[self.guide_action], persistent=False)
+        self.register_buffer("switch_slot", eye[switch.action if switch else self.guide_action], persistent=False)
 
     def q_values(self, obs: torch.Tensor) -> torch.Tensor:
         return super().forward(obs)
 
-    def action_bias(self) -> torch.Tensor:
-        """What ``forward`` adds to the Q-values: the margin at the guide's action."""
-        return self.fallback_margin * self.guide_slot
+    def guides(self, obs: np.ndarray) -> np.ndarray:
+        """The guide's action for each row of a (n, obs_dim) batch."""
+        if self.switch is None:
+            return np.full(len(obs), self.guide_action, np.int64)
+        return np.where(obs[:, self.switch.feature] >= self.switch.at, self.switch.action, self.guide_action)
+
+    def action_bias(self, obs: torch.Tensor) -> torch.Tensor:
+        """What ``forward`` adds to the Q-values: the margin at each row's guide action."""
+        if self.switch is None:
+            return self.fallback_margin * self.guide_slot
+        above = obs[:, self.switch.feature:self.switch.feature + 1 or None] >= self.switch.at
+        return self.fallback_margin * torch.where(above, self.switch_slot, self.guide_slot)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.q_values(obs) + self.action_bias()
+        return self.q_values(obs) + self.action_bias(obs)
 
 
 def masked(q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -121,7 +152,7 @@ class NumpyActor:
     def act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         q = self.q_values(obs)
         if isinstance(self.net, GuidedQNetwork):
-            q = q + self.net.action_bias().numpy()
+            q = q + self.net.action_bias(torch.from_numpy(obs)).numpy()
         q = np.where(masks | ~masks.any(axis=1, keepdims=True), q, -np.inf)
         return q.argmax(axis=1)
 

@@ -35,7 +35,7 @@ AUTO_BASELINES: dict[str, list[Any]] = {
     "routing": ["round_robin", "jsq", "least_work_left", "least_kv"],
 }
 CAPACITY_ROUTERS = ("earliest_available", "max_capacity")
-MODEL_ROUTERS = ("static_model", "quality_first", "qos_lookahead")
+MODEL_ROUTERS = ("static_model", "capped_model", "quality_first", "qos_lookahead")
 QOS_LIMIT = 0.03  # the QoSEdge factory's default latency limit (s per output token)
 
 PolicySpec = str | Mapping[str, Any] | Policy

@@ -71,7 +71,7 @@ class WatchedPolicy:
             c.waits += a == env.wait_action
             if isinstance(self.net, SetQNetwork | GuidedQNetwork) and float(self.net.fallback_margin) > 0:
                 own = int(masked_argmax(q_values(self.net, x), m).item())
-                guide = self.net.guide_action if isinstance(self.net, GuidedQNetwork) \
+                guide = int(self.net.guides(x.numpy())[0]) if isinstance(self.net, GuidedQNetwork) \
                     else int(guide_slots(x.numpy(), self.net.guide)[0])
                 c.guide_fallbacks += own != a and a == guide
         return a

@@ -205,3 +205,49 @@ class StaticModelRouter(Router):
             cands = [i for i in cands if self.models[i] == self.model] or cands
         q = view.queue_lengths()
         return min(cands, key=lambda i: (q[i], i))
+
+
+@register_router
+class CappedModelRouter(Router):
+    """BestEffort's load-aware size choice: the first model of ``order`` (most accurate first) whose
+    least-loaded replica holds fewer than ``caps[model]`` requests (running + waiting + swapped), else the
+    next; the last model of ``order`` takes what is left. A static size cannot follow the arrival rate (the
+    larger model is best at low rates, the smallest under overload); a batch cap follows it without
+    estimating the rate, as a larger batch is what makes the larger model's requests miss their deadlines.
+    ``order`` defaults to the instances' distinct models in instance order; a model not in ``caps`` is
+    uncapped."""
+
+    name = "capped_model"
+
+    def __init__(self, seed: int = 0, models: Any = None, order: Any = None, caps: Any = None, **kw: Any) -> None:
+        super().__init__(seed, **kw)
+        self.models = _models(models, self.name)
+        self.order = _models(order, self.name + " order", required=False) or list(dict.fromkeys(self.models))
+        unknown = [m for m in self.order if m not in self.models]
+        if unknown:
+            raise ConfigError(f"policy.kwargs.order: {unknown} are not among the instances' models {self.models}")
+        if caps is None:
+            caps = {}
+        if not isinstance(caps, Mapping):
+            raise ConfigError(f"policy.kwargs.caps: expected a mapping of model to a batch size, got {caps!r}")
+        self.caps: dict[str, int] = {}
+        for m, cap in caps.items():
+            if m not in self.order:
+                raise ConfigError(f"policy.kwargs.caps: {m!r} is not in policy.kwargs.order {self.order}")
+            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+                raise ConfigError(f"policy.kwargs.caps.{m}: expected a batch size >= 0, got {cap!r}")
+            self.caps[str(m)] = cap
+
+    def route(self, req: Request, view: RouterView) -> int:
+        _check_size(view, self.models, self.name)
+        cands = view.candidates(req)
+        q = view.queue_lengths()
+        last = len(self.order) - 1
+        for k, model in enumerate(self.order):
+            replicas = [i for i in cands if self.models[i] == model]
+            if not replicas:
+                continue
+            best = min(replicas, key=lambda i: (q[i], i))
+            if k == last or q[best] < self.caps.get(model, 1 << 62):
+                return best
+        return min(cands, key=lambda i: (q[i], i))

@@ -20,7 +20,7 @@ from tests.helpers import REPO
 
 CONF = REPO / "conf" / "policy"
 NEW = ("earliest_available", "max_capacity", "min_min", "decode_balancer", "dedicated_small_large",
-       "quality_first", "qos_lookahead", "static_model")
+       "quality_first", "qos_lookahead", "static_model", "capped_model")
 
 
 def _cluster(n: int, kv_tokens: int = 1_000_000, models: list[str] | None = None, **prof) -> list[InstanceConfig]:
@@ -133,3 +133,19 @@ def test_static_model_uses_only_its_replicas_smallest_batch_first():
     assert [_by_id(res)[i]["instance"] for i in range(3)] == [1, 3, 1]
     with pytest.raises(ConfigError, match="not among"):
         make_router("static_model", model="opt-6.7b", models=models)
+
+
+def test_capped_model_takes_the_preferred_size_until_its_least_loaded_replica_is_full():
+    models = ["opt-125m", "opt-1.3b", "opt-125m", "opt-1.3b"]
+    rows = [(0.001 * i, 10, 400) for i in range(6)]
+    res = simulate(_cluster(4, models=models), requests(rows), "capped_model",
+                   policy_kwargs={"models": models, "order": ["opt-1.3b", "opt-125m"], "caps": {"opt-1.3b": 2}})
+    # 1.3b replicas 1, 3 take two requests each (cap 2 on the least loaded), then the 125m replicas, smallest first
+    assert [_by_id(res)[i]["instance"] for i in range(6)] == [1, 3, 1, 3, 0, 2]
+    uncapped = simulate(_cluster(4, models=models), requests(rows), "capped_model",
+                        policy_kwargs={"models": models, "order": ["opt-1.3b", "opt-125m"]})
+    assert {_by_id(uncapped)[i]["instance"] for i in range(6)} == {1, 3}  # no cap: static opt-1.3b
+    with pytest.raises(ConfigError, match="caps: 'opt-6.7b' is not in policy.kwargs.order"):
+        make_router("capped_model", models=models, caps={"opt-6.7b": 1})
+    with pytest.raises(ConfigError, match=r"caps.opt-1.3b: expected a batch size >= 0"):
+        make_router("capped_model", models=models, caps={"opt-1.3b": -1})
