@@ -346,8 +346,8 @@ def calibrated_doc(raw: Raw, model: str, gpu: str, tp: int = 1, leave_out: tuple
     ctx = Context(raw, m, gpu, g, tp)
     values, optional = calibrated_parts(eff, m, g, tp, ctx)
     ov, src_ov = engine_overhead("0.19.0", cuda_graphs=False)
-    src = ("calibrated estimate: roofline / efficiency by operator class, regime and size, measured on "
-           + "+".join(eff.gpus))
+    src = ("calibrated estimate: launch floor + smooth roofline (L2 term for attention and elementwise) per operator "
+           "class, fitted on " + "+".join(eff.gpus))
     parts = {p: Part("estimated", src) for p in ("dense", "prefill_attention", "decode_attention", "lm_head")}
     parts["lm_head"] = Part("estimated", src + "; sampler from vidur")
     parts["overhead"] = Part("estimated", src_ov)
