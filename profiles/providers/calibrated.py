@@ -11,12 +11,14 @@ For an operator class (GEMM, elementwise, prefill attention, decode attention) t
   compute-bound and one for the memory-bound side; where an operator falls between them is its arithmetic
   intensity relative to the GPU's ridge point (peak / bandwidth), not its absolute size.
 * ``p``: how sharply the two sides meet at the ridge (large p: the plain roofline max; small p: both count).
-* for the classes in :data:`CACHED_CLASSES`, the bytes that fit in L2 are read at an on-chip rate proportional to
-  SMs x clock (:mod:`llmsim.profiles.providers.gpu_features`) instead of DRAM bandwidth:
-  ``t_m = bytes (1 - h) / (e_m bw) + bytes h / (r SMs clock)``, ``h = min(1, s L2 / bytes)^q``. This is the
-  feature that explains why GDDR GPUs with large L2 (L40S, RTX PRO 6000) outrun their datasheet on small
-  operators; it is used where it lowers the leave-one-GPU-out error on every GPU (prefill attention,
-  elementwise) and left out where it does not (GEMMs, decode attention: better on some GPUs, worse on others).
+* for the classes in :data:`CACHED_CLASSES`, the share of the bytes that fits in L2 is read at an on-chip rate
+  proportional to SMs x clock (:mod:`llmsim.profiles.providers.gpu_features`) instead of DRAM bandwidth:
+  ``t_m = bytes (1 - h) / (e_m bw) + bytes h / (r SMs clock)``, ``h = min(1, s L2 / bytes)^q``. For elementwise
+  operators the fitted rate is above DRAM bandwidth (why GDDR GPUs with a large L2, L40S and RTX PRO 6000, outrun
+  their datasheet on small operators); for prefill attention it is below (short prefills are limited by each
+  SM's throughput, which scales with SMs x clock, not by DRAM). The term is used where it lowers the
+  leave-one-GPU-out error on every GPU and left out where it does not (GEMMs, decode attention: better on some
+  GPUs, worse on others).
 
 The constants are fitted by robust least squares on log time, each calibration GPU weighted equally however many
 records it has. Nothing here is fitted to a serving run: the records are operator tables
