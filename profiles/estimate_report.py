@@ -28,14 +28,13 @@ from llmsim.profiles.estimate_check import (
     CALIBRATION_GPUS,
     Row,
     calibrated_doc,
+    calibrated_model,
     calibrated_rows,
     leave_out_rows,
     operator_error_rows,
     pooled,
     summary,
 )
-from llmsim.profiles.providers.calibrated import calibrate
-from llmsim.profiles.providers.operators import all_records
 from llmsim.profiles.providers.raw import LSS_RUNS, Raw
 from llmsim.profiles.targets import DEFAULT_OUT, DEFAULT_RAW, REPO, check_raw_dir
 
@@ -167,7 +166,7 @@ def operator_table(raw_dir: Path) -> str:
 
 def constants_table(raw_dir: Path) -> str:
     """The model's constants fitted on every GPU with operator tables: what an unmeasured GPU's estimate uses."""
-    model = calibrate(all_records(str(Path(raw_dir).resolve())))
+    model = calibrated_model(str(Path(raw_dir).resolve()))
     rows = []
     for cls, fit in sorted(model.fits.items()):
         c = fit.describe()
