@@ -338,16 +338,22 @@ def calibrated_parts(model: EfficiencyModel, m, g, tp: int, ctx: Context) -> tup
     return values, optional
 
 
+@cache
+def calibrated_model(raw_root: str, leave_out: tuple[str, ...] = ()) -> EfficiencyModel:
+    """The calibrated estimate fitted on every GPU with operator tables but ``leave_out`` (once per process)."""
+    return calibrate(all_records(raw_root), leave_out)
+
+
 def calibrated_doc(raw: Raw, model: str, gpu: str, tp: int = 1, leave_out: tuple[str, ...] = ()) -> dict:
     """The profile the calibrated estimate gives for (model, gpu, tp), calibrated on every GPU with operator
     tables except ``leave_out`` (llmsim.profiles.providers.calibrated)."""
     m, g = get_model(model), get_gpu(gpu)
-    eff = calibrate(all_records(str(raw.root)), leave_out)
+    eff = calibrated_model(str(Path(raw.root).resolve()), tuple(leave_out))
     ctx = Context(raw, m, gpu, g, tp)
     values, optional = calibrated_parts(eff, m, g, tp, ctx)
     ov, src_ov = engine_overhead("0.19.0", cuda_graphs=False)
-    src = ("calibrated estimate: roofline / efficiency by operator class, regime and size, measured on "
-           + "+".join(eff.gpus))
+    src = ("calibrated estimate: launch floor + smooth roofline (L2 term for attention and elementwise) per operator "
+           "class, fitted on " + "+".join(eff.gpus))
     parts = {p: Part("estimated", src) for p in ("dense", "prefill_attention", "decode_attention", "lm_head")}
     parts["lm_head"] = Part("estimated", src + "; sampler from vidur")
     parts["overhead"] = Part("estimated", src_ov)
@@ -416,7 +422,7 @@ def _operator_rows(raw_root: str) -> tuple[OperatorRow, ...]:
     recs = all_records(raw_root)
     rows = []
     for gpu in measured_gpus(recs):
-        model = calibrate(recs, leave_out=(gpu,))
+        model = calibrated_model(raw_root, (gpu,))
         frame = roofline_terms(records_frame([r for r in recs if r.gpu == gpu]))
         pred = model.predict(frame)
         err = (pred - frame.seconds.to_numpy(float)) / frame.seconds.to_numpy(float) * 100

@@ -28,6 +28,7 @@ from llmsim.profiles.estimate_check import (
     CALIBRATION_GPUS,
     Row,
     calibrated_doc,
+    calibrated_model,
     calibrated_rows,
     leave_out_rows,
     operator_error_rows,
@@ -157,9 +158,26 @@ def operator_table(raw_dir: Path) -> str:
     for r in operator_error_rows(raw_dir):
         e = summary(r.err)
         rows.append({"held-out GPU": r.gpu, "operators": r.what, "n": e["n"],
-                     "median abs %": f"{e['median_abs_pct']:.1f}", "p90 abs %": f"{e['p90_abs_pct']:.1f}",
-                     "mean signed %": f"{e['bias_pct']:+.1f}", "calibrated on": "+".join(r.calibrated_on)})
+                     "mean abs %": f"{e['mean_abs_pct']:.1f}", "median abs %": f"{e['median_abs_pct']:.1f}",
+                     "p90 abs %": f"{e['p90_abs_pct']:.1f}", "mean signed %": f"{e['bias_pct']:+.1f}",
+                     "calibrated on": "+".join(r.calibrated_on)})
     return _table(rows)
+
+
+def constants_table(raw_dir: Path) -> str:
+    """The model's constants fitted on every GPU with operator tables: what an unmeasured GPU's estimate uses."""
+    model = calibrated_model(str(Path(raw_dir).resolve()))
+    rows = []
+    for cls, fit in sorted(model.fits.items()):
+        c = fit.describe()
+        l2 = (f"{c['l2_bytes_per_sm_cycle']:.2f} B / SM-cycle, reach {c['l2_reach']:.3g} x L2, exponent "
+              f"{c['l2_exponent']:.3g}" if fit.cached else "not used")
+        moves = cls != "elementwise"  # elementwise operators have no FLOPs: e_c and p play no part
+        p = "-" if not moves else ("max" if c["sharpness"] > 100 else f"{c['sharpness']:.2f}")
+        rows.append({"class": cls, "floor µs": f"{c['floor_us']:.2f}",
+                     "e_c": f"{c['eff_compute']:.3f}" if moves else "-", "e_m": f"{c['eff_memory']:.3f}", "p": p,
+                     "L2 term": l2})
+    return _table(rows) + f"\n\nFitted on {'+'.join(model.gpus)}."
 
 
 def step_table(raw_dir: Path) -> str:
@@ -167,17 +185,22 @@ def step_table(raw_dir: Path) -> str:
     for r in calibrated_rows(raw_dir):
         e, g = summary(r.step), summary(r.gpu_only)
         rows.append({"held-out GPU": r.gpu, "profile": r.model, "batches": e["n"],
-                     "median abs %": f"{e['median_abs_pct']:.1f}", "p90 abs %": f"{e['p90_abs_pct']:.1f}",
-                     "mean signed %": f"{e['bias_pct']:+.1f}", "GPU time median abs %": f"{g['median_abs_pct']:.1f}"})
+                     "mean abs %": f"{e['mean_abs_pct']:.1f}", "median abs %": f"{e['median_abs_pct']:.1f}",
+                     "p90 abs %": f"{e['p90_abs_pct']:.1f}", "mean signed %": f"{e['bias_pct']:+.1f}",
+                     "GPU time median abs %": f"{g['median_abs_pct']:.1f}"})
     return _table(rows)
 
 
 OPERATOR_INTRO = (
-    "The calibrated estimate (profiles/providers/calibrated.py) times an operator as its datasheet roofline over an "
-    "efficiency measured across GPUs, by operator class (GEMM, elementwise, prefill attention, decode attention), "
-    "regime (memory- or compute-bound) and size. Each GPU with vLLM operator tables is left out in turn: the "
-    "efficiencies come from the others only, and its measured operators are predicted. Operators: LLMServingSim's "
-    "tables (RTX 4090: Llama-3.1-8B; RTX PRO 6000: Llama-3.1-8B, Qwen3-32B, Qwen3-30B-A3B; TP 1) and "
+    "The calibrated estimate (profiles/providers/calibrated.py) times an operator of a class (GEMM, elementwise, "
+    "prefill attention, decode attention) as a launch floor plus a smooth roofline, `floor + (t_c^p + t_m^p)^(1/p)` "
+    "with `t_c` = FLOPs / (e_c x datasheet peak) and `t_m` = bytes / (e_m x datasheet bandwidth), so where an "
+    "operator falls between compute- and memory-bound is its arithmetic intensity relative to the GPU's ridge point; "
+    "for prefill attention and elementwise operators the bytes that fit in L2 are read at an on-chip rate "
+    "proportional to SMs x clock (GPU features from the vendors' whitepapers). The few constants per "
+    "class are fitted across GPUs (docs/profiles.md explains each). Each GPU with vLLM operator tables is left out "
+    "in turn: the constants come from the others only, and its measured operators are predicted. Operators: "
+    "LLMServingSim's tables (RTX 4090: Llama-3.1-8B; RTX PRO 6000: Llama-3.1-8B, Qwen3-32B, Qwen3-30B-A3B; TP 1) and "
     "AIConfigurator's GEMM and attention tables (A100-80GB, H100, L40S, RTX PRO 6000). Iteration rows rebuild "
     "whole iterations (decode of 1-256 sequences at 1,024 tokens of context, prefill of 256-2,048 tokens) from the "
     "held-out GPU's operators (the MoE model's experts are not in them). Error = (estimated - measured) / measured.\n"
@@ -196,6 +219,8 @@ def fidelity_report(raw_dir: Path) -> str:
         "## End to end: real serving runs\n", END_TO_END, runs_table(), "",
         f"Published figure of the closest simulator, for comparison: {PUBLISHED}.\n",
         "## Operators: leave one GPU out\n", OPERATOR_INTRO, operator_table(raw_dir), "",
+        "The constants every estimate of an unmeasured GPU uses (all GPUs above calibrate them):\n",
+        constants_table(raw_dir), "",
         "## Step times: leave one GPU out\n", STEP_INTRO, step_table(raw_dir), "",
         "## The older estimation method\n",
         "The committed estimated profiles (A30, A10, TITAN RTX; the A40's attention) use a simpler roofline whose "

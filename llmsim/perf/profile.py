@@ -21,6 +21,7 @@ from typing import Protocol, runtime_checkable
 from llmsim.errors import ConfigError, ProfileError
 from llmsim.perf.hardware import GpuSpec, get_gpu
 from llmsim.perf.kv_budget import kv_capacity_from_bytes
+from llmsim.perf.kv_cache_dtype import kv_value_bytes, with_kv_cache_dtype
 from llmsim.perf.models import ModelSpec, get_model
 from llmsim.perf.moe import moe_layer_flops, moe_layer_weight_bytes
 from llmsim.perf.parallel import (
@@ -213,19 +214,27 @@ def register_profile_loader(loader) -> None:
     _PROFILE_LOADERS.append(loader)
 
 
-def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto", ep: int = 1) -> Profile:
+def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto", ep: int = 1,
+                 kv_cache_dtype: str = "auto") -> Profile:
     """Measured profile when one exists (``kind='auto'`` or ``'measured'``), else the roofline.
 
     ``model`` is anything :func:`llmsim.perf.models.get_model` resolves: a registered name, a Hugging Face id or a
     ``config.json`` path. ``ep`` > 1 spreads a MoE model's experts over that many GPUs (the roofline prices it; a
-    measured profile reads its experts' curves at one GPU's share, llmsim.perf.expert_parallel)."""
+    measured profile reads its experts' curves at one GPU's share, llmsim.perf.expert_parallel).
+    ``kv_cache_dtype`` is vLLM's (``fp8``: one byte per cached value; llmsim.perf.kv_cache_dtype)."""
     try:
         m = get_model(model)
         g = get_gpu(gpu)
         if ep != 1:
             check_degrees(m, tp, ep)
+        kv_value_bytes(kv_cache_dtype)
     except ConfigError as e:
         raise ProfileError(f"cannot load a profile: {e}") from e
+    return with_kv_cache_dtype(_load(m, g, tp, kind, ep), kv_cache_dtype)
+
+
+def _load(m: ModelSpec, g: GpuSpec, tp: int, kind: str, ep: int) -> Profile:
+    """load_profile's choice between a measured profile and the roofline."""
     if kind not in ("auto", "measured", "roofline"):
         raise ProfileError(f"profile kind must be auto, measured or roofline, got {kind!r}")
     if kind != "roofline":

@@ -1,14 +1,29 @@
-"""The calibrated estimate: operator time = roofline time / efficiency, the efficiency measured across GPUs.
+"""The calibrated estimate: an operator's time from its FLOPs and bytes on a GPU's datasheet, by a small model per
+operator class whose few constants are fitted across the GPUs with measured operators.
 
-For each operator class (GEMM, elementwise, prefill attention, decode attention), regime (memory-bound when the
-bytes take longer than the FLOPs on the datasheet roofline, else compute-bound) and size (the roofline time in
-powers of two of seconds: small kernels are dominated by their fixed cost), the efficiency is the median over
-the calibration GPUs of each GPU's median of ``roofline / measured`` (every GPU counts once, however many
-records it has). A cell no calibration GPU measured takes the nearest size of its class and regime.
+For an operator class (GEMM, elementwise, prefill attention, decode attention) the time on a GPU is
 
-Nothing here is fitted to a serving run: the records are operator tables
-(:mod:`llmsim.profiles.providers.operators`), and the error of the estimate on a GPU it did not see is
-measured by leaving that GPU out (``llmsim.profiles.estimate_check.operator_error_rows``).
+    t = floor + (t_c^p + t_m^p)^(1/p),    t_c = FLOPs / (e_c x peak),    t_m = bytes / (e_m x bandwidth)
+
+* ``floor``: the launch and latency cost every kernel pays however small (a few microseconds); it is what makes
+  small operators look inefficient, so efficiency needs no size bins.
+* ``e_c``, ``e_m``: the shares of the datasheet peak and bandwidth the class reaches once large, one for the
+  compute-bound and one for the memory-bound side; where an operator falls between them is its arithmetic
+  intensity relative to the GPU's ridge point (peak / bandwidth), not its absolute size.
+* ``p``: how sharply the two sides meet at the ridge (large p: the plain roofline max; small p: both count).
+* for the classes in :data:`CACHED_CLASSES`, the share of the bytes that fits in L2 is read at an on-chip rate
+  proportional to SMs x clock (:mod:`llmsim.profiles.providers.gpu_features`) instead of DRAM bandwidth:
+  ``t_m = bytes (1 - h) / (e_m bw) + bytes h / (r SMs clock)``, ``h = min(1, s L2 / bytes)^q``. For elementwise
+  operators the fitted rate is above DRAM bandwidth (why GDDR GPUs with a large L2, L40S and RTX PRO 6000, outrun
+  their datasheet on small operators); for prefill attention it is below (short prefills are limited by each
+  SM's throughput, which scales with SMs x clock, not by DRAM). The term is used where it lowers the
+  leave-one-GPU-out error on every GPU and left out where it does not (GEMMs, decode attention: better on some
+  GPUs, worse on others).
+
+The constants are fitted by robust least squares on log time, each calibration GPU weighted equally however many
+records it has. Nothing here is fitted to a serving run: the records are operator tables
+(:mod:`llmsim.profiles.providers.operators`), and the error of the estimate on a GPU it did not see is measured
+by leaving that GPU out (``llmsim.profiles.estimate_check.operator_error_rows``).
 """
 
 from __future__ import annotations
@@ -17,12 +32,19 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import least_squares
 
 from llmsim.perf.hardware import GpuSpec, get_gpu
 from llmsim.perf.models import ModelSpec
 
 from .fits import fit_nnls
+from .gpu_features import gpu_features
 from .operators import BF16, decode_cost, gemm_cost, log2_bin, prefill_cost, records_frame
+
+CACHED_CLASSES = ("attention_prefill", "elementwise")
+# Starting point of the fit: floor 5 us, efficiencies 0.73 / 0.73, p = 4; L2 rate 64 bytes per SM-cycle, reach 1,
+# exponent 1 (each in the log / logit form the fit works in).
+START = (np.log(5e-6), 1.0, 1.0, np.log(3.0), np.log(64.0), 0.0, 0.0)
 
 
 def roofline_terms(frame: pd.DataFrame) -> pd.DataFrame:
@@ -42,46 +64,104 @@ def with_roofline(frame: pd.DataFrame, peak: np.ndarray, bw: np.ndarray) -> pd.D
     return out
 
 
+@dataclass(frozen=True)
+class Hardware:
+    """Per-record GPU figures the model reads: datasheet peak and bandwidth, L2 bytes, SMs x clock."""
+
+    peak: np.ndarray
+    bw: np.ndarray
+    l2: np.ndarray
+    sm_clock: np.ndarray
+
+    @classmethod
+    def of(cls, gpus) -> Hardware:
+        names = list(gpus)
+        figures = {g: (get_gpu(g).peak_flops, get_gpu(g).bandwidth, gpu_features(g).l2_bytes, gpu_features(g).sm_clock)
+                   for g in set(names)}
+        return cls(*(np.array(x, float) for x in zip(*[figures[g] for g in names])))
+
+
+def class_seconds(theta: np.ndarray, flops: np.ndarray, byts: np.ndarray, hw: Hardware, cached: bool) -> np.ndarray:
+    """The model's seconds for operators of one class (``theta``: the fitted constants, in fit form)."""
+    floor, e_c, e_m = np.exp(theta[0]), 1 / (1 + np.exp(-theta[1])), 1 / (1 + np.exp(-theta[2]))
+    p = 1 + np.exp(theta[3])  # 1: the two sides add up; large: the roofline's max
+    t_c = flops / (e_c * hw.peak)
+    if cached:
+        hit = np.minimum(1.0, np.exp(theta[5]) * hw.l2 / np.maximum(byts, 1.0)) ** np.exp(theta[6])
+        t_m = byts * (1 - hit) / (e_m * hw.bw) + byts * hit / (np.exp(theta[4]) * 1e9 * hw.sm_clock)
+    else:
+        t_m = byts / (e_m * hw.bw)
+    hi = np.maximum(t_c, t_m)
+    lo = np.minimum(t_c, t_m) / np.where(hi > 0, hi, 1.0)
+    return floor + hi * (1 + lo**p) ** (1 / p)  # (t_c^p + t_m^p)^(1/p), without overflow
+
+
+@dataclass(frozen=True)
+class ClassFit:
+    """The fitted constants of one operator class (see the module docstring)."""
+
+    theta: tuple[float, ...]
+    cached: bool
+
+    def seconds(self, flops: np.ndarray, byts: np.ndarray, hw: Hardware) -> np.ndarray:
+        return class_seconds(np.asarray(self.theta), flops, byts, hw, self.cached)
+
+    def describe(self) -> dict[str, float]:
+        """The constants in plain units (floor in microseconds)."""
+        t = self.theta
+        out = {"floor_us": float(np.exp(t[0]) * 1e6), "eff_compute": float(1 / (1 + np.exp(-t[1]))),
+               "eff_memory": float(1 / (1 + np.exp(-t[2]))), "sharpness": float(1 + np.exp(t[3]))}
+        if self.cached:
+            out.update({"l2_bytes_per_sm_cycle": float(np.exp(t[4])), "l2_reach": float(np.exp(t[5])),
+                        "l2_exponent": float(np.exp(t[6]))})
+        return out
+
+
+def fit_class(frame: pd.DataFrame, cached: bool) -> ClassFit:
+    """Robust least squares on log seconds of one class's records, every GPU weighted equally."""
+    hw = Hardware.of(frame.gpu)
+    flops, byts = frame.flops.to_numpy(float), frame.bytes.to_numpy(float)
+    y = np.log(frame.seconds.to_numpy(float))
+    w = np.sqrt(1.0 / frame.groupby("gpu").gpu.transform("size").to_numpy(float))
+    start = np.array(START if cached else START[:4])
+    res = least_squares(lambda th: (np.log(class_seconds(th, flops, byts, hw, cached)) - y) * w, start,
+                        loss="soft_l1", f_scale=0.1)
+    return ClassFit(tuple(float(x) for x in res.x), cached)
+
+
 @dataclass
 class EfficiencyModel:
-    """Median efficiency by (class, regime, size bin), and the GPUs it was calibrated on."""
+    """One fitted :class:`ClassFit` per operator class, and the GPUs it was calibrated on."""
 
-    table: dict[tuple[str, str, float], float]
+    fits: dict[str, ClassFit]
     gpus: tuple[str, ...]
 
-    def efficiency(self, cls: str, regime: str, size: float) -> float:
-        """The cell's efficiency, else the nearest size of (class, regime), else of the class."""
-        v = self.table.get((cls, regime, size))
-        if v is not None:
-            return v
-        near = [(abs(s - size), e) for (c, r, s), e in self.table.items() if c == cls and r == regime]
-        if not near:
-            near = [(abs(s - size), e) for (c, _, s), e in self.table.items() if c == cls]
-        if not near:
+    def fit_of(self, cls: str) -> ClassFit:
+        if cls not in self.fits:
             raise LookupError(f"no calibration record of operator class {cls!r}")
-        return min(near)[1]
+        return self.fits[cls]
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
-        """Predicted seconds of every record of ``frame`` (with roofline terms)."""
-        eff = [self.efficiency(c, r, s) for c, r, s in zip(frame.cls, frame.regime, frame["size"])]
-        return frame.roofline.to_numpy(float) / np.asarray(eff)
+        """Predicted seconds of every record of ``frame`` (columns gpu, cls, flops, bytes)."""
+        out = np.zeros(len(frame))
+        for cls in frame.cls.unique():
+            sel = (frame.cls == cls).to_numpy()
+            sub = frame[sel]
+            out[sel] = self.fit_of(cls).seconds(sub.flops.to_numpy(float), sub.bytes.to_numpy(float),
+                                                Hardware.of(sub.gpu))
+        return out
 
     def op_seconds(self, gpu: GpuSpec, cls: str, flops: float, byts: float) -> float:
         """Estimated seconds of one operator on ``gpu`` (any GPU of the hardware table)."""
-        t_c, t_m = flops / gpu.peak_flops, byts / gpu.bandwidth
-        roof = max(t_c, t_m)
-        return roof / self.efficiency(cls, "compute" if t_c > t_m else "memory", float(log2_bin(roof)))
+        hw = Hardware.of([gpu.name])
+        return float(self.fit_of(cls).seconds(np.array([flops], float), np.array([byts], float), hw)[0])
 
 
 def calibrate(records, leave_out: tuple[str, ...] = ()) -> EfficiencyModel:
-    """The efficiency model of every record whose GPU is not in ``leave_out``."""
+    """The model fitted to every record whose GPU is not in ``leave_out``."""
     frame = records_frame([r for r in records if r.gpu not in leave_out])
-    frame = roofline_terms(frame)
-    frame["eff"] = frame.roofline / frame.seconds
-    per_gpu = frame.groupby(["cls", "regime", "size", "gpu"]).eff.median()
-    cells = per_gpu.groupby(level=[0, 1, 2]).median()
-    table = {(c, r, float(s)): float(e) for (c, r, s), e in cells.items()}
-    return EfficiencyModel(table, tuple(sorted(frame.gpu.unique())))
+    fits = {cls: fit_class(sub, cls in CACHED_CLASSES) for cls, sub in frame.groupby("cls")}
+    return EfficiencyModel(fits, tuple(sorted(frame.gpu.unique())))
 
 
 # ----------------------------------------------------------------------- an estimated profile from the model
