@@ -300,6 +300,7 @@ class InstanceSpec(Schema):
     gpu: Annotated[str, Field(min_length=1)] = "a100-80gb"
     tp: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=64)] = 1
     ep: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=64)] = 1  # expert parallelism (docs/models.md)
+    kv_cache_dtype: Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"] = "auto"
     count: NonNegInt = 1
     name: str | None = None
     engine: dict[str, Any] | None = None

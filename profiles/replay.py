@@ -179,6 +179,7 @@ def simulate_run(
     ep: int = 1,
     block_size: int = 16,
     enable_prefix_caching: bool = True,
+    kv_cache_dtype: str = "auto",
 ) -> tuple[dict[str, float], list[str], pd.DataFrame]:
     """:func:`simulate_recorded` plus the simulated timeline (one row per second: running, waiting, KV blocks).
 
@@ -186,8 +187,7 @@ def simulate_run(
     mixture-of-experts model's experts over that many GPUs. ``overhead`` (``per_iteration`` / ``per_seq`` seconds)
     replaces the profile's CPU overhead (measured profiles only): what-if replays and
     ``python -m llmsim.profiles calibrate``."""
-    prof = load_profile(model, gpu, tp, profile_kind, ep=ep) if ep != 1 else load_profile(model, gpu, tp,
-                                                                                             profile_kind)
+    prof = load_profile(model, gpu, tp, profile_kind, ep=ep, kv_cache_dtype=kv_cache_dtype)
     if overhead:
         if not hasattr(prof, "with_overhead"):
             raise LLMSimError(f"--overhead-*: {prof.name} is a roofline profile; only measured ones take an override")
@@ -263,7 +263,7 @@ def replay_from_args(args: argparse.Namespace) -> tuple[list[dict], list[str], p
         rec, args.model, args.gpu, value["tp"], policy, value["max_num_batched_tokens"], value["max_num_seqs"],
         value["gpu_memory_utilization"], value["max_model_len"], args.profile_kind, overhead or None,
         dp=value["dp"], ep=expert_parallel_degree(settings), block_size=value["block_size"],
-        enable_prefix_caching=value["prefix_caching"],
+        enable_prefix_caching=value["prefix_caching"], kv_cache_dtype=value["kv_cache_dtype"],
     )
     meas = None if rec.ttft is None else stats(rec.ttft, rec.e2e, rec.output)
     head = [f"setting {line}" for line in describe_settings(settings)] + [f"warning: {w}" for w in warnings]
@@ -290,6 +290,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-model-len", type=int, default=None,
                     help="(meta: max_model_len; the longest request + 16)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=None, help="(meta: gpu_memory_utilization; 0.9)")
+    ap.add_argument("--kv-cache-dtype", default=None, help="auto | fp8 | ... (meta: kv_cache_dtype; auto)")
     ap.add_argument("--profile-kind", default="auto", choices=["auto", "measured", "roofline"])
     ap.add_argument("--json", action="store_true", help="one JSON object per metric (the settings go to stderr)")
     ap.add_argument("--timeline", action="store_true", help="per-second running / waiting next to timeseries.csv")

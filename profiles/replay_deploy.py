@@ -3,10 +3,10 @@
 vLLM runs record their engine arguments next to ``requests.jsonl`` in ``meta.json`` (under ``engine_kwargs``,
 ``engine_args`` or at the top level) with vLLM's own names: ``tensor_parallel_size``, ``data_parallel_size``,
 ``enable_expert_parallel``, ``enable_chunked_prefill``, ``enable_prefix_caching``, ``block_size``,
-``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``max_model_len``. A flag overrides
-the file, and a flag that contradicts it is a warning line: a replay never silently runs another deployment than
-the one measured. vLLM's own balancer between
-data-parallel engines is the router ``vllm_data_parallel`` (llmsim.routing.load).
+``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``max_model_len``,
+``kv_cache_dtype``. A flag overrides the file, and a flag that contradicts it is a warning line: a replay never
+silently runs another deployment than the one measured. vLLM's own balancer between data-parallel engines is the
+router ``vllm_data_parallel`` (llmsim.routing.load).
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ SETTINGS: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "max_num_batched_tokens": (("max_num_batched_tokens",), "max_num_batched_tokens", 2048),
     "gpu_memory_utilization": (("gpu_memory_utilization",), "gpu_memory_utilization", 0.9),
     "max_model_len": (("max_model_len",), "max_model_len", None),
+    "kv_cache_dtype": (("kv_cache_dtype",), "kv_cache_dtype", "auto"),
 }
 BOOLEAN = ("expert_parallel", "chunked_prefill", "prefix_caching")
+TEXT = ("kv_cache_dtype",)
 META_SECTIONS = ("engine_kwargs", "engine_args")
 
 
@@ -67,6 +69,8 @@ def meta_value(name: str, meta: dict[str, Any]) -> tuple[Any, str] | None:
             v = meta[key]
             if name in BOOLEAN:
                 return bool(v), key
+            if name in TEXT:
+                return str(v), key
             return (float(v) if name == "gpu_memory_utilization" else int(v)), key
     return None
 

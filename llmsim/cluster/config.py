@@ -39,14 +39,14 @@ class InstanceConfig:
     # expert parallelism of a mixture-of-experts model: its experts spread over this many GPUs (vLLM's
     # --enable-expert-parallel makes it tp x dp); 1 shards every expert over the tp GPUs instead
     ep: int = 1
+    kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: fp8 halves the KV bytes per token (docs/models.md)
 
     def build_profile(self) -> Profile:
         """The given profile, else the measured one for (model, GPU, tp), else the roofline (with ``ep``)."""
         if self.profile is not None:
             return self.profile
-        if self.ep != 1:
-            return load_profile(self.model, self.gpu, self.tp, self.profile_kind, ep=self.ep)
-        return load_profile(self.model, self.gpu, self.tp, self.profile_kind)
+        return load_profile(self.model, self.gpu, self.tp, self.profile_kind, ep=self.ep,
+                            kv_cache_dtype=self.kv_cache_dtype)
 
 
 def engine_config(d: Mapping[str, Any] | EngineConfig | None, where: str = "engine") -> EngineConfig:
@@ -62,7 +62,8 @@ def expand_instance(spec: InstanceSpec, engine: Mapping[str, Any] | EngineConfig
     out = []
     for c in range(spec.count):
         out.append(InstanceConfig(
-            model=spec.model, gpu=spec.gpu, tp=spec.tp, ep=spec.ep, engine=ecfg.model_copy(),
+            model=spec.model, gpu=spec.gpu, tp=spec.tp, ep=spec.ep, kv_cache_dtype=spec.kv_cache_dtype,
+            engine=ecfg.model_copy(),
             profile_kind=spec.profile_kind,
             name=f"{name}#{c}" if spec.count > 1 else name,
             device=None if spec.device is None else spec.device.replace("{i}", str(c)),

@@ -205,7 +205,7 @@ def catalog_profiles(ic: Any) -> tuple[dict[str, Profile], Any]:
     names = list(dict.fromkeys([ic.model, *ic.models]))
     profiles = {ic.model: ic.build_profile()}
     for m in names[1:]:
-        profiles[m] = load_profile(m, ic.gpu, ic.tp, ic.profile_kind)
+        profiles[m] = load_profile(m, ic.gpu, ic.tp, ic.profile_kind, kv_cache_dtype=ic.kv_cache_dtype)
     cap = ic.engine.max_model_len
     common = min(p.model.max_position for p in profiles.values())
     if cap is not None and cap > common:

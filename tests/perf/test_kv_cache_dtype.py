@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from llmsim.cluster.config import instances_from_config
 from llmsim.errors import ConfigError, ProfileError
 from llmsim.perf.kv_cache_dtype import kv_value_bytes, model_with_kv_cache_dtype
 from llmsim.perf.models import get_model
@@ -50,3 +51,12 @@ def test_measured_profile_names_fp8_parts_as_estimated() -> None:
         bf16.data["decode_attention"]["per_ctx_token"])
     assert fp8.data["decode_attention"]["per_seq"] == bf16.data["decode_attention"]["per_seq"]
     assert bf16.data["parts"]["decode_attention"]["status"] == "measured"  # the loaded document is not changed
+
+
+def test_a_cluster_config_takes_kv_cache_dtype() -> None:
+    entry = {"model": "llama-3.1-8b", "gpu": "rtx-pro-6000"}
+    auto, fp8 = (instances_from_config({"instances": [dict(entry, **kw)]})[0].build_profile()
+                 for kw in ({}, {"kv_cache_dtype": "fp8"}))
+    assert fp8.model.kv_bytes_per_token * 2 == auto.model.kv_bytes_per_token
+    with pytest.raises(ConfigError, match="kv_cache_dtype"):
+        instances_from_config({"instances": [dict(entry, kv_cache_dtype="int3")]})

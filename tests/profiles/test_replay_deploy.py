@@ -121,3 +121,14 @@ def test_json_output_stays_json_and_the_settings_go_to_stderr(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert all(json.loads(line)["metric"] for line in out.splitlines())
     assert "setting max_num_seqs = 32 (meta.json max_num_seqs)" in err and "setting tp = 1 (default)" in err
+
+
+def test_kv_cache_dtype_comes_from_meta_and_reaches_the_profile(tmp_path, capsys):
+    req = write_run(tmp_path, {"engine_kwargs": {"kv_cache_dtype": "fp8"}})
+    assert main(["replay", "--requests", req, "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000"]) == 0
+    out = capsys.readouterr().out
+    assert "kv_cache_dtype = fp8 (meta.json kv_cache_dtype)" in out
+    assert "decode_attention=estimated" in out  # the measured profile says nobody timed its fp8 decode attention
+    assert main(["replay", "--requests", req, "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000",
+                 "--kv-cache-dtype", "int3"]) == 2
+    assert "kv_cache_dtype must be one of" in capsys.readouterr().err
