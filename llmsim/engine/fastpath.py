@@ -199,7 +199,8 @@ class DecodeRun:
         self.planned = FIRST_CHUNK
         self.factor = factor  # co-location slowdown, fixed for the run (a change of it ends the run)
         self.step = step  # decode step time as a function of the context sum (fixed batch size)
-        self.full0: int | None = None  # the requests' full blocks at the start (used_blocks)
+        # the requests' full blocks at the start (used_blocks): set by the engine from its KV cache, else derived
+        self.full0: int | None = None
         # (last-token time, requests) groups of the first iteration's gaps: given by the cohort, else read from the
         # requests when the run is first applied (llmsim.engine.fastpath.last_token_runs)
         self.first_gaps: list[tuple[float, int]] = []

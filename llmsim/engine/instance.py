@@ -488,6 +488,8 @@ class Instance:
     def _start_run(self, run: DecodeRun) -> None:
         self.decode_run = run
         self.batch = []
+        kv = self.kv  # the run's requests hold every GPU block in use (llmsim.engine.kv.settle), iteration 1's included
+        run.full0 = kv.total - kv.free - kv.outside + kv.shared - run.n
         run.plan(self.block_size)
         self._schedule_run_end(run)
 
