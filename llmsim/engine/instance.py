@@ -111,6 +111,9 @@ class Instance:
         """A fast-path engine whose policy allows it keeps its running requests' counts in a decode cohort."""
         self._policy = policy
         self.cohort = DecodeCohort(self.block_size) if self.fast and policy.lazy_running else None
+        # with empty queues the engine plans the policy's decode of every running request itself (_start_next)
+        self._direct_decode = self.cohort is not None and policy.decodes_all_when_idle_queues
+        self._decode_plan = Scheduled()  # (reused: a run keeps what it reads of it)
 
     def install_profile(self, profile: Profile) -> None:
         """Serve another model (a model swap ended, ``llmsim.engine.model_host``): its timing, and a new KV cache
@@ -394,6 +397,13 @@ class Instance:
         if handoff is not None and handoff.sends_in_flight:
             self.batch = []  # a blocking prefill engine waits for its KV copies (llmsim.engine.handoff)
             return
+        if self._direct_decode and not (self.waiting or self.swapped or self.ops.transfer):
+            out = self._decode_plan  # what the policy's schedule would do now: a decode of every running request
+            if self.cohort.plan(self.running, self.kv, out):  # type: ignore[union-attr]
+                share = self.gpu_share
+                factor = self.config.step_time_scale if share is None else share.slowdown(now)
+                self._start_run(run_for(self.name, self.profile, out, now, self.kv.free, factor, self.step_fns))
+                return
         changes = self.room_freed
         sched = self._policy.schedule(self, now)
         if not sched.batch:
