@@ -100,8 +100,10 @@ class SimEnv(simpy.Environment):
         entry = heappop(queue)
         if len(entry) == 4:  # a SimPy event: SimPy processes it (it is the first entry again)
             heappush(queue, entry)
-            super().step()
-            self.now = self._now
+            try:
+                super().step()
+            finally:  # (run(until=...)'s stop event raises StopSimulation after the clock moved)
+                self.now = self._now
             return
         when, phase, _, fn, args, bookkeeping = entry
         self._now = self.now = when
