@@ -1,4 +1,4 @@
-"""SimPy environment with absolute-time, phase-ordered callbacks, driven through SimPy's public API.
+"""SimPy environment with absolute-time, phase-ordered callbacks, sharing SimPy's queue and clock.
 
 Events at the same instant run in phase order, so that the fast path (which skips per-iteration
 events) and iteration-by-iteration stepping see the world in exactly the same order:
@@ -12,8 +12,14 @@ How this maps onto SimPy:
 
 * the phase is the event's SimPy **priority** (as in ``Environment.schedule(event, priority, delay)``):
   SimPy orders its queue by (time, priority, insertion order), which is exactly (time, phase, FIFO);
-* events are processed by SimPy's own ``step()`` / ``peek()``; each event knows its phase and records it
-  (with itself) on the environment when it fires, so observers know what they may see;
+* llmsim's own events (``call_at``) are plain heap entries ``(time, phase, id, fn, args, bookkeeping)``, not
+  SimPy ``Event`` objects: building an event object, its callback list and SimPy's callback dispatch cost more than
+  the work of a typical engine boundary, and the simulator schedules ~4 of them per request. :meth:`SimEnv.step`
+  and :meth:`SimEnv.run_active` pop such an entry and call ``fn(*args)`` directly; an entry SimPy pushed itself
+  (``run(until=...)``'s stop event, any SimPy event) is handed to SimPy's own ``step()``. The entries share one
+  heap and one id counter with SimPy's, so ``peek()`` and ``run(until=...)`` work unchanged and the order is
+  still (time, phase, FIFO);
+* ``now`` is a plain attribute kept equal to SimPy's ``_now`` (read on every boundary; a property costs a call);
 * times are **absolute**: ``call_at(when, ...)`` puts the event at exactly ``when``. Scheduling at
   ``now + delay`` would differ by rounding between a run planned in one piece and the same run stepped
   (the fast path schedules a boundary computed long before, from whatever ``now`` is current).
@@ -21,11 +27,8 @@ How this maps onto SimPy:
 SimPy's public API cannot express the last point: ``Environment.schedule(event, priority, delay)`` adds
 ``delay`` to ``now``, and many absolute times are unreachable that way (from ``now = 0.551`` no float
 delay lands on ``1.643000000000001``, a boundary the fast path really schedules; the neighbouring
-floats are skipped by rounding). So one thing is overridden, minimally: :meth:`SimEnv._schedule_at` is
-``schedule`` with an absolute time (one ``heappush`` of the same ``(time, priority, id, event)`` entry
-SimPy itself pushes). Everything else is SimPy's: ``step()``, ``peek()`` and ``run()`` process the queue,
-and :class:`_Call` is born triggered (``_ok`` and ``_value`` as class attributes), exactly as SimPy's own
-``Timeout`` is.
+floats are skipped by rounding). So the entries are pushed on SimPy's queue directly, with the same
+``(time, priority, id)`` ordering key SimPy itself uses.
 
 Termination is a property of the loop, not of each input: events scheduled with
 :meth:`SimEnv.call_bookkeeping_at` (scrapes, stale-view refreshes) only record or publish state, and
@@ -38,10 +41,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from heapq import heappush
+from heapq import heappop, heappush
 from typing import Any
 
 import simpy
+from simpy.core import EmptySchedule
 
 from llmsim.errors import LLMSimError
 
@@ -54,40 +58,19 @@ PHASES = ("ARRIVAL", "ENGINE", "ROUTE", "OBSERVE")
 MAX_EVENTS_PER_INSTANT = 10_000_000  # far above any real burst (a million arrivals at t=0 is ~4M events)
 
 
-def _fire(ev: _Call) -> None:
-    """The callback of every :class:`_Call`: publish its phase, keep the pending counts, run its function."""
-    env = ev.env
-    env.phase = ev.phase
-    env.current = ev
-    if ev.bookkeeping:
-        env.bookkeeping -= 1
-    else:
-        env.active -= 1
-    ev.fn(*ev.args)
-
-
-class _Call(simpy.Event):
-    """An event that runs ``fn(*args)`` in ``phase``; born triggered with value None, like SimPy's Timeout."""
-
-    _ok = True
-    _value = None
-
-    def __init__(self, env: SimEnv, phase: int, fn: Callable[..., Any], args: tuple, bookkeeping: bool) -> None:
-        self.env = env
-        self.callbacks = [_fire]
-        self.phase = phase
-        self.fn = fn
-        self.args = args
-        self.bookkeeping = bookkeeping
+FN = 3  # the position of the function in an llmsim heap entry (time, phase, id, fn, args, bookkeeping)
 
 
 class SimEnv(simpy.Environment):
-    """Also records the phase of the event being processed, so observers know what they may see."""
+    """SimPy's environment with llmsim's absolute-time, phase-ordered calls (module docstring); also records the
+    phase of the call being processed, so observers know what they may see."""
+
+    now: float = 0.0  # (a plain attribute, shadowing SimPy's property; kept equal to ``_now``)
 
     def __init__(self, initial_time: float = 0.0) -> None:
         super().__init__(initial_time)
+        self.now = initial_time
         self.phase = ARRIVAL
-        self.current: _Call | None = None  # the event being processed (or last processed)
         self.active = 0  # pending events scheduled by call_at
         self.bookkeeping = 0  # pending events scheduled by call_bookkeeping_at
 
@@ -96,28 +79,40 @@ class SimEnv(simpy.Environment):
         """Events scheduled through this class and not processed yet (bookkeeping included)."""
         return self.active + self.bookkeeping
 
-    def call_at(self, when: float, phase: int, fn: Callable[..., Any], *args: Any) -> simpy.Event:
-        """Run ``fn(*args)`` at absolute time ``when`` in ``phase``; returns the underlying event."""
-        ev = _Call(self, phase, fn, args, False)
-        heappush(self._queue, (when, phase, next(self._eid), ev))  # = self._schedule_at(ev, when, phase), inlined
+    def call_at(self, when: float, phase: int, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` at absolute time ``when`` in ``phase``."""
+        heappush(self._queue, (when, phase, next(self._eid), fn, args, False))
         self.active += 1
-        return ev
 
-    def call_bookkeeping_at(self, when: float, fn: Callable[[], Any]) -> simpy.Event:
+    def call_bookkeeping_at(self, when: float, fn: Callable[[], Any]) -> None:
         """Like ``call_at(when, OBSERVE, fn)`` for an event that only records or publishes state.
 
         :meth:`run_active` does not wait for these: a run whose other events are all done is over.
         """
-        ev = _Call(self, OBSERVE, fn, (), True)
-        self._schedule_at(ev, when, OBSERVE)
+        heappush(self._queue, (when, OBSERVE, next(self._eid), fn, (), True))
         self.bookkeeping += 1
-        return ev
 
-    def _schedule_at(self, event: simpy.Event, when: float, priority: int) -> None:
-        """``Environment.schedule(event, priority, delay)`` at the absolute time ``when`` (module docstring:
-        the one place that touches SimPy's queue; the same entry ``schedule`` pushes, with time ``when``
-        instead of ``now + delay``)."""
-        heappush(self._queue, (when, priority, next(self._eid), event))
+    def step(self) -> None:
+        """Process the next event: an llmsim call directly, anything else by SimPy's own ``step``."""
+        queue = self._queue
+        if not queue:
+            raise EmptySchedule
+        entry = heappop(queue)
+        if len(entry) == 4:  # a SimPy event: SimPy processes it (it is the first entry again)
+            heappush(queue, entry)
+            try:
+                super().step()
+            finally:  # (run(until=...)'s stop event raises StopSimulation after the clock moved)
+                self.now = self._now
+            return
+        when, phase, _, fn, args, bookkeeping = entry
+        self._now = self.now = when
+        self.phase = phase
+        if bookkeeping:
+            self.bookkeeping -= 1
+        else:
+            self.active -= 1
+        fn(*args)
 
     def run_active(self, max_events_per_instant: int = MAX_EVENTS_PER_INSTANT) -> None:
         """Process events until only bookkeeping events are left (or none).
@@ -128,15 +123,12 @@ class SimEnv(simpy.Environment):
         """
         if max_events_per_instant < 8:
             raise LLMSimError(f"max_events_per_instant must be >= 8, got {max_events_per_instant}")
-        step = self.step
         chunk = -(-max_events_per_instant // 8)
         last = None
         same = 0
         while True:
-            for _ in range(chunk):
-                if self.active <= 0:
-                    return
-                step()
+            if self._run_chunk(chunk):
+                return
             if self.now == last:
                 same += 1
                 if same >= 8:
@@ -144,18 +136,42 @@ class SimEnv(simpy.Environment):
             else:
                 last, same = self.now, 0
 
+    def _run_chunk(self, n: int) -> bool:
+        """Process up to ``n`` events (``step`` inlined: this loop is the simulator's innermost); True when only
+        bookkeeping is left."""
+        queue = self._queue
+        step = self.step
+        for _ in range(n):
+            if self.active <= 0:
+                return True
+            entry = queue[0]
+            if len(entry) == 4:
+                step()
+                continue
+            heappop(queue)
+            when, phase, _, fn, args, bookkeeping = entry
+            self._now = self.now = when
+            self.phase = phase
+            if bookkeeping:
+                self.bookkeeping -= 1
+            else:
+                self.active -= 1
+            fn(*args)
+        return False
+
     def _stall_message(self, n: int) -> str:
         """Name the phases and callbacks of the next events (they are what loops)."""
         seen: Counter[tuple[str, str]] = Counter()
         now = self.now
+        queue = self._queue
         for _ in range(1000):
             if self.num_pending == 0 or self.peek() != now:
                 break
+            entry = queue[0]
             self.step()
-            ev = self.current
-            if ev is not None:
-                phase = ev.phase
-                seen[(PHASES[phase] if 0 <= phase < len(PHASES) else str(phase), _callback_name(ev.fn))] += 1
+            if len(entry) == 6:
+                phase = entry[1]
+                seen[(PHASES[phase] if 0 <= phase < len(PHASES) else str(phase), _callback_name(entry[FN]))] += 1
         what = ", ".join(f"{cb} in phase {ph} (x{k})" for (ph, cb), k in seen.most_common(3)) or "nothing pending"
         return (f"simulation stalled: {n:,} events ran at t={now!r} s without time advancing (limit "
                 f"max_events_per_instant); looping: {what}. This is a bug in a router, batch policy or engine "

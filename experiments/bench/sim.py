@@ -1,7 +1,8 @@
 """Speed and memory of the simulator: ``python -m experiments.bench sim [--case NAME] [--json]``.
 
-It runs two cases and prints wall time, simulated requests per wall-second, engine iterations
-per second and peak RSS (each case in a fresh subprocess so RSS is its own):
+It runs two cases and prints wall time, simulated requests per wall-second (the JSON adds the CPU time of
+``simulate()`` and requests per CPU-second), engine iterations per second and peak RSS (each case in a fresh
+subprocess so RSS is its own):
 
 * ``single``: 10,000 requests with Azure-conversation-like lengths (the ``azure_conv_like`` lognormal
   fits, mean ~1,155 prompt / ~211 output tokens) at Poisson 4 req/s on one Llama-2-7B / A100-80GB
@@ -91,10 +92,11 @@ def _run_case(name: str, requests: int | None, prefix: str, hash_block: int, str
     )
     engine = EngineConfig(policy="vllm_v0", enable_prefix_caching=prefix != "off")
     insts = [InstanceConfig("llama-2-7b", "a100-80gb", engine=engine) for _ in range(case["instances"])]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(insts, _unique_ids(wl, hash_block) if prefix != "none" else wl, "round_robin",
                    metrics_interval=10.0, stream_to=stream_to)
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0  # (what a shared machine's load disturbs least: docs/speed.md)
     s = res.summary
     return {
         "case": name,
@@ -105,6 +107,8 @@ def _run_case(name: str, requests: int | None, prefix: str, hash_block: int, str
         "instances": case["instances"],
         "wall_s": round(wall, 3),
         "sim_requests_per_s": round(n / wall, 1),
+        "cpu_s": round(cpu, 3),
+        "sim_requests_per_cpu_s": round(n / cpu, 1),
         "iterations_per_s": round(s["iterations"] / wall, 1),
         "iterations": s["iterations"],
         "peak_rss_mb": round(_peak_rss_mb(), 1),

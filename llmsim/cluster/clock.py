@@ -158,22 +158,27 @@ class ClusterClock:
         dt = self.metrics_interval
         central = len(c.central)
         thr, last = self.recent_throughput, self.last_tokens
-        for k, inst in enumerate(c.instances):
+        insts = c.instances
+        for inst in insts:
             if inst.decode_run is not None:
-                inst.sync(now, OBSERVE)
-            tl["time"].append(now)
-            tl["instance"].append(k)
-            tl["waiting"].append(len(inst.waiting))
-            tl["running"].append(len(inst.running))
-            tl["swapped"].append(len(inst.swapped))
-            tl["kv_used_blocks"].append(inst.kv_total - inst.kv.free)
-            tl["kv_total_blocks"].append(inst.kv_total)
-            tl["tokens_out"].append(inst.tokens_out)
-            tl["prefix_cache_queries"].append(inst.prefix_queries)
-            tl["prefix_cache_hits"].append(inst.prefix_hits)
-            tl["central_queue"].append(central)
-            thr[k] = (inst.tokens_out - last[k]) / dt
-            last[k] = inst.tokens_out
+                inst.sync(now, OBSERVE)  # (a mid-run sync completes no request: the order of the syncs is free)
+        # one extend per column (the rows are the instances, in order), not one append per value
+        n = len(insts)
+        tl["time"].extend([now] * n)
+        tl["instance"].extend(range(n))
+        tl["waiting"].extend([len(inst.waiting) for inst in insts])
+        tl["running"].extend([len(inst.running) for inst in insts])
+        tl["swapped"].extend([len(inst.swapped) for inst in insts])
+        tl["kv_used_blocks"].extend([inst.kv_total - inst.kv.free for inst in insts])
+        tl["kv_total_blocks"].extend([inst.kv_total for inst in insts])
+        tokens = [inst.tokens_out for inst in insts]
+        tl["tokens_out"].extend(tokens)
+        tl["prefix_cache_queries"].extend([inst.prefix_queries for inst in insts])
+        tl["prefix_cache_hits"].extend([inst.prefix_hits for inst in insts])
+        tl["central_queue"].extend([central] * n)
+        for k, out in enumerate(tokens):
+            thr[k] = (out - last[k]) / dt
+            last[k] = out
         self.last_scrape = now
         if self.finishing:
             return

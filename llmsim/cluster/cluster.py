@@ -131,6 +131,10 @@ class Cluster:
         self._max_servable_prompt = max(i.limits.max_servable_prompt() for i in self.instances)
         limits = {(i.max_model_len, i.limits.max_prompt_blocks() * i.block_size) for i in self.instances}
         self.homogeneous_limits = len(limits) == 1
+        # every instance can serve any request for no particular model up to the longest servable prompt: one limit,
+        # fixed for the run (a multi-model instance's cache changes with its model, a decode instance takes none)
+        self._fits_anywhere = self._max_servable_prompt if self.homogeneous_limits and all(
+            i.host is None and i.role != DECODE for i in self.instances) else -1
 
     def route_decode(self, r: Request, src: Instance) -> int:
         """The decode instance of ``r``, prefilled on ``src`` (the router's second stage; llmsim.cluster.disagg)."""
@@ -288,7 +292,10 @@ class Cluster:
             if d >= len(self.instances):
                 self._bad_decision(r, d)
             inst = self.instances[d]
-            why = inst.can_ever_serve(r) or ("decode_only_instance" if inst.role == DECODE else "")
+            if r.prompt_tokens <= self._fits_anywhere and r.model is None:
+                why = ""  # (what the two checks below give then, without asking the instance)
+            else:
+                why = inst.can_ever_serve(r) or ("decode_only_instance" if inst.role == DECODE else "")
             if why:
                 self.recorder.drop(r, f"routed_to_unfit_instance:{why}", now)
                 return True

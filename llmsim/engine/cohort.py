@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import heapq
 from itertools import count
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from llmsim.engine.fastpath import last_token_runs
+from llmsim.engine.fastpath import DecodeRun, last_token_runs, run_for
+from llmsim.engine.scheduling.base import Scheduled
 
 if TYPE_CHECKING:
     from llmsim.engine.kv import KVCache
-    from llmsim.engine.scheduling.base import Scheduled
     from llmsim.request import Request
 
 _IDS = count(1)  # membership ids, unique across the engines' cohorts (module docstring)
@@ -45,7 +45,8 @@ _IDS = count(1)  # membership ids, unique across the engines' cohorts (module do
 class DecodeCohort:
     """The lazily advanced running requests of one engine (module docstring)."""
 
-    __slots__ = ("bs", "clock", "inv_res", "ctx0", "heap", "n", "fresh", "t_last", "extra", "dirty", "settled_at")
+    __slots__ = ("bs", "clock", "inv_res", "ctx0", "heap", "n", "fresh", "t_last", "extra", "dirty", "settled_at",
+                 "out")
 
     def __init__(self, block_size: int) -> None:
         self.bs = block_size
@@ -60,6 +61,7 @@ class DecodeCohort:
         self.extra = 0  # 1 if the last application stopped mid run (the next iteration's block is already held)
         self.dirty = False  # members' counts were changed behind the cohort's back: rebuild before the next run
         self.settled_at = 0  # the clock when every member was last settled
+        self.out = Scheduled()  # what plan_run fills (reused: a run keeps what it reads of it)
 
     # ------------------------------------------------------------------ membership
     def join(self, r: Request) -> None:
@@ -249,3 +251,14 @@ class DecodeCohort:
         out.k_min = self.first_left()
         out.first_gaps = gaps
         return True
+
+    def plan_run(self, inst: Any, now: float) -> DecodeRun | None:
+        """The decode run of every running request of ``inst`` (``llmsim.engine.instance.Instance``) starting at
+        ``now``, planned from the cohort's sums: what a policy that declares ``decodes_all_when_idle_queues`` would
+        schedule with empty queues; None (no block taken) when the new blocks do not fit or nothing runs."""
+        out = self.out
+        if not self.plan(inst.running, inst.kv, out):
+            return None
+        share = inst.gpu_share
+        factor = inst.config.step_time_scale if share is None else share.slowdown(now)
+        return run_for(inst.name, inst.profile, out, now, inst.kv.free, factor, inst.step_fns)

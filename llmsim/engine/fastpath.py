@@ -125,7 +125,7 @@ def run_for(owner: str, profile: Profile, sched: Scheduled, now: float, free: in
     end = now + dt
     if not now < end < NEVER:
         raise bad_step(owner, now, dt, f"a decode batch of {n} request(s), context {ctx}")
-    run = DecodeRun(owner, now, list(batch), end, ctx, free, sched.res, sched.k_min, factor, step)
+    run = DecodeRun(owner, now, batch, end, ctx, free, sched.res, sched.k_min, factor, step)  # (a fresh list)
     if sched.first_gaps is not None:
         run.first_gaps = sched.first_gaps  # (from a decode cohort: llmsim.engine.cohort)
     return run
@@ -199,7 +199,8 @@ class DecodeRun:
         self.planned = FIRST_CHUNK
         self.factor = factor  # co-location slowdown, fixed for the run (a change of it ends the run)
         self.step = step  # decode step time as a function of the context sum (fixed batch size)
-        self.full0: int | None = None  # the requests' full blocks at the start (used_blocks)
+        # the requests' full blocks at the start (used_blocks): set by the engine from its KV cache, else derived
+        self.full0: int | None = None
         # (last-token time, requests) groups of the first iteration's gaps: given by the cohort, else read from the
         # requests when the run is first applied (llmsim.engine.fastpath.last_token_runs)
         self.first_gaps: list[tuple[float, int]] = []
@@ -260,7 +261,17 @@ class DecodeRun:
 
     def next_end(self) -> int:
         """The boundary for the next event: the first where the run must stop, or the end of what is planned."""
-        return max(max(self.end, self.applied + 1), min(self.stop_index(), len(self.bounds), self.k_final))
+        j = len(self.bounds)
+        if self.k_final < j:
+            j = self.k_final
+        if self.stop_t != NEVER:  # (without a stop, stop_index is past the planned boundaries)
+            s = self.stop_index()
+            if s < j:
+                j = s
+        lo = self.applied + 1
+        if self.end > lo:
+            lo = self.end
+        return j if j > lo else lo
 
     def truncated_end(self) -> int:
         """The boundary the pending event must move to after a stop request (``end`` if it need not move)."""
@@ -354,27 +365,28 @@ class DecodeRun:
         # each gap goes to the ITL histogram with its weight (Recorder.itl, inlined on this hot path)
         rec = inst.recorder
         hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN
+        gaps = 0
         if j0 == 0:
             # on the first iteration, each request's first gap (stalls included) runs from its own last token
             b1 = bounds[0]
             for t, cnt in self.first_gaps:
                 delta = b1 - t
                 hist[int(_log(delta) * inv) + off if delta > lo else 0] += cnt
-                rec.itl_count += cnt
+                gaps += cnt
             inst.busy_time += b1 - self.start
             start = 1
         else:
             start = j0
         prev = bounds[start - 1]
         busy = inst.busy_time
-        for i in range(start, j):
-            b = bounds[i]
+        for b in bounds[start:j]:
             delta = b - prev
             hist[int(_log(delta) * inv) + off if delta > lo else 0] += n
             busy += delta
             prev = b
         if j > start:
-            rec.itl_count += (j - start) * n
+            gaps += (j - start) * n
+        rec.itl_count += gaps
         inst.busy_time = busy
         inst.iterations += j - j0
         inst.tokens_out += (j - j0) * n

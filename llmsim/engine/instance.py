@@ -79,8 +79,7 @@ class Instance:
         self.iter_start = self.iter_end = 0.0  # that iteration's start and end (``step_time``)
         self.changes = 0  # events run + submissions: in between, only a decode run moves what observers see
         self.room_freed = 0  # preemptions and drops: tells the guard an engine that freed room from a stuck one
-        self._gen = 0  # the generation of the pending engine event (a superseded event is ignored)
-        self._admitted = 0
+        self._gen = self._admitted = 0  # the pending engine event's generation (a superseded one is ignored); admits
         # components (llmsim.engine.components): always there, then the optional features
         self.limits = PromptLimits(self)
         self.ops = EngineOps(self)
@@ -91,16 +90,11 @@ class Instance:
         self.role = MIXED
 
     def _init_statistics(self) -> None:
-        self.iterations = 0
+        self.iterations = self.preemptions = self.swap_outs = self.tokens_out = self.prefill_tokens = self.finished = 0
         self.busy_time = 0.0
-        self.preemptions = 0
-        self.swap_outs = 0
         self.prefix_queries = 0  # tokens looked up in the prefix cache at admission (vLLM prefix_cache_queries)
         self.prefix_hits = 0  # of which found cached (vLLM prefix_cache_hits)
         self.prefix_evicted = 0  # cached blocks evicted by earlier KV caches of this instance (model swaps)
-        self.tokens_out = 0
-        self.prefill_tokens = 0
-        self.finished = 0
 
     @property
     def policy(self) -> BatchPolicy:
@@ -111,6 +105,7 @@ class Instance:
         """A fast-path engine whose policy allows it keeps its running requests' counts in a decode cohort."""
         self._policy = policy
         self.cohort = DecodeCohort(self.block_size) if self.fast and policy.lazy_running else None
+        self._direct_decode = self.cohort is not None and policy.decodes_all_when_idle_queues  # (_start_next)
 
     def install_profile(self, profile: Profile) -> None:
         """Serve another model (a model swap ended, ``llmsim.engine.model_host``): its timing, and a new KV cache
@@ -394,6 +389,11 @@ class Instance:
         if handoff is not None and handoff.sends_in_flight:
             self.batch = []  # a blocking prefill engine waits for its KV copies (llmsim.engine.handoff)
             return
+        if self._direct_decode and not (self.waiting or self.swapped or self.ops.transfer):
+            run = self.cohort.plan_run(self, now)  # type: ignore[union-attr]  (what the policy would schedule now)
+            if run is not None:
+                self._start_run(run)
+                return
         changes = self.room_freed
         sched = self._policy.schedule(self, now)
         if not sched.batch:
@@ -488,6 +488,8 @@ class Instance:
     def _start_run(self, run: DecodeRun) -> None:
         self.decode_run = run
         self.batch = []
+        kv = self.kv  # the run's requests hold every GPU block in use (llmsim.engine.kv.settle), iteration 1's included
+        run.full0 = kv.total - kv.free - kv.outside + kv.shared - run.n
         run.plan(self.block_size)
         self._schedule_run_end(run)
 

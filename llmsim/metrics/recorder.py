@@ -62,8 +62,9 @@ class Recorder:
     ITL_INV, ITL_MIN, ITL_OFFSET = _ITL_INV, _ITL_MIN, _ITL_OFFSET  # the binning of itl (inlined by engine.fastpath)
 
     def __init__(self) -> None:
-        self.cols: dict[str, array] = {c: array("d") for c in _FLOAT_COLS}
-        self.cols.update({c: array("q") for c in _INT_COLS})
+        cols = {c: array("d") for c in _FLOAT_COLS}
+        cols.update({c: array("q") for c in _INT_COLS})
+        self.cols = cols
         self.tasks: list[str | None] | None = None
         self.slo_classes: list[str | None] | None = None  # kept once a request has a class (SLO per class)
         self.dropped_classes: dict[int, str] = {}
@@ -99,22 +100,36 @@ class Recorder:
         self.itl_hist[int(_log(value) * _inv) + _off if value > _ITL_MIN else 0] += weight
         self.itl_count += weight
 
+    @property
+    def cols(self) -> dict[str, array]:
+        """The finished requests' columns, by name (a streamed recorder replaces them after each row group)."""
+        return self._cols
+
+    @cols.setter
+    def cols(self, cols: dict[str, array]) -> None:
+        self._cols = cols
+        # each column's bound ``append`` in the order :meth:`finish` fills them (one call per value, no lookups)
+        self._float_appends = tuple(cols[k].append for k in _FLOAT_COLS)
+        self._int_appends = tuple(cols[k].append for k in _INT_COLS)
+
     def finish(self, r: Request) -> None:
-        c = self.cols
-        c["arrival"].append(r.arrival)
-        c["routed_time"].append(r.routed_time)
-        c["first_scheduled"].append(r.first_scheduled)
-        c["first_token"].append(r.first_token)
-        c["finish"].append(r.finish)
-        c["id"].append(r.id)
-        c["prompt_tokens"].append(r.prompt_tokens)
-        c["output_tokens"].append(r.generated)
-        c["requested_output_tokens"].append(r.output_tokens)
-        c["instance"].append(r.instance)
-        c["preemptions"].append(r.preemptions)
-        c["swaps"].append(r.swaps)
-        c["truncated"].append(1 if r.truncated else 0)
-        c["cached_tokens"].append(r.cached_tokens)
+        a_arrival, a_routed, a_scheduled, a_first, a_finish = self._float_appends
+        a_arrival(r.arrival)
+        a_routed(r.routed_time)
+        a_scheduled(r.first_scheduled)
+        a_first(r.first_token)
+        a_finish(r.finish)
+        a_id, a_prompt, a_out, a_req, a_inst, a_pre, a_swaps, a_trunc, a_cached = self._int_appends
+        a_id(r.id)
+        a_prompt(r.prompt_tokens)
+        a_out(r.generated)
+        a_req(r.output_tokens)
+        a_inst(r.instance)
+        a_pre(r.preemptions)
+        a_swaps(r.swaps)
+        a_trunc(1 if r.truncated else 0)
+        a_cached(r.cached_tokens)
+        c = self._cols
         if r.task is not None and self.tasks is None:
             self.tasks = [None] * (len(c["id"]) - 1)
         if self.tasks is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from llmsim.registry import Registry
 
@@ -76,6 +76,16 @@ class BatchPolicy:
     # the engine may keep running requests' counts lazily between decode runs (llmsim.engine.cohort): the policy
     # reads running requests' counts only after ``inst.settle_running()`` (or through ``decode_all``)
     lazy_running: ClassVar[bool] = False
+    # with nothing waiting or swapped, ``schedule`` is exactly ``inst.decode_all(out, check=False)`` (or nothing when
+    # that fails and nothing runs): the engine then plans the decode run itself, without a Scheduled per boundary.
+    # A subclass that overrides ``schedule`` (or vLLM V0's ``_decode``) loses the declaration unless it repeats it.
+    decodes_all_when_idle_queues: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        if ("schedule" in own or "_decode" in own) and "decodes_all_when_idle_queues" not in own:
+            cls.decodes_all_when_idle_queues = False
 
     @classmethod
     def default_max_num_batched_tokens(cls, max_model_len: int) -> int:

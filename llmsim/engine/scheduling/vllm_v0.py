@@ -23,6 +23,7 @@ class VllmV0Policy(BatchPolicy):
     uses_watermark = True
     prefills_whole_prompts = True
     lazy_running = True  # after its prefill iteration every running request decodes: the cohort can carry them
+    decodes_all_when_idle_queues = True  # (schedule -> _decode -> decode_all, below)
 
     @classmethod
     def default_max_num_batched_tokens(cls, max_model_len: int) -> int:
