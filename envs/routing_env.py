@@ -28,10 +28,10 @@ from llmsim.envs.pd_stage import StageRouting
 from llmsim.envs.predictors.base import make_predictor
 from llmsim.envs.rewards import make_reward
 from llmsim.envs.workloads import make_workload
+from llmsim.metrics.episode_summary import summary_of
 from llmsim.request import Request
 from llmsim.routing import DROP, WAIT, Router
 from llmsim.schema import SLO
-from llmsim.simulation.run import collect
 from llmsim.state.cluster_state import ClusterState
 
 __all__ = ["ACTIONS", "WAIT_TIMEOUT_REASON", "InvalidAction", "RoutingEnv", "RoutingEnvConfig"]
@@ -382,9 +382,9 @@ class RoutingEnv(gym.Env):
         if final:
             info["episode_reward"] = self._episode_reward
             info["episode_components"] = dict(self._episode_components)
-            info["summary"] = collect(c, self.slo).summary
+            info["summary"] = summary_of(c, self.slo)
         return info
 
     def summary(self) -> dict[str, Any]:
-        """The episode's summary so far (the CLI's numbers)."""
-        return collect(self.cluster, self.slo).summary
+        """The episode's summary so far (the CLI's numbers: ``collect``'s summary, without its tables)."""
+        return summary_of(self.cluster, self.slo)
