@@ -365,7 +365,7 @@ class RoutingEnv(gym.Env):
     def _info(self, comps: dict[str, float], dt: float, final: bool) -> dict[str, Any]:
         c, drv, out = self.cluster, self.driver, self.outcomes
         info: dict[str, Any] = {
-            "reward_components": dict(comps),
+            "reward_components": comps,  # (a fresh dict: the reward starts a new one each step)
             "request_rewards": self.reward_fn.take_credits(),  # each request's own part of the reward, by id
             "decided": self._decided,
             "dt": dt,
