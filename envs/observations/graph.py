@@ -124,7 +124,7 @@ class GraphObs(ObsBuilder):
             b["running"][s:s + len(running)] = self._rows(running, now, pq, kv_tok)
             b["running_mask"][s:s + len(running)] = 1
         queued = detail.head("waiting", cw)
-        if len(queued) < cw:
+        if len(queued) < cw and inst.num_swapped:  # (the state counts its swapped rows; a live router has none)
             queued += detail.head("swapped", cw - len(queued))
         if queued:
             s = k * cw
