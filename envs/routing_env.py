@@ -28,10 +28,10 @@ from llmsim.envs.pd_stage import StageRouting
 from llmsim.envs.predictors.base import make_predictor
 from llmsim.envs.rewards import make_reward
 from llmsim.envs.workloads import make_workload
+from llmsim.metrics.episode_summary import summary_of
 from llmsim.request import Request
 from llmsim.routing import DROP, WAIT, Router
 from llmsim.schema import SLO
-from llmsim.simulation.run import collect
 from llmsim.state.cluster_state import ClusterState
 
 __all__ = ["ACTIONS", "WAIT_TIMEOUT_REASON", "InvalidAction", "RoutingEnv", "RoutingEnvConfig"]
@@ -365,7 +365,7 @@ class RoutingEnv(gym.Env):
     def _info(self, comps: dict[str, float], dt: float, final: bool) -> dict[str, Any]:
         c, drv, out = self.cluster, self.driver, self.outcomes
         info: dict[str, Any] = {
-            "reward_components": dict(comps),
+            "reward_components": comps,  # (a fresh dict: the reward starts a new one each step)
             "request_rewards": self.reward_fn.take_credits(),  # each request's own part of the reward, by id
             "decided": self._decided,
             "dt": dt,
@@ -382,9 +382,9 @@ class RoutingEnv(gym.Env):
         if final:
             info["episode_reward"] = self._episode_reward
             info["episode_components"] = dict(self._episode_components)
-            info["summary"] = collect(c, self.slo).summary
+            info["summary"] = summary_of(c, self.slo)
         return info
 
     def summary(self) -> dict[str, Any]:
-        """The episode's summary so far (the CLI's numbers)."""
-        return collect(self.cluster, self.slo).summary
+        """The episode's summary so far (the CLI's numbers: ``collect``'s summary, without its tables)."""
+        return summary_of(self.cluster, self.slo)

@@ -138,14 +138,15 @@ class TaskMixture:
         models = self.models
         has_q = bool(self.tasks[0].q_mean)
         out_l = outs.tolist()
-        q_l = quals.tolist()
+        q_l = quals.tolist() if has_q else None
         arr = np.asarray(arrivals, dtype=np.float64).tolist()
+        prompt_l, task_l = prompt.tolist(), task_idx.tolist()  # Python ints, not a numpy scalar per request
         reqs = []
         for k in range(n):
             o = out_l[k]
-            reqs.append(Request(first_id + k, arr[k], int(prompt[k]), o[0], task=names[task_idx[k]],
+            reqs.append(Request(first_id + k, arr[k], prompt_l[k], o[0], task=names[task_l[k]],
                                 outputs_by_model=dict(zip(models, o)) if nm > 1 else None,
-                                quality_by_model=dict(zip(models, q_l[k])) if has_q else None))
+                                quality_by_model=dict(zip(models, q_l[k])) if q_l is not None else None))
         return reqs
 
 

@@ -27,6 +27,7 @@ nothing to decide (a drain step, the terminal state) the three queue features ar
 from __future__ import annotations
 
 import math
+from math import floor
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
@@ -39,6 +40,18 @@ if TYPE_CHECKING:
     from llmsim.envs.context import ObservationContext
     from llmsim.request import Request
     from llmsim.state.cluster_state import ClusterState
+
+
+def round2(x: float) -> float:
+    """``round(x, 2)`` for x in [0, 1], at half its cost: k / 100 with k the integer nearest x * 100, which is
+    ``round``'s answer (the double nearest the decimal k / 100) whenever x * 100 is not within 1e-7 of a tie
+    (its float error is below 1e-14 there); near a tie, and outside [0, 1], ``round`` itself decides."""
+    if 0.0 <= x <= 1.0:
+        y = x * 100.0
+        k = floor(y + 0.5)
+        if -0.4999999 < y - k < 0.4999999:
+            return k / 100
+    return round(x, 2)
 
 
 class FlatObs(ObsBuilder):
@@ -89,7 +102,7 @@ class FlatObs(ObsBuilder):
             else:
                 t_dec = max(min_dec, grad_d * resident)
                 t = min(1.0, max(0.0, left) * t_dec / ts)
-            vals += (pre / ms, n0 / ms, n1 / ms, n2 / ms, round(max(0.0, 1.0 - used), 2), round(t, 2))
+            vals += (pre / ms, n0 / ms, n1 / ms, n2 / ms, round2(max(0.0, 1.0 - used)), round2(t))
         o = len(vals)
         buf[:o] = vals
         if self.prefix_hit:

@@ -109,39 +109,34 @@ class GraphObs(ObsBuilder):
         return {k: v.copy() for k, v in b.items()}
 
     def _fill_expert(self, k: int, inst: Any, now: float, pq: dict[int, float]) -> None:
-        """Expert node k and its first ``cap`` running and waiting (then swapped) requests (Eq. 6)."""
+        """Expert node k and its first ``cap`` running and waiting (then swapped) requests (Eq. 6). The rows of a
+        queue go into the float32 buffer in one store (the same float32 values as a store per feature)."""
         b = self.bufs
         cr, cw = self.cap_r, self.cap_w
         ex = b["expert"]
-        ex[k, 0] = inst.kv_blocks_used / inst.kv_blocks_total
-        ex[k, 1] = min(FEAT_HIGH, inst.num_running / cr)
-        ex[k, 2] = min(FEAT_HIGH, (inst.num_waiting + inst.num_swapped) / cw)
+        ex[k] = (inst.kv_blocks_used / inst.kv_blocks_total, min(FEAT_HIGH, inst.num_running / cr),
+                 min(FEAT_HIGH, (inst.num_waiting + inst.num_swapped) / cw))
         kv_tok = inst.kv_blocks_total * inst.block_size
-        run, runm = b["running"], b["running_mask"]
-        wai, waim = b["waiting"], b["waiting_mask"]
-        s = k * cr
         detail = inst.detail
-        for i, (rid, p, g, _, d, _, arrival) in enumerate(detail.head("running", cr)):
-            row = run[s + i]
-            self._fill_row(row, rid, p, g, d, arrival, now, pq)
-            row[3] = (p + g) / kv_tok
-            runm[s + i] = 1
-        s = k * cw
+        running = detail.head("running", cr)
+        if running:
+            s = k * cr
+            b["running"][s:s + len(running)] = self._rows(running, now, pq, kv_tok)
+            b["running_mask"][s:s + len(running)] = 1
         queued = detail.head("waiting", cw)
-        if len(queued) < cw:
+        if len(queued) < cw and inst.num_swapped:  # (the state counts its swapped rows; a live router has none)
             queued += detail.head("swapped", cw - len(queued))
-        for i, (rid, p, g, _, d, _, arrival) in enumerate(queued):
-            self._fill_row(wai[s + i], rid, p, g, d, arrival, now, pq)
-            waim[s + i] = 1
+        if queued:
+            s = k * cw
+            b["waiting"][s:s + len(queued)] = self._rows(queued, now, pq, 0)
+            b["waiting_mask"][s:s + len(queued)] = 1
 
-    def _fill_row(self, row: np.ndarray, rid: int, p: int, g: int, d: float | None, arrival: float, now: float,
-                  pq: dict[int, float]) -> None:
-        """Eq. 6 features of one request, except the memory share (index 3, running requests only)."""
-        row[0] = p / self.ps
-        row[1] = pq.get(rid, 0.0)
-        row[2] = (d or 0.0) / self.os
-        row[4] = g / self.os
-        row[5] = min(FEAT_HIGH, (now - arrival) / g / self.ls) if g > 0 else 0.0
+    def _rows(self, reqs: Any, now: float, pq: dict[int, float], kv_tok: int) -> list[tuple[float, ...]]:
+        """Eq. 6 features of each request; the memory share (index 3) only with ``kv_tok`` (running requests)."""
+        ps, os_, ls = self.ps, self.os, self.ls
+        return [(p / ps, pq.get(rid, 0.0), (d or 0.0) / os_, (p + g) / kv_tok if kv_tok else 0.0, g / os_,
+                 min(FEAT_HIGH, (now - arrival) / g / ls) if g > 0 else 0.0)
+                for rid, p, g, _, d, _, arrival in reqs]
 
 
 def _edges(src: np.ndarray, dst: np.ndarray):

@@ -4,6 +4,8 @@ cluster: :mod:`~llmsim.metrics.sources` names what is read of them):
 * :mod:`~llmsim.metrics.recorder`: what the engines report (per-request columns, ITL histogram, timeline), the
   ``vllm bench serve`` summary and the per-instance table; outcomes are observed with ``Recorder.subscribe``;
 * :mod:`~llmsim.metrics.result`: ``SimResult``, the tables and summary of one run, and how they are saved;
+* :mod:`~llmsim.metrics.episode_summary`: a run's summary numbers without its tables (what an env reports at the
+  end of every episode);
 * :mod:`~llmsim.metrics.progress`: ``SimProgress``, requests done while a run goes (a recorder observer);
 * :mod:`~llmsim.metrics.report`: the terminal summary, and ``python -m llmsim.metrics.report MULTIRUN_DIR``;
 * :mod:`~llmsim.metrics.plots`: a run's figures; :mod:`~llmsim.metrics.sweep` and

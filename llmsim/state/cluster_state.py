@@ -228,7 +228,9 @@ def decode_terms(*queues: Any) -> list[float]:
 
 
 def phase_summary_of(running: Any, waiting: Any, swapped: Any, edges: tuple[float, ...],
-                   default: float, shift: int = 0) -> tuple[int, list[int], float, int]:
+                     default: float, shift: int = 0) -> tuple[int, list[int], float, int]:
+    if len(edges) == 2:  # the flat observation's two edges: bins by two comparisons, counts in locals
+        return two_edge_summary(running, len(waiting), swapped, edges[0], edges[1], default, shift)
     pre = len(waiting)
     counts = [0] * (len(edges) + 1)
     left = math.inf
@@ -247,6 +249,34 @@ def phase_summary_of(running: Any, waiting: Any, swapped: Any, edges: tuple[floa
                 left = d - g
         s = 0
     return pre, counts, left, resident
+
+
+def two_edge_summary(running: Any, pre: int, swapped: Any, e0: float, e1: float, default: float,
+                     shift: int) -> tuple[int, list[int], float, int]:
+    """:func:`phase_summary_of` with ``edges = (e0, e1)`` (``bisect_right``'s bins: a NaN prediction goes last)."""
+    n0 = n1 = n2 = resident = 0
+    left = math.inf
+    s = shift
+    for q in (running, swapped):
+        for r in q:
+            g = r.generated + s
+            resident += r.prompt_tokens + g
+            if not g:
+                pre += 1
+                continue
+            d = r.predicted_output or default
+            if d < e0:
+                n0 += 1
+            elif d < e1:
+                n1 += 1
+            else:
+                n2 += 1
+            if d - g < left:
+                left = d - g
+        s = 0
+        if not swapped:
+            break
+    return pre, [n0, n1, n2], left, resident
 
 
 def request_rows(running: Any, waiting: Any, swapped: Any) -> list[tuple[int, int, int, float | None, str]]:

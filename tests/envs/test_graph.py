@@ -3,12 +3,16 @@ cluster."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import llmsim.envs  # noqa: F401
 from llmsim.envs.observations import from_hetero_data, to_hetero_batch, to_hetero_data
+from llmsim.envs.observations.graph import GraphObs
+from llmsim.state.cluster_state import ClusterState, InstanceRequests, InstanceState, RequestState
 
 torch = pytest.importorskip("torch")
 
@@ -81,3 +85,23 @@ def test_batch_and_han_forward():
     conv = HANConv({k: data[k].x.shape[1] for k in data.node_types}, 16, data.metadata(), heads=4)
     out = conv(data.x_dict, data.edge_index_dict)
     assert out["arrived"].shape == (1, 16)
+
+
+def test_swapped_requests_fill_the_waiting_slots_after_the_waiting_ones():
+    def row(rid: int, g: int) -> RequestState:
+        return RequestState(rid, 100 + rid, g, 0, 50.0, None, 0.0)
+
+    def inst(k: int, waiting: tuple, swapped: tuple) -> InstanceState:
+        return InstanceState(k, f"i{k}", "m", "g", True, 0, len(waiting), len(swapped), 1, 10, 16, 8, 4096, 4095,
+                             0.0, 0.0, InstanceRequests((), waiting, swapped))
+
+    ctx = SimpleNamespace(num_instances=2, inst_model_idx=np.zeros(2, np.int64), routed_quality={})
+    obs = GraphObs(cap_running=2, cap_waiting=3)
+    obs.bind(ctx)
+    state = ClusterState(1.0, 1.0, 0, False, 4, 50.0, (inst(0, (row(1, 0),), (row(2, 7), row(3, 9), row(4, 1))),
+                                                        inst(1, (), ())))
+    o = obs.build(ctx, state, None)
+    assert list(o["waiting_mask"]) == [1, 1, 1, 0, 0, 0]  # the cap: one waiting, then two of the three swapped
+    assert np.allclose(o["waiting"][:3, 0], [101 / 1000, 102 / 1000, 103 / 1000])
+    assert np.allclose(o["waiting"][:3, 4], [0.0, 7 / 300, 9 / 300])
+    assert o["expert"][0, 2] == np.float32(min(1e3, 4 / 3))
