@@ -215,15 +215,16 @@ class CappedModelRouter(Router):
     larger model is best at low rates, the smallest under overload); a batch cap follows it without
     estimating the rate, as a larger batch is what makes the larger model's requests miss their deadlines.
     ``order`` defaults to the instances' distinct models in instance order; a model not in ``caps`` is
-    uncapped."""
+    uncapped. Without ``models`` every instance is a replica of one model (as ``static_model`` without one): the
+    least-loaded instance."""
 
     name = "capped_model"
 
     def __init__(self, seed: int = 0, models: Any = None, order: Any = None, caps: Any = None, **kw: Any) -> None:
         super().__init__(seed, **kw)
-        self.models = _models(models, self.name)
-        self.order = _models(order, self.name + " order", required=False) or list(dict.fromkeys(self.models))
-        unknown = [m for m in self.order if m not in self.models]
+        self.models = _models(models, self.name, required=order is not None or bool(caps))
+        self.order = _models(order, self.name + " order", required=False) or list(dict.fromkeys(self.models or []))
+        unknown = [m for m in self.order if m not in (self.models or [])]
         if unknown:
             raise ConfigError(f"policy.kwargs.order: {unknown} are not among the instances' models {self.models}")
         if caps is None:
@@ -242,6 +243,8 @@ class CappedModelRouter(Router):
         _check_size(view, self.models, self.name)
         cands = view.candidates(req)
         q = view.queue_lengths()
+        if self.models is None:
+            return min(cands, key=lambda i: (q[i], i))
         last = len(self.order) - 1
         for k, model in enumerate(self.order):
             replicas = [i for i in cands if self.models[i] == model]

@@ -149,3 +149,7 @@ def test_capped_model_takes_the_preferred_size_until_its_least_loaded_replica_is
         make_router("capped_model", models=models, caps={"opt-6.7b": 1})
     with pytest.raises(ConfigError, match=r"caps.opt-1.3b: expected a batch size >= 0"):
         make_router("capped_model", models=models, caps={"opt-1.3b": -1})
+    with pytest.raises(ConfigError, match="capped_model needs the model name of every instance"):
+        make_router("capped_model", caps={"opt-1.3b": 2})
+    one_model = simulate(_cluster(2), requests(rows[:4]), "capped_model")  # no models: the least-loaded instance
+    assert [_by_id(one_model)[i]["instance"] for i in range(4)] == [0, 1, 0, 1]
