@@ -19,6 +19,7 @@ from llmsim.agents.export import export  # noqa: E402
 from llmsim.agents.nets import GuidedQNetwork, GuideSwitch, NumpyActor, masked_argmax  # noqa: E402
 from llmsim.envs.testbeds import make_from_config  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
+from tests.agents.helpers import episode_observations  # noqa: E402
 
 ENV = {"id": "best_effort", "num_requests": 80, "num_gpus": 2, "schedule": "bursty"}
 N_ACTIONS = 5  # opt-125m, opt-1.3b, opt-6.7b, wait, drop
@@ -33,19 +34,10 @@ def _one_thread(one_torch_thread):
 
 def observations(n: int = 80) -> tuple[np.ndarray, np.ndarray]:
     """Observations and masks of the small bursty best-effort env, with rates on both sides of the switch."""
-    env = make_from_config(ENV)
-    obs, info = env.reset(seed=0)
-    xs, ms = [], []
-    while len(xs) < n:
-        xs.append(obs)
-        ms.append(info["action_mask"])
-        obs, _, term, trunc, info = env.step(len(xs) % 3)
-        if term or trunc:
-            obs, info = env.reset(seed=len(xs))
-    x = np.array(xs, np.float32)
+    x, m = episode_observations(ENV, n)
     x[::2, RATE] = np.float32(0.75)  # every other row above the switch, whatever the bursts were
     x[1::2, RATE] = np.float32(0.25)
-    return x, np.array(ms)
+    return x, m
 
 
 def guided(x: np.ndarray, margin: float) -> GuidedQNetwork:

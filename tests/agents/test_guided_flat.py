@@ -21,6 +21,7 @@ from llmsim.agents.policy import HeuristicPolicy, run_episode  # noqa: E402
 from llmsim.agents.train import train  # noqa: E402
 from llmsim.envs.testbeds import make_from_config  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
+from tests.agents.helpers import episode_observations  # noqa: E402
 
 ENV = {"id": "best_effort", "num_requests": 80, "num_gpus": 2, "schedule": "stable", "rate": 6.0}
 GUIDE = 1  # opt-1.3b: the env's models are opt-125m, opt-1.3b, opt-6.7b
@@ -33,17 +34,8 @@ def _one_thread(one_torch_thread):
 
 
 def observations(n: int = 60) -> tuple[np.ndarray, np.ndarray]:
-    """Observations and masks of a round-robin-driven episode of the small best-effort env."""
-    env = make_from_config(ENV)
-    obs, info = env.reset(seed=0)
-    xs, ms = [], []
-    while len(xs) < n:
-        xs.append(obs)
-        ms.append(info["action_mask"])
-        obs, _, term, trunc, info = env.step(len(xs) % 3)
-        if term or trunc:
-            obs, info = env.reset(seed=len(xs))
-    return np.array(xs, np.float32), np.array(ms)
+    """Observations and masks of the small best-effort env, its model sizes taken in turn."""
+    return episode_observations(ENV, n)
 
 
 def test_fallback_takes_the_guide_unless_the_advantage_exceeds_the_margin():
