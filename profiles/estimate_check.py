@@ -38,9 +38,17 @@ from llmsim.profiles.providers.calibrated import (
     roofline_terms,
 )
 from llmsim.profiles.providers.fits import SEQ_GRID, TOKEN_GRID, Roofline, gemm_dense, sig
+from llmsim.profiles.providers.hf_layers import v0_records
 from llmsim.profiles.providers.lm_head import lm_gemm
 from llmsim.profiles.providers.memory import config_memory
-from llmsim.profiles.providers.operators import CLASSES, all_records, gemm_cost, measured_gpus, records_frame
+from llmsim.profiles.providers.operators import (
+    CLASSES,
+    OpRecord,
+    all_records,
+    gemm_cost,
+    measured_gpus,
+    records_frame,
+)
 from llmsim.profiles.providers.overhead import engine_overhead, vidur_cpu, vidur_overhead_part
 from llmsim.profiles.providers.raw import LSS_GPUS, LSS_MODEL, LSS_RUNS, Raw, lss_measured, lss_table_model
 from llmsim.profiles.targets import TARGETS, fits_gpu
@@ -338,10 +346,25 @@ def calibrated_parts(model: EfficiencyModel, m, g, tp: int, ctx: Context) -> tup
     return values, optional
 
 
+# GPUs whose LLMServingSim v0 (HF Transformers) tables join the calibration, and which of their operators: the
+# GEMMs only (cuBLAS, as in vLLM). Their HF norms, rotary, SiLU and SDPA attention are other kernels than vLLM's
+# (providers.hf_layers); added to the vLLM classes they made the held-out elementwise and prefill-attention errors
+# of every GPU worse. The v0 H100 is left out: AIConfigurator's H100 GEMMs cover the same shapes, from vLLM.
+V0_CALIBRATION = ("rtx3090", "rtx-a6000")
+V0_CLASSES = ("gemm",)
+
+
+@cache
+def calibration_records(raw_root: str) -> tuple[OpRecord, ...]:
+    """Every operator record the calibrated estimate learns from: the vLLM operator tables and the v0 GEMMs."""
+    v0 = [r for g in V0_CALIBRATION for r in v0_records(Path(raw_root), g) if r.cls in V0_CLASSES]
+    return all_records(raw_root) + tuple(v0)
+
+
 @cache
 def calibrated_model(raw_root: str, leave_out: tuple[str, ...] = ()) -> EfficiencyModel:
     """The calibrated estimate fitted on every GPU with operator tables but ``leave_out`` (once per process)."""
-    return calibrate(all_records(raw_root), leave_out)
+    return calibrate(calibration_records(raw_root), leave_out)
 
 
 def calibrated_doc(raw: Raw, model: str, gpu: str, tp: int = 1, leave_out: tuple[str, ...] = ()) -> dict:
@@ -419,7 +442,7 @@ def iteration_errors(frame, predicted: np.ndarray) -> dict[str, np.ndarray]:
 
 @cache
 def _operator_rows(raw_root: str) -> tuple[OperatorRow, ...]:
-    recs = all_records(raw_root)
+    recs = calibration_records(raw_root)
     rows = []
     for gpu in measured_gpus(recs):
         model = calibrated_model(raw_root, (gpu,))

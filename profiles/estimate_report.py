@@ -200,8 +200,11 @@ OPERATOR_INTRO = (
     "proportional to SMs x clock (GPU features from the vendors' whitepapers). The few constants per "
     "class are fitted across GPUs (docs/profiles.md explains each). Each GPU with vLLM operator tables is left out "
     "in turn: the constants come from the others only, and its measured operators are predicted. Operators: "
-    "LLMServingSim's tables (RTX 4090: Llama-3.1-8B; RTX PRO 6000: Llama-3.1-8B, Qwen3-32B, Qwen3-30B-A3B; TP 1) and "
-    "AIConfigurator's GEMM and attention tables (A100-80GB, H100, L40S, RTX PRO 6000). Iteration rows rebuild "
+    "LLMServingSim's tables (RTX 4090: Llama-3.1-8B; RTX PRO 6000: Llama-3.1-8B, Qwen3-32B, Qwen3-30B-A3B; TP 1), "
+    "AIConfigurator's GEMM and attention tables (A100-80GB, H100, L40S, RTX PRO 6000) and the GEMMs (q / k / v / o, "
+    "gate / up / down, lm_head at 1-2,048 tokens) of LLMServingSim's older v0 Llama-3.1-8B tables of RTX 3090 and "
+    "RTX A6000 (HF Transformers + PyTorch profiler; its norms, rotary, SiLU and attention are HF kernels, not vLLM's, "
+    "and are not used; profiles/providers/hf_layers.py). Iteration rows rebuild "
     "whole iterations (decode of 1-256 sequences at 1,024 tokens of context, prefill of 256-2,048 tokens) from the "
     "held-out GPU's operators (the MoE model's experts are not in them). Error = (estimated - measured) / measured.\n"
 )

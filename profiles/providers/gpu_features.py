@@ -49,6 +49,8 @@ _TABLE: dict[str, tuple[float, int, float]] = {
     "v100-16gb": (6, 80, 1.530),
     "v100-32gb": (6, 80, 1.530),
     "titan-rtx": (6, 72, 1.770),
+    # NVIDIA Ampere GA102 GPU Architecture whitepaper (v2.0), GA102 has 6,144 KB of L2; RTX A6000 datasheet / the
+    # whitepaper's appendix: 84 SMs, 1,800 MHz boost; GeForce RTX 3090: 82 SMs, 1,695 MHz boost.
     "rtx-a6000": (6, 84, 1.800),
     "rtx3090": (6, 82, 1.695),
     "rtx-pro-6000": (128, 188, 2.617),

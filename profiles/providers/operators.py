@@ -3,15 +3,17 @@ FLOPs, bytes, seconds), the input of the calibrated estimate (:mod:`llmsim.profi
 
 Operator classes: ``gemm`` (FLOPs ``2 m n k``, bytes ``(n k + m (n + k)) x 2``), ``elementwise`` (norms,
 activation, rotary, embedding: bytes read and written), ``attention_prefill`` (causal FLOPs of a chunk over
-itself and its cached context) and ``attention_decode`` (KV bytes read). Sources, all vLLM kernels in bf16:
+itself and its cached context) and ``attention_decode`` (KV bytes read). Sources (vLLM kernels in bf16 unless said):
 
 * LLMServingSim's profiler tables (vLLM 0.19, eager): RTX 4090 (Llama-3.1-8B), RTX PRO 6000 (Llama-3.1-8B,
   Qwen3-32B, Qwen3-30B-A3B), TP 1: dense.csv, attention.csv (pure prefill and pure decode rows),
   per_sequence.csv (lm_head, a GEMM).
 * AIConfigurator's collector (vLLM 0.14 / 0.24): GEMMs and context / generation attention of A100-80GB, H100,
   L40S and RTX PRO 6000.
+* LLMServingSim's older v0 tables (HF Transformers, PyTorch profiler): :mod:`.hf_layers` reads them into the same
+  records; the calibration takes their GEMMs (RTX 3090, RTX A6000; ``estimate_check.calibration_records``).
 
-Each record names its source; :data:`SOURCE_GPUS` says which GPU every source measured, so a leave-one-GPU-out
+Each record names its source and the GPU it was measured on, so a leave-one-GPU-out
 check can drop everything a GPU measured.
 """
 
