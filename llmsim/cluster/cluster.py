@@ -102,6 +102,7 @@ class Cluster:
         self.instance_configs = instances
         self.instances: list[Instance] = build_engines(instances, self.env, self.recorder,
                                                        lambda i: self.view.refresh_instance(i.idx))
+        self._sole = self.instances[0] if len(self.instances) == 1 else None  # it learns when arrivals come
         link_colocated(instances, self.instances, float(sim.colocation_interference))
         self.transfers = disaggregate(instances, self, str(sim.kv_link), str(sim.kv_transfer))
         self._summarise_limits()
@@ -236,6 +237,8 @@ class Cluster:
             r = next(self._source)  # type: ignore[arg-type]
         except StopIteration:
             self._arrivals_done = True
+            if self._sole is not None:
+                self._sole.next_arrival = _INF
             return
         # the per-request check: one expression on the hot path, the slow path only explains or converts
         if not (type(r) is Request and type(a := r.arrival) is float and self._last_arrival <= a <= MAX_SIM_TIME
@@ -246,6 +249,8 @@ class Cluster:
             a = r.arrival
         self._first_arrival = False
         self._last_arrival = a
+        if self._sole is not None:
+            self._sole.next_arrival = a  # its decode runs plan no further than this (Instance.next_arrival)
         self.env.call_at(a, ARRIVAL, self._on_arrival, r)
 
     def _on_arrival(self, r: Request) -> None:

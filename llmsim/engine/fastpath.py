@@ -15,6 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from math import log as _log
+from math import nextafter
 from operator import attrgetter, mul
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -205,20 +206,26 @@ class DecodeRun:
         # requests when the run is first applied (llmsim.engine.fastpath.last_token_runs)
         self.first_gaps: list[tuple[float, int]] = []
 
-    def plan(self, block_size: int) -> None:
-        """Extend the planned boundaries by up to ``planned`` iterations, doubling the next chunk."""
+    def plan(self, block_size: int, horizon: float = NEVER) -> None:
+        """Extend the planned boundaries by up to ``planned`` iterations, doubling the next chunk, and no further
+        than the first boundary at or after ``horizon`` (when the next arrival comes: it would stop the run there,
+        so boundaries planned past it would be thrown away, and the event would have to move earlier)."""
         bounds = self.bounds
-        i = len(bounds) + 1  # next iteration index (1-based)
+        first = len(bounds) + 1  # next iteration index (1-based)
         limit = min(self.k_final, len(bounds) + self.planned)
         res, step = self.res, self.step
         n = self.n
         factor = self.factor
         free = self.free
-        ctx = self.ctx1 + n * (i - 1)
+        ctx = self.ctx1 + n * (first - 1)
         last = bounds[-1]
-        stop_t = self.stop_t
-        while i <= limit:
-            if last > stop_t or (last == stop_t and self.stop_strict):
+        # planning ends at the first boundary that sees the stop: b >= stop_t (strict) or b > stop_t, which for
+        # floats is b >= the next float above stop_t; or at the first boundary at or after the horizon
+        cut = self.stop_t if self.stop_strict else nextafter(self.stop_t, NEVER)
+        if horizon < cut and (last < horizon or not self.end):
+            cut = horizon  # (a checkpoint past the horizon plans at least one more iteration)
+        for i in range(first, limit + 1):
+            if last >= cut:
                 break
             need = res[(1 - i) % block_size]
             if need > free:
@@ -231,10 +238,9 @@ class DecodeRun:
             nxt = last + dt
             if not last < nxt < NEVER:
                 raise bad_step(self.owner, last, dt, f"a decode batch of {n} request(s), context {ctx} tokens")
+            bounds.append(nxt)
             last = nxt
-            bounds.append(last)
             ctx += n
-            i += 1
         self.free = free
         self.planned *= 2
 

@@ -78,6 +78,7 @@ class Instance:
         self.batch: list[Request] = []  # the stepped iteration in progress
         self.iter_start = self.iter_end = 0.0  # that iteration's start and end (``step_time``)
         self.changes = 0  # events run + submissions: in between, only a decode run moves what observers see
+        self.next_arrival = NEVER  # when the next arrival comes, if every arrival comes here (set by the cluster)
         self.room_freed = 0  # preemptions and drops: tells the guard an engine that freed room from a stuck one
         self._gen = self._admitted = 0  # the pending engine event's generation (a superseded one is ignored); admits
         # components (llmsim.engine.components): always there, then the optional features
@@ -366,7 +367,7 @@ class Instance:
         run = self.decode_run
         if run is not None:
             if run.end < run.k_final and not run.stops_at(run.end):
-                run.plan(self.block_size)  # a planning checkpoint: extend the run if it can go on
+                run.plan(self.block_size, self.next_arrival)  # a planning checkpoint: extend the run if it can
                 if len(run.bounds) > run.end:
                     self._schedule_run_end(run)
                     return
@@ -486,11 +487,10 @@ class Instance:
 
     # ------------------------------------------------------------------ fast-path events
     def _start_run(self, run: DecodeRun) -> None:
-        self.decode_run = run
-        self.batch = []
+        self.decode_run, self.batch = run, []
         kv = self.kv  # the run's requests hold every GPU block in use (llmsim.engine.kv.settle), iteration 1's included
         run.full0 = kv.total - kv.free - kv.outside + kv.shared - run.n
-        run.plan(self.block_size)
+        run.plan(self.block_size, self.next_arrival)
         self._schedule_run_end(run)
 
     def _schedule_run_end(self, run: DecodeRun) -> None:
