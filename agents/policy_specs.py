@@ -20,6 +20,7 @@ from llmsim.agents.checkpoint_meta import read_meta
 from llmsim.agents.policy import HeuristicPolicy, Policy
 from llmsim.agents.suite_config import applicable_heuristics
 from llmsim.agents.zoo import checkpoint_dir
+from llmsim.envs.load_gate import LoadGate, parse_gate
 from llmsim.envs.paper_timing import QOS_EDGE_K
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
@@ -51,14 +52,17 @@ def normalise_spec(spec: PolicySpec) -> dict[str, Any] | Policy:
         if d.get("kind") in ("router", "checkpoint"):  # normalised already
             return d
         if "checkpoint" in d:
-            _only(d, ("checkpoint", "label", "mode"), "checkpoints")
+            _only(d, ("checkpoint", "label", "mode", "load_gate"), "checkpoints")
             if not isinstance(d["checkpoint"], str | Path) or not str(d["checkpoint"]):
                 raise ConfigError(f"checkpoints: expected a checkpoint directory, got {d['checkpoint']!r}")
             mode = d.get("mode", "greedy")
             if mode not in ("greedy", "sample"):
                 raise ConfigError(f"checkpoints: mode {mode!r}: expected greedy (argmax) or sample (SAC's policy)")
             path = str(checkpoint_dir(d["checkpoint"]))  # zoo:<name>: a shipped router's checkpoint (docs/zoo.md)
-            return {"kind": "checkpoint", "path": path, "label": d.get("label"), "mode": mode}
+            out = {"kind": "checkpoint", "path": path, "label": d.get("label"), "mode": mode}
+            if "load_gate" in d:  # instead of checkpoint.json's: a mapping (envs/load_gate.py), or none
+                out["load_gate"] = d["load_gate"]
+            return out
         _only(d, ("name", "kwargs", "label"), "baselines")
         name, kwargs = d.get("name"), d.get("kwargs") or {}
         if not isinstance(name, str) or not isinstance(kwargs, Mapping):
@@ -160,9 +164,19 @@ def build_policy(spec: dict[str, Any] | Policy, env: RoutingEnv, env_cfg: Mappin
         except ImportError as e:
             raise ConfigError(f"checkpoints: a learned router needs {e.name} (pip install 'llmsim[rl]'); "
                               "baselines alone run without it") from None
-        return CheckpointPolicy(path, spec.get("label"), spec.get("mode", "greedy"))
+        gate = checkpoint_gate(spec)
+        fallback = None if gate is None else HeuristicPolicy(
+            gate.router, label=gate.router, **router_kwargs(gate.router, gate.kwargs, env, env_cfg))
+        return CheckpointPolicy(path, spec.get("label"), spec.get("mode", "greedy"), gate, fallback)
     kw = router_kwargs(spec["name"], spec["kwargs"], env, env_cfg)
     return HeuristicPolicy(spec["name"], label=spec["label"], **kw)
+
+
+def checkpoint_gate(spec: dict[str, Any]) -> LoadGate | None:
+    """The load gate a checkpoint spec runs with: its own ``load_gate`` (``none``: without one), else
+    checkpoint.json's."""
+    raw = spec["load_gate"] if "load_gate" in spec else read_meta(Path(spec["path"])).get("load_gate")
+    return parse_gate(None if raw in (None, "none") else raw, f"checkpoints: {spec['path']}: load_gate")
 
 
 def describe(spec: dict[str, Any] | Policy, policy: Policy) -> dict[str, Any]:
@@ -170,8 +184,10 @@ def describe(spec: dict[str, Any] | Policy, policy: Policy) -> dict[str, Any]:
     if not isinstance(spec, dict):
         return {"label": policy.name, "kind": "object", "type": type(policy).__name__}
     if spec["kind"] == "checkpoint":
+        gate = getattr(policy, "gate", None)
         return {"label": policy.name, "kind": "checkpoint", "path": spec["path"],
-                "agent": getattr(policy, "meta", {}).get("agent"), "mode": spec.get("mode", "greedy")}
+                "agent": getattr(policy, "meta", {}).get("agent"), "mode": spec.get("mode", "greedy"),
+                **({"load_gate": gate.model_dump() | {"kwargs": _plain(policy.fallback.kwargs)}} if gate else {})}
     return {"label": policy.name, "kind": "router", "name": spec["name"], "kwargs": _plain(policy.kwargs)}
 
 
