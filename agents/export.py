@@ -32,7 +32,7 @@ from llmsim.agents.checkpoint import for_env, load_policy_net, policy_input
 from llmsim.agents.checkpoint_meta import check_compatible, read_meta
 from llmsim.agents.env_setup import LEARNED, make_env
 from llmsim.agents.nets import masked
-from llmsim.agents.policy_specs import router_kwargs
+from llmsim.agents.router_options import router_kwargs
 from llmsim.envs.exported import FORMAT, FORMAT_VERSION, MANIFEST, MASK_INPUT, OUTPUTS, ExportedPolicy, file_sha256
 from llmsim.envs.load_gate import parse_gate
 from llmsim.envs.observations import make_obs

@@ -1,9 +1,8 @@
 """What a policy given to evaluation is, and how it becomes a :class:`~llmsim.agents.policy.Policy` on an env.
 
 A policy spec is a router name (``"jsq"``), ``{name, kwargs, label}`` for a router, ``{checkpoint: DIR, label}``
-for a trained router, or a Policy object. Router options an env determines (KV capacity of the capacity routers,
-the instances' models of the model routers, the QoSEdge lookahead's step model) are filled in from the env when
-left null, as ``experiments.testbeds.calibrate`` passes them. ``baselines: auto`` is each testbed's short list (the
+for a trained router, or a Policy object. Router options an env determines are filled in from the env when left
+null (agents/router_options.py). ``baselines: auto`` is each testbed's short list (the
 papers' baselines); ``baselines: all`` is every registered heuristic that applies to it (conf/suite/<testbed>.yaml).
 """
 
@@ -18,10 +17,10 @@ import numpy as np
 
 from llmsim.agents.checkpoint_meta import read_meta
 from llmsim.agents.policy import HeuristicPolicy, Policy
+from llmsim.agents.router_options import router_kwargs
 from llmsim.agents.suite_config import applicable_heuristics
 from llmsim.agents.zoo import checkpoint_dir
 from llmsim.envs.load_gate import LoadGate, parse_gate
-from llmsim.envs.paper_timing import QOS_EDGE_K
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
 
@@ -35,9 +34,6 @@ AUTO_BASELINES: dict[str, list[Any]] = {
     "qos_edge": ["round_robin", "jsq", "quality_first", "qos_lookahead"],
     "routing": ["round_robin", "jsq", "least_work_left", "least_kv"],
 }
-CAPACITY_ROUTERS = ("earliest_available", "max_capacity")
-MODEL_ROUTERS = ("static_model", "capped_model", "quality_first", "qos_lookahead")
-QOS_LIMIT = 0.03  # the QoSEdge factory's default latency limit (s per output token)
 
 PolicySpec = str | Mapping[str, Any] | Policy
 
@@ -112,43 +108,6 @@ def checkpoint_specs(checkpoints: Any) -> list[dict[str, Any]]:
             c = {"checkpoint": path, "label": str(label)}
         out.append(normalise_spec(c if isinstance(c, Mapping) else {"checkpoint": c}))
     return out  # type: ignore[return-value]
-
-
-def router_kwargs(name: str, kwargs: Mapping[str, Any], env: RoutingEnv, env_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with the options this env determines filled in where they are absent or null."""
-    kw = dict(kwargs)
-
-    def fill(key: str, value: Any) -> None:
-        if kw.get(key) is None:
-            kw[key] = value
-
-    if name in CAPACITY_ROUTERS:
-        fill("kv_tokens", [kv_tokens(c) for c in env.instance_configs])
-        fill("max_num_seqs", int(env.instance_configs[0].engine.max_num_seqs))
-    if name == "max_capacity" and env.decision == "tick":
-        # The env routes at most one request per tick, so the paper's 1 s rounds would leave most requests to the
-        # env's max-wait fallback (-115 % vs RR); a round per tick keeps the rule without starving it.
-        fill("interval", float(env.tick))
-    if name in MODEL_ROUTERS:
-        fill("models", list(env.instance_models))
-    if name == "quality_first":
-        fill("max_waiting", env.max_waiting)
-    if name == "qos_lookahead":
-        models = kw["models"]
-        if all(m in QOS_EDGE_K for m in models):
-            fill("k1", {m: QOS_EDGE_K[m][0] for m in models})
-            fill("k2", {m: QOS_EDGE_K[m][1] for m in models})
-        fill("base", {m: float(getattr(c.profile, "base", 0.0)) for m, c in zip(models, env.instance_configs)})
-        fill("latency_limit", float(env_cfg.get("latency_limit") or QOS_LIMIT))
-    return kw
-
-
-def kv_tokens(inst: Any) -> int:
-    """KV-cache capacity of an instance in tokens (whole blocks), as experiments.testbeds.calibrate gives the
-    capacity routers."""
-    prof = inst.build_profile()
-    bs = inst.engine.block_size
-    return prof.kv_capacity_tokens(inst.engine.gpu_memory_utilization) // bs * bs
 
 
 def build_policy(spec: dict[str, Any] | Policy, env: RoutingEnv, env_cfg: Mapping[str, Any]) -> Policy:

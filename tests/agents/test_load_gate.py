@@ -48,8 +48,8 @@ def results(policies: list, seed: int = 1000) -> dict[str, dict]:
 def test_always_light_is_the_heuristic_and_none_is_the_network(gated_checkpoint: Path) -> None:
     out = results([{"checkpoint": str(gated_checkpoint), "label": "gated"},
                    {"checkpoint": str(gated_checkpoint), "label": "ungated", "load_gate": "none"},
-                   {"checkpoint": "zoo:qos_edge", "label": "network"}, "qos_lookahead"])
-    assert out["gated"] == {**out["qos_lookahead"]}
+                   {"checkpoint": "zoo:qos_edge", "label": "network", "load_gate": "none"}, "qos_lookahead"])
+    assert out["gated"] == out["qos_lookahead"]
     assert out["ungated"] == out["network"]
     assert out["network"]["return"] != out["qos_lookahead"]["return"]  # else the first two prove nothing
 
@@ -57,7 +57,8 @@ def test_always_light_is_the_heuristic_and_none_is_the_network(gated_checkpoint:
 def test_a_gate_in_between_mixes_the_two() -> None:
     out = results([{"checkpoint": "zoo:qos_edge", "label": "mixed",
                     "load_gate": {"router": "qos_lookahead", "below": 1.5}},
-                   {"checkpoint": "zoo:qos_edge", "label": "network"}, "qos_lookahead"], seed=1001)
+                   {"checkpoint": "zoo:qos_edge", "label": "network", "load_gate": "none"}, "qos_lookahead"],
+                  seed=1001)
     assert out["mixed"]["return"] not in (out["network"]["return"], out["qos_lookahead"]["return"])
 
 
