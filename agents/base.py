@@ -23,6 +23,7 @@ import torch
 from pydantic import AfterValidator, Field
 
 from llmsim.agents.buffer import Batch
+from llmsim.envs.load_gate import LoadGate
 from llmsim.errors import ConfigError
 from llmsim.registry import Registry
 from llmsim.schema import Float, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt, Schema, show
@@ -62,6 +63,9 @@ class OffPolicyConfig(Schema):
     # step: a transition's reward is what happened during its step (outcomes of any request); request: a request's
     # own outcome (its utility, its drop) is credited to the transition that placed it (agents/loop.py)
     reward_credit: Literal["step", "request"] = "step"
+    # decision time, not training: below this load a heuristic decides (envs/load_gate.py); written to
+    # checkpoint.json and followed by every user of the checkpoint and its export; validation runs without it
+    load_gate: LoadGate | None = None
 
 
 @dataclass

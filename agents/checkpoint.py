@@ -34,6 +34,7 @@ from llmsim.agents.nets import (
     masked_argmax,
 )
 from llmsim.agents.sac_nets import SACActor, build_actor
+from llmsim.envs.load_gate import LoadGate
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
 
@@ -213,18 +214,32 @@ def for_env(net: torch.nn.Module, env: Any) -> torch.nn.Module:
 
 class CheckpointPolicy(QPolicy):
     """The greedy router of a checkpoint directory; refuses an env with another layout at ``reset``. A slot
-    policy (one network for any number of instances) acts on each env through its slots."""
+    policy (one network for any number of instances) acts on each env through its slots. With a ``gate``
+    (envs/load_gate.py), ``fallback`` (its heuristic, built for the env) decides at light load."""
 
-    def __init__(self, path: str | Path, label: str | None = None, mode: str = "greedy") -> None:
+    def __init__(self, path: str | Path, label: str | None = None, mode: str = "greedy",
+                 gate: LoadGate | None = None, fallback: Any = None) -> None:
         self.path = Path(path)
         self.meta = read_meta(self.path)
         super().__init__(load_policy_net(self.path, self.meta),
                          label or str(self.meta.get("label") or self.meta.get("agent", "ddqn")), mode)
+        if (gate is None) != (fallback is None):
+            raise ConfigError(f"{self.path}: a load gate needs its fallback heuristic (and only a gate has one)")
+        self.gate, self.fallback = gate, fallback
+        self.meter = None if gate is None else gate.meter()
         self._checked: int | None = None
 
     def reset(self, env: RoutingEnv, seed: int) -> None:
         super().reset(env, seed)
+        if self.gate is not None:
+            self.fallback.reset(env, seed)
+            self.meter = self.gate.meter()
         if self._checked != id(env):
             check_compatible(self.meta, env, str(self.path))
             self.net = for_env(self.net, env)
             self._checked = id(env)
+
+    def act(self, obs: Any, mask: np.ndarray, env: RoutingEnv | None = None) -> int:
+        if self.meter is not None and env is not None and self.meter.light(env.cluster.view.state()):
+            return self.fallback.act(obs, mask, env)
+        return super().act(obs, mask, env)

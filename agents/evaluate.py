@@ -36,8 +36,8 @@ from llmsim.agents.policy_specs import (
     checkpoint_specs,
     normalise_spec,
     policy_env_cfg,
-    router_kwargs,
 )
+from llmsim.agents.router_options import router_kwargs
 from llmsim.agents.seeds import seed_splits
 from llmsim.agents.suite import run_suite
 from llmsim.agents.suite_config import SuiteChoice

@@ -32,7 +32,9 @@ from llmsim.agents.checkpoint import for_env, load_policy_net, policy_input
 from llmsim.agents.checkpoint_meta import check_compatible, read_meta
 from llmsim.agents.env_setup import LEARNED, make_env
 from llmsim.agents.nets import masked
+from llmsim.agents.router_options import router_kwargs
 from llmsim.envs.exported import FORMAT, FORMAT_VERSION, MANIFEST, MASK_INPUT, OUTPUTS, ExportedPolicy, file_sha256
+from llmsim.envs.load_gate import parse_gate
 from llmsim.envs.observations import make_obs
 from llmsim.envs.policy_router import builder_spec, predictor_spec
 from llmsim.envs.routing_env import RoutingEnv
@@ -298,7 +300,17 @@ def build_manifest(ckpt: Path, meta: dict[str, Any], env: RoutingEnv, env_cfg: d
         "context": env_context(env, env_cfg), "env_config": env_cfg, "versions": versions(),
         "config_sha256": digest, "config_source": src, "checkpoint": str(ckpt.resolve()),
         "training": training_summary(meta),
+        **export_gate(ckpt, meta, env, env_cfg),
     }
+
+
+def export_gate(ckpt: Path, meta: dict[str, Any], env: RoutingEnv, env_cfg: dict[str, Any]) -> dict[str, Any]:
+    """checkpoint.json's ``load_gate`` with its heuristic's options filled in from the env (the live router has no
+    env to read them from), or nothing."""
+    gate = parse_gate(meta.get("load_gate"), f"{ckpt / 'checkpoint.json'}: load_gate")
+    if gate is None:
+        return {}
+    return {"load_gate": {**gate.model_dump(), "kwargs": router_kwargs(gate.router, gate.kwargs, env, env_cfg)}}
 
 
 def export(checkpoint: str | Path, fmt: str = "onnx", out: str | Path | None = None, opset: int = 17,

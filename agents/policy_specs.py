@@ -1,9 +1,8 @@
 """What a policy given to evaluation is, and how it becomes a :class:`~llmsim.agents.policy.Policy` on an env.
 
 A policy spec is a router name (``"jsq"``), ``{name, kwargs, label}`` for a router, ``{checkpoint: DIR, label}``
-for a trained router, or a Policy object. Router options an env determines (KV capacity of the capacity routers,
-the instances' models of the model routers, the QoSEdge lookahead's step model) are filled in from the env when
-left null, as ``experiments.testbeds.calibrate`` passes them. ``baselines: auto`` is each testbed's short list (the
+for a trained router, or a Policy object. Router options an env determines are filled in from the env when left
+null (agents/router_options.py). ``baselines: auto`` is each testbed's short list (the
 papers' baselines); ``baselines: all`` is every registered heuristic that applies to it (conf/suite/<testbed>.yaml).
 """
 
@@ -18,9 +17,10 @@ import numpy as np
 
 from llmsim.agents.checkpoint_meta import read_meta
 from llmsim.agents.policy import HeuristicPolicy, Policy
+from llmsim.agents.router_options import router_kwargs
 from llmsim.agents.suite_config import applicable_heuristics
 from llmsim.agents.zoo import checkpoint_dir
-from llmsim.envs.paper_timing import QOS_EDGE_K
+from llmsim.envs.load_gate import LoadGate, parse_gate
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
 
@@ -34,9 +34,6 @@ AUTO_BASELINES: dict[str, list[Any]] = {
     "qos_edge": ["round_robin", "jsq", "quality_first", "qos_lookahead"],
     "routing": ["round_robin", "jsq", "least_work_left", "least_kv"],
 }
-CAPACITY_ROUTERS = ("earliest_available", "max_capacity")
-MODEL_ROUTERS = ("static_model", "capped_model", "quality_first", "qos_lookahead")
-QOS_LIMIT = 0.03  # the QoSEdge factory's default latency limit (s per output token)
 
 PolicySpec = str | Mapping[str, Any] | Policy
 
@@ -51,14 +48,17 @@ def normalise_spec(spec: PolicySpec) -> dict[str, Any] | Policy:
         if d.get("kind") in ("router", "checkpoint"):  # normalised already
             return d
         if "checkpoint" in d:
-            _only(d, ("checkpoint", "label", "mode"), "checkpoints")
+            _only(d, ("checkpoint", "label", "mode", "load_gate"), "checkpoints")
             if not isinstance(d["checkpoint"], str | Path) or not str(d["checkpoint"]):
                 raise ConfigError(f"checkpoints: expected a checkpoint directory, got {d['checkpoint']!r}")
             mode = d.get("mode", "greedy")
             if mode not in ("greedy", "sample"):
                 raise ConfigError(f"checkpoints: mode {mode!r}: expected greedy (argmax) or sample (SAC's policy)")
             path = str(checkpoint_dir(d["checkpoint"]))  # zoo:<name>: a shipped router's checkpoint (docs/zoo.md)
-            return {"kind": "checkpoint", "path": path, "label": d.get("label"), "mode": mode}
+            out = {"kind": "checkpoint", "path": path, "label": d.get("label"), "mode": mode}
+            if "load_gate" in d:  # instead of checkpoint.json's: a mapping (envs/load_gate.py), or none
+                out["load_gate"] = d["load_gate"]
+            return out
         _only(d, ("name", "kwargs", "label"), "baselines")
         name, kwargs = d.get("name"), d.get("kwargs") or {}
         if not isinstance(name, str) or not isinstance(kwargs, Mapping):
@@ -110,43 +110,6 @@ def checkpoint_specs(checkpoints: Any) -> list[dict[str, Any]]:
     return out  # type: ignore[return-value]
 
 
-def router_kwargs(name: str, kwargs: Mapping[str, Any], env: RoutingEnv, env_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with the options this env determines filled in where they are absent or null."""
-    kw = dict(kwargs)
-
-    def fill(key: str, value: Any) -> None:
-        if kw.get(key) is None:
-            kw[key] = value
-
-    if name in CAPACITY_ROUTERS:
-        fill("kv_tokens", [kv_tokens(c) for c in env.instance_configs])
-        fill("max_num_seqs", int(env.instance_configs[0].engine.max_num_seqs))
-    if name == "max_capacity" and env.decision == "tick":
-        # The env routes at most one request per tick, so the paper's 1 s rounds would leave most requests to the
-        # env's max-wait fallback (-115 % vs RR); a round per tick keeps the rule without starving it.
-        fill("interval", float(env.tick))
-    if name in MODEL_ROUTERS:
-        fill("models", list(env.instance_models))
-    if name == "quality_first":
-        fill("max_waiting", env.max_waiting)
-    if name == "qos_lookahead":
-        models = kw["models"]
-        if all(m in QOS_EDGE_K for m in models):
-            fill("k1", {m: QOS_EDGE_K[m][0] for m in models})
-            fill("k2", {m: QOS_EDGE_K[m][1] for m in models})
-        fill("base", {m: float(getattr(c.profile, "base", 0.0)) for m, c in zip(models, env.instance_configs)})
-        fill("latency_limit", float(env_cfg.get("latency_limit") or QOS_LIMIT))
-    return kw
-
-
-def kv_tokens(inst: Any) -> int:
-    """KV-cache capacity of an instance in tokens (whole blocks), as experiments.testbeds.calibrate gives the
-    capacity routers."""
-    prof = inst.build_profile()
-    bs = inst.engine.block_size
-    return prof.kv_capacity_tokens(inst.engine.gpu_memory_utilization) // bs * bs
-
-
 def build_policy(spec: dict[str, Any] | Policy, env: RoutingEnv, env_cfg: Mapping[str, Any]) -> Policy:
     """The Policy of a normalised spec on ``env`` (a Policy object is copied: episodes share no state)."""
     if not isinstance(spec, dict):
@@ -160,9 +123,19 @@ def build_policy(spec: dict[str, Any] | Policy, env: RoutingEnv, env_cfg: Mappin
         except ImportError as e:
             raise ConfigError(f"checkpoints: a learned router needs {e.name} (pip install 'llmsim[rl]'); "
                               "baselines alone run without it") from None
-        return CheckpointPolicy(path, spec.get("label"), spec.get("mode", "greedy"))
+        gate = checkpoint_gate(spec)
+        fallback = None if gate is None else HeuristicPolicy(
+            gate.router, label=gate.router, **router_kwargs(gate.router, gate.kwargs, env, env_cfg))
+        return CheckpointPolicy(path, spec.get("label"), spec.get("mode", "greedy"), gate, fallback)
     kw = router_kwargs(spec["name"], spec["kwargs"], env, env_cfg)
     return HeuristicPolicy(spec["name"], label=spec["label"], **kw)
+
+
+def checkpoint_gate(spec: dict[str, Any]) -> LoadGate | None:
+    """The load gate a checkpoint spec runs with: its own ``load_gate`` (``none``: without one), else
+    checkpoint.json's."""
+    raw = spec["load_gate"] if "load_gate" in spec else read_meta(Path(spec["path"])).get("load_gate")
+    return parse_gate(None if raw in (None, "none") else raw, f"checkpoints: {spec['path']}: load_gate")
 
 
 def describe(spec: dict[str, Any] | Policy, policy: Policy) -> dict[str, Any]:
@@ -170,8 +143,10 @@ def describe(spec: dict[str, Any] | Policy, policy: Policy) -> dict[str, Any]:
     if not isinstance(spec, dict):
         return {"label": policy.name, "kind": "object", "type": type(policy).__name__}
     if spec["kind"] == "checkpoint":
+        gate = getattr(policy, "gate", None)
         return {"label": policy.name, "kind": "checkpoint", "path": spec["path"],
-                "agent": getattr(policy, "meta", {}).get("agent"), "mode": spec.get("mode", "greedy")}
+                "agent": getattr(policy, "meta", {}).get("agent"), "mode": spec.get("mode", "greedy"),
+                **({"load_gate": gate.model_dump() | {"kwargs": _plain(policy.fallback.kwargs)}} if gate else {})}
     return {"label": policy.name, "kind": "router", "name": spec["name"], "kwargs": _plain(policy.kwargs)}
 
 

@@ -233,7 +233,8 @@ class TrainingRun:
                 "episodes": st.episode, "updates": self.agent.updates, "best_score": st.best_score,
                 "eval_metric": self.tr.eval_metric, "evaluations": self.history, "seed": self.cfg.seed,
                 "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                             "numpy": np.__version__}}
+                             "numpy": np.__version__},
+                **({"load_gate": a.load_gate.model_dump()} if a.load_gate is not None else {})}
 
     def checkpoint(self, name: str) -> None:
         trainer_state = {"agent": self.agent.state_dict(), "loop": vars(self.state), "history": self.history}

@@ -26,12 +26,13 @@ import numpy as np
 
 from llmsim.envs.actions import ActionSpec, action_mask, decode_action
 from llmsim.envs.exported import ExportedPolicy, read_manifest, resolve_zoo
+from llmsim.envs.load_gate import parse_gate
 from llmsim.envs.observations import ObsBuilder, make_obs
 from llmsim.envs.predictors.base import NoisyOraclePredictor, OraclePredictor, Predictor, ZeroPredictor, make_predictor
 from llmsim.errors import ConfigError
 from llmsim.perf.models import MODELS
 from llmsim.request import Request
-from llmsim.routing.base import WAIT, Router, register_router
+from llmsim.routing.base import WAIT, Router, make_router, register_router
 from llmsim.state.cluster_state import LAYOUT_VERSION, ClusterState
 
 # constructor option -> the attribute a builder keeps it in, where the names differ (checked at export)
@@ -187,6 +188,9 @@ class ExportedRouter(Router):
         self.ctx.predictor.reset(seed)
         self.seen: set[int] = set()
         self.checked: tuple[str, ...] | None = None
+        self.gate = parse_gate(m.get("load_gate"), f"{self.path / 'manifest.json'}: load_gate")
+        self.fallback = None if self.gate is None else make_router(self.gate.router, seed=seed, **self.gate.kwargs)
+        self.meter = None if self.gate is None else self.gate.meter()
         if models is not None:
             self.check_backends(list(models))
 
@@ -197,6 +201,9 @@ class ExportedRouter(Router):
         self.ctx.reset()
         self.builder.reset(self.ctx)
         self.seen.clear()
+        if self.gate is not None:
+            self.fallback.reset(seed)
+            self.meter = self.gate.meter()
 
     def check_backends(self, models: list[str]) -> None:
         """Refuse backends whose count or models (in order) differ from the cluster the policy was trained on."""
@@ -220,9 +227,12 @@ class ExportedRouter(Router):
             self.seen.add(req.id)
             self.builder.on_arrival(ctx, req)
         obs = self.builder.build(ctx, state, req)
-        mask = action_mask(self.spec, req.prompt_tokens, state.instances)
-        a = self.policy.sample(obs, mask, self.rng) if self.mode == "sample" else self.policy.act(obs, mask)
-        d = decode_action(a, self.spec, req.prompt_tokens, lambda: state.instances)
+        if self.meter is not None and self.meter.light(state):  # light load: the export's heuristic decides
+            d = self.fallback.route(req, view)
+        else:
+            mask = action_mask(self.spec, req.prompt_tokens, state.instances)
+            a = self.policy.sample(obs, mask, self.rng) if self.mode == "sample" else self.policy.act(obs, mask)
+            d = decode_action(a, self.spec, req.prompt_tokens, lambda: state.instances)
         if d >= 0:
             ctx.record_routed(req, d, state)
         if d != WAIT:  # decided for good: forget it (a held request is offered again, its arrival told once)

@@ -1,0 +1,121 @@
+"""A learned router's light-load fallback (envs/load_gate.py): below ``below`` requests in flight per instance a
+heuristic decides. Pinned here: a gate that is always light is exactly its heuristic, ``load_gate: none`` is exactly
+the network, a gate in between mixes the two, checkpoint.json's gate is followed by evaluation and carried into the
+export (heuristic options filled in for the live router), and a bad gate is one line naming where it is."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from llmsim.agents import zoo  # noqa: E402
+from llmsim.agents.episodes import evaluate  # noqa: E402
+from llmsim.agents.policy_specs import normalise_spec  # noqa: E402
+from llmsim.envs.load_gate import LoadGate, in_flight_per_instance  # noqa: E402
+from llmsim.envs.testbeds import make_from_config  # noqa: E402
+from llmsim.errors import ConfigError  # noqa: E402
+
+ENV = {"id": "qos_edge", "num_requests": 60, "rate": 5.0, "max_experts": 10}
+ALWAYS = {"router": "qos_lookahead", "below": 1e9}  # every decision is the heuristic's
+KEYS = ("return", "avg_qos", "mean_e2el_ms", "dropped", "workload_digest")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
+    """Every test here on one torch thread (tests/conftest.py)."""
+
+
+@pytest.fixture
+def gated_checkpoint(tmp_path: Path) -> Path:
+    """The shipped QoSEdge router's checkpoint with an always-light gate in its checkpoint.json."""
+    d = tmp_path / "ckpt"
+    shutil.copytree(zoo.checkpoint_dir("zoo:qos_edge"), d)
+    meta = json.loads((d / "checkpoint.json").read_text())
+    (d / "checkpoint.json").write_text(json.dumps({**meta, "load_gate": ALWAYS}))
+    return d
+
+
+def results(policies: list, seed: int = 1000) -> dict[str, dict]:
+    return {r["policy"]: {k: r[k] for k in KEYS} for r in evaluate(ENV, policies, seeds=[seed])}
+
+
+def test_always_light_is_the_heuristic_and_none_is_the_network(gated_checkpoint: Path) -> None:
+    out = results([{"checkpoint": str(gated_checkpoint), "label": "gated"},
+                   {"checkpoint": str(gated_checkpoint), "label": "ungated", "load_gate": "none"},
+                   {"checkpoint": "zoo:qos_edge", "label": "network", "load_gate": "none"}, "qos_lookahead"])
+    assert out["gated"] == out["qos_lookahead"]
+    assert out["ungated"] == out["network"]
+    assert out["network"]["return"] != out["qos_lookahead"]["return"]  # else the first two prove nothing
+
+
+def test_a_gate_in_between_mixes_the_two() -> None:
+    out = results([{"checkpoint": "zoo:qos_edge", "label": "mixed",
+                    "load_gate": {"router": "qos_lookahead", "below": 1.5}},
+                   {"checkpoint": "zoo:qos_edge", "label": "network", "load_gate": "none"}, "qos_lookahead"],
+                  seed=1001)
+    assert out["mixed"]["return"] not in (out["network"]["return"], out["qos_lookahead"]["return"])
+
+
+def test_in_flight_counts_running_waiting_swapped_and_the_central_queue() -> None:
+    env = make_from_config(ENV)
+    env.reset(seed=1000)
+    state = env.cluster.view.state()
+    insts = tuple(i._replace(num_running=4, num_waiting=2, num_swapped=1) for i in state.instances)
+    busy = state._replace(instances=insts, central_queue=6)
+    assert in_flight_per_instance(busy) == 7 + 6 / len(insts)
+    assert len(insts) == 6  # 8 in flight per instance
+    assert LoadGate(router="jsq", below=8.5).meter().light(busy)
+    assert not LoadGate(router="jsq", below=8.0).meter().light(busy)
+
+
+def test_the_smoothed_load_follows_a_step_as_an_exponential_average() -> None:
+    env = make_from_config(ENV)
+    env.reset(seed=1000)
+    idle = env.cluster.view.state()._replace(now=0.0, central_queue=0)
+    insts = tuple(i._replace(num_running=8) for i in idle.instances)
+    meter = LoadGate(router="jsq", below=4.0, smooth_s=10.0).meter()
+    assert meter.light(idle) and meter.level == 0.0
+    assert meter.light(idle._replace(now=2.0, instances=insts))  # 0.2 time constants into a load of 8: 1.45
+    assert meter.level == pytest.approx(8 * (1 - math.exp(-0.2)))
+    assert not meter.light(idle._replace(now=12.0, instances=insts))  # 1.2 of them: 5.59, not light
+    assert meter.level == pytest.approx(8 * (1 - math.exp(-1.2)))
+    assert LoadGate(router="jsq", below=4.0).meter().light(idle) is True  # unsmoothed: the load at the decision
+
+
+@pytest.mark.parametrize("gate, key", [({"router": "no_such", "below": 2}, "load_gate.router"),
+                                       ({"router": "jsq", "below": 0}, "load_gate.below"),
+                                       ({"router": "jsq"}, "load_gate.below"),
+                                       ({"router": "onnx", "below": 2}, "load_gate.router"),
+                                       ({"router": "jsq", "below": 2, "at": 3}, "load_gate")])
+def test_a_bad_gate_is_one_line_naming_the_key(gate: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        LoadGate.parse(gate)
+    assert str(e.value).startswith(key) and "\n" not in str(e.value)
+
+
+def test_a_bad_gate_in_a_checkpoint_names_the_checkpoint(gated_checkpoint: Path) -> None:
+    meta = json.loads((gated_checkpoint / "checkpoint.json").read_text())
+    (gated_checkpoint / "checkpoint.json").write_text(json.dumps({**meta, "load_gate": {"router": "x", "below": 1}}))
+    with pytest.raises(ConfigError, match=f"{gated_checkpoint}.*load_gate.router") as e:
+        evaluate(ENV, [normalise_spec({"checkpoint": str(gated_checkpoint)})], seeds=[1000])
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_the_export_carries_the_gate_with_its_options_for_the_live_router(gated_checkpoint: Path,
+                                                                          tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    from llmsim.agents.export import export
+
+    out = export(gated_checkpoint, out=tmp_path / "export", check_steps=16)
+    gate = json.loads((out / "manifest.json").read_text())["load_gate"]
+    assert gate["router"] == "qos_lookahead" and gate["below"] == 1e9
+    assert len(gate["kwargs"]["models"]) == 6 and set(gate["kwargs"]) >= {"k1", "k2", "base", "latency_limit"}
+    res = results([{"name": "onnx", "kwargs": {"path": str(out)}, "label": "live"}, "qos_lookahead"])
+    assert res["live"] == res["qos_lookahead"]  # the exported router's heuristic decides every request
