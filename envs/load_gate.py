@@ -51,20 +51,29 @@ class LoadGate(Schema):
 
 @dataclass
 class LoadMeter:
-    """The gate's load, smoothed over time: one per episode or live router."""
+    """The gate's load, smoothed over time: one per episode or live router. It is the time average of the load
+    since the first decision (each reading held until the next), exponentially weighted and normalised by the
+    weight so far, so a cluster that starts empty does not read as lightly loaded for the first ``smooth_s``
+    seconds of a heavy load."""
 
     below: float
     smooth_s: float
-    level: float | None = None
-    at: float = 0.0
+    level: float = 0.0
+    weight: float = 0.0  # of the loads seen so far, in seconds (smooth_s at most)
+    held: float = 0.0  # the load read at the last decision, held until this one
+    at: float | None = None
 
     def light(self, state: ClusterState) -> bool:
         """True where the heuristic decides."""
         x = in_flight_per_instance(state)
-        if self.level is None or self.smooth_s == 0.0:
+        if self.at is None or self.smooth_s == 0.0:
             self.level = x
         else:
-            self.level += (x - self.level) * -math.expm1(-max(0.0, state.now - self.at) / self.smooth_s)
+            decay = math.exp(-max(0.0, state.now - self.at) / self.smooth_s)
+            kept, w = self.weight * decay, self.smooth_s * (1.0 - decay)  # the past's weight, the interval's
+            self.level = (self.level * kept + self.held * w) / (kept + w) if kept + w > 0.0 else x
+            self.weight = kept + w
+        self.held = x
         self.at = state.now
         return self.level < self.below
 

@@ -74,17 +74,18 @@ def test_in_flight_counts_running_waiting_swapped_and_the_central_queue() -> Non
     assert not LoadGate(router="jsq", below=8.0).meter().light(busy)
 
 
-def test_the_smoothed_load_follows_a_step_as_an_exponential_average() -> None:
+def test_the_smoothed_load_is_the_weighted_time_average_since_the_first_decision() -> None:
     env = make_from_config(ENV)
     env.reset(seed=1000)
     idle = env.cluster.view.state()._replace(now=0.0, central_queue=0)
     insts = tuple(i._replace(num_running=8) for i in idle.instances)
     meter = LoadGate(router="jsq", below=4.0, smooth_s=10.0).meter()
     assert meter.light(idle) and meter.level == 0.0
-    assert meter.light(idle._replace(now=2.0, instances=insts))  # 0.2 time constants into a load of 8: 1.45
-    assert meter.level == pytest.approx(8 * (1 - math.exp(-0.2)))
-    assert not meter.light(idle._replace(now=12.0, instances=insts))  # 1.2 of them: 5.59, not light
-    assert meter.level == pytest.approx(8 * (1 - math.exp(-1.2)))
+    assert meter.light(idle._replace(now=2.0, instances=insts))  # 0 held for 2 s: the average is still 0
+    assert meter.level == 0.0
+    assert not meter.light(idle._replace(now=12.0, instances=insts))  # then 8 held for 10 s
+    w0, w1 = 10 * (1 - math.exp(-0.2)) * math.exp(-1), 10 * (1 - math.exp(-1))
+    assert meter.level == pytest.approx(8 * w1 / (w0 + w1))  # 7.2: not 8 x (1 - e^-1.2) = 5.6, no start at 0
     assert LoadGate(router="jsq", below=4.0).meter().light(idle) is True  # unsmoothed: the load at the decision
 
 
