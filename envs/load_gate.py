@@ -24,9 +24,9 @@ from llmsim.state.cluster_state import ClusterState
 class LoadGate(Schema):
     """``load_gate`` of a checkpoint (checkpoint.json), an evaluation's checkpoint spec or an export's manifest:
     ``router`` (a registered heuristic, with ``kwargs``) decides while fewer than ``below`` requests per instance
-    are in flight (running, waiting or swapped, plus the central queue), averaged over the last ``smooth_s``
-    seconds (an exponential average; 0: the load at the decision), so that a burst at light load does not hand
-    single decisions to the network; the learned router decides from ``below`` on."""
+    are in flight (running, waiting or swapped, plus the central queue), averaged over time with weights
+    ``exp(-age / smooth_s)`` (:class:`LoadMeter`; 0: the load at the decision), so that a burst at light load does
+    not hand single decisions to the network; the learned router decides from ``below`` on."""
 
     where = "load_gate"
 

@@ -166,7 +166,8 @@ class ExportedRouter(Router):
 
     ``mode``: greedy (argmax) or sample (categorical SAC only, seeded by ``seed``). ``models``: the backends'
     models in order, checked against the manifest at construction (otherwise at the first decision, from the
-    ClusterState's instances)."""
+    ClusterState's instances). A manifest with a ``load_gate`` (envs/load_gate.py) lets its heuristic decide at
+    light load."""
 
     name = "onnx"
 
