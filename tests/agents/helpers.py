@@ -1,11 +1,16 @@
-"""Shared builders of the agents' tests (tests/helpers.py: no test module imports another)."""
+"""Shared builders of the agents' tests (tests/helpers.py: no test module imports another). Imported only by
+modules that skip without torch."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from torch import nn
 
+from llmsim.agents.checkpoint import save_checkpoint
+from llmsim.agents.checkpoint_meta import action_layout, observation_layout
 from llmsim.envs.testbeds import make_from_config
 
 
@@ -22,3 +27,12 @@ def episode_observations(env_cfg: dict[str, Any], n: int) -> tuple[np.ndarray, n
         if term or trunc:
             obs, info = env.reset(seed=len(xs))
     return np.array(xs, np.float32), np.array(ms)
+
+
+def save_flat_checkpoint(path: Path, net: nn.Module, env_cfg: dict[str, Any], label: str) -> Path:
+    """``net`` saved as an untrained Double DQN checkpoint of ``env_cfg``'s layouts (what export and loading read)."""
+    env = make_from_config(env_cfg)
+    meta = {"agent": "ddqn", "label": label, "observation": observation_layout(env), "actions": action_layout(env),
+            "env": env_cfg, "steps": 0, "episodes": 0, "best_score": None, "eval_metric": "return", "evaluations": [],
+            "seed": 0}
+    return save_checkpoint(path, net, meta, config_yaml="{}\n")

@@ -12,14 +12,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llmsim.agents.checkpoint import load_q_net, save_checkpoint  # noqa: E402
-from llmsim.agents.checkpoint_meta import action_layout, observation_layout  # noqa: E402
+from llmsim.agents.checkpoint import load_q_net  # noqa: E402
 from llmsim.agents.ddqn import DDQNConfig, DoubleDQN  # noqa: E402
 from llmsim.agents.export import export  # noqa: E402
 from llmsim.agents.nets import GuidedQNetwork, GuideSwitch, NumpyActor, masked_argmax  # noqa: E402
-from llmsim.envs.testbeds import make_from_config  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
-from tests.agents.helpers import episode_observations  # noqa: E402
+from tests.agents.helpers import episode_observations, save_flat_checkpoint  # noqa: E402
 
 ENV = {"id": "best_effort", "num_requests": 80, "num_gpus": 2, "schedule": "bursty"}
 N_ACTIONS = 5  # opt-125m, opt-1.3b, opt-6.7b, wait, drop
@@ -64,11 +62,7 @@ def test_checkpoint_and_onnx_export_carry_the_switch(tmp_path: Path):
     pytest.importorskip("onnxruntime")
     x, m = observations(40)
     net = guided(x, 1e3)
-    env = make_from_config(ENV)
-    meta = {"agent": "ddqn", "label": "switch", "observation": observation_layout(env), "actions": action_layout(env),
-            "env": ENV, "steps": 0, "episodes": 0, "best_score": None, "eval_metric": "return", "evaluations": [],
-            "seed": 0}
-    ckpt = save_checkpoint(tmp_path / "ckpt", net, meta, config_yaml="{}\n")
+    ckpt = save_flat_checkpoint(tmp_path / "ckpt", net, ENV, "switch")
     loaded = load_q_net(ckpt)
     assert isinstance(loaded, GuidedQNetwork) and loaded.switch == SWITCH
     assert torch.equal(loaded(torch.as_tensor(x)).detach(), net(torch.as_tensor(x)).detach())

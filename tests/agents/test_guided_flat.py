@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llmsim.agents.checkpoint import CheckpointPolicy, load_q_net, save_checkpoint  # noqa: E402
+from llmsim.agents.checkpoint import CheckpointPolicy, load_q_net  # noqa: E402
 from llmsim.agents.ddqn import DDQNConfig, DoubleDQN  # noqa: E402
 from llmsim.agents.export import export  # noqa: E402
 from llmsim.agents.nets import GuidedQNetwork, NumpyActor, masked, masked_argmax  # noqa: E402
@@ -21,7 +21,7 @@ from llmsim.agents.policy import HeuristicPolicy, run_episode  # noqa: E402
 from llmsim.agents.train import train  # noqa: E402
 from llmsim.envs.testbeds import make_from_config  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
-from tests.agents.helpers import episode_observations  # noqa: E402
+from tests.agents.helpers import episode_observations, save_flat_checkpoint  # noqa: E402
 
 ENV = {"id": "best_effort", "num_requests": 80, "num_gpus": 2, "schedule": "stable", "rate": 6.0}
 GUIDE = 1  # opt-1.3b: the env's models are opt-125m, opt-1.3b, opt-6.7b
@@ -62,13 +62,7 @@ def test_checkpoint_and_onnx_export_carry_the_guide_and_its_margin(tmp_path: Pat
     torch.manual_seed(1)
     x, m = observations(40)
     net = GuidedQNetwork(x.shape[1], N_ACTIONS, [16, 16], guide_action=GUIDE, fallback_margin=0.05)
-    env = make_from_config(ENV)
-    from llmsim.agents.checkpoint_meta import action_layout, observation_layout
-
-    meta = {"agent": "ddqn", "label": "guided", "observation": observation_layout(env), "actions": action_layout(env),
-            "env": ENV, "steps": 0, "episodes": 0, "best_score": None, "eval_metric": "return", "evaluations": [],
-            "seed": 0}
-    ckpt = save_checkpoint(tmp_path / "ckpt", net, meta, config_yaml="{}\n")
+    ckpt = save_flat_checkpoint(tmp_path / "ckpt", net, ENV, "guided")
     loaded = load_q_net(ckpt)
     assert isinstance(loaded, GuidedQNetwork) and loaded.guide_action == GUIDE
     assert float(loaded.fallback_margin) == pytest.approx(0.05)
