@@ -195,6 +195,8 @@ def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> None:
         return
     total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, 2.0) for g in grads]), 2.0)
     coef = torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
+    if float(coef) == 1.0:
+        return  # within the bound: a product with 1.0 changes no gradient (it is exact), so skip six kernels
     for g in grads:
         g.mul_(coef)
 

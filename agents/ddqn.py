@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from llmsim.agents import guided
+from llmsim.agents.adam import adam_step
 from llmsim.agents.base import (
     ALGORITHMS,
     LayerWidths,
@@ -149,13 +150,14 @@ class DoubleDQN(OffPolicyAgent):
     # ----------------------------------------------------------------- acting
     def act(self, obs: np.ndarray, masks: np.ndarray, eps: float) -> np.ndarray:
         """Masked epsilon-greedy actions for a batch of observations (one per env)."""
-        n = len(obs)
-        explore = self.rng.random(n) < eps
-        actions = np.empty(n, np.int64)
-        if not explore.all():
-            actions[:] = self.greedy(np.asarray(obs, dtype=np.float32), masks)
-        for i in np.flatnonzero(explore):
-            actions[i] = random_valid(self.rng, masks[i], self.n_actions)
+        explore = (self.rng.random(len(obs)) < eps).tolist()  # Python bools: cheaper to test one env's
+        if all(explore):
+            actions = np.zeros(len(explore), np.int64)
+        else:
+            actions = np.asarray(self.greedy(np.asarray(obs, dtype=np.float32), masks), np.int64)
+        for i, e in enumerate(explore):
+            if e:
+                actions[i] = random_valid(self.rng, masks[i], self.n_actions)
         return actions
 
     def allowed(self, masks: np.ndarray, obs: np.ndarray) -> np.ndarray:
@@ -247,7 +249,7 @@ class DoubleDQN(OffPolicyAgent):
             p.grad = None
         loss.backward()
         clip_grad_norm(self.params, self.cfg.max_grad_norm)
-        self.opt.step()
+        adam_step(self.opt)  # opt.step()'s numbers without its per-call machinery
         self.updates += 1
         if self.cfg.polyak < 1.0:
             polyak_update(self.q.parameters(), self.q_target.parameters(), self.cfg.polyak)

@@ -65,7 +65,7 @@ def learn(agent: OffPolicyAgent, vec: VecEnv, rb: ReplayBuffer, total_steps: int
         actions, act_stats = agent.explore(obs, masks, state, total_steps)
         next_obs_raw, rewards, dones, infos = vec.step(actions)
         next_obs = flat(next_obs_raw)
-        next_masks = np.stack([info["action_mask"] for info in infos])
+        next_masks = stacked([info["action_mask"] for info in infos])
         truncated = np.array([info.get("TimeLimit.truncated", False) for info in infos])
         h = np.array([info["reward_components"].get("heuristic", 0.0) * h_scale for info in infos], np.float32)
         dt = np.array([info["dt"] for info in infos], np.float32)
@@ -101,6 +101,13 @@ def learn(agent: OffPolicyAgent, vec: VecEnv, rb: ReplayBuffer, total_steps: int
         if on_step is not None:
             on_step(state, stats)
     return state
+
+
+def stacked(arrays: list[np.ndarray]) -> np.ndarray:
+    """``np.stack(arrays)`` (a new array), a few microseconds cheaper for the usual single env."""
+    if len(arrays) == 1:
+        return arrays[0][None].copy()
+    return np.stack(arrays)
 
 
 def _single(flat: Flatten, obs: Any) -> np.ndarray:

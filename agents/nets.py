@@ -153,8 +153,8 @@ class NumpyActor:
         q = self.q_values(obs)
         if isinstance(self.net, GuidedQNetwork):
             q = q + self.net.action_bias(torch.from_numpy(obs)).numpy()
-        q = np.where(masks | ~masks.any(axis=1, keepdims=True), q, -np.inf)
-        return q.argmax(axis=1)
+        any_valid = np.logical_or.reduce(masks, axis=1, keepdims=True)  # masks.any without its Python wrapper
+        return np.where(masks | ~any_valid, q, -np.inf).argmax(axis=1)
 
 
 class SetQNetwork(nn.Module):
@@ -254,4 +254,6 @@ def without_hold(masks: np.ndarray, obs: np.ndarray) -> np.ndarray:
 
 def q_values(net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
     """The network's Q-values without any decision-time fallback (what learning uses)."""
+    if type(net) is QNetwork:
+        return net.forward(obs)  # without nn.Module.__call__'s dispatch (a plain QNetwork has no hooks of its own)
     return net.q_values(obs) if isinstance(net, (SetQNetwork, GuidedQNetwork)) else net(obs)

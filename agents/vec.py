@@ -34,4 +34,6 @@ class FreshInfoVecEnv(DummyVecEnv):
 
     def observations(self) -> VecEnvObs:
         """A copy of the observation buffer, as ``_obs_from_buf`` returns it, one array copy per key."""
+        if self.keys == [None]:  # a Box space: dict_to_obs returns the one array
+            return np.copy(self.buf_obs[None])
         return dict_to_obs(self.observation_space, OrderedDict((k, np.copy(v)) for k, v in self.buf_obs.items()))

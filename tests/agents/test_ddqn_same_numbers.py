@@ -115,8 +115,9 @@ def _plain_update(q: QNetwork, q_target: QNetwork, opt: torch.optim.Optimizer, b
     opt.step()
 
 
-def test_gradient_steps_give_the_plain_steps_weights_bit_for_bit() -> None:
-    cfg = DDQNConfig(hidden=[64, 64], batch_size=256, lr=1e-3, max_grad_norm=0.5)
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])  # clipped, and within the bound (the clip is skipped)
+def test_gradient_steps_give_the_plain_steps_weights_bit_for_bit(max_norm: float) -> None:
+    cfg = DDQNConfig(hidden=[64, 64], batch_size=256, lr=1e-3, max_grad_norm=max_norm)
     agent = DoubleDQN(27, 6, cfg, seed=0)
     q, q_target = copy.deepcopy(agent.q), copy.deepcopy(agent.q_target)
     opt = torch.optim.Adam(q.parameters(), lr=cfg.lr, foreach=False)
