@@ -69,7 +69,7 @@ def learn(agent: OffPolicyAgent, vec: VecEnv, rb: ReplayBuffer, total_steps: int
         truncated = np.array([info.get("TimeLimit.truncated", False) for info in infos])
         h = np.array([info["reward_components"].get("heuristic", 0.0) * h_scale for info in infos], np.float32)
         dt = np.array([info["dt"] for info in infos], np.float32)
-        ended = np.flatnonzero(dones)
+        ended = dones.nonzero()[0]  # (= np.flatnonzero for the 1-d dones, without its wrapper)
         real_next, new_masks = next_obs, next_masks  # the replay copies them; only an episode end changes them
         if len(ended):
             real_next, new_masks = next_obs.copy(), next_masks.copy()

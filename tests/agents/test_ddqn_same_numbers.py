@@ -16,6 +16,7 @@ import torch.nn.functional as F  # noqa: E402
 from llmsim.agents.base import clip_grad_norm  # noqa: E402
 from llmsim.agents.buffer import Batch, ReplayBuffer  # noqa: E402
 from llmsim.agents.ddqn import DDQNConfig, DoubleDQN  # noqa: E402
+from llmsim.agents.loop import stacked  # noqa: E402
 from llmsim.agents.nets import QNetwork, masked_argmax  # noqa: E402
 
 
@@ -135,3 +136,38 @@ def test_gradient_steps_give_the_plain_steps_weights_bit_for_bit(max_norm: float
     moved = [not torch.equal(a, b) for a, b in zip(agent.q.parameters(), agent.q_target.parameters())]
     assert all(moved)  # the steps changed every tensor ...
     assert all(torch.equal(a, b) for a, b in zip(agent.q.parameters(), q.parameters()))  # ... identically
+
+
+def _plain_act(agent: DoubleDQN, obs: np.ndarray, masks: np.ndarray, eps: float) -> np.ndarray:
+    """Masked epsilon-greedy as written before the fast path: the torch network's masked argmax, numpy draws."""
+    explore = agent.rng.random(len(obs)) < eps
+    with torch.no_grad():
+        actions = masked_argmax(agent.q(torch.as_tensor(obs)), torch.as_tensor(masks)).numpy().astype(np.int64)
+    for i in np.flatnonzero(explore):
+        valid = np.flatnonzero(masks[i])
+        actions[i] = valid[agent.rng.integers(len(valid))] if len(valid) else agent.rng.integers(agent.n_actions)
+    return actions
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+@pytest.mark.parametrize("eps", [0.0, 0.4, 1.0])
+def test_epsilon_greedy_actions_and_draws_are_the_definitions(n_envs: int, eps: float) -> None:
+    ours, ref = DoubleDQN(27, 6, DDQNConfig(), seed=5), DoubleDQN(27, 6, DDQNConfig(), seed=5)
+    r = np.random.default_rng(9)
+    for _ in range(60):
+        obs = r.random((n_envs, 27), dtype=np.float32)
+        masks = r.random((n_envs, 6)) < 0.5
+        masks[0] = masks[0] if r.random() < 0.8 else False  # now and then a row with no valid action
+        got, want = ours.act(obs, masks, eps), _plain_act(ref, obs, masks, eps)
+        assert got.dtype == np.int64 and np.array_equal(got, want)
+    assert ours.rng.bit_generator.state == ref.rng.bit_generator.state
+
+
+def test_stacked_is_a_fresh_np_stack() -> None:
+    one = np.array([True, False, True])
+    got = stacked([one])
+    assert np.array_equal(got, np.stack([one])) and got.shape == (1, 3)
+    one[0] = False
+    assert got[0, 0]  # a copy, not a view of the env's array
+    two = [np.arange(3), np.arange(3) + 1]
+    assert np.array_equal(stacked(two), np.stack(two))
