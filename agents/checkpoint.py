@@ -34,7 +34,7 @@ from llmsim.agents.nets import (
     masked_argmax,
 )
 from llmsim.agents.sac_nets import SACActor, build_actor
-from llmsim.envs.load_gate import LoadGate
+from llmsim.envs.load_gate import LoadGate, unsure
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
 
@@ -215,7 +215,8 @@ def for_env(net: torch.nn.Module, env: Any) -> torch.nn.Module:
 class CheckpointPolicy(QPolicy):
     """The greedy router of a checkpoint directory; refuses an env with another layout at ``reset``. A slot
     policy (one network for any number of instances) acts on each env through its slots. With a ``gate``
-    (envs/load_gate.py), ``fallback`` (its heuristic, built for the env) decides at light load."""
+    (envs/load_gate.py), ``fallback`` (its heuristic, built for the env) decides at light load, and above it
+    wherever the network is unsure (the gate's ``margin``; greedy mode)."""
 
     def __init__(self, path: str | Path, label: str | None = None, mode: str = "greedy",
                  gate: LoadGate | None = None, fallback: Any = None) -> None:
@@ -240,6 +241,19 @@ class CheckpointPolicy(QPolicy):
             self._checked = id(env)
 
     def act(self, obs: Any, mask: np.ndarray, env: RoutingEnv | None = None) -> int:
-        if self.meter is not None and env is not None and self.meter.light(env.cluster.view.state()):
+        if self.meter is None or env is None:
+            return super().act(obs, mask, env)
+        if self.meter.light(env.cluster.view.state()):
             return self.fallback.act(obs, mask, env)
+        margin = self.gate.margin_now(self.meter)
+        if margin > 0.0 and self.mode == "greedy":  # where the network is unsure, the heuristic's action
+            return self.unless_unsure(obs, mask, env, margin)
         return super().act(obs, mask, env)
+
+    @torch.no_grad()
+    def unless_unsure(self, obs: Any, mask: np.ndarray, env: RoutingEnv, margin: float) -> int:
+        """The greedy action, or the heuristic's where the network prefers its own by less than ``margin``
+        (envs/load_gate.py ``unsure``)."""
+        scores = masked(self.net(policy_input(self.net, obs).unsqueeze(0)), torch.as_tensor(mask).unsqueeze(0))[0]
+        mine, theirs = int(scores.argmax()), int(self.fallback.act(obs, mask, env))
+        return theirs if unsure(scores.numpy(), mine, theirs, margin) else mine

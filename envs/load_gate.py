@@ -11,6 +11,7 @@ and in front of real backends (an export's ``load_gate``). The threshold is chos
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,9 @@ class LoadGate(Schema):
     ``router`` (a registered heuristic, with ``kwargs``) decides while fewer than ``below`` requests per instance
     are in flight (running, waiting or swapped, plus the central queue), averaged over time with weights
     ``exp(-age / smooth_s)`` (:class:`LoadMeter`; 0: the load at the decision), so that a burst at light load does
-    not hand single decisions to the network; the learned router decides from ``below`` on."""
+    not hand single decisions to the network; the learned router decides from ``below`` on, except where it is
+    unsure (``margin`` > 0, :func:`unsure`; while the load is below ``margin_below``, if set): there the heuristic's
+    action is taken."""
 
     where = "load_gate"
 
@@ -34,6 +37,8 @@ class LoadGate(Schema):
     kwargs: dict[str, Any] = Field(default_factory=dict)
     below: PosFloat
     smooth_s: NonNegFloat = 0.0
+    margin: NonNegFloat = 0.0  # above ``below``: the heuristic's action unless the network prefers its own by this
+    margin_below: PosFloat | None = None  # the margin only while the smoothed load is below this (None: any load)
 
     @field_validator("router")
     @classmethod
@@ -43,6 +48,10 @@ class LoadGate(Schema):
         if v not in ROUTERS:
             raise ValueError(f"a registered router (one of {ROUTERS.names()})")
         return v
+
+    def margin_now(self, meter: LoadMeter) -> float:
+        """The margin at ``meter``'s last reading: 0 (the network decides) from ``margin_below`` on."""
+        return self.margin if self.margin_below is None or meter.level < self.margin_below else 0.0
 
     def meter(self) -> LoadMeter:
         """A fresh per-episode reading of this gate (one per router instance; reset with the episode)."""
@@ -81,6 +90,15 @@ class LoadMeter:
 def in_flight_per_instance(state: ClusterState) -> float:
     """Requests the cluster holds per instance: running, waiting and swapped ones, and the central queue's."""
     return (sum(state.queue_lengths()) + state.central_queue) / max(1, state.num_instances)
+
+
+def unsure(scores: Sequence[float], mine: int, theirs: int, margin: float) -> bool:
+    """True where the heuristic's action ``theirs`` scores within ``margin`` of the network's greedy ``mine``
+    (masked scores: an invalid action is -inf and never within). For a categorical SAC policy the scores are
+    logits, so the gap is log(pi(mine) / pi(theirs)): the network keeps its choice only where its own policy
+    prefers it by more than ``exp(margin)`` to one; with Q-values (Double DQN) it is the Q-advantage, as the
+    WorkloadRouter's ``fallback_margin``. ``margin`` 0: never (the network decides)."""
+    return margin > 0.0 and theirs != mine and float(scores[mine]) - float(scores[theirs]) < margin
 
 
 def parse_gate(data: Any, where: str) -> LoadGate | None:

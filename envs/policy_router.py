@@ -26,13 +26,13 @@ import numpy as np
 
 from llmsim.envs.actions import ActionSpec, action_mask, decode_action
 from llmsim.envs.exported import ExportedPolicy, read_manifest, resolve_zoo
-from llmsim.envs.load_gate import parse_gate
+from llmsim.envs.load_gate import parse_gate, unsure
 from llmsim.envs.observations import ObsBuilder, make_obs
 from llmsim.envs.predictors.base import NoisyOraclePredictor, OraclePredictor, Predictor, ZeroPredictor, make_predictor
 from llmsim.errors import ConfigError
 from llmsim.perf.models import MODELS
 from llmsim.request import Request
-from llmsim.routing.base import WAIT, Router, make_router, register_router
+from llmsim.routing.base import DROP, WAIT, Router, make_router, register_router
 from llmsim.state.cluster_state import LAYOUT_VERSION, ClusterState
 
 # constructor option -> the attribute a builder keeps it in, where the names differ (checked at export)
@@ -167,7 +167,7 @@ class ExportedRouter(Router):
     ``mode``: greedy (argmax) or sample (categorical SAC only, seeded by ``seed``). ``models``: the backends'
     models in order, checked against the manifest at construction (otherwise at the first decision, from the
     ClusterState's instances). A manifest with a ``load_gate`` (envs/load_gate.py) lets its heuristic decide at
-    light load."""
+    light load, and above it wherever the policy is unsure (the gate's ``margin``)."""
 
     name = "onnx"
 
@@ -231,14 +231,40 @@ class ExportedRouter(Router):
         if self.meter is not None and self.meter.light(state):  # light load: the export's heuristic decides
             d = self.fallback.route(req, view)
         else:
-            mask = action_mask(self.spec, req.prompt_tokens, state.instances)
-            a = self.policy.sample(obs, mask, self.rng) if self.mode == "sample" else self.policy.act(obs, mask)
-            d = decode_action(a, self.spec, req.prompt_tokens, lambda: state.instances)
+            d = self.learned(req, view, state, obs)
         if d >= 0:
             ctx.record_routed(req, d, state)
         if d != WAIT:  # decided for good: forget it (a held request is offered again, its arrival told once)
             self.seen.discard(req.id)
         return d
+
+    def learned(self, req: Request, view: Any, state: ClusterState, obs: Any) -> int:
+        """The policy's decision; with a gate ``margin`` (greedy mode), the gate's heuristic's decision wherever the
+        policy prefers its own action to the heuristic's by less than the margin (envs/load_gate.py ``unsure``)."""
+        mask = action_mask(self.spec, req.prompt_tokens, state.instances)
+        if self.mode == "sample":
+            a = self.policy.sample(obs, mask, self.rng)
+        else:
+            scores, greedy = self.policy.run(obs, mask)
+            a = int(greedy)
+            margin = 0.0 if self.gate is None else self.gate.margin_now(self.meter)
+            if margin > 0.0:
+                d = self.fallback.route(req, view)
+                if unsure(scores, a, action_of(d, self.spec), margin):
+                    return d
+        return decode_action(a, self.spec, req.prompt_tokens, lambda: state.instances)
+
+
+def action_of(decision: int, spec: ActionSpec) -> int:
+    """The action that stands for a router's decision (an instance, WAIT or DROP): the inverse of
+    :func:`~llmsim.envs.actions.decode_action` (an instance's model where the actions choose models)."""
+    if decision == WAIT:
+        return spec.wait_action
+    if decision == DROP:
+        return spec.drop_action
+    if spec.by_model:
+        return next(a for a, reps in enumerate(spec.replicas) if decision in reps)
+    return decision
 
 
 def from_manifest(path: Path, m: dict[str, Any], seed: int) -> tuple[ActionSpec, DecisionContext, ObsBuilder]:

@@ -1,19 +1,25 @@
-"""Choose a learned router's light-load gate (envs/load_gate.py) on VALIDATION seeds.
+"""Choose a learned router's load gate (envs/load_gate.py) on VALIDATION seeds and held-out traces.
 
     python -m experiments.studies.load_gate --env qos_edge --checkpoint zoo:qos_edge --router qos_lookahead \\
-        --below 2 2.5 3 --smooth-s 0 10 30 --seeds 1000 1001 1002 1003 --requests 1000 --jobs 2
+        --below 1.5 --smooth-s 30 --margin 0 1 2 --margin-below 0 3 --seeds 1000 1001 1002 --requests 1000 --jobs 2 \\
+        --trace ../shared/traces/mooncake/synthetic_trace.jsonl --windows 0 340 680 1023 --bucket-s 0 3
 
-Every candidate (below, smooth_s) runs on the testbed's unseen-traffic scenarios that are drawn from a seed (rates,
-length mixes, cluster sizes, bursts: conf/suite/<testbed>.yaml), never on its trace windows, whose arrivals do not
-change with the seed. Each cell is the candidate's gain over the gate's own heuristic (the reference the learned
-router lost to at light load) in % of the heuristic's primary metric, mean over seeds. The rule: the candidate with
-the best worst scenario (to 0.1 point), then the best mean gain. Test seeds (>= 2000) are refused: what is chosen
-here is reported on them afterwards.
+Every candidate (below, smooth_s, margin, margin_below) runs on the testbed's unseen-traffic scenarios that are
+drawn from a seed (rates, length mixes, cluster sizes, bursts: conf/suite/<testbed>.yaml), never on its trace
+windows, whose arrivals do not change with the seed, and on the windows of a held-out Mooncake-format trace
+(``--trace``: the arrival times, contents from the seed), as recorded and with its arrivals quantised to
+``--bucket-s`` buckets the way the Mooncake conversation trace records them (every request of a bucket arriving at
+its start). A trace the suite reads is refused: its windows are test data. Each cell is the candidate's gain over
+the gate's own heuristic (the reference the learned router lost to) in % of the heuristic's primary metric, mean
+over seeds. The rule: the candidate with the best worst scenario (to 0.1 point), then the best mean gain. Test seeds
+(>= 2000) are refused: what is chosen here is reported on them afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +30,8 @@ from llmsim.agents.episodes import evaluate
 from llmsim.errors import ConfigError
 from llmsim.resources import conf_dir
 
+Candidate = tuple[float, float, float, float | None]  # below, smooth_s, margin, margin_below
+
 
 def scenarios(testbed: str) -> dict[str, dict[str, Any]]:
     """The suite's seed-drawn scenarios of ``testbed``: name -> env overrides."""
@@ -31,12 +39,53 @@ def scenarios(testbed: str) -> dict[str, dict[str, Any]]:
     return {name: dict(s.get("env") or {}) for name, s in suite["scenarios"].items() if not s.get("trace")}
 
 
-def gains(env: dict[str, Any], checkpoint: str, router: str, candidates: list[tuple[float, float]],
+def suite_traces(testbed: str) -> set[str]:
+    """The file names of the traces the suite's windows read (test data)."""
+    suite = yaml.safe_load((conf_dir() / "suite" / f"{testbed}.yaml").read_text())
+    return {Path(s["env"]["arrival"]["trace"]["path"]).name for s in suite["scenarios"].values() if s.get("trace")}
+
+
+def bucketed(path: Path, bucket_s: float, into: Path) -> Path:
+    """A copy of the Mooncake JSONL trace ``path`` whose timestamps are floored to ``bucket_s`` (0: ``path``)."""
+    if bucket_s <= 0.0:
+        return path
+    out = into / f"{path.stem}_bucket{bucket_s:g}s.jsonl"
+    step = round(bucket_s * 1000)
+    with path.open() as src, out.open("w") as dst:
+        for line in src:
+            if line.strip():
+                row = json.loads(line)
+                dst.write(json.dumps({**row, "timestamp": row["timestamp"] // step * step}) + "\n")
+    return out
+
+
+def trace_scenarios(path: Path, windows: list[float], buckets: list[float], testbed: str,
+                    into: Path) -> dict[str, dict[str, Any]]:
+    """Env overrides of each window (consecutive edges in s) of a held-out Mooncake trace at each bucket size."""
+    if path.name in suite_traces(testbed):
+        raise SystemExit(f"--trace {path}: the suite's windows of this trace are test data; use a held-out trace")
+    out: dict[str, dict[str, Any]] = {}
+    for b in buckets:
+        src = bucketed(path, b, into)
+        for lo, hi in zip(windows, windows[1:]):
+            trace = {"kind": "mooncake", "path": str(src), "window": [lo, hi]}
+            tag = f"_b{b:g}s" if b else ""
+            out[f"{path.stem}{tag}_{lo:g}-{hi:g}"] = {"arrival": {"kind": "trace", "trace": trace}}
+    return out
+
+
+def label(c: Candidate) -> str:
+    return (f"below={c[0]:g} smooth_s={c[1]:g}" + (f" margin={c[2]:g}" if c[2] else "")
+            + (f" margin_below={c[3]:g}" if c[2] and c[3] is not None else ""))
+
+
+def gains(env: dict[str, Any], checkpoint: str, router: str, candidates: list[Candidate],
           seeds: list[int], jobs: int, metric: str) -> dict[str, float]:
     """Mean gain (%) over seeds of each candidate and of the ungated network over ``router`` on one env."""
     specs: list[Any] = [router, {"checkpoint": checkpoint, "label": "network", "load_gate": "none"}]
-    specs += [{"checkpoint": checkpoint, "label": f"below={b} smooth_s={s}",
-               "load_gate": {"router": router, "below": b, "smooth_s": s}} for b, s in candidates]
+    specs += [{"checkpoint": checkpoint, "label": label(c),
+               "load_gate": {"router": router, "below": c[0], "smooth_s": c[1], "margin": c[2],
+                             "margin_below": c[3]}} for c in candidates]
     rows = evaluate(env, specs, seeds=seeds, jobs=jobs)
     ref = {r["seed"]: r[metric] for r in rows if r["policy"] == router}
     out: dict[str, list[float]] = {}
@@ -53,39 +102,62 @@ def choose(table: dict[str, dict[str, float]]) -> str:
                                      float(np.mean([t[c] for t in table.values()]))))
 
 
-def main(argv: list[str] | None = None) -> None:
+def markdown(table: dict[str, dict[str, float]], router: str) -> str:
+    """Candidates as rows, scenarios as columns, then the worst and the mean."""
+    cols = list(table)
+    lines = [f"| candidate (gain over {router}, %) | " + " | ".join(cols) + " | worst | mean |",
+             "|---" * (len(cols) + 3) + "|"]
+    for c in next(iter(table.values())):
+        vals = [table[s][c] for s in cols]
+        lines.append(f"| {c} | " + " | ".join(f"{v:+.1f}" for v in vals) + f" | {min(vals):+.1f} | "
+                     f"{np.mean(vals):+.1f} |")
+    return "\n".join(lines)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.load_gate", description=__doc__.split("\n")[0])
     ap.add_argument("--env", default="qos_edge", help="testbed (conf/env/<name>.yaml, conf/suite/<name>.yaml)")
     ap.add_argument("--checkpoint", default="zoo:qos_edge")
     ap.add_argument("--router", default="qos_lookahead", help="the gate's heuristic")
     ap.add_argument("--below", type=float, nargs="+", default=[2.0, 2.5, 3.0])
     ap.add_argument("--smooth-s", type=float, nargs="+", default=[0.0])
+    ap.add_argument("--margin", type=float, nargs="+", default=[0.0], help="the gate's margin (0: none)")
+    ap.add_argument("--margin-below", type=float, nargs="+", default=[0.0],
+                    help="the load up to which the margin applies (0: any load)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002, 1003])
     ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--trace", type=Path, default=None, help="a held-out Mooncake JSONL trace (arrival times)")
+    ap.add_argument("--windows", type=float, nargs="+", default=[0.0, 340.0, 680.0, 1023.0],
+                    help="edges (s) of the --trace windows")
+    ap.add_argument("--bucket-s", type=float, nargs="+", default=[0.0, 3.0],
+                    help="arrival buckets of the --trace windows (0: as recorded)")
     ap.add_argument("--metric", default="avg_qos", help="the primary metric (higher is better)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
     a = ap.parse_args(argv)
     if any(not 1000 <= s < 2000 for s in a.seeds):
         raise SystemExit(f"--seeds {a.seeds}: validation seeds only (1000-1999); test seeds report the choice")
+    return a
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse(argv)
     base = yaml.safe_load((conf_dir() / "env" / f"{a.env}.yaml").read_text())
-    candidates = [(b, s) for b in a.below for s in a.smooth_s]
+    candidates = list(dict.fromkeys((b, s, m, (mb or None) if m else None) for b in a.below for s in a.smooth_s
+                                    for m in a.margin for mb in a.margin_below))
     table: dict[str, dict[str, float]] = {}
-    try:
-        for name, over in scenarios(a.env).items():
-            env = {**base, "num_requests": a.requests, **over}
-            table[name] = gains(env, a.checkpoint, a.router, candidates, a.seeds, a.jobs, a.metric)
-            print(name, {k: f"{v:+.1f}" for k, v in table[name].items()}, flush=True)
-    except ConfigError as e:
-        raise SystemExit(f"load_gate: {e}") from None
-    cols = list(table)
-    lines = [f"| candidate (gain over {a.router}, %) | " + " | ".join(cols) + " | worst | mean |",
-             "|---" * (len(cols) + 3) + "|"]
-    for c in next(iter(table.values())):
-        vals = [table[s][c] for s in cols]
-        lines.append(f"| {c} | " + " | ".join(f"{v:+.1f}" for v in vals) + f" | {min(vals):+.1f} | "
-                     f"{np.mean(vals):+.1f} |")
-    text = "\n".join(lines) + f"\n\nchosen: {choose(table)} (seeds {a.seeds}, {a.requests} requests)\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        scen = scenarios(a.env)
+        if a.trace is not None:
+            scen |= trace_scenarios(a.trace, a.windows, a.bucket_s, a.env, Path(tmp))
+        try:
+            for name, over in scen.items():
+                env = {**base, "num_requests": a.requests, **over}
+                table[name] = gains(env, a.checkpoint, a.router, candidates, a.seeds, a.jobs, a.metric)
+                print(name, {k: f"{v:+.1f}" for k, v in table[name].items()}, flush=True)
+        except ConfigError as e:
+            raise SystemExit(f"load_gate: {e}") from None
+    text = markdown(table, a.router) + f"\n\nchosen: {choose(table)} (seeds {a.seeds}, {a.requests} requests)\n"
     print(text)
     if a.out:
         a.out.write_text(text)

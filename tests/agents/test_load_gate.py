@@ -1,7 +1,9 @@
 """A learned router's light-load fallback (envs/load_gate.py): below ``below`` requests in flight per instance a
 heuristic decides. Pinned here: a gate that is always light is exactly its heuristic, ``load_gate: none`` is exactly
 the network, a gate in between mixes the two, checkpoint.json's gate is followed by evaluation and carried into the
-export (heuristic options filled in for the live router), and a bad gate is one line naming where it is."""
+export (heuristic options filled in for the live router), and a bad gate is one line naming where it is. Above
+the load, a ``margin`` hands the decision to the heuristic wherever the network prefers its own action by less:
+a huge margin is the heuristic, a middle one mixes, and the live router applies it as evaluation does."""
 
 from __future__ import annotations
 
@@ -17,12 +19,14 @@ torch = pytest.importorskip("torch")
 from llmsim.agents import zoo  # noqa: E402
 from llmsim.agents.episodes import evaluate  # noqa: E402
 from llmsim.agents.policy_specs import normalise_spec  # noqa: E402
-from llmsim.envs.load_gate import LoadGate, in_flight_per_instance  # noqa: E402
+from llmsim.envs.load_gate import LoadGate, in_flight_per_instance, unsure  # noqa: E402
 from llmsim.envs.testbeds import make_from_config  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 
 ENV = {"id": "qos_edge", "num_requests": 60, "rate": 5.0, "max_experts": 10}
 ALWAYS = {"router": "qos_lookahead", "below": 1e9}  # every decision is the heuristic's
+UNSURE = {"router": "qos_lookahead", "below": 1e-9, "margin": 1e9}  # never light, always unsure: the heuristic's
+MARGIN = {"router": "qos_lookahead", "below": 1e-9, "margin": 2.0}
 KEYS = ("return", "avg_qos", "mean_e2el_ms", "dropped", "workload_digest")
 
 
@@ -62,6 +66,39 @@ def test_a_gate_in_between_mixes_the_two() -> None:
     assert out["mixed"]["return"] not in (out["network"]["return"], out["qos_lookahead"]["return"])
 
 
+def test_an_unsure_network_takes_the_heuristics_action() -> None:
+    out = results([{"checkpoint": "zoo:qos_edge", "label": "unsure", "load_gate": UNSURE},
+                   {"checkpoint": "zoo:qos_edge", "label": "margin", "load_gate": MARGIN},
+                   {"checkpoint": "zoo:qos_edge", "label": "network", "load_gate": "none"},
+                   {"checkpoint": "zoo:qos_edge", "label": "no margin",
+                    "load_gate": {**MARGIN, "margin": 0.0}}, "qos_lookahead"], seed=1001)
+    assert out["unsure"] == out["qos_lookahead"]
+    assert out["no margin"] == out["network"]  # a gate that is never light and has no margin changes nothing
+    assert out["margin"]["return"] not in (out["network"]["return"], out["qos_lookahead"]["return"])
+
+
+def test_unsure_is_the_score_gap_below_the_margin() -> None:
+    scores = [-math.inf, 1.0, 3.0]
+    assert unsure(scores, 2, 1, 2.5)
+    assert not unsure(scores, 2, 1, 2.0)  # a gap of exactly the margin: the network keeps its choice
+    assert not unsure(scores, 2, 0, 1e9)  # the heuristic's action is masked for the network
+    assert not unsure(scores, 2, 2, 1e9)  # the same action: nothing to hand over
+    assert not unsure(scores, 2, 1, 0.0)  # no margin: never
+
+
+def test_the_margin_applies_below_margin_below_only() -> None:
+    env = make_from_config(ENV)
+    env.reset(seed=1000)
+    idle = env.cluster.view.state()
+    busy = idle._replace(instances=tuple(i._replace(num_running=4) for i in idle.instances))
+    gate = LoadGate(router="jsq", below=1.0, margin=2.0, margin_below=3.0)
+    meter = gate.meter()
+    assert not meter.light(busy) and gate.margin_now(meter) == 0.0  # 4 in flight: the network alone
+    meter = gate.meter()
+    assert meter.light(idle) and gate.margin_now(meter) == 2.0
+    assert LoadGate(router="jsq", below=1.0, margin=2.0).margin_now(meter) == 2.0  # no margin_below: any load
+
+
 def test_in_flight_counts_running_waiting_swapped_and_the_central_queue() -> None:
     env = make_from_config(ENV)
     env.reset(seed=1000)
@@ -93,6 +130,7 @@ def test_the_smoothed_load_is_the_weighted_time_average_since_the_first_decision
                                        ({"router": "jsq", "below": 0}, "load_gate.below"),
                                        ({"router": "jsq"}, "load_gate.below"),
                                        ({"router": "onnx", "below": 2}, "load_gate.router"),
+                                       ({"router": "jsq", "below": 2, "margin": -1}, "load_gate.margin"),
                                        ({"router": "jsq", "below": 2, "at": 3}, "load_gate")])
 def test_a_bad_gate_is_one_line_naming_the_key(gate: dict, key: str) -> None:
     with pytest.raises(ConfigError) as e:
@@ -120,3 +158,18 @@ def test_the_export_carries_the_gate_with_its_options_for_the_live_router(gated_
     assert len(gate["kwargs"]["models"]) == 6 and set(gate["kwargs"]) >= {"k1", "k2", "base", "latency_limit"}
     res = results([{"name": "onnx", "kwargs": {"path": str(out)}, "label": "live"}, "qos_lookahead"])
     assert res["live"] == res["qos_lookahead"]  # the exported router's heuristic decides every request
+
+
+@pytest.mark.slow
+def test_the_live_router_applies_the_margin(gated_checkpoint: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    from llmsim.agents.export import export
+
+    meta = json.loads((gated_checkpoint / "checkpoint.json").read_text())
+    (gated_checkpoint / "checkpoint.json").write_text(json.dumps({**meta, "load_gate": UNSURE}))
+    out = export(gated_checkpoint, out=tmp_path / "export", check_steps=16)
+    assert json.loads((out / "manifest.json").read_text())["load_gate"]["margin"] == 1e9
+    res = results([{"name": "onnx", "kwargs": {"path": str(out)}, "label": "live"}, "qos_lookahead",
+                   {"checkpoint": "zoo:qos_edge", "label": "network", "load_gate": "none"}], seed=1001)
+    assert res["live"] == res["qos_lookahead"]  # never light, always unsure: the heuristic's decision every time
+    assert res["network"]["return"] != res["qos_lookahead"]["return"]  # else the first proves nothing
