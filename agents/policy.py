@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from llmsim.envs.policy_router import ExportedRouter
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.routing import make_router
 
@@ -32,6 +33,8 @@ class HeuristicPolicy:
 
     def reset(self, env: RoutingEnv, seed: int) -> None:
         self.router = make_router(self.router_name, seed=seed, **self.kwargs)
+        if isinstance(self.router, ExportedRouter):  # an export's predictor draws the env's prediction noise
+            self.router.reseed_predictor(env.predictor_seed)
 
     def act(self, obs: Any, mask: np.ndarray, env: RoutingEnv) -> int:
         return env.heuristic_action(self.router)

@@ -185,7 +185,6 @@ class ExportedRouter(Router):
         self.spec, self.ctx, self.builder = from_manifest(self.path, m, seed)
         check_layout(m, self.builder.bind(self.ctx), str(self.path))
         self.builder.reset(self.ctx)
-        self.predictor_seed = seed
         self.ctx.predictor.reset(seed)
         self.seen: set[int] = set()
         self.checked: tuple[str, ...] | None = None
@@ -205,6 +204,13 @@ class ExportedRouter(Router):
         if self.gate is not None:
             self.fallback.reset(seed)
             self.meter = self.gate.meter()
+
+    def reseed_predictor(self, seed: int) -> None:
+        """Restart the export's predictor from ``seed``. In the simulator a noisy predictor stands for the real
+        one's errors, a property of the simulated world: seeded as the env's (``RoutingEnv.predictor_seed``), the
+        router sees the predictions the env's policies see, so it decides as its checkpoint does."""
+        self.ctx.predictor.reset(seed)
+        self.ctx.preds.clear()
 
     def check_backends(self, models: list[str]) -> None:
         """Refuse backends whose count or models (in order) differ from the cluster the policy was trained on."""

@@ -116,6 +116,7 @@ class RoutingEnv(gym.Env):
         self.action_kind = cfg.action
         self.slo = SLO.parse(cfg.slo)
         self.predictor = make_predictor(cfg.predictor)
+        self.predictor_seed = 0  # the predictor's seed this episode (drawn at reset)
         self.reward_fn = make_reward(cfg.reward)
         self.obs_builder = make_obs(cfg.observation)
         self.num_instances = n = len(self.instance_configs)
@@ -163,7 +164,8 @@ class RoutingEnv(gym.Env):
         if wseed is None:
             wseed = int(self.np_random.integers(2**31 - 1))
         self.workload_seed = int(wseed)
-        self.predictor.reset(int(self.np_random.integers(2**31 - 1)))
+        self.predictor_seed = int(self.np_random.integers(2**31 - 1))  # public: a router with its own predictor
+        self.predictor.reset(self.predictor_seed)  # (an export run in the simulator) draws the same noise
         reqs = self.workload.requests(self.workload_seed, self.num_requests)
         self._build_episode(reqs)
         last = reqs[-1].arrival if reqs else 0.0

@@ -173,3 +173,26 @@ def test_the_live_router_applies_the_margin(gated_checkpoint: Path, tmp_path: Pa
                    {"checkpoint": "zoo:qos_edge", "label": "network", "load_gate": "none"}], seed=1001)
     assert res["live"] == res["qos_lookahead"]  # never light, always unsure: the heuristic's decision every time
     assert res["network"]["return"] != res["qos_lookahead"]["return"]  # else the first proves nothing
+
+
+@pytest.mark.timeout(300)
+def test_the_shipped_export_in_the_simulator_decides_as_its_checkpoint(tmp_path: Path) -> None:
+    """The zoo's export (ONNX, observation rebuilt from ClusterState, its own noisy predictor seeded as the env's)
+    against its checkpoint, with no gate, the shipped gate and a gate whose margin decides above the load."""
+    pytest.importorskip("onnxruntime")
+    export_dir = zoo.ZOO_DIR / "qos_edge" / "export"
+    shipped = json.loads((export_dir / "manifest.json").read_text())["load_gate"]
+    policies: list = []
+    for label, gate in (("none", None), ("shipped", shipped), ("margin", {**shipped, "below": 1e-9, "margin": 2.0})):
+        d = tmp_path / label
+        shutil.copytree(export_dir, d)
+        meta = json.loads((d / "manifest.json").read_text())
+        meta.pop("load_gate")
+        (d / "manifest.json").write_text(json.dumps(meta if gate is None else {**meta, "load_gate": gate}))
+        policies += [{"name": "onnx", "kwargs": {"path": str(d)}, "label": f"live {label}"},
+                     {"checkpoint": "zoo:qos_edge", "label": label,
+                      "load_gate": "none" if gate is None else {k: v for k, v in gate.items() if k != "kwargs"}}]
+    out = results(policies, seed=1001)
+    for label in ("none", "shipped", "margin"):
+        assert out[f"live {label}"] == out[label], label
+    assert len({out[label]["return"] for label in ("none", "shipped", "margin")}) == 3  # three different routers
