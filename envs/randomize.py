@@ -53,6 +53,10 @@ class RandomizeConfig(Schema):
     start_size: PosInt = 4
     start_mix: str = "table1"
     num_requests: PosInt | None = None  # per episode (None: the env's)
+    # per instance instead (an episode of K instances has K x this): a large cluster's episode then lasts as long
+    # as a small one's at the same load per instance, so it reaches the same backlog instead of ending in its
+    # first seconds
+    requests_per_instance: PosInt | None = None
 
     def model_post_init(self, _: Any) -> None:
         lo, hi = self.sizes
@@ -60,6 +64,8 @@ class RandomizeConfig(Schema):
             raise ConfigError(f"randomize.start_size: {self.start_size} is outside sizes {self.sizes}")
         if not self.rate_scale[0] <= 1.0 <= self.rate_scale[1]:
             raise ConfigError(f"randomize.rate_scale: expected [low <= 1, high >= 1], got {self.rate_scale}")
+        if self.num_requests is not None and self.requests_per_instance is not None:
+            raise ConfigError("randomize: give num_requests or requests_per_instance, not both")
         for m in [*self.mixes, self.start_mix]:
             if m != RANDOM_MIX and m not in WORKLOAD_ROUTER_MIXES:
                 raise ConfigError(f"randomize.mixes: unknown mix {m!r}; expected {RANDOM_MIX!r} or one of "
@@ -81,6 +87,8 @@ def draw_scenario(cfg: RandomizeConfig, rng: np.random.Generator, episode: int) 
     out["gpu"] = cfg.gpus[int(rng.integers(len(cfg.gpus)))]
     if cfg.num_requests is not None:
         out["num_requests"] = cfg.num_requests
+    if cfg.requests_per_instance is not None:
+        out["num_requests"] = cfg.requests_per_instance * size
     return out
 
 

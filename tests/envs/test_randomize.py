@@ -40,6 +40,17 @@ def test_config_errors_name_the_key():
         RandomizeConfig(sizes=[2, 3], start_size=4)
 
 
+def test_requests_per_instance_scale_an_episode_with_its_cluster():
+    cfg = RandomizeConfig(curriculum_episodes=0, sizes=[2, 16], requests_per_instance=250)
+    rng = np.random.default_rng(0)
+    drawn = [draw_scenario(cfg, rng, 50) for _ in range(50)]
+    assert len({s["num_instances"] for s in drawn}) > 5
+    assert all(s["num_requests"] == 250 * s["num_instances"] for s in drawn)
+    assert "num_requests" not in draw_scenario(RandomizeConfig(curriculum_episodes=0), rng, 0)
+    with pytest.raises(ConfigError, match="not both"):
+        RandomizeConfig(num_requests=1000, requests_per_instance=250)
+
+
 def test_slot_mapping_round_trips():
     k, n_max = 3, 8
     m = np.array([True, False, True, True, False])

@@ -1,0 +1,166 @@
+"""Choose a learned router's guide heuristic on VALIDATION seeds: every registered heuristic of a testbed's suite.
+
+    python -m experiments.studies.guide_choice --env workload_router --seeds 1000 1001 1002 1003 --jobs 2
+
+A router started from its guide by imitation and kept near it by a fallback can only clear bars set by the best
+heuristic of each scenario if its guide is close to that best everywhere. Every heuristic the suite lists
+(conf/suite/<testbed>.yaml ``heuristics``) runs on the suite's seed-drawn scenarios (rates, length mixes, cluster
+sizes, hardware; never its trace windows, which are test data) over the same validation seeds, every request
+counted (``mean_e2el_ms``, ``p99_e2el_ms`` include the dropped and cut-off ones). Each cell is the heuristic's gap to
+the best heuristic of that scenario (lowest mean E2E; the suite's reference for its bars), in % of the best's metric,
+both averaged over the seeds first. The rule: the heuristic with the
+smallest worst-case gap of the mean, then the smallest mean gap, over all heuristics and over the stateless ones:
+``kind`` says which are a function of the ``ClusterState`` and the request alone (what a set observation can carry
+as a guide column), which keep a state of their own (a turn, a random stream, a table) and which hold requests at
+the router (a router that never waits cannot follow them). Test seeds (>= 2000) are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from llmsim.agents.episodes import evaluate
+from llmsim.errors import ConfigError
+from llmsim.resources import conf_dir
+
+# the default scenarios: the suite's seed-drawn ones a guide must hold on (rates around training, mixes, sizes, GPUs)
+DEFAULT_SCENARIOS = ("rate_0.5x", "training", "rate_1.5x", "short", "long", "bimodal", "instances_8", "instances_16",
+                     "hetero")
+# heuristics that keep a state across decisions (a turn, a random stream, a session or prefix table, a batch):
+# no function of ClusterState and the request reproduces them
+STATEFUL = {"round_robin", "random", "power_of_two", "dedicated_small_large", "session_affinity", "prefix_aware",
+            "vllm_data_parallel", "routebalance", "best_route"}
+# heuristics that hold requests at the router (a central queue in their own order)
+HOLDING = {"earliest_available", "max_capacity", "edf", "shepherd", "qlm"}
+LEARNED = "ckpt:"  # the label prefix of a checkpoint compared with the heuristics (--checkpoints)
+
+
+def kind(policy: str) -> str:
+    """stateless, stateful or holds (see STATEFUL, HOLDING)."""
+    if policy.startswith(LEARNED):
+        return "learned"
+    return "holds" if policy in HOLDING else "stateful" if policy in STATEFUL else "stateless"
+
+
+def suite_file(testbed: str) -> dict[str, Any]:
+    return yaml.safe_load((conf_dir() / "suite" / f"{testbed}.yaml").read_text())
+
+
+def scenarios(suite: dict[str, Any], names: list[str], requests: int) -> dict[str, dict[str, Any]]:
+    """name -> env overrides (requests scaled as the suite scales them); trace windows are refused."""
+    out = {}
+    for name in names:
+        sc = suite["scenarios"].get(name)
+        if sc is None:
+            raise SystemExit(f"--scenarios: unknown scenario {name!r}; expected one of {sorted(suite['scenarios'])}")
+        if sc.get("trace"):
+            raise SystemExit(f"--scenarios: {name!r} is a trace window (test data only)")
+        out[name] = {**dict(sc.get("env") or {}),
+                     "num_requests": max(1, round(requests * float(sc.get("requests_scale", 1.0))))}
+    return out
+
+
+def seed_means(rows: list[dict[str, Any]], metric: str) -> dict[str, float]:
+    """Per policy: its mean ``metric`` over the seeds."""
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        by.setdefault(r["policy"], []).append(float(r[metric]))
+    return {p: float(np.mean(v)) for p, v in by.items()}
+
+
+def scenario_gaps(rows: list[dict[str, Any]], learned: set[str]) -> dict[str, dict[str, float]]:
+    """Per policy: mean E2E and p99 E2E over the seeds, and their gaps (%) to the scenario's best heuristic, the one
+    with the lowest mean E2E (the suite's reference for every bar; ``learned`` policies are not candidates)."""
+    mean, p99 = seed_means(rows, "mean_e2el_ms"), seed_means(rows, "p99_e2el_ms")
+    ref = min((p for p in mean if p not in learned), key=mean.get)
+    return {p: {"mean": 100.0 * (mean[p] / mean[ref] - 1.0), "p99": 100.0 * (p99[p] / p99[ref] - 1.0),
+                "value": mean[p], "p99_value": p99[p]} for p in mean}
+
+
+def choose(table: dict[str, dict[str, dict[str, float]]], key: str = "mean") -> str:
+    """The heuristic with the smallest worst-case gap (to 0.1 point), then the smallest mean gap."""
+    pols = [p for p in next(iter(table.values())) if kind(p) != "learned"]
+    return min(pols, key=lambda p: (round(max(t[p][key] for t in table.values()), 1),
+                                    float(np.mean([t[p][key] for t in table.values()]))))
+
+
+def markdown(table: dict[str, dict[str, dict[str, float]]]) -> str:
+    """Rows: heuristics (worst-case mean gap first); columns: scenarios (mean gap %, p99 gap %)."""
+    names = list(table)
+    pols = sorted(next(iter(table.values())), key=lambda p: (max(t[p]["mean"] for t in table.values()), p))
+    lines = ["| heuristic | kind | worst mean gap | mean gap | worst p99 gap | " + " | ".join(names) + " |",
+             "|---" * (5 + len(names)) + "|"]
+    for p in pols:
+        m = [table[n][p]["mean"] for n in names]
+        q = [table[n][p]["p99"] for n in names]
+        cells = [f"{table[n][p]['mean']:+.1f} / {table[n][p]['p99']:+.1f}" for n in names]
+        lines.append(f"| {p} | {kind(p)} | {max(m):+.1f} | {np.mean(m):+.1f} | "
+                     f"{max(q):+.1f} | " + " | ".join(cells) + " |")
+    best = {n: min((p for p in table[n] if kind(p) != "learned"), key=lambda p: table[n][p]["mean"]) for n in names}
+    lines.append("| best (mean E2E, s) | | | | | " + " | ".join(
+        f"{best[n]} {table[n][best[n]]['value'] / 1000:.2f}" for n in names) + " |")
+    return "\n".join(lines)
+
+
+def run(testbed: str, names: list[str], seeds: list[int], requests: int, jobs: int,
+        heuristics: list[str] | None, checkpoints: dict[str, str] | None = None,
+        dump: Path | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    """scenario -> heuristic -> {mean, p99: gap % to the scenario's best heuristic, value: mean E2E ms}; the table
+    so far is written to ``dump`` (JSON) after each scenario."""
+    suite = suite_file(testbed)
+    base = {**yaml.safe_load((conf_dir() / "env" / f"{testbed}.yaml").read_text()), **(suite.get("base") or {})}
+    learned = {LEARNED + k: v for k, v in (checkpoints or {}).items()}
+    pols: list[Any] = list(heuristics or suite["heuristics"])
+    pols += [{"checkpoint": path, "label": label} for label, path in learned.items()]
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for name, over in scenarios(suite, names, requests).items():
+        t0 = time.perf_counter()
+        rows = evaluate({**base, **over}, pols, seeds=seeds, jobs=jobs)
+        table[name] = scenario_gaps(rows, set(learned))
+        best = min((p for p in table[name] if p not in learned), key=lambda p: table[name][p]["value"])
+        print(f"{name}: best {best} ({table[name][best]['value'] / 1000:.2f} s), {time.perf_counter() - t0:.0f} s "
+              "wall", flush=True)
+        if dump is not None:
+            dump.write_text(json.dumps(table, indent=1))
+    return table
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m experiments.studies.guide_choice", description=__doc__.split("\n")[0])
+    ap.add_argument("--env", default="workload_router", help="testbed (conf/env/<name>.yaml, conf/suite/<name>.yaml)")
+    ap.add_argument("--scenarios", nargs="+", default=list(DEFAULT_SCENARIOS))
+    ap.add_argument("--heuristics", nargs="+", default=None, help="default: the suite's list")
+    ap.add_argument("--checkpoints", nargs="+", default=[], metavar="NAME=PATH",
+                    help="learned routers to compare with the heuristics (gap to the best heuristic; never a guide)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002, 1003])
+    ap.add_argument("--requests", type=int, default=1000, help="per episode at 4 instances (scaled as the suite)")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here, and\
+ the numbers to <out>.json")
+    a = ap.parse_args(argv)
+    if any(not 1000 <= s < 2000 for s in a.seeds):
+        raise SystemExit(f"--seeds {a.seeds}: validation seeds only (1000-1999); test seeds report the choice")
+    try:
+        ckpts = dict(c.split("=", 1) for c in a.checkpoints)
+        table = run(a.env, a.scenarios, a.seeds, a.requests, a.jobs, a.heuristics, ckpts,
+                    None if a.out is None else a.out.with_suffix(".json"))
+    except ConfigError as e:
+        raise SystemExit(f"guide_choice: {e}") from None
+    text = markdown(table)
+    stateless = {n: {p: v for p, v in t.items() if kind(p) == "stateless"} for n, t in table.items()}
+    text += (f"\n\nbest single guide (worst-case mean gap, then mean gap): {choose(table)}; "
+             f"stateless: {choose(stateless)}")
+    print(text)
+    if a.out is not None:
+        a.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
