@@ -294,15 +294,20 @@ class DedicatedSmallLargeRouter(Router):
     """The WorkloadRouter paper's dedicated split (its Table 2): heavy-decode requests (predicted output above
     ``threshold`` tokens, the predictor's first bucket bound, 250) go only to the "large" instances, the others only to
     the "small" ones; round robin within each group. ``large`` = how many of the instances (the last ones) are large;
-    default half (the paper's 2-instance split is 1 + 1)."""
+    default half (the paper's 2-instance split is 1 + 1). ``within: least_work_left`` picks the instance with the
+    fewest predicted tokens left inside the group instead of taking turns: the same split, blind to no load, and a
+    function of the state alone (a guide a set observation can carry)."""
 
     name = "dedicated_small_large"
 
-    def __init__(self, seed: int = 0, large: int | None = None, threshold: int = DECODE_BUCKETS[0], **kw: Any) -> None:
+    def __init__(self, seed: int = 0, large: int | None = None, threshold: int = DECODE_BUCKETS[0],
+                 within: str = "round_robin", **kw: Any) -> None:
         super().__init__(seed, **kw)
         if large is not None and (isinstance(large, bool) or not isinstance(large, int) or large < 1):
             raise ConfigError(f"policy.kwargs.large: expected a positive number of instances, got {large!r}")
-        self.large, self.threshold = large, threshold
+        if within not in ("round_robin", "least_work_left"):
+            raise ConfigError(f"policy.kwargs.within: expected round_robin or least_work_left, got {within!r}")
+        self.large, self.threshold, self.within = large, threshold, within
         self._next = [0, 0]
 
     def reset(self, seed: int | None = None) -> None:
@@ -317,6 +322,12 @@ class DedicatedSmallLargeRouter(Router):
         heavy = predicted_output(req) > self.threshold
         group = list(range(n - n_large, n)) if heavy else list(range(n - n_large))
         cands = view.candidates(req)
+        if self.within == "least_work_left":
+            inside = [i for i in group if i in cands]
+            if not inside:
+                return cands[0]
+            work = view.work_left()
+            return min(inside, key=lambda i: work[i])  # (the first of equals: the routers' tie rule)
         k = int(heavy)
         for _ in range(len(group)):
             i = group[self._next[k] % len(group)]

@@ -85,6 +85,22 @@ def test_dedicated_small_large_splits_by_predicted_decode():
     assert [_by_id(res)[i]["instance"] for i in range(5)] == [0, 2, 1, 3, 0]
 
 
+def test_dedicated_split_with_least_work_left_inside_each_group():
+    """The same split, the least loaded instance of the group instead of its turn: the fourth light request goes
+    to instance 0 again (two short requests' work) and not, in turn, to instance 1 (a 2,000-token prompt's)."""
+    rows = [(0.0, 10, 5), (0.001, 2000, 200), (0.002, 10, 5), (0.003, 10, 5), (0.004, 10, 900)]
+    placed = {}
+    for within in ("round_robin", "least_work_left"):
+        reqs = requests(rows)
+        for r in reqs:
+            r.predicted_output = r.output_tokens
+        res = simulate(_cluster(4), reqs, "dedicated_small_large", policy_kwargs={"large": 2, "within": within})
+        placed[within] = [_by_id(res)[i]["instance"] for i in range(5)]
+    assert placed == {"round_robin": [0, 1, 0, 1, 2], "least_work_left": [0, 1, 0, 0, 2]}
+    with pytest.raises(ConfigError, match="policy.kwargs.within"):
+        make_router("dedicated_small_large", within="shortest")
+
+
 def _qos_requests(rows: list[tuple[float, int, int, dict[str, float]]]) -> list[Request]:
     return [Request(i, a, p, o, outputs_by_model={m: o for m in q}, quality_by_model=q)
             for i, (a, p, o, q) in enumerate(rows)]
