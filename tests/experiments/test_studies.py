@@ -1,0 +1,50 @@
+"""The choice studies' rules (experiments/studies): what they refuse (test seeds, the suite's trace windows), how
+they choose (best worst case, then best mean) and the held-out trace's 3 s buckets, without running episodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.studies import guide_choice, load_gate
+
+
+def test_guide_choice_takes_the_best_worst_case_then_the_best_mean() -> None:
+    table = {"a": {"jsq": {"mean": 10.0}, "least_kv": {"mean": 0.0}, "edf": {"mean": 0.0}, "ckpt:x": {"mean": -9.0}},
+             "b": {"jsq": {"mean": 10.0}, "least_kv": {"mean": 30.0}, "edf": {"mean": 10.04}, "ckpt:x": {"mean": -9.0}}}
+    assert guide_choice.choose(table) == "edf"  # worst 10.0 after rounding, mean 5.02 < jsq's 10; never a checkpoint
+    assert guide_choice.kind("dedicated_small_large") == "stateful" and guide_choice.kind("edf") == "holds"
+    assert guide_choice.kind("least_work_left") == "stateless"
+
+
+def test_guide_choice_gaps_are_to_the_best_heuristic_not_a_checkpoint() -> None:
+    rows = [{"policy": p, "mean_e2el_ms": m, "p99_e2el_ms": 2 * m} for p, m in
+            (("jsq", 100.0), ("jsq", 120.0), ("least_kv", 150.0), ("ckpt:x", 50.0))]
+    gaps = guide_choice.scenario_gaps(rows, {"ckpt:x"})
+    assert gaps["jsq"]["mean"] == 0.0 and gaps["least_kv"]["mean"] == pytest.approx(100.0 * (150 / 110 - 1))
+    assert gaps["ckpt:x"]["mean"] < 0.0
+
+
+def test_the_studies_refuse_test_data() -> None:
+    suite = guide_choice.suite_file("workload_router")
+    trace = next(n for n, s in suite["scenarios"].items() if s.get("trace"))
+    with pytest.raises(SystemExit, match="test data only"):
+        guide_choice.scenarios(suite, [trace], 100)
+    with pytest.raises(SystemExit, match="validation seeds only"):
+        guide_choice.main(["--seeds", "2000"])
+    with pytest.raises(SystemExit, match="test data"):
+        load_gate.trace_scenarios(Path("conversation_trace.jsonl"), [0, 60], [0], "qos_edge", Path("."))
+
+
+def test_load_gate_choice_and_the_bucketed_copy(tmp_path: Path) -> None:
+    table = {"s1": {"network": 9.0, "A": -0.04, "B": 5.0}, "s2": {"network": 9.0, "A": 8.0, "B": -2.0}}
+    assert load_gate.choose(table) == "A"  # worst -0.0 beats -2.0; the ungated network is not a candidate
+    src = tmp_path / "held_out.jsonl"
+    src.write_text("".join(json.dumps({"timestamp": t, "input_length": 10, "output_length": 5}) + "\n"
+                           for t in (0, 2999, 3000, 7500)))
+    out = load_gate.bucketed(src, 3.0, tmp_path)
+    assert [json.loads(x)["timestamp"] for x in out.read_text().splitlines()] == [0, 0, 3000, 6000]
+    scen = load_gate.trace_scenarios(src, [0, 4, 8], [0, 3], "qos_edge", tmp_path)
+    assert sorted(scen) == ["held_out_0-4", "held_out_4-8", "held_out_b3s_0-4", "held_out_b3s_4-8"]
