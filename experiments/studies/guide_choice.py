@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from experiments.studies.validation import check_validation_seeds, seed_drawn
 from llmsim.agents.episodes import evaluate
+from llmsim.agents.suite_config import load_suite_file
 from llmsim.errors import ConfigError
-from llmsim.resources import conf_dir
 
 # the default scenarios: the suite's seed-drawn ones a guide must hold on (rates around training, mixes, sizes, GPUs)
 DEFAULT_SCENARIOS = ("rate_0.5x", "training", "rate_1.5x", "short", "long", "bimodal", "instances_8", "instances_16",
@@ -47,24 +47,6 @@ def kind(policy: str) -> str:
     if policy.startswith(LEARNED):
         return "learned"
     return "holds" if policy in HOLDING else "stateful" if policy in STATEFUL else "stateless"
-
-
-def suite_file(testbed: str) -> dict[str, Any]:
-    return yaml.safe_load((conf_dir() / "suite" / f"{testbed}.yaml").read_text())
-
-
-def scenarios(suite: dict[str, Any], names: list[str], requests: int) -> dict[str, dict[str, Any]]:
-    """name -> env overrides (requests scaled as the suite scales them); trace windows are refused."""
-    out = {}
-    for name in names:
-        sc = suite["scenarios"].get(name)
-        if sc is None:
-            raise SystemExit(f"--scenarios: unknown scenario {name!r}; expected one of {sorted(suite['scenarios'])}")
-        if sc.get("trace"):
-            raise SystemExit(f"--scenarios: {name!r} is a trace window (test data only)")
-        out[name] = {**dict(sc.get("env") or {}),
-                     "num_requests": max(1, round(requests * float(sc.get("requests_scale", 1.0))))}
-    return out
 
 
 def seed_means(rows: list[dict[str, Any]], metric: str) -> dict[str, float]:
@@ -114,15 +96,13 @@ def run(testbed: str, names: list[str], seeds: list[int], requests: int, jobs: i
         dump: Path | None = None) -> dict[str, dict[str, dict[str, float]]]:
     """scenario -> heuristic -> {mean, p99: gap % to the scenario's best heuristic, value: mean E2E ms}; the table
     so far is written to ``dump`` (JSON) after each scenario."""
-    suite = suite_file(testbed)
-    base = {**yaml.safe_load((conf_dir() / "env" / f"{testbed}.yaml").read_text()), **(suite.get("base") or {})}
     learned = {LEARNED + k: v for k, v in (checkpoints or {}).items()}
-    pols: list[Any] = list(heuristics or suite["heuristics"])
+    pols: list[Any] = list(heuristics or load_suite_file(testbed).heuristics)
     pols += [{"checkpoint": path, "label": label} for label, path in learned.items()]
     table: dict[str, dict[str, dict[str, float]]] = {}
-    for name, over in scenarios(suite, names, requests).items():
+    for name, env in seed_drawn(testbed, names, requests).items():
         t0 = time.perf_counter()
-        rows = evaluate({**base, **over}, pols, seeds=seeds, jobs=jobs)
+        rows = evaluate(env, pols, seeds=seeds, jobs=jobs)
         table[name] = scenario_gaps(rows, set(learned))
         best = min((p for p in table[name] if p not in learned), key=lambda p: table[name][p]["value"])
         print(f"{name}: best {best} ({table[name][best]['value'] / 1000:.2f} s), {time.perf_counter() - t0:.0f} s "
@@ -145,8 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here, and\
  the numbers to <out>.json")
     a = ap.parse_args(argv)
-    if any(not 1000 <= s < 2000 for s in a.seeds):
-        raise SystemExit(f"--seeds {a.seeds}: validation seeds only (1000-1999); test seeds report the choice")
+    check_validation_seeds(a.seeds)
     try:
         ckpts = dict(c.split("=", 1) for c in a.checkpoints)
         table = run(a.env, a.scenarios, a.seeds, a.requests, a.jobs, a.heuristics, ckpts,

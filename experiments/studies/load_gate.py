@@ -24,25 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from experiments.studies.validation import check_validation_seeds, seed_drawn, suite_traces, testbed_env
 from llmsim.agents.episodes import evaluate
+from llmsim.agents.suite_config import load_suite_file, merge
 from llmsim.errors import ConfigError
-from llmsim.resources import conf_dir
 
 Candidate = tuple[float, float, float, float | None]  # below, smooth_s, margin, margin_below
-
-
-def scenarios(testbed: str) -> dict[str, dict[str, Any]]:
-    """The suite's seed-drawn scenarios of ``testbed``: name -> env overrides."""
-    suite = yaml.safe_load((conf_dir() / "suite" / f"{testbed}.yaml").read_text())
-    return {name: dict(s.get("env") or {}) for name, s in suite["scenarios"].items() if not s.get("trace")}
-
-
-def suite_traces(testbed: str) -> set[str]:
-    """The file names of the traces the suite's windows read (test data)."""
-    suite = yaml.safe_load((conf_dir() / "suite" / f"{testbed}.yaml").read_text())
-    return {Path(s["env"]["arrival"]["trace"]["path"]).name for s in suite["scenarios"].values() if s.get("trace")}
 
 
 def bucketed(path: Path, bucket_s: float, into: Path) -> Path:
@@ -135,24 +123,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
     a = ap.parse_args(argv)
-    if any(not 1000 <= s < 2000 for s in a.seeds):
-        raise SystemExit(f"--seeds {a.seeds}: validation seeds only (1000-1999); test seeds report the choice")
+    check_validation_seeds(a.seeds)
     return a
 
 
 def main(argv: list[str] | None = None) -> None:
     a = parse(argv)
-    base = yaml.safe_load((conf_dir() / "env" / f"{a.env}.yaml").read_text())
     candidates = list(dict.fromkeys((b, s, m, (mb or None) if m else None) for b in a.below for s in a.smooth_s
                                     for m in a.margin for mb in a.margin_below))
     table: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        scen = scenarios(a.env)
+        scen = seed_drawn(a.env, requests=a.requests)
         if a.trace is not None:
-            scen |= trace_scenarios(a.trace, a.windows, a.bucket_s, a.env, Path(tmp))
+            base = testbed_env(a.env, load_suite_file(a.env))
+            scen |= {name: merge(base, {"num_requests": a.requests, **over})
+                     for name, over in trace_scenarios(a.trace, a.windows, a.bucket_s, a.env, Path(tmp)).items()}
         try:
-            for name, over in scen.items():
-                env = {**base, "num_requests": a.requests, **over}
+            for name, env in scen.items():
                 table[name] = gains(env, a.checkpoint, a.router, candidates, a.seeds, a.jobs, a.metric)
                 print(name, {k: f"{v:+.1f}" for k, v in table[name].items()}, flush=True)
         except ConfigError as e:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.studies import guide_choice, load_gate
+from experiments.studies import guide_choice, load_gate, validation
+from llmsim.agents.suite_config import load_suite_file
 
 
 def test_guide_choice_takes_the_best_worst_case_then_the_best_mean() -> None:
@@ -28,10 +29,11 @@ def test_guide_choice_gaps_are_to_the_best_heuristic_not_a_checkpoint() -> None:
 
 
 def test_the_studies_refuse_test_data() -> None:
-    suite = guide_choice.suite_file("workload_router")
-    trace = next(n for n, s in suite["scenarios"].items() if s.get("trace"))
+    suite = load_suite_file("workload_router")
+    trace = next(n for n, s in suite.scenarios.items() if s.trace)
     with pytest.raises(SystemExit, match="test data only"):
-        guide_choice.scenarios(suite, [trace], 100)
+        validation.seed_drawn("workload_router", [trace], 100)
+    assert trace not in validation.seed_drawn("workload_router")  # all seed-drawn ones: the windows left out
     with pytest.raises(SystemExit, match="validation seeds only"):
         guide_choice.main(["--seeds", "2000"])
     with pytest.raises(SystemExit, match="test data"):
