@@ -15,9 +15,21 @@ import numpy as np
 import torch
 from torch import nn
 
-from llmsim.envs.observations.instance_set import GLOBAL_FEATURES, GUIDE_COLUMNS, INSTANCE_FEATURES, split_layout
+from llmsim.envs.observations.instance_set import (
+    GLOBAL_FEATURE_NAMES,
+    GLOBAL_FEATURES,
+    GUIDE_COLUMNS,
+    INSTANCE_FEATURE_NAMES,
+    INSTANCE_FEATURES,
+    LOG_TOKENS,
+    split_layout,
+)
+from llmsim.routing.load import DECODE_BUCKETS
 
 NO_HOLD_PENALTY = 1e6  # subtracted from wait's score where a policy that does not hold has a request to place
+# a guide computed from the observation's features rather than read from a one-hot column
+SPLIT_GUIDE = "dedicated_split"
+GUIDES = (*GUIDE_COLUMNS, SPLIT_GUIDE)
 
 
 def mlp(d_in: int, hidden: Sequence[int], d_out: int) -> nn.Sequential:
@@ -179,8 +191,8 @@ class SetQNetwork(nn.Module):
         if n_actions != self.n_max + 2:
             raise ValueError(f"a set network over {self.n_max} instance slots has {self.n_max + 2} actions, "
                              f"not {n_actions}")
-        if guide not in GUIDE_COLUMNS:
-            raise ValueError(f"guide {guide!r}: expected one of {sorted(GUIDE_COLUMNS)}")
+        if guide not in GUIDES:
+            raise ValueError(f"guide {guide!r}: expected one of {sorted(GUIDES)}")
         self.obs_dim, self.n_actions, self.hidden, self.guide = obs_dim, n_actions, [int(h) for h in hidden], guide
         self.dueling = False
         h = self.hidden[-1]
@@ -212,8 +224,7 @@ class SetQNetwork(nn.Module):
 
     def guide_onehot(self, obs: torch.Tensor) -> torch.Tensor:
         """1 at the guide's slot (none when nothing is decided), over the n_max + 2 slots."""
-        _, rows, _ = self.split(obs)
-        pick = rows[:, :, GUIDE_COLUMNS[self.guide]]
+        pick = guide_pick(*self.split(obs), self.guide)
         return torch.cat([pick, torch.zeros_like(pick[:, :2])], dim=-1)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -236,11 +247,52 @@ class SlotAdapter(nn.Module):
         return self.net(obs).index_select(1, self.columns)
 
 
+PENDING = GLOBAL_FEATURE_NAMES.index("pending")
+LOG_PREDICTED = GLOBAL_FEATURE_NAMES.index("log_predicted_output")
+LOG_WORK_S = INSTANCE_FEATURE_NAMES.index("log_work_s")
+CAN_SERVE = INSTANCE_FEATURE_NAMES.index("can_serve")
+# the split's heavy requests: predicted output above the predictor's first bucket bound, on the observation's scale
+HEAVY_AT = float(np.float32(np.log1p(DECODE_BUCKETS[0]) / LOG_TOKENS))
+
+
+def guide_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor, guide: str) -> torch.Tensor:
+    """The guide's one-hot pick over the instance slots (B, n_max); all zero with no request pending."""
+    if guide != SPLIT_GUIDE:
+        return rows[:, :, GUIDE_COLUMNS[guide]]
+    return dedicated_split_pick(glob, rows, mask)
+
+
+def dedicated_split_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The WorkloadRouter paper's dedicated split as a function of the observation alone: a request predicted
+    above 250 output tokens goes to the last half of the instances (at least one), the others to the first half,
+    and within its group to the instance with the least queued work in seconds at its own iteration time
+    (``log_work_s``); ties and the rule for no instance of the group serving the prompt (the first candidate) as
+    ``dedicated_small_large``. Built from tensor operations only, so the ONNX export carries it."""
+    n_max = rows.shape[1]
+    real = mask > 0.5
+    n = mask.sum(dim=1, keepdim=True)
+    slot = torch.arange(n_max, dtype=mask.dtype).unsqueeze(0)
+    n_large = torch.clamp(torch.div(n, 2.0, rounding_mode="floor"), min=1.0)
+    large = slot >= n - n_large
+    heavy = glob[:, LOG_PREDICTED:LOG_PREDICTED + 1] > HEAVY_AT
+    fits = (rows[:, :, CAN_SERVE] > 0.5) & real
+    cands = fits | (real & ~fits.any(dim=1, keepdim=True))  # none fits: every instance (logic, not a boolean
+    inside = cands & (large == heavy)                         # Where, which onnxruntime lacks)
+    score = torch.where(inside, rows[:, :, LOG_WORK_S], torch.full_like(mask, float("inf")))
+    choice = torch.where(inside.any(dim=1), score.argmin(dim=1), cands.to(mask.dtype).argmax(dim=1))
+    pending = (glob[:, PENDING] > 0.5).to(mask.dtype).unsqueeze(1)
+    return nn.functional.one_hot(choice, n_max).to(mask.dtype) * pending
+
+
 def guide_slots(obs: np.ndarray, guide: str = "min_min") -> np.ndarray:
     """The guide heuristic's slot for each row of a batch of instance_set observations (-1: nothing to decide)."""
     n_max = split_layout(obs.shape[1])
     g, f = GLOBAL_FEATURES, INSTANCE_FEATURES
-    pick = obs[:, g:g + n_max * f].reshape(len(obs), n_max, f)[:, :, GUIDE_COLUMNS[guide]]
+    if guide == SPLIT_GUIDE:
+        x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))
+        pick = dedicated_split_pick(x[:, :g], x[:, g:g + n_max * f].reshape(-1, n_max, f), x[:, g + n_max * f:]).numpy()
+    else:
+        pick = obs[:, g:g + n_max * f].reshape(len(obs), n_max, f)[:, :, GUIDE_COLUMNS[guide]]
     return np.where(pick.max(axis=1) > 0.5, pick.argmax(axis=1), -1)
 
 

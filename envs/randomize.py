@@ -49,6 +49,9 @@ class RandomizeConfig(Schema):
     # WorkloadRouter task mixes (task_weights); [] draws none (a testbed without task mixes, e.g. QoSEdge)
     mixes: list[str] = Field(default_factory=lambda: ["table1", "long_decode", "short_decode", RANDOM_MIX])
     gpus: list[str] = Field(default_factory=lambda: ["v100-16gb"], min_length=1)
+    # the share of episodes (once the curriculum is open) whose instances each draw their GPU from ``gpus``: a
+    # heterogeneous cluster; the others run one GPU drawn from ``gpus`` on every instance
+    hetero_share: float = Field(default=0.0, ge=0.0, le=1.0)
     curriculum_episodes: int = Field(default=30, ge=0)  # episodes until the ranges are fully open
     start_size: PosInt = 4
     start_mix: str = "table1"
@@ -73,7 +76,8 @@ class RandomizeConfig(Schema):
 
 
 def draw_scenario(cfg: RandomizeConfig, rng: np.random.Generator, episode: int) -> dict[str, Any]:
-    """One episode's scenario: env options (num_instances, rate, task_weights, gpu) on the curriculum's ranges."""
+    """One episode's scenario: env options (num_instances, rate, task_weights, gpu: one name, or one per instance)
+    on the curriculum's ranges."""
     p = 1.0 if cfg.curriculum_episodes == 0 else min(1.0, episode / cfg.curriculum_episodes)
     lo, hi = cfg.sizes
     size_lo = round(cfg.start_size - p * (cfg.start_size - lo))
@@ -84,7 +88,10 @@ def draw_scenario(cfg: RandomizeConfig, rng: np.random.Generator, episode: int) 
     out: dict[str, Any] = {cfg.size_option: size, "rate": round(cfg.rate_per_instance * size * scale, 4)}
     if cfg.mixes:
         out["task_weights"] = draw_mix(cfg, rng, p)
-    out["gpu"] = cfg.gpus[int(rng.integers(len(cfg.gpus)))]
+    if cfg.hetero_share > 0.0 and rng.random() < p * cfg.hetero_share:
+        out["gpu"] = [cfg.gpus[int(i)] for i in rng.integers(len(cfg.gpus), size=size)]
+    else:
+        out["gpu"] = cfg.gpus[int(rng.integers(len(cfg.gpus)))]
     if cfg.num_requests is not None:
         out["num_requests"] = cfg.num_requests
     if cfg.requests_per_instance is not None:

@@ -51,6 +51,26 @@ def test_requests_per_instance_scale_an_episode_with_its_cluster():
         RandomizeConfig(num_requests=1000, requests_per_instance=250)
 
 
+def test_hetero_share_draws_one_gpu_per_instance_in_that_share_of_episodes():
+    gpus = ["v100-16gb", "v100-32gb", "a100-40gb"]
+    cfg = RandomizeConfig(curriculum_episodes=0, gpus=gpus, hetero_share=0.5)
+    drawn = [draw_scenario(cfg, np.random.default_rng(s), 50) for s in range(200)]
+    mixed = [s for s in drawn if isinstance(s["gpu"], list)]
+    assert 60 < len(mixed) < 140
+    assert all(len(s["gpu"]) == s["num_instances"] and set(s["gpu"]) <= set(gpus) for s in mixed)
+    assert any(len(set(s["gpu"])) > 1 for s in mixed)
+    assert all(s["gpu"] in gpus for s in drawn if not isinstance(s["gpu"], list))
+    # the curriculum's first episode, and no share at all, draw as before (the same random stream)
+    early = cfg.model_copy(update={"curriculum_episodes": 10})
+    assert not any(isinstance(draw_scenario(early, np.random.default_rng(s), 0)["gpu"], list) for s in range(50))
+    plain = RandomizeConfig(curriculum_episodes=0, gpus=gpus)
+    a, b = np.random.default_rng(7), np.random.default_rng(7)
+    assert [draw_scenario(plain, a, 50) for _ in range(20)] == [
+        draw_scenario(plain.model_copy(update={"hetero_share": 0.0}), b, 50) for _ in range(20)]
+    with pytest.raises(ConfigError, match="hetero_share"):
+        RandomizeConfig(hetero_share=1.5)
+
+
 def test_slot_mapping_round_trips():
     k, n_max = 3, 8
     m = np.array([True, False, True, True, False])

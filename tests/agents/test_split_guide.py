@@ -1,0 +1,109 @@
+"""The dedicated split as a set network's guide, computed from the instance_set observation (agents/nets.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from llmsim.agents.export import onnx_inputs, write_onnx  # noqa: E402
+from llmsim.agents.nets import HEAVY_AT, SetQNetwork, SlotAdapter, guide_slots, masked_argmax  # noqa: E402
+from llmsim.agents.policy import HeuristicPolicy  # noqa: E402
+from llmsim.agents.transfer import ObservationGuide, e2e_all_ms, watch_episodes  # noqa: E402
+from llmsim.envs.observations.instance_set import (  # noqa: E402
+    GLOBAL_FEATURE_NAMES,
+    GLOBAL_FEATURES,
+    INSTANCE_FEATURE_NAMES,
+    INSTANCE_FEATURES,
+    layout_size,
+)
+from llmsim.envs.randomize import SlotEnv  # noqa: E402
+from llmsim.envs.testbeds import make_from_config  # noqa: E402
+
+N_MAX = 8
+WORK = INSTANCE_FEATURE_NAMES.index("log_work_s")
+FITS = INSTANCE_FEATURE_NAMES.index("can_serve")
+PRED = GLOBAL_FEATURE_NAMES.index("log_predicted_output")
+ENV = {"id": "workload_router", "num_requests": 80, "observation": {"kind": "instance_set", "n_max": N_MAX},
+       "reward": {"kind": "workload_aware_tail", "guidance": 0.0}}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
+    """Every test here on one torch thread (tests/conftest.py)."""
+
+
+def obs(works: list[float], heavy: bool | None, fits: list[bool] | None = None) -> np.ndarray:
+    """One observation: len(works) instances with these queued-work features; ``heavy`` None = nothing pending."""
+    x = np.zeros(layout_size(N_MAX), np.float32)
+    n = len(works)
+    x[GLOBAL_FEATURES + N_MAX * INSTANCE_FEATURES:][:n] = 1.0
+    if heavy is not None:
+        x[0] = 1.0
+        x[PRED] = HEAVY_AT + 0.01 if heavy else HEAVY_AT
+    for k, w in enumerate(works):
+        row = GLOBAL_FEATURES + k * INSTANCE_FEATURES
+        x[row + WORK] = w
+        x[row + FITS] = 1.0 if heavy is not None and (fits is None or fits[k]) else 0.0
+    return x
+
+
+def pick(x: np.ndarray) -> int:
+    return int(guide_slots(x[None], "dedicated_split")[0])
+
+
+def test_heavy_requests_go_to_the_last_half_light_ones_to_the_first_each_to_the_least_work():
+    works = [0.4, 0.1, 0.3, 0.2]
+    assert pick(obs(works, heavy=True)) == 3  # the large group {2, 3}: 0.2 < 0.3
+    assert pick(obs(works, heavy=False)) == 1  # exactly 250 tokens is not heavy; the small group {0, 1}
+    assert pick(obs([0.2, 0.2, 0.5, 0.5], heavy=True)) == 2  # ties: the lowest index
+    assert pick(obs([0.1, 0.2, 0.3, 0.4, 0.0], heavy=True)) == 4  # 5 instances: the last 2 are large
+    assert pick(obs([0.1, 0.2, 0.3, 0.4, 0.0], heavy=False)) == 0
+    assert pick(obs([0.3], heavy=True)) == 0 and pick(obs([0.3], heavy=False)) == 0  # one instance: it
+
+
+def test_the_first_candidate_when_no_instance_of_the_group_serves_the_prompt_and_nothing_without_a_request():
+    assert pick(obs([0.4, 0.1, 0.3, 0.2], heavy=True, fits=[False, True, False, False])) == 1
+    assert pick(obs([0.4, 0.1, 0.3, 0.2], heavy=True, fits=[False] * 4)) == 3  # none fits: every instance counts
+    assert pick(obs([0.4, 0.1, 0.3, 0.2], heavy=None)) == -1
+
+
+def test_the_network_falls_back_on_it_and_its_onnx_export_computes_the_same(tmp_path: Path):
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [16, 16], guide="dedicated_split", fallback_margin=1e3)
+    env = SlotEnv(ENV, scenarios=[{"num_instances": 4, "rate": 20.0}])
+    xs, ms = [], []
+    o, info = env.reset(seed=3)
+    policy = ObservationGuide("dedicated_split")
+    while not (env.terminated or env.truncated) and len(xs) < 300:
+        xs.append(o)
+        ms.append(info["action_mask"])
+        o, _, _, _, info = env.step(policy.act(o, info["action_mask"], env))
+    x, m = np.array(xs, np.float32), np.array(ms)
+    guide = guide_slots(x, "dedicated_split")
+    pending = guide >= 0
+    assert pending.sum() > 50 and len(set(guide[pending])) == 4  # every instance is picked somewhere
+    actions = masked_argmax(net(torch.as_tensor(x)), torch.as_tensor(m)).numpy()
+    assert (actions[pending] == guide[pending]).all()
+    plain = make_from_config({**ENV, "num_instances": 4, "rate": 20.0})
+    write_onnx(SlotAdapter(net, 4).eval(), onnx_inputs(plain), tmp_path / "p.onnx")
+    env_mask = np.concatenate([m[:, :4], m[:, N_MAX:]], axis=1)
+    _, got = ort.InferenceSession(str(tmp_path / "p.onnx")).run(None, {"obs": x, "action_mask": env_mask})
+    assert (got[pending] == guide[pending]).all()
+
+
+def test_it_is_the_dedicated_split_with_work_counted_in_seconds():
+    """On a homogeneous cluster it routes as ``dedicated_small_large`` with least work left inside each group, up
+    to how the queued work is counted (seconds at the instance's iteration time, not tokens): close, not equal."""
+    env = SlotEnv(ENV, scenarios=[{"num_instances": 4, "rate": 20.0}])
+    ours, _ = watch_episodes(ObservationGuide("dedicated_split"), env, [1000, 1001])
+    split, _ = watch_episodes(HeuristicPolicy("dedicated_small_large", within="least_work_left"), env, [1000, 1001])
+    jsq, _ = watch_episodes(HeuristicPolicy("jsq"), env, [1000, 1001])
+    for a, b, c in zip(ours, split, jsq):
+        assert a["completed"] == a["num_requests"]
+        assert abs(e2e_all_ms(a) - e2e_all_ms(b)) < 0.1 * e2e_all_ms(b)
+        assert abs(e2e_all_ms(a) - e2e_all_ms(c)) > 0.0  # not some other heuristic by accident
