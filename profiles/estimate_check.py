@@ -48,8 +48,9 @@ from llmsim.profiles.providers.operators import (
     gemm_cost,
     measured_gpus,
     records_frame,
+    sampler_bytes,
 )
-from llmsim.profiles.providers.overhead import engine_overhead, vidur_cpu, vidur_overhead_part
+from llmsim.profiles.providers.overhead import engine_overhead, vidur_overhead_part
 from llmsim.profiles.providers.raw import LSS_GPUS, LSS_MODEL, LSS_RUNS, Raw, lss_measured, lss_table_model
 from llmsim.profiles.targets import TARGETS, fits_gpu
 
@@ -329,9 +330,8 @@ def add_expected_error(doc: dict, raw_dir: Path, gpu: str, providers: dict[str, 
 def calibrated_parts(model: EfficiencyModel, m, g, tp: int, ctx: Context) -> tuple[dict, dict]:
     """Every step-time value of the calibrated estimate and the optional parts (moe, allreduce) that apply."""
     pf, dec = attention_coefficients(model, m, g, tp)
-    _, sampler = vidur_cpu(ctx)
-    lm = [model.op_seconds(g, "gemm", *gemm_cost(s, m.vocab / tp, m.hidden)) + sampler[i]
-          for i, s in enumerate(SEQ_GRID)]
+    lm = [model.op_seconds(g, "gemm", *gemm_cost(s, m.vocab / tp, m.hidden))
+          + model.op_seconds(g, "sampler", 0.0, sampler_bytes(m, s)) for s in SEQ_GRID]
     values = {"dense": [dense_seconds(model, m, g, tp, t) for t in TOKEN_GRID], "lm_head": lm,
               "prefill_attention": pf, "decode_attention": dec}
     optional: dict = {}
@@ -378,7 +378,7 @@ def calibrated_doc(raw: Raw, model: str, gpu: str, tp: int = 1, leave_out: tuple
     src = ("calibrated estimate: launch floor + smooth roofline (L2 term for attention and elementwise) per operator "
            "class, fitted on " + "+".join(eff.gpus))
     parts = {p: Part("estimated", src) for p in ("dense", "prefill_attention", "decode_attention", "lm_head")}
-    parts["lm_head"] = Part("estimated", src + "; sampler from vidur")
+    parts["lm_head"] = Part("estimated", src + "; the sampler as vLLM's GPU sampler (its own operator class)")
     parts["overhead"] = Part("estimated", src_ov)
     mem = config_memory(ctx)
     parts["memory"] = Part(mem.status, mem.source)
@@ -399,6 +399,7 @@ ITERATIONS = {  # batch -> (tokens through the dense ops, lm_head sequences, att
     **{f"prefill {c}": (c, 1, f"prefill@{c}+0") for c in (256, 1024, 2048)},
 }
 ONCE = ("embedding", "final_layernorm")
+PER_STEP = ("lm_head", "sampler")  # once per iteration, on the sequences that sample
 
 
 @dataclass
@@ -414,10 +415,10 @@ class OperatorRow:
 def iteration_seconds(ops: dict[str, float], model: str, tokens: int, seqs: int, attention: str) -> float | None:
     """One iteration of ``model`` from per-operator seconds keyed by label (None when a label is missing)."""
     m = get_model(model)
-    layer_ops = [lab for lab in ops if lab.endswith(f"@{tokens}") and lab.split("@")[0] not in ONCE]
+    layer_ops = [lab for lab in ops if lab.endswith(f"@{tokens}") and lab.split("@")[0] not in ONCE + PER_STEP]
     try:
         layer = sum(ops[lab] * (2 if lab.startswith("layernorm@") else 1) for lab in layer_ops) + ops[attention]
-        once = sum(ops[f"{op}@{tokens}"] for op in ONCE) + ops[f"lm_head@{seqs}"]
+        once = sum(ops[f"{op}@{tokens}"] for op in ONCE) + sum(ops[f"{op}@{seqs}"] for op in PER_STEP)
     except KeyError:
         return None
     return m.n_layers * layer + once if layer_ops else None

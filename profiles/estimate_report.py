@@ -35,10 +35,12 @@ from llmsim.profiles.estimate_check import (
     pooled,
     summary,
 )
+from llmsim.profiles.providers.gpu_features import gpu_features
 from llmsim.profiles.providers.raw import LSS_RUNS, Raw
 from llmsim.profiles.targets import DEFAULT_OUT, DEFAULT_RAW, REPO, check_raw_dir
 
 FIDELITY = REPO / "docs" / "results" / "fidelity.md"
+NO_FLOPS = ("elementwise", "sampler")  # operator classes timed by their bytes alone
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -172,12 +174,15 @@ def constants_table(raw_dir: Path) -> str:
         c = fit.describe()
         l2 = (f"{c['l2_bytes_per_sm_cycle']:.2f} B / SM-cycle, reach {c['l2_reach']:.3g} x L2, exponent "
               f"{c['l2_exponent']:.3g}" if fit.cached else "not used")
-        moves = cls != "elementwise"  # elementwise operators have no FLOPs: e_c and p play no part
+        moves = cls not in NO_FLOPS  # operators without FLOPs: e_c and p play no part
         p = "-" if not moves else ("max" if c["sharpness"] > 100 else f"{c['sharpness']:.2f}")
         rows.append({"class": cls, "floor µs": f"{c['floor_us']:.2f}",
                      "e_c": f"{c['eff_compute']:.3f}" if moves else "-", "e_m": f"{c['eff_memory']:.3f}", "p": p,
                      "L2 term": l2})
-    return _table(rows) + f"\n\nFitted on {'+'.join(model.gpus)}."
+    factor = model.fits["gemm"].geforce_factor
+    geforce = "+".join(g for g in model.gpus if gpu_features(g).geforce)
+    return _table(rows) + (f"\n\nFitted on {'+'.join(model.gpus)}. GeForce factor (tensor peak and SMs x clock of a "
+                           f"GeForce card, fitted on the GEMMs of {geforce}): {factor:.3f}.")
 
 
 def step_table(raw_dir: Path) -> str:
@@ -193,11 +198,15 @@ def step_table(raw_dir: Path) -> str:
 
 OPERATOR_INTRO = (
     "The calibrated estimate (profiles/providers/calibrated.py) times an operator of a class (GEMM, elementwise, "
-    "prefill attention, decode attention) as a launch floor plus a smooth roofline, `floor + (t_c^p + t_m^p)^(1/p)` "
+    "prefill attention, decode attention, and vLLM's GPU sampler after lm_head, by the bytes of its fp32 logits) "
+    "as a launch floor plus a smooth roofline, `floor + (t_c^p + t_m^p)^(1/p)` "
     "with `t_c` = FLOPs / (e_c x datasheet peak) and `t_m` = bytes / (e_m x datasheet bandwidth), so where an "
     "operator falls between compute- and memory-bound is its arithmetic intensity relative to the GPU's ridge point; "
     "for prefill attention and elementwise operators the bytes that fit in L2 are read at an on-chip rate "
-    "proportional to SMs x clock (GPU features from the vendors' whitepapers). The few constants per "
+    "proportional to SMs x clock (GPU features from the vendors' whitepapers). On a GeForce card (RTX 3090, RTX "
+    "4090: bf16 with fp32 accumulate at half the FP16 rate, so not power-limited, boosting above the rated clock) "
+    "the tensor peak and SMs x clock are multiplied by a GeForce factor fitted, after the shared constants, on the "
+    "other GeForce GPUs' GEMMs: the other GPUs' estimates do not depend on it. The few constants per "
     "class are fitted across GPUs (docs/profiles.md explains each). Each GPU with vLLM operator tables is left out "
     "in turn: the constants come from the others only, and its measured operators are predicted. Operators: "
     "LLMServingSim's tables (RTX 4090: Llama-3.1-8B; RTX PRO 6000: Llama-3.1-8B, Qwen3-32B, Qwen3-30B-A3B; TP 1), "
@@ -206,7 +215,8 @@ OPERATOR_INTRO = (
     "RTX A6000 (HF Transformers + PyTorch profiler; its norms, rotary, SiLU and attention are HF kernels, not vLLM's, "
     "and are not used; profiles/providers/hf_layers.py). Iteration rows rebuild "
     "whole iterations (decode of 1-256 sequences at 1,024 tokens of context, prefill of 256-2,048 tokens) from the "
-    "held-out GPU's operators (the MoE model's experts are not in them). Error = (estimated - measured) / measured.\n"
+    "held-out GPU's operators, lm_head and the sampler once per iteration (the MoE model's experts are not in "
+    "them). Error = (estimated - measured) / measured.\n"
 )
 STEP_INTRO = (
     "The calibrated estimate as a whole profile (`estimate --profile-out`), its GPU left out, against the profile "

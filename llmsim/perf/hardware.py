@@ -50,9 +50,14 @@ _GPUS = [
     GpuSpec("h100", int(80 * GiB), 3350e9, 989e12, 700, 450e9, 50e9, "nvlink4"),
     GpuSpec("h100-pcie", int(80 * GiB), 2000e9, 756.5e12, 350, 64e9, 50e9, "pcie5"),
     GpuSpec("h200", int(141 * GiB), 4800e9, 989e12, 700, 450e9, 50e9, "nvlink4"),
+    # L40S datasheet: 48 GB GDDR6, 864 GB/s, 362 dense BF16 / FP16 tensor TFLOPS (733 with sparsity); a datacenter
+    # part: the rate with FP32 accumulate is the full rate.
     GpuSpec("l40s", int(48 * GiB), 864e9, 362e12, 350, 32e9, 25e9, "pcie4"),
     GpuSpec("l4", int(24 * GiB), 300e9, 121e12, 72, 32e9, 25e9, "pcie4"),
-    # RTX 4090: device memory as reported by torch in the LLMServingSim vLLM run.
+    # RTX 4090 (NVIDIA Ada GPU Architecture whitepaper, appendix: 1,008 GB/s GDDR6X; 128 SMs at 2,520 MHz boost,
+    # 72 MB L2): 165.2 dense FP16 / BF16 tensor TFLOPS with FP32 accumulate, the rate a bf16 GEMM runs at (330.3
+    # only with FP16 accumulate: GeForce cards halve the fp32-accumulate rate, as the RTX 3090 below). Device memory
+    # as reported by torch in the LLMServingSim vLLM run.
     GpuSpec("rtx4090", 25_250_627_584, 1008e9, 165.2e12, 450, 32e9, 25e9, "pcie4"),
     GpuSpec("a40", int(48 * GiB), 696e9, 149.7e12, 300, 56e9, 25e9, "nvlink-bridge"),
     GpuSpec("a30", int(24 * GiB), 933e9, 165e12, 165, 100e9, 25e9, "nvlink-bridge"),

@@ -1,7 +1,7 @@
 """The calibrated estimate: an operator's time from its FLOPs and bytes on a GPU's datasheet, by a small model per
 operator class whose few constants are fitted across the GPUs with measured operators.
 
-For an operator class (GEMM, elementwise, prefill attention, decode attention) the time on a GPU is
+For an operator class (GEMM, elementwise, prefill attention, decode attention, sampler) the time on a GPU is
 
     t = floor + (t_c^p + t_m^p)^(1/p),    t_c = FLOPs / (e_c x peak),    t_m = bytes / (e_m x bandwidth)
 
@@ -19,6 +19,14 @@ For an operator class (GEMM, elementwise, prefill attention, decode attention) t
   SM's throughput, which scales with SMs x clock, not by DRAM). The term is used where it lowers the
   leave-one-GPU-out error on every GPU and left out where it does not (GEMMs, decode attention: better on some
   GPUs, worse on others).
+* on a GeForce card (:data:`llmsim.profiles.providers.gpu_features.GEFORCE`) the clock-bound figures, tensor peak
+  and SMs x clock, are multiplied by one GeForce factor. Its bf16 rate with fp32 accumulate (what vLLM's GEMMs
+  and attention run at, the hardware table's peak) is half its FP16 rate, so tensor work draws about half the
+  power per clock and GPU Boost holds a clock above the rated boost one, where the workstation and datacenter
+  parts, listed at the full rate, are power-limited at or below theirs. The factor is that clock ratio times
+  the throttling the shared ``e_c`` carries from the power-limited GPUs. It is fitted after the shared
+  constants, on the GeForce training GPUs' GEMMs alone (the one class with more than one GeForce GPU), so the
+  estimate of every other GPU is the same with or without it.
 
 The constants are fitted by robust least squares on log time, each calibration GPU weighted equally however many
 records it has. Nothing here is fitted to a serving run: the records are operator tables
@@ -28,7 +36,7 @@ by leaving that GPU out (``llmsim.profiles.estimate_check.operator_error_rows``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -66,19 +74,25 @@ def with_roofline(frame: pd.DataFrame, peak: np.ndarray, bw: np.ndarray) -> pd.D
 
 @dataclass(frozen=True)
 class Hardware:
-    """Per-record GPU figures the model reads: datasheet peak and bandwidth, L2 bytes, SMs x clock."""
+    """Per-record GPU figures the model reads: datasheet peak and bandwidth, L2 bytes, SMs x clock, GeForce or not."""
 
     peak: np.ndarray
     bw: np.ndarray
     l2: np.ndarray
     sm_clock: np.ndarray
+    geforce: np.ndarray
 
     @classmethod
     def of(cls, gpus) -> Hardware:
         names = list(gpus)
-        figures = {g: (get_gpu(g).peak_flops, get_gpu(g).bandwidth, gpu_features(g).l2_bytes, gpu_features(g).sm_clock)
-                   for g in set(names)}
+        figures = {g: (get_gpu(g).peak_flops, get_gpu(g).bandwidth, gpu_features(g).l2_bytes, gpu_features(g).sm_clock,
+                       gpu_features(g).geforce) for g in set(names)}
         return cls(*(np.array(x, float) for x in zip(*[figures[g] for g in names])))
+
+    def boosted(self, factor: float) -> Hardware:
+        """The GeForce GPUs' clock-bound figures (tensor peak, SMs x clock) times ``factor``."""
+        f = np.where(self.geforce > 0, factor, 1.0)
+        return Hardware(self.peak * f, self.bw, self.l2, self.sm_clock * f, self.geforce)
 
 
 def class_seconds(theta: np.ndarray, flops: np.ndarray, byts: np.ndarray, hw: Hardware, cached: bool) -> np.ndarray:
@@ -102,15 +116,17 @@ class ClassFit:
 
     theta: tuple[float, ...]
     cached: bool
+    geforce_factor: float = 1.0  # the GeForce factor (module docstring); 1: no GeForce GPU calibrated it
 
     def seconds(self, flops: np.ndarray, byts: np.ndarray, hw: Hardware) -> np.ndarray:
-        return class_seconds(np.asarray(self.theta), flops, byts, hw, self.cached)
+        return class_seconds(np.asarray(self.theta), flops, byts, hw.boosted(self.geforce_factor), self.cached)
 
     def describe(self) -> dict[str, float]:
         """The constants in plain units (floor in microseconds)."""
         t = self.theta
         out = {"floor_us": float(np.exp(t[0]) * 1e6), "eff_compute": float(1 / (1 + np.exp(-t[1]))),
                "eff_memory": float(1 / (1 + np.exp(-t[2]))), "sharpness": float(1 + np.exp(t[3]))}
+        out["geforce_factor"] = self.geforce_factor
         if self.cached:
             out.update({"l2_bytes_per_sm_cycle": float(np.exp(t[4])), "l2_reach": float(np.exp(t[5])),
                         "l2_exponent": float(np.exp(t[6]))})
@@ -127,6 +143,23 @@ def fit_class(frame: pd.DataFrame, cached: bool) -> ClassFit:
     res = least_squares(lambda th: (np.log(class_seconds(th, flops, byts, hw, cached)) - y) * w, start,
                         loss="soft_l1", f_scale=0.1)
     return ClassFit(tuple(float(x) for x in res.x), cached)
+
+
+def fit_geforce_factor(fit: ClassFit, frame: pd.DataFrame) -> float:
+    """The GeForce factor: with ``fit``'s shared constants fixed, robust least squares on log seconds of the
+    GeForce GPUs' records of ``frame`` alone, each GPU weighted equally (1 when there is none)."""
+    sub = frame[[gpu_features(g).geforce for g in frame.gpu]]
+    if sub.empty:
+        return 1.0
+    hw, theta = Hardware.of(sub.gpu), np.asarray(fit.theta)
+    flops, byts = sub.flops.to_numpy(float), sub.bytes.to_numpy(float)
+    y = np.log(sub.seconds.to_numpy(float))
+    w = np.sqrt(1.0 / sub.groupby("gpu").gpu.transform("size").to_numpy(float))
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        return (np.log(class_seconds(theta, flops, byts, hw.boosted(float(np.exp(x[0]))), fit.cached)) - y) * w
+
+    return float(np.exp(least_squares(resid, np.zeros(1), loss="soft_l1", f_scale=0.1).x[0]))
 
 
 @dataclass
@@ -161,6 +194,9 @@ def calibrate(records, leave_out: tuple[str, ...] = ()) -> EfficiencyModel:
     """The model fitted to every record whose GPU is not in ``leave_out``."""
     frame = records_frame([r for r in records if r.gpu not in leave_out])
     fits = {cls: fit_class(sub, cls in CACHED_CLASSES) for cls, sub in frame.groupby("cls")}
+    if "gemm" in fits:
+        factor = fit_geforce_factor(fits["gemm"], frame[frame.cls == "gemm"])
+        fits = {cls: replace(f, geforce_factor=factor) for cls, f in fits.items()}
     return EfficiencyModel(fits, tuple(sorted(frame.gpu.unique())))
 
 

@@ -26,6 +26,7 @@ class GpuFeatures:
     l2_bytes: float
     sms: int
     clock_ghz: float
+    geforce: bool = False  # a GeForce card: bf16 with fp32 accumulate at half the FP16 rate (GEFORCE)
 
     @property
     def sm_clock(self) -> float:
@@ -42,6 +43,8 @@ _TABLE: dict[str, tuple[float, int, float]] = {
     "h200": (50, 132, 1.980),
     "l40s": (96, 142, 2.520),
     "l4": (48, 58, 2.040),
+    # NVIDIA Ada GPU Architecture whitepaper, appendix (GeForce RTX 4090 / L40S-class AD102): 72 MB of L2, 128 SMs,
+    # 2,520 MHz boost (L40S: 96 MB, 142 SMs, 2,520 MHz).
     "rtx4090": (72, 128, 2.520),
     "a40": (6, 84, 1.740),
     "a30": (24, 56, 1.440),
@@ -55,7 +58,15 @@ _TABLE: dict[str, tuple[float, int, float]] = {
     "rtx3090": (6, 82, 1.695),
     "rtx-pro-6000": (128, 188, 2.617),
 }
-GPU_FEATURES: dict[str, GpuFeatures] = {g: GpuFeatures(l2 * MIB, sms, clk) for g, (l2, sms, clk) in _TABLE.items()}
+# GeForce cards: their whitepapers list dense FP16 / BF16 tensor TFLOPS with FP32 accumulate at half the rate with
+# FP16 accumulate (Ampere GA102 whitepaper: RTX 3090 71 vs 142; Ada whitepaper: RTX 4090 165.2 vs 330.3); the
+# workstation and datacenter parts (RTX A6000, L40S, RTX PRO 6000, A100, H100) list both at the full rate. vLLM's
+# bf16 GEMMs and attention accumulate in fp32, so the hardware table's peak is the halved rate for these two, and
+# at that rate they are not power-limited: GPU Boost raises the clock until the power or voltage limit (NVIDIA,
+# "GPU Boost"), above the rated boost clock. The calibrated estimate gives them a clock factor of their own.
+GEFORCE = ("rtx3090", "rtx4090")
+GPU_FEATURES: dict[str, GpuFeatures] = {g: GpuFeatures(l2 * MIB, sms, clk, g in GEFORCE)
+                                        for g, (l2, sms, clk) in _TABLE.items()}
 
 
 def gpu_features(name: str) -> GpuFeatures:

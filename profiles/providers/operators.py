@@ -3,11 +3,12 @@ FLOPs, bytes, seconds), the input of the calibrated estimate (:mod:`llmsim.profi
 
 Operator classes: ``gemm`` (FLOPs ``2 m n k``, bytes ``(n k + m (n + k)) x 2``), ``elementwise`` (norms,
 activation, rotary, embedding: bytes read and written), ``attention_prefill`` (causal FLOPs of a chunk over
-itself and its cached context) and ``attention_decode`` (KV bytes read). Sources (vLLM kernels in bf16 unless said):
+itself and its cached context), ``attention_decode`` (KV bytes read) and ``sampler`` (vLLM's GPU sampler after
+lm_head: bytes of the fp32 logits it reads, sequences x vocabulary x 4). Sources (vLLM kernels in bf16 unless said):
 
 * LLMServingSim's profiler tables (vLLM 0.19, eager): RTX 4090 (Llama-3.1-8B), RTX PRO 6000 (Llama-3.1-8B,
   Qwen3-32B, Qwen3-30B-A3B), TP 1: dense.csv, attention.csv (pure prefill and pure decode rows),
-  per_sequence.csv (lm_head, a GEMM).
+  per_sequence.csv (lm_head, a GEMM; the sampler).
 * AIConfigurator's collector (vLLM 0.14 / 0.24): GEMMs and context / generation attention of A100-80GB, H100,
   L40S and RTX PRO 6000.
 * LLMServingSim's older v0 tables (HF Transformers, PyTorch profiler): :mod:`.hf_layers` reads them into the same
@@ -30,10 +31,11 @@ from llmsim.perf.models import ModelSpec, get_model
 
 from .raw import AIC_SYSTEMS, LSS_RUNS, Raw, lss_run_dir, lss_tables
 
-CLASSES = ("gemm", "elementwise", "attention_prefill", "attention_decode")
+CLASSES = ("gemm", "elementwise", "attention_prefill", "attention_decode", "sampler")
 GEMM_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)  # AIConfigurator rows kept
 LSS_TOKENS = (1, 4, 16, 64, 256, 1024, 2048)
 BF16 = 2
+FP32 = 4
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,12 @@ def prefill_cost(model: ModelSpec, heads: float, kv_heads: float, chunk: float, 
     return flops, byts
 
 
+def sampler_bytes(model: ModelSpec, seqs: float) -> float:
+    """Bytes of the logits vLLM's sampler reads for ``seqs`` sequences: fp32, the whole vocabulary (gathered from
+    every TP shard before sampling)."""
+    return seqs * model.vocab * FP32
+
+
 def decode_cost(model: ModelSpec, heads: float, kv_heads: float, n: float, ctx: float) -> tuple[float, float]:
     """One layer's decode attention of ``n`` sequences of ``ctx`` KV tokens each."""
     d = model.head_dim
@@ -123,11 +131,14 @@ def lss_attention_records(gpu: str, model: ModelSpec, att: pd.DataFrame, src: st
 
 
 def lss_lm_head_records(gpu: str, model: ModelSpec, per_seq: pd.DataFrame, src: str) -> list[OpRecord]:
+    """per_sequence.csv: the lm_head GEMM and the sampler by number of sequences."""
     rows = per_seq[per_seq.layer == "lm_head"].groupby("sequences").time_us.median()
     out = []
     for s, us in rows.items():
         f, b = gemm_cost(s, model.vocab, model.hidden)
         out.append(OpRecord(gpu, "gemm", f, b, us * 1e-6, src, f"lm_head@{s}"))
+    for s, us in per_seq[per_seq.layer == "sampler"].groupby("sequences").time_us.median().items():
+        out.append(OpRecord(gpu, "sampler", 0.0, sampler_bytes(model, s), us * 1e-6, src, f"sampler@{s}"))
     return out
 
 

@@ -6,19 +6,21 @@ up to date."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from llmsim.errors import ConfigError
 from llmsim.perf.hardware import GPUS, get_gpu
+from llmsim.perf.models import get_model
 from llmsim.perf.profile_table import MeasuredProfile
 from llmsim.profiles import estimate_check as ec
 from llmsim.profiles import estimate_report as er
 from llmsim.profiles.compare import compare_report_texts
-from llmsim.profiles.providers.calibrated import ClassFit, Hardware, calibrate, roofline_terms
+from llmsim.profiles.providers.calibrated import ClassFit, EfficiencyModel, Hardware, calibrate, roofline_terms
 from llmsim.profiles.providers.gpu_features import GPU_FEATURES, gpu_features
-from llmsim.profiles.providers.operators import OpRecord, gemm_cost, records_frame
+from llmsim.profiles.providers.operators import OpRecord, gemm_cost, records_frame, sampler_bytes
 from llmsim.profiles.providers.raw import Raw
 from tests.profiles.helpers import RAW, needs_raw
 
@@ -135,3 +137,68 @@ def test_fidelity_report_is_up_to_date() -> None:
     text = er.fidelity_report(RAW)
     assert "kept outside" in text and "python -m llmsim.profiles replay" in text and "LLMServingSim 2.0" in text
     assert compare_report_texts(er.FIDELITY.read_text(), text) == []
+
+
+def test_geforce_peaks_are_the_halved_fp32_accumulate_rate() -> None:
+    """The hardware table's peak is bf16 with fp32 accumulate: per SM-cycle a GeForce card lists half of what the
+    workstation / datacenter part of the same chip lists (GA102: RTX 3090 vs RTX A6000; AD102: RTX 4090 vs L40S)."""
+    def per_sm_cycle(gpu: str) -> float:
+        return get_gpu(gpu).peak_flops / (gpu_features(gpu).sm_clock * 1e9)
+
+    assert gpu_features("rtx4090").geforce and gpu_features("rtx3090").geforce
+    assert not any(gpu_features(g).geforce for g in ("rtx-a6000", "l40s", "rtx-pro-6000", "a100-80gb", "h100"))
+    assert per_sm_cycle("rtx3090") / per_sm_cycle("rtx-a6000") == pytest.approx(0.5, rel=0.02)
+    assert per_sm_cycle("rtx4090") / per_sm_cycle("l40s") == pytest.approx(0.5, rel=0.02)
+
+
+def compute_records(gpu: str, eff: float) -> list[OpRecord]:
+    """Compute-bound GEMMs on ``gpu`` at ``eff`` of its datasheet peak (plus a 3 us floor)."""
+    g, out = get_gpu(gpu), []
+    for m in (256, 1024, 4096, 16384):
+        for n in (4096, 14336):
+            f, b = gemm_cost(m, n, 4096)
+            out.append(OpRecord(gpu, "gemm", f, b, 3e-6 + max(f / g.peak_flops, b / g.bandwidth) / eff, "fake"))
+    return out
+
+
+def test_geforce_factor_comes_from_the_other_geforce_gpus_only() -> None:
+    """A GeForce card runs its GEMMs faster than the shared efficiency: the factor fitted on the RTX 3090 carries
+    to the held-out RTX 4090, and the estimate of a non-GeForce GPU does not depend on it."""
+    recs = (compute_records("a100-80gb", 0.7) + compute_records("h100", 0.7) + compute_records("rtx3090", 0.91)
+            + compute_records("rtx4090", 0.91))
+    model = calibrate(recs, leave_out=("rtx4090",))
+    assert model.fits["gemm"].geforce_factor > 1.15
+    plain = {c: replace(f, geforce_factor=1.0) for c, f in model.fits.items()}
+    held = roofline_terms(records_frame([r for r in recs if r.gpu == "rtx4090" and r.flops > 1e11]))
+    measured = held.seconds.to_numpy(float)
+    assert np.allclose(model.predict(held), measured, rtol=0.05)
+    assert np.all(EfficiencyModel(plain, model.gpus).predict(held) > 1.1 * measured)  # shared e_c alone: slow
+    frame = roofline_terms(records_frame(compute_records("l40s", 0.7)))
+    assert np.array_equal(model.predict(frame), EfficiencyModel(plain, model.gpus).predict(frame))
+    # without a GeForce GPU among the calibration GPUs there is nothing to fit it on: 1
+    assert calibrate(recs, leave_out=("rtx3090", "rtx4090")).fits["gemm"].geforce_factor == 1.0
+
+
+def test_iterations_count_lm_head_and_sampler_once() -> None:
+    """An iteration is n_layers x (its layer's operators + attention) + embedding, final norm, lm_head and the
+    sampler once: lm_head@16 is not a 16-token layer operator."""
+    ops = {"qkv_proj@16": 1.0, "layernorm@16": 0.5, "embedding@16": 0.1, "final_layernorm@16": 0.2,
+           "lm_head@16": 3.0, "sampler@16": 0.3, "decode@16x1024": 2.0}
+    n = get_model("llama-3.1-8b").n_layers
+    got = ec.iteration_seconds(ops, "llama-3.1-8b", 16, 16, "decode@16x1024")
+    assert got == pytest.approx(n * (1.0 + 2 * 0.5 + 2.0) + 0.1 + 0.2 + 3.0 + 0.3)
+    assert ec.iteration_seconds({k: v for k, v in ops.items() if k != "sampler@16"}, "llama-3.1-8b", 16, 16,
+                                "decode@16x1024") is None
+
+
+@needs_raw
+def test_calibrated_lm_head_has_vllms_gpu_sampler() -> None:
+    """The estimated lm_head is the GEMM plus the sampler class (vLLM's GPU sampler, tens of µs at one sequence),
+    not the 0.8 ms CPU sampler of vidur's 2024 engine."""
+    doc = ec.calibrated_doc(Raw(RAW), "llama-3.1-8b", "rtx4090", leave_out=("rtx4090",))
+    model = ec.calibrated_model(str(RAW.resolve()), ("rtx4090",))
+    m, g = get_model("llama-3.1-8b"), get_gpu("rtx4090")
+    gemm = model.op_seconds(g, "gemm", *gemm_cost(1, m.vocab, m.hidden))
+    sampler = doc["lm_head"]["seconds"][0] - gemm
+    assert 5e-6 < sampler < 100e-6
+    assert sampler == pytest.approx(model.op_seconds(g, "sampler", 0.0, sampler_bytes(m, 1)), abs=0.5e-6)  # rounding
