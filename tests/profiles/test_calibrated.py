@@ -179,6 +179,7 @@ def test_every_gpu_of_the_hardware_table_has_features() -> None:
         gpu_features("no-such-gpu")
 
 
+@pytest.mark.slow  # ~40 s: every leave-one-GPU-out calibration
 @needs_raw
 def test_leave_one_gpu_out_rows() -> None:
     rows = ec.operator_error_rows(RAW)
