@@ -35,6 +35,7 @@ from llmsim.profiles.estimate_check import (
     pooled,
     summary,
 )
+from llmsim.profiles.providers.calibrated import KV_REREAD
 from llmsim.profiles.providers.gpu_features import gpu_features
 from llmsim.profiles.providers.raw import LSS_RUNS, Raw
 from llmsim.profiles.targets import DEFAULT_OUT, DEFAULT_RAW, REPO, check_raw_dir
@@ -174,6 +175,9 @@ def constants_table(raw_dir: Path) -> str:
         c = fit.describe()
         l2 = (f"{c['l2_bytes_per_sm_cycle']:.2f} B / SM-cycle, reach {c['l2_reach']:.3g} x L2, exponent "
               f"{c['l2_exponent']:.3g}" if fit.cached else "not used")
+        if fit.over_dram:
+            l2 += " (fitted after the rest; never below DRAM" + ("; AIConfigurator's re-read KV only)"
+                                                                  if cls in KV_REREAD else ")")
         moves = cls not in NO_FLOPS  # operators without FLOPs: e_c and p play no part
         p = "-" if not moves else ("max" if c["sharpness"] > 100 else f"{c['sharpness']:.2f}")
         rows.append({"class": cls, "floor µs": f"{c['floor_us']:.2f}",
@@ -203,8 +207,12 @@ OPERATOR_INTRO = (
     "with `t_c` = FLOPs / (e_c x datasheet peak) and `t_m` = bytes / (e_m x datasheet bandwidth), so where an "
     "operator falls between compute- and memory-bound is its arithmetic intensity relative to the GPU's ridge point; "
     "for prefill attention and elementwise operators the bytes that fit in L2 are read at an on-chip rate "
-    "proportional to SMs x clock (GPU features from the vendors' whitepapers). On a GeForce card (RTX 3090, RTX "
-    "4090: bf16 with fp32 accumulate at half the FP16 rate, so not power-limited, boosting above the rated clock) "
+    "proportional to SMs x clock (GPU features from the vendors' whitepapers); for GEMMs, weights within reach of "
+    "the L2 (read again at every timed call of an operator benchmark), and for decode attention the KV of "
+    "AIConfigurator's benchmark (one KV cache read again at every call; not LLMServingSim's tables, not a serving "
+    "step), likewise, never slower than from DRAM, with that term fitted after the shared constants. On a "
+    "GeForce card (RTX 3090, RTX 4090: bf16 with fp32 accumulate at half the FP16 rate, so not power-limited, "
+    "boosting above the rated clock) "
     "the tensor peak and SMs x clock are multiplied by a GeForce factor fitted, after the shared constants, on the "
     "other GeForce GPUs' GEMMs: the other GPUs' estimates do not depend on it. The few constants per "
     "class are fitted across GPUs (docs/profiles.md explains each). Each GPU with vLLM operator tables is left out "

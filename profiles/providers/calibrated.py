@@ -16,9 +16,16 @@ For an operator class (GEMM, elementwise, prefill attention, decode attention, s
   ``t_m = bytes (1 - h) / (e_m bw) + bytes h / (r SMs clock)``, ``h = min(1, s L2 / bytes)^q``. For elementwise
   operators the fitted rate is above DRAM bandwidth (why GDDR GPUs with a large L2, L40S and RTX PRO 6000, outrun
   their datasheet on small operators); for prefill attention it is below (short prefills are limited by each
-  SM's throughput, which scales with SMs x clock, not by DRAM). The term is used where it lowers the
-  leave-one-GPU-out error on every GPU and left out where it does not (GEMMs, decode attention: better on some
-  GPUs, worse on others).
+  SM's throughput, which scales with SMs x clock, not by DRAM).
+* for GEMMs and decode attention (:data:`L2_AFTER`) the same L2 term, for the bytes an operator benchmark reads
+  again at every timed call (a one-layer model's weights; the one KV cache of :data:`KV_REREAD_SOURCES`' decode
+  benchmark): bytes within reach of the L2 are read at the on-chip rate, but never slower than from DRAM (an L2
+  hit is not slower than a DRAM read). Its three constants are fitted **after** the shared ones, with those fixed:
+  fitted jointly they pulled the shared ``e_m`` and floor and made the HBM GPUs' and the RTX 4090's GEMMs and
+  decode attention worse; fitted after, an operator beyond the reach, or on a GPU whose on-chip rate is below its
+  DRAM bandwidth, is timed as without the term. Decode attention gets it only for records of a benchmark that
+  re-reads one KV cache (:data:`KV_REREAD`): LLMServingSim's tables do not show it, and a serving step reads a
+  layer's KV once, after every other layer's KV and weights went through the L2.
 * on a GeForce card (:data:`llmsim.profiles.providers.gpu_features.GEFORCE`) the clock-bound figures, tensor peak
   and SMs x clock, are multiplied by one GeForce factor. Its bf16 rate with fp32 accumulate (what vLLM's GEMMs
   and attention run at, the hardware table's peak) is half its FP16 rate, so tensor work draws about half the
@@ -49,10 +56,19 @@ from .fits import fit_nnls
 from .gpu_features import gpu_features
 from .operators import BF16, decode_cost, gemm_cost, log2_bin, prefill_cost, records_frame
 
-CACHED_CLASSES = ("attention_prefill", "elementwise")
+CACHED_CLASSES = ("attention_prefill", "elementwise")  # the L2 term fitted with the shared constants
+L2_AFTER = ("gemm", "attention_decode")  # the L2 term fitted after the shared constants, never below DRAM's rate
+# Decode attention: the L2 term only for records of a benchmark that re-reads one KV cache call after call
+# (AIConfigurator's generation attention); LLMServingSim's tables and an estimated profile's serving steps get none.
+KV_REREAD = ("attention_decode",)
+KV_REREAD_SOURCES = ("aiconfigurator:",)
 # Starting point of the fit: floor 5 us, efficiencies 0.73 / 0.73, p = 4; L2 rate 64 bytes per SM-cycle, reach 1,
 # exponent 1 (each in the log / logit form the fit works in).
 START = (np.log(5e-6), 1.0, 1.0, np.log(3.0), np.log(64.0), 0.0, 0.0)
+# Starting points of the L2 term fitted after the shared constants: 4 bytes per SM-cycle within 0.1 x L2, 16 within
+# 1 x L2 (its rate floored at DRAM's leaves flat regions where one start alone can stall; from 64 every fit did;
+# the other two pairings ended at most 1 % lower in cost, with the same table of errors).
+L2_STARTS = [(np.log(4.0), np.log(0.1), 0.0), (np.log(16.0), 0.0, 0.0)]
 
 
 def roofline_terms(frame: pd.DataFrame) -> pd.DataFrame:
@@ -89,20 +105,29 @@ class Hardware:
                        gpu_features(g).geforce) for g in set(names)}
         return cls(*(np.array(x, float) for x in zip(*[figures[g] for g in names])))
 
+    def without_l2(self, keep: np.ndarray) -> Hardware:
+        """The same figures with no L2 where ``keep`` is false."""
+        return Hardware(self.peak, self.bw, np.where(keep, self.l2, 0.0), self.sm_clock, self.geforce)
+
     def boosted(self, factor: float) -> Hardware:
         """The GeForce GPUs' clock-bound figures (tensor peak, SMs x clock) times ``factor``."""
         f = np.where(self.geforce > 0, factor, 1.0)
         return Hardware(self.peak * f, self.bw, self.l2, self.sm_clock * f, self.geforce)
 
 
-def class_seconds(theta: np.ndarray, flops: np.ndarray, byts: np.ndarray, hw: Hardware, cached: bool) -> np.ndarray:
-    """The model's seconds for operators of one class (``theta``: the fitted constants, in fit form)."""
+def class_seconds(theta: np.ndarray, flops: np.ndarray, byts: np.ndarray, hw: Hardware, cached: bool,
+                  over_dram: bool = False) -> np.ndarray:
+    """The model's seconds for operators of one class (``theta``: the fitted constants, in fit form;
+    ``over_dram``: the L2 rate is never below the DRAM rate)."""
     floor, e_c, e_m = np.exp(theta[0]), 1 / (1 + np.exp(-theta[1])), 1 / (1 + np.exp(-theta[2]))
     p = 1 + np.exp(theta[3])  # 1: the two sides add up; large: the roofline's max
     t_c = flops / (e_c * hw.peak)
     if cached:
         hit = np.minimum(1.0, np.exp(theta[5]) * hw.l2 / np.maximum(byts, 1.0)) ** np.exp(theta[6])
-        t_m = byts * (1 - hit) / (e_m * hw.bw) + byts * hit / (np.exp(theta[4]) * 1e9 * hw.sm_clock)
+        l2_rate = np.exp(theta[4]) * 1e9 * hw.sm_clock
+        if over_dram:
+            l2_rate = np.maximum(l2_rate, e_m * hw.bw)
+        t_m = byts * (1 - hit) / (e_m * hw.bw) + byts * hit / l2_rate
     else:
         t_m = byts / (e_m * hw.bw)
     hi = np.maximum(t_c, t_m)
@@ -117,9 +142,11 @@ class ClassFit:
     theta: tuple[float, ...]
     cached: bool
     geforce_factor: float = 1.0  # the GeForce factor (module docstring); 1: no GeForce GPU calibrated it
+    over_dram: bool = False  # the L2 rate never below DRAM's (L2_AFTER)
 
     def seconds(self, flops: np.ndarray, byts: np.ndarray, hw: Hardware) -> np.ndarray:
-        return class_seconds(np.asarray(self.theta), flops, byts, hw.boosted(self.geforce_factor), self.cached)
+        return class_seconds(np.asarray(self.theta), flops, byts, hw.boosted(self.geforce_factor), self.cached,
+                             self.over_dram)
 
     def describe(self) -> dict[str, float]:
         """The constants in plain units (floor in microseconds)."""
@@ -133,9 +160,17 @@ class ClassFit:
         return out
 
 
+def hardware_of(frame: pd.DataFrame) -> Hardware:
+    """The records' GPU figures; for a class of KV_REREAD no L2 unless the benchmark re-read one KV cache."""
+    hw = Hardware.of(frame.gpu)
+    if len(frame) and frame.cls.iloc[0] in KV_REREAD:
+        hw = hw.without_l2(frame.source.str.startswith(KV_REREAD_SOURCES).to_numpy())
+    return hw
+
+
 def fit_class(frame: pd.DataFrame, cached: bool) -> ClassFit:
     """Robust least squares on log seconds of one class's records, every GPU weighted equally."""
-    hw = Hardware.of(frame.gpu)
+    hw = hardware_of(frame)
     flops, byts = frame.flops.to_numpy(float), frame.bytes.to_numpy(float)
     y = np.log(frame.seconds.to_numpy(float))
     w = np.sqrt(1.0 / frame.groupby("gpu").gpu.transform("size").to_numpy(float))
@@ -143,6 +178,33 @@ def fit_class(frame: pd.DataFrame, cached: bool) -> ClassFit:
     res = least_squares(lambda th: (np.log(class_seconds(th, flops, byts, hw, cached)) - y) * w, start,
                         loss="soft_l1", f_scale=0.1)
     return ClassFit(tuple(float(x) for x in res.x), cached)
+
+
+def soft_l1_cost(resid: np.ndarray, f_scale: float) -> float:
+    """``scipy.optimize.least_squares``'s cost of residuals ``resid`` under its ``soft_l1`` loss."""
+    z = (resid / f_scale) ** 2
+    return float(0.5 * f_scale**2 * np.sum(2 * (np.sqrt(1 + z) - 1)))
+
+
+def fit_l2_after(fit: ClassFit, frame: pd.DataFrame) -> ClassFit:
+    """``fit`` with the L2 term of :data:`L2_AFTER`: its three constants by robust least squares on log
+    seconds of ``frame`` (every GPU weighted equally), the shared constants of ``fit`` fixed; the best of
+    :data:`L2_STARTS`. ``fit`` unchanged when the term does not lower the cost (no calibration GPU's on-chip rate
+    beats its DRAM: the term would be unidentified, and carried to a held-out GPU it would be a guess)."""
+    hw, shared = hardware_of(frame), np.asarray(fit.theta[:4])
+    flops, byts = frame.flops.to_numpy(float), frame.bytes.to_numpy(float)
+    y = np.log(frame.seconds.to_numpy(float))
+    w = np.sqrt(1.0 / frame.groupby("gpu").gpu.transform("size").to_numpy(float))
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        return (np.log(class_seconds(np.concatenate([shared, x]), flops, byts, hw, True, True)) - y) * w
+
+    best = min((least_squares(resid, np.array(s), loss="soft_l1", f_scale=0.1) for s in L2_STARTS),
+               key=lambda r: r.cost)
+    without = (np.log(class_seconds(shared, flops, byts, hw, False)) - y) * w
+    if best.cost >= soft_l1_cost(without, 0.1) * (1 - 1e-3):
+        return fit
+    return replace(fit, theta=tuple(float(x) for x in (*shared, *best.x)), cached=True, over_dram=True)
 
 
 def fit_geforce_factor(fit: ClassFit, frame: pd.DataFrame) -> float:
@@ -157,7 +219,8 @@ def fit_geforce_factor(fit: ClassFit, frame: pd.DataFrame) -> float:
     w = np.sqrt(1.0 / sub.groupby("gpu").gpu.transform("size").to_numpy(float))
 
     def resid(x: np.ndarray) -> np.ndarray:
-        return (np.log(class_seconds(theta, flops, byts, hw.boosted(float(np.exp(x[0]))), fit.cached)) - y) * w
+        boosted = hw.boosted(float(np.exp(x[0])))
+        return (np.log(class_seconds(theta, flops, byts, boosted, fit.cached, fit.over_dram)) - y) * w
 
     return float(np.exp(least_squares(resid, np.zeros(1), loss="soft_l1", f_scale=0.1).x[0]))
 
@@ -181,12 +244,14 @@ class EfficiencyModel:
             sel = (frame.cls == cls).to_numpy()
             sub = frame[sel]
             out[sel] = self.fit_of(cls).seconds(sub.flops.to_numpy(float), sub.bytes.to_numpy(float),
-                                                Hardware.of(sub.gpu))
+                                                hardware_of(sub))
         return out
 
     def op_seconds(self, gpu: GpuSpec, cls: str, flops: float, byts: float) -> float:
         """Estimated seconds of one operator on ``gpu`` (any GPU of the hardware table)."""
         hw = Hardware.of([gpu.name])
+        if cls in KV_REREAD:  # a serving step reads each layer's KV once, after the other layers' passed
+            hw = hw.without_l2(np.zeros(1, bool))
         return float(self.fit_of(cls).seconds(np.array([flops], float), np.array([byts], float), hw)[0])
 
 
@@ -194,6 +259,7 @@ def calibrate(records, leave_out: tuple[str, ...] = ()) -> EfficiencyModel:
     """The model fitted to every record whose GPU is not in ``leave_out``."""
     frame = records_frame([r for r in records if r.gpu not in leave_out])
     fits = {cls: fit_class(sub, cls in CACHED_CLASSES) for cls, sub in frame.groupby("cls")}
+    fits.update({cls: fit_l2_after(fits[cls], frame[frame.cls == cls]) for cls in L2_AFTER if cls in fits})
     if "gemm" in fits:
         factor = fit_geforce_factor(fits["gemm"], frame[frame.cls == "gemm"])
         fits = {cls: replace(f, geforce_factor=factor) for cls, f in fits.items()}
