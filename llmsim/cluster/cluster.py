@@ -47,7 +47,7 @@ from llmsim.engine.instance import Instance
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.event_loop import ARRIVAL, MAX_EVENTS_PER_INSTANT, ROUTE, SimEnv
 from llmsim.metrics.recorder import Recorder
-from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, Request, check_request
+from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, NOT_SET, Request, check_request
 from llmsim.routing.base import DEFER, DROP, WAIT, Router, default_decode_choice
 from llmsim.schema import SimConfig
 
@@ -307,11 +307,16 @@ class Cluster:
     def _hint_last(self) -> None:
         """After routing an arrival: the last request pulled is the next arrival of the engine the router will send
         it to (no more arrivals for that engine when the workload is exhausted)."""
-        ahead = self._ahead
-        self._hint(self._depth - 1, ahead[-1].arrival if len(ahead) == self._depth else _INF)
+        ahead, depth = self._ahead, self._depth
+        d = self.router.upcoming(self.view, depth - 1)  # type: ignore[attr-defined]  (_hint, inlined: per arrival)
+        if d is not None and 0 <= d < depth:  # (depth: the number of instances)
+            self.instances[d].next_arrival = ahead[-1].arrival if len(ahead) == depth else _INF
 
     def _on_arrival(self, r: Request) -> None:
-        r.reset_lifecycle()  # a request object replayed in a second simulation starts afresh
+        if r.routed_time != NOT_SET or r.dropped or r.token_cap is not None:
+            r.reset_lifecycle()  # a request object replayed in a second simulation starts afresh
+        # (one that never was routed, dropped or capped is as its constructor left it: routing, a drop or a router's
+        # cap comes before anything else writes into a request)
         self._num_arrived += 1
         self._schedule_next_arrival()
         clock = self.clock
@@ -321,7 +326,7 @@ class Cluster:
             if self._depth:
                 self._hint_all()  # (the router did not see it)
             return
-        self._route(r, ARRIVAL)
+        self.apply_decision(r, self.router.route(r, self.view), ARRIVAL)  # (_route, inlined on this hot path)
         if self._depth:
             self._hint_last()
 

@@ -366,7 +366,9 @@ class Instance:
         now = self.env.now
         run = self.decode_run
         if run is not None:
-            if run.end < run.k_final and not run.stops_at(run.end):
+            j = run.end
+            # (not run.stops_at(j), inlined on this hot path: the boundary does not see the stop)
+            if j < run.k_final and not ((b := run.bounds[j - 1]) > run.stop_t or b == run.stop_t and run.stop_strict):
                 run.plan(self.block_size, self.next_arrival)  # a planning checkpoint: extend the run if it can
                 if len(run.bounds) > run.end:
                     self._schedule_run_end(run)
