@@ -337,8 +337,16 @@ class DecodeRun:
         if cohort is None:
             done = self._apply_to_requests(inst, d, self.bounds[j - 1], extra)
         else:
-            # during a run only its requests hold GPU blocks: the same count, from the residues
-            inst.kv.settle(self.used_blocks(j if extra else j - 1, inst.block_size))
+            # during a run only its requests hold GPU blocks: the same count, from the residues (KVCache.settle,
+            # inlined on this hot path; it explains a count out of range)
+            used = self.used_blocks(j if extra else j - 1, inst.block_size)
+            kv = inst.kv
+            u = used + kv.outside - kv.shared
+            if not 0 <= u <= kv.total:
+                kv.settle(used)  # (raises)
+            kv.free = free = kv.total - u
+            if kv.cached > free:
+                kv.cached = free
             cohort.clock += d  # (DecodeCohort.advance, inlined on this hot path)
             cohort.t_last = self.bounds[j - 1]
             cohort.extra = extra

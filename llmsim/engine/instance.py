@@ -493,7 +493,13 @@ class Instance:
         kv = self.kv  # the run's requests hold every GPU block in use (llmsim.engine.kv.settle), iteration 1's included
         run.full0 = kv.total - kv.free - kv.outside + kv.shared - run.n
         run.plan(self.block_size, self.next_arrival)
-        self._schedule_run_end(run)
+        # (_schedule_run_end, inlined for a run that starts: no stop requested, nothing applied)
+        j = len(run.bounds)
+        if run.k_final < j:
+            j = run.k_final
+        run.end = j = j if j > 1 else 1
+        self._gen += 1
+        self.env.call_at(run.bounds[j - 1], ENGINE, self._on_boundary, self._gen)
 
     def _schedule_run_end(self, run: DecodeRun) -> None:
         """Fire at the first boundary where the run must stop, or at the end of what is planned."""
