@@ -1,7 +1,9 @@
 """A cluster of heterogeneous serving instances behind a routing hook.
 
-Arrivals are fed lazily from the workload (one pending arrival event at a time), checked (see
-:func:`llmsim.request.check_request`), routed at their arrival instant, and either submitted to an
+Arrivals are fed lazily from the workload (one pending arrival event at a time; :meth:`Cluster.run` with a router
+whose next choices are known in advance reads as many requests ahead as there are instances, so that each engine
+knows when its own next arrival comes), checked (see :func:`llmsim.request.check_request`), routed at their arrival
+instant, and either submitted to an
 instance, held in a central queue (WAIT, decided again whenever a request finishes and at the optional
 ``central_queue_tick``) or dropped (DROP, counted). Periodic work - the metrics scrape every
 ``metrics_interval``, the stale-view refresh every ``view_staleness``, the central-queue tick - lives in
