@@ -1,7 +1,9 @@
 """A cluster of heterogeneous serving instances behind a routing hook.
 
-Arrivals are fed lazily from the workload (one pending arrival event at a time), checked (see
-:func:`llmsim.request.check_request`), routed at their arrival instant, and either submitted to an
+Arrivals are fed lazily from the workload (one pending arrival event at a time; :meth:`Cluster.run` with a router
+whose next choices are known in advance reads as many requests ahead as there are instances, so that each engine
+knows when its own next arrival comes), checked (see :func:`llmsim.request.check_request`), routed at their arrival
+instant, and either submitted to an
 instance, held in a central queue (WAIT, decided again whenever a request finishes and at the optional
 ``central_queue_tick``) or dropped (DROP, counted). Periodic work - the metrics scrape every
 ``metrics_interval``, the stale-view refresh every ``view_staleness``, the central-queue tick - lives in
@@ -47,7 +49,7 @@ from llmsim.engine.instance import Instance
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.event_loop import ARRIVAL, MAX_EVENTS_PER_INSTANT, ROUTE, SimEnv
 from llmsim.metrics.recorder import Recorder
-from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, Request, check_request
+from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, NOT_SET, Request, check_request
 from llmsim.routing.base import DEFER, DROP, WAIT, Router, default_decode_choice
 from llmsim.schema import SimConfig
 
@@ -122,6 +124,9 @@ class Cluster:
         self._first_arrival = True
         self._out_sum = 0
         self._out_n = 0
+        self._depth = 0  # requests pulled ahead of their arrival (run(): _pull_ahead)
+        self._ahead: deque[Request] = deque()
+        self._ahead_started = False
         self._self_driven = False  # run() drives the clock: no outside driver can take DEFERred requests
 
     def _summarise_limits(self) -> None:
@@ -172,6 +177,7 @@ class Cluster:
         """Simulate ``workload`` to the end: until nothing but bookkeeping is left (module docstring). Progress is
         observed through the recorder (``llmsim.metrics.progress``)."""
         self._self_driven = True
+        self._depth = self._lookahead_depth()  # (only here: an outside driver may read the workload as it goes)
         self.start(workload)
         self.env.run_active(self.max_events_per_instant)
         self.clock.flush()
@@ -232,14 +238,12 @@ class Cluster:
                 inst.sync(now, phase)  # (a decode cohort's requests may lag without a run: llmsim.engine.cohort)
 
     # ------------------------------------------------------------------ arrivals and routing
-    def _schedule_next_arrival(self) -> None:
+    def _pull(self) -> Request | None:
+        """The workload's next request, checked (None when it is exhausted)."""
         try:
             r = next(self._source)  # type: ignore[arg-type]
         except StopIteration:
-            self._arrivals_done = True
-            if self._sole is not None:
-                self._sole.next_arrival = _INF
-            return
+            return None
         # the per-request check: one expression on the hot path, the slow path only explains or converts
         if not (type(r) is Request and type(a := r.arrival) is float and self._last_arrival <= a <= MAX_SIM_TIME
                 and type(r.id) is int and type(p := r.prompt_tokens) is int and 0 < p <= MAX_TOKENS
@@ -249,20 +253,84 @@ class Cluster:
             a = r.arrival
         self._first_arrival = False
         self._last_arrival = a
+        return r
+
+    def _schedule_next_arrival(self) -> None:
+        r = self._pull_ahead() if self._depth else self._pull()
+        if r is None:
+            self._arrivals_done = True
+            if self._sole is not None:
+                self._sole.next_arrival = _INF
+            return
         if self._sole is not None:
-            self._sole.next_arrival = a  # its decode runs plan no further than this (Instance.next_arrival)
-        self.env.call_at(a, ARRIVAL, self._on_arrival, r)
+            self._sole.next_arrival = r.arrival  # its decode runs plan no further than this (Instance.next_arrival)
+        self.env.call_at(r.arrival, ARRIVAL, self._on_arrival, r)
+
+    # (a router whose choices are known in advance: each engine learns when its own next arrival comes)
+    def _lookahead_depth(self) -> int:
+        """Requests to pull ahead of their arrival so that every engine knows its next one: the number of instances
+        when the router's next choices are fixed in advance (round robin), else 0."""
+        upcoming = getattr(self.router, "upcoming", None)
+        n = len(self.instances)
+        return n if n > 1 and upcoming is not None and upcoming(self.view, 0) is not None else 0
+
+    def _pull_ahead(self) -> Request | None:
+        """The next request to arrive, with the ``_depth - 1`` after it pulled too (``_ahead`` holds them all, the
+        next one first); the first call tells each engine the arrival time of the first one the router will send
+        it, later calls drop the request that just arrived and pull one more."""
+        ahead = self._ahead
+        if self._ahead_started:
+            ahead.popleft()
+            if (r := self._pull()) is not None:
+                ahead.append(r)
+        else:
+            self._ahead_started = True
+            while len(ahead) < self._depth and (r := self._pull()) is not None:
+                ahead.append(r)
+            self._hint_all()
+        return ahead[0] if ahead else None
+
+    def _hint(self, k: int, t: float) -> None:
+        """Tell the engine the router will send the ``k``-th next request to that it arrives at ``t`` (only a hint
+        for planning its decode runs: ``Instance.next_arrival``)."""
+        d = self.router.upcoming(self.view, k)  # type: ignore[attr-defined]
+        if d is not None and 0 <= d < len(self.instances):
+            self.instances[d].next_arrival = t
+
+    def _hint_all(self) -> None:
+        """Every engine's next arrival among the requests pulled ahead (after an arrival the router did not see,
+        the choices after it shift)."""
+        for inst in self.instances:
+            inst.next_arrival = _INF
+        ahead = self._ahead
+        for k in reversed(range(len(ahead))):  # (the first request for an engine is the one it learns)
+            self._hint(k, ahead[k].arrival)
+
+    def _hint_last(self) -> None:
+        """After routing an arrival: the last request pulled is the next arrival of the engine the router will send
+        it to (no more arrivals for that engine when the workload is exhausted)."""
+        ahead, depth = self._ahead, self._depth
+        d = self.router.upcoming(self.view, depth - 1)  # type: ignore[attr-defined]  (_hint, inlined: per arrival)
+        if d is not None and 0 <= d < depth:  # (depth: the number of instances)
+            self.instances[d].next_arrival = ahead[-1].arrival if len(ahead) == depth else _INF
 
     def _on_arrival(self, r: Request) -> None:
-        r.reset_lifecycle()  # a request object replayed in a second simulation starts afresh
+        if r.routed_time != NOT_SET or r.dropped or r.token_cap is not None:
+            r.reset_lifecycle()  # a request object replayed in a second simulation starts afresh
+        # (one that never was routed, dropped or capped is as its constructor left it: routing, a drop or a router's
+        # cap comes before anything else writes into a request)
         self._num_arrived += 1
         self._schedule_next_arrival()
         clock = self.clock
         if clock.tick_asleep and self.central:
             clock.wake_ticks()  # news for the router: queued requests are worth asking about again
         if self._unservable(r):
+            if self._depth:
+                self._hint_all()  # (the router did not see it)
             return
-        self._route(r, ARRIVAL)
+        self.apply_decision(r, self.router.route(r, self.view), ARRIVAL)  # (_route, inlined on this hot path)
+        if self._depth:
+            self._hint_last()
 
     def _unservable(self, r: Request) -> bool:
         m = r.model

@@ -185,7 +185,7 @@ class DecodeCohort:
 
     def finished(self) -> list[Request]:
         """The members whose last token the clock has reached, settled and removed (heap order)."""
-        out = []
+        out: list[Request] = []
         heap = self.heap
         clock = self.clock
         while heap:
@@ -193,10 +193,24 @@ class DecodeCohort:
             if r.lazy_id != seq:
                 heapq.heappop(heap)
                 continue
-            if key - clock > 0:
-                break
+            if key > clock:
+                return out
             heapq.heappop(heap)
-            self.remove(r)
+            # (remove and settle_one, inlined on this hot path)
+            c = r.computed
+            d = clock - r.lazy_mark
+            if d:
+                c += d
+                r.computed = c
+                r.generated += d
+                r.last_token_time = self.t_last
+                r.blocks = -(-(c + self.extra) // self.bs)
+            c0 = c - clock
+            self.inv_res[c0 % self.bs] -= 1
+            self.ctx0 -= c0
+            self.n -= 1
+            r.lazy_mark = None
+            r.lazy_id = 0
             out.append(r)
         return out
 
@@ -236,7 +250,10 @@ class DecodeCohort:
                     gaps.append((r.last_token_time, 1))
                     self.add(r)
             self.fresh = []
-        res = self.residues()
+        bs, clock = self.bs, self.clock
+        shift = clock % bs  # (residues(), inlined on this hot path)
+        inv = self.inv_res
+        res = inv[bs - shift:] + inv[:bs - shift] if shift else inv[:]
         need = res[0]  # one new block for each request at a block boundary
         if need > kv.free:
             return False
@@ -247,8 +264,9 @@ class DecodeCohort:
         out.batch = list(running)
         out.stable = True
         out.res = res
-        out.decode_ctx = self.ctx0 + n * self.clock + n
-        out.k_min = self.first_left()
+        out.decode_ctx = self.ctx0 + n * clock + n
+        heap = self.heap
+        out.k_min = heap[0][0] - clock if heap and heap[0][2].lazy_id == heap[0][1] else self.first_left()
         out.first_gaps = gaps
         return True
 

@@ -211,20 +211,24 @@ class DecodeRun:
         than the first boundary at or after ``horizon`` (when the next arrival comes: it would stop the run there,
         so boundaries planned past it would be thrown away, and the event would have to move earlier)."""
         bounds = self.bounds
-        first = len(bounds) + 1  # next iteration index (1-based)
-        limit = min(self.k_final, len(bounds) + self.planned)
+        done = len(bounds)
+        limit = done + self.planned
+        if self.k_final < limit:
+            limit = self.k_final
         res, step = self.res, self.step
         n = self.n
         factor = self.factor
         free = self.free
-        ctx = self.ctx1 + n * (first - 1)
+        ctx = self.ctx1 + n * done
         last = bounds[-1]
         # planning ends at the first boundary that sees the stop: b >= stop_t (strict) or b > stop_t, which for
         # floats is b >= the next float above stop_t; or at the first boundary at or after the horizon
-        cut = self.stop_t if self.stop_strict else nextafter(self.stop_t, NEVER)
+        cut = self.stop_t
+        if not self.stop_strict and cut != NEVER:
+            cut = nextafter(cut, NEVER)
         if horizon < cut and (last < horizon or not self.end):
             cut = horizon  # (a checkpoint past the horizon plans at least one more iteration)
-        for i in range(first, limit + 1):
+        for i in range(done + 1, limit + 1):
             if last >= cut:
                 break
             need = res[(1 - i) % block_size]
@@ -333,12 +337,25 @@ class DecodeRun:
         if cohort is None:
             done = self._apply_to_requests(inst, d, self.bounds[j - 1], extra)
         else:
-            # during a run only its requests hold GPU blocks: the same count, from the residues
-            inst.kv.settle(self.used_blocks(j if extra else j - 1, inst.block_size))
-            cohort.advance(d, self.bounds[j - 1], extra)
-            done = cohort.finished() if j == self.end else []
-            if len(done) > 1:
-                done.sort(key=self.reqs.index)  # in the run's order, as the per-request pass finds them
+            # during a run only its requests hold GPU blocks: the same count, from the residues (KVCache.settle,
+            # inlined on this hot path; it explains a count out of range)
+            used = self.used_blocks(j if extra else j - 1, inst.block_size)
+            kv = inst.kv
+            u = used + kv.outside - kv.shared
+            if not 0 <= u <= kv.total:
+                kv.settle(used)  # (raises)
+            kv.free = free = kv.total - u
+            if kv.cached > free:
+                kv.cached = free
+            cohort.clock += d  # (DecodeCohort.advance, inlined on this hot path)
+            cohort.t_last = self.bounds[j - 1]
+            cohort.extra = extra
+            if j == self.end:
+                done = cohort.finished()
+                if len(done) > 1:
+                    done.sort(key=self.reqs.index)  # in the run's order, as the per-request pass finds them
+            else:
+                done = []
         self._account(inst, j0, j)
         self.applied = j
         return done
@@ -365,33 +382,32 @@ class DecodeRun:
         inst.kv.settle(used)
         return done
 
-    def _account(self, inst: RunOwner, j0: int, j: int) -> None:
+    def _account(self, inst: RunOwner, j0: int, j: int, _log=_log) -> None:
         """Iterations ``j0+1 .. j`` in the engine's statistics and the inter-token latency histogram."""
         bounds, n = self.bounds, self.n
         # each gap goes to the ITL histogram with its weight (Recorder.itl, inlined on this hot path)
         rec = inst.recorder
         hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN
-        gaps = 0
+        busy = inst.busy_time
         if j0 == 0:
             # on the first iteration, each request's first gap (stalls included) runs from its own last token
-            b1 = bounds[0]
+            prev = bounds[0]
+            gaps = (j - 1) * n
             for t, cnt in self.first_gaps:
-                delta = b1 - t
+                delta = prev - t
                 hist[int(_log(delta) * inv) + off if delta > lo else 0] += cnt
                 gaps += cnt
-            inst.busy_time += b1 - self.start
-            start = 1
+            busy += prev - self.start
+            rest = bounds[1:j]
         else:
-            start = j0
-        prev = bounds[start - 1]
-        busy = inst.busy_time
-        for b in bounds[start:j]:
+            prev = bounds[j0 - 1]
+            gaps = (j - j0) * n
+            rest = bounds[j0:j]
+        for b in rest:
             delta = b - prev
             hist[int(_log(delta) * inv) + off if delta > lo else 0] += n
             busy += delta
             prev = b
-        if j > start:
-            gaps += (j - start) * n
         rec.itl_count += gaps
         inst.busy_time = busy
         inst.iterations += j - j0

@@ -366,10 +366,13 @@ class Instance:
         now = self.env.now
         run = self.decode_run
         if run is not None:
-            if run.end < run.k_final and not run.stops_at(run.end):
+            j = run.end  # (below: not run.stops_at(j), inlined on this hot path)
+            if j < run.k_final and not ((b := run.bounds[j - 1]) > run.stop_t or b == run.stop_t and run.stop_strict):
                 run.plan(self.block_size, self.next_arrival)  # a planning checkpoint: extend the run if it can
                 if len(run.bounds) > run.end:
-                    self._schedule_run_end(run)
+                    j = run.end = run.next_end()  # the first boundary where the run must stop, or the last planned
+                    self._gen += 1
+                    self.env.call_at(run.bounds[j - 1], ENGINE, self._on_boundary, self._gen)
                     return
             done = run.materialise(self, run.end)
             self.decode_run = None
@@ -491,10 +494,6 @@ class Instance:
         kv = self.kv  # the run's requests hold every GPU block in use (llmsim.engine.kv.settle), iteration 1's included
         run.full0 = kv.total - kv.free - kv.outside + kv.shared - run.n
         run.plan(self.block_size, self.next_arrival)
-        self._schedule_run_end(run)
-
-    def _schedule_run_end(self, run: DecodeRun) -> None:
-        """Fire at the first boundary where the run must stop, or at the end of what is planned."""
-        j = run.end = run.next_end()
+        run.end = j = max(1, min(len(run.bounds), run.k_final))  # (next_end() of a run that starts: nothing applied)
         self._gen += 1
         self.env.call_at(run.bounds[j - 1], ENGINE, self._on_boundary, self._gen)

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from llmsim.metrics.recorder import Latencies, Recorder, peak_token_throughput, run_duration, summarise
+from llmsim.metrics.recorder import Latencies, Recorder, column_values, peak_token_throughput, run_duration, summarise
 from llmsim.metrics.sources import MeasuredCluster
 from llmsim.metrics.stream import StreamedRecorder
 from llmsim.schema import SLO
@@ -63,11 +63,11 @@ def latencies_of_columns(rec: Recorder) -> Latencies:
     n = len(ids)
     order = np.argsort(ids, kind="stable")
 
-    def col(name: str, dtype: type = np.float64) -> np.ndarray:
-        return np.frombuffer(cols[name], dtype)[order]
+    def col(name: str) -> np.ndarray:
+        return column_values(cols[name], order)
 
     arrival, first_token, finish = col("arrival"), col("first_token"), col("finish")
-    out, prompt, pre = col("output_tokens", np.int64), col("prompt_tokens", np.int64), col("preemptions", np.int64)
+    out, prompt, pre = col("output_tokens"), col("prompt_tokens"), col("preemptions")
     decode = finish - first_token
     multi = out > 1
     tpot = np.where(multi, decode * 1e3 / np.clip(out - 1, 1, None), np.nan)
@@ -79,7 +79,7 @@ def latencies_of_columns(rec: Recorder) -> Latencies:
         ttft_ms=(first_token - arrival) * 1e3, tpot_ms=tpot, e2el_ms=(finish - arrival) * 1e3,
         itl_sum_s=float(decode[multi].sum()), n_itl=int((out[multi] - 1).sum()),
         preemptions=int(pre.sum()) if n else 0, preempted=int((pre > 0).sum()) if n else 0,
-        truncated=int(np.frombuffer(cols["truncated"], np.int64).astype(bool).sum()) if n else 0,
+        truncated=int(column_values(cols["truncated"]).astype(bool).sum()) if n else 0,
         slo_class=classes)
 
 

@@ -40,6 +40,13 @@ class Router:
     def route(self, req: Request, view: SimulatorView) -> int:
         raise NotImplementedError
 
+    def upcoming(self, view: SimulatorView, k: int) -> int | None:
+        """The instance the ``k``-th next new request will be routed to (``k = 0``: the next one) when that is
+        fixed now, whatever the requests and the cluster's state until then; None when it is not (the default).
+        Only a hint that lets an engine plan its decode runs up to its next arrival (``Cluster.run``): a wrong
+        answer costs speed, never results."""
+        return None
+
     def route_decode(self, req: Request, view: SimulatorView) -> int:
         """The second stage in a disaggregated cluster (llmsim.cluster.disagg): the decode instance of ``req``, whose
         prefill just ended (``view.stage == "decode"``; ``view.candidates(req)`` lists the decode and mixed

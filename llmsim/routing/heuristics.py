@@ -58,6 +58,9 @@ class RoundRobinRouter(Router):
                 return i
         return c[0]
 
+    def upcoming(self, view: RouterView, k: int) -> int | None:
+        return (self._next[0] + k) % view.num_instances  # (every instance a candidate: the common case)
+
     def route_decode(self, req: Request, view: RouterView) -> int:
         return self.route(req, view, 1)
 
