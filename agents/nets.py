@@ -276,8 +276,9 @@ def dedicated_split_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Ten
     large = slot >= n - n_large
     heavy = glob[:, LOG_PREDICTED:LOG_PREDICTED + 1] > HEAVY_AT
     fits = (rows[:, :, CAN_SERVE] > 0.5) & real
-    cands = fits | (real & ~fits.any(dim=1, keepdim=True))  # none fits: every instance (logic, not a boolean
-    inside = cands & (large == heavy)                         # Where, which onnxruntime lacks)
+    # none fits: every instance counts; written as logic, since onnxruntime has no Where over booleans
+    cands = fits | (real & ~fits.any(dim=1, keepdim=True))
+    inside = cands & (large == heavy)
     score = torch.where(inside, rows[:, :, LOG_WORK_S], torch.full_like(mask, float("inf")))
     choice = torch.where(inside.any(dim=1), score.argmin(dim=1), cands.to(mask.dtype).argmax(dim=1))
     pending = (glob[:, PENDING] > 0.5).to(mask.dtype).unsqueeze(1)
