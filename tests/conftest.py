@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.helpers import BASE_EXAMPLES as _BASE_EXAMPLES
-from tests.helpers import HYPOTHESIS_PROFILE, REPO, SHARED, examples, hang_limit  # noqa: F401 (old imports)
+from tests.helpers import HYPOTHESIS_PROFILE, REPO, SHARED, examples, hang_limit, shared_present  # noqa: F401 (old imports)
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -38,7 +38,7 @@ settings.load_profile(HYPOTHESIS_PROFILE)
 
 @pytest.fixture
 def shared_dir() -> Path:
-    if not SHARED.is_dir():
+    if not shared_present():
         pytest.skip(f"../shared is absent ({SHARED}): real data is only available in the dev/CI workspace")
     return SHARED
 

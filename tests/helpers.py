@@ -32,9 +32,15 @@ def hang_limit(seconds: float) -> pytest.MarkDecorator:
     return pytest.mark.timeout(examples(seconds), method="thread")
 
 
+def shared_present() -> bool:
+    """``../shared`` is there with something in it (an empty folder of that name, e.g. left in a temporary
+    directory beside a clone, has none of the data)."""
+    return SHARED.is_dir() and any(SHARED.iterdir())
+
+
 def need_shared() -> Path:
     """``../shared`` (real traces and measurements), or skip with the reason."""
-    if not SHARED.is_dir():
+    if not shared_present():
         pytest.skip(f"../shared is absent ({SHARED}): real data is only available in the dev/CI workspace")
     return SHARED
 

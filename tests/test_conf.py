@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from llmsim.errors import ConfigError
 from llmsim.resources import conf_dir
 from llmsim.simulation.from_config import run_from_config
-from tests.helpers import REPO, SHARED
+from tests.helpers import REPO, SHARED, shared_present
 from tests.workload.helpers import write_burstgpt
 
 CONF = REPO / "conf"
@@ -36,7 +36,7 @@ def _reads_shared(name: str) -> bool:
 
 
 def _skip_without_data(name: str) -> None:
-    if _reads_shared(name) and not SHARED.is_dir():
+    if _reads_shared(name) and not shared_present():
         pytest.skip(f"workload preset {name} replays a trace from ../shared/traces, absent here ({SHARED})")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, SHARED
+from tests.helpers import REPO, shared_present
 
 README = (REPO / "README.md").read_text()
 SMALL = ["++workload.max_requests=60", "output.plots=false"]
@@ -80,7 +80,7 @@ def _argv(cmd: str, tmp: Path, state: dict) -> list[str] | None:
     if mod in AGENT_APPS.values():
         return _agent_argv(args, tmp, state)
     if mod == "llmsim":
-        if any(a.startswith(("workload=azure", "workload=mooncake")) for a in args) and not SHARED.is_dir():
+        if any(a.startswith(("workload=azure", "workload=mooncake")) for a in args) and not shared_present():
             return None  # the trace lives in ../shared, absent outside the dev/CI workspace
         if "-m" in args[3:]:
             state["sweep"] = tmp / "sweep"

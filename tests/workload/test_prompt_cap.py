@@ -16,7 +16,7 @@ from llmsim.resources import conf_dir
 from llmsim.simulation.from_config import run_from_config
 from llmsim.workload import AzureTrace, PromptCapped, build_workload
 from llmsim.workload.transforms import PROMPT_OVER_MAX
-from tests.helpers import SHARED
+from tests.helpers import SHARED, shared_present
 
 AZURE = (
     "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -104,7 +104,7 @@ def test_trace_presets_run_on_the_default_cluster_and_say_what_they_skipped(pres
                                                                             tmp_path: Path) -> None:
     """``llmsim workload=<preset>`` with nothing else: no unservable request stops the run (sim.on_unservable is
     still ``error``), and the skipped rows are in the summary and the run's note."""
-    if not SHARED.is_dir():
+    if not shared_present():
         pytest.skip(f"../shared is absent ({SHARED}): the trace presets replay its files")
     cfg = _compose([f"workload={preset}", cut, "output.plots=false", "output.progress=false"])
     assert cfg["sim"]["on_unservable"] == "error" and cfg["cluster"] == _compose([])["cluster"]
