@@ -23,7 +23,8 @@ with caching on but not with caching off, ~2 % of such a pair that the million-r
 (docs/prefix_caching.md).
 
 ``--stream`` streams the requests to a temporary Parquet file as they finish (``output.stream: parquet``,
-:mod:`llmsim.metrics.stream`): the memory of a long run without the requests table (docs/speed.md).
+:mod:`llmsim.metrics.stream`): a long run keeps only what the summary needs, 36 B a request, not the recorded columns
+(docs/speed.md; unstreamed, the bench reads only the summary, so the requests table is never built).
 
 The envs are not imported here (they sit above the simulator): ``python -m experiments.bench env`` measures them.
 """

@@ -11,6 +11,7 @@ id order, go through the same numpy reductions that pandas calls).
 from __future__ import annotations
 
 import math
+from array import array
 from typing import Any, Protocol
 
 import numpy as np
@@ -56,31 +57,52 @@ def summary_of(cluster: SummarisedCluster, slo: SLO) -> dict[str, Any]:
 
 
 def latencies_of_columns(rec: Recorder) -> Latencies:
-    """``latencies_of(rec.requests_frame())`` from the recorded columns: each column in id order (a stable sort,
-    as the table's), the derived latencies computed as the table computes them."""
+    """``latencies_of(rec.requests_frame())`` from the recorded columns: the latencies and the ITL sum (float sums,
+    whose rounding depends on the order) in id order (a stable sort, as the table's), computed as the table computes
+    them; the counts, integer sums, first arrival and last finish from the columns as recorded (the same numbers in
+    any order). Each column is let go once used: on a million requests this holds about half of what reading every
+    column in id order at once would."""
     cols = rec.cols
-    ids = np.frombuffer(cols["id"], np.int64)
-    n = len(ids)
-    order = np.argsort(ids, kind="stable")
-
-    def col(name: str) -> np.ndarray:
-        return column_values(cols[name], order)
-
-    arrival, first_token, finish = col("arrival"), col("first_token"), col("finish")
-    out, prompt, pre = col("output_tokens"), col("prompt_tokens"), col("preemptions")
+    n = len(cols["id"])
+    order = np.argsort(np.frombuffer(cols["id"], np.int64), kind="stable")
+    arrival, first_token = column_values(cols["arrival"], order), column_values(cols["first_token"], order)
+    ttft = (first_token - arrival) * 1e3
+    finish = column_values(cols["finish"], order)
+    e2el = (finish - arrival) * 1e3
+    del arrival
     decode = finish - first_token
+    del finish, first_token
+    out = column_values(cols["output_tokens"], order)
     multi = out > 1
     tpot = np.where(multi, decode * 1e3 / np.clip(out - 1, 1, None), np.nan)
+    itl_sum_s = float(decode[multi].sum())
+    del decode, out, multi
     # (the table's column, as pandas infers it: a missing class reads NaN there, not None)
     classes = None if rec.slo_classes is None else pd.Series(rec.slo_classes).to_numpy(object)[order]
-    return Latencies(
-        n_done=n, start=float(arrival.min()) if n else math.inf, end=float(finish.max()) if n else -math.inf,
-        input_tokens=int(prompt.sum()) if n else 0, output_tokens=int(out.sum()) if n else 0,
-        ttft_ms=(first_token - arrival) * 1e3, tpot_ms=tpot, e2el_ms=(finish - arrival) * 1e3,
-        itl_sum_s=float(decode[multi].sum()), n_itl=int((out[multi] - 1).sum()),
-        preemptions=int(pre.sum()) if n else 0, preempted=int((pre > 0).sum()) if n else 0,
-        truncated=int(column_values(cols["truncated"]).astype(bool).sum()) if n else 0,
-        slo_class=classes)
+    del order
+    return Latencies(n_done=n, ttft_ms=ttft, tpot_ms=tpot, e2el_ms=e2el, itl_sum_s=itl_sum_s, slo_class=classes,
+                     **recorded_totals(rec.cols, n))
+
+
+def recorded_totals(cols: dict[str, array], n: int) -> dict[str, Any]:
+    """The summary's order-free inputs, read from the recorded columns in place (integer sums and counts are exact,
+    a minimum and a maximum are the same numbers in any order)."""
+    if not n:
+        return {"start": math.inf, "end": -math.inf, "input_tokens": 0, "output_tokens": 0, "n_itl": 0,
+                "preemptions": 0, "preempted": 0, "truncated": 0}
+
+    def view(name: str) -> np.ndarray:  # (a view of the buffer: used at once, never kept)
+        col = cols[name]
+        return np.frombuffer(col, dtype=col.typecode)
+
+    out, pre = view("output_tokens"), view("preemptions")
+    multi = out > 1
+    return {"start": float(view("arrival").min()), "end": float(view("finish").max()),
+            "input_tokens": int(view("prompt_tokens").sum(dtype=np.int64)),
+            "output_tokens": int(out.sum(dtype=np.int64)),
+            "n_itl": int(out[multi].sum(dtype=np.int64)) - int(multi.sum()),  # the sum of (output tokens - 1)
+            "preemptions": int(pre.sum(dtype=np.int64)), "preempted": int((pre > 0).sum()),
+            "truncated": int(np.count_nonzero(view("truncated")))}
 
 
 def instance_means_of(cluster: MeasuredCluster, duration: float) -> dict[str, float]:

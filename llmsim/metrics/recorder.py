@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from llmsim.metrics.table import RecordedRows, column_values
 from llmsim.schema import SLO
 
 if TYPE_CHECKING:
@@ -54,9 +55,7 @@ _INT_COLS = ("id", "prompt_tokens", "output_tokens", "requested_output_tokens", 
 # requests: 77 MB instead of 112); the tables read them as int64 (column_values)
 _INT_TYPES = {"id": "q", "prompt_tokens": "i", "output_tokens": "i", "requested_output_tokens": "i", "instance": "i",
               "preemptions": "i", "swaps": "i", "truncated": "b", "cached_tokens": "i"}
-TABLE_COLUMNS = ("id", "arrival", "prompt_tokens", "output_tokens", "requested_output_tokens", "instance",
-                 "routed_time", "first_scheduled", "first_token", "finish", "preemptions", "swaps", "truncated",
-                 "cached_tokens")  # the requests table's recorded columns, in its order
+
 
 
 class Recorder:
@@ -158,17 +157,13 @@ class Recorder:
 
     # ------------------------------------------------------------------ tables
     def requests_frame(self) -> pd.DataFrame:
-        """The requests table in id order (as a stable sort by id orders it). Each column is read into that order
-        from the recorded ones directly, so the table costs little more memory than its own columns (the recorded
-        columns, a copy, a sorted copy and the derived columns' temporaries cost 2.5 times that)."""
-        cols = self.cols
-        order = np.argsort(np.frombuffer(cols["id"], np.int64), kind="stable")
-        data: dict[str, Any] = {k: column_values(cols[k], order) for k in TABLE_COLUMNS}
-        for name, labels in (("task", self.tasks), ("slo_class", self.slo_classes)):
-            if labels is not None:  # (the dtype pandas infers for the whole list, then in id order)
-                data[name] = pd.Series(labels).take(order).reset_index(drop=True)
-        del order
-        return with_latencies(pd.DataFrame(data, copy=False))
+        """The requests table in id order (as a stable sort by id orders it)."""
+        return self.rows().frame()
+
+    def rows(self) -> RecordedRows:
+        """The requests finished so far, to build their table from when it is read (rows recorded later are not
+        in it): a run's result holds these instead of the table, which costs about twice the columns' memory."""
+        return RecordedRows(self.cols, len(self.cols["id"]), self.tasks, self.slo_classes)
 
     def dropped_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.dropped, columns=["id", "arrival", "prompt_tokens", "output_tokens", "reason",
@@ -340,37 +335,6 @@ def run_duration(df: pd.DataFrame | Latencies, recorder: Recorder) -> float:
     return float(lat.end - start)
 
 
-def rows_frame(cols: dict[str, array], tasks: list[str | None] | None, slo_classes: list[str | None] | None,
-               labels: bool = False) -> pd.DataFrame:
-    """The requests table of recorded columns, in recording order (``labels``: the task and slo_class columns
-    even when no request has one, so that streamed row groups share one schema)."""
-    data: dict[str, Any] = {k: column_values(v) for k, v in cols.items()}
-    df = pd.DataFrame(data)
-    df = df[list(TABLE_COLUMNS)]
-    if tasks is not None or labels:
-        df["task"] = tasks
-    if slo_classes is not None or labels:
-        df["slo_class"] = slo_classes
-    return with_latencies(df)
-
-
-def column_values(col: array, order: np.ndarray | None = None) -> np.ndarray:
-    """A recorded column as a fresh float64 or int64 array (whatever its typecode), optionally in ``order``."""
-    values = np.frombuffer(col, dtype=col.typecode)
-    if order is not None:
-        values = values[order]
-    return values.astype(np.float64 if col.typecode == "d" else np.int64, copy=order is None)
-
-
-def with_latencies(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` (the recorded columns) with ``truncated`` as booleans and the derived latency columns."""
-    df["truncated"] = df["truncated"].astype(bool)
-    df["ttft_ms"] = (df["first_token"] - df["arrival"]) * 1e3
-    df["e2el_ms"] = (df["finish"] - df["arrival"]) * 1e3
-    out = df["output_tokens"]
-    df["tpot_ms"] = np.where(out > 1, (df["finish"] - df["first_token"]) * 1e3 / (out - 1).clip(lower=1), np.nan)
-    df["queue_ms"] = (df["first_scheduled"] - df["arrival"]) * 1e3
-    return df
 
 
 # ---------------------------------------------------------------------- per-instance table (instances.csv)

@@ -5,25 +5,48 @@ they are saved (``requests.csv`` or ``.parquet``, ``dropped.csv``, ``timeline.cs
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from llmsim.errors import ConfigError
+from llmsim.metrics.table import RecordedRows
 
 
-@dataclass
 class SimResult:
-    requests: pd.DataFrame
-    dropped: pd.DataFrame
-    timeline: pd.DataFrame
-    instances: pd.DataFrame
-    summary: dict[str, Any]
-    wall_s: float = 0.0
-    notes: list[str] = field(default_factory=list)
-    requests_path: Path | None = None  # the Parquet file the requests were streamed to (``requests`` is then empty)
+    """The tables and summary of one run. ``requests`` is built the first time it is read (from the recorded
+    rows the run hands over, :class:`~llmsim.metrics.table.RecordedRows`) and kept: a caller that reads only the
+    summary never holds the table, which on a million requests is the largest thing a run leaves."""
+
+    def __init__(self, requests: pd.DataFrame | RecordedRows, dropped: pd.DataFrame, timeline: pd.DataFrame,
+                 instances: pd.DataFrame, summary: dict[str, Any], wall_s: float = 0.0, notes: list[str] | None = None,
+                 requests_path: Path | None = None) -> None:
+        self._requests = requests
+        self.dropped = dropped
+        self.timeline = timeline
+        self.instances = instances
+        self.summary = summary
+        self.wall_s = wall_s
+        self.notes = [] if notes is None else notes
+        # the Parquet file the requests were streamed to (``requests`` is then empty)
+        self.requests_path = requests_path
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """One row per completed request, in id order (``requests.csv``)."""
+        if isinstance(self._requests, RecordedRows):
+            self._requests = self._requests.frame()  # built once; the recorded rows are let go
+        return self._requests
+
+    @requests.setter
+    def requests(self, table: pd.DataFrame) -> None:
+        self._requests = table
+
+    def __repr__(self) -> str:
+        built = "built" if isinstance(self._requests, pd.DataFrame) else "not built yet"
+        return (f"SimResult(summary={self.summary!r}, requests table {built}, dropped={len(self.dropped)}, "
+                f"wall_s={self.wall_s!r}, requests_path={self.requests_path!r})")
 
     def save(self, out_dir: str | Path, fmt: str = "csv") -> Path:
         """Write per-request table, drops, timeline, per-instance stats and summary.json (a streamed run's

@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from llmsim.errors import ConfigError
-from llmsim.metrics.recorder import Latencies, Recorder, rows_frame
+from llmsim.metrics.recorder import Latencies, Recorder
+from llmsim.metrics.table import rows_frame
 from llmsim.request import Request
 
 ROW_GROUP = 65_536

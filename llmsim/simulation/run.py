@@ -8,15 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from llmsim.cluster import Cluster, InstanceConfig
+from llmsim.metrics.episode_summary import latencies_of_columns
 from llmsim.metrics.progress import SimProgress
-from llmsim.metrics.recorder import (
-    instance_means,
-    instance_table,
-    latencies_of,
-    profile_notes,
-    run_duration,
-    summarise,
-)
+from llmsim.metrics.recorder import instance_means, instance_table, profile_notes, run_duration, summarise
 from llmsim.metrics.result import SimResult
 from llmsim.metrics.stream import StreamedRecorder
 from llmsim.request import Request
@@ -81,10 +75,9 @@ def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:
     """Tables and summary of a finished (or stopped) cluster; the env reads the same numbers."""
     rec = cluster.recorder
     if isinstance(rec, StreamedRecorder):
-        lat, df = rec.latencies(), rec.empty_frame()
-    else:
-        df = rec.requests_frame()
-        lat = latencies_of(df)
+        lat, rows = rec.latencies(), rec.empty_frame()
+    else:  # the summary from the recorded columns; the table only when the result's ``requests`` is read
+        lat, rows = latencies_of_columns(rec), rec.rows()
     dropped = rec.dropped_frame()
     num = lat.n_done + len(dropped)
     inst_df = instance_table(cluster, run_duration(lat, rec))
@@ -98,4 +91,4 @@ def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:
     }
     summary = summarise(lat, rec, num, slo, extra)
     path = rec.path if isinstance(rec, StreamedRecorder) else None
-    return SimResult(df, dropped, rec.timeline_frame(), inst_df, summary, wall_s, profile_notes(cluster), path)
+    return SimResult(rows, dropped, rec.timeline_frame(), inst_df, summary, wall_s, profile_notes(cluster), path)
