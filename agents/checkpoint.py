@@ -16,6 +16,7 @@ random initialisation (a "best" checkpoint saved before learning started).
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,13 @@ import torch
 from llmsim.agents.checkpoint_files import load_weights, save_trainer_state
 from llmsim.agents.checkpoint_meta import FORMAT, check_compatible, read_meta
 from llmsim.agents.nets import (
+    SPILL_GUIDE,
     GuidedQNetwork,
     GuideSwitch,
     QNetwork,
     SetQNetwork,
     SlotAdapter,
+    Spill,
     masked,
     masked_argmax,
 )
@@ -51,7 +54,8 @@ def net_arch(net: torch.nn.Module) -> dict[str, Any]:
                 **guide}
     if isinstance(net, SetQNetwork):  # slots: n_max instances + wait + drop (llmsim.envs.randomize)
         return {"obs_dim": net.obs_dim, "n_actions": net.n_actions, "hidden": net.hidden, "dueling": False,
-                "set_net": {"n_max": net.n_max, "guide": net.guide}}
+                "set_net": {"n_max": net.n_max, "guide": net.guide,
+                            **({"spill": asdict(net.spill)} if net.guide == SPILL_GUIDE else {})}}
     arch = getattr(net, "arch", None)
     if not isinstance(arch, dict):
         raise TypeError(f"cannot checkpoint a {type(net).__name__}: no arch description")
@@ -145,7 +149,8 @@ def load_q_net(path: str | Path, meta: dict[str, Any] | None = None) -> QNetwork
         net = GuidedQNetwork(obs_dim, n, hidden, dueling, guide, switch=guide_switch(meta, p / "checkpoint.json"))
     else:
         try:
-            net = SetQNetwork(obs_dim, n, hidden, set_net["guide"])
+            spill = Spill(**set_net["spill"]) if "spill" in set_net else None
+            net = SetQNetwork(obs_dim, n, hidden, set_net["guide"], spill=spill)
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"{p / 'checkpoint.json'}: set_net {set_net!r} is not a network this llmsim builds "
                               f"({e})"[:400]) from None

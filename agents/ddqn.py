@@ -88,7 +88,7 @@ class DDQNConfig(OffPolicyConfig):
     network: Literal["mlp", "set"] = "mlp"  # set: agents/nets.py SetQNetwork on the instance_set observation
     # the heuristic imitated and fallen back on: an observation column, or dedicated_split computed from the
     # observation (agents/nets.py)
-    guide: Literal["min_min", "least_work_left", "jsq", "dedicated_split"] = "min_min"
+    guide: Literal["min_min", "least_work_left", "jsq", "dedicated_split", "dedicated_split_spill"] = "min_min"
     guide_action: NonNegInt | None = None  # a flat network's guide instead: this fixed action (a static model size)
     guide_switch: GuideSwitchConfig | None = None  # ... or another action past a threshold of one feature
     demo_steps: NonNegInt = 0  # env steps acted by the guide (with demo_epsilon random actions) before the policy acts

@@ -21,6 +21,7 @@ from llmsim.envs.observations.instance_set import (
     GUIDE_COLUMNS,
     INSTANCE_FEATURE_NAMES,
     INSTANCE_FEATURES,
+    LOG_SECONDS,
     LOG_TOKENS,
     split_layout,
 )
@@ -29,7 +30,10 @@ from llmsim.routing.load import DECODE_BUCKETS
 NO_HOLD_PENALTY = 1e6  # subtracted from wait's score where a policy that does not hold has a request to place
 # a guide computed from the observation's features rather than read from a one-hot column
 SPLIT_GUIDE = "dedicated_split"
-GUIDES = (*GUIDE_COLUMNS, SPLIT_GUIDE)
+# ... and the same split that lets a request spill over to the other group when that group is far less busy
+SPILL_GUIDE = "dedicated_split_spill"
+SPLIT_GUIDES = (SPLIT_GUIDE, SPILL_GUIDE)
+GUIDES = (*GUIDE_COLUMNS, *SPLIT_GUIDES)
 
 
 def mlp(d_in: int, hidden: Sequence[int], d_out: int) -> nn.Sequential:
@@ -169,6 +173,33 @@ class NumpyActor:
         return np.where(masks | ~any_valid, q, -np.inf).argmax(axis=1)
 
 
+@dataclass(frozen=True)
+class Spill:
+    """When the split sends a request to the other group: its best instance there, scored by the instance feature
+    ``score`` (seconds, on the observation's log scale), beats the own group's by ``ratio``:
+    (1 + s_other) x ratio < 1 + s_own."""
+
+    ratio: float
+    score: str = "log_latency_s"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.ratio, int | float) and self.ratio >= 1.0 and self.score in INSTANCE_FEATURE_NAMES):
+            raise ValueError(f"a spill needs ratio >= 1 and an instance feature as score, got {self}")
+
+    @property
+    def at(self) -> float:
+        return float(np.float32(np.log(self.ratio) / LOG_SECONDS))
+
+    @property
+    def column(self) -> int:
+        return INSTANCE_FEATURE_NAMES.index(self.score)
+
+
+# the estimated latency (queued work plus the request's own decode, at each instance's speed) 10 % (+0.1 s) better:
+# chosen on validation seeds (docs/agents.md, "The split that spills over")
+SPILL = Spill(1.1)
+
+
 class SetQNetwork(nn.Module):
     """One Q-network for any number of instances, on the padded ``instance_set`` observation (envs/observations).
 
@@ -185,9 +216,10 @@ class SetQNetwork(nn.Module):
     them."""
 
     def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64), guide: str = "min_min",
-                 fallback_margin: float = 0.0, hold: bool = True) -> None:
+                 fallback_margin: float = 0.0, hold: bool = True, spill: Spill | None = None) -> None:
         super().__init__()
         self.n_max = split_layout(obs_dim)
+        self.spill = spill or SPILL  # the spill guide's rule (checkpoint.json records it)
         if n_actions != self.n_max + 2:
             raise ValueError(f"a set network over {self.n_max} instance slots has {self.n_max + 2} actions, "
                              f"not {n_actions}")
@@ -224,7 +256,7 @@ class SetQNetwork(nn.Module):
 
     def guide_onehot(self, obs: torch.Tensor) -> torch.Tensor:
         """1 at the guide's slot (none when nothing is decided), over the n_max + 2 slots."""
-        pick = guide_pick(*self.split(obs), self.guide)
+        pick = guide_pick(*self.split(obs), self.guide, self.spill)
         return torch.cat([pick, torch.zeros_like(pick[:, :2])], dim=-1)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -255,19 +287,26 @@ CAN_SERVE = INSTANCE_FEATURE_NAMES.index("can_serve")
 HEAVY_AT = float(np.float32(np.log1p(DECODE_BUCKETS[0]) / LOG_TOKENS))
 
 
-def guide_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor, guide: str) -> torch.Tensor:
+def guide_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor, guide: str,
+               spill: Spill = SPILL) -> torch.Tensor:
     """The guide's one-hot pick over the instance slots (B, n_max); all zero with no request pending."""
-    if guide != SPLIT_GUIDE:
+    if guide not in SPLIT_GUIDES:
         return rows[:, :, GUIDE_COLUMNS[guide]]
-    return dedicated_split_pick(glob, rows, mask)
+    return dedicated_split_pick(glob, rows, mask, spill if guide == SPILL_GUIDE else None)
 
 
-def dedicated_split_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def dedicated_split_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor,
+                         spill: Spill | None = None) -> torch.Tensor:
     """The WorkloadRouter paper's dedicated split as a function of the observation alone: a request predicted
     above 250 output tokens goes to the last half of the instances (at least one), the others to the first half,
     and within its group to the instance with the least queued work in seconds at its own iteration time
     (``log_work_s``); ties and the rule for no instance of the group serving the prompt (the first candidate) as
-    ``dedicated_small_large``. Built from tensor operations only, so the ONNX export carries it."""
+    ``dedicated_small_large``. With a ``spill`` (:data:`SPILL`), both groups are scored by its feature (the
+    request's estimated latency, which also counts a slower GPU) and the request goes to the other group's best
+    instance when that one is better by the spill's ratio (in ``1 + seconds``): a fixed split leaves half the
+    cluster idle when nearly every request falls in one class (a code trace's short answers) and ignores unequal
+    GPUs.
+    Built from tensor operations only, so the ONNX export carries it."""
     n_max = rows.shape[1]
     real = mask > 0.5
     n = mask.sum(dim=1, keepdim=True)
@@ -279,19 +318,29 @@ def dedicated_split_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Ten
     # none fits: every instance counts; written as logic, since onnxruntime has no Where over booleans
     cands = fits | (real & ~fits.any(dim=1, keepdim=True))
     inside = cands & (large == heavy)
-    score = torch.where(inside, rows[:, :, LOG_WORK_S], torch.full_like(mask, float("inf")))
+    work = rows[:, :, LOG_WORK_S if spill is None else spill.column]
+    far = torch.full_like(mask, float("inf"))
+    score = torch.where(inside, work, far)
     choice = torch.where(inside.any(dim=1), score.argmin(dim=1), cands.to(mask.dtype).argmax(dim=1))
+    if spill is not None:
+        outside = cands & (large != heavy)
+        other = torch.where(outside, work, far)
+        own_least = score.min(dim=1).values
+        other_least = other.min(dim=1).values
+        over = (other_least + spill.at < own_least) & inside.any(dim=1) & outside.any(dim=1)
+        choice = torch.where(over, other.argmin(dim=1), choice)
     pending = (glob[:, PENDING] > 0.5).to(mask.dtype).unsqueeze(1)
     return nn.functional.one_hot(choice, n_max).to(mask.dtype) * pending
 
 
-def guide_slots(obs: np.ndarray, guide: str = "min_min") -> np.ndarray:
+def guide_slots(obs: np.ndarray, guide: str = "min_min", spill: Spill = SPILL) -> np.ndarray:
     """The guide heuristic's slot for each row of a batch of instance_set observations (-1: nothing to decide)."""
     n_max = split_layout(obs.shape[1])
     g, f = GLOBAL_FEATURES, INSTANCE_FEATURES
-    if guide == SPLIT_GUIDE:
+    if guide in SPLIT_GUIDES:
         x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))
-        pick = dedicated_split_pick(x[:, :g], x[:, g:g + n_max * f].reshape(-1, n_max, f), x[:, g + n_max * f:]).numpy()
+        pick = guide_pick(x[:, :g], x[:, g:g + n_max * f].reshape(-1, n_max, f), x[:, g + n_max * f:], guide,
+                          spill).numpy()
     else:
         pick = obs[:, g:g + n_max * f].reshape(len(obs), n_max, f)[:, :, GUIDE_COLUMNS[guide]]
     return np.where(pick.max(axis=1) > 0.5, pick.argmax(axis=1), -1)

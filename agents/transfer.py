@@ -22,7 +22,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from llmsim.agents.nets import SPLIT_GUIDE, GuidedQNetwork, SetQNetwork, guide_slots, masked_argmax, q_values
+from llmsim.agents.nets import (
+    SPILL,
+    SPLIT_GUIDES,
+    GuidedQNetwork,
+    SetQNetwork,
+    Spill,
+    guide_slots,
+    masked_argmax,
+    q_values,
+)
 from llmsim.agents.policy import HeuristicPolicy, run_episode
 from llmsim.agents.scoring import evaluate_greedy
 from llmsim.agents.training_warnings import collapse_warnings as training_collapse_warnings
@@ -113,21 +122,22 @@ class ObservationGuide:
     """A guide computed from the observation (agents/nets.py ``dedicated_split``) acting alone, as the network
     does at fallback margin infinity: its slot, or the first valid action where it has none to give."""
 
-    def __init__(self, guide: str) -> None:
+    def __init__(self, guide: str, spill: Spill = SPILL) -> None:
         self.guide = self.name = guide
+        self.spill = spill
 
     def reset(self, env: Any, seed: int) -> None:
         return None
 
     def act(self, obs: Any, mask: np.ndarray, env: Any) -> int:
-        slot = int(guide_slots(np.asarray(obs, dtype=np.float32)[None], self.guide)[0])
+        slot = int(guide_slots(np.asarray(obs, dtype=np.float32)[None], self.guide, self.spill)[0])
         return slot if slot >= 0 and mask[slot] else int(np.flatnonzero(mask)[0])
 
 
 def reference_rows(env: Any, seeds: list[int], guide: str) -> list[dict[str, Any]]:
     """The guide's episodes on the validation scenarios (computed once per run): the registered heuristic its
     observation column copies, or the guide computed from the observation."""
-    policy = ObservationGuide(guide) if guide == SPLIT_GUIDE else HeuristicPolicy(guide)
+    policy = ObservationGuide(guide) if guide in SPLIT_GUIDES else HeuristicPolicy(guide)
     rows, _ = watch_episodes(policy, env, seeds)
     return rows
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from llmsim.envs.observations.base import ObsBuilder
 from llmsim.errors import ConfigError
-from llmsim.routing.load import DECODE_STEP, GRAD_P, bucket_upper
+from llmsim.routing.load import DECODE_STEP, DEFAULT_STEP_S, GRAD_P, bucket_upper
 
 if TYPE_CHECKING:
     from llmsim.envs.context import ObservationContext
@@ -140,7 +140,7 @@ class InstanceSetObs(ObsBuilder):
 
     name = "instance_set"
 
-    def __init__(self, n_max: int = 16, max_wait_s: float = 10.0, default_step_s: float = 0.03) -> None:
+    def __init__(self, n_max: int = 16, max_wait_s: float = 10.0, default_step_s: float = DEFAULT_STEP_S) -> None:
         if isinstance(n_max, bool) or not isinstance(n_max, int) or n_max < 1:
             raise ConfigError(f"observation.n_max: expected a positive integer, got {n_max!r}")
         for key, v in (("max_wait_s", max_wait_s), ("default_step_s", default_step_s)):

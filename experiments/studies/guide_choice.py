@@ -12,7 +12,11 @@ both averaged over the seeds first. The rule: the heuristic with the
 smallest worst-case gap of the mean, then the smallest mean gap, over all heuristics and over the stateless ones:
 ``kind`` says which are a function of the ``ClusterState`` and the request alone (what a set observation can carry
 as a guide column), which keep a state of their own (a turn, a random stream, a table) and which hold requests at
-the router (a router that never waits cannot follow them). Test seeds (>= 2000) are refused.
+the router (a router that never waits cannot follow them). ``--guides`` adds a set network's guides computed from
+the observation (agents/nets.py: ``dedicated_split``, or ``dedicated_split_spill:RATIO[:FEATURE]`` for a spill
+rule), acting alone, to the same table (never a reference). Test seeds (>= 2000) are refused.
+
+    python -m experiments.studies.guide_choice --requests 400 --guides dedicated_split dedicated_split_spill:1.1
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ import numpy as np
 
 from experiments.studies.validation import check_validation_seeds, seed_drawn
 from llmsim.agents.episodes import evaluate
+from llmsim.agents.nets import SPILL, SPLIT_GUIDES, Spill
 from llmsim.agents.suite_config import load_suite_file
+from llmsim.agents.transfer import ObservationGuide, e2e_all_ms, watch_episodes
+from llmsim.envs.randomize import SlotEnv
 from llmsim.errors import ConfigError
 
 # the default scenarios: the suite's seed-drawn ones a guide must hold on (rates around training, mixes, sizes, GPUs)
@@ -40,12 +47,16 @@ STATEFUL = {"round_robin", "random", "power_of_two", "dedicated_small_large", "s
 # heuristics that hold requests at the router (a central queue in their own order)
 HOLDING = {"earliest_available", "max_capacity", "edf", "shepherd", "qlm"}
 LEARNED = "ckpt:"  # the label prefix of a checkpoint compared with the heuristics (--checkpoints)
+GUIDE = "guide:"  # ... and of an observation guide acting alone (--guides)
+N_MAX = 16  # the instance_set observation's slots the guides read (the WorkloadRouter presets')
 
 
 def kind(policy: str) -> str:
     """stateless, stateful or holds (see STATEFUL, HOLDING)."""
     if policy.startswith(LEARNED):
         return "learned"
+    if policy.startswith(GUIDE):
+        return "guide"
     return "holds" if policy in HOLDING else "stateful" if policy in STATEFUL else "stateless"
 
 
@@ -68,7 +79,7 @@ def scenario_gaps(rows: list[dict[str, Any]], learned: set[str]) -> dict[str, di
 
 def choose(table: dict[str, dict[str, dict[str, float]]], key: str = "mean") -> str:
     """The heuristic with the smallest worst-case gap (to 0.1 point), then the smallest mean gap."""
-    pols = [p for p in next(iter(table.values())) if kind(p) != "learned"]
+    pols = [p for p in next(iter(table.values())) if kind(p) not in ("learned", "guide")]
     return min(pols, key=lambda p: (round(max(t[p][key] for t in table.values()), 1),
                                     float(np.mean([t[p][key] for t in table.values()]))))
 
@@ -85,26 +96,53 @@ def markdown(table: dict[str, dict[str, dict[str, float]]]) -> str:
         cells = [f"{table[n][p]['mean']:+.1f} / {table[n][p]['p99']:+.1f}" for n in names]
         lines.append(f"| {p} | {kind(p)} | {max(m):+.1f} | {np.mean(m):+.1f} | "
                      f"{max(q):+.1f} | " + " | ".join(cells) + " |")
-    best = {n: min((p for p in table[n] if kind(p) != "learned"), key=lambda p: table[n][p]["mean"]) for n in names}
+    best = {n: min((p for p in table[n] if kind(p) not in ("learned", "guide")), key=lambda p: table[n][p]["mean"])
+            for n in names}
     lines.append("| best (mean E2E, s) | | | | | " + " | ".join(
         f"{best[n]} {table[n][best[n]]['value'] / 1000:.2f}" for n in names) + " |")
     return "\n".join(lines)
 
 
+def guide_policy(spec: str) -> ObservationGuide:
+    """``dedicated_split`` or ``dedicated_split_spill[:RATIO[:FEATURE]]`` as an observation guide."""
+    name, *rule = spec.split(":")
+    try:
+        spill = Spill(float(rule[0]), *rule[1:2]) if rule else SPILL
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"--guides {spec!r}: expected NAME or NAME:RATIO[:FEATURE] ({e})") from None
+    if name not in SPLIT_GUIDES:
+        raise ConfigError(f"--guides {spec!r}: expected one of {list(SPLIT_GUIDES)}")
+    return ObservationGuide(name, spill)
+
+
+def guide_rows(env: dict[str, Any], guides: list[str], seeds: list[int]) -> list[dict[str, Any]]:
+    """Each observation guide's episodes on ``env`` (in this process), as evaluation rows with every request
+    counted in the mean."""
+    slot_env = SlotEnv({**env, "observation": {"kind": "instance_set", "n_max": N_MAX}}, scenarios=[{}])
+    rows = []
+    for spec in guides:
+        for r in watch_episodes(guide_policy(spec), slot_env, seeds)[0]:
+            rows.append({"policy": GUIDE + spec, "mean_e2el_ms": e2e_all_ms(r), "p99_e2el_ms": r["p99_e2el_ms"]})
+    return rows
+
+
 def run(testbed: str, names: list[str], seeds: list[int], requests: int, jobs: int,
         heuristics: list[str] | None, checkpoints: dict[str, str] | None = None,
-        dump: Path | None = None) -> dict[str, dict[str, dict[str, float]]]:
+        dump: Path | None = None, guides: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]]:
     """scenario -> heuristic -> {mean, p99: gap % to the scenario's best heuristic, value: mean E2E ms}; the table
     so far is written to ``dump`` (JSON) after each scenario."""
     learned = {LEARNED + k: v for k, v in (checkpoints or {}).items()}
     pols: list[Any] = list(heuristics or load_suite_file(testbed).heuristics)
     pols += [{"checkpoint": path, "label": label} for label, path in learned.items()]
+    for spec in guides or []:
+        guide_policy(spec)  # a bad spec fails before anything runs
     table: dict[str, dict[str, dict[str, float]]] = {}
     for name, env in seed_drawn(testbed, names, requests).items():
         t0 = time.perf_counter()
-        rows = evaluate(env, pols, seeds=seeds, jobs=jobs)
-        table[name] = scenario_gaps(rows, set(learned))
-        best = min((p for p in table[name] if p not in learned), key=lambda p: table[name][p]["value"])
+        rows = evaluate(env, pols, seeds=seeds, jobs=jobs) + guide_rows(env, guides or [], seeds)
+        others = set(learned) | {GUIDE + g for g in guides or []}
+        table[name] = scenario_gaps(rows, others)
+        best = min((p for p in table[name] if p not in others), key=lambda p: table[name][p]["value"])
         print(f"{name}: best {best} ({table[name][best]['value'] / 1000:.2f} s), {time.perf_counter() - t0:.0f} s "
               "wall", flush=True)
         if dump is not None:
@@ -119,6 +157,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--heuristics", nargs="+", default=None, help="default: the suite's list")
     ap.add_argument("--checkpoints", nargs="+", default=[], metavar="NAME=PATH",
                     help="learned routers to compare with the heuristics (gap to the best heuristic; never a guide)")
+    ap.add_argument("--guides", nargs="+", default=[], metavar="GUIDE[:RATIO[:FEATURE]]",
+                    help="observation guides acting alone (agents/nets.py), compared with the heuristics")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002, 1003])
     ap.add_argument("--requests", type=int, default=1000, help="per episode at 4 instances (scaled as the suite)")
     ap.add_argument("--jobs", type=int, default=1)
@@ -129,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         ckpts = dict(c.split("=", 1) for c in a.checkpoints)
         table = run(a.env, a.scenarios, a.seeds, a.requests, a.jobs, a.heuristics, ckpts,
-                    None if a.out is None else a.out.with_suffix(".json"))
+                    None if a.out is None else a.out.with_suffix(".json"), a.guides)
     except ConfigError as e:
         raise SystemExit(f"guide_choice: {e}") from None
     text = markdown(table)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 # the paper's decode-length predictor's buckets (tokens, its §5.1) and its fitted prefill slope (§5.2)
 DECODE_BUCKETS = (250, 1000, 4000)
 GRAD_P = 3.2e-4  # s per prompt token (the paper's §5.2)
+DEFAULT_STEP_S = 0.03  # s: an idle instance's iteration time in latency estimates (also the instance_set's)
 DECODE_STEP = 0.02  # s, the minimum decode batch time (the paper's §6), the "average decode batch time" of T_est
 
 
@@ -296,18 +297,27 @@ class DedicatedSmallLargeRouter(Router):
     the "small" ones; round robin within each group. ``large`` = how many of the instances (the last ones) are large;
     default half (the paper's 2-instance split is 1 + 1). ``within: least_work_left`` picks the instance with the
     fewest predicted tokens left inside the group instead of taking turns: the same split, blind to no load, and a
-    function of the state alone (a guide a set observation can carry)."""
+    function of the state alone (a guide a set observation can carry). ``within: least_latency`` scores each
+    instance by the request's estimated latency there instead (its queued tokens over its seats plus the request's
+    predicted output, each at the instance's own iteration time), and ``spill`` (a ratio >= 1) sends the request to
+    the other group's best instance when (1 + its latency) x spill < 1 + the own group's best: the learned
+    WorkloadRouter's spill guide (agents/nets.py), so the suite holds the router to its own guide."""
 
     name = "dedicated_small_large"
 
     def __init__(self, seed: int = 0, large: int | None = None, threshold: int = DECODE_BUCKETS[0],
-                 within: str = "round_robin", **kw: Any) -> None:
+                 within: str = "round_robin", spill: float | None = None, **kw: Any) -> None:
         super().__init__(seed, **kw)
         if large is not None and (isinstance(large, bool) or not isinstance(large, int) or large < 1):
             raise ConfigError(f"policy.kwargs.large: expected a positive number of instances, got {large!r}")
-        if within not in ("round_robin", "least_work_left"):
-            raise ConfigError(f"policy.kwargs.within: expected round_robin or least_work_left, got {within!r}")
-        self.large, self.threshold, self.within = large, threshold, within
+        if within not in ("round_robin", "least_work_left", "least_latency"):
+            raise ConfigError(f"policy.kwargs.within: expected round_robin, least_work_left or least_latency, "
+                              f"got {within!r}")
+        if spill is not None and (within == "round_robin" or isinstance(spill, bool)
+                                  or not isinstance(spill, int | float) or not 1.0 <= spill < math.inf):
+            raise ConfigError(f"policy.kwargs.spill: expected a ratio >= 1 with within least_work_left or "
+                              f"least_latency, got {spill!r}")
+        self.large, self.threshold, self.within, self.spill = large, threshold, within, spill
         self._next = [0, 0]
 
     def reset(self, seed: int | None = None) -> None:
@@ -322,12 +332,17 @@ class DedicatedSmallLargeRouter(Router):
         heavy = predicted_output(req) > self.threshold
         group = list(range(n - n_large, n)) if heavy else list(range(n - n_large))
         cands = view.candidates(req)
-        if self.within == "least_work_left":
+        if self.within != "round_robin":
             inside = [i for i in group if i in cands]
             if not inside:
                 return cands[0]
-            work = view.work_left()
-            return min(inside, key=lambda i: work[i])  # (the first of equals: the routers' tie rule)
+            score = self.scores(req, view)
+            best = min(inside, key=lambda i: score[i])  # (the first of equals: the routers' tie rule)
+            outside = [i for i in cands if i not in group]
+            if self.spill is None or not outside:
+                return best
+            other = min(outside, key=lambda i: score[i])
+            return other if (1.0 + score[other]) * self.spill < 1.0 + score[best] else best
         k = int(heavy)
         for _ in range(len(group)):
             i = group[self._next[k] % len(group)]
@@ -335,6 +350,18 @@ class DedicatedSmallLargeRouter(Router):
             if i in cands:
                 return i
         return cands[0]
+
+    def scores(self, req: Request, view: RouterView) -> list[float]:
+        """Per instance: tokens of work left, or the request's estimated latency in seconds (``least_latency``)."""
+        work = view.work_left()
+        if self.within == "least_work_left":
+            return work
+        pred = predicted_output(req)
+        out = []
+        for w, inst in zip(work, view.state().instances):
+            tau = inst.step_time if inst.step_time > 0 else DEFAULT_STEP_S
+            out.append(w * tau / inst.max_num_seqs + pred * tau)
+        return out
 
 
 @register_router

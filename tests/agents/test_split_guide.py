@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -9,8 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from llmsim.agents.checkpoint import load_q_net, save_checkpoint  # noqa: E402
 from llmsim.agents.export import onnx_inputs, write_onnx  # noqa: E402
-from llmsim.agents.nets import HEAVY_AT, SetQNetwork, SlotAdapter, guide_slots, masked_argmax  # noqa: E402
+from llmsim.agents.nets import HEAVY_AT, SPILL, SetQNetwork, SlotAdapter, Spill, guide_slots, masked_argmax  # noqa: E402
 from llmsim.agents.policy import HeuristicPolicy  # noqa: E402
 from llmsim.agents.transfer import ObservationGuide, e2e_all_ms, watch_episodes  # noqa: E402
 from llmsim.envs.observations.instance_set import (  # noqa: E402
@@ -22,9 +24,11 @@ from llmsim.envs.observations.instance_set import (  # noqa: E402
 )
 from llmsim.envs.randomize import SlotEnv  # noqa: E402
 from llmsim.envs.testbeds import make_from_config  # noqa: E402
+from llmsim.errors import ConfigError  # noqa: E402
 
 N_MAX = 8
 WORK = INSTANCE_FEATURE_NAMES.index("log_work_s")
+LATENCY = INSTANCE_FEATURE_NAMES.index("log_latency_s")
 FITS = INSTANCE_FEATURE_NAMES.index("can_serve")
 PRED = GLOBAL_FEATURE_NAMES.index("log_predicted_output")
 ENV = {"id": "workload_router", "num_requests": 80, "observation": {"kind": "instance_set", "n_max": N_MAX},
@@ -46,13 +50,13 @@ def obs(works: list[float], heavy: bool | None, fits: list[bool] | None = None) 
         x[PRED] = HEAVY_AT + 0.01 if heavy else HEAVY_AT
     for k, w in enumerate(works):
         row = GLOBAL_FEATURES + k * INSTANCE_FEATURES
-        x[row + WORK] = w
+        x[row + WORK] = x[row + LATENCY] = w  # the spill scores latency, the plain split work: the same here
         x[row + FITS] = 1.0 if heavy is not None and (fits is None or fits[k]) else 0.0
     return x
 
 
-def pick(x: np.ndarray) -> int:
-    return int(guide_slots(x[None], "dedicated_split")[0])
+def pick(x: np.ndarray, guide: str = "dedicated_split") -> int:
+    return int(guide_slots(x[None], guide)[0])
 
 
 def test_heavy_requests_go_to_the_last_half_light_ones_to_the_first_each_to_the_least_work():
@@ -69,6 +73,34 @@ def test_the_first_candidate_when_no_instance_of_the_group_serves_the_prompt_and
     assert pick(obs([0.4, 0.1, 0.3, 0.2], heavy=True, fits=[False, True, False, False])) == 1
     assert pick(obs([0.4, 0.1, 0.3, 0.2], heavy=True, fits=[False] * 4)) == 3  # none fits: every instance counts
     assert pick(obs([0.4, 0.1, 0.3, 0.2], heavy=None)) == -1
+
+
+def test_the_spill_sends_a_request_to_the_other_group_only_when_that_one_is_far_less_busy():
+    spill = "dedicated_split_spill"
+    assert pick(obs([0.4, 0.25, 0.3, 0.2], heavy=True), spill) == 3  # the own group is faster: the split's choice
+    over = 0.2 + SPILL.at + 0.01
+    assert pick(obs([0.5, 0.2, 0.6, over], heavy=True), spill) == 1  # the other group's least, far less busy
+    assert pick(obs([0.5, 0.2, 0.6, over], heavy=True)) == 3  # the plain split stays in its group
+    assert pick(obs([0.5, 0.2, 0.6, 0.2 + SPILL.at - 0.01], heavy=True), spill) == 3  # not enough below
+    assert pick(obs([over, 0.6, 0.5, 0.2], heavy=False), spill) == 3  # light requests spill the other way
+    # the other group cannot serve the prompt: no spill; nothing pending: nothing
+    assert pick(obs([0.5, 0.2, 0.6, over], heavy=True, fits=[False, False, True, True]), spill) == 3
+    assert pick(obs([0.5, 0.2, 0.6, over], heavy=None), spill) == -1
+
+
+def test_the_spill_guide_and_its_onnx_export_agree(tmp_path: Path):
+    ort = pytest.importorskip("onnxruntime")
+    net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [8, 8], guide="dedicated_split_spill", fallback_margin=1e3)
+    rng = np.random.default_rng(0)
+    x = np.stack([obs(list(rng.uniform(0.0, 1.0, 4)), heavy=bool(rng.integers(2))) for _ in range(200)])
+    guide = guide_slots(x, "dedicated_split_spill")
+    assert (guide != guide_slots(x, "dedicated_split")).sum() > 20  # the spill changes some choices
+    plain = make_from_config({**ENV, "num_instances": 4, "rate": 20.0})
+    write_onnx(SlotAdapter(net, 4).eval(), onnx_inputs(plain), tmp_path / "p.onnx")
+    mask = np.zeros((len(x), 6), np.bool_)
+    mask[:, :5] = True
+    _, got = ort.InferenceSession(str(tmp_path / "p.onnx")).run(None, {"obs": x, "action_mask": mask})
+    assert (got == guide).all()
 
 
 def test_the_network_falls_back_on_it_and_its_onnx_export_computes_the_same(tmp_path: Path):
@@ -107,3 +139,29 @@ def test_it_is_the_dedicated_split_with_work_counted_in_seconds():
         assert a["completed"] == a["num_requests"]
         assert abs(e2e_all_ms(a) - e2e_all_ms(b)) < 0.1 * e2e_all_ms(b)
         assert abs(e2e_all_ms(a) - e2e_all_ms(c)) > 0.0  # not some other heuristic by accident
+
+
+def test_a_checkpoint_records_the_spill_rule_and_loads_it_back(tmp_path: Path):
+    net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [8, 8], guide="dedicated_split_spill", spill=Spill(3.0))
+    save_checkpoint(tmp_path / "c", net, {"algo": "ddqn"})
+    meta = json.loads((tmp_path / "c" / "checkpoint.json").read_text())
+    assert meta["set_net"]["spill"] == {"ratio": 3.0, "score": "log_latency_s"}
+    assert load_q_net(tmp_path / "c").spill == Spill(3.0)
+    meta["set_net"]["spill"] = {"ratio": 0.5, "score": "log_latency_s"}
+    (tmp_path / "c" / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match="set_net"):
+        load_q_net(tmp_path / "c")
+
+
+def test_the_spill_guide_is_the_registered_split_by_latency_with_its_spill():
+    """The suite holds the router to its own guide: ``dedicated_small_large`` with ``within: least_latency`` and the
+    guide's spill ratio routes as the observation's spill guide, up to float32 and the log scale (close, not equal)."""
+    env = SlotEnv(ENV, scenarios=[{"num_instances": 4, "rate": 20.0}])
+    ours, _ = watch_episodes(ObservationGuide("dedicated_split_spill"), env, [1000, 1001])
+    heuristic = HeuristicPolicy("dedicated_small_large", within="least_latency", spill=SPILL.ratio)
+    theirs, _ = watch_episodes(heuristic, env, [1000, 1001])
+    plain, _ = watch_episodes(ObservationGuide("dedicated_split"), env, [1000, 1001])
+    for a, b, c in zip(ours, theirs, plain):
+        assert a["completed"] == a["num_requests"]
+        assert abs(e2e_all_ms(a) - e2e_all_ms(b)) < 0.05 * e2e_all_ms(b)
+        assert e2e_all_ms(a) != e2e_all_ms(c)  # the spill changes the routing

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from experiments.studies import guide_choice, load_gate, validation
+from llmsim.agents.nets import SPILL
 from llmsim.agents.suite_config import load_suite_file
+from llmsim.errors import ConfigError
 
 
 def test_guide_choice_takes_the_best_worst_case_then_the_best_mean() -> None:
@@ -18,6 +20,17 @@ def test_guide_choice_takes_the_best_worst_case_then_the_best_mean() -> None:
     assert guide_choice.choose(table) == "edf"  # worst 10.0 after rounding, mean 5.02 < jsq's 10; never a checkpoint
     assert guide_choice.kind("dedicated_small_large") == "stateful" and guide_choice.kind("edf") == "holds"
     assert guide_choice.kind("least_work_left") == "stateless"
+
+
+def test_guide_choice_reads_observation_guides_and_never_picks_one() -> None:
+    g = guide_choice.guide_policy("dedicated_split_spill:1.5:log_work_s")
+    assert (g.guide, g.spill.ratio, g.spill.score) == ("dedicated_split_spill", 1.5, "log_work_s")
+    assert guide_choice.guide_policy("dedicated_split_spill").spill == SPILL
+    for bad in ("least_kv", "dedicated_split_spill:0.5", "dedicated_split_spill:x", "dedicated_split_spill:2:nope"):
+        with pytest.raises(ConfigError, match="--guides"):
+            guide_choice.guide_policy(bad)
+    table = {"a": {"jsq": {"mean": 0.0}, "guide:dedicated_split": {"mean": -50.0}}}
+    assert guide_choice.kind("guide:dedicated_split") == "guide" and guide_choice.choose(table) == "jsq"
 
 
 def test_guide_choice_gaps_are_to_the_best_heuristic_not_a_checkpoint() -> None:

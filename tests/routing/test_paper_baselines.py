@@ -101,6 +101,25 @@ def test_dedicated_split_with_least_work_left_inside_each_group():
         make_router("dedicated_small_large", within="shortest")
 
 
+def test_dedicated_split_spills_light_requests_over_when_the_heavy_group_is_far_faster():
+    """Only light requests with long prompts: the plain split queues them all on the light half; by latency with a
+    spill, the idle heavy half takes some once the light half's queue is 10 % (+0.1 s) slower."""
+    rows = [(0.001 * i, 3000, 200) for i in range(8)]
+    placed = {}
+    for spill in (None, 1.1):
+        reqs = requests(rows)
+        for r in reqs:
+            r.predicted_output = r.output_tokens
+        res = simulate(_cluster(4), reqs, "dedicated_small_large",
+                       policy_kwargs={"large": 2, "within": "least_latency", "spill": spill})
+        placed[spill] = [_by_id(res)[i]["instance"] for i in range(8)]
+    assert set(placed[None]) == {0, 1}
+    assert placed[1.1][:2] == [0, 1] and {2, 3} <= set(placed[1.1])
+    for bad in ({"spill": 0.5, "within": "least_latency"}, {"spill": 2.0}, {"spill": True, "within": "least_latency"}):
+        with pytest.raises(ConfigError, match="policy.kwargs.spill"):
+            make_router("dedicated_small_large", **bad)
+
+
 def _qos_requests(rows: list[tuple[float, int, int, dict[str, float]]]) -> list[Request]:
     return [Request(i, a, p, o, outputs_by_model={m: o for m in q}, quality_by_model=q)
             for i, (a, p, o, q) in enumerate(rows)]
