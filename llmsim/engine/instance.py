@@ -65,10 +65,9 @@ class Instance:
         self.max_seqs = cfg.max_num_seqs
         self.max_batched = cfg.max_num_batched_tokens
         self.max_model_len = cfg.max_model_len
-        self.fast = cfg.fast_path
+        self._size_for(profile)  # (sets ``fast``, which the policy's decode cohort follows)
         self.policy = BATCH_POLICIES[cfg.policy]()
         self._init_statistics()
-        self._size_for(profile)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
@@ -114,13 +113,17 @@ class Instance:
         assert not (self.running or self.waiting or self.swapped), "model swap on an engine that holds requests"
         if self.kv.prefix is not None:
             self.prefix_evicted += self.kv.prefix.evicted  # the new model's cache starts empty
+        fast = self.fast
         self._size_for(profile)
+        if self.fast != fast:
+            self.policy = self._policy  # (a new decode cohort, or none)
         self.queued.version += 1
 
     def _size_for(self, profile: Profile) -> None:
         self.profile = profile
         self.step_fns: dict[int, Callable[[int], float]] = {}  # decode step time per batch size (fastpath.run_for)
         self.kv = build_kv_cache(self.name, profile, self.config)
+        self.fast = self.config.fast_path and not self.kv.windowed  # (a decode run frees no window blocks)
         self.kv_total = self.kv.total
         self.watermark_blocks = self.kv.watermark
         self.block_bytes = self.block_size * profile.model.kv_bytes_per_token // profile.model.kv_shards(profile.tp)
@@ -338,8 +341,7 @@ class Instance:
                 self.env.call_at(run.bounds[j - 1], ENGINE, self._on_boundary, self._gen)
 
     def pause(self, until: float, then: Callable[[float], None]) -> None:
-        """Run no iteration until ``until`` (a drained engine swapping models), then ``then(now)`` and the next
-        iteration."""
+        """No iteration until ``until`` (a drained engine swapping models), then ``then(now)`` and the next one."""
         self.batch = []
         self._gen += 1
         self.env.call_at(until, ENGINE, self._end_pause, (self._gen, then))
@@ -467,8 +469,7 @@ class Instance:
         self.busy_time += now - self.iter_start
         out, done = sample_tokens(batch, now, self.recorder)
         self.tokens_out += out
-        if self.kv.prefix is not None:
-            self.kv.prefix.computed(batch)  # the prompt blocks computed so far become cached
+        self.kv.computed(batch)  # prompt blocks computed become cached; blocks out of a sliding window are freed
         if self.handoff is not None and self.handoff.hands_off:
             self.handoff.hand_off(batch, now)  # prefilled requests leave for a decode instance
         if done:

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from llmsim.engine.prefix_cache import PrefixCache, new_state
+from llmsim.engine.window import skipped_blocks
 from llmsim.errors import ConfigError, LLMSimError
 
 if TYPE_CHECKING:
@@ -49,6 +50,9 @@ def build_kv_cache(name: str, prof: Profile, cfg: Any) -> KVCache:
                               f"host link > 0 B/s; got {block_bytes!r} B and {prof.gpu.host_link_bw!r} B/s")
         cpu_total = int(cfg.swap_space_gb * 1e9) // block_bytes
     prefix = PrefixCache(bs) if cfg.enable_prefix_caching else None
+    m = prof.model
+    if m.sliding_window and m.window_every_layer:
+        return WindowedKVCache(int(total), bs, m.sliding_window, int(cfg.watermark * total), cpu_total, name, prefix)
     return KVCache(int(total), bs, int(cfg.watermark * total), cpu_total, name, prefix)
 
 
@@ -57,6 +61,8 @@ class KVCache:
 
     __slots__ = ("owner", "block_size", "total", "free", "watermark", "cpu_total", "cpu_free", "prefix", "outside",
                  "cached", "shared")
+
+    windowed = False  # requests hold only the blocks of their attention window (WindowedKVCache)
 
     def __init__(self, total: int, block_size: int, watermark: int = 0, cpu_total: int = 0, owner: str = "",
                  prefix: PrefixCache | None = None) -> None:
@@ -218,6 +224,61 @@ class KVCache:
             return pc.reusable(r, new_state(r, bs))[0] * bs
         return pc.lookup(r)[0] * bs
 
+    def computed(self, batch: list[Request]) -> None:
+        """A stepped iteration of ``batch`` moved its requests' computed tokens: with prefix caching the prompt
+        blocks computed so far become cached (a windowed cache also frees the blocks that left the window)."""
+        if self.prefix is not None:
+            self.prefix.computed(batch)
+
     def _broken(self, what: str) -> LLMSimError:
         return LLMSimError(f"instance {self.owner}: KV cache accounting broken: {what} (a batch policy moved blocks "
                            "without checking they were free)")
+
+
+class WindowedKVCache(KVCache):
+    """A KV cache whose requests give back the blocks that left their attention window (``llmsim.engine.window``)."""
+
+    __slots__ = ("window", "skipped")
+
+    windowed = True
+
+    def __init__(self, total: int, block_size: int, window: int, watermark: int = 0, cpu_total: int = 0,
+                 owner: str = "", prefix: PrefixCache | None = None) -> None:
+        super().__init__(total, block_size, watermark, cpu_total, owner, prefix)
+        self.window = window  # attention window in tokens
+        self.skipped: dict[int, int] = {}  # request id -> blocks freed from the front of its table
+
+    def needed(self, r: Request, n_new: int) -> int:
+        """New blocks ``r`` needs to compute ``n_new`` more tokens: its table grows as for full attention, the
+        blocks already freed from its front no longer count."""
+        need = -(-(r.computed + n_new) // self.block_size) - self.skipped.get(r.id, 0) - r.blocks
+        return need if need > 0 else 0
+
+    def computed(self, batch: list[Request]) -> None:
+        """Free the blocks that left the window of each request of ``batch`` (its computed tokens just moved); a
+        request with prefix-block ids under prefix caching keeps its whole table (``llmsim.engine.window``)."""
+        if self.prefix is not None:
+            self.prefix.computed(batch)
+        window, bs, skipped = self.window, self.block_size, self.skipped
+        freed = 0
+        for r in batch:
+            gone = skipped_blocks(r.computed, window, bs)
+            if gone and r.prefix_state is None:
+                new = gone - skipped.get(r.id, 0)
+                if new > 0:
+                    skipped[r.id] = gone
+                    r.blocks -= new
+                    freed += new
+        if freed:
+            free = self.free + freed
+            if free > self.total:
+                raise self._broken(f"sliding window freed {freed} block(s) with {self.free} of {self.total} free")
+            self.free = free
+
+    def release(self, r: Request) -> None:
+        super().release(r)
+        self.skipped.pop(r.id, None)
+
+    def drop_swapped(self, r: Request) -> None:
+        super().drop_swapped(r)
+        self.skipped.pop(r.id, None)

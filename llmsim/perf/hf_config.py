@@ -131,7 +131,7 @@ def dense_fields(c: HFConfig) -> dict[str, Any]:
     kv_dtype = 0
     if isinstance(cfg.get("quantization_config"), dict):
         dtype, kv_dtype = 1, 2  # fp8 weights (check_modelable refused the rest); vLLM caches K / V in 16 bits
-    window = 0 if cfg.get("use_sliding_window") is False else int(cfg.get("sliding_window") or 0)
+    window, every_layer = window_fields(cfg)
     return {
         "n_layers": int(c.num("num_hidden_layers", "n_layers", "num_layers", "n_layer")),
         "hidden": h, "n_heads": heads, "n_kv_heads": kv, "intermediate": inter,
@@ -141,9 +141,33 @@ def dense_fields(c: HFConfig) -> dict[str, Any]:
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", tied_default)),
         "max_position": int(c.num("max_position_embeddings", "max_seq_len", "seq_length", "n_positions",
                                   default=4096)),
-        "sliding_window": window, "attention_bias": bool(cfg.get("attention_bias", cfg.get("bias", False))),
+        "sliding_window": window, "window_every_layer": every_layer,
+        "attention_bias": bool(cfg.get("attention_bias", cfg.get("bias", False))),
         "architecture": mt,
     }
+
+
+# families that alternate windowed and full-attention layers whatever their config's other keys say
+ALTERNATING_WINDOW_TYPES = ("gemma2", "gemma3", "gemma3_text", "cohere2")
+
+
+def window_fields(cfg: dict[str, Any]) -> tuple[int, bool]:
+    """(sliding window in tokens, 0 for none; whether every layer uses it). A window on only some layers: a
+    ``layer_types`` list with full-attention entries, a ``sliding_window_pattern``, Qwen2's ``max_window_layers``
+    above 0, or a family that alternates (Gemma-2/3, Cohere-2)."""
+    window = 0 if cfg.get("use_sliding_window") is False else int(cfg.get("sliding_window") or 0)
+    if not window:
+        return 0, True
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        return window, all(t == "sliding_attention" for t in types)
+    alternating = str(cfg.get("model_type", "")).lower() in ALTERNATING_WINDOW_TYPES
+    if alternating or int(cfg.get("sliding_window_pattern") or 1) > 1:
+        return window, False
+    max_window = cfg.get("max_window_layers")
+    if cfg.get("use_sliding_window") and isinstance(max_window, int):
+        return window, max_window == 0  # (Qwen2: the layers from max_window_layers on use the window)
+    return window, True
 
 
 def moe_fields(c: HFConfig) -> dict[str, Any]:

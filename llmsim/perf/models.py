@@ -38,6 +38,7 @@ class ModelSpec:
     first_dense_layers: int = 0  # leading layers with a dense MLP (DeepSeek's first_k_dense_replace)
     moe_layer_freq: int = 1  # every n-th layer after those is MoE (Qwen's decoder_sparse_step)
     sliding_window: int = 0  # attention window in tokens (0: full attention)
+    window_every_layer: bool = True  # the window is on every layer (False: on some, e.g. Gemma-2's alternation)
     attention_bias: bool = False
     architecture: str = ""  # the HF model_type it came from ("" for the hand-written registry)
     # multi-head latent attention (DeepSeek-V2/V3): the cache holds one latent of kv_lora_rank + qk_rope_head_dim
@@ -297,7 +298,8 @@ def get_model(name: str) -> ModelSpec:
 
 # fields that do not change what a measured step costs (the roofline prices the sliding window; a measured profile
 # holds the measured model's own attention)
-SHAPE_IGNORED = ("name", "hf_id", "aliases", "architecture", "max_position", "attention_bias", "sliding_window")
+SHAPE_IGNORED = ("name", "hf_id", "aliases", "architecture", "max_position", "attention_bias", "sliding_window",
+                 "window_every_layer")
 
 
 def same_shapes(a: ModelSpec, b: ModelSpec) -> bool:

@@ -4,6 +4,7 @@ published sizes; what cannot be modelled is refused in one line naming the file 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +56,23 @@ def test_dense_llama_gqa_head_dim_and_tied_embeddings():
 def test_sliding_window_is_read_and_switched_off_by_use_sliding_window(tmp_path):
     assert from_hf_config(tiny("tiny-mistral-window")).sliding_window == 256
     assert from_hf_config(tiny("tiny-qwen3-moe")).sliding_window == 0  # use_sliding_window: false
+
+
+@pytest.mark.parametrize(("extra", "every_layer"), [
+    ({}, True),  # Mistral-7B v0.1: the window on every layer
+    ({"layer_types": ["sliding_attention"] * 2}, True),
+    ({"layer_types": ["sliding_attention", "full_attention"]}, False),
+    ({"model_type": "gemma2"}, False),  # alternates whatever else the config says
+    ({"sliding_window_pattern": 6}, False),  # Gemma-3: five windowed layers to one full
+    ({"use_sliding_window": True, "max_window_layers": 1}, False),  # Qwen2: layers from 1 on use the window
+    ({"use_sliding_window": True, "max_window_layers": 0}, True),
+])
+def test_a_window_on_only_some_layers_is_marked(tmp_path, extra, every_layer):
+    cfg = {**json.loads(Path(tiny("tiny-mistral-window")).read_text()), **extra}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    m = from_hf_config(str(path))
+    assert (m.sliding_window, m.window_every_layer) == (256, every_layer)
 
 
 def test_qwen3_moe_counts_every_expert_in_total_and_top_k_in_active():
