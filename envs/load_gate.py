@@ -33,9 +33,10 @@ class LoadGate(Schema):
     are in flight (running, waiting or swapped, plus the central queue), averaged over time with weights
     ``exp(-age / smooth_s)`` (:class:`LoadMeter`; 0: the load at the decision), so that a burst at light load does
     not hand single decisions to the network; the learned router decides from ``below`` on, except where it is
-    unsure (``margin`` > 0, :func:`unsure`; while the load is below ``margin_below``, if set; while at least a share
-    ``margin_burst`` of the recent decisions came bunched, if set: :attr:`LoadMeter.bunched`): there the heuristic's
-    action is taken."""
+    unsure (``margin`` > 0, :func:`unsure`): there the heuristic's action is taken. Where the margin applies: at any
+    load and burstiness by default; with ``margin_below`` and/or ``margin_burst`` set, only while the load is below
+    ``margin_below`` or at least a share ``margin_burst`` of the recent decisions came bunched
+    (:attr:`LoadMeter.bunched`)."""
 
     where = "load_gate"
 
@@ -45,7 +46,7 @@ class LoadGate(Schema):
     smooth_s: NonNegFloat = 0.0
     margin: NonNegFloat = 0.0  # above ``below``: the heuristic's action unless the network prefers its own by this
     margin_below: PosFloat | None = None  # the margin only while the smoothed load is below this (None: any load)
-    # the margin only while at least this share of the recent decisions came bunched (None: however they come)
+    # the margin (also) while at least this share of the recent decisions came bunched (None: not for that)
     margin_burst: PosFloat | None = Field(default=None, le=1.0)
 
     @field_validator("router")
@@ -66,13 +67,13 @@ class LoadGate(Schema):
         return out
 
     def margin_now(self, meter: LoadMeter) -> float:
-        """The margin at ``meter``'s last reading: 0 (the network decides) from ``margin_below`` on, and while
-        fewer than a share ``margin_burst`` of the recent decisions came bunched."""
-        if self.margin_below is not None and meter.level >= self.margin_below:
-            return 0.0
-        if self.margin_burst is not None and meter.bunched < self.margin_burst:
-            return 0.0
-        return self.margin
+        """The margin at ``meter``'s last reading, or 0 (the network decides) where neither condition that is set
+        holds: the load below ``margin_below``, a share of at least ``margin_burst`` of the decisions bunched."""
+        if self.margin_below is None and self.margin_burst is None:
+            return self.margin
+        low = self.margin_below is not None and meter.level < self.margin_below
+        bursty = self.margin_burst is not None and meter.bunched >= self.margin_burst
+        return self.margin if low or bursty else 0.0
 
     def meter(self) -> LoadMeter:
         """A fresh per-episode reading of this gate (one per router instance; reset with the episode)."""

@@ -1,8 +1,9 @@
-"""The load gate's burst condition (envs/load_gate.py ``margin_burst``): the margin applies only while at least that
-share of the recent decisions came bunched (within a tenth of the recent mean interval of the one before). Pinned
-here: the share's exact weighting, that it reads batches of simultaneous arrivals as bunched and evenly or Poisson
-spaced ones as not, whatever the time scale; that the margin follows it; that a gate without it is written as
-before. That evaluation and the exported live router apply it alike: tests/agents/test_load_gate.py."""
+"""The load gate's burst condition (envs/load_gate.py ``margin_burst``): the margin applies while at least that share
+of the recent decisions came bunched (within a tenth of the recent mean interval of the one before), or the load is
+below ``margin_below`` if that is set. Pinned here: the share's exact weighting, that it reads batches of
+simultaneous arrivals as bunched and evenly or Poisson spaced ones as not, whatever the time scale; that the margin
+follows it; that a gate without it is written as before. That evaluation and the exported live router apply it
+alike: tests/agents/test_load_gate.py."""
 
 from __future__ import annotations
 
@@ -57,18 +58,22 @@ def test_batches_at_one_instant_are_bunched_and_poisson_or_even_arrivals_are_not
     assert bunched_after(state, [0.2 * k for k in range(600)]) == 0.0
 
 
-def test_the_margin_applies_only_where_the_decisions_come_bunched(state: ClusterState) -> None:
+def test_the_margin_applies_where_the_decisions_come_bunched_or_the_load_is_below_margin_below(
+        state: ClusterState) -> None:
+    busy = state._replace(instances=tuple(i._replace(num_running=4) for i in state.instances))
     gate = LoadGate(router="jsq", below=1.0, smooth_s=30.0, margin=2.0, margin_burst=0.5)
-    bursty, even = gate.meter(), gate.meter()
+    bursty, even, light = gate.meter(), gate.meter(), gate.meter()
     for t in batches(10, 10, 3.0):
-        bursty.light(state._replace(now=t))
+        bursty.light(busy._replace(now=t))
     for k in range(100):
-        even.light(state._replace(now=0.3 * k))
-    assert gate.margin_now(bursty) == 2.0 and gate.margin_now(even) == 0.0
+        even.light(busy._replace(now=0.3 * k))
+        light.light(state._replace(now=0.3 * k))
+    assert gate.margin_now(bursty) == 2.0 and gate.margin_now(even) == 0.0 and gate.margin_now(light) == 0.0
     anyhow = LoadGate(router="jsq", below=1.0, smooth_s=30.0, margin=2.0)
-    assert anyhow.margin_now(even) == 2.0  # without margin_burst: however the decisions come
-    capped = LoadGate(router="jsq", below=1.0, margin=2.0, margin_below=1e-9, margin_burst=0.5)
-    assert capped.margin_now(bursty) == 0.0  # margin_below still applies
+    assert anyhow.margin_now(even) == 2.0  # neither condition set: at any load, however the decisions come
+    either = LoadGate(router="jsq", below=1.0, margin=2.0, margin_below=3.0, margin_burst=0.5)
+    assert [either.margin_now(m) for m in (bursty, even, light)] == [2.0, 0.0, 2.0]  # bunched, or 0 < 3 in flight
+    assert LoadGate(router="jsq", below=1.0, margin=2.0, margin_below=3.0).margin_now(bursty) == 0.0  # 4 in flight
 
 
 def test_a_gate_without_it_is_written_as_before_and_with_it_carries_it() -> None:
