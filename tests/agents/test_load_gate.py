@@ -217,7 +217,8 @@ def test_evaluation_and_the_live_router_apply_the_margin_on_bunched_arrivals_onl
     export = tmp_path / "export"
     shutil.copytree(zoo.ZOO_DIR / "qos_edge" / "export", export)
     meta = json.loads((export / "manifest.json").read_text())
-    (export / "manifest.json").write_text(json.dumps({**meta, "load_gate": {**meta["load_gate"], **BURST}}))
+    gate = {**BURST, "kwargs": meta["load_gate"]["kwargs"]}  # the heuristic's options as the export wrote them
+    (export / "manifest.json").write_text(json.dumps({**meta, "load_gate": gate}))
     policies = [{"checkpoint": "zoo:qos_edge", "label": "burst", "load_gate": BURST},
                 {"checkpoint": "zoo:qos_edge", "label": "anyhow", "load_gate": {**BURST, "margin_burst": None}},
                 {"checkpoint": "zoo:qos_edge", "label": "network", "load_gate": "none"},
