@@ -15,11 +15,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from llmsim.routing.base import ROUTERS
 from llmsim.schema import NonNegFloat, PosFloat, Schema
 from llmsim.state.cluster_state import ClusterState
+
+# A decision "comes bunched" when its interval to the one before is at most this fraction of the recent mean
+# interval: under Poisson arrivals 1 - exp(-0.1), about 10 % of them do; in batches of n arrivals at one instant
+# (a trace that records arrival times in buckets) (n - 1) / n of them do.
+BUNCHED = 0.1
 
 
 class LoadGate(Schema):
@@ -28,8 +33,10 @@ class LoadGate(Schema):
     are in flight (running, waiting or swapped, plus the central queue), averaged over time with weights
     ``exp(-age / smooth_s)`` (:class:`LoadMeter`; 0: the load at the decision), so that a burst at light load does
     not hand single decisions to the network; the learned router decides from ``below`` on, except where it is
-    unsure (``margin`` > 0, :func:`unsure`; while the load is below ``margin_below``, if set): there the heuristic's
-    action is taken."""
+    unsure (``margin`` > 0, :func:`unsure`): there the heuristic's action is taken. Where the margin applies: at any
+    load and burstiness by default; with ``margin_below`` and/or ``margin_burst`` set, only while the load is below
+    ``margin_below`` or at least a share ``margin_burst`` of the recent decisions came bunched
+    (:attr:`LoadMeter.bunched`)."""
 
     where = "load_gate"
 
@@ -39,6 +46,8 @@ class LoadGate(Schema):
     smooth_s: NonNegFloat = 0.0
     margin: NonNegFloat = 0.0  # above ``below``: the heuristic's action unless the network prefers its own by this
     margin_below: PosFloat | None = None  # the margin only while the smoothed load is below this (None: any load)
+    # the margin (also) while at least this share of the recent decisions came bunched (None: not for that)
+    margin_burst: PosFloat | None = Field(default=None, le=1.0)
 
     @field_validator("router")
     @classmethod
@@ -49,9 +58,22 @@ class LoadGate(Schema):
             raise ValueError(f"a registered router (one of {ROUTERS.names()})")
         return v
 
+    @model_serializer(mode="wrap")
+    def without_unset_burst(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The mapping without ``margin_burst`` when it is unset, so a gate without it is written as before."""
+        out = handler(self)
+        if self.margin_burst is None:
+            out.pop("margin_burst", None)
+        return out
+
     def margin_now(self, meter: LoadMeter) -> float:
-        """The margin at ``meter``'s last reading: 0 (the network decides) from ``margin_below`` on."""
-        return self.margin if self.margin_below is None or meter.level < self.margin_below else 0.0
+        """The margin at ``meter``'s last reading, or 0 (the network decides) where neither condition that is set
+        holds: the load below ``margin_below``, a share of at least ``margin_burst`` of the decisions bunched."""
+        if self.margin_below is None and self.margin_burst is None:
+            return self.margin
+        low = self.margin_below is not None and meter.level < self.margin_below
+        bursty = self.margin_burst is not None and meter.bunched >= self.margin_burst
+        return self.margin if low or bursty else 0.0
 
     def meter(self) -> LoadMeter:
         """A fresh per-episode reading of this gate (one per router instance; reset with the episode)."""
@@ -71,6 +93,9 @@ class LoadMeter:
     weight: float = 0.0  # of the loads seen so far, in seconds (smooth_s at most)
     held: float = 0.0  # the load read at the last decision, held until this one
     at: float | None = None
+    bunched: float = 0.0  # the share of the recent decisions that came bunched (:meth:`arrived`)
+    gap: float = 0.0  # the recent mean interval between decisions, in seconds
+    decisions: float = 0.0  # the recent decisions' weight (each exp(-age / smooth_s))
 
     def light(self, state: ClusterState) -> bool:
         """True where the heuristic decides."""
@@ -83,8 +108,24 @@ class LoadMeter:
             self.level = (self.level * kept + self.held * w) / (kept + w) if kept + w > 0.0 else x
             self.weight = kept + w
         self.held = x
-        self.at = state.now
+        self.arrived(state.now)
         return self.level < self.below
+
+    def arrived(self, now: float) -> None:
+        """Count a decision at ``now``: bunched if its interval to the last one is at most :data:`BUNCHED` times the
+        recent mean interval (a batch arriving at one instant: interval 0). Decisions are weighted by
+        ``exp(-age / smooth_s)`` as the load is (0: the last one alone). Why: a burst of simultaneous arrivals (the
+        Mooncake conversation trace's 3 s buckets) is where the learned router loses at loads where it otherwise
+        leads, and in-flight counts do not tell the two apart; the interval's scale does not matter, only how
+        unevenly the decisions come."""
+        if self.at is not None:
+            gap = max(0.0, now - self.at)
+            near = gap <= BUNCHED * self.gap
+            kept = math.exp(-gap / self.smooth_s) if self.smooth_s > 0.0 else 0.0
+            self.decisions = self.decisions * kept + 1.0
+            self.gap += (gap - self.gap) / self.decisions
+            self.bunched += (float(near) - self.bunched) / self.decisions
+        self.at = now
 
 
 def in_flight_per_instance(state: ClusterState) -> float:

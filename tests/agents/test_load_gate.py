@@ -3,7 +3,8 @@ heuristic decides. Pinned here: a gate that is always light is exactly its heuri
 the network, a gate in between mixes the two, checkpoint.json's gate is followed by evaluation and carried into the
 export (heuristic options filled in for the live router), and a bad gate is one line naming where it is. Above
 the load, a ``margin`` hands the decision to the heuristic wherever the network prefers its own action by less:
-a huge margin is the heuristic, a middle one mixes, and the live router applies it as evaluation does."""
+a huge margin is the heuristic, a middle one mixes, and the live router applies it as evaluation does; with
+``margin_burst`` only on bunched arrivals, in evaluation and in the live router alike."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ ENV = {"id": "qos_edge", "num_requests": 60, "rate": 5.0, "max_experts": 10}
 ALWAYS = {"router": "qos_lookahead", "below": 1e9}  # every decision is the heuristic's
 UNSURE = {"router": "qos_lookahead", "below": 1e-9, "margin": 1e9}  # never light, always unsure: the heuristic's
 MARGIN = {"router": "qos_lookahead", "below": 1e-9, "margin": 2.0}
+# never light; a margin that hands over every decision, while half of the recent decisions come bunched
+BURST = {"router": "qos_lookahead", "below": 1e-9, "smooth_s": 30.0, "margin": 1e9, "margin_burst": 0.5}
 KEYS = ("return", "avg_qos", "mean_e2el_ms", "dropped", "workload_digest")
 
 
@@ -196,3 +199,37 @@ def test_the_shipped_export_in_the_simulator_decides_as_its_checkpoint(tmp_path:
     for label in ("none", "shipped", "margin"):
         assert out[f"live {label}"] == out[label], label
     assert len({out[label]["return"] for label in ("none", "shipped", "margin")}) == 3  # three different routers
+
+
+def trace_env(tmp_path: Path, name: str, stamps_ms: list[int]) -> dict:
+    """The QoSEdge env on a Mooncake-format trace with these arrival times (contents from the task)."""
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": t, "input_length": 100, "output_length": 50, "hash_ids": [0]})
+                            + "\n" for t in stamps_ms))
+    return {"id": "qos_edge", "num_requests": len(stamps_ms), "max_experts": 10,
+            "arrival": {"kind": "trace", "trace": {"kind": "mooncake", "path": str(path)}}}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_evaluation_and_the_live_router_apply_the_margin_on_bunched_arrivals_only(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    export = tmp_path / "export"
+    shutil.copytree(zoo.ZOO_DIR / "qos_edge" / "export", export)
+    meta = json.loads((export / "manifest.json").read_text())
+    gate = {**BURST, "kwargs": meta["load_gate"]["kwargs"]}  # the heuristic's options as the export wrote them
+    (export / "manifest.json").write_text(json.dumps({**meta, "load_gate": gate}))
+    policies = [{"checkpoint": "zoo:qos_edge", "label": "burst", "load_gate": BURST},
+                {"checkpoint": "zoo:qos_edge", "label": "anyhow", "load_gate": {**BURST, "margin_burst": None}},
+                {"checkpoint": "zoo:qos_edge", "label": "network", "load_gate": "none"},
+                {"name": "onnx", "kwargs": {"path": str(export)}, "label": "live"}]
+    out = {}
+    for name, stamps in (("bursty", [k // 8 * 1600 for k in range(120)]), ("even", [200 * k for k in range(120)])):
+        rows = evaluate(trace_env(tmp_path, name, stamps), policies, seeds=[1001])
+        out[name] = {r["policy"]: {k: r[k] for k in KEYS} for r in rows}
+        assert out[name]["live"] == out[name]["burst"], name
+    assert out["even"]["burst"] == out["even"]["network"]  # nothing bunched: the network decides
+    assert out["even"]["anyhow"] != out["even"]["network"]  # where the margin alone would have changed decisions
+    assert out["bursty"]["burst"] != out["bursty"]["network"]  # 7 of 8 bunched: the margin applies, as it does
+    assert out["bursty"]["burst"] == out["bursty"]["anyhow"]  # without the condition (the first decision, before
+    # anything came bunched, is the network's; on this empty cluster it is the heuristic's too)
