@@ -30,7 +30,7 @@ from llmsim.routing.load import DECODE_BUCKETS
 NO_HOLD_PENALTY = 1e6  # subtracted from wait's score where a policy that does not hold has a request to place
 # a guide computed from the observation's features rather than read from a one-hot column
 SPLIT_GUIDE = "dedicated_split"
-# ... and the same split that lets a request spill over to the other group when that group is far less busy
+# ... and the same split that lets a request spill over to the other group when that one would serve it sooner
 SPILL_GUIDE = "dedicated_split_spill"
 SPLIT_GUIDES = (SPLIT_GUIDE, SPILL_GUIDE)
 GUIDES = (*GUIDE_COLUMNS, *SPLIT_GUIDES)
@@ -305,8 +305,7 @@ def dedicated_split_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Ten
     request's estimated latency, which also counts a slower GPU) and the request goes to the other group's best
     instance when that one is better by the spill's ratio (in ``1 + seconds``): a fixed split leaves half the
     cluster idle when nearly every request falls in one class (a code trace's short answers) and ignores unequal
-    GPUs.
-    Built from tensor operations only, so the ONNX export carries it."""
+    GPUs. Built from tensor operations only, so the ONNX export carries it."""
     n_max = rows.shape[1]
     real = mask > 0.5
     n = mask.sum(dim=1, keepdim=True)

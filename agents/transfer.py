@@ -81,7 +81,7 @@ class WatchedPolicy:
             if isinstance(self.net, SetQNetwork | GuidedQNetwork) and float(self.net.fallback_margin) > 0:
                 own = int(masked_argmax(q_values(self.net, x), m).item())
                 guide = int(self.net.guides(x.numpy())[0]) if isinstance(self.net, GuidedQNetwork) \
-                    else int(guide_slots(x.numpy(), self.net.guide)[0])
+                    else int(guide_slots(x.numpy(), self.net.guide, self.net.spill)[0])
                 c.guide_fallbacks += own != a and a == guide
         return a
 
