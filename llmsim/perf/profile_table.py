@@ -270,13 +270,7 @@ class MeasuredProfile:
         ov = _get(data, "overhead", path)
         self._ov_iter = _num(ov, "per_iteration", path, "overhead")
         self._ov_seq = _num(ov, "per_seq", path, "overhead")
-        for key, coefs in (  # an all-zero group is a failed fit or a placeholder, not a measurement
-            ("prefill_attention", (self._pf_fixed, self._pf_c2, self._pf_cp)),
-            ("decode_attention", (self._dec_fixed, self._dec_seq, self._dec_ctx)),
-            ("overhead", (self._ov_iter, self._ov_seq)),
-        ):
-            if not any(coefs):
-                raise _err(path, key, "all coefficients are zero (no timing data)")
+        self._check_not_all_zero(path)
         mem = _get(data, "memory", path)
         self.weight_bytes = _num(mem, "weight_bytes", path, "memory", 1.0)
         self.kv_bytes_per_token = _num(mem, "kv_bytes_per_token", path, "memory", 1.0)
@@ -292,6 +286,16 @@ class MeasuredProfile:
         self.name = (f"{self.model.name}@{self.gpu.name}" + (f"-tp{tp}" if tp > 1 else "")
                      + (f"-ep{ep}" if ep > 1 else "") + f" ({kind})")
         self.provenance = data.get("provenance", {})
+
+    def _check_not_all_zero(self, path: Path | str) -> None:
+        """An all-zero group of coefficients is a failed fit or a placeholder, not a measurement."""
+        for key, coefs in (
+            ("prefill_attention", (self._pf_fixed, self._pf_c2, self._pf_cp)),
+            ("decode_attention", (self._dec_fixed, self._dec_seq, self._dec_ctx)),
+            ("overhead", (self._ov_iter, self._ov_seq)),
+        ):
+            if not any(coefs):
+                raise _err(path, key, "all coefficients are zero (no timing data)")
 
     @property
     def expert_curves(self) -> MoeTable | None:
