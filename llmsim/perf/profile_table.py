@@ -329,6 +329,12 @@ class MeasuredProfile:
         return MeasuredProfile({**self.data, "overhead": ov, "parts": parts}, f"{self.path} ({source})", self.model,
                                self.gpu, self.ep)
 
+    def without_decode_skew(self) -> MeasuredProfile:
+        """A copy without its ``decode_skew`` part: the summed-context model alone (replay what-ifs)."""
+        data = {k: v for k, v in self.data.items() if k != "decode_skew"}
+        data["parts"] = {k: v for k, v in self.data["parts"].items() if k != "decode_skew"}
+        return MeasuredProfile(data, f"{self.path} (no decode_skew)", self.model, self.gpu, self.ep)
+
     def step_time(
         self, n_tokens: int, n_seqs: int, prefill_c2: int, prefill_cp: int, n_decode: int, decode_ctx: int
     ) -> float:
