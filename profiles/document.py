@@ -49,7 +49,7 @@ class Built:
     notes: list[str] = field(default_factory=list)
     memory: dict[str, int] = field(default_factory=dict)
     providers: dict[str, str] = field(default_factory=dict)  # part -> provider name (for the expected-error note)
-    optional: dict[str, Any] = field(default_factory=dict)  # OPTIONAL_PARTS that apply: moe, allreduce
+    optional: dict[str, Any] = field(default_factory=dict)  # OPTIONAL_PARTS that apply: moe, allreduce, decode_skew
 
 
 def build_one(raw: Raw, model: str, gpu: str, tp: int = 1, skip: tuple[str, ...] = ()) -> Built:
@@ -110,7 +110,7 @@ def render(b: Built, model: str, gpu: str, tp: int) -> dict:
 
 
 def render_optional(optional: dict[str, Any]) -> dict:
-    """The ``moe`` and ``allreduce`` sections (profile_table's format), for the parts that apply."""
+    """The ``moe``, ``allreduce`` and ``decode_skew`` sections (profile_table's format), for the parts that apply."""
     out: dict[str, Any] = {}
     if "moe" in optional:
         moe = optional["moe"]
@@ -118,6 +118,8 @@ def render_optional(optional: dict[str, Any]) -> dict:
         out["moe"] = {**{k: moe[k] for k in ("n_experts", "experts_per_token", "layers", "experts")}, "curves": curves}
     if "allreduce" in optional:
         out["allreduce"] = {"tokens": list(TOKEN_GRID), "seconds": monotone(optional["allreduce"])}
+    if "decode_skew" in optional:
+        out["decode_skew"] = {k: sig(v) for k, v in optional["decode_skew"].items()}
     return out
 
 

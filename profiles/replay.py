@@ -15,7 +15,8 @@ caching, block size, batch limits, memory use) come from the run's ``meta.json``
 p90 of TTFT, TPOT and E2E latency (ms) and where each part of the profile comes from; ``--json`` prints one JSON
 object per row (metric, simulated, measured, error_pct) and the settings on stderr. ``--timeline`` / ``--plot``
 compare the per-second running / waiting (/ KV) curves with the run's ``timeseries.csv``
-(profiles/replay_timeline.py); ``--overhead-*`` replay with another CPU overhead.
+(profiles/replay_timeline.py); ``--overhead-*`` replay with another CPU overhead, ``--no-decode-skew`` without the
+profile's skewed-decode term (llmsim.perf.decode_skew).
 """
 
 from __future__ import annotations
@@ -180,14 +181,17 @@ def simulate_run(
     block_size: int = 16,
     enable_prefix_caching: bool = True,
     kv_cache_dtype: str = "auto",
+    decode_skew: bool = True,
 ) -> tuple[dict[str, float], list[str], pd.DataFrame]:
     """:func:`simulate_recorded` plus the simulated timeline (one row per second: running, waiting, KV blocks).
 
     ``dp`` engines (each ``tp`` GPUs) share the requests through vLLM's data-parallel balancer; ``ep`` spreads a
     mixture-of-experts model's experts over that many GPUs. ``overhead`` (``per_iteration`` / ``per_seq`` seconds)
     replaces the profile's CPU overhead (measured profiles only): what-if replays and
-    ``python -m llmsim.profiles calibrate``."""
+    ``python -m llmsim.profiles calibrate``; ``decode_skew=False`` replays without the skewed-decode term."""
     prof = load_profile(model, gpu, tp, profile_kind, ep=ep, kv_cache_dtype=kv_cache_dtype)
+    if not decode_skew and getattr(prof, "decode_skew", None) is not None:
+        prof = prof.without_decode_skew()  # type: ignore[attr-defined]
     if overhead:
         if not hasattr(prof, "with_overhead"):
             raise LLMSimError(f"--overhead-*: {prof.name} is a roofline profile; only measured ones take an override")
@@ -264,6 +268,7 @@ def replay_from_args(args: argparse.Namespace) -> tuple[list[dict], list[str], p
         value["gpu_memory_utilization"], value["max_model_len"], args.profile_kind, overhead or None,
         dp=value["dp"], ep=expert_parallel_degree(settings), block_size=value["block_size"],
         enable_prefix_caching=value["prefix_caching"], kv_cache_dtype=value["kv_cache_dtype"],
+        decode_skew=not getattr(args, "no_decode_skew", False),
     )
     meas = None if rec.ttft is None else stats(rec.ttft, rec.e2e, rec.output)
     head = [f"setting {line}" for line in describe_settings(settings)] + [f"warning: {w}" for w in warnings]
@@ -297,6 +302,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--plot", default=None, help="write the timeline comparison as a PNG here")
     ap.add_argument("--overhead-per-iteration", type=float, default=None, help="CPU overhead override (s)")
     ap.add_argument("--overhead-per-seq", type=float, default=None, help="CPU overhead override (s per sequence)")
+    ap.add_argument("--no-decode-skew", action="store_true",
+                    help="leave out the profile's skewed-decode term (decode_skew): the summed-context model alone")
 
 
 def run(args: argparse.Namespace) -> int:

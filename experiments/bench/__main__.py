@@ -1,4 +1,4 @@
-"""``python -m experiments.bench {sim,env,train,decisions,qlm_plan,faults} [options]``: the speed benchmarks, one entry.
+"""``python -m experiments.bench {sim,env,train,decisions,qlm_plan,faults,skew} [options]``: the benchmarks, one entry.
 
 * ``sim``: the simulator alone (``single``: 10,000 requests on one instance; ``million``: 1,000,000 on 16), wall
   time, simulated requests per second, iterations per second and peak RSS, each case in a fresh process;
@@ -11,6 +11,8 @@
 * ``faults``: load through the live router over emulated backends in their own processes, with a backend killed
   (SIGKILL) or frozen (SIGSTOP): completed / clean / unclean errors, hung, served twice, router overhead
   (bench/faults.py).
+* ``skew``: not a speed benchmark: replayed TTFT / TPOT / E2E with and without the skewed-decode term of the profiles
+  that have one, on a ShareGPT-like synthetic workload (bench/skew_effect.py).
 
 ``python -m experiments.bench NAME --help`` lists each one's options; ``--json`` prints one JSON object per result.
 """
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 
 BENCHES = {"sim": "experiments.bench.sim", "env": "experiments.bench.env", "train": "experiments.bench.train",
            "decisions": "experiments.bench.decisions", "qlm_plan": "experiments.bench.qlm_plan",
-           "faults": "experiments.bench.faults"}
+           "faults": "experiments.bench.faults", "skew": "experiments.bench.skew_effect"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,6 +33,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from llmsim.engine.fastpath import DecodeRun, last_token_runs, run_for
+from llmsim.engine.iteration import decode_skew_of
 from llmsim.engine.scheduling.base import Scheduled
 
 if TYPE_CHECKING:
@@ -46,10 +47,13 @@ class DecodeCohort:
     """The lazily advanced running requests of one engine (module docstring)."""
 
     __slots__ = ("bs", "clock", "inv_res", "ctx0", "heap", "n", "fresh", "t_last", "extra", "dirty", "settled_at",
-                 "out")
+                 "out", "longest")
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, profile: Any = None) -> None:
         self.bs = block_size
+        # (-(computed - mark), membership id, request): the longest member context, kept only for a profile whose
+        # step time needs it (llmsim.perf.decode_skew); None otherwise (no cost per member)
+        self.longest: list[tuple[int, int, Request]] | None = [] if decode_skew_of(profile) is not None else None
         self.clock = 0  # decode iterations applied to the members so far
         self.inv_res = [0] * block_size  # members per (computed - mark) % block_size
         self.ctx0 = 0  # sum over members of (computed - mark)
@@ -112,6 +116,8 @@ class DecodeCohort:
         self.ctx0 += c0
         self.n += 1
         heapq.heappush(self.heap, (r.target_tokens - r.generated + mark, i, r))
+        if self.longest is not None:
+            heapq.heappush(self.longest, (-c0, i, r))
 
     def remove(self, r: Request) -> None:
         """Member ``r`` leaves, with its counts settled first (its heap entry goes stale: ``lazy_mark`` is None)."""
@@ -129,6 +135,8 @@ class DecodeCohort:
         self.ctx0 = 0
         self.heap = []
         self.n = 0
+        if self.longest is not None:
+            self.longest = []
 
     # ------------------------------------------------------------------ exact counts when they are needed
     def settle_one(self, r: Request) -> None:
@@ -268,7 +276,18 @@ class DecodeCohort:
         heap = self.heap
         out.k_min = heap[0][0] - clock if heap and heap[0][2].lazy_id == heap[0][1] else self.first_left()
         out.first_gaps = gaps
+        out.decode_max = self.longest_context() if self.longest is not None else 0
         return True
+
+    def longest_context(self) -> int:
+        """The longest member's context in the next iteration (its computed tokens + 1; stale entries dropped)."""
+        heap = self.longest
+        while heap:
+            key, seq, r = heap[0]  # type: ignore[index]
+            if r.lazy_id == seq:
+                return self.clock - key + 1
+            heapq.heappop(heap)  # type: ignore[arg-type]
+        return 0
 
     def plan_run(self, inst: Any, now: float) -> DecodeRun | None:
         """The decode run of every running request of ``inst`` (``llmsim.engine.instance.Instance``) starting at

@@ -19,6 +19,7 @@ from math import nextafter
 from operator import attrgetter, mul
 from typing import TYPE_CHECKING, Any, Protocol
 
+from llmsim.engine.iteration import decode_skew_of
 from llmsim.errors import LLMSimError
 from llmsim.event_loop import ARRIVAL
 
@@ -47,14 +48,23 @@ NEVER = float("inf")
 _LAST_TOKEN_TIME = attrgetter("last_token_time")
 
 
-def decode_step_fn(profile: Profile, n: int) -> Callable[[int], float]:
+def decode_step_fn(profile: Profile, n: int, spread: int = 0) -> Callable[[int], float]:
     """ctx -> step time of a decode-only batch of ``n``: the profile's own closure when it has one
-    (bit-identical to step_time, cheaper), else a call of step_time."""
+    (bit-identical to step_time, cheaper), else a call of step_time. ``spread = n * max_ctx - sum_ctx`` (constant
+    along a run) adds the profile's skewed-decode term (``decode_skew``) when it has one."""
     fn = getattr(profile, "decode_step_fn", None)
     if fn is not None:
-        return fn(n)
+        return fn(n, spread) if spread else fn(n)
     step = profile.step_time
     return lambda ctx: step(n, n, 0, 0, n, ctx)
+
+
+def run_step_fn(profile: Profile, batch: list[Request], ctx: int) -> Callable[[int], float]:
+    """:func:`decode_step_fn` of the stable decode ``batch`` (exact counts) whose context sum is ``ctx``."""
+    n = len(batch)
+    if decode_skew_of(profile) is None:
+        return decode_step_fn(profile, n)
+    return decode_step_fn(profile, n, n * (max(r.computed for r in batch) + 1) - ctx)
 
 
 def stable_decode_batch(running: list[Request], kv: KVCache, bs: int, fast: bool, out: Scheduled,
@@ -119,7 +129,11 @@ def run_for(owner: str, profile: Profile, sched: Scheduled, now: float, free: in
     ctx = sched.decode_ctx
     step = step_fns.get(n)
     if step is None:
-        step = step_fns[n] = decode_step_fn(profile, n)
+        if decode_skew_of(profile) is not None:  # the longest context: the cohort's, else the requests' (exact)
+            mx = sched.decode_max or max(r.computed for r in batch) + 1
+            step = decode_step_fn(profile, n, n * mx - ctx)  # (not kept: the spread changes from run to run)
+        else:
+            step = step_fns[n] = decode_step_fn(profile, n)
     dt = step(ctx)  # (bit-identical to profile.step_time(n, n, 0, 0, n, ctx))
     if factor != 1.0:
         dt *= factor

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING
 
 from llmsim.engine.cohort import DecodeCohort
 from llmsim.engine.config import EngineConfig
-from llmsim.engine.fastpath import NEVER, DecodeRun, bad_step, decode_step_fn, residues, run_for, stable_decode_batch
+from llmsim.engine.fastpath import NEVER, DecodeRun, bad_step, residues, run_for, run_step_fn, stable_decode_batch
 from llmsim.engine.guards import ProgressGuard
 from llmsim.engine.handoff import MIXED
-from llmsim.engine.iteration import sample_tokens, stepped_cost
+from llmsim.engine.iteration import sample_tokens, stepped_cost, stepped_time
 from llmsim.engine.kv import build_kv_cache
 from llmsim.engine.limits import PromptLimits
 from llmsim.engine.ops import EVICT, PARK, SWAP_OUT, EngineOps, stepped_decode
@@ -104,7 +104,7 @@ class Instance:
     def policy(self, policy: BatchPolicy) -> None:
         """A fast-path engine whose policy allows it keeps its running requests' counts in a decode cohort."""
         self._policy = policy
-        self.cohort = DecodeCohort(self.block_size) if self.fast and policy.lazy_running else None
+        self.cohort = DecodeCohort(self.block_size, self.profile) if self.fast and policy.lazy_running else None
         self._direct_decode = self.cohort is not None and policy.decodes_all_when_idle_queues  # (_start_next)
 
     def install_profile(self, profile: Profile) -> None:
@@ -115,8 +115,8 @@ class Instance:
             self.prefix_evicted += self.kv.prefix.evicted  # the new model's cache starts empty
         fast = self.fast
         self._size_for(profile)
-        if self.fast != fast:
-            self.policy = self._policy  # (a new decode cohort, or none)
+        if self.fast != fast or self.cohort is not None:
+            self.policy = self._policy  # (a new decode cohort for the new profile, or none)
         self.queued.version += 1
 
     def _size_for(self, profile: Profile) -> None:
@@ -438,7 +438,7 @@ class Instance:
         if n_tokens == 0:
             self.guard.count_stall(batch, now)
         self.prefill_tokens += n_tokens - n_decode
-        dt = self.profile.step_time(n_tokens, len(batch), c2, cp, n_decode, decode_ctx)
+        dt = stepped_time(self.profile, batch, n_tokens, c2, cp, n_decode, decode_ctx)
         if factor != 1.0:
             dt *= factor
         if sched.transfer_blocks or xfer:
@@ -450,7 +450,7 @@ class Instance:
         if self.fast and sched.stable and not xfer:
             res, k_final = residues(batch, self.block_size)
             run = DecodeRun(self.name, now, list(batch), end, decode_ctx, self.kv.free, res, k_final, factor,
-                            decode_step_fn(self.profile, len(batch)))
+                            run_step_fn(self.profile, batch, decode_ctx))
             if cohort is not None:  # (a stable batch is every running request: the cohort carries the run)
                 run.first_gaps = cohort.carry(self.running)
             self._start_run(run)

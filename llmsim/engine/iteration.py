@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from llmsim.errors import LLMSimError
 
 if TYPE_CHECKING:
+    from llmsim.perf.decode_skew import DecodeSkew
+    from llmsim.perf.profile import Profile
     from llmsim.request import Request
 
 
@@ -32,6 +34,30 @@ def stepped_cost(batch: list[Request], owner: str, policy: str) -> tuple[int, in
             cp += n * r.computed
     return n_tokens, n_decode, decode_ctx, c2, cp
 
+
+def decode_skew_of(profile: Profile) -> DecodeSkew | None:
+    """The profile's skewed-decode correction (llmsim.perf.decode_skew), None for most profiles: the engine then
+    never looks at a batch's longest context."""
+    return getattr(profile, "decode_skew", None)
+
+
+def stepped_time(profile: Profile, batch: list[Request], n_tokens: int, c2: int, cp: int, n_decode: int,
+                 decode_ctx: int) -> float:
+    """The step time of a stepped batch (``stepped_cost``'s sums); with a ``decode_skew`` profile and several
+    decodes, plus the term of their longest and shortest contexts (a second pass, for those profiles only)."""
+    dt = profile.step_time(n_tokens, len(batch), c2, cp, n_decode, decode_ctx)
+    skew = decode_skew_of(profile)
+    if skew is not None and n_decode > 1:
+        hi, lo = 0, 1 << 62
+        for r in batch:
+            if r.n_new == 1 and r.generated > 0 and r.computed + 1 == r.prompt_tokens + r.generated:  # (a decode)
+                c = r.computed + 1
+                if c > hi:
+                    hi = c
+                if c < lo:
+                    lo = c
+        dt += skew.extra(n_decode, decode_ctx, hi, lo, n_tokens > n_decode)
+    return dt
 
 
 def sample_tokens(batch: list[Request], now: float, rec: Any) -> tuple[int, list[Request]]:

@@ -21,6 +21,8 @@ File format ``llmsim-profile/1`` (all times in seconds, for the whole model on o
   and an estimated ``alltoall`` part is added (:mod:`llmsim.perf.expert_parallel`).
 * ``allreduce`` (tensor-parallel profiles whose operator tables time one GPU's shard only): ``tokens`` /
   ``seconds`` of every layer's all-reduces, on the dense part's token grid (added to it on load).
+* ``decode_skew`` (tables that measured skewed decode batches): ``pure``, ``mixed`` and ``mixed_per_inv_n``, the
+  fraction of ``t_max - t_mean`` a batch of unequal contexts adds (:mod:`llmsim.perf.decode_skew`).
 * ``parts``: for each of the parts above, ``status`` (``measured``, ``fitted`` or ``transferred`` from
   measurements, ``estimated``, ``roofline``) and ``source``; ``provenance``: source data, commits, licenses,
   measurement software.
@@ -40,6 +42,7 @@ from typing import Any
 import yaml
 
 from llmsim.errors import ProfileError
+from llmsim.perf.decode_skew import DecodeSkew, parse_decode_skew
 from llmsim.perf.expert_parallel import ExpertParallelExperts, expert_parallel_weight_bytes
 from llmsim.perf.hardware import GpuSpec, get_gpu
 from llmsim.perf.kv_budget import kv_capacity_from_bytes
@@ -51,7 +54,8 @@ from llmsim.resources import profile_data_dir
 FORMAT = "llmsim-profile/1"
 PART_NAMES = ("dense", "prefill_attention", "decode_attention", "lm_head", "overhead", "memory")
 STEP_PARTS = ("dense", "prefill_attention", "decode_attention", "lm_head")
-OPTIONAL_PARTS = ("moe", "allreduce")  # present only where they apply (MoE models, TP shards timed alone)
+# present only where they apply (MoE models, TP shards timed alone, tables that measured skewed decode batches)
+OPTIONAL_PARTS = ("moe", "allreduce", "decode_skew")
 STATUSES = ("measured", "fitted", "transferred", "estimated", "roofline")
 NOT_MEASURED = ("estimated", "roofline")
 ALLTOALL_SOURCE = "expert-parallel dispatch + combine per MoE layer over the hardware table's link (perf.parallel)"
@@ -266,18 +270,13 @@ class MeasuredProfile:
         ov = _get(data, "overhead", path)
         self._ov_iter = _num(ov, "per_iteration", path, "overhead")
         self._ov_seq = _num(ov, "per_seq", path, "overhead")
-        for key, coefs in (  # an all-zero group is a failed fit or a placeholder, not a measurement
-            ("prefill_attention", (self._pf_fixed, self._pf_c2, self._pf_cp)),
-            ("decode_attention", (self._dec_fixed, self._dec_seq, self._dec_ctx)),
-            ("overhead", (self._ov_iter, self._ov_seq)),
-        ):
-            if not any(coefs):
-                raise _err(path, key, "all coefficients are zero (no timing data)")
+        self._check_not_all_zero(path)
         mem = _get(data, "memory", path)
         self.weight_bytes = _num(mem, "weight_bytes", path, "memory", 1.0)
         self.kv_bytes_per_token = _num(mem, "kv_bytes_per_token", path, "memory", 1.0)
         self.reserved_bytes = _num(mem, "reserved_bytes", path, "memory")
         self.parts = _part_statuses(data, path)
+        self.decode_skew: DecodeSkew | None = parse_decode_skew(data, path, self._dec_ctx)
         self.ep = ep
         self._spread_experts(path)
         # A profile counts as estimated when a step-time part (GPU work, experts included) is; the CPU overhead,
@@ -287,6 +286,16 @@ class MeasuredProfile:
         self.name = (f"{self.model.name}@{self.gpu.name}" + (f"-tp{tp}" if tp > 1 else "")
                      + (f"-ep{ep}" if ep > 1 else "") + f" ({kind})")
         self.provenance = data.get("provenance", {})
+
+    def _check_not_all_zero(self, path: Path | str) -> None:
+        """An all-zero group of coefficients is a failed fit or a placeholder, not a measurement."""
+        for key, coefs in (
+            ("prefill_attention", (self._pf_fixed, self._pf_c2, self._pf_cp)),
+            ("decode_attention", (self._dec_fixed, self._dec_seq, self._dec_ctx)),
+            ("overhead", (self._ov_iter, self._ov_seq)),
+        ):
+            if not any(coefs):
+                raise _err(path, key, "all coefficients are zero (no timing data)")
 
     @property
     def expert_curves(self) -> MoeTable | None:
@@ -320,6 +329,12 @@ class MeasuredProfile:
         return MeasuredProfile({**self.data, "overhead": ov, "parts": parts}, f"{self.path} ({source})", self.model,
                                self.gpu, self.ep)
 
+    def without_decode_skew(self) -> MeasuredProfile:
+        """A copy without its ``decode_skew`` part: the summed-context model alone (replay what-ifs)."""
+        data = {k: v for k, v in self.data.items() if k != "decode_skew"}
+        data["parts"] = {k: v for k, v in self.data["parts"].items() if k != "decode_skew"}
+        return MeasuredProfile(data, f"{self.path} (no decode_skew)", self.model, self.gpu, self.ep)
+
     def step_time(
         self, n_tokens: int, n_seqs: int, prefill_c2: int, prefill_cp: int, n_decode: int, decode_ctx: int
     ) -> float:
@@ -330,15 +345,20 @@ class MeasuredProfile:
             t += self._dec_fixed + self._dec_seq * n_decode + self._dec_ctx * decode_ctx
         return t
 
-    def decode_step_fn(self, n: int):
-        """``ctx -> step_time(n, n, 0, 0, n, ctx)``, bit-identical, with the per-``n`` terms folded once.
+    def decode_step_fn(self, n: int, spread: int = 0):
+        """``ctx -> step_time(n, n, 0, 0, n, ctx)``, bit-identical, with the per-``n`` terms folded once; with a
+        ``decode_skew`` part and ``spread = n * max_ctx - sum_ctx`` (constant along a decode run) plus its term.
 
-        step_time adds ``t += fixed + per_seq * n + per_ctx * ctx`` to ``t``; the closure keeps that
-        association so the fast path plans exactly the times stepping computes.
+        step_time adds ``t += fixed + per_seq * n + per_ctx * ctx`` to ``t`` and the engine adds the skew term
+        after it; the closure keeps that association so the fast path plans exactly the times stepping computes.
         """
         t0 = self._dense(n) + self._lm(n) + self._ov_iter + self._ov_seq * n
         fs = self._dec_fixed + self._dec_seq * n
         per_ctx = self._dec_ctx
+        skew = self.decode_skew
+        if spread and skew is not None:
+            e = skew.pure_extra(spread)
+            return lambda ctx: t0 + (fs + per_ctx * ctx) + e
         return lambda ctx: t0 + (fs + per_ctx * ctx)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:

@@ -14,6 +14,7 @@ memory             config (model config + calibrated reserve)
 moe                llmservingsim (moe.csv; TP > 1 without its table: TP 1 / tp, estimated); none for dense models
 allreduce          llmservingsim (TP > 1 tables time one shard: ring all-reduces from the hardware table);
                    none otherwise
+decode_skew        llmservingsim (skew.csv: alpha of skewed decode batches, fitted); none without a skew table
 =================  =====================================================================================
 
 Parts are resolved in the order of :data:`CHAINS`; a provider may look at parts resolved before it in
@@ -22,7 +23,7 @@ Parts are resolved in the order of :data:`CHAINS`; a provider may look at parts 
 
 from __future__ import annotations
 
-from . import allreduce, attention, dense, experts, lm_head, memory, overhead
+from . import allreduce, attention, dense, experts, lm_head, memory, overhead, skew
 from .base import Context, FnProvider, PartResult, Provider, provider, resolve
 
 CHAINS: dict[str, tuple[Provider, ...]] = {
@@ -34,6 +35,7 @@ CHAINS: dict[str, tuple[Provider, ...]] = {
     "memory": memory.CHAIN,
     "moe": experts.CHAIN,
     "allreduce": allreduce.CHAIN,
+    "decode_skew": skew.CHAIN,
 }
 
 __all__ = ["CHAINS", "Context", "FnProvider", "PartResult", "Provider", "provider", "resolve"]

@@ -18,12 +18,12 @@ def _requests(n: int = 160) -> list[Request]:
     return [Request(i, 0.013 * i, 90 + (37 * i) % 380, 5 + (53 * i) % 200) for i in range(n)]
 
 
-def _observe(fast: bool) -> tuple[list, dict]:
+def _observe(fast: bool, model: str = "llama-2-7b", gpu: str = "a100-80gb") -> tuple[list, dict]:
     """Run two small vLLM V0 engines (recompute and swap preemption) and look at them every 37.1 ms."""
     engines = [EngineConfig(policy="vllm_v0", num_gpu_blocks=60, fast_path=fast),
                EngineConfig(policy="vllm_v0", num_gpu_blocks=90, preemption="swap", swap_space_gb=1.0,
                             fast_path=fast)]
-    cluster = Cluster([InstanceConfig("llama-2-7b", "a100-80gb", engine=e) for e in engines],
+    cluster = Cluster([InstanceConfig(model, gpu, engine=e) for e in engines],
                       make_router("round_robin"))
     env, view = cluster.env, cluster.view
     seen: list = []
@@ -45,13 +45,15 @@ def _observe(fast: bool) -> tuple[list, dict]:
     return seen + [[(r.id, r.finish, r.generated) for r in reqs]], stats
 
 
-def test_observers_see_the_same_counts_with_the_cohort_without_it_and_stepping(monkeypatch):
-    with_cohort, stats = _observe(fast=True)
+# the second profile has a decode_skew part: the cohort also keeps its longest member (llmsim.perf.decode_skew)
+@pytest.mark.parametrize("pair", [("llama-2-7b", "a100-80gb"), ("llama-3.1-8b", "rtx4090")])
+def test_observers_see_the_same_counts_with_the_cohort_without_it_and_stepping(monkeypatch, pair):
+    with_cohort, stats = _observe(True, *pair)
     assert stats["preemptions"] > 0 and stats["swap_outs"] > 0  # the slow paths that settle the cohort ran
     assert len(with_cohort) > 100
-    assert with_cohort == _observe(fast=False)[0]
+    assert with_cohort == _observe(False, *pair)[0]
     monkeypatch.setattr(VllmV0Policy, "lazy_running", False)
-    assert with_cohort == _observe(fast=True)[0]
+    assert with_cohort == _observe(True, *pair)[0]
 
 
 def test_a_cancelled_member_finishes_at_its_next_token_mid_run():

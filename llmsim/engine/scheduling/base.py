@@ -67,6 +67,7 @@ class Scheduled:
     decode_ctx: int = 0
     k_min: int = 0  # iterations until the first request finishes
     first_gaps: list[tuple[float, int]] | None = None  # (last-token time, requests) of the first iteration's gaps
+    decode_max: int = 0  # the longest decode context, from a decode cohort that tracks it (0: read the requests)
 
 
 class BatchPolicy:
