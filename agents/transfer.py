@@ -134,10 +134,10 @@ class ObservationGuide:
         return slot if slot >= 0 and mask[slot] else int(np.flatnonzero(mask)[0])
 
 
-def reference_rows(env: Any, seeds: list[int], guide: str) -> list[dict[str, Any]]:
+def reference_rows(env: Any, seeds: list[int], guide: str, spill: Spill = SPILL) -> list[dict[str, Any]]:
     """The guide's episodes on the validation scenarios (computed once per run): the registered heuristic its
-    observation column copies, or the guide computed from the observation."""
-    policy = ObservationGuide(guide) if guide in SPLIT_GUIDES else HeuristicPolicy(guide)
+    observation column copies, or the guide computed from the observation (with the network's spill rule)."""
+    policy = ObservationGuide(guide, spill) if guide in SPLIT_GUIDES else HeuristicPolicy(guide)
     rows, _ = watch_episodes(policy, env, seeds)
     return rows
 
