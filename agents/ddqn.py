@@ -102,6 +102,7 @@ class DDQNConfig(OffPolicyConfig):
     margin_weight: NonNegFloat = 0.0  # ... and afterwards (the regulariser towards the guide)
     fallback_margin: NonNegFloat = 0.0  # decision time: take the guide's action unless Q-advantage > this
     fallback_margins: list[NonNegFloat] = Field(default_factory=list)  # candidates chosen on validation seeds
+    fallback_worst_gap: NonNegFloat | None = None  # ... among those at most this % behind the guide anywhere
     hold: bool = True  # false: a set network never waits while a request is pending (routes at once, as heuristics)
 
 

@@ -305,7 +305,8 @@ class TrainingRun:
         if isinstance(net, GuidedQNetwork):
             best, table = transfer.choose_flat_margin(net, self.eval_env, seeds, margins, self.tr.eval_metric)
         else:
-            best, table = transfer.choose_margin(net, self.eval_env, seeds, margins, self.guide_rows or [])
+            best, table = transfer.choose_margin(net, self.eval_env, seeds, margins, self.guide_rows or [],
+                                                 getattr(self.agent_cfg, "fallback_worst_gap", None))
         meta = read_meta(self.run_dir / "best")
         meta.update(fallback_margin=best, fallback_margin_choice=table)
         save_checkpoint(self.run_dir / "best", net, {k: v for k, v in meta.items() if k != "format"})
