@@ -16,7 +16,6 @@ random initialisation (a "best" checkpoint saved before learning started).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,7 @@ def net_arch(net: torch.nn.Module) -> dict[str, Any]:
     if isinstance(net, SetQNetwork):  # slots: n_max instances + wait + drop (llmsim.envs.randomize)
         return {"obs_dim": net.obs_dim, "n_actions": net.n_actions, "hidden": net.hidden, "dueling": False,
                 "set_net": {"n_max": net.n_max, "guide": net.guide,
-                            **({"spill": asdict(net.spill)} if net.guide == SPILL_GUIDE else {})}}
+                            **({"spill": net.spill.as_dict()} if net.guide == SPILL_GUIDE else {})}}
     arch = getattr(net, "arch", None)
     if not isinstance(arch, dict):
         raise TypeError(f"cannot checkpoint a {type(net).__name__}: no arch description")

@@ -40,11 +40,13 @@ from llmsim.agents.base import (
 )
 from llmsim.agents.buffer import Batch
 from llmsim.agents.nets import (
+    SPILL,
     GuidedQNetwork,
     GuideSwitch,
     NumpyActor,
     QNetwork,
     SetQNetwork,
+    Spill,
     guide_slots,
     masked,
     masked_argmax,
@@ -89,6 +91,8 @@ class DDQNConfig(OffPolicyConfig):
     # the heuristic imitated and fallen back on: an observation column, or dedicated_split computed from the
     # observation (agents/nets.py)
     guide: Literal["min_min", "least_work_left", "jsq", "dedicated_split", "dedicated_split_spill"] = "min_min"
+    spill_ratio: float = Field(SPILL.ratio, ge=1.0)  # dedicated_split_spill's rule (agents/nets.py Spill) ...
+    spill_load: NonNegFloat = SPILL.load  # ... and how it grows with the other instance's busy seats
     guide_action: NonNegInt | None = None  # a flat network's guide instead: this fixed action (a static model size)
     guide_switch: GuideSwitchConfig | None = None  # ... or another action past a threshold of one feature
     demo_steps: NonNegInt = 0  # env steps acted by the guide (with demo_epsilon random actions) before the policy acts
@@ -98,6 +102,7 @@ class DDQNConfig(OffPolicyConfig):
     margin_weight: NonNegFloat = 0.0  # ... and afterwards (the regulariser towards the guide)
     fallback_margin: NonNegFloat = 0.0  # decision time: take the guide's action unless Q-advantage > this
     fallback_margins: list[NonNegFloat] = Field(default_factory=list)  # candidates chosen on validation seeds
+    fallback_worst_gap: NonNegFloat | None = None  # ... among those at most this % behind the guide anywhere
     hold: bool = True  # false: a set network never waits while a request is pending (routes at once, as heuristics)
 
 
@@ -133,7 +138,8 @@ class DoubleDQN(OffPolicyAgent):
     @staticmethod
     def build_net(obs_dim: int, n_actions: int, cfg: DDQNConfig) -> QNetwork | SetQNetwork:
         if cfg.network == "set":
-            return SetQNetwork(obs_dim, n_actions, cfg.hidden, cfg.guide, cfg.fallback_margin, cfg.hold)
+            return SetQNetwork(obs_dim, n_actions, cfg.hidden, cfg.guide, cfg.fallback_margin, cfg.hold,
+                               spill=Spill(cfg.spill_ratio, load=cfg.spill_load))
         if cfg.guide_action is not None:
             sw = cfg.guide_switch
             switch = GuideSwitch(sw.feature, sw.at, sw.action) if sw is not None else None
@@ -178,7 +184,7 @@ class DoubleDQN(OffPolicyAgent):
         ``guide_switch``), or the guide heuristic's slot read from an instance_set observation."""
         if isinstance(self.q, GuidedQNetwork):
             return self.q.guides(obs)
-        return guide_slots(obs, self.cfg.guide)
+        return guide_slots(obs, self.cfg.guide, Spill(self.cfg.spill_ratio, load=self.cfg.spill_load))
 
     def guide_act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """The guide's actions (read from the observation), demo_epsilon of them random valid ones; the usual

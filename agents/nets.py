@@ -8,6 +8,7 @@ they are never chosen and never used in a target.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -176,15 +177,23 @@ class NumpyActor:
 @dataclass(frozen=True)
 class Spill:
     """When the split sends a request to the other group: its best instance there, scored by the instance feature
-    ``score`` (seconds, on the observation's log scale), beats the own group's by ``ratio``:
-    (1 + s_other) x ratio < 1 + s_own."""
+    ``score`` (seconds, on the observation's log scale), beats the own group's by ``ratio``, raised by ``load`` x
+    that instance's share of busy seats (``running_share``): (1 + s_other) x ratio x (1 + load x running_share)
+    < 1 + s_own. A request's own latency does not count the requests it slows down where it spills; they are more
+    the fuller that instance runs."""
 
     ratio: float
     score: str = "log_latency_s"
+    load: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.ratio, int | float) and self.ratio >= 1.0 and self.score in INSTANCE_FEATURE_NAMES):
-            raise ValueError(f"a spill needs ratio >= 1 and an instance feature as score, got {self}")
+        if not (isinstance(self.ratio, int | float) and self.ratio >= 1.0 and self.score in INSTANCE_FEATURE_NAMES
+                and isinstance(self.load, int | float) and 0.0 <= self.load < math.inf):
+            raise ValueError(f"a spill needs ratio >= 1, an instance feature as score and load >= 0, got {self}")
+
+    def as_dict(self) -> dict:
+        """The rule as checkpoint.json records it (without a load, as before it had one)."""
+        return {"ratio": self.ratio, "score": self.score, **({"load": self.load} if self.load else {})}
 
     @property
     def at(self) -> float:
@@ -283,6 +292,7 @@ PENDING = GLOBAL_FEATURE_NAMES.index("pending")
 LOG_PREDICTED = GLOBAL_FEATURE_NAMES.index("log_predicted_output")
 LOG_WORK_S = INSTANCE_FEATURE_NAMES.index("log_work_s")
 CAN_SERVE = INSTANCE_FEATURE_NAMES.index("can_serve")
+RUNNING_SHARE = INSTANCE_FEATURE_NAMES.index("running_share")
 # the split's heavy requests: predicted output above the predictor's first bucket bound, on the observation's scale
 HEAVY_AT = float(np.float32(np.log1p(DECODE_BUCKETS[0]) / LOG_TOKENS))
 
@@ -325,9 +335,13 @@ def dedicated_split_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Ten
         outside = cands & (large != heavy)
         other = torch.where(outside, work, far)
         own_least = score.min(dim=1).values
-        other_least = other.min(dim=1).values
-        over = (other_least + spill.at < own_least) & inside.any(dim=1) & outside.any(dim=1)
-        choice = torch.where(over, other.argmin(dim=1), choice)
+        other_least, other_slot = other.min(dim=1).values, other.argmin(dim=1)
+        bar = torch.full_like(own_least, spill.at)
+        if spill.load:
+            busy = rows[:, :, RUNNING_SHARE].gather(1, other_slot.unsqueeze(1)).squeeze(1)
+            bar = bar + torch.log(1.0 + spill.load * busy) / LOG_SECONDS
+        over = (other_least + bar < own_least) & inside.any(dim=1) & outside.any(dim=1)
+        choice = torch.where(over, other_slot, choice)
     pending = (glob[:, PENDING] > 0.5).to(mask.dtype).unsqueeze(1)
     return nn.functional.one_hot(choice, n_max).to(mask.dtype) * pending
 

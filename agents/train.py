@@ -49,7 +49,7 @@ from llmsim.agents.checkpoint_meta import action_layout, check_compatible, obser
 from llmsim.agents.ddqn import DDQNConfig
 from llmsim.agents.env_setup import env_config, make_env
 from llmsim.agents.loop import learn
-from llmsim.agents.nets import GuidedQNetwork
+from llmsim.agents.nets import SPILL, GuidedQNetwork, SetQNetwork
 from llmsim.agents.sac_base import SACConfig
 from llmsim.agents.scoring import evaluate_greedy, explain_score
 from llmsim.agents.training_warnings import WatchedGreedy, budget_warning, collapse_warnings, untrained_best_warning
@@ -286,7 +286,9 @@ class TrainingRun:
         mean gain (%) in E2E with every request counted, lost requests first; and warnings when it collapsed."""
         seeds = list(self.tr.eval_seeds)
         if self.guide_rows is None:
-            self.guide_rows = transfer.reference_rows(self.eval_env, seeds, self.agent_cfg.guide)
+            net = self.agent.policy_net()  # a split guide's spill rule is the network's own
+            spill = net.spill if isinstance(net, SetQNetwork) else SPILL
+            self.guide_rows = transfer.reference_rows(self.eval_env, seeds, self.agent_cfg.guide, spill)
         res, warnings = transfer.evaluate_vs_guide(self.agent.policy_net(), self.eval_env, seeds, self.guide_rows)
         res["score"] = res["gain_pct"] - 1e3 * res["lost"]
         return res, list(warnings)
@@ -303,7 +305,8 @@ class TrainingRun:
         if isinstance(net, GuidedQNetwork):
             best, table = transfer.choose_flat_margin(net, self.eval_env, seeds, margins, self.tr.eval_metric)
         else:
-            best, table = transfer.choose_margin(net, self.eval_env, seeds, margins, self.guide_rows or [])
+            best, table = transfer.choose_margin(net, self.eval_env, seeds, margins, self.guide_rows or [],
+                                                 getattr(self.agent_cfg, "fallback_worst_gap", None))
         meta = read_meta(self.run_dir / "best")
         meta.update(fallback_margin=best, fallback_margin_choice=table)
         save_checkpoint(self.run_dir / "best", net, {k: v for k, v in meta.items() if k != "format"})

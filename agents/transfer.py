@@ -134,10 +134,10 @@ class ObservationGuide:
         return slot if slot >= 0 and mask[slot] else int(np.flatnonzero(mask)[0])
 
 
-def reference_rows(env: Any, seeds: list[int], guide: str) -> list[dict[str, Any]]:
+def reference_rows(env: Any, seeds: list[int], guide: str, spill: Spill = SPILL) -> list[dict[str, Any]]:
     """The guide's episodes on the validation scenarios (computed once per run): the registered heuristic its
-    observation column copies, or the guide computed from the observation."""
-    policy = ObservationGuide(guide) if guide in SPLIT_GUIDES else HeuristicPolicy(guide)
+    observation column copies, or the guide computed from the observation (with the network's spill rule)."""
+    policy = ObservationGuide(guide, spill) if guide in SPLIT_GUIDES else HeuristicPolicy(guide)
     rows, _ = watch_episodes(policy, env, seeds)
     return rows
 
@@ -165,17 +165,26 @@ def evaluate_vs_guide(net: torch.nn.Module, env: Any, seeds: list[int],
 
 
 def choose_margin(net: SetQNetwork, env: Any, seeds: list[int], margins: list[float],
-                  ref: list[dict[str, Any]]) -> tuple[float, list[dict[str, float]]]:
+                  ref: list[dict[str, Any]], worst_gap: float | None = None) -> tuple[float, list[dict[str, float]]]:
     """The fallback margin with the best validation gain over the guide (ties: the larger margin, the safer);
-    ``net`` keeps it. Every candidate's result is returned for the record."""
+    ``net`` keeps it. With ``worst_gap`` (%), only margins whose worst validation scenario is at most that far
+    behind the guide qualify, and the largest margin (the network closest to its guide) when none does: a mean
+    gain bought with a loss on one kind of traffic does not carry to traffic never seen. Every candidate's result
+    is returned for the record."""
     table = []
     for m in sorted(set(margins)):
         net.fallback_margin.fill_(float(m))
         res, _ = evaluate_vs_guide(net, env, seeds, ref)
         table.append({"margin": float(m), **res})
-    best = max(table, key=lambda r: (round(r["gain_pct"], 6), r["margin"]))
+    best = pick_margin(table, worst_gap)
     net.fallback_margin.fill_(best["margin"])
     return best["margin"], table
+
+
+def pick_margin(table: list[dict[str, float]], worst_gap: float | None = None) -> dict[str, float]:
+    """:func:`choose_margin`'s rule over its table (rows sorted by margin)."""
+    within = [r for r in table if worst_gap is None or r["worst_gain_pct"] >= -worst_gap] or table[-1:]
+    return max(within, key=lambda r: (round(r["gain_pct"], 6), r["margin"]))
 
 
 def choose_flat_margin(net: GuidedQNetwork, env: Any, seeds: list[int], margins: list[float],

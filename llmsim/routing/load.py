@@ -301,12 +301,16 @@ class DedicatedSmallLargeRouter(Router):
     instance by the request's estimated latency there instead (its queued tokens over its seats plus the request's
     predicted output, each at the instance's own iteration time), and ``spill`` (a ratio >= 1) sends the request to
     the other group's best instance when (1 + its latency) x spill < 1 + the own group's best: the learned
-    WorkloadRouter's spill guide (agents/nets.py), so the suite holds the router to its own guide."""
+    WorkloadRouter's spill guide (agents/nets.py), so the suite holds the router to its own guide. ``spill_load``
+    raises that ratio with the other instance's share of busy seats, x (1 + spill_load x running / max_num_seqs):
+    a request's own latency does not count the requests it slows down where it spills, and they are more the fuller
+    that instance runs."""
 
     name = "dedicated_small_large"
 
     def __init__(self, seed: int = 0, large: int | None = None, threshold: int = DECODE_BUCKETS[0],
-                 within: str = "round_robin", spill: float | None = None, **kw: Any) -> None:
+                 within: str = "round_robin", spill: float | None = None, spill_load: float = 0.0,
+                 **kw: Any) -> None:
         super().__init__(seed, **kw)
         if large is not None and (isinstance(large, bool) or not isinstance(large, int) or large < 1):
             raise ConfigError(f"policy.kwargs.large: expected a positive number of instances, got {large!r}")
@@ -317,7 +321,11 @@ class DedicatedSmallLargeRouter(Router):
                                   or not isinstance(spill, int | float) or not 1.0 <= spill < math.inf):
             raise ConfigError(f"policy.kwargs.spill: expected a ratio >= 1 with within least_work_left or "
                               f"least_latency, got {spill!r}")
+        if isinstance(spill_load, bool) or not isinstance(spill_load, int | float) or not 0.0 <= spill_load < math.inf \
+                or (spill_load and spill is None):
+            raise ConfigError(f"policy.kwargs.spill_load: expected a number >= 0 with a spill, got {spill_load!r}")
         self.large, self.threshold, self.within, self.spill = large, threshold, within, spill
+        self.spill_load = float(spill_load)
         self._next = [0, 0]
 
     def reset(self, seed: int | None = None) -> None:
@@ -342,7 +350,11 @@ class DedicatedSmallLargeRouter(Router):
             if self.spill is None or not outside:
                 return best
             other = min(outside, key=lambda i: score[i])
-            return other if (1.0 + score[other]) * self.spill < 1.0 + score[best] else best
+            ratio = self.spill
+            if self.spill_load:  # the busier the other instance, the more a spill costs the requests already there
+                there = view.state().instances[other]
+                ratio *= 1.0 + self.spill_load * there.num_running / there.max_num_seqs
+            return other if (1.0 + score[other]) * ratio < 1.0 + score[best] else best
         k = int(heavy)
         for _ in range(len(group)):
             i = group[self._next[k] % len(group)]

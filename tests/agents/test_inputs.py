@@ -38,6 +38,8 @@ TRAIN_INPUTS = [
     ("agent.gamma=1.5", "agent.gamma: expected a value <= 1, got 1.5"),
     ("agent.gamma=0", "agent.gamma: expected a value > 0, got 0"),
     ("agent.batch_size=0", "agent.batch_size: expected a value >= 1, got 0"),
+    ("agent.spill_ratio=0.5", "agent.spill_ratio: expected a value >= 1"),
+    ("agent.spill_load=-1", "agent.spill_load: expected a value >= 0"),
 ]
 
 # the ones issue 37 reproduced on the command line (a process each: ~3 s; the rest are checked in process)

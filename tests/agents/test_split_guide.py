@@ -20,6 +20,7 @@ from llmsim.envs.observations.instance_set import (  # noqa: E402
     GLOBAL_FEATURES,
     INSTANCE_FEATURE_NAMES,
     INSTANCE_FEATURES,
+    LOG_SECONDS,
     layout_size,
 )
 from llmsim.envs.randomize import SlotEnv  # noqa: E402
@@ -30,6 +31,8 @@ N_MAX = 8
 WORK = INSTANCE_FEATURE_NAMES.index("log_work_s")
 LATENCY = INSTANCE_FEATURE_NAMES.index("log_latency_s")
 FITS = INSTANCE_FEATURE_NAMES.index("can_serve")
+BUSY = INSTANCE_FEATURE_NAMES.index("running_share")
+LOADED = Spill(1.0, load=1.5)  # a spill that asks more of a busier instance
 PRED = GLOBAL_FEATURE_NAMES.index("log_predicted_output")
 ENV = {"id": "workload_router", "num_requests": 80, "observation": {"kind": "instance_set", "n_max": N_MAX},
        "reward": {"kind": "workload_aware_tail", "guidance": 0.0}}
@@ -88,12 +91,27 @@ def test_the_spill_sends_a_request_to_the_other_group_only_when_that_one_is_far_
     assert pick(obs([0.5, 0.2, 0.6, over], heavy=None), spill) == -1
 
 
-def test_the_spill_guide_and_its_onnx_export_agree(tmp_path: Path):
+def test_a_spill_with_a_load_asks_more_of_a_busy_instance_of_the_other_group():
+    rule = Spill(1.1, load=1.0)
+    x = obs([0.5, 0.2, 0.6, 0.2 + SPILL.at + 0.01], heavy=True)
+    assert int(guide_slots(x[None], "dedicated_split_spill", rule)[0]) == 1  # instance 1 idle: the plain 1.1 rule
+    x[GLOBAL_FEATURES + INSTANCE_FEATURES + BUSY] = 0.5  # half its seats busy: it must be log(1.5) better still
+    assert int(guide_slots(x[None], "dedicated_split_spill", rule)[0]) == 3
+    assert int(guide_slots(x[None], "dedicated_split_spill")[0]) == 1  # the rule without a load ignores it
+    x[GLOBAL_FEATURES + 3 * INSTANCE_FEATURES + LATENCY] += float(np.log(1.5) / LOG_SECONDS)
+    assert int(guide_slots(x[None], "dedicated_split_spill", rule)[0]) == 1
+
+
+@pytest.mark.parametrize("rule", [SPILL, LOADED], ids=["ratio", "load"])
+def test_the_spill_guide_and_its_onnx_export_agree(tmp_path: Path, rule: Spill):
     ort = pytest.importorskip("onnxruntime")
-    net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [8, 8], guide="dedicated_split_spill", fallback_margin=1e3)
+    net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [8, 8], guide="dedicated_split_spill", fallback_margin=1e3,
+                      spill=rule)
     rng = np.random.default_rng(0)
     x = np.stack([obs(list(rng.uniform(0.0, 1.0, 4)), heavy=bool(rng.integers(2))) for _ in range(200)])
-    guide = guide_slots(x, "dedicated_split_spill")
+    for k in range(4):
+        x[:, GLOBAL_FEATURES + k * INSTANCE_FEATURES + BUSY] = rng.uniform(0.0, 1.0, len(x))
+    guide = guide_slots(x, "dedicated_split_spill", rule)
     assert (guide != guide_slots(x, "dedicated_split")).sum() > 20  # the spill changes some choices
     plain = make_from_config({**ENV, "num_instances": 4, "rate": 20.0})
     write_onnx(SlotAdapter(net, 4).eval(), onnx_inputs(plain), tmp_path / "p.onnx")
@@ -147,18 +165,24 @@ def test_a_checkpoint_records_the_spill_rule_and_loads_it_back(tmp_path: Path):
     meta = json.loads((tmp_path / "c" / "checkpoint.json").read_text())
     assert meta["set_net"]["spill"] == {"ratio": 3.0, "score": "log_latency_s"}
     assert load_q_net(tmp_path / "c").spill == Spill(3.0)
+    net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [8, 8], guide="dedicated_split_spill", spill=LOADED)
+    save_checkpoint(tmp_path / "d", net, {"algo": "ddqn"})
+    assert json.loads((tmp_path / "d" / "checkpoint.json").read_text())["set_net"]["spill"]["load"] == 1.5
+    assert load_q_net(tmp_path / "d").spill == LOADED
     meta["set_net"]["spill"] = {"ratio": 0.5, "score": "log_latency_s"}
     (tmp_path / "c" / "checkpoint.json").write_text(json.dumps(meta))
     with pytest.raises(ConfigError, match="set_net"):
         load_q_net(tmp_path / "c")
 
 
-def test_the_spill_guide_is_the_registered_split_by_latency_with_its_spill():
+@pytest.mark.parametrize("rule", [SPILL, LOADED], ids=["ratio", "load"])
+def test_the_spill_guide_is_the_registered_split_by_latency_with_its_spill(rule: Spill):
     """The suite holds the router to its own guide: ``dedicated_small_large`` with ``within: least_latency`` and the
     guide's spill ratio routes as the observation's spill guide, up to float32 and the log scale (close, not equal)."""
     env = SlotEnv(ENV, scenarios=[{"num_instances": 4, "rate": 20.0}])
-    ours, _ = watch_episodes(ObservationGuide("dedicated_split_spill"), env, [1000, 1001])
-    heuristic = HeuristicPolicy("dedicated_small_large", within="least_latency", spill=SPILL.ratio)
+    ours, _ = watch_episodes(ObservationGuide("dedicated_split_spill", rule), env, [1000, 1001])
+    heuristic = HeuristicPolicy("dedicated_small_large", within="least_latency", spill=rule.ratio,
+                                spill_load=rule.load)
     theirs, _ = watch_episodes(heuristic, env, [1000, 1001])
     plain, _ = watch_episodes(ObservationGuide("dedicated_split"), env, [1000, 1001])
     for a, b, c in zip(ours, theirs, plain):

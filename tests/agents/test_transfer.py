@@ -16,10 +16,16 @@ torch = pytest.importorskip("torch")
 from llmsim.agents.checkpoint import CheckpointPolicy, load_policy_net  # noqa: E402
 from llmsim.agents.ddqn import DDQNConfig, DoubleDQN  # noqa: E402
 from llmsim.agents.export import export  # noqa: E402
-from llmsim.agents.nets import SetQNetwork, SlotAdapter, guide_slots, masked_argmax  # noqa: E402
+from llmsim.agents.nets import SetQNetwork, SlotAdapter, Spill, guide_slots, masked_argmax  # noqa: E402
 from llmsim.agents.policy import HeuristicPolicy, run_episode  # noqa: E402
 from llmsim.agents.train import train  # noqa: E402
-from llmsim.agents.transfer import collapse_warnings, e2e_all_ms, evaluate_vs_guide, reference_rows  # noqa: E402
+from llmsim.agents.transfer import (  # noqa: E402
+    collapse_warnings,
+    e2e_all_ms,
+    evaluate_vs_guide,
+    pick_margin,
+    reference_rows,
+)
 from llmsim.envs.observations.instance_set import GLOBAL_FEATURES, INSTANCE_FEATURES, layout_size  # noqa: E402
 from llmsim.envs.policy_router import ExportedRouter  # noqa: E402
 from llmsim.envs.randomize import SlotEnv  # noqa: E402
@@ -143,6 +149,28 @@ def test_a_waiting_policy_is_caught_at_evaluation():
     assert res["wait_share"] > 0.9 and res["timeout_share"] > 0.9
     assert any("waits" in w for w in warnings) and any("wait-timeout" in w for w in warnings)
     assert res["gain_pct"] < 0
+
+
+def test_a_split_guide_is_measured_with_the_network_own_spill_rule():
+    """A network that always falls back on its guide equals it: against the guide's episodes with its own spill rule
+    the gain is zero; against another rule it is not (the training's score would then compare with the wrong guide)."""
+    rule = Spill(1.0, load=1.5)
+    net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [8, 8], guide="dedicated_split_spill", fallback_margin=1e3,
+                      spill=rule)
+    env = SlotEnv({**ENV, "num_requests": 80}, scenarios=[{"num_instances": 4, "rate": 20.0}])
+    own, _ = evaluate_vs_guide(net, env, [1000], reference_rows(env, [1000], "dedicated_split_spill", rule))
+    other, _ = evaluate_vs_guide(net, env, [1000], reference_rows(env, [1000], "dedicated_split_spill"))
+    assert own["gain_pct"] == 0.0 and other["gain_pct"] != 0.0
+
+
+def test_a_worst_gap_keeps_a_margin_that_loses_somewhere_from_being_chosen():
+    table = [{"margin": 0.0, "gain_pct": -8.7, "worst_gain_pct": -49.7},
+             {"margin": 0.02, "gain_pct": 1.1, "worst_gain_pct": -12.4},
+             {"margin": 0.1, "gain_pct": 0.4, "worst_gain_pct": -1.5},
+             {"margin": 1000.0, "gain_pct": 0.0, "worst_gain_pct": 0.0}]
+    assert pick_margin(table)["margin"] == 0.02  # the best mean
+    assert pick_margin(table, 2.0)["margin"] == 0.1  # the best mean among those at most 2 % behind anywhere
+    assert pick_margin(table[:2], 2.0)["margin"] == 0.02  # none within: the largest margin
 
 
 def test_every_request_counts_in_the_score():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.studies import guide_choice, load_gate, validation
+from experiments.studies import guide_choice, load_gate, spill_load, validation
 from llmsim.agents.nets import SPILL
 from llmsim.agents.suite_config import load_suite_file
 from llmsim.errors import ConfigError
@@ -26,11 +26,21 @@ def test_guide_choice_reads_observation_guides_and_never_picks_one() -> None:
     g = guide_choice.guide_policy("dedicated_split_spill:1.5:log_work_s")
     assert (g.guide, g.spill.ratio, g.spill.score) == ("dedicated_split_spill", 1.5, "log_work_s")
     assert guide_choice.guide_policy("dedicated_split_spill").spill == SPILL
+    assert guide_choice.guide_policy("dedicated_split_spill:1:log_latency_s:1.5").spill.load == 1.5
     for bad in ("least_kv", "dedicated_split_spill:0.5", "dedicated_split_spill:x", "dedicated_split_spill:2:nope"):
         with pytest.raises(ConfigError, match="--guides"):
             guide_choice.guide_policy(bad)
     table = {"a": {"jsq": {"mean": 0.0}, "guide:dedicated_split": {"mean": -50.0}}}
     assert guide_choice.kind("guide:dedicated_split") == "guide" and guide_choice.choose(table) == "jsq"
+
+
+def test_spill_load_takes_the_best_worst_case_over_both_lengths_among_spill_rules() -> None:
+    def table(a: float, b: float) -> dict[str, dict[str, dict[str, float]]]:
+        return {"x": {"least_kv": {"mean": 0.0}, "spill 1.1 load 0.0": {"mean": a}, "spill 1.0 load 1.5": {"mean": b}}}
+    tables = {400: table(5.0, 12.0), 1000: table(30.0, 10.0)}
+    assert spill_load.choose(tables) == [("spill 1.0 load 1.5", 12.0, 11.0), ("spill 1.1 load 0.0", 30.0, 17.5)]
+    labels = [c["label"] for c in spill_load.candidates() if isinstance(c, dict)]
+    assert "spill 1.0 load 1.5" in labels and "spill 1.1 load 0.0" in labels
 
 
 def test_guide_choice_gaps_are_to_the_best_heuristic_not_a_checkpoint() -> None:
@@ -47,8 +57,9 @@ def test_the_studies_refuse_test_data() -> None:
     with pytest.raises(SystemExit, match="test data only"):
         validation.seed_drawn("workload_router", [trace], 100)
     assert trace not in validation.seed_drawn("workload_router")  # all seed-drawn ones: the windows left out
-    with pytest.raises(SystemExit, match="validation seeds only"):
-        guide_choice.main(["--seeds", "2000"])
+    for study in (guide_choice, spill_load):
+        with pytest.raises(SystemExit, match="validation seeds only"):
+            study.main(["--seeds", "2000"])
     with pytest.raises(SystemExit, match="test data"):
         load_gate.trace_scenarios(Path("conversation_trace.jsonl"), [0, 60], [0], "qos_edge", Path("."))
 

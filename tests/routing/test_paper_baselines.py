@@ -120,6 +120,26 @@ def test_dedicated_split_spills_light_requests_over_when_the_heavy_group_is_far_
             make_router("dedicated_small_large", **bad)
 
 
+def test_a_spill_load_keeps_requests_off_an_instance_of_the_other_group_while_it_runs_some():
+    """Light requests with long prompts every 50 ms: the spill sends the third and fourth to the idle heavy half and,
+    without a load, also the ninth and tenth while those still run; a spill raised by the heavy instances' busy
+    seats (a load this large: any running request) keeps them on the light half."""
+    placed = {}
+    for load in (0.0, 1000.0):
+        reqs = requests([(0.05 * i, 3000, 200) for i in range(12)])
+        for r in reqs:
+            r.predicted_output = r.output_tokens
+        res = simulate(_cluster(4), reqs, "dedicated_small_large",
+                       policy_kwargs={"large": 2, "within": "least_latency", "spill": 1.1, "spill_load": load})
+        placed[load] = [_by_id(res)[i]["instance"] for i in range(12)]
+    assert placed[0.0][2:4] == placed[1000.0][2:4] == [2, 3]
+    assert placed[0.0][8:10] == [2, 3] and placed[1000.0][8:10] == [0, 1]
+    for bad in ({"spill_load": 1.0, "within": "least_latency"}, {"spill": 1.1, "spill_load": -1.0},
+                {"spill": 1.1, "spill_load": float("inf")}, {"spill": 1.1, "spill_load": True}):
+        with pytest.raises(ConfigError, match="policy.kwargs.spill_load"):
+            make_router("dedicated_small_large", **{"within": "least_latency", **bad})
+
+
 def _qos_requests(rows: list[tuple[float, int, int, dict[str, float]]]) -> list[Request]:
     return [Request(i, a, p, o, outputs_by_model={m: o for m in q}, quality_by_model=q)
             for i, (a, p, o, q) in enumerate(rows)]

@@ -1,0 +1,65 @@
+"""Choose the dedicated split's spill rule on VALIDATION seeds: ratio and load, at two episode lengths.
+
+    python -m experiments.studies.spill_load --jobs 2 --out docs/results/spill_load.md
+
+The spill sends a request to the other group's best instance when (1 + s_other) x ratio x (1 + load x busy) <
+1 + s_own (``dedicated_small_large`` with ``within: least_latency``, ``spill``, ``spill_load``; agents/nets.py
+``Spill``), s being the request's estimated latency and busy the other instance's share of busy seats. Each
+candidate runs with the heuristics that were ever best on the suite's scenarios (guide_choice.py's table), over the
+suite's seed-drawn scenarios at 400 and 1,000 requests per episode; the rule: the smallest worst-case gap of the
+mean to the best heuristic over both lengths, then the smallest mean gap. Test seeds (>= 2000) are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.studies.guide_choice import markdown, run
+from experiments.studies.validation import check_validation_seeds
+
+SCENARIOS = ("rate_0.25x", "rate_0.5x", "rate_0.75x", "training", "rate_1.25x", "rate_1.5x", "rate_2x", "short",
+             "long", "bimodal", "burstgpt", "instances_2", "instances_8", "instances_16", "hetero")
+REFERENCES = ("least_kv", "least_work_left", "decode_balancer", "min_min", "max_capacity", "dedicated_small_large")
+# (ratio, load) candidates; (1.1, 0) is the spill guide before the load
+RULES = ((1.1, 0.0), (1.0, 0.5), (1.0, 1.0), (1.0, 1.5), (1.0, 2.0), (1.1, 0.5), (1.1, 1.0))
+
+
+def candidates() -> list[Any]:
+    split = "dedicated_small_large"
+    return [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"},
+            *({"name": split, "kwargs": {"within": "least_latency", "spill": r, "spill_load": k},
+               "label": f"spill {r} load {k}"} for r, k in RULES)]
+
+
+def choose(tables: dict[int, dict[str, dict[str, dict[str, float]]]]) -> list[tuple[str, float, float]]:
+    """Per spill rule: (label, worst mean gap over every scenario and length, mean gap), best first."""
+    rules = [p for p in next(iter(next(iter(tables.values())).values())) if p.startswith("spill ")]
+    gaps = {p: [t[p]["mean"] for table in tables.values() for t in table.values()] for p in rules}
+    return sorted(((p, max(g), float(np.mean(g))) for p, g in gaps.items()), key=lambda x: (round(x[1], 1), x[2]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m experiments.studies.spill_load", description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
+    ap.add_argument("--requests", type=int, nargs="+", default=[400, 1000])
+    ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None, help="also write the tables (markdown) here")
+    args = ap.parse_args(argv)
+    check_validation_seeds(args.seeds)
+    tables = {n: run("workload_router", args.scenarios, args.seeds, n, args.jobs, candidates())
+              for n in args.requests}
+    text = "\n\n".join(f"### {n} requests per episode\n\n{markdown(t)}" for n, t in tables.items())
+    text += "\n\n| spill rule | worst mean gap (both lengths) | mean gap |\n|---|---|---|\n" + "\n".join(
+        f"| {p} | {w:+.1f} | {m:+.1f} |" for p, w, m in choose(tables))
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
