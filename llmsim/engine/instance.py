@@ -6,7 +6,8 @@ the iteration that completes the prompt; a preempted request (recompute) re-pref
 then samples its next token.
 
 The parts live apart: the batch policy (``llmsim.engine.scheduling``) picks each iteration's batch, the KV cache
-(``llmsim.engine.kv``) owns the block accounting, and a stable decode-only batch runs on the fast path
+(``llmsim.engine.kv``) owns the block accounting, preemption (``llmsim.engine.preemption``) pushes a running request
+out to swap space or back to the waiting queue, and a stable decode-only batch runs on the fast path
 (``llmsim.engine.fastpath``), planned as one run of iterations with one event at its end; its requests' counts are
 kept lazily by a decode cohort (``llmsim.engine.cohort``) under a policy that allows it. The engine's features
 are components it calls at fixed points of its loop (``llmsim.engine.components`` documents the contract):
@@ -37,6 +38,7 @@ from llmsim.engine.iteration import sample_tokens, stepped_cost, stepped_time
 from llmsim.engine.kv import build_kv_cache
 from llmsim.engine.limits import PromptLimits
 from llmsim.engine.ops import EVICT, PARK, SWAP_OUT, EngineOps, stepped_decode
+from llmsim.engine.preemption import preempt_last, swap_in
 from llmsim.engine.queues import QueueTotals
 from llmsim.engine.scheduling import BATCH_POLICIES, BatchPolicy, Scheduled
 from llmsim.event_loop import ARRIVAL, ENGINE, SimEnv
@@ -276,45 +278,12 @@ class Instance:
             self.cohort.join(r)
 
     def preempt_last(self) -> int:
-        """Preempt the most recently admitted running request; returns blocks swapped out."""
-        r = self.running.pop()
-        if self.cohort is not None:
-            self.cohort.leave(r)
-        self.room_freed += 1
-        self.preemptions += 1
-        r.preemptions += 1
-        kv = self.kv
-        if kv.blocks_for(r.prompt_tokens + r.generated + 1) > self.limits.max_prompt_blocks():
-            # it has grown past what the whole cache can hold: it would preempt itself forever
-            kv.release(r)
-            self.recorder.drop(r, "exceeds_kv_capacity", self.env.now)
-            return 0
-        if kv.swap_out(r):
-            r.swapped = True
-            r.swaps += 1
-            self.swap_outs += 1
-            self.swapped.append(r)
-            self.queued.joined(r, swapped=True)
-            return r.blocks
-        kv.release(r)
-        r.computed = 0
-        if self.handoff is not None:
-            self.handoff.queue_behind_landed(r)  # requests whose KV landed here stay first
-            return 0
-        self.waiting.appendleft(r)
-        self.queued.joined(r, front=True)
-        return 0
+        """Preempt the most recently admitted running request; returns blocks swapped out (``preemption``)."""
+        return preempt_last(self)
 
     def swap_in(self, r: Request, need: int) -> int:
         """Move the head of the swapped queue to running holding ``need`` GPU blocks; returns blocks moved."""
-        self.swapped.popleft()
-        self.queued.left(r, swapped=True)
-        moved = self.kv.swap_in(r, need)
-        r.swapped = False
-        self.running.append(r)
-        if self.cohort is not None:
-            self.cohort.join(r)
-        return moved
+        return swap_in(self, r, need)
 
     # ------------------------------------------------------------------ what components call
     def set_busy(self, busy: bool, now: float, phase: int) -> None:
