@@ -467,7 +467,8 @@ class Instance:
         kv = self.kv
         if kv.windowed:  # the blocks its requests free as their windows move (llmsim.engine.window_run)
             waits = self.waiting or self.swapped or self.ops.parked or self.handoff is not None and self.handoff.pending
-            run.window = WindowFrees(run.reqs, kv, held, kv.free, run.res[0], bool(waits))  # type: ignore[arg-type]  # the run's requests hold every GPU block in use (llmsim.engine.kv.settle), iteration 1's included
+            run.window = WindowFrees(run.reqs, kv, held, kv.free, run.res[0], bool(waits))  # type: ignore[arg-type]
+        # the run's requests hold every GPU block in use (llmsim.engine.kv.settle), iteration 1's included
         run.full0 = kv.total - kv.free - kv.outside + kv.shared - run.n
         run.plan(self.block_size, self.next_arrival)
         run.end = j = max(1, min(len(run.bounds), run.k_final))  # (next_end() of a run that starts: nothing applied)

@@ -16,11 +16,13 @@ from hypothesis import strategies as st
 from llmsim import EngineConfig, InstanceConfig, simulate
 from llmsim.cluster import Cluster
 from llmsim.engine.fastpath import DecodeRun
+from llmsim.engine.iteration import decode_skew_of
 from llmsim.engine.kv import WindowedKVCache
 from llmsim.engine.window import skipped_blocks
 from llmsim.engine.window_run import WindowFrees
 from llmsim.metrics.recorder import Recorder
 from llmsim.perf.models import get_model
+from llmsim.perf.profile import load_profile
 from llmsim.request import Request
 from llmsim.routing import make_router
 from llmsim.testing import LinearProfile
@@ -158,7 +160,7 @@ def mistral_cluster(fast: bool, policy: str, preemption: str, caching: bool, blo
 
 
 @hang_limit(240)
-@settings(max_examples=examples(12), deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.integers(0, 2**31 - 1), st.sampled_from(["vllm_v0", "chunked"]), st.sampled_from(["recompute", "swap"]),
        st.booleans(), st.integers(700, 1400))
 def test_mistral_on_a_small_cache_is_the_same_with_the_fast_path_and_stepping(seed, policy, preemption, caching,
@@ -228,3 +230,22 @@ def test_observers_mid_run_see_stepping_blocks_on_a_windowed_cache(policy):
                 assert row[:3] == row2[:3] and row[3] in (None, row2[3])
                 lagging += row[3] is None
     assert lagging < sum(len(rows) for _, _, own in fast[:-1] for rows, *_ in own) // 10
+
+
+@pytest.mark.parametrize("policy", ["vllm_v0", "chunked"])
+def test_a_windowed_run_keeps_the_skewed_decode_term(policy):
+    """A measured profile with a decode_skew part (llmsim.perf.decode_skew) on a model given a 512-token window on
+    every layer and a small cache: the run's step closure carries the term, and every table equals stepping's."""
+    prof = copy.copy(load_profile("llama-3.1-8b", "rtx4090"))
+    assert decode_skew_of(prof) is not None
+    prof.model = dataclasses.replace(prof.model, sliding_window=512, window_every_layer=True)
+    rng = np.random.default_rng(7)
+    t = np.cumsum(rng.exponential(1 / 12.0, 150))
+    reqs = [Request(i, float(t[i]), int(rng.integers(1, 1500)), int(rng.integers(1, 1500))) for i in range(150)]
+    out = []
+    for fast in (True, False):
+        eng = EngineConfig(policy=policy, fast_path=fast, num_gpu_blocks=200, max_num_seqs=48)
+        assert Cluster([InstanceConfig(profile=prof, engine=eng)], make_router("round_robin")).instances[0].kv.windowed
+        out.append(simulate([InstanceConfig(profile=prof, engine=eng)], reqs, "round_robin", seed=1))
+    assert_frames_identical(*out)
+    assert out[0].summary["preemptions"] > 0  # (the cache ran out)
