@@ -192,7 +192,7 @@ class DecodeRun:
     """A planned run of identical decode iterations over the same requests."""
 
     __slots__ = ("owner", "start", "reqs", "n", "bounds", "applied", "end", "k_final", "ctx1", "free", "res",
-                 "stop_t", "stop_strict", "planned", "factor", "step", "full0", "first_gaps")
+                 "stop_t", "stop_strict", "planned", "factor", "step", "full0", "first_gaps", "window")
 
     def __init__(
         self, owner: str, start: float, reqs: list[Request], b1: float, ctx1: int, free: int, res: list[int],
@@ -219,6 +219,9 @@ class DecodeRun:
         # (last-token time, requests) groups of the first iteration's gaps: given by the cohort, else read from the
         # requests when the run is first applied (llmsim.engine.fastpath.last_token_runs)
         self.first_gaps: list[tuple[float, int]] = []
+        # on a sliding-window KV cache, the blocks the requests free as the run goes (a
+        # llmsim.engine.window_run.WindowFrees, which plans and applies the run; that module imports this one)
+        self.window: Any = None
 
     def plan(self, block_size: int, horizon: float = NEVER) -> None:
         """Extend the planned boundaries by up to ``planned`` iterations, doubling the next chunk, and no further
@@ -229,11 +232,6 @@ class DecodeRun:
         limit = done + self.planned
         if self.k_final < limit:
             limit = self.k_final
-        res, step = self.res, self.step
-        n = self.n
-        factor = self.factor
-        free = self.free
-        ctx = self.ctx1 + n * done
         last = bounds[-1]
         # planning ends at the first boundary that sees the stop: b >= stop_t (strict) or b > stop_t, which for
         # floats is b >= the next float above stop_t; or at the first boundary at or after the horizon
@@ -242,6 +240,15 @@ class DecodeRun:
             cut = nextafter(cut, NEVER)
         if horizon < cut and (last < horizon or not self.end):
             cut = horizon  # (a checkpoint past the horizon plans at least one more iteration)
+        self.planned *= 2
+        if self.window is not None:
+            self.window.plan(self, done, limit, cut)
+            return
+        res, step = self.res, self.step
+        n = self.n
+        factor = self.factor
+        free = self.free
+        ctx = self.ctx1 + n * done
         for i in range(done + 1, limit + 1):
             if last >= cut:
                 break
@@ -260,7 +267,6 @@ class DecodeRun:
             last = nxt
             ctx += n
         self.free = free
-        self.planned *= 2
 
     def stops_at(self, j: int) -> bool:
         """Whether boundary ``j`` (1-based) sees the submission that stops the run."""
@@ -378,6 +384,8 @@ class DecodeRun:
         """Write ``d`` more iterations into every request of the run (no cohort) and settle the KV cache."""
         if self.applied == 0:
             self.first_gaps = last_token_runs(self.reqs)
+        if self.window is not None:
+            return self.window.apply(self, inst, d, last, extra)
         bs = inst.block_size
         used = 0
         done = []

@@ -6,7 +6,8 @@ the iteration that completes the prompt; a preempted request (recompute) re-pref
 then samples its next token.
 
 The parts live apart: the batch policy (``llmsim.engine.scheduling``) picks each iteration's batch, the KV cache
-(``llmsim.engine.kv``) owns the block accounting, and a stable decode-only batch runs on the fast path
+(``llmsim.engine.kv``) owns the block accounting, preemption (``llmsim.engine.preemption``) pushes a running request
+out to swap space or back to the waiting queue, and a stable decode-only batch runs on the fast path
 (``llmsim.engine.fastpath``), planned as one run of iterations with one event at its end; its requests' counts are
 kept lazily by a decode cohort (``llmsim.engine.cohort``) under a policy that allows it. The engine's features
 are components it calls at fixed points of its loop (``llmsim.engine.components`` documents the contract):
@@ -37,8 +38,10 @@ from llmsim.engine.iteration import sample_tokens, stepped_cost, stepped_time
 from llmsim.engine.kv import build_kv_cache
 from llmsim.engine.limits import PromptLimits
 from llmsim.engine.ops import EVICT, PARK, SWAP_OUT, EngineOps, stepped_decode
+from llmsim.engine.preemption import preempt_last, swap_in
 from llmsim.engine.queues import QueueTotals
 from llmsim.engine.scheduling import BATCH_POLICIES, BatchPolicy, Scheduled
+from llmsim.engine.window_run import WindowFrees
 from llmsim.event_loop import ARRIVAL, ENGINE, SimEnv
 
 if TYPE_CHECKING:
@@ -104,7 +107,8 @@ class Instance:
     def policy(self, policy: BatchPolicy) -> None:
         """A fast-path engine whose policy allows it keeps its running requests' counts in a decode cohort."""
         self._policy = policy
-        self.cohort = DecodeCohort(self.block_size, self.profile) if self.fast and policy.lazy_running else None
+        lazy = self.fast and policy.lazy_running and not self.kv.windowed  # (a windowed run applies per request)
+        self.cohort = DecodeCohort(self.block_size, self.profile) if lazy else None
         self._direct_decode = self.cohort is not None and policy.decodes_all_when_idle_queues  # (_start_next)
 
     def install_profile(self, profile: Profile) -> None:
@@ -113,9 +117,9 @@ class Instance:
         assert not (self.running or self.waiting or self.swapped), "model swap on an engine that holds requests"
         if self.kv.prefix is not None:
             self.prefix_evicted += self.kv.prefix.evicted  # the new model's cache starts empty
-        fast = self.fast
+        fast, windowed = self.fast, self.kv.windowed
         self._size_for(profile)
-        if self.fast != fast or self.cohort is not None:
+        if self.fast != fast or self.kv.windowed != windowed or self.cohort is not None:
             self.policy = self._policy  # (a new decode cohort for the new profile, or none)
         self.queued.version += 1
 
@@ -123,7 +127,7 @@ class Instance:
         self.profile = profile
         self.step_fns: dict[int, Callable[[int], float]] = {}  # decode step time per batch size (fastpath.run_for)
         self.kv = build_kv_cache(self.name, profile, self.config)
-        self.fast = self.config.fast_path and not self.kv.windowed  # (a decode run frees no window blocks)
+        self.fast = self.config.fast_path
         self.kv_total = self.kv.total
         self.watermark_blocks = self.kv.watermark
         self.block_bytes = self.block_size * profile.model.kv_bytes_per_token // profile.model.kv_shards(profile.tp)
@@ -276,45 +280,12 @@ class Instance:
             self.cohort.join(r)
 
     def preempt_last(self) -> int:
-        """Preempt the most recently admitted running request; returns blocks swapped out."""
-        r = self.running.pop()
-        if self.cohort is not None:
-            self.cohort.leave(r)
-        self.room_freed += 1
-        self.preemptions += 1
-        r.preemptions += 1
-        kv = self.kv
-        if kv.blocks_for(r.prompt_tokens + r.generated + 1) > self.limits.max_prompt_blocks():
-            # it has grown past what the whole cache can hold: it would preempt itself forever
-            kv.release(r)
-            self.recorder.drop(r, "exceeds_kv_capacity", self.env.now)
-            return 0
-        if kv.swap_out(r):
-            r.swapped = True
-            r.swaps += 1
-            self.swap_outs += 1
-            self.swapped.append(r)
-            self.queued.joined(r, swapped=True)
-            return r.blocks
-        kv.release(r)
-        r.computed = 0
-        if self.handoff is not None:
-            self.handoff.queue_behind_landed(r)  # requests whose KV landed here stay first
-            return 0
-        self.waiting.appendleft(r)
-        self.queued.joined(r, front=True)
-        return 0
+        """Preempt the most recently admitted running request; returns blocks swapped out (``preemption``)."""
+        return preempt_last(self)
 
     def swap_in(self, r: Request, need: int) -> int:
         """Move the head of the swapped queue to running holding ``need`` GPU blocks; returns blocks moved."""
-        self.swapped.popleft()
-        self.queued.left(r, swapped=True)
-        moved = self.kv.swap_in(r, need)
-        r.swapped = False
-        self.running.append(r)
-        if self.cohort is not None:
-            self.cohort.join(r)
-        return moved
+        return swap_in(self, r, need)
 
     # ------------------------------------------------------------------ what components call
     def set_busy(self, busy: bool, now: float, phase: int) -> None:
@@ -453,7 +424,7 @@ class Instance:
                             run_step_fn(self.profile, batch, decode_ctx))
             if cohort is not None:  # (a stable batch is every running request: the cohort carries the run)
                 run.first_gaps = cohort.carry(self.running)
-            self._start_run(run)
+            self._start_run(run, 1)
             return
         self.batch = batch
         self.iter_start = now
@@ -490,9 +461,14 @@ class Instance:
             self.recorder.finish(r)
 
     # ------------------------------------------------------------------ fast-path events
-    def _start_run(self, run: DecodeRun) -> None:
+    def _start_run(self, run: DecodeRun, held: int = 0) -> None:
+        """Start ``run`` (its requests' blocks count iteration 1's new block if ``held``)."""
         self.decode_run, self.batch = run, []
-        kv = self.kv  # the run's requests hold every GPU block in use (llmsim.engine.kv.settle), iteration 1's included
+        kv = self.kv
+        if kv.windowed:  # the blocks its requests free as their windows move (llmsim.engine.window_run)
+            waits = self.waiting or self.swapped or self.ops.parked or self.handoff is not None and self.handoff.pending
+            run.window = WindowFrees(run.reqs, kv, held, kv.free, run.res[0], bool(waits))  # type: ignore[arg-type]
+        # the run's requests hold every GPU block in use (llmsim.engine.kv.settle), iteration 1's included
         run.full0 = kv.total - kv.free - kv.outside + kv.shared - run.n
         run.plan(self.block_size, self.next_arrival)
         run.end = j = max(1, min(len(run.bounds), run.k_final))  # (next_end() of a run that starts: nothing applied)

@@ -101,7 +101,9 @@ class EngineOps:
         """GPU blocks ``r`` holds at the end of the iteration in progress (exact after ``sync``: mid decode run,
         the run's requests' ``blocks`` may lag by one, while iteration applied + 1 computes token computed + 1)."""
         inst = self.engine
-        return inst.kv.blocks_for(r.computed + 1) if inst.decode_run is not None else r.blocks
+        if inst.decode_run is None or inst.kv.windowed:  # (a windowed run writes its requests' blocks: window_run)
+            return r.blocks
+        return inst.kv.blocks_for(r.computed + 1)
 
     def _find(self, rid: int) -> tuple[str, Any]:
         inst = self.engine

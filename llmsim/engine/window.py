@@ -12,9 +12,9 @@ table entries. So a request computing ``n`` tokens after ``c`` holds
 ``llmsim.engine.kv.WindowedKVCache`` applies this to the engine's block accounting: ``r.blocks`` counts the blocks
 held, the skipped ones are remembered per request, and its ``computed`` frees the blocks that left the window after
 each stepped iteration (vLLM frees them at the next schedule, before allocating: the free count a batch policy sees
-is the same, except that vLLM frees request by request in scheduling order). An engine with such a cache steps every
-iteration: the decode fast path's run arithmetic (``llmsim.engine.fastpath``, ``llmsim.engine.cohort``) takes new
-blocks at block boundaries but frees none, so it stays off for it (``Instance.fast``).
+is the same, except that vLLM frees request by request in scheduling order). The decode fast path counts the same
+frees in its runs (``llmsim.engine.window_run``), exactly as stepping; the decode cohort (``llmsim.engine.cohort``),
+which keeps counts lazily from sums, stays off for such a cache: a run writes its requests' counts as it applies.
 
 Where it applies (``build_kv_cache``): a model whose every layer uses the window. A window on only some layers
 (vLLM's hybrid allocator then keeps one block group per kind of layer) keeps full-context accounting, and so does a
