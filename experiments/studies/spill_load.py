@@ -35,9 +35,11 @@ def candidates() -> list[Any]:
                "label": f"spill {r} load {k}"} for r, k in RULES)]
 
 
-def choose(tables: dict[int, dict[str, dict[str, dict[str, float]]]]) -> list[tuple[str, float, float]]:
-    """Per spill rule: (label, worst mean gap over every scenario and length, mean gap), best first."""
-    rules = [p for p in next(iter(next(iter(tables.values())).values())) if p.startswith("spill ")]
+def choose(tables: dict[int, dict[str, dict[str, dict[str, float]]]],
+           prefix: str = "spill ") -> list[tuple[str, float, float]]:
+    """Per candidate labelled ``prefix...``: (label, worst mean gap over every scenario and length, mean gap), best
+    first."""
+    rules = [p for p in next(iter(next(iter(tables.values())).values())) if p.startswith(prefix)]
     gaps = {p: [t[p]["mean"] for table in tables.values() for t in table.values()] for p in rules}
     return sorted(((p, max(g), float(np.mean(g))) for p, g in gaps.items()), key=lambda x: (round(x[1], 1), x[2]))
 
