@@ -28,11 +28,17 @@ REFERENCES = ("least_kv", "least_work_left", "decode_balancer", "min_min", "max_
 RULES = ((1.1, 0.0), (1.0, 0.5), (1.0, 1.0), (1.0, 1.5), (1.0, 2.0), (1.1, 0.5), (1.1, 1.0))
 
 
-def candidates() -> list[Any]:
+# with --light-only: the shipped rule, and rules that let only the light requests spill (``spill_heavy: false``)
+LIGHT_ONLY_RULES = ((1.0, 0.0), (1.0, 0.5), (1.0, 1.0), (1.0, 1.5), (1.1, 0.0))
+
+
+def candidates(light_only: bool = False) -> list[Any]:
     split = "dedicated_small_large"
+    rules = [(r, k, True) for r, k in RULES] if not light_only else [
+        (1.0, 1.5, True), *((r, k, False) for r, k in LIGHT_ONLY_RULES)]
     return [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"},
-            *({"name": split, "kwargs": {"within": "least_latency", "spill": r, "spill_load": k},
-               "label": f"spill {r} load {k}"} for r, k in RULES)]
+            *({"name": split, "kwargs": {"within": "least_latency", "spill": r, "spill_load": k, "spill_heavy": h},
+               "label": f"spill {r} load {k}" + ("" if h else " light only")} for r, k, h in rules)]
 
 
 def choose(tables: dict[int, dict[str, dict[str, dict[str, float]]]],
@@ -51,9 +57,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="also write the tables (markdown) here")
+    ap.add_argument("--light-only", action="store_true",
+                    help="the shipped rule against rules that let only the light requests spill")
     args = ap.parse_args(argv)
     check_validation_seeds(args.seeds)
-    tables = {n: run("workload_router", args.scenarios, args.seeds, n, args.jobs, candidates())
+    tables = {n: run("workload_router", args.scenarios, args.seeds, n, args.jobs, candidates(args.light_only))
               for n in args.requests}
     text = "\n\n".join(f"### {n} requests per episode\n\n{markdown(t)}" for n, t in tables.items())
     text += "\n\n| spill rule | worst mean gap (both lengths) | mean gap |\n|---|---|---|\n" + "\n".join(

@@ -304,13 +304,14 @@ class DedicatedSmallLargeRouter(Router):
     WorkloadRouter's spill guide (agents/nets.py), so the suite holds the router to its own guide. ``spill_load``
     raises that ratio with the other instance's share of busy seats, x (1 + spill_load x running / max_num_seqs):
     a request's own latency does not count the requests it slows down where it spills, and they are more the fuller
-    that instance runs."""
+    that instance runs. ``spill_heavy: false`` lets only the light requests spill (to a large instance): a heavy
+    decode spilled to a small instance holds its seat and memory while many short requests pass through."""
 
     name = "dedicated_small_large"
 
     def __init__(self, seed: int = 0, large: int | None = None, threshold: int = DECODE_BUCKETS[0],
                  within: str = "round_robin", spill: float | None = None, spill_load: float = 0.0,
-                 **kw: Any) -> None:
+                 spill_heavy: bool = True, **kw: Any) -> None:
         super().__init__(seed, **kw)
         if large is not None and (isinstance(large, bool) or not isinstance(large, int) or large < 1):
             raise ConfigError(f"policy.kwargs.large: expected a positive number of instances, got {large!r}")
@@ -325,7 +326,9 @@ class DedicatedSmallLargeRouter(Router):
                 or (spill_load and spill is None):
             raise ConfigError(f"policy.kwargs.spill_load: expected a number >= 0 with a spill, got {spill_load!r}")
         self.large, self.threshold, self.within, self.spill = large, threshold, within, spill
-        self.spill_load = float(spill_load)
+        if not isinstance(spill_heavy, bool):
+            raise ConfigError(f"policy.kwargs.spill_heavy: expected true or false, got {spill_heavy!r}")
+        self.spill_load, self.spill_heavy = float(spill_load), spill_heavy
         self._next = [0, 0]
 
     def reset(self, seed: int | None = None) -> None:
@@ -347,7 +350,7 @@ class DedicatedSmallLargeRouter(Router):
             score = self.scores(req, view)
             best = min(inside, key=lambda i: score[i])  # (the first of equals: the routers' tie rule)
             outside = [i for i in cands if i not in group]
-            if self.spill is None or not outside:
+            if self.spill is None or not outside or (heavy and not self.spill_heavy):
                 return best
             other = min(outside, key=lambda i: score[i])
             ratio = self.spill
