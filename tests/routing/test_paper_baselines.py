@@ -140,6 +140,23 @@ def test_a_spill_load_keeps_requests_off_an_instance_of_the_other_group_while_it
             make_router("dedicated_small_large", **{"within": "least_latency", **bad})
 
 
+def test_a_light_only_spill_keeps_heavy_requests_in_their_group():
+    """Heavy requests with long prompts: the spill sends some to the idle light half, ``spill_heavy: false`` keeps
+    them all on the heavy half; light requests (the test above) still spill the other way."""
+    placed = {}
+    for output, heavy in ((600, True), (600, False), (200, False)):
+        reqs = requests([(0.001 * i, 3000, output) for i in range(8)])
+        for r in reqs:
+            r.predicted_output = r.output_tokens
+        res = simulate(_cluster(4), reqs, "dedicated_small_large",
+                       policy_kwargs={"large": 2, "within": "least_latency", "spill": 1.1, "spill_heavy": heavy})
+        placed[output, heavy] = {_by_id(res)[i]["instance"] for i in range(8)}
+    assert placed[600, True] == {0, 1, 2, 3} and placed[600, False] == {2, 3}
+    assert placed[200, False] == {0, 1, 2, 3}
+    with pytest.raises(ConfigError, match="policy.kwargs.spill_heavy"):
+        make_router("dedicated_small_large", within="least_latency", spill=1.1, spill_heavy="no")
+
+
 def _qos_requests(rows: list[tuple[float, int, int, dict[str, float]]]) -> list[Request]:
     return [Request(i, a, p, o, outputs_by_model={m: o for m in q}, quality_by_model=q)
             for i, (a, p, o, q) in enumerate(rows)]
