@@ -34,6 +34,7 @@ import pandas as pd
 
 from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
+from llmsim.engine.iteration import without_decode_skew
 from llmsim.errors import LLMSimError, TraceError
 from llmsim.perf.models import get_model
 from llmsim.perf.parallel import check_degrees
@@ -190,8 +191,8 @@ def simulate_run(
     replaces the profile's CPU overhead (measured profiles only): what-if replays and
     ``python -m llmsim.profiles calibrate``; ``decode_skew=False`` replays without the skewed-decode term."""
     prof = load_profile(model, gpu, tp, profile_kind, ep=ep, kv_cache_dtype=kv_cache_dtype)
-    if not decode_skew and getattr(prof, "decode_skew", None) is not None:
-        prof = prof.without_decode_skew()  # type: ignore[attr-defined]
+    if not decode_skew:
+        prof = without_decode_skew(prof)
     if overhead:
         if not hasattr(prof, "with_overhead"):
             raise LLMSimError(f"--overhead-*: {prof.name} is a roofline profile; only measured ones take an override")

@@ -22,6 +22,9 @@ variants: after its prefill iteration every running request is decoding). A requ
 changes members' counts (a stepped iteration over them, :meth:`DecodeCohort.stepping`) marks the cohort ``dirty``:
 the next run settles and rebuilds it from the running list, which is what every run cost before.
 
+On a sliding-window cache the cohort is a ``llmsim.engine.window_cohort.WindowedCohort``, which keeps the blocks its
+members free as their windows move as sums too.
+
 Membership ids come from one counter shared by every cohort, so a request that moved to another engine never
 matches an entry its old engine still keeps (a ``fresh`` entry or a heap entry).
 """

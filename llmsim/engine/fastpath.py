@@ -356,6 +356,8 @@ class DecodeRun:
         cohort = inst.cohort
         if cohort is None:
             done = self._apply_to_requests(inst, d, self.bounds[j - 1], extra)
+        elif self.window is not None:  # a windowed cohort (llmsim.engine.window_cohort)
+            done = self.window.apply_cohort(self, inst, j, d, extra)
         else:
             # during a run only its requests hold GPU blocks: the same count, from the residues (KVCache.settle,
             # inlined on this hot path; it explains a count out of range)

@@ -41,6 +41,7 @@ from llmsim.engine.ops import EVICT, PARK, SWAP_OUT, EngineOps, stepped_decode
 from llmsim.engine.preemption import preempt_last, swap_in
 from llmsim.engine.queues import QueueTotals
 from llmsim.engine.scheduling import BATCH_POLICIES, BatchPolicy, Scheduled
+from llmsim.engine.window_cohort import WindowedCohort
 from llmsim.engine.window_run import WindowFrees
 from llmsim.event_loop import ARRIVAL, ENGINE, SimEnv
 
@@ -107,8 +108,11 @@ class Instance:
     def policy(self, policy: BatchPolicy) -> None:
         """A fast-path engine whose policy allows it keeps its running requests' counts in a decode cohort."""
         self._policy = policy
-        lazy = self.fast and policy.lazy_running and not self.kv.windowed  # (a windowed run applies per request)
-        self.cohort = DecodeCohort(self.block_size, self.profile) if lazy else None
+        kv = self.kv
+        self.cohort = None
+        if self.fast and policy.lazy_running:  # (on a sliding-window cache, one that keeps the window frees too)
+            self.cohort = WindowedCohort(self.block_size, self.profile, kv) if kv.windowed else DecodeCohort(
+                self.block_size, self.profile)
         self._direct_decode = self.cohort is not None and policy.decodes_all_when_idle_queues  # (_start_next)
 
     def install_profile(self, profile: Profile) -> None:
@@ -467,9 +471,11 @@ class Instance:
         kv = self.kv
         if kv.windowed:  # the blocks its requests free as their windows move (llmsim.engine.window_run)
             waits = self.waiting or self.swapped or self.ops.parked or self.handoff is not None and self.handoff.pending
-            run.window = WindowFrees(run.reqs, kv, held, kv.free, run.res[0], bool(waits))  # type: ignore[arg-type]
-        # the run's requests hold every GPU block in use (llmsim.engine.kv.settle), iteration 1's included
-        run.full0 = kv.total - kv.free - kv.outside + kv.shared - run.n
+            args = (kv, held, kv.free, run.res[0], bool(waits))
+            cohort = self.cohort  # (a WindowedCohort: llmsim.engine.window_cohort)
+            run.window = WindowFrees(run.reqs, *args) if cohort is None else WindowFrees.of_cohort(cohort, *args)
+        else:  # the run's requests hold every GPU block in use (llmsim.engine.kv.settle), iteration 1's included
+            run.full0 = kv.total - kv.free - kv.outside + kv.shared - run.n
         run.plan(self.block_size, self.next_arrival)
         run.end = j = max(1, min(len(run.bounds), run.k_final))  # (next_end() of a run that starts: nothing applied)
         self._gen += 1

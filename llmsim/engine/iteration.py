@@ -41,6 +41,14 @@ def decode_skew_of(profile: Profile) -> DecodeSkew | None:
     return getattr(profile, "decode_skew", None)
 
 
+def without_decode_skew(profile: Profile) -> Profile:
+    """``profile`` without its skewed-decode term (the summed-context model alone: what-if replays and capacity
+    searches); a profile without one is returned as it is."""
+    if decode_skew_of(profile) is None:
+        return profile
+    return profile.without_decode_skew()  # type: ignore[attr-defined]  (a measured profile: the only kind with one)
+
+
 def stepped_time(profile: Profile, batch: list[Request], n_tokens: int, c2: int, cp: int, n_decode: int,
                  decode_ctx: int) -> float:
     """The step time of a stepped batch (``stepped_cost``'s sums); with a ``decode_skew`` profile and several

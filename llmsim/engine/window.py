@@ -14,7 +14,7 @@ held, the skipped ones are remembered per request, and its ``computed`` frees th
 each stepped iteration (vLLM frees them at the next schedule, before allocating: the free count a batch policy sees
 is the same, except that vLLM frees request by request in scheduling order). The decode fast path counts the same
 frees in its runs (``llmsim.engine.window_run``), exactly as stepping; the decode cohort (``llmsim.engine.cohort``),
-which keeps counts lazily from sums, stays off for such a cache: a run writes its requests' counts as it applies.
+which keeps counts lazily from sums, keeps the frees as sums too on such a cache (``llmsim.engine.window_cohort``).
 
 Where it applies (``build_kv_cache``): a model whose every layer uses the window. A window on only some layers
 (vLLM's hybrid allocator then keeps one block group per kind of layer) keeps full-context accounting, and so does a

@@ -3,9 +3,11 @@
 On a ``WindowedKVCache`` (``llmsim.engine.window``) a decoding request past its window takes one block and frees one
 every ``block_size`` iterations, at different residues. A decode run (``llmsim.engine.fastpath.DecodeRun``) counts
 those frees where it plans how far it can go before the cache runs out, and applies them when it materialises,
-exactly as stepping does. Stepping frees after each iteration (``WindowedKVCache.computed``): the blocks iteration
-``i`` needs are checked against the free count that includes the frees of iterations up to ``i - 1``, and while
-iteration ``i`` runs a request holds its new block and the one about to leave its window.
+exactly as stepping does: per request, or for the members of a decode cohort from the sums it keeps
+(``llmsim.engine.window_cohort``: :meth:`WindowFrees.of_cohort`, :meth:`WindowFrees.apply_cohort`). Stepping frees
+after each iteration (``WindowedKVCache.computed``): the blocks iteration ``i`` needs are checked against the free
+count that includes the frees of iterations up to ``i - 1``, and while iteration ``i`` runs a request holds its new
+block and the one about to leave its window.
 
 The schedule of one request, with ``c0`` tokens computed and ``s0`` blocks skipped at the run's start: after
 iteration ``k`` its skipped count is ``max(s0, skipped_blocks(c0 + k))``. With ``s = max(s0, skipped_blocks(c0))``
@@ -29,7 +31,8 @@ from llmsim.engine.fastpath import NEVER, DecodeRun, RunOwner, bad_step
 from llmsim.engine.window import skipped_blocks
 
 if TYPE_CHECKING:
-    from llmsim.engine.kv import WindowedKVCache
+    from llmsim.engine.kv import KVCache, WindowedKVCache
+    from llmsim.engine.window_cohort import WindowedCohort
     from llmsim.request import Request
 
 NO_CAP = 1 << 62
@@ -43,9 +46,9 @@ class WindowFrees:
 
     def __init__(self, reqs: list[Request], kv: WindowedKVCache, held: int, free: int, need1: int,
                  waits: bool) -> None:
-        bs = self.bs = kv.block_size
-        w = self.window = kv.window
-        skipped = self.skipped = kv.skipped  # request id -> blocks freed from the front of its table
+        bs = kv.block_size
+        w = kv.window
+        skipped = kv.skipped  # request id -> blocks freed from the front of its table
         res = [0] * bs  # requests freeing a block after iteration k, per k % bs (those past their window)
         pending: list[int] = []  # first free iteration of the requests still inside their window
         lump = 0
@@ -65,6 +68,26 @@ class WindowFrees:
             else:
                 pending.append(a)
         pending.sort()
+        self.setup(kv, res, pending, lump, held, free, need1, waits)
+
+    @classmethod
+    def of_cohort(cls, cohort: WindowedCohort, kv: WindowedKVCache, held: int, free: int, need1: int,
+                  waits: bool) -> WindowFrees:
+        """The window frees of a run over every member of ``cohort`` (``llmsim.engine.window_cohort``), from its
+        sums instead of a pass over the requests; the run takes the lagging members' lump."""
+        self = cls.__new__(cls)
+        off = kv.block_size - cohort.clock  # (a member reaching x = 0 at clock t first frees after iteration t + off)
+        self.setup(kv, cohort.free_residues(), [t + off for t in cohort.pending], cohort.lump, held, free, need1,
+                   waits)
+        cohort.lump = 0
+        return self
+
+    def setup(self, kv: WindowedKVCache, res: list[int], pending: list[int], lump: int, held: int, free: int,
+              need1: int, waits: bool) -> None:
+        """The run's schedule of frees (module docstring) and the limits it plans within."""
+        self.bs = kv.block_size
+        self.window = kv.window
+        self.skipped = kv.skipped
         self.res = res
         self.pending = pending
         self.next = 0  # pending[next:] have not reached their first free
@@ -150,11 +173,44 @@ class WindowFrees:
             if g >= r.target_tokens:
                 done.append(r)
         self.held = extra
+        self.settle(run, inst.kv, used, d, extra)
+        return done
+
+    def apply_cohort(self, run: DecodeRun, inst: RunOwner, j: int, d: int, extra: int) -> list[Request]:
+        """``DecodeRun.materialise`` of iterations up to ``j`` with a windowed decode cohort: it advances the
+        cohort's clock, settles the KV cache from the members' full blocks less the blocks they skipped, and at the
+        run's end gives the members that finished (settled, in the run's order)."""
+        cohort = inst.cohort
+        cohort.clock = clock = cohort.clock + d  # (WindowedCohort.advance, inlined on this hot path)
+        cohort.t_last = run.bounds[j - 1]
+        cohort.extra = extra
+        if cohort.pending and cohort.pending[0] <= clock:
+            cohort.advance_to(clock)
+        used = run.used_blocks(j if extra else j - 1, self.bs) - cohort.skipped_total()
         kv = inst.kv
+        u = used + kv.outside - kv.shared  # (KVCache.settle, inlined: it explains a count out of range)
+        if not 0 <= u <= kv.total:
+            kv.settle(used)
+        kv.free = cap = kv.total - u
+        if self.lows is not None:  # (see settle)
+            low = self.lows[run.applied + d + extra - 1]
+            if low < cap:
+                cap = low
+        if kv.cached > cap:
+            kv.cached = cap  # the cached blocks beyond the free count (or the run's lowest) are evicted
+        if j != run.end:
+            return []
+        done = cohort.finished()
+        if len(done) > 1:
+            done.sort(key=run.reqs.index)  # (as the per-request pass finds them)
+        return done
+
+    def settle(self, run: DecodeRun, kv: KVCache, used: int, d: int, extra: int) -> None:
+        """The KV cache after ``d`` more iterations of ``run`` whose requests hold ``used`` blocks; with prefix
+        caching, the cached blocks the run's lowest free count evicted stay evicted."""
         kv.settle(used)
         if self.lows is not None:
             low = self.lows[run.applied + d + extra - 1]  # (the iterations given their blocks so far)
             if kv.cached > low:
                 kv.cached = low
-        return done
 

@@ -34,6 +34,7 @@ per cluster x policy), ``capacity.csv`` (every evaluated rate) and ``capacity.pn
 from __future__ import annotations
 
 import copy
+import functools
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -52,7 +53,7 @@ from llmsim.planning.search import CapacityConfig, RateSearch
 from llmsim.resources import conf_dir
 from llmsim.routing import ROUTERS
 from llmsim.schema import ClusterConfig, PolicyConfig, RunConfig, check_choice
-from llmsim.simulation.from_config import resolve_workload_path, run_from_config
+from llmsim.simulation.from_config import resolve_workload_path
 from llmsim.workload import build_workload
 from llmsim.workload.schema import parse_workload
 
@@ -153,13 +154,13 @@ def check_metric(metric: str, base: dict[str, Any]) -> None:
         raise ConfigError(f"capacity.metric: {metric} needs slo.{target}_ms to be set")
 
 
-def preflight(cfg: dict[str, Any]) -> None:
+def preflight(cfg: dict[str, Any], decode_skew: bool = True) -> None:
     """A 20-request run in this process: a bad cluster, router or workload fails here in one line, before
     any worker starts (and the imports and profiles it loads are inherited by forked workers)."""
     small = copy.deepcopy(cfg)
     wl = small["workload"]
     wl["num_requests" if wl.get("kind") == "synthetic" else "max_requests"] = PREFLIGHT_REQUESTS
-    run_from_config(small)
+    evaluate(small, decode_skew)
 
 
 def search_all(base: dict[str, Any], cap: CapacityConfig, label: str | None = None,
@@ -172,6 +173,9 @@ def search_all(base: dict[str, Any], cap: CapacityConfig, label: str | None = No
     policies = parse_policies(cap, base)
     clusters = parse_clusters(cap, base, label)
     mode = rate_mode(base["workload"], cap.num_requests, cap.seed0)
+    simulating = fn is evaluate
+    if simulating and not cap.decode_skew:
+        fn = functools.partial(evaluate, decode_skew=False)  # (picklable: the workers run it)
     jobs = []
     for name, cluster in clusters:
         size = sum(int(i.get("count", 1)) for i in cluster["instances"])
@@ -180,13 +184,14 @@ def search_all(base: dict[str, Any], cap: CapacityConfig, label: str | None = No
             def configs(rate: float, cluster: dict = cluster, pol: dict = pol, n: int = n_req) -> list[dict]:
                 return [run_config(base, cluster, pol, rate, cap.seed0 + k, n, mode) for k in range(cap.seeds)]
 
-            if fn is evaluate:
+            if simulating:
                 progress.phase(f"preflight ({PREFLIGHT_REQUESTS} requests on {name} / {pol['name']})")
-                preflight(configs(cap.rate_min)[0])
+                preflight(configs(cap.rate_min)[0], cap.decode_skew)
             jobs.append(Job(RateSearch(cap), configs, cap.metric, {
                 "cluster": name, "cluster_desc": describe_cluster(cluster), "instances": size, "policy": pol["name"],
                 "policy_kwargs": pol["kwargs"], "requests_per_run": n_req,
-                "base_rate": mode[1] if mode[0] == "rate_scale" else None}, label=f"{name} / {pol['name']}"))
+                "base_rate": mode[1] if mode[0] == "rate_scale" else None, "decode_skew": cap.decode_skew},
+                label=f"{name} / {pol['name']}"))
     workers = min(cap.workers or cpu_count(), cap.seeds * cap.points_per_round * len(jobs))
     progress.phase(f"searching {len(jobs)} cluster x policy pair{'s' * (len(jobs) > 1)} on {workers} worker(s)")
     with Runner(workers, fn, progress=progress) as runner:

@@ -43,6 +43,9 @@ class CapacityConfig(Schema):
     points_per_round: Annotated[PosInt, Field(le=64)] = 1
     metric: Literal["slo_attainment", "slo_ttft_attainment", "slo_tpot_attainment", "slo_e2el_attainment"] = (
         "slo_attainment")
+    # false: simulate on profiles without their skewed-decode term (llmsim.perf.decode_skew), as replay's
+    # --no-decode-skew; a profile without one is unchanged
+    decode_skew: bool = True
 
     def checked(self) -> CapacityConfig:
         """Relations between keys, one line each (pydantic would report the whole mapping as the input)."""

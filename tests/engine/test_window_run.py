@@ -179,7 +179,7 @@ def test_a_windowed_engine_decodes_in_runs():
     for fast in (True, False):
         cluster = Cluster(mistral_cluster(fast, "vllm_v0", "recompute", True, 900)[:1], make_router("round_robin"))
         inst = cluster.instances[0]
-        assert inst.kv.windowed and inst.fast == fast and inst.cohort is None  # (a windowed run applies per request)
+        assert inst.kv.windowed and inst.fast == fast and (inst.cohort is not None) == fast  # (a windowed cohort)
         reqs = long_requests(16, 3, False)
         cluster.start(reqs)
         count = 0

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from llmsim.engine.iteration import decode_skew_of
 from llmsim.errors import ConfigError
+from llmsim.perf.profile import load_profile
 from llmsim.planning.capacity import (
     base_config,
     parse_policies,
@@ -152,6 +154,24 @@ def test_policy_kwargs_stay_with_their_router() -> None:
     pols = parse_policies(CapacityConfig(policies=["power_of_two", "jsq", {"name": "random"}]), base)
     assert pols == [{"name": "power_of_two", "kwargs": {"d": 3}}, {"name": "jsq", "kwargs": {}},
                     {"name": "random", "kwargs": {}}]
+
+
+@pytest.mark.parametrize("model,gpu,skewed", [("mistral-7b", "rtx4090", True), ("llama-2-7b", "a100-80gb", False)])
+def test_decode_skew_switch_moves_only_a_profile_with_a_skew_table(model, gpu, skewed, tmp_path) -> None:
+    """``capacity.decode_skew: false`` searches on profiles without their skewed-decode term (as replay's
+    --no-decode-skew): the capacity of Mistral-7B / RTX 4090 (a profile fitted from measured skew tables) moves, that
+    of Llama-2-7B / A100 (no skew table) does not, to the last bit."""
+    assert (decode_skew_of(load_profile(model, gpu)) is not None) == skewed
+    rows = {}
+    for skew in (True, False):
+        cfg = compose(cluster={"instances": [{"model": model, "gpu": gpu}]},
+                      slo={"ttft_ms": 2000, "tpot_ms": 40, "e2el_ms": None},
+                      capacity={"seeds": 1, "num_requests": 200, "tolerance": 0.02, "workers": 1, "decode_skew": skew})
+        (rows[skew],) = run_capacity(cfg, tmp_path / f"skew_{skew}", quiet=True)
+        assert rows[skew]["decode_skew"] is skew
+    with_term, without = rows[True], rows[False]
+    assert (with_term["capacity_rps"] != without["capacity_rps"]) == skewed
+    assert (with_term["curve"] != without["curve"]) == skewed
 
 
 # ------------------------------------------------------------------------------------------ bad configs

@@ -30,7 +30,8 @@ from tests.perf.helpers import tiny
 
 HEURISTICS = ["random", "round_robin", "jsq", "least_kv", "least_work_left", "power_of_two"]
 # the last two: a sliding window on every layer (Mistral-7B's 4,096 tokens, a tiny model's 24: its engines free blocks
-# as the window moves, on the fast path too: llmsim.engine.window, llmsim.engine.window_run)
+# as the window moves, on the fast path too, and vLLM V0's decode cohort keeps them as sums: llmsim.engine.window,
+# llmsim.engine.window_run, llmsim.engine.window_cohort)
 MODELS = ["llama-2-7b", "opt-125m", "opt-1.3b", "qwen2.5-3b", "mistral-7b", tiny("tiny-mistral-window-24")]
 GPUS = ["a100-80gb", "h100", "a10"]
 HANG_LIMIT = hang_limit(240)

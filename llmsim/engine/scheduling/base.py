@@ -100,6 +100,27 @@ class BatchPolicy:
         """Waiting requests in the order they may be admitted (FCFS by default)."""
         return inst.waiting
 
+    def admissible(self, inst: Engine) -> Iterable[Request]:
+        """The waiting requests this iteration may admit, in order: with nothing swapped out, every one in
+        :meth:`admission_order`; while requests are swapped out (they come back before new prompts), only those
+        whose KV landed here from a prefill instance. Those hold their blocks, the next token's included, so they
+        take no room a swapped-out request waits for; refusing them too would lock an engine whose landed copies
+        hold the room a swapped-out request needs (``llmsim.engine.handoff``)."""
+        if not inst.swapped:
+            return self.admission_order(inst)
+        return landed(inst.waiting)
+
+
+def landed(waiting: Iterable[Request]) -> list[Request]:
+    """The waiting requests whose KV landed here from a prefill instance: they hold blocks, and wait at the head of
+    the queue (``HandOff.queue_behind_landed``)."""
+    out = []
+    for r in waiting:
+        if not r.blocks:
+            break
+        out.append(r)
+    return out
+
 
 BATCH_POLICIES: Registry[type[BatchPolicy]] = Registry("batch policy")
 register_batch_policy = BATCH_POLICIES.register  # the README's extension recipe: @register_batch_policy

@@ -4,7 +4,8 @@ Follows ``vllm/v1/core/sched/scheduler.py::schedule`` (v0.8+): running requests 
 next tokens (1 for a decode, a chunk of a partial prefill) within ``max_num_batched_tokens``; a
 request that cannot get a block preempts the last running one (recompute, or swap if configured);
 when nothing was preempted, swapped-out then waiting requests are admitted FCFS with chunks of the
-remaining budget while ``max_num_seqs`` allows. No watermark (V1 has none).
+remaining budget while ``max_num_seqs`` allows (waiting ones once nothing is swapped out, except those whose KV
+landed from a prefill instance, which hold their blocks). No watermark (V1 has none).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class ChunkedPrefillPolicy(BatchPolicy):
         n_running_scheduled = len(out.batch)
         if not preempted:
             budget = self._swap_in(inst, out, budget)
-            if not inst.swapped:
+            if not inst.swapped or inst.waiting and inst.waiting[0].blocks:  # (admissible: below)
                 self._admit(inst, out, budget, now)
         out.stable = (
             not preempted
@@ -104,10 +105,11 @@ class ChunkedPrefillPolicy(BatchPolicy):
         return budget
 
     def _admit(self, inst: Engine, out: Scheduled, budget: int, now: float) -> None:
-        """Waiting requests get prefill chunks, in admission order, while budget, seats and blocks allow."""
+        """Waiting requests get prefill chunks, in admission order, while budget, seats and blocks allow (while
+        requests are swapped out, only those whose KV landed here: ``BatchPolicy.admissible``)."""
         kv = inst.kv
         running = inst.running
-        for r in list(self.admission_order(inst)):
+        for r in list(self.admissible(inst)):
             if budget <= 0 or len(running) >= inst.max_seqs:
                 break
             hit, taken = self._cached(inst, r)

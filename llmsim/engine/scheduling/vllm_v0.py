@@ -2,7 +2,8 @@
 
 Follows ``vllm/core/scheduler.py::_schedule_default`` (v0.6): if nothing is swapped out, admit
 waiting prompts FCFS while the token budget, ``max_num_seqs`` and the KV cache (prompt blocks plus
-the watermark) allow; if any were admitted the iteration is prefill-only. Otherwise every running
+the watermark) allow (while requests are swapped out, only those whose KV landed from a prefill
+instance: ``BatchPolicy.admissible``); if any were admitted the iteration is prefill-only. Otherwise every running
 sequence decodes one token, preempting the most recently admitted ones when a new block is needed
 and none is free; swapped-out sequences come back only in steps without preemption.
 """
@@ -32,14 +33,14 @@ class VllmV0Policy(BatchPolicy):
 
     def schedule(self, inst: Engine, now: float) -> Scheduled:
         out = Scheduled()
-        if not inst.swapped and inst.waiting:
+        if inst.waiting and (not inst.swapped or inst.waiting[0].blocks):  # (admissible: below)
             batch = out.batch
             budget = inst.max_batched
             nseq = len(inst.running)
             kv = inst.kv
             watermark = kv.watermark
             bs = kv.block_size
-            for r in list(self.admission_order(inst)):
+            for r in list(self.admissible(inst)):
                 n_new = r.prompt_tokens + r.generated - r.computed
                 hit = taken = 0
                 if r.hash_ids is not None and kv.prefix is not None and not r.computed:
