@@ -142,6 +142,11 @@ class DecodeCohort:
             self.longest = []
 
     # ------------------------------------------------------------------ exact counts when they are needed
+    def blocks_at(self, r: Request, c: int) -> int:
+        """Blocks member ``r`` holds with ``c`` tokens computed (a windowed cohort also frees those out of its
+        window)."""
+        return -(-(c + self.extra) // self.bs)
+
     def settle_one(self, r: Request) -> None:
         """Write member ``r``'s pending iterations into it, as the per-request path would have."""
         d = self.clock - r.lazy_mark  # type: ignore[operator]
@@ -150,7 +155,7 @@ class DecodeCohort:
             r.computed = c
             r.generated += d
             r.last_token_time = self.t_last
-            r.blocks = -(-(c + self.extra) // self.bs)
+            r.blocks = self.blocks_at(r, c)
             r.lazy_mark = self.clock
 
     def settle(self, running: list[Request]) -> None:

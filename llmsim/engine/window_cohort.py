@@ -18,7 +18,7 @@ prefix-block ids (those keep their whole table and free nothing):
 
 A run (``llmsim.engine.window_run.WindowFrees.of_cohort``) is planned from these sums, and materialising it sets the
 free blocks from ``used_blocks`` less :meth:`WindowedCohort.skipped_total`; a member's counts, blocks and skipped
-count are written when someone needs them (:meth:`WindowedCohort.settle_one` and the others below), with the
+count are written when someone needs them (:meth:`WindowedCohort.blocks_at` and the others below), with the
 values stepping leaves. So the results are bit-identical to stepping (the property tests).
 """
 
@@ -107,16 +107,6 @@ class WindowedCohort(DecodeCohort):
                 self.skipped[r.id] = s
                 return nb - s
         return nb
-
-    def settle_one(self, r: Request) -> None:
-        d = self.clock - r.lazy_mark  # type: ignore[operator]
-        if d:
-            c = r.computed + d
-            r.computed = c
-            r.generated += d
-            r.last_token_time = self.t_last
-            r.blocks = self.blocks_at(r, c)
-            r.lazy_mark = self.clock
 
     def settle(self, running: list[Request]) -> None:
         clock = self.clock
