@@ -8,7 +8,6 @@ workers.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -16,15 +15,9 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmsim.cluster.config import instances_from_config
-from llmsim.engine.iteration import without_decode_skew
-from llmsim.metrics.result import SimResult
 from llmsim.planning.progress import SearchProgress
 from llmsim.planning.search import RateSearch, make_point
-from llmsim.schema import RunConfig
-from llmsim.simulation.from_config import resolve_workload_path, run_from_config
-from llmsim.simulation.run import simulate
-from llmsim.workload import build_workload
+from llmsim.simulation.from_config import run_from_config
 
 SUMMARY_KEYS = ("slo_attainment", "slo_ttft_attainment", "slo_tpot_attainment", "slo_e2el_attainment",
                 "request_goodput", "request_throughput", "completed", "dropped", "p99_ttft_ms", "p99_tpot_ms",
@@ -34,19 +27,8 @@ SUMMARY_KEYS = ("slo_attainment", "slo_ttft_attainment", "slo_tpot_attainment", 
 def evaluate(cfg: dict[str, Any], decode_skew: bool = True) -> dict[str, Any]:
     """One simulation (runs in a worker process): the figures the search and the curve need. ``decode_skew=False``
     runs it on profiles without their skewed-decode term (``capacity.decode_skew``)."""
-    s = (run_from_config(cfg) if decode_skew else simulate_without_decode_skew(cfg)).summary
+    s = run_from_config(cfg, decode_skew=decode_skew).summary
     return {k: s.get(k) for k in SUMMARY_KEYS}
-
-
-def simulate_without_decode_skew(cfg: dict[str, Any]) -> SimResult:
-    """A search's simulation of ``cfg`` (outputs off, as ``run_from_config`` runs it) whose instances' profiles
-    leave out the skewed-decode term (llmsim.perf.decode_skew): the summed-context model alone."""
-    run = RunConfig.parse(cfg)
-    instances = [dataclasses.replace(i, profile=without_decode_skew(i.build_profile()))
-                 for i in instances_from_config(run.cluster, run.engine)]
-    workload = build_workload(resolve_workload_path(run.workload), run.seed)
-    return simulate(instances, workload, run.policy.name, seed=run.seed, slo=run.slo,
-                    policy_kwargs=dict(run.policy.kwargs), **run.sim.model_dump())
 
 
 def cpu_count() -> int:

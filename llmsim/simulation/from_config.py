@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from llmsim.cluster.config import instances_from_config
+from llmsim.engine.iteration import without_decode_skew
 from llmsim.errors import ConfigError
 from llmsim.metrics.plots import save_plots
 from llmsim.metrics.result import SimResult
@@ -39,10 +41,15 @@ def stream_path(run: RunConfig, out_dir: str | Path | None) -> Path | None:
     return Path(out_dir) / "requests.parquet"
 
 
-def run_from_config(cfg: dict[str, Any], out_dir: str | Path | None = None, progress: bool = False) -> SimResult:
-    """Build everything from a plain config dict, simulate, save outputs; returns the SimResult."""
+def run_from_config(cfg: dict[str, Any], out_dir: str | Path | None = None, progress: bool = False,
+                    decode_skew: bool = True) -> SimResult:
+    """Build everything from a plain config dict, simulate, save outputs; returns the SimResult.
+    ``decode_skew=False`` leaves the profiles' skewed-decode term out (the summed-context model alone: what-if
+    capacity searches, as ``profiles.replay --no-decode-skew``)."""
     run = RunConfig.parse(cfg)
     instances = instances_from_config(run.cluster, run.engine)
+    if not decode_skew:
+        instances = [dataclasses.replace(i, profile=without_decode_skew(i.build_profile())) for i in instances]
     wcfg = resolve_workload_path(run.workload)
     workload = build_workload(wcfg, run.seed)
     total = wcfg.get("num_requests") or wcfg.get("max_requests")
