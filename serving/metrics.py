@@ -27,6 +27,9 @@ class RouterMetrics:
                                           buckets=_DECISION_BUCKETS, registry=r)
         self.retries = Counter("llmsim_router_retries", "Requests retried on another backend, by failed backend",
                                ["backend"], registry=r)
+        self.resends = Counter("llmsim_router_upstream_resends", "Requests sent again to the same backend after a "
+                               "reused connection failed before any answer (the keep-alive race)", ["backend"],
+                               registry=r)
         self.ejections = Counter("llmsim_router_ejections", "Backends ejected by health checks or refused connections",
                                  ["backend"], registry=r)
         self.fallbacks = Counter("llmsim_router_policy_fallbacks",

@@ -2,10 +2,12 @@
 backend (the whole answer, or a stream up to its first token), and the relay of a stream after it.
 
 Connection reuse. The pool keeps an idle connection for ``UPSTREAM_IDLE_S`` only, less than the keep-alive of
-vLLM's server (uvicorn's 5 s): the backend never closes a connection the router is about to reuse. When a pooled
-connection fails anyway before any byte of the answer came back (reset, or closed without a response: the
-keep-alive race), the request is sent once more on another connection of the same backend, and the backend is not
-blamed. Any other failure before the first token is a :class:`BackendFailed` (the gateway retries elsewhere).
+vLLM's server (uvicorn's 5 s): the backend never closes a connection the router is about to reuse. When a reused
+pooled connection fails anyway before any byte of the answer came back (reset, or closed without a response: the
+keep-alive race), the request is sent once more on another connection of the same backend
+(``llmsim_router_upstream_resends_total``), and the backend is not blamed; a new connection's failure is not resent,
+as its backend may have read and served the request. Any other failure before the first token is a
+:class:`BackendFailed` (the gateway retries elsewhere).
 
 Stalls. A stream whose backend stops producing for ``timeouts.stall_s`` after its first token is ended with the
 SSE error event (``BackendStreamError``, code 504) and ``[DONE]``: its text so far cannot be redone elsewhere
@@ -74,13 +76,23 @@ class Upstream:
 
     async def send(self, b: Backend, path: str, body: bytes) -> httpx.Response:
         """POST the JSON ``body`` to the backend and return once its answer's headers are in (the body is
-        streamed); sent once more, on another connection, when a pooled one fails before any byte of the answer."""
+        streamed); sent once more, on another connection, when a reused pooled one fails before any byte of the
+        answer. A new connection that fails is not resent: its backend may have read the request."""
         url = f"{b.cfg.url}{path}"
         headers = {"content-type": "application/json", **b.headers()}
+        opened: list[str] = []
+
+        async def trace(event: str, info: dict) -> None:
+            if event == "connection.connect_tcp.started":
+                opened.append(event)
+
         try:
-            return await self.client.send(self.client.build_request("POST", url, content=body, headers=headers),
-                                          stream=True)
+            return await self.client.send(self.client.build_request("POST", url, content=body, headers=headers,
+                                                                    extensions={"trace": trace}), stream=True)
         except STALE_CONNECTION:
+            if opened:
+                raise
+            self.metrics.resends.labels(b.name).inc()
             return await self.client.send(self.client.build_request("POST", url, content=body, headers=headers),
                                           stream=True)
 

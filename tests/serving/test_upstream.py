@@ -97,6 +97,24 @@ def test_a_pooled_connection_closed_under_a_request_is_retried_once_on_another()
     flight = Flight(1, 10, 8.0, None, 0.0)
     resp = asyncio.run(up.whole(b, flight, b"{}", "/v1/completions"))
     assert resp.status_code == 200 and len(calls) == 2 and flight.generated == 3
+    assert up.metrics.resends.labels(b.name)._value.get() == 1
+
+
+def test_a_new_connection_that_fails_is_not_resent() -> None:
+    """Only a reused connection can be the keep-alive race; a new one's backend may have read (and served) the
+    request, so sending it again could serve it twice: it fails, and the gateway decides."""
+    calls: list[int] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        await request.extensions["trace"]("connection.connect_tcp.started", {})  # what httpcore reports
+        raise httpx.ReadError("reset")
+
+    up, b = upstream(httpx.MockTransport(handler))
+    with pytest.raises(BackendFailed):
+        asyncio.run(up.whole(b, Flight(1, 10, 8.0, None, 0.0), b"{}", "/v1/completions"))
+    assert len(calls) == 1
+    assert up.metrics.resends.labels(b.name)._value.get() == 0
 
 
 @pytest.mark.parametrize("failures, error", [(2, httpx.ReadError("reset")), (1, httpx.ConnectError("refused"))])
