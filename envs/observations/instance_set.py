@@ -23,7 +23,10 @@ Layout (float32 vector; ``G = GLOBAL_FEATURES``, ``F = INSTANCE_FEATURES``):
   G + F n_max + k        instance k exists (the mask)
 
 The iteration time of an instance is the ``step_time`` its state reports (the iteration in progress;
-``default_step_s`` while it is idle), so queued tokens become seconds at that instance's own speed. The builder keeps
+``default_step_s`` while it is idle), so queued tokens become seconds at that instance's own speed, over its seats:
+``max_num_seqs`` x its KV tokens / the cluster's largest KV cache (on equal GPUs, ``max_num_seqs``). A 16 GB V100
+that holds ~4,000 tokens of KV runs a few requests at a time, not the 128 its batch limit allows; counted at 128
+seats, its queue looked short while it preempted. The builder keeps
 no history: the observation is a function of the state and the request alone, so the live router (which builds it
 only at its decisions) sees exactly what the env (which builds it at every step) saw.
 The three heuristic picks are computed from the state as the routers compute them (Min-Min's ready time from
@@ -193,6 +196,7 @@ class InstanceSetObs(ObsBuilder):
         """The per-instance rows and, with a request pending, the three heuristics' picks."""
         b = self.buf
         tau_min = min(tau)
+        kv_max = float(max(i.kv_blocks_total * i.block_size for i in state.instances)) or 1.0
         works, readies, queues, fits = [], [], [], []
         for k, inst in enumerate(state.instances):
             o = GLOBAL_FEATURES + k * INSTANCE_FEATURES
@@ -203,7 +207,7 @@ class InstanceSetObs(ObsBuilder):
             queues.append(inst.num_requests)
             fits.append(inst.can_serve(prompt))
             kv_tokens = float(inst.kv_blocks_total * inst.block_size) or 1.0
-            work_s = work * tau[k] / ms
+            work_s = work * tau[k] / (ms * kv_tokens / kv_max) if kv_tokens < kv_max else work * tau[k] / ms
             b[o] = inst.num_running / ms
             b[o + 1] = min(8.0, (inst.num_waiting + inst.num_swapped) / ms)
             b[o + 2] = inst.kv_blocks_used / inst.kv_blocks_total

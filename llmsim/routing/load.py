@@ -305,13 +305,18 @@ class DedicatedSmallLargeRouter(Router):
     raises that ratio with the other instance's share of busy seats, x (1 + spill_load x running / max_num_seqs):
     a request's own latency does not count the requests it slows down where it spills, and they are more the fuller
     that instance runs. ``spill_heavy: false`` lets only the light requests spill (to a large instance): a heavy
-    decode spilled to a small instance holds its seat and memory while many short requests pass through."""
+    decode spilled to a small instance holds its seat and memory while many short requests pass through.
+    ``kv_aware: true`` counts what each instance's KV cache holds, for clusters of unequal GPUs: the large group is
+    the instances with the most KV tokens (the last ones among equals), and an instance's seats in ``least_latency``
+    are its ``max_num_seqs`` x its KV tokens / the largest KV cache's. Without it a 16 GB V100 that holds 4,000
+    tokens of KV counts 128 seats like an A100 that holds 50,000, fills its cache and preempts. On equal GPUs it
+    changes nothing."""
 
     name = "dedicated_small_large"
 
     def __init__(self, seed: int = 0, large: int | None = None, threshold: int = DECODE_BUCKETS[0],
                  within: str = "round_robin", spill: float | None = None, spill_load: float = 0.0,
-                 spill_heavy: bool = True, **kw: Any) -> None:
+                 spill_heavy: bool = True, kv_aware: bool = False, **kw: Any) -> None:
         super().__init__(seed, **kw)
         if large is not None and (isinstance(large, bool) or not isinstance(large, int) or large < 1):
             raise ConfigError(f"policy.kwargs.large: expected a positive number of instances, got {large!r}")
@@ -329,6 +334,9 @@ class DedicatedSmallLargeRouter(Router):
         if not isinstance(spill_heavy, bool):
             raise ConfigError(f"policy.kwargs.spill_heavy: expected true or false, got {spill_heavy!r}")
         self.spill_load, self.spill_heavy = float(spill_load), spill_heavy
+        if not isinstance(kv_aware, bool):
+            raise ConfigError(f"policy.kwargs.kv_aware: expected true or false, got {kv_aware!r}")
+        self.kv_aware = kv_aware
         self._next = [0, 0]
 
     def reset(self, seed: int | None = None) -> None:
@@ -341,7 +349,8 @@ class DedicatedSmallLargeRouter(Router):
         if n_large >= n:
             raise ConfigError(f"policy.kwargs.large: {n_large} large instances leave none of the {n} small")
         heavy = predicted_output(req) > self.threshold
-        group = list(range(n - n_large, n)) if heavy else list(range(n - n_large))
+        large = self.large_group(view, n_large)
+        group = [i for i in range(n) if (i in large) == heavy]
         cands = view.candidates(req)
         if self.within != "round_robin":
             inside = [i for i in group if i in cands]
@@ -366,16 +375,30 @@ class DedicatedSmallLargeRouter(Router):
                 return i
         return cands[0]
 
+    def large_group(self, view: RouterView, n_large: int) -> set[int]:
+        """The large instances: the last ``n_large``, or with ``kv_aware`` the ``n_large`` of most KV tokens (ties to
+        the later instance). Not speed: the state's iteration time changes with the batch, the group must not."""
+        n = view.num_instances
+        if not self.kv_aware:
+            return set(range(n - n_large, n))
+        size = [i.kv_blocks_total * i.block_size for i in view.state().instances]
+        return set(sorted(range(n), key=lambda k: (size[k], k))[n - n_large:])
+
     def scores(self, req: Request, view: RouterView) -> list[float]:
         """Per instance: tokens of work left, or the request's estimated latency in seconds (``least_latency``)."""
         work = view.work_left()
         if self.within == "least_work_left":
             return work
         pred = predicted_output(req)
+        insts = view.state().instances
+        kv_max = max(i.kv_blocks_total * i.block_size for i in insts) if self.kv_aware else 0
         out = []
-        for w, inst in zip(work, view.state().instances):
+        for w, inst in zip(work, insts):
             tau = inst.step_time if inst.step_time > 0 else DEFAULT_STEP_S
-            out.append(w * tau / inst.max_num_seqs + pred * tau)
+            seats = inst.max_num_seqs
+            if self.kv_aware:  # (a cache of any size has at least one seat)
+                seats = max(seats * inst.kv_blocks_total * inst.block_size / kv_max, 1.0)
+            out.append(w * tau / seats + pred * tau)
         return out
 
 

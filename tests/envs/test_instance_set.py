@@ -9,14 +9,20 @@ from llmsim.envs.observations import make_obs
 from llmsim.envs.observations.instance_set import (
     GLOBAL_FEATURES,
     GUIDE_COLUMNS,
+    INSTANCE_FEATURE_NAMES,
     INSTANCE_FEATURES,
     InstanceSetObs,
+    instance_load,
     layout_size,
+    log_seconds,
     split_layout,
 )
 from llmsim.envs.testbeds import WorkloadRouterEnv
 from llmsim.errors import ConfigError
 from llmsim.routing import make_router
+from llmsim.routing.load import DEFAULT_STEP_S
+
+LOG_WORK_S = INSTANCE_FEATURE_NAMES.index("log_work_s")
 
 
 def make(n: int = 4, n_max: int = 16, **kw) -> WorkloadRouterEnv:
@@ -93,3 +99,27 @@ def test_normalised_by_capacity_not_scale():
     small, large = mean_load(2), mean_load(4)
     assert small > 0.05
     assert abs(small - large) < 0.35 * small
+
+
+def test_queued_seconds_count_a_smaller_kv_cache_as_fewer_seats():
+    """On unequal GPUs an instance's queued work in seconds is at its seats x its KV tokens / the largest cache's
+    (a 16 GB V100 holds ~4,000 tokens of KV against an A100 40 GB's ~50,000); the largest cache keeps its seats."""
+    env = make(2, num_requests=200, gpu=["v100-16gb", "a100-40gb"])
+    obs, _ = env.reset(seed=3)
+    router = make_router("round_robin")
+    checked = 0
+    for _ in range(400):
+        state = env.state()
+        kv = [i.kv_blocks_total * i.block_size for i in state.instances]
+        assert kv[0] < kv[1] / 5
+        r = rows(obs)
+        for k, inst in enumerate(state.instances):
+            work = instance_load(inst, state.mean_output, {})[0]
+            tau = inst.step_time if inst.step_time > 0 else DEFAULT_STEP_S
+            seats = inst.max_num_seqs * kv[k] / max(kv)
+            assert r[k, LOG_WORK_S] == pytest.approx(log_seconds(work * tau / seats), rel=1e-5, abs=1e-6)
+            checked += work > 0 and k == 0
+        obs, _, term, trunc, _ = env.step(env.heuristic_action(router))
+        if term or trunc:
+            break
+    assert checked > 20

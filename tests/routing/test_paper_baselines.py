@@ -157,6 +157,47 @@ def test_a_light_only_spill_keeps_heavy_requests_in_their_group():
         make_router("dedicated_small_large", within="least_latency", spill=1.1, spill_heavy="no")
 
 
+def _unequal(kv_tokens: list[int]) -> list[InstanceConfig]:
+    return [InstanceConfig(model="llama-2-7b", engine=EngineConfig(policy="vllm_v0"),
+                           profile=LinearProfile(kv_tokens=kv)) for kv in kv_tokens]
+
+
+def test_a_kv_aware_split_puts_the_heavy_group_on_the_largest_caches_and_fewer_seats_on_small_ones():
+    """Heavy requests go to the two instances with the most KV (listed first and third here), not the last two;
+    light requests with a spill count a cache a tenth the size as a tenth of the seats, so fewer go there."""
+    reqs = requests([(0.001 * i, 500, 600) for i in range(4)])
+    for r in reqs:
+        r.predicted_output = r.output_tokens
+    res = simulate(_unequal([200_000, 20_000, 200_000, 20_000]), reqs, "dedicated_small_large",
+                   policy_kwargs={"kv_aware": True})
+    assert [_by_id(res)[i]["instance"] for i in range(4)] == [0, 2, 0, 2]
+    counts = {}
+    for kv_aware in (False, True):
+        reqs = requests([(0.002 * i, 3000, 200) for i in range(24)])
+        for r in reqs:
+            r.predicted_output = r.output_tokens
+        res = simulate(_unequal([20_000, 200_000, 200_000, 200_000]), reqs, "dedicated_small_large",
+                       policy_kwargs={"within": "least_latency", "spill": 1.0, "kv_aware": kv_aware})
+        counts[kv_aware] = sum(_by_id(res)[i]["instance"] == 0 for i in range(24))
+    assert counts[True] < counts[False], counts
+    with pytest.raises(ConfigError, match="policy.kwargs.kv_aware"):
+        make_router("dedicated_small_large", kv_aware="yes")
+
+
+def test_a_kv_aware_split_changes_nothing_on_equal_gpus():
+    rows = [(0.01 * i, 200 + 97 * (i % 23), 20 + 53 * (i % 17)) for i in range(120)]
+    placed = []
+    for kv_aware in (False, True):
+        reqs = requests(rows)
+        for r in reqs:
+            r.predicted_output = r.output_tokens
+        res = simulate(_cluster(4, kv_tokens=30_000), reqs, "dedicated_small_large",
+                       policy_kwargs={"within": "least_latency", "spill": 1.0, "spill_load": 1.5,
+                                      "kv_aware": kv_aware})
+        placed.append([_by_id(res)[i]["instance"] for i in range(120)])
+    assert placed[0] == placed[1] and len(set(placed[0])) == 4
+
+
 def _qos_requests(rows: list[tuple[float, int, int, dict[str, float]]]) -> list[Request]:
     return [Request(i, a, p, o, outputs_by_model={m: o for m in q}, quality_by_model=q)
             for i, (a, p, o, q) in enumerate(rows)]
