@@ -185,15 +185,23 @@ class Spill:
     ratio: float
     score: str = "log_latency_s"
     load: float = 0.0
+    load_light: float | None = None  # a light request's spill (to the large group); None: ``load``
 
     def __post_init__(self) -> None:
+        light = self.load if self.load_light is None else self.load_light
         if not (isinstance(self.ratio, int | float) and self.ratio >= 1.0 and self.score in INSTANCE_FEATURE_NAMES
-                and isinstance(self.load, int | float) and 0.0 <= self.load < math.inf):
-            raise ValueError(f"a spill needs ratio >= 1, an instance feature as score and load >= 0, got {self}")
+                and all(isinstance(x, int | float) and 0.0 <= x < math.inf for x in (self.load, light))):
+            raise ValueError(f"a spill needs ratio >= 1, an instance feature as score and loads >= 0, got {self}")
 
     def as_dict(self) -> dict:
         """The rule as checkpoint.json records it (without a load, as before it had one)."""
-        return {"ratio": self.ratio, "score": self.score, **({"load": self.load} if self.load else {})}
+        return {"ratio": self.ratio, "score": self.score, **({"load": self.load} if self.load else {}),
+                **({"load_light": self.load_light} if self.load_light is not None else {})}
+
+    @property
+    def light(self) -> float:
+        """The load of a light request's spill."""
+        return self.load if self.load_light is None else self.load_light
 
     @property
     def at(self) -> float:
@@ -337,9 +345,11 @@ def dedicated_split_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Ten
         own_least = score.min(dim=1).values
         other_least, other_slot = other.min(dim=1).values, other.argmin(dim=1)
         bar = torch.full_like(own_least, spill.at)
-        if spill.load:
+        if spill.load or spill.light:
             busy = rows[:, :, RUNNING_SHARE].gather(1, other_slot.unsqueeze(1)).squeeze(1)
-            bar = bar + torch.log(1.0 + spill.load * busy) / LOG_SECONDS
+            load = spill.load if spill.light == spill.load else torch.where(
+                heavy.squeeze(1), torch.full_like(busy, spill.load), torch.full_like(busy, spill.light))
+            bar = bar + torch.log(1.0 + load * busy) / LOG_SECONDS
         over = (other_least + bar < own_least) & inside.any(dim=1) & outside.any(dim=1)
         choice = torch.where(over, other_slot, choice)
     pending = (glob[:, PENDING] > 0.5).to(mask.dtype).unsqueeze(1)

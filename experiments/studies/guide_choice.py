@@ -13,8 +13,9 @@ smallest worst-case gap of the mean, then the smallest mean gap, over all heuris
 ``kind`` says which are a function of the ``ClusterState`` and the request alone (what a set observation can carry
 as a guide column), which keep a state of their own (a turn, a random stream, a table) and which hold requests at
 the router (a router that never waits cannot follow them). ``--guides`` adds a set network's guides computed from
-the observation (agents/nets.py: ``dedicated_split``, or ``dedicated_split_spill:RATIO[:FEATURE[:LOAD]]`` for a
-spill rule), acting alone, to the same table (never a reference). Test seeds (>= 2000) are refused.
+the observation (agents/nets.py: ``dedicated_split``, or
+``dedicated_split_spill:RATIO[:FEATURE[:LOAD[:LIGHT_LOAD]]]`` for a spill rule), acting alone, to the same table
+(never a reference). Test seeds (>= 2000) are refused.
 
     python -m experiments.studies.guide_choice --requests 400 --guides dedicated_split dedicated_split_spill:1.1
 """
@@ -104,12 +105,14 @@ def markdown(table: dict[str, dict[str, dict[str, float]]]) -> str:
 
 
 def guide_policy(spec: str) -> ObservationGuide:
-    """``dedicated_split`` or ``dedicated_split_spill[:RATIO[:FEATURE[:LOAD]]]`` as an observation guide."""
+    """``dedicated_split`` or ``dedicated_split_spill[:RATIO[:FEATURE[:LOAD[:LIGHT_LOAD]]]]`` as an observation
+    guide."""
     name, *rule = spec.split(":")
     try:
-        spill = Spill(float(rule[0]), *rule[1:2], *map(float, rule[2:3])) if rule else SPILL
+        spill = Spill(float(rule[0]), *rule[1:2], *map(float, rule[2:4])) if rule else SPILL
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"--guides {spec!r}: expected NAME or NAME:RATIO[:FEATURE[:LOAD]] ({e})") from None
+        raise ConfigError(f"--guides {spec!r}: expected NAME or NAME:RATIO[:FEATURE[:LOAD[:LIGHT_LOAD]]] "
+                          f"({e})") from None
     if name not in SPLIT_GUIDES:
         raise ConfigError(f"--guides {spec!r}: expected one of {list(SPLIT_GUIDES)}")
     return ObservationGuide(name, spill)
@@ -157,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--heuristics", nargs="+", default=None, help="default: the suite's list")
     ap.add_argument("--checkpoints", nargs="+", default=[], metavar="NAME=PATH",
                     help="learned routers to compare with the heuristics (gap to the best heuristic; never a guide)")
-    ap.add_argument("--guides", nargs="+", default=[], metavar="GUIDE[:RATIO[:FEATURE[:LOAD]]]",
+    ap.add_argument("--guides", nargs="+", default=[], metavar="GUIDE[:RATIO[:FEATURE[:LOAD[:LIGHT_LOAD]]]]",
                     help="observation guides acting alone (agents/nets.py), compared with the heuristics")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002, 1003])
     ap.add_argument("--requests", type=int, default=1000, help="per episode at 4 instances (scaled as the suite)")

@@ -1,6 +1,7 @@
 """Choose the dedicated split's spill rule on VALIDATION seeds: ratio and load, at two episode lengths.
 
     python -m experiments.studies.spill_load --jobs 2 --out docs/results/spill_load.md
+    python -m experiments.studies.spill_load --light-load --requests 2000 --jobs 2   # a light request's own load
 
 The spill sends a request to the other group's best instance when (1 + s_other) x ratio x (1 + load x busy) <
 1 + s_own (``dedicated_small_large`` with ``within: least_latency``, ``spill``, ``spill_load``; agents/nets.py
@@ -32,13 +33,23 @@ RULES = ((1.1, 0.0), (1.0, 0.5), (1.0, 1.0), (1.0, 1.5), (1.0, 2.0), (1.1, 0.5),
 LIGHT_ONLY_RULES = ((1.0, 0.0), (1.0, 0.5), (1.0, 1.0), (1.0, 1.5), (1.1, 0.0))
 
 
-def candidates(light_only: bool = False) -> list[Any]:
+# with --light-load: (load of a light request's spill, of a heavy one's), ratio 1.0, seats that count the KV cache
+LIGHT_LOAD_RULES = ((1.5, 1.5), (3.0, 3.0), (6.0, 1.5), (6.0, 3.0), (4.0, 2.0), (10.0, 3.0), (10.0, 1.5),
+                    (20.0, 1.5), (10.0, 2.0), (20.0, 2.0))
+
+
+def candidates(light_only: bool = False, light_load: bool = False) -> list[Any]:
     split = "dedicated_small_large"
+    refs = [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"}]
+    if light_load:
+        kv = {"within": "least_latency", "spill": 1.0, "kv_aware": True}
+        return [*refs, *({"name": split, "kwargs": {**kv, "spill_load": h, "spill_load_light": v},
+                          "label": f"spill 1.0 load {h} light {v}"} for v, h in LIGHT_LOAD_RULES)]
     rules = [(r, k, True) for r, k in RULES] if not light_only else [
         (1.0, 1.5, True), *((r, k, False) for r, k in LIGHT_ONLY_RULES)]
-    return [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"},
-            *({"name": split, "kwargs": {"within": "least_latency", "spill": r, "spill_load": k, "spill_heavy": h},
-               "label": f"spill {r} load {k}" + ("" if h else " light only")} for r, k, h in rules)]
+    return [*refs, *({"name": split, "kwargs": {"within": "least_latency", "spill": r, "spill_load": k,
+                                                "spill_heavy": h},
+                      "label": f"spill {r} load {k}" + ("" if h else " light only")} for r, k, h in rules)]
 
 
 def choose(tables: dict[int, dict[str, dict[str, dict[str, float]]]],
@@ -59,10 +70,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=None, help="also write the tables (markdown) here")
     ap.add_argument("--light-only", action="store_true",
                     help="the shipped rule against rules that let only the light requests spill")
+    ap.add_argument("--light-load", action="store_true",
+                    help="rules whose light requests spill by a load of their own (KV-counted seats)")
     args = ap.parse_args(argv)
     check_validation_seeds(args.seeds)
-    tables = {n: run("workload_router", args.scenarios, args.seeds, n, args.jobs, candidates(args.light_only))
-              for n in args.requests}
+    pols = candidates(args.light_only, args.light_load)
+    tables = {n: run("workload_router", args.scenarios, args.seeds, n, args.jobs, pols) for n in args.requests}
     text = "\n\n".join(f"### {n} requests per episode\n\n{markdown(t)}" for n, t in tables.items())
     text += "\n\n| spill rule | worst mean gap (both lengths) | mean gap |\n|---|---|---|\n" + "\n".join(
         f"| {p} | {w:+.1f} | {m:+.1f} |" for p, w, m in choose(tables))

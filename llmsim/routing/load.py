@@ -306,6 +306,8 @@ class DedicatedSmallLargeRouter(Router):
     a request's own latency does not count the requests it slows down where it spills, and they are more the fuller
     that instance runs. ``spill_heavy: false`` lets only the light requests spill (to a large instance): a heavy
     decode spilled to a small instance holds its seat and memory while many short requests pass through.
+    ``spill_load_light`` is the load of a light request's spill (to the large group; default ``spill_load``): the
+    large instances' heavy decodes are slowed by every light request that joins their batch, and are many.
     ``kv_aware: true`` counts what each instance's KV cache holds, for clusters of unequal GPUs: the large group is
     the instances with the most KV tokens (the last ones among equals), and an instance's seats in ``least_latency``
     are its ``max_num_seqs`` x its KV tokens / the largest KV cache's. Without it a 16 GB V100 that holds 4,000
@@ -316,7 +318,8 @@ class DedicatedSmallLargeRouter(Router):
 
     def __init__(self, seed: int = 0, large: int | None = None, threshold: int = DECODE_BUCKETS[0],
                  within: str = "round_robin", spill: float | None = None, spill_load: float = 0.0,
-                 spill_heavy: bool = True, kv_aware: bool = False, **kw: Any) -> None:
+                 spill_heavy: bool = True, kv_aware: bool = False, spill_load_light: float | None = None,
+                 **kw: Any) -> None:
         super().__init__(seed, **kw)
         if large is not None and (isinstance(large, bool) or not isinstance(large, int) or large < 1):
             raise ConfigError(f"policy.kwargs.large: expected a positive number of instances, got {large!r}")
@@ -334,6 +337,12 @@ class DedicatedSmallLargeRouter(Router):
         if not isinstance(spill_heavy, bool):
             raise ConfigError(f"policy.kwargs.spill_heavy: expected true or false, got {spill_heavy!r}")
         self.spill_load, self.spill_heavy = float(spill_load), spill_heavy
+        if spill_load_light is not None and (isinstance(spill_load_light, bool)
+                                             or not isinstance(spill_load_light, int | float)
+                                             or not 0.0 <= spill_load_light < math.inf or spill is None):
+            raise ConfigError(f"policy.kwargs.spill_load_light: expected a number >= 0 with a spill, got "
+                              f"{spill_load_light!r}")
+        self.spill_load_light = self.spill_load if spill_load_light is None else float(spill_load_light)
         if not isinstance(kv_aware, bool):
             raise ConfigError(f"policy.kwargs.kv_aware: expected true or false, got {kv_aware!r}")
         self.kv_aware = kv_aware
@@ -363,9 +372,10 @@ class DedicatedSmallLargeRouter(Router):
                 return best
             other = min(outside, key=lambda i: score[i])
             ratio = self.spill
-            if self.spill_load:  # the busier the other instance, the more a spill costs the requests already there
+            load = self.spill_load if heavy else self.spill_load_light
+            if load:  # the busier the other instance, the more a spill costs the requests already there
                 there = view.state().instances[other]
-                ratio *= 1.0 + self.spill_load * there.num_running / there.max_num_seqs
+                ratio *= 1.0 + load * there.num_running / there.max_num_seqs
             return other if (1.0 + score[other]) * ratio < 1.0 + score[best] else best
         k = int(heavy)
         for _ in range(len(group)):

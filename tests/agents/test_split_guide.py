@@ -33,6 +33,7 @@ LATENCY = INSTANCE_FEATURE_NAMES.index("log_latency_s")
 FITS = INSTANCE_FEATURE_NAMES.index("can_serve")
 BUSY = INSTANCE_FEATURE_NAMES.index("running_share")
 LOADED = Spill(1.0, load=1.5)  # a spill that asks more of a busier instance
+LIGHT_LOADED = Spill(1.0, load=1.5, load_light=6.0)  # ... and more still when a light request would spill
 PRED = GLOBAL_FEATURE_NAMES.index("log_predicted_output")
 ENV = {"id": "workload_router", "num_requests": 80, "observation": {"kind": "instance_set", "n_max": N_MAX},
        "reward": {"kind": "workload_aware_tail", "guidance": 0.0}}
@@ -102,7 +103,25 @@ def test_a_spill_with_a_load_asks_more_of_a_busy_instance_of_the_other_group():
     assert int(guide_slots(x[None], "dedicated_split_spill", rule)[0]) == 1
 
 
-@pytest.mark.parametrize("rule", [SPILL, LOADED], ids=["ratio", "load"])
+def test_a_light_request_spills_by_its_own_load():
+    """The same cluster, a light request and then a heavy one, each with its best instance elsewhere busy by half:
+    with a light load of 6 the light one stays in its group, the heavy one still spills by the load of 1."""
+    rule = Spill(1.0, load=1.0, load_light=6.0)
+    at = float(np.log(1.6) / LOG_SECONDS)  # better by x1.6: past 1 + 1 x 0.5, short of 1 + 6 x 0.5
+    light = obs([0.5 + at, 0.5 + at, 0.5, 0.5], heavy=False)  # the light group (0, 1) slower than the large one
+    heavy = obs([0.5, 0.5, 0.5 + at, 0.5 + at], heavy=True)
+    for x, busy in ((light, (2, 3)), (heavy, (0, 1))):
+        for k in busy:
+            x[GLOBAL_FEATURES + k * INSTANCE_FEATURES + BUSY] = 0.5
+    assert int(guide_slots(light[None], "dedicated_split_spill", rule)[0]) in (0, 1)
+    assert int(guide_slots(light[None], "dedicated_split_spill", Spill(1.0, load=1.0))[0]) in (2, 3)
+    assert int(guide_slots(heavy[None], "dedicated_split_spill", rule)[0]) in (0, 1)
+    assert Spill(1.0, load=1.0, load_light=6.0).as_dict()["load_light"] == 6.0
+    with pytest.raises(ValueError, match="loads >= 0"):
+        Spill(1.0, load_light=-1.0)
+
+
+@pytest.mark.parametrize("rule", [SPILL, LOADED, LIGHT_LOADED], ids=["ratio", "load", "light_load"])
 def test_the_spill_guide_and_its_onnx_export_agree(tmp_path: Path, rule: Spill):
     ort = pytest.importorskip("onnxruntime")
     net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [8, 8], guide="dedicated_split_spill", fallback_margin=1e3,
@@ -175,14 +194,14 @@ def test_a_checkpoint_records_the_spill_rule_and_loads_it_back(tmp_path: Path):
         load_q_net(tmp_path / "c")
 
 
-@pytest.mark.parametrize("rule", [SPILL, LOADED], ids=["ratio", "load"])
+@pytest.mark.parametrize("rule", [SPILL, LOADED, LIGHT_LOADED], ids=["ratio", "load", "light_load"])
 def test_the_spill_guide_is_the_registered_split_by_latency_with_its_spill(rule: Spill):
     """The suite holds the router to its own guide: ``dedicated_small_large`` with ``within: least_latency`` and the
     guide's spill ratio routes as the observation's spill guide, up to float32 and the log scale (close, not equal)."""
     env = SlotEnv(ENV, scenarios=[{"num_instances": 4, "rate": 20.0}])
     ours, _ = watch_episodes(ObservationGuide("dedicated_split_spill", rule), env, [1000, 1001])
     heuristic = HeuristicPolicy("dedicated_small_large", within="least_latency", spill=rule.ratio,
-                                spill_load=rule.load)
+                                spill_load=rule.load, spill_load_light=rule.load_light)
     theirs, _ = watch_episodes(heuristic, env, [1000, 1001])
     plain, _ = watch_episodes(ObservationGuide("dedicated_split"), env, [1000, 1001])
     for a, b, c in zip(ours, theirs, plain):

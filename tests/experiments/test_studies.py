@@ -12,6 +12,7 @@ from experiments.studies import guide_choice, load_gate, spill_load, validation
 from llmsim.agents.nets import SPILL
 from llmsim.agents.suite_config import load_suite_file
 from llmsim.errors import ConfigError
+from llmsim.routing import make_router
 
 
 def test_guide_choice_takes_the_best_worst_case_then_the_best_mean() -> None:
@@ -41,6 +42,11 @@ def test_spill_load_takes_the_best_worst_case_over_both_lengths_among_spill_rule
     assert spill_load.choose(tables) == [("spill 1.0 load 1.5", 12.0, 11.0), ("spill 1.1 load 0.0", 30.0, 17.5)]
     labels = [c["label"] for c in spill_load.candidates() if isinstance(c, dict)]
     assert "spill 1.0 load 1.5" in labels and "spill 1.1 load 0.0" in labels
+    light = [c for c in spill_load.candidates(light_load=True) if isinstance(c, dict) and " light " in c["label"]]
+    assert len(light) == len(spill_load.LIGHT_LOAD_RULES)
+    assert all(c["kwargs"]["kv_aware"] and c["kwargs"]["spill_load_light"] >= 1.5 for c in light)
+    for c in light:  # every candidate is a valid router config
+        make_router(c["name"], **c["kwargs"])
 
 
 def test_guide_choice_gaps_are_to_the_best_heuristic_not_a_checkpoint() -> None:

@@ -134,6 +134,16 @@ def test_a_spill_load_keeps_requests_off_an_instance_of_the_other_group_while_it
         placed[load] = [_by_id(res)[i]["instance"] for i in range(12)]
     assert placed[0.0][2:4] == placed[1000.0][2:4] == [2, 3]
     assert placed[0.0][8:10] == [2, 3] and placed[1000.0][8:10] == [0, 1]
+    for light_load, heavy_load in ((1000.0, 0.0), (0.0, 1000.0)):  # these light requests spill by the light load
+        reqs = requests([(0.05 * i, 3000, 200) for i in range(12)])
+        for r in reqs:
+            r.predicted_output = r.output_tokens
+        res = simulate(_cluster(4), reqs, "dedicated_small_large",
+                       policy_kwargs={"large": 2, "within": "least_latency", "spill": 1.1, "spill_load": heavy_load,
+                                      "spill_load_light": light_load})
+        assert [_by_id(res)[i]["instance"] for i in range(12)] == placed[light_load]
+    with pytest.raises(ConfigError, match="policy.kwargs.spill_load_light"):
+        make_router("dedicated_small_large", within="least_latency", spill=1.1, spill_load_light=-2.0)
     for bad in ({"spill_load": 1.0, "within": "least_latency"}, {"spill": 1.1, "spill_load": -1.0},
                 {"spill": 1.1, "spill_load": float("inf")}, {"spill": 1.1, "spill_load": True}):
         with pytest.raises(ConfigError, match="policy.kwargs.spill_load"):
