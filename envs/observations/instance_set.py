@@ -24,11 +24,11 @@ Layout (float32 vector; ``G = GLOBAL_FEATURES``, ``F = INSTANCE_FEATURES``):
 
 The iteration time of an instance is the ``step_time`` its state reports (the iteration in progress;
 ``default_step_s`` while it is idle), so queued tokens become seconds at that instance's own speed, over its seats:
-``max_num_seqs`` x its KV tokens / the cluster's largest KV cache (on equal GPUs, ``max_num_seqs``). A 16 GB V100
-that holds ~4,000 tokens of KV runs a few requests at a time, not the 128 its batch limit allows; counted at 128
-seats, its queue looked short while it preempted. The builder keeps
-no history: the observation is a function of the state and the request alone, so the live router (which builds it
-only at its decisions) sees exactly what the env (which builds it at every step) saw.
+``max_num_seqs`` x its KV tokens / the cluster's largest KV cache, at least 1 (on equal GPUs, ``max_num_seqs``). A
+16 GB V100 that holds ~4,000 tokens of KV runs a few requests at a time, not the 128 its batch limit allows; counted
+at 128 seats, its queue looked short while it preempted. The builder keeps no history: the observation is a
+function of the state and the request alone, so the live router (which builds it only at its decisions) sees
+exactly what the env (which builds it at every step) saw.
 The three heuristic picks are computed from the state as the routers compute them (Min-Min's ready time from
 each resident request's predicted decode bucket, least work left from prompt and predicted tokens still to
 process, JSQ from queue lengths; ties to the lowest index), so a policy can learn "follow Min-Min unless ..."
@@ -207,7 +207,8 @@ class InstanceSetObs(ObsBuilder):
             queues.append(inst.num_requests)
             fits.append(inst.can_serve(prompt))
             kv_tokens = float(inst.kv_blocks_total * inst.block_size) or 1.0
-            work_s = work * tau[k] / (ms * kv_tokens / kv_max) if kv_tokens < kv_max else work * tau[k] / ms
+            # seats: a smaller KV cache runs fewer requests at once (at least one; exactly ms on equal GPUs)
+            work_s = work * tau[k] / (max(ms * kv_tokens / kv_max, 1.0) if kv_tokens < kv_max else ms)
             b[o] = inst.num_running / ms
             b[o + 1] = min(8.0, (inst.num_waiting + inst.num_swapped) / ms)
             b[o + 2] = inst.kv_blocks_used / inst.kv_blocks_total

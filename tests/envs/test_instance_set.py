@@ -116,7 +116,7 @@ def test_queued_seconds_count_a_smaller_kv_cache_as_fewer_seats():
         for k, inst in enumerate(state.instances):
             work = instance_load(inst, state.mean_output, {})[0]
             tau = inst.step_time if inst.step_time > 0 else DEFAULT_STEP_S
-            seats = inst.max_num_seqs * kv[k] / max(kv)
+            seats = max(inst.max_num_seqs * kv[k] / max(kv), 1.0)
             assert r[k, LOG_WORK_S] == pytest.approx(log_seconds(work * tau / seats), rel=1e-5, abs=1e-6)
             checked += work > 0 and k == 0
         obs, _, term, trunc, _ = env.step(env.heuristic_action(router))
