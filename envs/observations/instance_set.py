@@ -45,7 +45,7 @@ import numpy as np
 
 from llmsim.envs.observations.base import ObsBuilder
 from llmsim.errors import ConfigError
-from llmsim.routing.load import DECODE_STEP, DEFAULT_STEP_S, GRAD_P, bucket_upper
+from llmsim.routing.load import DECODE_STEP, DEFAULT_STEP_S, GRAD_P, bucket_upper, kv_seats, kv_tokens
 
 if TYPE_CHECKING:
     from llmsim.envs.context import ObservationContext
@@ -196,7 +196,7 @@ class InstanceSetObs(ObsBuilder):
         """The per-instance rows and, with a request pending, the three heuristics' picks."""
         b = self.buf
         tau_min = min(tau)
-        kv_max = float(max(i.kv_blocks_total * i.block_size for i in state.instances)) or 1.0
+        largest_kv = float(max(kv_tokens(i) for i in state.instances)) or 1.0
         works, readies, queues, fits = [], [], [], []
         for k, inst in enumerate(state.instances):
             o = GLOBAL_FEATURES + k * INSTANCE_FEATURES
@@ -206,13 +206,12 @@ class InstanceSetObs(ObsBuilder):
             readies.append(ready)
             queues.append(inst.num_requests)
             fits.append(inst.can_serve(prompt))
-            kv_tokens = float(inst.kv_blocks_total * inst.block_size) or 1.0
-            # seats: a smaller KV cache runs fewer requests at once (at least one; exactly ms on equal GPUs)
-            work_s = work * tau[k] / (max(ms * kv_tokens / kv_max, 1.0) if kv_tokens < kv_max else ms)
+            kv = float(kv_tokens(inst)) or 1.0
+            work_s = work * tau[k] / kv_seats(inst, largest_kv)  # a smaller KV cache runs fewer requests at once
             b[o] = inst.num_running / ms
             b[o + 1] = min(8.0, (inst.num_waiting + inst.num_swapped) / ms)
             b[o + 2] = inst.kv_blocks_used / inst.kv_blocks_total
-            b[o + 3] = min(2.0, (inst.kv_blocks_used * inst.block_size + waiting_tokens + prompt + pred) / kv_tokens)
+            b[o + 3] = min(2.0, (inst.kv_blocks_used * inst.block_size + waiting_tokens + prompt + pred) / kv)
             b[o + 4] = log_seconds(work_s)
             b[o + 5] = 0.0 if left == math.inf else log_seconds(left * tau[k])
             b[o + 6] = log_seconds(work_s + pred * tau[k]) if req is not None else 0.0

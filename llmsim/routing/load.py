@@ -29,6 +29,7 @@ from llmsim.routing.base import WAIT, Router, register_router
 
 if TYPE_CHECKING:
     from llmsim.request import Request
+    from llmsim.state.cluster_state import InstanceState
     from llmsim.state.view import RouterView
 
 # the paper's decode-length predictor's buckets (tokens, its §5.1) and its fitted prefill slope (§5.2)
@@ -36,6 +37,18 @@ DECODE_BUCKETS = (250, 1000, 4000)
 GRAD_P = 3.2e-4  # s per prompt token (the paper's §5.2)
 DEFAULT_STEP_S = 0.03  # s: an idle instance's iteration time in latency estimates (also the instance_set's)
 DECODE_STEP = 0.02  # s, the minimum decode batch time (the paper's §6), the "average decode batch time" of T_est
+
+
+def kv_tokens(inst: InstanceState) -> int:
+    """Tokens of context the instance's KV cache holds."""
+    return inst.kv_blocks_total * inst.block_size
+
+
+def kv_seats(inst: InstanceState, largest_kv: float) -> float:
+    """The instance's batch seats scaled by its KV cache against the cluster's largest (``largest_kv`` tokens; at
+    least one): a cache a tenth the size runs a tenth as many requests at once. Exactly ``max_num_seqs`` for the
+    largest cache."""
+    return max(inst.max_num_seqs * kv_tokens(inst) / largest_kv, 1.0)
 
 
 def predicted_output(req: Request) -> int:
@@ -391,7 +404,7 @@ class DedicatedSmallLargeRouter(Router):
         n = view.num_instances
         if not self.kv_aware:
             return set(range(n - n_large, n))
-        size = [i.kv_blocks_total * i.block_size for i in view.state().instances]
+        size = [kv_tokens(i) for i in view.state().instances]
         return set(sorted(range(n), key=lambda k: (size[k], k))[n - n_large:])
 
     def scores(self, req: Request, view: RouterView) -> list[float]:
@@ -401,13 +414,11 @@ class DedicatedSmallLargeRouter(Router):
             return work
         pred = predicted_output(req)
         insts = view.state().instances
-        kv_max = max(i.kv_blocks_total * i.block_size for i in insts) if self.kv_aware else 0
+        largest = max(kv_tokens(i) for i in insts) if self.kv_aware else 0
         out = []
         for w, inst in zip(work, insts):
             tau = inst.step_time if inst.step_time > 0 else DEFAULT_STEP_S
-            seats = inst.max_num_seqs
-            if self.kv_aware:  # (a cache of any size has at least one seat)
-                seats = max(seats * inst.kv_blocks_total * inst.block_size / kv_max, 1.0)
+            seats = kv_seats(inst, largest) if self.kv_aware else inst.max_num_seqs
             out.append(w * tau / seats + pred * tau)
         return out
 
