@@ -17,6 +17,7 @@ env); in front of real backends the live router sets ``output_tokens`` to the cl
 from __future__ import annotations
 
 import inspect
+import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +34,10 @@ from llmsim.errors import ConfigError
 from llmsim.perf.models import MODELS
 from llmsim.request import Request
 from llmsim.routing.base import DROP, WAIT, Router, make_router, register_router
+from llmsim.routing.load import kv_tokens
 from llmsim.state.cluster_state import LAYOUT_VERSION, ClusterState
+
+log = logging.getLogger(__name__)
 
 # constructor option -> the attribute a builder keeps it in, where the names differ (checked at export)
 _ALIASES = {"cap_running": ("cap_r",), "cap_waiting": ("cap_w",), "prompt_scale": ("ps",), "out_scale": ("os",),
@@ -191,6 +195,9 @@ class ExportedRouter(Router):
         self.gate = parse_gate(m.get("load_gate"), f"{self.path / 'manifest.json'}: load_gate")
         self.fallback = None if self.gate is None else make_router(self.gate.router, seed=seed, **self.gate.kwargs)
         self.meter = None if self.gate is None else self.gate.meter()
+        set_net = ((m.get("policy") or {}).get("network") or {}).get("set_net") or {}
+        self.split_guide = str(set_net.get("guide", "")).startswith("dedicated_split")
+        self.kv_seen: tuple[int, ...] = ()
         if models is not None:
             self.check_backends(list(models))
 
@@ -217,6 +224,19 @@ class ExportedRouter(Router):
         check_backends(self.manifest, models, str(self.path))
         self.checked = tuple(models)
 
+    def check_kv_order(self, state: ClusterState) -> None:
+        """A split guide's large group is the last half of the instances by position (its observation carries a
+        KV cache only through the seats it counts): one warning line for each new set of KV sizes (a backend's is
+        known from its first scrape) that is not listed smallest first."""
+        kv = tuple(kv_tokens(i) for i in state.instances)
+        if kv == self.kv_seen:
+            return
+        self.kv_seen = kv
+        if any(a > b for a, b in zip(kv, kv[1:])):
+            log.warning("%s: its guide sends heavy requests to the last half of the backends, but their KV caches "
+                        "are not listed smallest first (%s tokens): list the backends smallest cache first",
+                        self.path, ", ".join(map(str, kv)))
+
     def route(self, req: Request, view: Any) -> int:
         state: ClusterState = view.state()
         if state.version != LAYOUT_VERSION:
@@ -227,6 +247,8 @@ class ExportedRouter(Router):
             raise ConfigError(f"{self.path}: the view has {view.num_instances} instances, its state {len(models)}")
         if models != self.checked:
             self.check_backends(list(models))
+        if self.split_guide:
+            self.check_kv_order(state)
         ctx = self.ctx
         ctx.current = state
         ctx.view = view

@@ -189,3 +189,23 @@ def test_ship_puts_a_checkpoint_its_export_and_a_complete_manifest_into_a_zoo(tm
     body = json.loads((d / "suite.json").read_text())
     assert "rows" not in body and body["results"]["s"]["stats"]["rr"] == {"mean_e2el_ms": 3.0}
     assert body["results"]["s"]["stats"]["jsq"]["p99_e2el_ms"] == 2.0, "the reference keeps every statistic"
+
+
+@pytest.mark.parametrize("order", [["v100-16gb", "v100-16gb", "v100-32gb", "a100-40gb"],
+                                   ["a100-40gb", "v100-32gb", "v100-16gb", "v100-16gb"]])
+def test_the_split_guided_export_warns_once_when_backends_are_not_listed_smallest_cache_first(order, caplog) -> None:
+    """Its large group is the last half by position: a cluster listed largest cache first gets one warning line
+    naming the KV sizes, a cluster in order none."""
+    pytest.importorskip("onnxruntime", reason="the onnx router needs the export extra")
+    from llmsim.agents.episodes import evaluate
+    from llmsim.errors import load_yaml_file
+    from llmsim.resources import conf_dir
+
+    env = {**load_yaml_file(conf_dir() / "env" / "workload_router.yaml"), "num_requests": 12, "gpu": order}
+    with caplog.at_level("WARNING", logger="llmsim.envs.policy_router"):
+        rows = evaluate(env, [{"name": "onnx", "kwargs": {"path": "zoo:workload_router"}}], seeds=[2000], jobs=1)
+    assert rows[0]["completed"] == 12
+    warned = [r.getMessage() for r in caplog.records if "smallest cache first" in r.getMessage()]
+    assert len(warned) == (0 if order[0] == "v100-16gb" else 1)
+    if warned:
+        assert "workload_router" in warned[0] and "tokens" in warned[0]
