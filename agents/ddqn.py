@@ -94,6 +94,7 @@ class DDQNConfig(OffPolicyConfig):
     spill_ratio: float = Field(SPILL.ratio, ge=1.0)  # dedicated_split_spill's rule (agents/nets.py Spill) ...
     spill_load: NonNegFloat = SPILL.load  # ... and how it grows with the other instance's busy seats
     spill_load_light: NonNegFloat | None = None  # ... for a light request's spill (None: spill_load)
+    spill_queued: bool = True  # ... false: never to an instance where requests wait
     guide_action: NonNegInt | None = None  # a flat network's guide instead: this fixed action (a static model size)
     guide_switch: GuideSwitchConfig | None = None  # ... or another action past a threshold of one feature
     demo_steps: NonNegInt = 0  # env steps acted by the guide (with demo_epsilon random actions) before the policy acts
@@ -105,6 +106,11 @@ class DDQNConfig(OffPolicyConfig):
     fallback_margins: list[NonNegFloat] = Field(default_factory=list)  # candidates chosen on validation seeds
     fallback_worst_gap: NonNegFloat | None = None  # ... among those at most this % behind the guide anywhere
     hold: bool = True  # false: a set network never waits while a request is pending (routes at once, as heuristics)
+
+
+def spill_rule(cfg: DDQNConfig) -> Spill:
+    """The spill guide's rule the config names."""
+    return Spill(cfg.spill_ratio, load=cfg.spill_load, load_light=cfg.spill_load_light, queued=cfg.spill_queued)
 
 
 @ALGORITHMS.register
@@ -140,7 +146,7 @@ class DoubleDQN(OffPolicyAgent):
     def build_net(obs_dim: int, n_actions: int, cfg: DDQNConfig) -> QNetwork | SetQNetwork:
         if cfg.network == "set":
             return SetQNetwork(obs_dim, n_actions, cfg.hidden, cfg.guide, cfg.fallback_margin, cfg.hold,
-                               spill=Spill(cfg.spill_ratio, load=cfg.spill_load, load_light=cfg.spill_load_light))
+                               spill=spill_rule(cfg))
         if cfg.guide_action is not None:
             sw = cfg.guide_switch
             switch = GuideSwitch(sw.feature, sw.at, sw.action) if sw is not None else None
@@ -185,8 +191,7 @@ class DoubleDQN(OffPolicyAgent):
         ``guide_switch``), or the guide heuristic's slot read from an instance_set observation."""
         if isinstance(self.q, GuidedQNetwork):
             return self.q.guides(obs)
-        return guide_slots(obs, self.cfg.guide, Spill(self.cfg.spill_ratio, load=self.cfg.spill_load,
-                                                                     load_light=self.cfg.spill_load_light))
+        return guide_slots(obs, self.cfg.guide, spill_rule(self.cfg))
 
     def guide_act(self, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """The guide's actions (read from the observation), demo_epsilon of them random valid ones; the usual

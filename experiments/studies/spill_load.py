@@ -2,6 +2,7 @@
 
     python -m experiments.studies.spill_load --jobs 2 --out docs/results/spill_load.md
     python -m experiments.studies.spill_load --light-load --requests 2000 --jobs 2   # a light request's own load
+    python -m experiments.studies.spill_load --queued --requests 400 1000 2000 --jobs 2   # no spill into a queue
 
 The spill sends a request to the other group's best instance when (1 + s_other) x ratio x (1 + load x busy) <
 1 + s_own (``dedicated_small_large`` with ``within: least_latency``, ``spill``, ``spill_load``; agents/nets.py
@@ -38,9 +39,22 @@ LIGHT_LOAD_RULES = ((1.5, 1.5), (3.0, 3.0), (6.0, 1.5), (6.0, 3.0), (4.0, 2.0), 
                     (20.0, 1.5), (10.0, 2.0), (20.0, 2.0))
 
 
-def candidates(light_only: bool = False, light_load: bool = False) -> list[Any]:
+# with --queued: (ratio, load) of rules that never spill into an instance where requests wait, KV-counted seats
+QUEUED_RULES = ((1.0, 0.0), (1.1, 0.0), (1.0, 0.5), (1.0, 1.5))
+
+
+def candidates(light_only: bool = False, light_load: bool = False, queued: bool = False) -> list[Any]:
     split = "dedicated_small_large"
     refs = [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"}]
+    if queued:  # with the suite's load gate, the best heuristic of the lightest rate at 2,000 requests
+        kv = {"within": "least_latency", "kv_aware": True}
+        gated = {"name": "load_gated", "label": "gated_min_min_split", "kwargs": {
+            "light": "min_min", "feature": "waiting_per_seat", "below": 0.01,
+            "busy": {"name": split, "kwargs": {"within": "least_latency", "spill": 1.0, "spill_load": 1.5}}}}
+        return [*refs, gated, {"name": split, "kwargs": {**kv, "spill": 1.0, "spill_load": 1.5},
+                               "label": "spill shipped"},
+                *({"name": split, "kwargs": {**kv, "spill": r, "spill_load": k, "spill_queued": False},
+                   "label": f"spill {r} load {k} not into a queue"} for r, k in QUEUED_RULES)]
     if light_load:
         kv = {"within": "least_latency", "spill": 1.0, "kv_aware": True}
         return [*refs, *({"name": split, "kwargs": {**kv, "spill_load": h, "spill_load_light": v},
@@ -72,9 +86,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="the shipped rule against rules that let only the light requests spill")
     ap.add_argument("--light-load", action="store_true",
                     help="rules whose light requests spill by a load of their own (KV-counted seats)")
+    ap.add_argument("--queued", action="store_true",
+                    help="the shipped rule against rules that never spill into a queue (KV-counted seats)")
     args = ap.parse_args(argv)
     check_validation_seeds(args.seeds)
-    pols = candidates(args.light_only, args.light_load)
+    pols = candidates(args.light_only, args.light_load, args.queued)
     tables = {n: run("workload_router", args.scenarios, args.seeds, n, args.jobs, pols) for n in args.requests}
     text = "\n\n".join(f"### {n} requests per episode\n\n{markdown(t)}" for n, t in tables.items())
     text += "\n\n| spill rule | worst mean gap (both lengths) | mean gap |\n|---|---|---|\n" + "\n".join(

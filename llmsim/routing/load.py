@@ -325,14 +325,17 @@ class DedicatedSmallLargeRouter(Router):
     the instances with the most KV tokens (the last ones among equals), and an instance's seats in ``least_latency``
     are its ``max_num_seqs`` x its KV tokens / the largest KV cache's. Without it a 16 GB V100 that holds 4,000
     tokens of KV counts 128 seats like an A100 that holds 50,000, fills its cache and preempts. On equal GPUs it
-    changes nothing."""
+    changes nothing. ``spill_queued: false`` spills only to an instance where nothing waits: once both groups
+    queue, a spill makes a light request wait behind heavy ones, or a heavy decode take seats from many light
+    requests for its whole length; the split by class keeps the light requests' queue short, which the mean counts
+    most, while spilling into an instance with room still uses an idle half of the cluster."""
 
     name = "dedicated_small_large"
 
     def __init__(self, seed: int = 0, large: int | None = None, threshold: int = DECODE_BUCKETS[0],
                  within: str = "round_robin", spill: float | None = None, spill_load: float = 0.0,
                  spill_heavy: bool = True, kv_aware: bool = False, spill_load_light: float | None = None,
-                 **kw: Any) -> None:
+                 spill_queued: bool = True, **kw: Any) -> None:
         super().__init__(seed, **kw)
         if large is not None and (isinstance(large, bool) or not isinstance(large, int) or large < 1):
             raise ConfigError(f"policy.kwargs.large: expected a positive number of instances, got {large!r}")
@@ -359,6 +362,9 @@ class DedicatedSmallLargeRouter(Router):
         if not isinstance(kv_aware, bool):
             raise ConfigError(f"policy.kwargs.kv_aware: expected true or false, got {kv_aware!r}")
         self.kv_aware = kv_aware
+        if not isinstance(spill_queued, bool):
+            raise ConfigError(f"policy.kwargs.spill_queued: expected true or false, got {spill_queued!r}")
+        self.spill_queued = spill_queued
         self._next = [0, 0]
 
     def reset(self, seed: int | None = None) -> None:
@@ -384,10 +390,12 @@ class DedicatedSmallLargeRouter(Router):
             if self.spill is None or not outside or (heavy and not self.spill_heavy):
                 return best
             other = min(outside, key=lambda i: score[i])
+            there = view.state().instances[other]
+            if not self.spill_queued and there.num_waiting + there.num_swapped:
+                return best  # it would wait there behind the other class's requests and hold up those behind it
             ratio = self.spill
             load = self.spill_load if heavy else self.spill_load_light
             if load:  # the busier the other instance, the more a spill costs the requests already there
-                there = view.state().instances[other]
                 ratio *= 1.0 + load * there.num_running / there.max_num_seqs
             return other if (1.0 + score[other]) * ratio < 1.0 + score[best] else best
         k = int(heavy)

@@ -34,6 +34,8 @@ FITS = INSTANCE_FEATURE_NAMES.index("can_serve")
 BUSY = INSTANCE_FEATURE_NAMES.index("running_share")
 LOADED = Spill(1.0, load=1.5)  # a spill that asks more of a busier instance
 LIGHT_LOADED = Spill(1.0, load=1.5, load_light=6.0)  # ... and more still when a light request would spill
+UNQUEUED = Spill(1.0, load=1.5, queued=False)  # ... and never to an instance where requests wait
+WAITING = INSTANCE_FEATURE_NAMES.index("waiting_share")
 PRED = GLOBAL_FEATURE_NAMES.index("log_predicted_output")
 ENV = {"id": "workload_router", "num_requests": 80, "observation": {"kind": "instance_set", "n_max": N_MAX},
        "reward": {"kind": "workload_aware_tail", "guidance": 0.0}}
@@ -121,7 +123,23 @@ def test_a_light_request_spills_by_its_own_load():
         Spill(1.0, load_light=-1.0)
 
 
-@pytest.mark.parametrize("rule", [SPILL, LOADED, LIGHT_LOADED], ids=["ratio", "load", "light_load"])
+def test_a_spill_that_avoids_queues_stays_home_when_the_other_instance_has_one():
+    rule = Spill(1.0, queued=False)
+    x = obs([0.5, 0.2, 0.6, 0.9], heavy=True)  # the light group's instance 1 far better for this heavy request
+    x[GLOBAL_FEATURES + 0 * INSTANCE_FEATURES + WAITING] = 0.3  # requests wait at instance 0, not at 1
+    assert int(guide_slots(x[None], "dedicated_split_spill", rule)[0]) == 1
+    x[GLOBAL_FEATURES + 1 * INSTANCE_FEATURES + WAITING] = 1.0 / 128  # one request waits at instance 1 too
+    assert int(guide_slots(x[None], "dedicated_split_spill", rule)[0]) == 2  # its own group's best
+    assert int(guide_slots(x[None], "dedicated_split_spill", Spill(1.0))[0]) == 1  # the rule that spills into queues
+    x[GLOBAL_FEATURES + 2 * INSTANCE_FEATURES + WAITING] = 2.0  # its own group queues: still no spill into a queue
+    assert int(guide_slots(x[None], "dedicated_split_spill", rule)[0]) == 2
+    assert rule.as_dict() == {"ratio": 1.0, "score": "log_latency_s", "queued": False}
+    assert "queued" not in Spill(1.0).as_dict()  # a checkpoint without it reads as before
+    with pytest.raises(ValueError, match="spill needs"):
+        Spill(1.0, queued="no")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("rule", [SPILL, LOADED, LIGHT_LOADED, UNQUEUED], ids=["ratio", "load", "light_load", "queued"])
 def test_the_spill_guide_and_its_onnx_export_agree(tmp_path: Path, rule: Spill):
     ort = pytest.importorskip("onnxruntime")
     net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [8, 8], guide="dedicated_split_spill", fallback_margin=1e3,
@@ -188,20 +206,23 @@ def test_a_checkpoint_records_the_spill_rule_and_loads_it_back(tmp_path: Path):
     save_checkpoint(tmp_path / "d", net, {"algo": "ddqn"})
     assert json.loads((tmp_path / "d" / "checkpoint.json").read_text())["set_net"]["spill"]["load"] == 1.5
     assert load_q_net(tmp_path / "d").spill == LOADED
+    net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [8, 8], guide="dedicated_split_spill", spill=UNQUEUED)
+    save_checkpoint(tmp_path / "e", net, {"algo": "ddqn"})
+    assert load_q_net(tmp_path / "e").spill == UNQUEUED
     meta["set_net"]["spill"] = {"ratio": 0.5, "score": "log_latency_s"}
     (tmp_path / "c" / "checkpoint.json").write_text(json.dumps(meta))
     with pytest.raises(ConfigError, match="set_net"):
         load_q_net(tmp_path / "c")
 
 
-@pytest.mark.parametrize("rule", [SPILL, LOADED, LIGHT_LOADED], ids=["ratio", "load", "light_load"])
+@pytest.mark.parametrize("rule", [SPILL, LOADED, LIGHT_LOADED, UNQUEUED], ids=["ratio", "load", "light_load", "queued"])
 def test_the_spill_guide_is_the_registered_split_by_latency_with_its_spill(rule: Spill):
     """The suite holds the router to its own guide: ``dedicated_small_large`` with ``within: least_latency`` and the
     guide's spill ratio routes as the observation's spill guide, up to float32 and the log scale (close, not equal)."""
     env = SlotEnv(ENV, scenarios=[{"num_instances": 4, "rate": 20.0}])
     ours, _ = watch_episodes(ObservationGuide("dedicated_split_spill", rule), env, [1000, 1001])
     heuristic = HeuristicPolicy("dedicated_small_large", within="least_latency", spill=rule.ratio,
-                                spill_load=rule.load, spill_load_light=rule.load_light)
+                                spill_load=rule.load, spill_load_light=rule.load_light, spill_queued=rule.queued)
     theirs, _ = watch_episodes(heuristic, env, [1000, 1001])
     plain, _ = watch_episodes(ObservationGuide("dedicated_split"), env, [1000, 1001])
     for a, b, c in zip(ours, theirs, plain):

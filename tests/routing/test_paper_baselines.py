@@ -276,3 +276,22 @@ def test_capped_model_takes_the_preferred_size_until_its_least_loaded_replica_is
         make_router("capped_model", caps={"opt-1.3b": 2})
     one_model = simulate(_cluster(2), requests(rows[:4]), "capped_model")  # no models: the least-loaded instance
     assert [_by_id(one_model)[i]["instance"] for i in range(4)] == [0, 1, 0, 1]
+
+
+def test_a_spill_that_avoids_queues_sends_at_most_a_seat_and_one_waiting_request_to_each_other_instance():
+    """Sixteen light requests at once on instances of one seat each: the spill sends many to the heavy half; with
+    ``spill_queued: false`` only while nothing waits there (one running and one queued each, the rest stay home)."""
+    placed = {}
+    for queued in (True, False):
+        reqs = requests([(0.001 * i, 3000, 200) for i in range(16)])
+        for r in reqs:
+            r.predicted_output = r.output_tokens
+        cluster = [InstanceConfig(model="llama-2-7b", engine=EngineConfig(policy="vllm_v0", max_num_seqs=1),
+                                  profile=LinearProfile(kv_tokens=1_000_000)) for _ in range(4)]
+        res = simulate(cluster, reqs, "dedicated_small_large",
+                       policy_kwargs={"large": 2, "within": "least_latency", "spill": 1.0, "spill_queued": queued})
+        placed[queued] = [_by_id(res)[i]["instance"] for i in range(16)]
+    spilled = {q: sum(i in (2, 3) for i in p) for q, p in placed.items()}
+    assert spilled[False] == 4 and spilled[True] > 4
+    with pytest.raises(ConfigError, match="policy.kwargs.spill_queued"):
+        make_router("dedicated_small_large", within="least_latency", spill=1.0, spill_queued="no")
