@@ -80,6 +80,13 @@ def kwarg_number(name: str, value: Any, *, lo: float = 0.0, strict: bool = True,
     return float(value)
 
 
+def kwarg_flag(name: str, value: Any) -> bool:
+    """A true/false router option, else a ConfigError naming ``policy.kwargs.<name>``."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"policy.kwargs.{name}: expected true or false, got {value!r}")
+    return value
+
+
 def make_router(name: str, seed: int = 0, **kwargs: Any) -> Router:
     """A router by registered name (``policy.name``) with its options (``policy.kwargs``)."""
     return ROUTERS.get(name, "policy.name")(seed=seed, **kwargs)

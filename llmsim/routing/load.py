@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from llmsim.errors import ConfigError
-from llmsim.routing.base import WAIT, Router, register_router
+from llmsim.routing.base import WAIT, Router, kwarg_flag, kwarg_number, register_router
 
 if TYPE_CHECKING:
     from llmsim.request import Request
@@ -303,6 +303,14 @@ class DecodeBalancerRouter(Router):
         return best
 
 
+def spill_load_kwarg(key: str, value: Any, spill: float | None) -> float:
+    """A spill's load: a finite number >= 0, non-zero only with a spill (else a ConfigError naming it)."""
+    load = kwarg_number(key, value, strict=False)
+    if load and spill is None:
+        raise ConfigError(f"policy.kwargs.{key}: a load needs a spill, got {value!r} without one")
+    return load
+
+
 @register_router
 class DedicatedSmallLargeRouter(Router):
     """The WorkloadRouter paper's dedicated split (its Table 2): heavy-decode requests (predicted output above
@@ -346,25 +354,13 @@ class DedicatedSmallLargeRouter(Router):
                                   or not isinstance(spill, int | float) or not 1.0 <= spill < math.inf):
             raise ConfigError(f"policy.kwargs.spill: expected a ratio >= 1 with within least_work_left or "
                               f"least_latency, got {spill!r}")
-        if isinstance(spill_load, bool) or not isinstance(spill_load, int | float) or not 0.0 <= spill_load < math.inf \
-                or (spill_load and spill is None):
-            raise ConfigError(f"policy.kwargs.spill_load: expected a number >= 0 with a spill, got {spill_load!r}")
         self.large, self.threshold, self.within, self.spill = large, threshold, within, spill
-        if not isinstance(spill_heavy, bool):
-            raise ConfigError(f"policy.kwargs.spill_heavy: expected true or false, got {spill_heavy!r}")
-        self.spill_load, self.spill_heavy = float(spill_load), spill_heavy
-        if spill_load_light is not None and (isinstance(spill_load_light, bool)
-                                             or not isinstance(spill_load_light, int | float)
-                                             or not 0.0 <= spill_load_light < math.inf or spill is None):
-            raise ConfigError(f"policy.kwargs.spill_load_light: expected a number >= 0 with a spill, got "
-                              f"{spill_load_light!r}")
-        self.spill_load_light = self.spill_load if spill_load_light is None else float(spill_load_light)
-        if not isinstance(kv_aware, bool):
-            raise ConfigError(f"policy.kwargs.kv_aware: expected true or false, got {kv_aware!r}")
-        self.kv_aware = kv_aware
-        if not isinstance(spill_queued, bool):
-            raise ConfigError(f"policy.kwargs.spill_queued: expected true or false, got {spill_queued!r}")
-        self.spill_queued = spill_queued
+        self.spill_load = spill_load_kwarg("spill_load", spill_load, spill)
+        self.spill_load_light = self.spill_load if spill_load_light is None else spill_load_kwarg(
+            "spill_load_light", spill_load_light, spill)
+        self.spill_heavy = kwarg_flag("spill_heavy", spill_heavy)
+        self.kv_aware = kwarg_flag("kv_aware", kv_aware)
+        self.spill_queued = kwarg_flag("spill_queued", spill_queued)
         self._next = [0, 0]
 
     def reset(self, seed: int | None = None) -> None:

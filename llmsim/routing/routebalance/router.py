@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmsim.errors import ConfigError
 from llmsim.routing.base import WAIT, Router, register_router
+from llmsim.routing.base import kwarg_flag as _flag
 from llmsim.routing.base import kwarg_number as _num
 from llmsim.routing.routebalance.estimators import make_estimator, predict_batch
 from llmsim.routing.routebalance.objective import Candidate, parse_prices, parse_weights, score_candidates
@@ -54,12 +55,6 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ConfigError(f"policy.kwargs.{name}: expected one of {list(allowed)}, got {value!r}")
     return str(value)
-
-
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"policy.kwargs.{name}: expected true or false, got {value!r}")
-    return value
 
 
 # ---------------------------------------------------------------------- the router
