@@ -31,8 +31,9 @@ from torch import nn
 from llmsim.agents.checkpoint import for_env, load_policy_net, policy_input
 from llmsim.agents.checkpoint_meta import check_compatible, read_meta
 from llmsim.agents.env_setup import LEARNED, make_env
-from llmsim.agents.nets import masked
+from llmsim.agents.nets import SetQNetwork, masked
 from llmsim.agents.router_options import router_kwargs
+from llmsim.envs.actions import ActionSpec, slot_mask
 from llmsim.envs.exported import FORMAT, FORMAT_VERSION, MANIFEST, MASK_INPUT, OUTPUTS, ExportedPolicy, file_sha256
 from llmsim.envs.load_gate import parse_gate
 from llmsim.envs.observations import make_obs
@@ -62,8 +63,9 @@ class ExportConfig(Schema):
     overwrite: bool = False  # replace policy.onnx and manifest.json in an existing non-empty ``out``
     opset: Annotated[int, BeforeValidator(not_bool), Field(ge=OPSET_MIN, le=OPSET_MAX)] = 17
     check_steps: NonNegInt = 256
-    # env options on top of the checkpoint's env: a policy over instance slots exports for another cluster size
-    # (env_overrides.num_instances=8); the observation and the actions must still be the checkpoint's
+    # env options on top of the checkpoint's env, for the export's context and its self-check (an actor over expert
+    # slots exports for another number of experts: env_overrides.experts=8; a set network's export runs on any
+    # number of backends anyway); the observation and the actions must still be the checkpoint's
     env_overrides: dict[str, Any] | None = None
 
 
@@ -85,10 +87,11 @@ class ExportModule(nn.Module):
         return scores, scores.argmax(dim=-1)
 
 
-def onnx_inputs(env: RoutingEnv) -> list[dict[str, Any]]:
-    """Name, shape (``None`` = batch) and dtype of each graph input: the observation's arrays, then the mask."""
+def onnx_inputs(env: RoutingEnv, slots: int = 0) -> list[dict[str, Any]]:
+    """Name, shape (``None`` = batch) and dtype of each graph input: the observation's arrays, then the mask (over
+    the env's actions, or a slot policy's ``slots`` + 2)."""
     space = env.observation_space
-    n = int(env.action_space.n)
+    n = slots + 2 if slots else int(env.action_space.n)
     if hasattr(space, "spaces"):
         obs = [{"name": k, "shape": [None, *map(int, s.shape)], "dtype": np.dtype(s.dtype).name}
                for k, s in space.spaces.items()]
@@ -133,10 +136,32 @@ def action_meanings(env: RoutingEnv) -> list[dict[str, Any]]:
             out.append({"index": a, "type": "model", "model": env.models[a], "replicas": list(spec.replicas[a])})
         else:
             out.append({"index": a, "type": "instance", "instance": a, "model": env.instance_models[a]})
-    out.append({"index": spec.wait_action, "type": "wait", "offered": spec.offer_wait, "router_returns": WAIT})
-    out.append({"index": spec.drop_action, "type": "drop", "offered": spec.offer_drop,
-                "router_returns": DROP if spec.offer_drop else WAIT})
-    return out
+    return [*out, *extra_meanings(spec, spec.wait_action)]
+
+
+def extra_meanings(spec: ActionSpec, wait: int) -> list[dict[str, Any]]:
+    """The wait and drop entries of the action meanings, wait at index ``wait`` and drop after it."""
+    return [{"index": wait, "type": "wait", "offered": spec.offer_wait, "router_returns": WAIT},
+            {"index": wait + 1, "type": "drop", "offered": spec.offer_drop,
+             "router_returns": DROP if spec.offer_drop else WAIT}]
+
+
+def export_slots(net: nn.Module) -> int:
+    """The instance slots of a policy that runs on any number of instances up to them (a set network over the
+    padded ``instance_set`` observation), 0 for a policy of one cluster size. Such a policy exports in slots, so
+    one export serves any number of backends up to ``slots``."""
+    return int(net.n_max) if isinstance(net, SetQNetwork) else 0
+
+
+def slot_actions(env: RoutingEnv, slots: int) -> dict[str, Any]:
+    """``actions`` of a slot export: ``slots`` instance slots, wait, drop. The router lays the K backends it finds
+    on the first K slots (llmsim.envs.actions slot_mask / env_action); ``kind`` and ``max_waiting`` are the env's."""
+    spec = env.actions
+    meaning = [{"index": k, "type": "instance", "instance": k} for k in range(slots)]
+    return {"kind": spec.kind, "slots": slots, "n": slots + 2, "choices": slots, "wait": slots, "drop": slots + 1,
+            "offer_wait": spec.offer_wait, "offer_drop": spec.offer_drop, "replicas": [],
+            "max_waiting": spec.max_waiting, "meaning": [*meaning, *extra_meanings(spec, slots)],
+            "instances": f"any number of backends from 1 to {slots}, each of a model in context.models"}
 
 
 def config_hash(ckpt: Path, meta: dict[str, Any]) -> tuple[str, str]:
@@ -246,12 +271,16 @@ def compare(ref_scores: np.ndarray, ref_actions: np.ndarray, got_scores: np.ndar
             "mismatches_outside_ties": int((~same & ~ties).sum()), "max_abs_score_diff": diff}
 
 
-def self_check(env: RoutingEnv, net: nn.Module, out: Path, steps: int, where: Path | None = None) -> dict[str, Any]:
+def self_check(env: RoutingEnv, net: nn.Module, out: Path, steps: int, where: Path | None = None,
+               slots: int = 0) -> dict[str, Any]:
     """The export written in ``out`` against the torch network on ``steps`` rollout decisions; refuses any real
-    mismatch (``where``: the export directory to name in the message, when ``out`` is where it is staged)."""
+    mismatch (``where``: the export directory to name in the message, when ``out`` is where it is staged; ``slots``:
+    a slot export, whose masks are the env's laid on the slots)."""
     if steps <= 0:
         return {"observations": 0}
     obs, masks = rollout(env, steps)
+    if slots:
+        masks = np.stack([slot_mask(m, slots) for m in masks])
     ref = torch_scores(net, obs, masks)
     pol = ExportedPolicy.load(out)
     got = [pol.run(o, m) for o, m in zip(obs, masks)]
@@ -278,10 +307,11 @@ def export_dir(ckpt: Path, out: str | Path | None, overwrite: bool) -> Path:
 
 
 def build_manifest(ckpt: Path, meta: dict[str, Any], env: RoutingEnv, env_cfg: dict[str, Any], onnx_file: Path,
-                   opset: int) -> dict[str, Any]:
+                   opset: int, slots: int = 0) -> dict[str, Any]:
     """manifest.json for ``onnx_file`` (policy.onnx): docs/export.md lists its keys."""
     spec = builder_spec(env.obs_builder)
-    inputs = onnx_inputs(env)
+    inputs = onnx_inputs(env, slots)
+    actions = slot_actions(env, slots) if slots else {**env.actions.to_dict(), "meaning": action_meanings(env)}
     ptype, sampling = policy_type(meta)
     digest, src = config_hash(ckpt, meta)
     return {
@@ -290,13 +320,13 @@ def build_manifest(ckpt: Path, meta: dict[str, Any], env: RoutingEnv, env_cfg: d
                    "greedy": "argmax of the masked scores, first index on ties", "arch": meta.get("arch"),
                    "network": {k: meta[k] for k in ("obs_dim", "hidden", "dueling", "set_net") if k in meta}},
         "onnx": {"file": onnx_file.name, "sha256": file_sha256(onnx_file), "opset": opset, "inputs": inputs,
-                 "outputs": [{"name": "scores", "shape": [None, int(env.action_space.n)], "dtype": "float32",
+                 "outputs": [{"name": "scores", "shape": [None, actions["n"]], "dtype": "float32",
                               "masked": "-inf (unless no action is valid)"},
                              {"name": "action", "shape": [None], "dtype": "int64"}]},
         "observation": {**dict(meta["observation"]), "builder": spec, "keys": [i["name"] for i in inputs[:-1]],
                         "state_layout_version": LAYOUT_VERSION,
                         "normalisation": "inside the builder: see its options in builder (envs/observations)"},
-        "actions": {**env.actions.to_dict(), "meaning": action_meanings(env)},
+        "actions": actions,
         "context": env_context(env, env_cfg), "env_config": env_cfg, "versions": versions(),
         "config_sha256": digest, "config_source": src, "checkpoint": str(ckpt.resolve()),
         "training": training_summary(meta),
@@ -327,14 +357,16 @@ def export(checkpoint: str | Path, fmt: str = "onnx", out: str | Path | None = N
     meta = read_meta(ckpt)  # one line naming checkpoint.json when it is missing or another format
     env, env_cfg = load_env(ckpt, meta, env_overrides)
     check_builder(env, builder_spec(env.obs_builder))
-    net = for_env(load_policy_net(ckpt, meta), env)  # a slot policy: the columns of this env's actions
+    net = load_policy_net(ckpt, meta)
+    slots = export_slots(net)
+    net = net if slots else for_env(net, env)  # an actor over expert slots: the columns of this env's actions
     dest = export_dir(ckpt, out, overwrite)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as tmp:
         stage = Path(tmp)
-        write_onnx(net, onnx_inputs(env), stage / "policy.onnx", opset)
-        manifest = build_manifest(ckpt, meta, env, env_cfg, stage / "policy.onnx", opset)
+        write_onnx(net, onnx_inputs(env, slots), stage / "policy.onnx", opset)
+        manifest = build_manifest(ckpt, meta, env, env_cfg, stage / "policy.onnx", opset, slots)
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
-        manifest["export_check"] = self_check(env, net, stage, check_steps, dest)
+        manifest["export_check"] = self_check(env, net, stage, check_steps, dest, slots)
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
         dest.mkdir(exist_ok=True)
         for name in ("policy.onnx", MANIFEST):  # the manifest last: its sha256 names the new policy.onnx

@@ -121,14 +121,9 @@ def ship(name: str, testbed: str, run_checkpoint: str | Path, train_command: str
          cpu_s: float, notes: str = "", root: Path = ZOO_DIR) -> Path:
     """Put the checkpoint ``run_checkpoint`` (a training run's best/) into ``root``/<name>: its files, its ONNX
     export (llmsim-export, self-checked) and the manifest; the suite summary comes later (:func:`add_suite`)."""
-    from llmsim.agents.export import export  # optional: torch and onnx (the rl / export extras)
-
     d = Path(root) / name
     meta = copy_checkpoint(Path(run_checkpoint), d / "checkpoint")
-    out = export(d / "checkpoint", out=d / "export", overwrite=True)
-    em = json.loads((out / "manifest.json").read_text())
-    em["checkpoint"] = "../checkpoint"  # the zoo's own copy (relative: no directory outside the repository)
-    (out / "manifest.json").write_text(json.dumps(em, indent=1, default=str) + "\n")
+    em = export_entry(d)
     manifest = {"name": name, "label": meta.get("label") or name, "testbed": testbed, "agent": meta.get("agent"),
                 "train_command": train_command, "train_seed": meta.get("seed"), "steps": int(steps),
                 "best_at_step": meta.get("steps"),
@@ -137,6 +132,17 @@ def ship(name: str, testbed: str, run_checkpoint: str | Path, train_command: str
                 "validation": validation_record(meta), "suite": {}, "notes": notes}
     (d / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str) + "\n")
     return d
+
+
+def export_entry(d: Path) -> dict[str, Any]:
+    """(Re-)export the checkpoint of zoo entry ``d`` into ``d``/export (llmsim-export, self-checked); its manifest."""
+    from llmsim.agents.export import export  # optional: torch and onnx (the rl / export extras)
+
+    out = export(d / "checkpoint", out=d / "export", overwrite=True)
+    em = json.loads((out / "manifest.json").read_text())
+    em["checkpoint"] = "../checkpoint"  # the zoo's own copy (relative: no directory outside the repository)
+    (out / "manifest.json").write_text(json.dumps(em, indent=1, default=str) + "\n")
+    return em
 
 
 def rounded(x: Any, digits: int = 5) -> Any:
@@ -192,8 +198,9 @@ def add_suite(name: str, suite_dir: str | Path, command: str, root: Path = ZOO_D
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m llmsim.agents.zoo ship NAME TESTBED RUN/best --command ... --steps N --wall-s S --cpu-s S`` or
-    ``... suite NAME SUITE_DIR --command ...`` (how the zoo's routers were put there; docs/zoo.md)."""
+    """``python -m llmsim.agents.zoo ship NAME TESTBED RUN/best --command ... --steps N --wall-s S --cpu-s S``,
+    ``... suite NAME SUITE_DIR --command ...`` (how the zoo's routers were put there; docs/zoo.md) or ``... export
+    NAME`` (the shipped checkpoint exported again, after a change of the export format)."""
     ap = argparse.ArgumentParser(prog="python -m llmsim.agents.zoo")
     sub = ap.add_subparsers(dest="verb", required=True)
     s = sub.add_parser("ship")
@@ -203,10 +210,16 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--cpu-s", type=float, required=True), s.add_argument("--notes", default="")
     u = sub.add_parser("suite")
     u.add_argument("name"), u.add_argument("suite_dir"), u.add_argument("--command", required=True)
+    sub.add_parser("export").add_argument("name")
     a = ap.parse_args(argv)
     try:
-        d = (ship(a.name, a.testbed, a.checkpoint, a.command, a.steps, a.wall_s, a.cpu_s, a.notes) if a.verb == "ship"
-             else add_suite(a.name, a.suite_dir, a.command))
+        if a.verb == "ship":
+            d = ship(a.name, a.testbed, a.checkpoint, a.command, a.steps, a.wall_s, a.cpu_s, a.notes)
+        elif a.verb == "suite":
+            d = add_suite(a.name, a.suite_dir, a.command)
+        else:
+            d = entry(a.name).dir
+            export_entry(d)
     except ConfigError as err:
         raise SystemExit(f"zoo: {err}") from None
     print(f"zoo:{a.name}: {d}")

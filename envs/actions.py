@@ -150,3 +150,33 @@ def decode_action(action: int, spec: ActionSpec, prompt_tokens: int | None,
         return min((k for k in reps if insts[k].can_serve(prompt_tokens)),
                    key=lambda k: insts[k].num_requests, default=reps[0])
     return a
+
+
+# ------------------------------------------------------------------------------------------ slots <-> env actions
+# A policy over ``n_max`` instance slots (llmsim.envs.randomize.SlotEnv) acts in Discrete(n_max + 2): slot k < K is
+# instance k of a K-instance cluster, slots K .. n_max - 1 are absent instances (never valid), n_max waits, n_max + 1
+# drops.
+def slot_mask(mask: np.ndarray, n_max: int) -> np.ndarray:
+    """An env's action mask (K choices + wait + drop) as a slot mask (n_max + 2; absent instances invalid)."""
+    k = len(mask) - 2
+    out = np.zeros(n_max + 2, np.bool_)
+    out[:k] = mask[:k]
+    out[n_max:] = mask[k:]
+    return out
+
+
+def slot_columns(k: int, n_max: int) -> list[int]:
+    """The slot of each env action of a K-instance env, in env action order (instances, wait, drop)."""
+    return [*range(k), n_max, n_max + 1]
+
+
+def env_action(slot: int, k: int, n_max: int) -> int:
+    """The env action of a slot (an absent instance's slot, never valid, falls back to wait)."""
+    if slot < k:
+        return int(slot)
+    return k + 1 if slot == n_max + 1 else k
+
+
+def slot_action(action: int, k: int, n_max: int) -> int:
+    """The slot of an env action."""
+    return int(action) if action < k else n_max + (int(action) - k)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from llmsim.envs.actions import ActionSpec, action_mask, decode_action
+from llmsim.envs.actions import ActionSpec, action_mask, decode_action, env_action, slot_action, slot_mask
 from llmsim.envs.exported import ExportedPolicy, read_manifest, resolve_zoo
 from llmsim.envs.load_gate import parse_gate, unsure
 from llmsim.envs.observations import ObsBuilder, make_obs
@@ -108,6 +108,12 @@ class DecisionContext:
         self.current: ClusterState | None = None
         self.view: Any = None  # the router's view of the current decision (prefix hits: ClusterView.prefix_hit_tokens)
 
+    def use_backends(self, instance_models: Sequence[str]) -> None:
+        """Decide for these backends (a slot export runs on any number of them; each model one the policy knows)."""
+        self.instance_models = list(instance_models)
+        self.num_instances = len(self.instance_models)
+        self.inst_model_idx = np.array([self.models.index(m) for m in self.instance_models], dtype=np.int64)
+
     @property
     def model_specs(self) -> dict[str, Any]:
         """llmsim's ModelSpec of each model it knows (no builder reads these; the utility reward does)."""
@@ -187,6 +193,7 @@ class ExportedRouter(Router):
         m = self.policy.manifest
         self.manifest = m
         self.spec, self.ctx, self.builder = from_manifest(self.path, m, seed)
+        self.slots = slot_count(m, str(self.path))  # 0, or a slot export: any number of backends up to it
         check_layout(m, self.builder.bind(self.ctx), str(self.path))
         self.builder.reset(self.ctx)
         self.ctx.predictor.reset(seed)
@@ -220,8 +227,14 @@ class ExportedRouter(Router):
         self.ctx.preds.clear()
 
     def check_backends(self, models: list[str]) -> None:
-        """Refuse backends whose count or models (in order) differ from the cluster the policy was trained on."""
+        """Refuse backends whose count or models (in order) differ from the cluster the policy was trained on; a
+        slot export takes any number up to its slots, of models it knows, and rebuilds its actions and rows for
+        them."""
         check_backends(self.manifest, models, str(self.path))
+        if self.slots:
+            self.ctx.use_backends(models)
+            self.builder.bind(self.ctx)
+            self.spec = ActionSpec.build(self.spec.kind, models, self.spec.max_waiting)
         self.checked = tuple(models)
 
     def check_kv_order(self, state: ClusterState) -> None:
@@ -269,7 +282,10 @@ class ExportedRouter(Router):
     def learned(self, req: Request, view: Any, state: ClusterState, obs: Any) -> int:
         """The policy's decision; with a gate ``margin`` (greedy mode), the gate's heuristic's decision wherever the
         policy prefers its own action to the heuristic's by less than the margin (envs/load_gate.py ``unsure``)."""
-        mask = action_mask(self.spec, req.prompt_tokens, state.instances)
+        spec, k, slots = self.spec, self.spec.n_choices, self.slots
+        mask = action_mask(spec, req.prompt_tokens, state.instances)
+        if slots:  # the backends on the first slots
+            mask = slot_mask(mask, slots)
         if self.mode == "sample":
             a = self.policy.sample(obs, mask, self.rng)
         else:
@@ -278,9 +294,11 @@ class ExportedRouter(Router):
             margin = 0.0 if self.gate is None else self.gate.margin_now(self.meter)
             if margin > 0.0:
                 d = self.fallback.route(req, view)
-                if unsure(scores, a, action_of(d, self.spec), margin):
+                h = action_of(d, spec)
+                if unsure(scores, a, slot_action(h, k, slots) if slots else h, margin):
                     return d
-        return decode_action(a, self.spec, req.prompt_tokens, lambda: state.instances)
+        a = env_action(a, k, slots) if slots else a
+        return decode_action(a, spec, req.prompt_tokens, lambda: state.instances)
 
 
 def action_of(decision: int, spec: ActionSpec) -> int:
@@ -313,8 +331,27 @@ def from_manifest(path: Path, m: dict[str, Any], seed: int) -> tuple[ActionSpec,
     return spec, ctx, builder
 
 
+def slot_count(manifest: dict[str, Any], where: str = "export") -> int:
+    """``actions.slots`` of a slot export (one policy for 1 to that many backends), 0 for an export of one
+    cluster; ``actions.n`` must then be slots + 2."""
+    actions = manifest["actions"]
+    slots = actions.get("slots", 0)
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 0 or (slots and actions.get("n") != slots + 2):
+        raise ConfigError(f"{where}/manifest.json: actions.slots {slots!r}: expected a positive integer with "
+                          f"actions.n = slots + 2 (or no slots: an export of one cluster)")
+    return slots
+
+
 def check_backends(manifest: dict[str, Any], models: list[str], where: str = "export") -> None:
-    """One line naming both sides when the backends' count or models (in order) are not the export's."""
+    """One line naming both sides when the backends' count or models (in order) are not the export's; for a slot
+    export, when there are more backends than slots or a model the policy does not know."""
+    slots = slot_count(manifest, where)
+    if slots:
+        known = list(manifest["context"]["models"])
+        if not 1 <= len(models) <= slots or any(m not in known for m in models):
+            raise ConfigError(f"{where}: the policy runs on 1 to {slots} backends of models {known}, but the backends "
+                              f"are {len(models)} instances {list(models)}")
+        return
     want = list(manifest["context"]["instance_models"])
     if list(models) != want:
         raise ConfigError(f"{where}: the policy was trained on {len(want)} instances {want}, but the backends are "

@@ -11,8 +11,9 @@ cannot mix. A SlotEnv therefore acts in *slots*: ``Discrete(n_max + 2)``, slot `
 ``K .. n_max - 1`` are absent instances (never valid), slot ``n_max`` is wait and ``n_max + 1`` drop. The
 observation must be padded to ``n_max`` instances: the :class:`~llmsim.envs.observations.instance_set.InstanceSetObs`
 or the QoSEdge graph state with ``max_experts`` (:class:`~llmsim.envs.observations.graph.GraphObs`), so
-observation and action shapes are the same for every scenario. :func:`slot_mask` and :func:`env_action` translate
-between an env's actions and slots; a slot policy runs on a plain env through them (llmsim.agents.checkpoint).
+observation and action shapes are the same for every scenario. :func:`~llmsim.envs.actions.slot_mask` and
+:func:`~llmsim.envs.actions.env_action` translate between an env's actions and slots; a slot policy runs on a plain
+env through them (llmsim.agents.checkpoint) and, exported, on any number of backends (llmsim.envs.policy_router).
 
 Validation runs a SlotEnv on a fixed list of ``scenarios`` instead: the scenario of an episode is
 ``scenarios[workload_seed % len(scenarios)]``, so consecutive evaluation seeds cover every scenario.
@@ -29,6 +30,7 @@ import gymnasium as gym
 import numpy as np
 from pydantic import Field
 
+from llmsim.envs.actions import env_action, slot_action, slot_mask
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.envs.tasks import WORKLOAD_ROUTER_MIXES, WORKLOAD_ROUTER_TASKS
 from llmsim.envs.testbeds import make_from_config
@@ -115,33 +117,6 @@ def slot_count(builder: Any) -> int:
     if builder.name == "graph" and builder.max_experts is not None:
         return int(builder.max_experts)
     return 0
-
-
-# ------------------------------------------------------------------------------------------ slots <-> env actions
-def slot_mask(mask: np.ndarray, n_max: int) -> np.ndarray:
-    """An env's action mask (K choices + wait + drop) as a slot mask (n_max + 2; absent instances invalid)."""
-    k = len(mask) - 2
-    out = np.zeros(n_max + 2, np.bool_)
-    out[:k] = mask[:k]
-    out[n_max:] = mask[k:]
-    return out
-
-
-def slot_columns(k: int, n_max: int) -> list[int]:
-    """The slot of each env action of a K-instance env, in env action order (instances, wait, drop)."""
-    return [*range(k), n_max, n_max + 1]
-
-
-def env_action(slot: int, k: int, n_max: int) -> int:
-    """The env action of a slot (an absent instance's slot, never valid, falls back to wait)."""
-    if slot < k:
-        return int(slot)
-    return k + 1 if slot == n_max + 1 else k
-
-
-def slot_action(action: int, k: int, n_max: int) -> int:
-    """The slot of an env action."""
-    return int(action) if action < k else n_max + (int(action) - k)
 
 
 class SlotEnv(gym.Env):

@@ -209,3 +209,51 @@ def test_the_split_guided_export_warns_once_when_backends_are_not_listed_smalles
     assert len(warned) == (0 if order[0] == "v100-16gb" else 1)
     if warned:
         assert "workload_router" in warned[0] and "tokens" in warned[0]
+
+
+def test_the_set_network_export_runs_on_any_number_of_backends_as_its_checkpoint_does() -> None:
+    """One export for 2-16 backends: its actions are the 16 slots (+ wait, drop), and on clusters of 2 and 8 the
+    ONNX router decides as the checkpoint acts on those env sizes (the same episodes, request for request)."""
+    pytest.importorskip("onnxruntime", reason="the onnx router needs the export extra")
+    pytest.importorskip("torch", reason="a checkpoint needs the rl extra")
+    from llmsim.agents.episodes import evaluate
+    from llmsim.errors import load_yaml_file
+    from llmsim.resources import conf_dir
+
+    m = read_manifest(zoo.entry("workload_router").export_dir)
+    assert m["actions"]["slots"] == 16 and m["actions"]["n"] == 18
+    base = load_yaml_file(conf_dir() / "env" / "workload_router.yaml")
+    for n in (2, 8):
+        env = {**base, "num_requests": 40, "num_instances": n}
+        rows = evaluate(env, [{"name": "onnx", "kwargs": {"path": "zoo:workload_router"}},
+                              {"kind": "checkpoint", "path": str(zoo.entry("workload_router").checkpoint_dir)}],
+                        seeds=[2000], jobs=1)
+        onnx, ckpt = ({k: v for k, v in r.items() if k not in ("policy", "wall_s")} for r in rows)
+        assert onnx["completed"] == 40 and onnx == ckpt, n
+
+
+def test_a_slot_export_refuses_more_backends_than_slots_or_a_model_it_does_not_know() -> None:
+    pytest.importorskip("onnxruntime", reason="the onnx router needs the export extra")
+    from llmsim.routing import make_router
+
+    router = make_router("onnx", seed=0, path="zoo:workload_router")
+    router.check_backends(["llama-2-7b"] * 3)  # fewer than it was trained with: fine
+    assert router.spec.n_choices == 3 and router.ctx.num_instances == 3
+    with pytest.raises(ConfigError, match=r"1 to 16 backends .* 17 instances"):
+        router.check_backends(["llama-2-7b"] * 17)
+    with pytest.raises(ConfigError, match=r"models \['llama-2-7b'\].*opt-13b"):
+        router.check_backends(["llama-2-7b", "opt-13b"])
+
+
+@pytest.mark.parametrize("slots", [-1, True, "16", 15])
+def test_a_malformed_slot_layout_is_one_line(slots, tmp_path) -> None:
+    pytest.importorskip("onnxruntime", reason="the onnx router needs the export extra")
+    from llmsim.routing import make_router
+
+    d = tmp_path / "wr"
+    shutil.copytree(zoo.entry("workload_router").export_dir, d)
+    m = json.loads((d / "manifest.json").read_text())
+    m["actions"]["slots"] = slots
+    (d / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ConfigError, match="actions.slots .*actions.n = slots \\+ 2"):
+        make_router("onnx", seed=0, path=str(d))

@@ -5,15 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmsim.envs.randomize import (
-    RandomizeConfig,
-    SlotEnv,
-    draw_scenario,
-    env_action,
-    slot_action,
-    slot_columns,
-    slot_mask,
-)
+from llmsim.envs.actions import env_action, slot_action, slot_columns, slot_mask
+from llmsim.envs.randomize import RandomizeConfig, SlotEnv, draw_scenario
 from llmsim.errors import ConfigError
 
 BASE = {"id": "workload_router", "num_requests": 60, "observation": {"kind": "instance_set", "n_max": 8}}

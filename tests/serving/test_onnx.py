@@ -57,6 +57,25 @@ def test_an_exported_policy_routes_live_traffic(exports, kind, models) -> None:
             h.stop()
 
 
+@pytest.mark.parametrize("n", [2, 6])
+def test_the_set_network_export_routes_any_number_of_live_backends(n) -> None:
+    """The shipped WorkloadRouter export (16 instance slots) in front of 2 and 6 backends, none of which it was
+    exported for: every request served, spread over more than one backend."""
+    hs = [start_emulator("llama-3.1-8b", "a100-80gb", speedup=50.0, max_num_seqs=16, seed=i) for i in range(n)]
+    try:
+        cfg = router_cfg([h.url for h in hs], {"onnx": "zoo:workload_router"})
+        for b in cfg["backends"]:
+            b.update(policy_model="llama-2-7b", max_num_seqs=16)
+        with start_router(cfg) as r:
+            results = asyncio.run(burst(r.url, 40, gap=0.003))
+            assert all(x["status"] == 200 and x["error"] is None for x in results), results[:2]
+            split = samples(httpx.get(r.url + "/metrics").text, "llmsim_router_decisions_total")
+            assert sum(split.values()) == 40 and sum(v > 0 for v in split.values()) >= 2, split
+    finally:
+        for h in hs:
+            h.stop()
+
+
 def test_an_export_for_other_backends_is_refused_naming_both(exports, tmp_path) -> None:
     hs = [start_emulator("llama-3.1-8b", "a100-80gb", speedup=50.0) for _ in range(2)]
     try:
