@@ -33,6 +33,7 @@ from llmsim.agents.checkpoint_meta import check_compatible, read_meta
 from llmsim.agents.env_setup import LEARNED, make_env
 from llmsim.agents.nets import SetQNetwork, masked
 from llmsim.agents.router_options import router_kwargs
+from llmsim.agents.sac_nets import SACActor
 from llmsim.envs.actions import ActionSpec, slot_mask
 from llmsim.envs.exported import FORMAT, FORMAT_VERSION, MANIFEST, MASK_INPUT, OUTPUTS, ExportedPolicy, file_sha256
 from llmsim.envs.load_gate import parse_gate
@@ -63,9 +64,9 @@ class ExportConfig(Schema):
     overwrite: bool = False  # replace policy.onnx and manifest.json in an existing non-empty ``out``
     opset: Annotated[int, BeforeValidator(not_bool), Field(ge=OPSET_MIN, le=OPSET_MAX)] = 17
     check_steps: NonNegInt = 256
-    # env options on top of the checkpoint's env, for the export's context and its self-check (an actor over expert
-    # slots exports for another number of experts: env_overrides.experts=8; a set network's export runs on any
-    # number of backends anyway); the observation and the actions must still be the checkpoint's
+    # env options on top of the checkpoint's env, for the export's context and its self-check (a slot policy's
+    # export knows the models of this env: env_overrides.experts=10 lets a QoSEdge export serve any of the ten
+    # experts); the observation and the actions must still be the checkpoint's
     env_overrides: dict[str, Any] | None = None
 
 
@@ -148,9 +149,13 @@ def extra_meanings(spec: ActionSpec, wait: int) -> list[dict[str, Any]]:
 
 def export_slots(net: nn.Module) -> int:
     """The instance slots of a policy that runs on any number of instances up to them (a set network over the
-    padded ``instance_set`` observation), 0 for a policy of one cluster size. Such a policy exports in slots, so
-    one export serves any number of backends up to ``slots``."""
-    return int(net.n_max) if isinstance(net, SetQNetwork) else 0
+    padded ``instance_set`` observation, an actor over the expert slots of a padded graph), 0 for a policy of one
+    cluster size. Such a policy exports in slots, so one export serves any number of backends up to ``slots``."""
+    if isinstance(net, SetQNetwork):
+        return int(net.n_max)
+    if isinstance(net, SACActor) and net.slots is not None:
+        return int(net.slots)
+    return 0
 
 
 def slot_actions(env: RoutingEnv, slots: int) -> dict[str, Any]:
@@ -359,7 +364,7 @@ def export(checkpoint: str | Path, fmt: str = "onnx", out: str | Path | None = N
     check_builder(env, builder_spec(env.obs_builder))
     net = load_policy_net(ckpt, meta)
     slots = export_slots(net)
-    net = net if slots else for_env(net, env)  # an actor over expert slots: the columns of this env's actions
+    net = for_env(net, env) if not slots else net.slot_actor() if isinstance(net, SACActor) else net
     dest = export_dir(ckpt, out, overwrite)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as tmp:
         stage = Path(tmp)

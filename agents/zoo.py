@@ -134,11 +134,19 @@ def ship(name: str, testbed: str, run_checkpoint: str | Path, train_command: str
     return d
 
 
-def export_entry(d: Path) -> dict[str, Any]:
-    """(Re-)export the checkpoint of zoo entry ``d`` into ``d``/export (llmsim-export, self-checked); its manifest."""
+def export_entry(d: Path, env_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """(Re-)export the checkpoint of zoo entry ``d`` into ``d``/export (llmsim-export, self-checked); its manifest.
+    ``env_overrides`` (llmsim-export's): recorded in the entry's manifest, so that the next export uses them too."""
     from llmsim.agents.export import export  # optional: torch and onnx (the rl / export extras)
 
-    out = export(d / "checkpoint", out=d / "export", overwrite=True)
+    mf = d / "manifest.json"
+    entry_manifest = json.loads(mf.read_text()) if mf.is_file() else None
+    if env_overrides is None and entry_manifest is not None:
+        env_overrides = entry_manifest.get("export_env_overrides")
+    out = export(d / "checkpoint", out=d / "export", overwrite=True, env_overrides=env_overrides)
+    if entry_manifest is not None and env_overrides:
+        mf.write_text(json.dumps({**entry_manifest, "export_env_overrides": env_overrides}, indent=1,
+                                 default=str) + "\n")
     em = json.loads((out / "manifest.json").read_text())
     em["checkpoint"] = "../checkpoint"  # the zoo's own copy (relative: no directory outside the repository)
     (out / "manifest.json").write_text(json.dumps(em, indent=1, default=str) + "\n")
@@ -210,7 +218,9 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--cpu-s", type=float, required=True), s.add_argument("--notes", default="")
     u = sub.add_parser("suite")
     u.add_argument("name"), u.add_argument("suite_dir"), u.add_argument("--command", required=True)
-    sub.add_parser("export").add_argument("name")
+    x = sub.add_parser("export")
+    x.add_argument("name"), x.add_argument("--env-overrides", type=json.loads, default=None,
+                                           help='llmsim-export\'s env_overrides as JSON, e.g. \'{"experts": 10}\'')
     a = ap.parse_args(argv)
     try:
         if a.verb == "ship":
@@ -219,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
             d = add_suite(a.name, a.suite_dir, a.command)
         else:
             d = entry(a.name).dir
-            export_entry(d)
+            export_entry(d, a.env_overrides)
     except ConfigError as err:
         raise SystemExit(f"zoo: {err}") from None
     print(f"zoo:{a.name}: {d}")

@@ -109,9 +109,11 @@ class DecisionContext:
         self.view: Any = None  # the router's view of the current decision (prefix hits: ClusterView.prefix_hit_tokens)
 
     def use_backends(self, instance_models: Sequence[str]) -> None:
-        """Decide for these backends (a slot export runs on any number of them; each model one the policy knows)."""
+        """Decide for these backends (a slot export runs on any number of them, each of a model the policy knows):
+        the models predicted for are theirs, in first-appearance order, as an env of these instances has them."""
         self.instance_models = list(instance_models)
         self.num_instances = len(self.instance_models)
+        self.models = list(dict.fromkeys(self.instance_models))
         self.inst_model_idx = np.array([self.models.index(m) for m in self.instance_models], dtype=np.int64)
 
     @property
@@ -235,6 +237,9 @@ class ExportedRouter(Router):
             self.ctx.use_backends(models)
             self.builder.bind(self.ctx)
             self.spec = ActionSpec.build(self.spec.kind, models, self.spec.max_waiting)
+            if self.gate is not None and "models" in self.gate.kwargs:  # its heuristic's per-instance models
+                self.fallback = make_router(self.gate.router, seed=self.seed,
+                                            **{**self.gate.kwargs, "models": list(models)})
         self.checked = tuple(models)
 
     def check_kv_order(self, state: ClusterState) -> None:

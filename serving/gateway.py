@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import re
 import time
 from collections.abc import Callable
 
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, LLMSimError
 from llmsim.request import Request
 from llmsim.routing import DROP, WAIT
-from llmsim.serving.config import RouterConfig
+from llmsim.serving.config import RouterConfig, config_secrets, redact
 from llmsim.serving.decider import Decider
 from llmsim.serving.departure import departed
 from llmsim.serving.inbound import BadRequest, Inbound
@@ -40,6 +42,8 @@ from llmsim.serving.tracker import Backend, Flight, cluster_state
 from llmsim.serving.upstream import BackendFailed, Upstream, count_token
 
 HOLD_TICK_S = 0.05  # a held (WAIT) request is decided again at least this often
+POLICY_ERRORS_LOGGED = 20  # distinct policy error messages logged (each once); the counter counts them all
+log = logging.getLogger(__name__)
 CLIENT_GONE = 499  # nginx's status for a client that left before its answer
 
 __all__ = ["BackendFailed", "ClientGone", "Gateway", "Interrupt", "RelayResponse"]
@@ -91,6 +95,7 @@ class Gateway:
         self.cfg = cfg
         self.decider = decider or Decider(cfg.policy)
         self.metrics = RouterMetrics([b.name for b in cfg.backends])
+        self.policy_errors_seen: set[str] = set()
         self.t0 = time.monotonic()
         self.changed = asyncio.Event()
         self.monitor = BackendMonitor(cfg, self.metrics, self.now, self.notify)
@@ -180,14 +185,33 @@ class Gateway:
         t = time.perf_counter()
         state = cluster_state(self.backends, self.now(), self.queued + (0 if held else 1), self.next_id,
                               self.mean_output)
-        d = self.decider.decide(req, state, healthy)
-        self.metrics.decision_latency.observe(time.perf_counter() - t)
+        try:
+            d = self.decider.decide(req, state, healthy)
+        except LLMSimError as e:  # e.g. a quality-aware rule on a request without per-model qualities
+            self.policy_failed(e)
+            return self.least_loaded(healthy)
+        finally:
+            self.metrics.decision_latency.observe(time.perf_counter() - t)
         if d == DROP:
             raise BadRequest(503, "rejected by the routing policy (drop); retry later", "ServiceUnavailableError")
         if d != WAIT and d not in healthy:
             self.metrics.fallbacks.inc()
-            d = min(healthy, key=lambda k: self.backends[k].instance_state().num_requests)
+            d = self.least_loaded(healthy)
         return d
+
+    def least_loaded(self, healthy: list[int]) -> int:
+        return min(healthy, key=lambda k: self.backends[k].instance_state().num_requests)
+
+    def policy_failed(self, e: LLMSimError) -> None:
+        """A decision the policy could not make: counted, and logged once for each message (a rule that cannot
+        work on live requests fails at every decision; the log says why once, the counter how often)."""
+        self.metrics.policy_errors.inc()
+        text = redact(str(e).replace("\n", " "), config_secrets(self.cfg))
+        kind = re.sub(r"\d+", "#", text)  # the same failure of another request (its id) is not logged again
+        if kind not in self.policy_errors_seen and len(self.policy_errors_seen) < POLICY_ERRORS_LOGGED:
+            self.policy_errors_seen.add(kind)
+            log.warning("the routing policy failed (%s: %s); such decisions go to the least loaded healthy backend, "
+                        "counted in llmsim_router_policy_errors_total", type(e).__name__, text[:300])
 
     async def handle(self, inbound: Inbound, path: str) -> Response:
         """Route and forward one validated client request; the response (streaming or not) or a BadRequest. A

@@ -35,6 +35,8 @@ class RouterMetrics:
         self.fallbacks = Counter("llmsim_router_policy_fallbacks",
                                  "Decisions for an unhealthy or excluded backend, sent to the least loaded one instead",
                                  registry=r)
+        self.policy_errors = Counter("llmsim_router_policy_errors", "Decisions the policy could not make (an error, "
+                                     "logged once per message), sent to the least loaded healthy backend", registry=r)
         self.stream_errors = Counter("llmsim_router_stream_errors", "Streams cut by a backend after the first token",
                                      ["backend"], registry=r)
         self.up = Gauge("llmsim_router_backend_up", "1 if the backend is admitted, 0 if ejected", ["backend"],

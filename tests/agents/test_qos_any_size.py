@@ -162,7 +162,7 @@ def test_more_experts_or_an_unpadded_env_is_refused_in_one_line(run: Path):
 
 
 @pytest.mark.slow
-def test_the_checkpoint_exports_for_fewer_experts_and_routes_live(run: Path, tmp_path: Path):
+def test_one_export_of_the_checkpoint_routes_fewer_experts_live(run: Path, tmp_path: Path):
     pytest.importorskip("onnxruntime")
     from llmsim.agents.export import export
     from llmsim.envs.policy_router import ExportedRouter
@@ -171,9 +171,11 @@ def test_the_checkpoint_exports_for_fewer_experts_and_routes_live(run: Path, tmp
     from llmsim.state.state_view import StateView
 
     n = 3
-    out = export(run / "best", out=tmp_path / "x", check_steps=64, env_overrides={"experts": n, "rate": 2.5})
+    out = export(run / "best", out=tmp_path / "x", check_steps=64)  # over its expert slots: any number up to them
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["actions"]["n"] == n + 2 and manifest["export_check"]["mismatches_outside_ties"] == 0
+    slots = manifest["actions"]["slots"]
+    assert slots > n and manifest["actions"]["n"] == slots + 2
+    assert manifest["export_check"]["mismatches_outside_ties"] == 0
     env = make_from_config({**ENV, "experts": n, "rate": 2.5})
     router = ExportedRouter(path=str(out))  # its own noisy predictions: the same kind of decision, not the same one
     obs, info = env.reset(seed=1000, options={"workload_seed": 1000})
