@@ -227,7 +227,8 @@ class Gateway:
         rid = self.next_id
         self.next_id += 1
         # the output length a policy's oracle predictor reads: the client's cap, else the running mean answer
-        req = Request(rid, self.now(), inbound.prompt_tokens, inbound.max_tokens or max(1, round(self.mean_output)))
+        req = Request(rid, self.now(), inbound.prompt_tokens, inbound.max_tokens or max(1, round(self.mean_output)),
+                      outputs_by_model=inbound.outputs_by_model, quality_by_model=inbound.quality_by_model)
         self.in_flight += 1
         self.metrics.in_flight.set(self.in_flight)
         handed_over = False

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 CHAT_TOKENS_PER_MESSAGE = 4
+HINTS_KEY = "llmsim"  # an optional object of routing hints in a client's body; never forwarded to a backend
+HINT_KEYS = {"quality_by_model": "a quality in [0, 1]", "output_tokens_by_model": "an integer of at least 1"}
+MAX_HINT_MODELS = 64
 MAX_JSON_DEPTH = 64  # far above any OpenAI request (tool schemas included), far below Python's recursion limit
 SHOWN_CHARS = 60  # of a bad value, in an error message
 
@@ -50,13 +53,17 @@ class Inbound:
     raw: bytes = b""
     min_prompt_tokens: int = 1
     max_tokens_key: str = "max_tokens"
+    quality_by_model: dict[str, float] | None = None  # routing hints (``HINTS_KEY``), by llmsim model name
+    outputs_by_model: dict[str, int] | None = None
 
     def upstream_content(self, model: str) -> bytes:
-        """The body for a backend serving ``model``: the client's own bytes when it asked for that name (nothing
-        re-encoded), else the body with ``model`` replaced (ASCII JSON: any string survives)."""
-        if self.raw and model == self.model:
+        """The body for a backend serving ``model``: the client's own bytes when it asked for that name and sent
+        no routing hints (nothing re-encoded), else the body with ``model`` replaced and the hints left out (ASCII
+        JSON: any string survives)."""
+        if self.raw and model == self.model and HINTS_KEY not in self.body:
             return self.raw
-        return json.dumps({**self.body, "model": model}, separators=(",", ":")).encode("ascii")
+        body = {k: v for k, v in self.body.items() if k != HINTS_KEY}
+        return json.dumps({**body, "model": model}, separators=(",", ":")).encode("ascii")
 
 
 def show(v: Any) -> str:
@@ -193,6 +200,35 @@ def _max_tokens(body: dict[str, Any], chat: bool) -> tuple[str, int | None]:
     return chosen
 
 
+def routing_hints(body: dict[str, Any]) -> tuple[dict[str, float] | None, dict[str, int] | None]:
+    """``llmsim: {quality_by_model: {model: q}, output_tokens_by_model: {model: n}}``, both optional: what a
+    predictor outside the router (the QoS-aware edge router's classifiers, say) expects of this request on each
+    model, by the llmsim name the policy knows a backend by (``policy_model``). Quality-aware rules and the
+    ``oracle`` predictor read them as they read a simulated request's per-model truth."""
+    hints = body.get(HINTS_KEY)
+    if hints is None:
+        return None, None
+    if not isinstance(hints, dict) or any(k not in HINT_KEYS for k in hints):
+        raise BadRequest(400, f"'{HINTS_KEY}' must be an object with keys among {sorted(HINT_KEYS)}, got "
+                              f"{show(hints)}", param=HINTS_KEY)
+    out: list[Any] = []
+    for key, expected in HINT_KEYS.items():
+        at, values = f"{HINTS_KEY}.{key}", hints.get(key)
+        if values is None:
+            out.append(None)
+            continue
+        if not isinstance(values, dict) or not 1 <= len(values) <= MAX_HINT_MODELS:
+            raise BadRequest(400, f"'{at}' must be an object of 1 to {MAX_HINT_MODELS} model names, got "
+                                  f"{show(values)}", param=at)
+        for name, v in values.items():
+            number = isinstance(v, int | float) and not isinstance(v, bool)
+            ok = number and (0.0 <= v <= 1.0 if key == "quality_by_model" else isinstance(v, int) and v >= 1)
+            if not ok:
+                raise BadRequest(400, f"'{at}.{name[:SHOWN_CHARS]}' must be {expected}, got {show(v)}", param=at)
+        out.append({name: (float(v) if key == "quality_by_model" else int(v)) for name, v in values.items()})
+    return out[0], out[1]
+
+
 def check_request(body: dict[str, Any], chat: bool, chars_per_token: float, raw: bytes = b"") -> Inbound:
     """The fields the router needs, or a BadRequest naming what is wrong."""
     model = body.get("model")
@@ -209,7 +245,8 @@ def check_request(body: dict[str, Any], chat: bool, chars_per_token: float, raw:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest(400, f"'stream' must be true or false, got {show(stream)}", param="stream")
-    return Inbound(body, model, tokens, mt, stream, raw, sure, key)
+    quality, outputs = routing_hints(body)
+    return Inbound(body, model, tokens, mt, stream, raw, sure, key, quality, outputs)
 
 
 def check_context(inbound: Inbound, max_model_len: int) -> None:

@@ -31,10 +31,12 @@ def router_cfg(urls: list[str], policy: dict, **kw) -> dict:
             "timeouts": {"connect_s": 20, "first_token_s": 20, "request_s": 60, "scrape_s": 5}, **kw}
 
 
-async def one(client: httpx.AsyncClient, url: str, i: int, stream: bool, chat: bool, max_tokens: int = 0) -> dict:
-    """One client request; returns what came back (status, tokens asked and received, a stream error if any)."""
+async def one(client: httpx.AsyncClient, url: str, i: int, stream: bool, chat: bool, max_tokens: int = 0,
+              extra: dict | None = None) -> dict:
+    """One client request (``extra``: more body fields); returns what came back (status, tokens asked and
+    received, a stream error if any)."""
     asked = max_tokens or 8 + i % 24
-    body = {"model": "llmsim-router", "max_tokens": asked, "stream": stream}
+    body = {"model": "llmsim-router", "max_tokens": asked, "stream": stream, **(extra or {})}
     if chat:
         body["messages"] = [{"role": "user", "content": "hello " * (20 + i % 50)}]
     else:
@@ -77,12 +79,13 @@ def read_sse_line(line: str, chat: bool, out: dict) -> None:
             out["tokens"] += 1
 
 
-async def burst(url: str, n: int, gap: float = 0.0, long_every: int = 0) -> list[dict]:
+async def burst(url: str, n: int, gap: float = 0.0, long_every: int = 0, extra: dict | None = None) -> list[dict]:
     """``n`` requests ``gap`` s apart, every other one streaming, some chat; every ``long_every``-th asks for
-    400 tokens (streams that are still open a while later)."""
+    400 tokens (streams that are still open a while later); ``extra``: more fields in every body."""
     async with httpx.AsyncClient(timeout=60) as client:
         async def later(i: int) -> dict:
             await asyncio.sleep(gap * i)
             long = long_every and i % long_every == 0
-            return await one(client, url, i, stream=i % 2 == 0, chat=i % 5 == 1, max_tokens=400 if long else 0)
+            return await one(client, url, i, stream=i % 2 == 0, chat=i % 5 == 1, max_tokens=400 if long else 0,
+                             extra=extra)
         return await asyncio.gather(*(later(i) for i in range(n)))

@@ -6,6 +6,7 @@ in-process (TestClient) over an in-process fake vLLM backend: no network."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -139,6 +140,27 @@ def test_the_client_body_is_forwarded_as_sent_when_it_names_the_backend_model() 
     assert other == {**json.loads(raw), "model": "served-name"}
 
 
+def test_routing_hints_are_read_checked_and_never_forwarded() -> None:
+    body = {"model": "m", "prompt": "hi", "llmsim": {"quality_by_model": {"a": 0.5, "b": 1},
+                                                      "output_tokens_by_model": {"a": 30}}}
+    raw = json.dumps(body).encode()
+    inbound = check_request(parse_json(raw), False, 4.0, raw)
+    assert inbound.quality_by_model == {"a": 0.5, "b": 1.0} and inbound.outputs_by_model == {"a": 30}
+    for model in ("m", "served-name"):  # the client's bytes are not sent as they are: the hints come out
+        assert json.loads(inbound.upstream_content(model)) == {"model": model, "prompt": "hi"}
+    assert check_request({"model": "m", "prompt": "hi"}, False, 4.0).quality_by_model is None
+    bad = [({"quality_by_model": {"a": 1.5}}, "llmsim.quality_by_model.a' must be a quality in [0, 1]"),
+           ({"quality_by_model": {"a": True}}, "llmsim.quality_by_model.a' must be a quality"),
+           ({"output_tokens_by_model": {"a": 2.5}}, "llmsim.output_tokens_by_model.a' must be an integer"),
+           ({"output_tokens_by_model": {}}, "must be an object of 1 to 64 model names"),
+           ({"quality_by_model": {f"m{i}": 0.1 for i in range(65)}}, "1 to 64 model names"),
+           ({"quality": {"a": 0.5}}, "'llmsim' must be an object with keys among"), ([1], "'llmsim' must be an object")]
+    for hints, needle in bad:
+        with pytest.raises(BadRequest, match=re.escape(needle)) as e:
+            check_request({"model": "m", "prompt": "hi", "llmsim": hints}, False, 4.0)
+        assert e.value.status == 400 and e.value.param.startswith("llmsim")
+
+
 TEXT = st.text(max_size=20) | st.text(st.characters(min_codepoint=0xD7F0, max_codepoint=0xE010), max_size=3)
 JSON_LEAVES = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | TEXT
 JSON_VALUES = st.recursive(JSON_LEAVES, lambda inner: st.lists(inner, max_size=4) |
@@ -152,7 +174,10 @@ OVERRIDES = st.fixed_dictionaries({}, optional={  # each key present or not: one
     "prompt": TEXT | st.lists(st.integers(-5, 10**6), max_size=5) | JSON_VALUES,
     "messages": st.lists(MESSAGE, min_size=1, max_size=3) | JSON_VALUES,
     "max_tokens": st.integers(-2, 10**31) | JSON_VALUES, "max_completion_tokens": st.integers(-2, 5000),
-    "stream": st.booleans() | JSON_VALUES, "n": JSON_VALUES})
+    "stream": st.booleans() | JSON_VALUES, "n": JSON_VALUES,
+    "llmsim": JSON_VALUES | st.fixed_dictionaries({}, optional={  # routing hints
+        "quality_by_model": st.dictionaries(TEXT, JSON_VALUES, max_size=3),
+        "output_tokens_by_model": st.dictionaries(TEXT, st.integers(-2, 10**6) | JSON_VALUES, max_size=3)})})
 VALID = st.sampled_from([{"model": "m", "prompt": "hi", "max_tokens": 2},
                          {"model": "llmsim-router", "messages": [{"role": "user", "content": "hi"}]}])
 REQUESTS = st.builds(lambda base, changes: {**base, **changes}, VALID, OVERRIDES)

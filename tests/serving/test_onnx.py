@@ -57,12 +57,18 @@ def test_an_exported_policy_routes_live_traffic(exports, kind, models) -> None:
             h.stop()
 
 
-@pytest.mark.parametrize("name,models", [("workload_router", ["llama-2-7b"] * 2),
-                                         ("workload_router", ["llama-2-7b"] * 6), ("qos_edge", EXPERTS[:3])])
-def test_a_slot_export_routes_any_number_of_live_backends(name, models, caplog) -> None:
+HINTS = {"llmsim": {"quality_by_model": {m: 0.2 + 0.2 * k for k, m in enumerate(EXPERTS[:3])}}}
+
+
+@pytest.mark.parametrize("name,models,extra", [("workload_router", ["llama-2-7b"] * 2, None),
+                                               ("workload_router", ["llama-2-7b"] * 6, None),
+                                               ("qos_edge", EXPERTS[:3], None), ("qos_edge", EXPERTS[:3], HINTS)])
+def test_a_slot_export_routes_any_number_of_live_backends(name, models, extra, caplog) -> None:
     """The shipped WorkloadRouter export (16 instance slots) in front of 2 and 6 backends, the QoSEdge one (10
     expert slots) in front of 3, none of which they were exported for: every request served (QoSEdge may drop,
-    with a clear 503), spread over more than one backend."""
+    with a clear 503), spread over more than one backend. The QoSEdge router's light-load rule needs each
+    request's per-model quality: without the client's routing hints those decisions fall back (counted), with
+    them none does."""
     hs = [start_emulator("llama-3.1-8b", "a100-80gb", speedup=50.0, max_num_seqs=16, seed=i)
           for i in range(len(models))]
     try:
@@ -70,7 +76,7 @@ def test_a_slot_export_routes_any_number_of_live_backends(name, models, caplog) 
         for b, m in zip(cfg["backends"], models):
             b.update(policy_model=m, max_num_seqs=16)
         with start_router(cfg) as r:
-            results = asyncio.run(burst(r.url, 40, gap=0.003))
+            results = asyncio.run(burst(r.url, 40, gap=0.003, extra=extra))
             served = [x for x in results if x["status"] == 200]
             assert all(x["error"] is None for x in served) and len(served) >= (40 if name == "workload_router" else 10)
             # (a burst of 40 on 3 experts fills their queues of 10: the QoSEdge policy drops some, each a clear 503)
@@ -81,7 +87,7 @@ def test_a_slot_export_routes_any_number_of_live_backends(name, models, caplog) 
             # the QoSEdge gate's heuristic needs per-model qualities, which live requests do not carry: its
             # decisions go to the least loaded backend, counted (never an HTTP 500)
             errors = samples(text, "llmsim_router_policy_errors_total")[()]
-            assert (errors > 0) == (name == "qos_edge"), errors
+            assert (errors > 0) == (name == "qos_edge" and extra is None), errors
         logged = [r for r in caplog.records if "the routing policy failed" in r.getMessage()]
         assert len(logged) == (1 if errors > 1 else int(errors)), "one line for the same failure of many requests"
     finally:
