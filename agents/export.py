@@ -388,7 +388,10 @@ def main() -> None:
         dest = export(cfg.checkpoint, cfg.format, cfg.out, cfg.opset, cfg.check_steps, cfg.overwrite, cfg.env_overrides)
         m = json.loads((dest / MANIFEST).read_text())
         chk = m.get("export_check", {})
-        print(f"exported {m['policy']['type']} ({m['policy']['label']}) to {dest}: policy.onnx + {MANIFEST}; "
+        slots = m["actions"].get("slots")
+        backends = f"any 1-{slots} backends" if slots else f"{len(m['context']['instance_models'])} backends"
+        print(f"exported {m['policy']['type']} ({m['policy']['label']}) for {backends} to {dest}: policy.onnx + "
+              f"{MANIFEST}; "
               f"self-check {chk.get('identical_actions')}/{chk.get('observations')} identical actions, "
               f"max |score diff| {chk.get('max_abs_score_diff', 0.0):.2g}")
 

@@ -203,8 +203,8 @@ class Gateway:
         return min(healthy, key=lambda k: self.backends[k].instance_state().num_requests)
 
     def policy_failed(self, e: LLMSimError) -> None:
-        """A decision the policy could not make: counted, and logged once for each message (a rule that cannot
-        work on live requests fails at every decision; the log says why once, the counter how often)."""
+        """A decision the policy could not make: counted, and logged once for each kind of message (a rule that
+        cannot work on live requests fails at every decision; the log says why once, the counter how often)."""
         self.metrics.policy_errors.inc()
         text = redact(str(e).replace("\n", " "), config_secrets(self.cfg))
         kind = re.sub(r"\d+", "#", text)  # the same failure of another request (its id) is not logged again
