@@ -207,6 +207,7 @@ class ExportedRouter(Router):
         set_net = ((m.get("policy") or {}).get("network") or {}).get("set_net") or {}
         self.split_guide = str(set_net.get("guide", "")).startswith("dedicated_split")
         self.kv_seen: tuple[int, ...] = ()
+        self.quality_warned = False
         if models is not None:
             self.check_backends(list(models))
 
@@ -273,6 +274,8 @@ class ExportedRouter(Router):
         if req.id not in self.seen:  # the env tells its builder of each arrival once
             self.seen.add(req.id)
             self.builder.on_arrival(ctx, req)
+            if self.builder.reads_quality and req.quality_by_model is None:
+                self.warn_no_quality()
         obs = self.builder.build(ctx, state, req)
         if self.meter is not None and self.meter.light(state):  # light load: the export's heuristic decides
             d = self.fallback.route(req, view)
@@ -283,6 +286,15 @@ class ExportedRouter(Router):
         if d != WAIT:  # decided for good: forget it (a held request is offered again, its arrival told once)
             self.seen.discard(req.id)
         return d
+
+    def warn_no_quality(self) -> None:
+        """One warning line: the policy reads each request's predicted quality per model, and a request came
+        without one (a live request without routing hints): it decides as if the quality were unknown (0)."""
+        if not self.quality_warned:
+            self.quality_warned = True
+            log.warning("%s: the policy reads each request's quality per model, and requests come without it: it "
+                        "decides as if every quality were 0 (send them as routing hints, llmsim.quality_by_model; "
+                        "docs/serving.md)", self.path)
 
     def learned(self, req: Request, view: Any, state: ClusterState, obs: Any) -> int:
         """The policy's decision; with a gate ``margin`` (greedy mode), the gate's heuristic's decision wherever the

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 class ObsBuilder:
     name = "obs"
+    reads_quality = False  # features from each request's predicted quality per model (a live request may lack it)
 
     def bind(self, env: ObservationContext) -> gym.Space:
         """Size buffers for ``env``'s cluster and return the observation space (called once)."""

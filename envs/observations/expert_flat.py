@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 class ExpertFlatObs(ObsBuilder):
     name = "expert_flat"
+    reads_quality = True
 
     def __init__(self, cap_running: int = 10, cap_waiting: int = 10, prompt_scale: float = 1000.0,
                  out_scale: float = 300.0, request_features: bool = False) -> None:

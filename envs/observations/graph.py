@@ -44,6 +44,7 @@ RELATIONS = (("arrived", "to", "expert"), ("expert", "rev_to", "arrived"), ("run
 
 class GraphObs(ObsBuilder):
     name = "graph"
+    reads_quality = True
 
     def __init__(self, cap_running: int = 10, cap_waiting: int = 10, prompt_scale: float = 1000.0,
                  out_scale: float = 300.0, latency_scale: float = 0.03, max_experts: int | None = None) -> None:

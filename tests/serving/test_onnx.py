@@ -90,6 +90,8 @@ def test_a_slot_export_routes_any_number_of_live_backends(name, models, extra, c
             assert (errors > 0) == (name == "qos_edge" and extra is None), errors
         logged = [r for r in caplog.records if "the routing policy failed" in r.getMessage()]
         assert len(logged) == (1 if errors > 1 else int(errors)), "one line for the same failure of many requests"
+        unknown = [r for r in caplog.records if "requests come without it" in r.getMessage()]
+        assert len(unknown) == (name == "qos_edge" and extra is None), "the QoSEdge policy reads quality: said once"
     finally:
         for h in hs:
             h.stop()
