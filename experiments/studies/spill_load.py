@@ -3,6 +3,7 @@
     python -m experiments.studies.spill_load --jobs 2 --out docs/results/spill_load.md
     python -m experiments.studies.spill_load --light-load --requests 2000 --jobs 2   # a light request's own load
     python -m experiments.studies.spill_load --queued --requests 400 1000 2000 --jobs 2   # no spill into a queue
+    python -m experiments.studies.spill_load --by-size --requests 2000 1000 400 --jobs 2  # the spill by cluster size
 
 The spill sends a request to the other group's best instance when (1 + s_other) x ratio x (1 + load x busy) <
 1 + s_own (``dedicated_small_large`` with ``within: least_latency``, ``spill``, ``spill_load``; agents/nets.py
@@ -43,8 +44,17 @@ LIGHT_LOAD_RULES = ((1.5, 1.5), (3.0, 3.0), (6.0, 1.5), (6.0, 3.0), (4.0, 2.0), 
 QUEUED_RULES = ((1.0, 0.0), (1.1, 0.0), (1.0, 0.5), (1.0, 1.5))
 
 
-def candidates(light_only: bool = False, light_load: bool = False, queued: bool = False) -> list[Any]:
+# with --by-size: the split with and without the shipped spill, and two balancers, at 2, 4 and 8 instances
+BY_SIZE_SCENARIOS = ("instances_2", "training", "instances_8")
+
+
+def candidates(light_only: bool = False, light_load: bool = False, queued: bool = False,
+               by_size: bool = False) -> list[Any]:
     split = "dedicated_small_large"
+    if by_size:
+        latency = {"within": "least_latency"}
+        return ["min_min", "least_work_left", {"name": split, "kwargs": latency, "label": "split, no spill"},
+                {"name": split, "kwargs": {**latency, "spill": 1.0, "spill_load": 1.5}, "label": "spill shipped"}]
     refs = [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"}]
     if queued:  # with the suite's load gate, the best heuristic of the lightest rate at 2,000 requests
         kv = {"within": "least_latency", "kv_aware": True}
@@ -79,7 +89,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.spill_load", description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
     ap.add_argument("--requests", type=int, nargs="+", default=[400, 1000])
-    ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
+    ap.add_argument("--scenarios", nargs="+", default=None, help="default: the seed-drawn ones (--by-size: "
+                    f"{', '.join(BY_SIZE_SCENARIOS)})")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="also write the tables (markdown) here")
     ap.add_argument("--light-only", action="store_true",
@@ -88,10 +99,13 @@ def main(argv: list[str] | None = None) -> None:
                     help="rules whose light requests spill by a load of their own (KV-counted seats)")
     ap.add_argument("--queued", action="store_true",
                     help="the shipped rule against rules that never spill into a queue (KV-counted seats)")
+    ap.add_argument("--by-size", action="store_true",
+                    help="the split with and without the shipped spill at 2, 4 and 8 instances")
     args = ap.parse_args(argv)
     check_validation_seeds(args.seeds)
-    pols = candidates(args.light_only, args.light_load, args.queued)
-    tables = {n: run("workload_router", args.scenarios, args.seeds, n, args.jobs, pols) for n in args.requests}
+    pols = candidates(args.light_only, args.light_load, args.queued, args.by_size)
+    names = args.scenarios or list(BY_SIZE_SCENARIOS if args.by_size else SCENARIOS)
+    tables = {n: run("workload_router", names, args.seeds, n, args.jobs, pols) for n in args.requests}
     text = "\n\n".join(f"### {n} requests per episode\n\n{markdown(t)}" for n, t in tables.items())
     text += "\n\n| spill rule | worst mean gap (both lengths) | mean gap |\n|---|---|---|\n" + "\n".join(
         f"| {p} | {w:+.1f} | {m:+.1f} |" for p, w, m in choose(tables))
