@@ -95,6 +95,7 @@ class DDQNConfig(OffPolicyConfig):
     spill_load: NonNegFloat = SPILL.load  # ... and how it grows with the other instance's busy seats
     spill_load_light: NonNegFloat | None = None  # ... for a light request's spill (None: spill_load)
     spill_queued: bool = True  # ... false: never to an instance where requests wait
+    spill_min_group: PosInt = 1  # ... only where each group of the split has at least this many instances
     guide_action: NonNegInt | None = None  # a flat network's guide instead: this fixed action (a static model size)
     guide_switch: GuideSwitchConfig | None = None  # ... or another action past a threshold of one feature
     demo_steps: NonNegInt = 0  # env steps acted by the guide (with demo_epsilon random actions) before the policy acts
@@ -110,7 +111,8 @@ class DDQNConfig(OffPolicyConfig):
 
 def spill_rule(cfg: DDQNConfig) -> Spill:
     """The spill guide's rule the config names."""
-    return Spill(cfg.spill_ratio, load=cfg.spill_load, load_light=cfg.spill_load_light, queued=cfg.spill_queued)
+    return Spill(cfg.spill_ratio, load=cfg.spill_load, load_light=cfg.spill_load_light, queued=cfg.spill_queued,
+                 min_group=cfg.spill_min_group)
 
 
 @ALGORITHMS.register

@@ -187,19 +187,25 @@ class Spill:
     load: float = 0.0
     load_light: float | None = None  # a light request's spill (to the large group); None: ``load``
     queued: bool = True  # False: never to an instance where requests wait (``waiting_share`` > 0)
+    # no spill unless each group has at least this many instances: with one instance a group, a spill balances no
+    # group but mixes the two classes the split keeps apart
+    min_group: int = 1
 
     def __post_init__(self) -> None:
         light = self.load if self.load_light is None else self.load_light
         if not (isinstance(self.ratio, int | float) and self.ratio >= 1.0 and self.score in INSTANCE_FEATURE_NAMES
                 and all(isinstance(x, int | float) and 0.0 <= x < math.inf for x in (self.load, light))
-                and isinstance(self.queued, bool)):
-            raise ValueError(f"a spill needs ratio >= 1, an instance feature as score and loads >= 0, got {self}")
+                and isinstance(self.queued, bool) and isinstance(self.min_group, int)
+                and not isinstance(self.min_group, bool) and self.min_group >= 1):
+            raise ValueError(f"a spill needs ratio >= 1, an instance feature as score, loads >= 0 and min_group >= 1, "
+                             f"got {self}")
 
     def as_dict(self) -> dict:
         """The rule as checkpoint.json records it (without a load, as before it had one)."""
         return {"ratio": self.ratio, "score": self.score, **({"load": self.load} if self.load else {}),
                 **({"load_light": self.load_light} if self.load_light is not None else {}),
-                **({} if self.queued else {"queued": False})}
+                **({} if self.queued else {"queued": False}),
+                **({"min_group": self.min_group} if self.min_group > 1 else {})}
 
     @property
     def light(self) -> float:
@@ -327,8 +333,8 @@ def dedicated_split_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Ten
     request's estimated latency, which also counts a slower GPU) and the request goes to the other group's best
     instance when that one is better by the spill's ratio (in ``1 + seconds``): a fixed split leaves half the
     cluster idle when nearly every request falls in one class (a code trace's short answers) and ignores unequal
-    GPUs; a spill with ``queued`` false never goes to an instance where requests wait. Built from tensor operations
-    only, so the ONNX export carries it."""
+    GPUs; a spill with ``queued`` false never goes to an instance where requests wait, one with ``min_group`` only
+    where each group has that many instances. Built from tensor operations only, so the ONNX export carries it."""
     n_max = rows.shape[1]
     real = mask > 0.5
     n = mask.sum(dim=1, keepdim=True)
@@ -358,6 +364,8 @@ def dedicated_split_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Ten
         over = (other_least + bar < own_least) & inside.any(dim=1) & outside.any(dim=1)
         if not spill.queued:
             over = over & (rows[:, :, WAITING_SHARE].gather(1, other_slot.unsqueeze(1)).squeeze(1) <= 0.0)
+        if spill.min_group > 1:
+            over = over & (torch.minimum(n_large, n - n_large) >= spill.min_group).squeeze(1)
         choice = torch.where(over, other_slot, choice)
     pending = (glob[:, PENDING] > 0.5).to(mask.dtype).unsqueeze(1)
     return nn.functional.one_hot(choice, n_max).to(mask.dtype) * pending

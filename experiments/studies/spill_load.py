@@ -44,7 +44,8 @@ LIGHT_LOAD_RULES = ((1.5, 1.5), (3.0, 3.0), (6.0, 1.5), (6.0, 3.0), (4.0, 2.0), 
 QUEUED_RULES = ((1.0, 0.0), (1.1, 0.0), (1.0, 0.5), (1.0, 1.5))
 
 
-# with --by-size: the split with and without the shipped spill, and two balancers, at 2, 4 and 8 instances
+# with --by-size: the split without a spill, with the shipped one, and with it only where each group has two
+# instances or more, and two balancers, at 2, 4 and 8 instances
 BY_SIZE_SCENARIOS = ("instances_2", "training", "instances_8")
 
 
@@ -53,8 +54,10 @@ def candidates(light_only: bool = False, light_load: bool = False, queued: bool 
     split = "dedicated_small_large"
     if by_size:
         latency = {"within": "least_latency"}
+        shipped = {**latency, "spill": 1.0, "spill_load": 1.5}
         return ["min_min", "least_work_left", {"name": split, "kwargs": latency, "label": "split, no spill"},
-                {"name": split, "kwargs": {**latency, "spill": 1.0, "spill_load": 1.5}, "label": "spill shipped"}]
+                {"name": split, "kwargs": shipped, "label": "spill shipped"},
+                {"name": split, "kwargs": {**shipped, "spill_min_group": 2}, "label": "spill where groups >= 2"}]
     refs = [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"}]
     if queued:  # with the suite's load gate, the best heuristic of the lightest rate at 2,000 requests
         kv = {"within": "least_latency", "kv_aware": True}

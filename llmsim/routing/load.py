@@ -336,14 +336,16 @@ class DedicatedSmallLargeRouter(Router):
     changes nothing. ``spill_queued: false`` spills only to an instance where nothing waits: once both groups
     queue, a spill makes a light request wait behind heavy ones, or a heavy decode take seats from many light
     requests for its whole length; the split by class keeps the light requests' queue short, which the mean counts
-    most, while spilling into an instance with room still uses an idle half of the cluster."""
+    most, while spilling into an instance with room still uses an idle half of the cluster. ``spill_min_group``
+    spills only where each group has at least that many instances: with one instance a group (2 instances), a
+    spill balances no group, it mixes the two classes the split keeps apart."""
 
     name = "dedicated_small_large"
 
     def __init__(self, seed: int = 0, large: int | None = None, threshold: int = DECODE_BUCKETS[0],
                  within: str = "round_robin", spill: float | None = None, spill_load: float = 0.0,
                  spill_heavy: bool = True, kv_aware: bool = False, spill_load_light: float | None = None,
-                 spill_queued: bool = True, **kw: Any) -> None:
+                 spill_queued: bool = True, spill_min_group: int = 1, **kw: Any) -> None:
         super().__init__(seed, **kw)
         if large is not None and (isinstance(large, bool) or not isinstance(large, int) or large < 1):
             raise ConfigError(f"policy.kwargs.large: expected a positive number of instances, got {large!r}")
@@ -361,6 +363,10 @@ class DedicatedSmallLargeRouter(Router):
         self.spill_heavy = kwarg_flag("spill_heavy", spill_heavy)
         self.kv_aware = kwarg_flag("kv_aware", kv_aware)
         self.spill_queued = kwarg_flag("spill_queued", spill_queued)
+        if isinstance(spill_min_group, bool) or not isinstance(spill_min_group, int) or spill_min_group < 1:
+            raise ConfigError(f"policy.kwargs.spill_min_group: expected a positive number of instances, got "
+                              f"{spill_min_group!r}")
+        self.spill_min_group = spill_min_group
         self._next = [0, 0]
 
     def reset(self, seed: int | None = None) -> None:
@@ -383,7 +389,8 @@ class DedicatedSmallLargeRouter(Router):
             score = self.scores(req, view)
             best = min(inside, key=lambda i: score[i])  # (the first of equals: the routers' tie rule)
             outside = [i for i in cands if i not in group]
-            if self.spill is None or not outside or (heavy and not self.spill_heavy):
+            if (self.spill is None or not outside or (heavy and not self.spill_heavy)
+                    or min(n_large, n - n_large) < self.spill_min_group):
                 return best
             other = min(outside, key=lambda i: score[i])
             there = view.state().instances[other]

@@ -35,6 +35,7 @@ BUSY = INSTANCE_FEATURE_NAMES.index("running_share")
 LOADED = Spill(1.0, load=1.5)  # a spill that asks more of a busier instance
 LIGHT_LOADED = Spill(1.0, load=1.5, load_light=6.0)  # ... and more still when a light request would spill
 UNQUEUED = Spill(1.0, load=1.5, queued=False)  # ... and never to an instance where requests wait
+BY_SIZE = Spill(1.0, load=1.5, min_group=2)  # ... only where each group has two instances or more
 WAITING = INSTANCE_FEATURE_NAMES.index("waiting_share")
 PRED = GLOBAL_FEATURE_NAMES.index("log_predicted_output")
 ENV = {"id": "workload_router", "num_requests": 80, "observation": {"kind": "instance_set", "n_max": N_MAX},
@@ -139,7 +140,20 @@ def test_a_spill_that_avoids_queues_stays_home_when_the_other_instance_has_one()
         Spill(1.0, queued="no")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("rule", [SPILL, LOADED, LIGHT_LOADED, UNQUEUED], ids=["ratio", "load", "light_load", "queued"])
+def test_a_spill_by_group_size_stays_home_where_a_group_has_one_instance():
+    heavy = obs([0.5, 0.2, 0.9], heavy=True)  # 3 instances: small 0-1, large 2 (n // 2); instance 1 far better
+    assert int(guide_slots(heavy[None], "dedicated_split_spill", LOADED)[0]) == 1  # the shipped rule spills
+    assert int(guide_slots(heavy[None], "dedicated_split_spill", BY_SIZE)[0]) == 2  # one large instance: it stays
+    four = obs([0.5, 0.2, 0.9, 0.95], heavy=True)  # 2 + 2: the size rule spills as the shipped one does
+    assert int(guide_slots(four[None], "dedicated_split_spill", BY_SIZE)[0]) == int(
+        guide_slots(four[None], "dedicated_split_spill", LOADED)[0]) == 1
+    assert BY_SIZE.as_dict()["min_group"] == 2 and "min_group" not in LOADED.as_dict()  # old checkpoints read as before
+    with pytest.raises(ValueError, match="min_group >= 1"):
+        Spill(1.0, min_group=0)
+
+
+@pytest.mark.parametrize("rule", [SPILL, LOADED, LIGHT_LOADED, UNQUEUED, BY_SIZE],
+                         ids=["ratio", "load", "light_load", "queued", "by_size"])
 def test_the_spill_guide_and_its_onnx_export_agree(tmp_path: Path, rule: Spill):
     ort = pytest.importorskip("onnxruntime")
     net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [8, 8], guide="dedicated_split_spill", fallback_margin=1e3,
@@ -209,23 +223,40 @@ def test_a_checkpoint_records_the_spill_rule_and_loads_it_back(tmp_path: Path):
     net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [8, 8], guide="dedicated_split_spill", spill=UNQUEUED)
     save_checkpoint(tmp_path / "e", net, {"algo": "ddqn"})
     assert load_q_net(tmp_path / "e").spill == UNQUEUED
+    net = SetQNetwork(layout_size(N_MAX), N_MAX + 2, [8, 8], guide="dedicated_split_spill", spill=BY_SIZE)
+    save_checkpoint(tmp_path / "f", net, {"algo": "ddqn"})
+    assert load_q_net(tmp_path / "f").spill == BY_SIZE
     meta["set_net"]["spill"] = {"ratio": 0.5, "score": "log_latency_s"}
     (tmp_path / "c" / "checkpoint.json").write_text(json.dumps(meta))
     with pytest.raises(ConfigError, match="set_net"):
         load_q_net(tmp_path / "c")
 
 
-@pytest.mark.parametrize("rule", [SPILL, LOADED, LIGHT_LOADED, UNQUEUED], ids=["ratio", "load", "light_load", "queued"])
+@pytest.mark.parametrize("rule", [SPILL, LOADED, LIGHT_LOADED, UNQUEUED, BY_SIZE],
+                         ids=["ratio", "load", "light_load", "queued", "by_size"])
 def test_the_spill_guide_is_the_registered_split_by_latency_with_its_spill(rule: Spill):
     """The suite holds the router to its own guide: ``dedicated_small_large`` with ``within: least_latency`` and the
     guide's spill ratio routes as the observation's spill guide, up to float32 and the log scale (close, not equal)."""
     env = SlotEnv(ENV, scenarios=[{"num_instances": 4, "rate": 20.0}])
     ours, _ = watch_episodes(ObservationGuide("dedicated_split_spill", rule), env, [1000, 1001])
     heuristic = HeuristicPolicy("dedicated_small_large", within="least_latency", spill=rule.ratio,
-                                spill_load=rule.load, spill_load_light=rule.load_light, spill_queued=rule.queued)
+                                spill_load=rule.load, spill_load_light=rule.load_light, spill_queued=rule.queued,
+                                spill_min_group=rule.min_group)
     theirs, _ = watch_episodes(heuristic, env, [1000, 1001])
     plain, _ = watch_episodes(ObservationGuide("dedicated_split"), env, [1000, 1001])
     for a, b, c in zip(ours, theirs, plain):
         assert a["completed"] == a["num_requests"]
         assert abs(e2e_all_ms(a) - e2e_all_ms(b)) < 0.05 * e2e_all_ms(b)
         assert e2e_all_ms(a) != e2e_all_ms(c)  # the spill changes the routing
+
+
+def test_the_registered_split_spills_by_group_size_only_where_each_group_has_two_instances():
+    """``spill_min_group: 2`` on 2 instances routes exactly as the split without a spill, and on 4 as the spill."""
+    kw = {"within": "least_latency", "spill": 1.0, "spill_load": 1.5}
+    for n, same_as in ((2, {"within": "least_latency"}), (4, kw)):
+        env = SlotEnv(ENV, scenarios=[{"num_instances": n, "rate": 5.0 * n}])
+        by_size, _ = watch_episodes(HeuristicPolicy("dedicated_small_large", **kw, spill_min_group=2), env, [1000])
+        other, _ = watch_episodes(HeuristicPolicy("dedicated_small_large", **same_as), env, [1000])
+        assert e2e_all_ms(by_size[0]) == e2e_all_ms(other[0]), n
+    with pytest.raises(ConfigError, match="spill_min_group"):
+        HeuristicPolicy("dedicated_small_large", **kw, spill_min_group=0)

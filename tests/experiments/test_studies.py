@@ -48,7 +48,8 @@ def test_spill_load_takes_the_best_worst_case_over_both_lengths_among_spill_rule
     for c in light:  # every candidate is a valid router config
         make_router(c["name"], **c["kwargs"])
     by_size = [c["kwargs"] for c in spill_load.candidates(by_size=True) if isinstance(c, dict)]
-    assert by_size == [{"within": "least_latency"}, {"within": "least_latency", "spill": 1.0, "spill_load": 1.5}]
+    assert by_size == [{"within": "least_latency"}, {"within": "least_latency", "spill": 1.0, "spill_load": 1.5},
+                       {"within": "least_latency", "spill": 1.0, "spill_load": 1.5, "spill_min_group": 2}]
     queued = [c for c in spill_load.candidates(queued=True) if isinstance(c, dict) and "queue" in c["label"]]
     assert len(queued) == len(spill_load.QUEUED_RULES) and all(not c["kwargs"]["spill_queued"] for c in queued)
     for c in queued:
