@@ -364,7 +364,10 @@ def export(checkpoint: str | Path, fmt: str = "onnx", out: str | Path | None = N
     check_builder(env, builder_spec(env.obs_builder))
     net = load_policy_net(ckpt, meta)
     slots = export_slots(net)
-    net = for_env(net, env) if not slots else net.slot_actor() if isinstance(net, SACActor) else net
+    if not slots:
+        net = for_env(net, env)
+    elif isinstance(net, SACActor):
+        net = net.slot_actor()  # all its slots (an actor narrowed to some experts has fewer columns)
     dest = export_dir(ckpt, out, overwrite)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as tmp:
         stage = Path(tmp)

@@ -95,10 +95,7 @@ class DecisionContext:
     router's routed-quality book, and prefix-cache hits from the router's view."""
 
     def __init__(self, ctx: dict[str, Any], predictor: Predictor) -> None:
-        self.instance_models: list[str] = list(ctx["instance_models"])
-        self.num_instances = len(self.instance_models)
-        self.models: list[str] = list(ctx["models"])
-        self.inst_model_idx = np.array([self.models.index(m) for m in self.instance_models], dtype=np.int64)
+        self.use_backends(ctx["instance_models"], ctx["models"])
         self.task_names: list[str] = list(ctx.get("task_names") or [])
         self.decision: str = str(ctx.get("decision", "arrival"))
         self.tick: float = float(ctx.get("tick", 0.02))
@@ -108,12 +105,13 @@ class DecisionContext:
         self.current: ClusterState | None = None
         self.view: Any = None  # the router's view of the current decision (prefix hits: ClusterView.prefix_hit_tokens)
 
-    def use_backends(self, instance_models: Sequence[str]) -> None:
+    def use_backends(self, instance_models: Sequence[str], models: Sequence[str] | None = None) -> None:
         """Decide for these backends (a slot export runs on any number of them, each of a model the policy knows):
-        the models predicted for are theirs, in first-appearance order, as an env of these instances has them."""
-        self.instance_models = list(instance_models)
+        the models predicted for are ``models``, by default theirs in first-appearance order, as an env of these
+        instances has them."""
+        self.instance_models: list[str] = list(instance_models)
         self.num_instances = len(self.instance_models)
-        self.models = list(dict.fromkeys(self.instance_models))
+        self.models: list[str] = list(dict.fromkeys(self.instance_models) if models is None else models)
         self.inst_model_idx = np.array([self.models.index(m) for m in self.instance_models], dtype=np.int64)
 
     @property

@@ -44,6 +44,10 @@ LIGHT_LOAD_RULES = ((1.5, 1.5), (3.0, 3.0), (6.0, 1.5), (6.0, 3.0), (4.0, 2.0), 
 QUEUED_RULES = ((1.0, 0.0), (1.1, 0.0), (1.0, 0.5), (1.0, 1.5))
 
 
+# the shipped router's guide: the split by estimated latency with the load spill
+SHIPPED = {"within": "least_latency", "spill": 1.0, "spill_load": 1.5}
+
+
 # with --by-size: the split without a spill, with the shipped one, and with it only where each group has two
 # instances or more, and two balancers, at 2, 4 and 8 instances
 BY_SIZE_SCENARIOS = ("instances_2", "training", "instances_8")
@@ -53,19 +57,17 @@ def candidates(light_only: bool = False, light_load: bool = False, queued: bool 
                by_size: bool = False) -> list[Any]:
     split = "dedicated_small_large"
     if by_size:
-        latency = {"within": "least_latency"}
-        shipped = {**latency, "spill": 1.0, "spill_load": 1.5}
-        return ["min_min", "least_work_left", {"name": split, "kwargs": latency, "label": "split, no spill"},
-                {"name": split, "kwargs": shipped, "label": "spill shipped"},
-                {"name": split, "kwargs": {**shipped, "spill_min_group": 2}, "label": "spill where groups >= 2"}]
+        return ["min_min", "least_work_left",
+                {"name": split, "kwargs": {"within": "least_latency"}, "label": "split, no spill"},
+                {"name": split, "kwargs": SHIPPED, "label": "spill shipped"},
+                {"name": split, "kwargs": {**SHIPPED, "spill_min_group": 2}, "label": "spill where groups >= 2"}]
     refs = [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"}]
     if queued:  # with the suite's load gate, the best heuristic of the lightest rate at 2,000 requests
         kv = {"within": "least_latency", "kv_aware": True}
         gated = {"name": "load_gated", "label": "gated_min_min_split", "kwargs": {
             "light": "min_min", "feature": "waiting_per_seat", "below": 0.01,
-            "busy": {"name": split, "kwargs": {"within": "least_latency", "spill": 1.0, "spill_load": 1.5}}}}
-        return [*refs, gated, {"name": split, "kwargs": {**kv, "spill": 1.0, "spill_load": 1.5},
-                               "label": "spill shipped"},
+            "busy": {"name": split, "kwargs": SHIPPED}}}
+        return [*refs, gated, {"name": split, "kwargs": {**SHIPPED, "kv_aware": True}, "label": "spill shipped"},
                 *({"name": split, "kwargs": {**kv, "spill": r, "spill_load": k, "spill_queued": False},
                    "label": f"spill {r} load {k} not into a queue"} for r, k in QUEUED_RULES)]
     if light_load:

@@ -363,10 +363,7 @@ class DedicatedSmallLargeRouter(Router):
         self.spill_heavy = kwarg_flag("spill_heavy", spill_heavy)
         self.kv_aware = kwarg_flag("kv_aware", kv_aware)
         self.spill_queued = kwarg_flag("spill_queued", spill_queued)
-        if isinstance(spill_min_group, bool) or not isinstance(spill_min_group, int) or spill_min_group < 1:
-            raise ConfigError(f"policy.kwargs.spill_min_group: expected a positive number of instances, got "
-                              f"{spill_min_group!r}")
-        self.spill_min_group = spill_min_group
+        self.spill_min_group = int(kwarg_number("spill_min_group", spill_min_group, lo=1, strict=False, integer=True))
         self._next = [0, 0]
 
     def reset(self, seed: int | None = None) -> None:
