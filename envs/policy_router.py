@@ -16,6 +16,7 @@ env); in front of real backends the live router sets ``output_tokens`` to the cl
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 from collections import OrderedDict
@@ -177,22 +178,28 @@ class ExportedRouter(Router):
     ``mode``: greedy (argmax) or sample (categorical SAC only, seeded by ``seed``). ``models``: the backends'
     models in order, checked against the manifest at construction (otherwise at the first decision, from the
     ClusterState's instances). A manifest with a ``load_gate`` (envs/load_gate.py) lets its heuristic decide at
-    light load, and above it wherever the policy is unsure (the gate's ``margin``)."""
+    light load, and above it wherever the policy is unsure (the gate's ``margin``). ``predictor_noise``: False
+    keeps a ``noisy`` predictor's buckets but not its simulated error, for inputs that already are predictions
+    (a live client's routing hints): the noise stands for a predictor's error in the simulated world."""
 
     name = "onnx"
 
     def __init__(self, seed: int = 0, path: str | None = None, mode: str = "greedy",
-                 models: Sequence[str] | None = None, **kwargs: Any) -> None:
+                 models: Sequence[str] | None = None, predictor_noise: bool = True, **kwargs: Any) -> None:
         super().__init__(seed, **kwargs)
         if not path:
             raise ConfigError("policy.kwargs.path: the onnx router needs an export directory (llmsim-export)")
         if mode not in ("greedy", "sample"):
             raise ConfigError(f"policy.kwargs.mode: {mode!r} is not greedy or sample")
+        if not isinstance(predictor_noise, bool):
+            raise ConfigError(f"policy.kwargs.predictor_noise: {predictor_noise!r} is not true or false")
         self.path, self.mode, self.seed = resolve_zoo(path, "export"), mode, seed
         self.policy = _load(self.path)
         m = self.policy.manifest
         self.manifest = m
         self.spec, self.ctx, self.builder = from_manifest(self.path, m, seed)
+        if not predictor_noise and isinstance(self.ctx.predictor, NoisyOraclePredictor):
+            self.ctx.predictor = dataclasses.replace(self.ctx.predictor, len_sigma=0.0, q_sd=0.0)  # buckets stay
         self.slots = slot_count(m, str(self.path))  # 0, or a slot export: any number of backends up to it
         check_layout(m, self.builder.bind(self.ctx), str(self.path))
         self.builder.reset(self.ctx)

@@ -23,7 +23,9 @@ class Decider:
             self.router: Any = make_router(cfg.heuristic, seed=cfg.seed, **cfg.kwargs)
             self.label = cfg.heuristic
         else:
-            self.router = make_router("onnx", seed=cfg.seed, path=cfg.onnx, **cfg.kwargs)
+            # live inputs (max_tokens, routing hints) already are the client's predictions: no simulated error
+            kwargs = {"predictor_noise": False, **cfg.kwargs}
+            self.router = make_router("onnx", seed=cfg.seed, path=cfg.onnx, **kwargs)
             self.label = f"onnx:{cfg.onnx}"
 
     def check_backends(self, models: list[str]) -> None:

@@ -175,3 +175,24 @@ def test_routebalance_static_tpot_is_checked_at_startup(tpot, want) -> None:
 def test_a_backend_model_list_without_a_usable_context_keeps_the_default() -> None:
     for mml in (True, 0, -5, "4096", 2.5):
         assert parse_models({"data": [{"id": "m", "max_model_len": mml}]}) == ("m", None)
+
+
+def test_a_live_export_takes_the_clients_predictions_without_simulated_error() -> None:
+    """In the simulator an export's ``noisy`` predictor stands for a predictor's error, and keeps it (its decisions
+    equal the checkpoint's); live, the client's routing hints and max_tokens already are predictions: the router
+    only buckets them, as the policy saw its inputs."""
+    pytest.importorskip("onnxruntime", reason="an export runs on onnxruntime (the rl or serve extra)")
+    from llmsim.routing import make_router
+
+    live = Decider(PolicyConfig(onnx="zoo:qos_edge")).router
+    sim = make_router("onnx", path="zoo:qos_edge")
+    models = live.ctx.models[:3]
+    req = Request(1, 0.0, 20, 64, quality_by_model={models[0]: 0.81, models[1]: 0.64, models[2]: 0.07},
+                  outputs_by_model={models[0]: 120, models[1]: 33, models[2]: 299})
+    for _ in range(3):  # the same answer every time: no draw moves it
+        lens, quals = live.ctx.predictor.predict(req, models)
+        assert quals.tolist() == pytest.approx([0.85, 0.65, 0.05]) and lens.tolist() == pytest.approx([135, 45, 285])
+    draws = {tuple(sim.ctx.predictor.predict(req, models)[1]) for _ in range(20)}
+    assert len(draws) > 1, "the simulator's export keeps its predictor's noise"
+    with pytest.raises(ConfigError, match="predictor_noise"):
+        make_router("onnx", path="zoo:qos_edge", predictor_noise="no")
