@@ -298,7 +298,7 @@ class ExportedRouter(Router):
         if not self.quality_warned:
             self.quality_warned = True
             log.warning("%s: the policy reads each request's quality per model, and requests come without it: it "
-                        "decides as if every quality were 0, up to its predictor's noise (send them as routing hints, "
+                        "decides as if every quality were 0 (send them as routing hints, "
                         "llmsim.quality_by_model; docs/serving.md)", self.path)
 
     def learned(self, req: Request, view: Any, state: ClusterState, obs: Any) -> int:
