@@ -4,6 +4,7 @@
     python -m experiments.studies.spill_load --light-load --requests 2000 --jobs 2   # a light request's own load
     python -m experiments.studies.spill_load --queued --requests 400 1000 2000 --jobs 2   # no spill into a queue
     python -m experiments.studies.spill_load --by-size --requests 2000 1000 400 --jobs 2  # the spill by cluster size
+    python -m experiments.studies.spill_load --batch-seats --requests 2000 1000 --jobs 2  # seats the KV cache holds
 
 The spill sends a request to the other group's best instance when (1 + s_other) x ratio x (1 + load x busy) <
 1 + s_own (``dedicated_small_large`` with ``within: least_latency``, ``spill``, ``spill_load``; agents/nets.py
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from experiments.studies.guide_choice import markdown, run
-from experiments.studies.validation import check_validation_seeds
+from experiments.studies.validation import PROXY_RATES, check_validation_seeds
 
 SCENARIOS = ("rate_0.25x", "rate_0.5x", "rate_0.75x", "training", "rate_1.25x", "rate_1.5x", "rate_2x", "short",
              "long", "bimodal", "burstgpt", "instances_2", "instances_8", "instances_16", "hetero")
@@ -53,9 +54,24 @@ SHIPPED = {"within": "least_latency", "spill": 1.0, "spill_load": 1.5}
 BY_SIZE_SCENARIOS = ("instances_2", "training", "instances_8")
 
 
+# with --batch-seats: the shipped spill (by cluster size) with an instance's seats capped at the batch its KV cache
+# holds, with and without a spill into a queue; on the seed-drawn scenarios and the conversation-length proxies
+# (experiments/studies/validation.py PROXY_RATES), which stand for the suite's conversation windows
+BATCH_SCENARIOS = (*SCENARIOS, *PROXY_RATES)
+
+
 def candidates(light_only: bool = False, light_load: bool = False, queued: bool = False,
-               by_size: bool = False) -> list[Any]:
+               by_size: bool = False, batch_seats: bool = False) -> list[Any]:
     split = "dedicated_small_large"
+    if batch_seats:
+        shipped = {**SHIPPED, "spill_min_group": 2}
+        return [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"},
+                {"name": split, "kwargs": {"within": "least_latency"}, "label": "split, no spill"},
+                {"name": split, "kwargs": shipped, "label": "spill shipped"},
+                {"name": split, "kwargs": {**shipped, "batch_seats": True}, "label": "spill batch seats"},
+                {"name": split, "kwargs": {**shipped, "spill_queued": False}, "label": "spill not into a queue"},
+                {"name": split, "kwargs": {**shipped, "batch_seats": True, "spill_queued": False},
+                 "label": "spill batch seats, not into a queue"}]
     if by_size:
         return ["min_min", "least_work_left",
                 {"name": split, "kwargs": {"within": "least_latency"}, "label": "split, no spill"},
@@ -106,10 +122,14 @@ def main(argv: list[str] | None = None) -> None:
                     help="the shipped rule against rules that never spill into a queue (KV-counted seats)")
     ap.add_argument("--by-size", action="store_true",
                     help="the split with and without the shipped spill at 2, 4 and 8 instances")
+    ap.add_argument("--batch-seats", action="store_true",
+                    help="the shipped spill with seats the KV cache holds, and not into a queue, with conversation "
+                         "proxies")
     args = ap.parse_args(argv)
     check_validation_seeds(args.seeds)
-    pols = candidates(args.light_only, args.light_load, args.queued, args.by_size)
-    names = args.scenarios or list(BY_SIZE_SCENARIOS if args.by_size else SCENARIOS)
+    pols = candidates(args.light_only, args.light_load, args.queued, args.by_size, args.batch_seats)
+    names = args.scenarios or list(BY_SIZE_SCENARIOS if args.by_size else BATCH_SCENARIOS if args.batch_seats
+                                   else SCENARIOS)
     tables = {n: run("workload_router", names, args.seeds, n, args.jobs, pols) for n in args.requests}
     text = "\n\n".join(f"### {n} requests per episode\n\n{markdown(t)}" for n, t in tables.items())
     text += "\n\n| spill rule | worst mean gap (both lengths) | mean gap |\n|---|---|---|\n" + "\n".join(

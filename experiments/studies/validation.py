@@ -4,6 +4,7 @@ scenario's ``env``). Its trace windows are test data whatever the seed, so a stu
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,30 @@ def testbed_env(testbed: str, suite: SuiteFile) -> dict[str, Any]:
     return merge(load_yaml_file(conf_dir() / "env" / f"{testbed}.yaml"), suite.base)
 
 
+# Validation-only scenarios that stand for the suite's conversation trace windows without reading them: ShareGPT
+# conversations' (prompt, output) lengths (../shared/traces/sharegpt_lengths, its PROVENANCE.md; not a trace the
+# suite reads) at Poisson rates that run the WorkloadRouter testbed's four 16 GB V100s from loaded to far past
+# capacity, clipped to what one instance's 4,096-token KV cache holds.
+SHAREGPT = "sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+PROXY_RATES = {"sharegpt_0.5": 0.5, "sharegpt_1": 1.0, "sharegpt_2": 2.0}
+
+
+def proxy_env(name: str, base: dict[str, Any], requests: int, traces: Path) -> dict[str, Any]:
+    """The env of a validation-only proxy scenario (``PROXY_RATES``) on ``base``."""
+    return merge(base, {"workload": {
+        "kind": "synthetic", "arrival": {"process": "poisson", "rate": PROXY_RATES[name]}, "num_requests": requests,
+        "lengths": {"dist": "empirical", "path": str(traces / SHAREGPT), "prompt_max": 2048, "output_max": 2000}}})
+
+
 def seed_drawn(testbed: str, names: list[str] | None = None, requests: int | None = None) -> dict[str, dict[str, Any]]:
-    """name -> full env config of each seed-drawn scenario (all, or ``names``: a trace window is refused);
-    ``requests`` per episode, scaled as the suite scales them (None: the env's own)."""
+    """name -> full env config of each seed-drawn scenario (all, or ``names``: a trace window is refused; a name of
+    ``PROXY_RATES`` is a validation-only proxy read from $LLMSIM_TRACES, as the suite reads its traces, default
+    ../shared/traces); ``requests`` per episode, scaled as the suite scales them (None: the env's own)."""
     suite = load_suite_file(testbed)
     base, out = testbed_env(testbed, suite), {}
-    for name, sc in chosen_scenarios(suite, names).items():
+    proxies = [n for n in names or () if n in PROXY_RATES]
+    named = None if names is None else [n for n in names if n not in PROXY_RATES]
+    for name, sc in (chosen_scenarios(suite, named) if named != [] else {}).items():
         if sc.trace:
             if names is not None:
                 raise SystemExit(f"--scenarios: {name!r} is a trace window (test data only)")
@@ -39,6 +58,9 @@ def seed_drawn(testbed: str, names: list[str] | None = None, requests: int | Non
         if requests is not None:
             env["num_requests"] = max(1, round(requests * sc.requests_scale))
         out[name] = env
+    for name in proxies:
+        traces = Path(os.environ.get("LLMSIM_TRACES", "../shared/traces"))
+        out[name] = proxy_env(name, base, requests or int(base.get("num_requests", 2000)), traces)
     return out
 
 

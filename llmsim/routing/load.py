@@ -51,6 +51,14 @@ def kv_seats(inst: InstanceState, largest_kv: float) -> float:
     return max(inst.max_num_seqs * kv_tokens(inst) / largest_kv, 1.0)
 
 
+def held_seats(inst: InstanceState) -> float:
+    """The batch the instance's KV cache holds at its running requests' present footprint (at least one; its
+    ``max_num_seqs`` while nothing runs or nothing is held)."""
+    if not inst.num_running or not inst.kv_blocks_used:
+        return float(inst.max_num_seqs)
+    return max(inst.num_running * inst.kv_blocks_total / inst.kv_blocks_used, 1.0)
+
+
 def predicted_output(req: Request) -> int:
     """The request's predicted output tokens: the predictor's value when one ran, else the truth (an oracle).
 
@@ -338,14 +346,17 @@ class DedicatedSmallLargeRouter(Router):
     requests for its whole length; the split by class keeps the light requests' queue short, which the mean counts
     most, while spilling into an instance with room still uses an idle half of the cluster. ``spill_min_group``
     spills only where each group has at least that many instances: with one instance a group (2 instances), a
-    spill balances no group, it mixes the two classes the split keeps apart."""
+    spill balances no group, it mixes the two classes the split keeps apart. ``batch_seats: true`` caps an
+    instance's seats in ``least_latency`` at the batch its KV cache holds at its running requests' present footprint
+    (running x KV blocks / blocks used): a 16 GB V100 whose cache holds one 4,096-token context runs a few requests
+    at once, not its 128 seats, so its queue drains that much slower."""
 
     name = "dedicated_small_large"
 
     def __init__(self, seed: int = 0, large: int | None = None, threshold: int = DECODE_BUCKETS[0],
                  within: str = "round_robin", spill: float | None = None, spill_load: float = 0.0,
                  spill_heavy: bool = True, kv_aware: bool = False, spill_load_light: float | None = None,
-                 spill_queued: bool = True, spill_min_group: int = 1, **kw: Any) -> None:
+                 spill_queued: bool = True, spill_min_group: int = 1, batch_seats: bool = False, **kw: Any) -> None:
         super().__init__(seed, **kw)
         if large is not None and (isinstance(large, bool) or not isinstance(large, int) or large < 1):
             raise ConfigError(f"policy.kwargs.large: expected a positive number of instances, got {large!r}")
@@ -364,6 +375,7 @@ class DedicatedSmallLargeRouter(Router):
         self.kv_aware = kwarg_flag("kv_aware", kv_aware)
         self.spill_queued = kwarg_flag("spill_queued", spill_queued)
         self.spill_min_group = int(kwarg_number("spill_min_group", spill_min_group, lo=1, strict=False, integer=True))
+        self.batch_seats = kwarg_flag("batch_seats", batch_seats)
         self._next = [0, 0]
 
     def reset(self, seed: int | None = None) -> None:
@@ -427,6 +439,8 @@ class DedicatedSmallLargeRouter(Router):
         for w, inst in zip(work, insts):
             tau = inst.step_time if inst.step_time > 0 else DEFAULT_STEP_S
             seats = kv_seats(inst, largest) if self.kv_aware else inst.max_num_seqs
+            if self.batch_seats:
+                seats = min(seats, held_seats(inst))
             out.append(w * tau / seats + pred * tau)
         return out
 

@@ -77,6 +77,20 @@ def test_the_studies_refuse_test_data() -> None:
         load_gate.trace_scenarios(Path("conversation_trace.jsonl"), [0, 60], [0], "qos_edge", Path("."))
 
 
+def test_the_conversation_proxies_read_sharegpt_lengths_never_a_suite_trace() -> None:
+    envs = validation.seed_drawn("workload_router", ["training", "sharegpt_1"], 300)
+    assert set(envs) == {"training", "sharegpt_1"}
+    wl = envs["sharegpt_1"]["workload"]
+    assert wl["arrival"]["rate"] == 1.0 and wl["num_requests"] == 300
+    assert Path(wl["lengths"]["path"]).name not in validation.suite_traces("workload_router")
+    assert "sharegpt_2" in validation.seed_drawn("workload_router", ["sharegpt_2"])
+    assert not set(validation.PROXY_RATES) & set(validation.seed_drawn("workload_router"))  # asked for by name only
+    assert {"sharegpt_0.5", "sharegpt_1"} <= set(spill_load.BATCH_SCENARIOS)
+    for c in spill_load.candidates(batch_seats=True):
+        if isinstance(c, dict):
+            make_router(c["name"], **c["kwargs"])
+
+
 def test_load_gate_choice_and_the_bucketed_copy(tmp_path: Path) -> None:
     table = {"s1": {"network": 9.0, "A": -0.04, "B": 5.0}, "s2": {"network": 9.0, "A": 8.0, "B": -2.0}}
     assert load_gate.choose(table) == "A"  # worst -0.0 beats -2.0; the ungated network is not a candidate

@@ -295,3 +295,42 @@ def test_a_spill_that_avoids_queues_sends_at_most_a_seat_and_one_waiting_request
     assert spilled[False] == 4 and spilled[True] > 4
     with pytest.raises(ConfigError, match="policy.kwargs.spill_queued"):
         make_router("dedicated_small_large", within="least_latency", spill=1.0, spill_queued="no")
+
+
+class _WorkView:
+    """What the split's latency scores read: each instance's state and tokens of work left."""
+
+    def __init__(self, instances, work):
+        from llmsim.state.cluster_state import ClusterState
+        self._state = ClusterState(0.0, 0.0, 0, False, 0, 0.0, tuple(instances))
+        self._work = work
+        self.num_instances = len(instances)
+
+    def state(self):
+        return self._state
+
+    def work_left(self):
+        return list(self._work)
+
+
+def test_batch_seats_count_the_batch_a_full_kv_cache_holds_not_max_num_seqs():
+    """Four requests fill 200 of 256 blocks: the cache holds 4 x 256 / 200 = 5.12 at that footprint, so 1,000 tokens
+    of queued work drain at 5.12 tokens an iteration, not 128; an idle instance keeps its 128 seats."""
+    from llmsim.routing.load import held_seats
+    from llmsim.state.cluster_state import InstanceState
+
+    def state(idx, running, used):
+        return InstanceState(idx, f"{idx}", "llama-2-7b", "v100-16gb", True, running, 0, 0, used, 256, 16, 128,
+                             4096, 4096, 0.05, 0.0)
+
+    full, idle = state(0, 4, 200), state(1, 0, 0)
+    assert held_seats(full) == pytest.approx(5.12) and held_seats(idle) == 128.0
+    req = Request(0, 0.0, 100, 300)
+    view = _WorkView([full, idle], [1000, 1000])
+    plain = make_router("dedicated_small_large", within="least_latency").scores(req, view)
+    held = make_router("dedicated_small_large", within="least_latency", batch_seats=True).scores(req, view)
+    assert plain[0] == pytest.approx(1000 * 0.05 / 128 + 300 * 0.05)
+    assert held[0] == pytest.approx(1000 * 0.05 / 5.12 + 300 * 0.05)
+    assert held[1] == plain[1]  # nothing runs there: max_num_seqs
+    with pytest.raises(ConfigError, match="policy.kwargs.batch_seats"):
+        make_router("dedicated_small_large", batch_seats="yes")
