@@ -5,6 +5,7 @@
     python -m experiments.studies.spill_load --queued --requests 400 1000 2000 --jobs 2   # no spill into a queue
     python -m experiments.studies.spill_load --by-size --requests 2000 1000 400 --jobs 2  # the spill by cluster size
     python -m experiments.studies.spill_load --batch-seats --requests 2000 1000 --jobs 2  # seats the KV cache holds
+    python -m experiments.studies.spill_load --by-work --requests 2000 1000 --jobs 2  # groups sized by the work
 
 The spill sends a request to the other group's best instance when (1 + s_other) x ratio x (1 + load x busy) <
 1 + s_own (``dedicated_small_large`` with ``within: least_latency``, ``spill``, ``spill_load``; agents/nets.py
@@ -61,8 +62,16 @@ BATCH_SCENARIOS = (*SCENARIOS, *PROXY_RATES)
 
 
 def candidates(light_only: bool = False, light_load: bool = False, queued: bool = False,
-               by_size: bool = False, batch_seats: bool = False) -> list[Any]:
+               by_size: bool = False, batch_seats: bool = False, by_work: bool = False) -> list[Any]:
     split = "dedicated_small_large"
+    if by_work:
+        shipped = {**SHIPPED, "spill_min_group": 2}
+        plain = {"within": "least_latency"}
+        return [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"},
+                {"name": split, "kwargs": plain, "label": "split, no spill"},
+                {"name": split, "kwargs": {**plain, "large": "by_work"}, "label": "split by work, no spill"},
+                {"name": split, "kwargs": shipped, "label": "spill shipped"},
+                {"name": split, "kwargs": {**shipped, "large": "by_work"}, "label": "spill shipped, split by work"}]
     if batch_seats:
         shipped = {**SHIPPED, "spill_min_group": 2}
         return [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"},
@@ -125,11 +134,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-seats", action="store_true",
                     help="the shipped spill with seats the KV cache holds, and not into a queue, with conversation "
                          "proxies")
+    ap.add_argument("--by-work", action="store_true",
+                    help="the split with its large group sized by the heavy requests' share of the work")
     args = ap.parse_args(argv)
     check_validation_seeds(args.seeds)
-    pols = candidates(args.light_only, args.light_load, args.queued, args.by_size, args.batch_seats)
-    names = args.scenarios or list(BY_SIZE_SCENARIOS if args.by_size else BATCH_SCENARIOS if args.batch_seats
-                                   else SCENARIOS)
+    pols = candidates(args.light_only, args.light_load, args.queued, args.by_size, args.batch_seats, args.by_work)
+    names = args.scenarios or list(BY_SIZE_SCENARIOS if args.by_size else BATCH_SCENARIOS
+                                   if args.batch_seats or args.by_work else SCENARIOS)
     tables = {n: run("workload_router", names, args.seeds, n, args.jobs, pols) for n in args.requests}
     text = "\n\n".join(f"### {n} requests per episode\n\n{markdown(t)}" for n, t in tables.items())
     text += "\n\n| spill rule | worst mean gap (both lengths) | mean gap |\n|---|---|---|\n" + "\n".join(

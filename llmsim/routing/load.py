@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 # the paper's decode-length predictor's buckets (tokens, its §5.1) and its fitted prefill slope (§5.2)
 DECODE_BUCKETS = (250, 1000, 4000)
 GRAD_P = 3.2e-4  # s per prompt token (the paper's §5.2)
+WORK_DECAY = 0.99  # the dedicated split's ``large: by_work``: a request's weight in the recent work, per later request
 DEFAULT_STEP_S = 0.03  # s: an idle instance's iteration time in latency estimates (also the instance_set's)
 DECODE_STEP = 0.02  # s, the minimum decode batch time (the paper's §6), the "average decode batch time" of T_est
 
@@ -346,20 +347,26 @@ class DedicatedSmallLargeRouter(Router):
     requests for its whole length; the split by class keeps the light requests' queue short, which the mean counts
     most, while spilling into an instance with room still uses an idle half of the cluster. ``spill_min_group``
     spills only where each group has at least that many instances: with one instance a group (2 instances), a
-    spill balances no group, it mixes the two classes the split keeps apart. ``batch_seats: true`` caps an
-    instance's seats in ``least_latency`` at the batch its KV cache holds at its running requests' present footprint
-    (running x KV blocks / blocks used): a 16 GB V100 whose cache holds one 4,096-token context runs a few requests
-    at once, not its 128 seats, so its queue drains that much slower."""
+    spill balances no group, it mixes the two classes the split keeps apart. ``large: by_work`` sizes the large
+    group by the heavy requests' share of the recent predicted output tokens: where most requests are heavy (most
+    conversation outputs are over 250 tokens) the split no longer crowds them onto half the cluster.
+    ``batch_seats: true`` caps an instance's seats in ``least_latency`` at the batch its KV cache holds at its
+    running requests' present footprint (running x KV blocks / blocks used): a 16 GB V100 whose cache holds one
+    4,096-token context runs a few requests at once, not its 128 seats, so its queue drains that much slower."""
 
     name = "dedicated_small_large"
 
-    def __init__(self, seed: int = 0, large: int | None = None, threshold: int = DECODE_BUCKETS[0],
+    def __init__(self, seed: int = 0, large: int | str | None = None, threshold: int = DECODE_BUCKETS[0],
                  within: str = "round_robin", spill: float | None = None, spill_load: float = 0.0,
                  spill_heavy: bool = True, kv_aware: bool = False, spill_load_light: float | None = None,
                  spill_queued: bool = True, spill_min_group: int = 1, batch_seats: bool = False, **kw: Any) -> None:
         super().__init__(seed, **kw)
+        self.by_work = large == "by_work"
+        if self.by_work:
+            large = None
         if large is not None and (isinstance(large, bool) or not isinstance(large, int) or large < 1):
-            raise ConfigError(f"policy.kwargs.large: expected a positive number of instances, got {large!r}")
+            raise ConfigError(f"policy.kwargs.large: expected a positive number of instances or by_work, "
+                              f"got {large!r}")
         if within not in ("round_robin", "least_work_left", "least_latency"):
             raise ConfigError(f"policy.kwargs.within: expected round_robin, least_work_left or least_latency, "
                               f"got {within!r}")
@@ -377,17 +384,21 @@ class DedicatedSmallLargeRouter(Router):
         self.spill_min_group = int(kwarg_number("spill_min_group", spill_min_group, lo=1, strict=False, integer=True))
         self.batch_seats = kwarg_flag("batch_seats", batch_seats)
         self._next = [0, 0]
+        self._work = [0.0, 0.0]  # with by_work: recent predicted output tokens of the light and the heavy requests
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
         self._next = [0, 0]
+        self._work = [0.0, 0.0]
 
     def route(self, req: Request, view: RouterView) -> int:
         n = view.num_instances
+        heavy = predicted_output(req) > self.threshold
         n_large = self.large if self.large is not None else max(1, n // 2)
+        if self.by_work:
+            n_large = self.work_share_large(n, heavy, predicted_output(req))
         if n_large >= n:
             raise ConfigError(f"policy.kwargs.large: {n_large} large instances leave none of the {n} small")
-        heavy = predicted_output(req) > self.threshold
         large = self.large_group(view, n_large)
         group = [i for i in range(n) if (i in large) == heavy]
         cands = view.candidates(req)
@@ -417,6 +428,15 @@ class DedicatedSmallLargeRouter(Router):
             if i in cands:
                 return i
         return cands[0]
+
+    def work_share_large(self, n: int, heavy: bool, tokens: int) -> int:
+        """``large: by_work``: the large group's size in proportion to the heavy requests' share of the recent
+        predicted output tokens (each request's weight decays by 1 % per request after it), 1 to n - 1."""
+        w = self._work
+        w[0] *= WORK_DECAY
+        w[1] *= WORK_DECAY
+        w[int(heavy)] += tokens
+        return min(n - 1, max(1, round(n * w[1] / (w[0] + w[1])))) if w[0] + w[1] > 0 else max(1, n // 2)
 
     def large_group(self, view: RouterView, n_large: int) -> set[int]:
         """The large instances: the last ``n_large``, or with ``kv_aware`` the ``n_large`` of most KV tokens (ties to

@@ -334,3 +334,21 @@ def test_batch_seats_count_the_batch_a_full_kv_cache_holds_not_max_num_seqs():
     assert held[1] == plain[1]  # nothing runs there: max_num_seqs
     with pytest.raises(ConfigError, match="policy.kwargs.batch_seats"):
         make_router("dedicated_small_large", batch_seats="yes")
+
+
+def test_a_split_by_work_gives_the_heavy_requests_the_instances_their_share_of_the_work_asks_for():
+    """Nine heavy requests of 600 predicted tokens for each light one of 100: 98 % of the work is heavy, so three of
+    four instances are large (never all: the light requests keep one); an even mix keeps the halves."""
+    router = make_router("dedicated_small_large", large="by_work")
+    sizes = [router.work_share_large(4, i % 10 != 0, 600 if i % 10 else 100) for i in range(200)]
+    assert sizes[-1] == 3 and max(sizes) == 3
+    router.reset()
+    assert [router.work_share_large(4, i % 2 == 1, 300) for i in range(100)][-1] == 2
+    reqs = requests([(0.01 * i, 50, 600 if i % 10 else 100) for i in range(60)])
+    for r in reqs:
+        r.predicted_output = r.output_tokens
+    res = simulate(_cluster(4), reqs, "dedicated_small_large", policy_kwargs={"large": "by_work"})
+    on = _by_id(res)
+    assert {on[i]["instance"] for i in range(30, 60) if i % 10} == {1, 2, 3}  # heavy: the last three, in turns
+    with pytest.raises(ConfigError, match="policy.kwargs.large"):
+        make_router("dedicated_small_large", large="by_load")
