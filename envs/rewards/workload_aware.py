@@ -4,6 +4,8 @@
   f = min(1, generated / predicted output) (``InstanceState.progress``); a queued request costs 1. Charged
   once per decision tick (tick mode), or in arrival mode once per ``tick`` seconds of the step (backlog at
   the step's end x dt / tick), so it integrates the backlog over simulated time either way.
+  ``backlog: requests`` counts every request in the system as 1: the backlog's integral over time is then the
+  sum of the requests' times in the system (Little's law), what the mean E2E counts.
 * ``completion``: r_c (60) per completed request.
 * ``mixing``: r_mix = alpha * r_p + (1 - alpha) * r_d of the chosen instance (0 for wait / drop), where
   T_p = grad_p (p_i + sum_j (p_j + d_j)), r_p = 1 if T_p < eps else 1 - T_p / eps and
@@ -50,8 +52,12 @@ class WorkloadAwareReward(Reward):
 
     def __init__(self, completion_reward: float = 60.0, grad_p: float = 3.2e-4, grad_d: float = 3.3e-5,
                  eps: float = 5.0, alpha: float = 0.5, guidance: float = 1.0,
-                 weights: dict[str, float] | None = None, scale: float | None = None, wait_cost: float = 0.1) -> None:
+                 weights: dict[str, float] | None = None, scale: float | None = None, wait_cost: float = 0.1,
+                 backlog: str = "progress") -> None:
         super().__init__(weights, 1.0 / float(completion_reward) if scale is None else scale, wait_cost)
+        if backlog not in ("progress", "requests"):
+            raise ConfigError(f"reward.backlog: expected progress or requests, got {backlog!r}")
+        self.count_requests = backlog == "requests"
         self.r_c = float(completion_reward)
         for k in ("dropped", "cut_off", "truncated", "timeouts"):  # losing a request costs what serving it earns
             if not weights or k not in weights:
@@ -98,6 +104,10 @@ class WorkloadAwareReward(Reward):
         (``true_progress``: the state's ``central_queue`` and each instance's ``num_requests`` and ``progress``)."""
         central, per_instance = env.true_progress()
         pen = float(central)
+        if self.count_requests:  # backlog: requests: each request in the system counts 1 (Little's law: the mean E2E)
+            for n, _ in per_instance:
+                pen += n
+            return pen
         for n, progress in per_instance:
             pen += n - progress
         return pen

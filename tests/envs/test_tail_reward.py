@@ -55,3 +55,13 @@ def test_the_paper_env_keeps_its_reward_and_bad_options_fail():
     assert type(WorkloadRouterEnv(num_requests=10).reward_fn) is WorkloadAwareReward
     with pytest.raises(ConfigError, match="reward.e2e_target_s"):
         TailAwareReward(e2e_target_s=0.0)
+
+
+def test_a_request_count_backlog_charges_every_request_in_the_system_as_one():
+    """backlog: requests charges the central queue plus each instance's requests (the integral is the summed time in
+    the system); the default charges each request its unfinished share, so it is never more."""
+    env = SimpleNamespace(true_progress=lambda: (2, ((3, 1.25), (1, 0.5))))
+    assert WorkloadAwareReward(backlog="requests")._backlog(env) == 6.0
+    assert WorkloadAwareReward()._backlog(env) == pytest.approx(2 + 1.75 + 0.5)
+    with pytest.raises(ConfigError, match="reward.backlog"):
+        make_reward({"kind": "workload_aware_tail", "backlog": "tokens"})
