@@ -436,7 +436,7 @@ class DedicatedSmallLargeRouter(Router):
         w[0] *= WORK_DECAY
         w[1] *= WORK_DECAY
         w[int(heavy)] += tokens
-        return min(n - 1, max(1, round(n * w[1] / (w[0] + w[1])))) if w[0] + w[1] > 0 else max(1, n // 2)
+        return max(1, min(n - 1, round(n * w[1] / (w[0] + w[1])))) if w[0] + w[1] > 0 else max(1, n // 2)
 
     def large_group(self, view: RouterView, n_large: int) -> set[int]:
         """The large instances: the last ``n_large``, or with ``kv_aware`` the ``n_large`` of most KV tokens (ties to
