@@ -34,7 +34,7 @@ from llmsim.envs.predictors.base import NoisyOraclePredictor, OraclePredictor, P
 from llmsim.errors import ConfigError
 from llmsim.perf.models import MODELS
 from llmsim.request import Request
-from llmsim.routing.base import DROP, WAIT, Router, make_router, register_router
+from llmsim.routing.base import DROP, WAIT, Router, kwarg_flag, make_router, register_router
 from llmsim.routing.load import kv_tokens
 from llmsim.state.cluster_state import LAYOUT_VERSION, ClusterState
 
@@ -191,8 +191,7 @@ class ExportedRouter(Router):
             raise ConfigError("policy.kwargs.path: the onnx router needs an export directory (llmsim-export)")
         if mode not in ("greedy", "sample"):
             raise ConfigError(f"policy.kwargs.mode: {mode!r} is not greedy or sample")
-        if not isinstance(predictor_noise, bool):
-            raise ConfigError(f"policy.kwargs.predictor_noise: {predictor_noise!r} is not true or false")
+        predictor_noise = kwarg_flag("predictor_noise", predictor_noise)
         self.path, self.mode, self.seed = resolve_zoo(path, "export"), mode, seed
         self.policy = _load(self.path)
         m = self.policy.manifest

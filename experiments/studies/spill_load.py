@@ -64,18 +64,16 @@ BATCH_SCENARIOS = (*SCENARIOS, *PROXY_RATES)
 def candidates(light_only: bool = False, light_load: bool = False, queued: bool = False,
                by_size: bool = False, batch_seats: bool = False, by_work: bool = False) -> list[Any]:
     split = "dedicated_small_large"
+    refs = [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"}]
+    shipped = {**SHIPPED, "spill_min_group": 2}  # the guide shipped now: the spill by cluster size
     if by_work:
-        shipped = {**SHIPPED, "spill_min_group": 2}
         plain = {"within": "least_latency"}
-        return [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"},
-                {"name": split, "kwargs": plain, "label": "split, no spill"},
+        return [*refs, {"name": split, "kwargs": plain, "label": "split, no spill"},
                 {"name": split, "kwargs": {**plain, "large": "by_work"}, "label": "split by work, no spill"},
                 {"name": split, "kwargs": shipped, "label": "spill shipped"},
                 {"name": split, "kwargs": {**shipped, "large": "by_work"}, "label": "spill shipped, split by work"}]
     if batch_seats:
-        shipped = {**SHIPPED, "spill_min_group": 2}
-        return [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"},
-                {"name": split, "kwargs": {"within": "least_latency"}, "label": "split, no spill"},
+        return [*refs, {"name": split, "kwargs": {"within": "least_latency"}, "label": "split, no spill"},
                 {"name": split, "kwargs": shipped, "label": "spill shipped"},
                 {"name": split, "kwargs": {**shipped, "batch_seats": True}, "label": "spill batch seats"},
                 {"name": split, "kwargs": {**shipped, "spill_queued": False}, "label": "spill not into a queue"},
@@ -85,8 +83,7 @@ def candidates(light_only: bool = False, light_load: bool = False, queued: bool 
         return ["min_min", "least_work_left",
                 {"name": split, "kwargs": {"within": "least_latency"}, "label": "split, no spill"},
                 {"name": split, "kwargs": SHIPPED, "label": "spill shipped"},
-                {"name": split, "kwargs": {**SHIPPED, "spill_min_group": 2}, "label": "spill where groups >= 2"}]
-    refs = [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"}]
+                {"name": split, "kwargs": shipped, "label": "spill where groups >= 2"}]
     if queued:  # with the suite's load gate, the best heuristic of the lightest rate at 2,000 requests
         kv = {"within": "least_latency", "kv_aware": True}
         gated = {"name": "load_gated", "label": "gated_min_min_split", "kwargs": {

@@ -393,10 +393,11 @@ class DedicatedSmallLargeRouter(Router):
 
     def route(self, req: Request, view: RouterView) -> int:
         n = view.num_instances
-        heavy = predicted_output(req) > self.threshold
+        pred = predicted_output(req)
+        heavy = pred > self.threshold
         n_large = self.large if self.large is not None else max(1, n // 2)
         if self.by_work:
-            n_large = self.work_share_large(n, heavy, predicted_output(req))
+            n_large = self.work_share_large(n, heavy, pred)
         if n_large >= n:
             raise ConfigError(f"policy.kwargs.large: {n_large} large instances leave none of the {n} small")
         large = self.large_group(view, n_large)
