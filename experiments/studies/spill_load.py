@@ -6,6 +6,7 @@
     python -m experiments.studies.spill_load --by-size --requests 2000 1000 400 --jobs 2  # the spill by cluster size
     python -m experiments.studies.spill_load --batch-seats --requests 2000 1000 --jobs 2  # seats the KV cache holds
     python -m experiments.studies.spill_load --by-work --requests 2000 1000 --jobs 2  # groups sized by the work
+    python -m experiments.studies.spill_load --heavy-share --requests 2000 1000 --jobs 2  # balance when mostly heavy
 
 The spill sends a request to the other group's best instance when (1 + s_other) x ratio x (1 + load x busy) <
 1 + s_own (``dedicated_small_large`` with ``within: least_latency``, ``spill``, ``spill_load``; agents/nets.py
@@ -61,11 +62,20 @@ BY_SIZE_SCENARIOS = ("instances_2", "training", "instances_8")
 BATCH_SCENARIOS = (*SCENARIOS, *PROXY_RATES)
 
 
+# with --heavy-share: the shipped spill balancing by KV demand while the recent heavy share is above each of these
+HEAVY_SHARES = (0.5, 0.6, 0.7, 0.8)
+
+
 def candidates(light_only: bool = False, light_load: bool = False, queued: bool = False,
-               by_size: bool = False, batch_seats: bool = False, by_work: bool = False) -> list[Any]:
+               by_size: bool = False, batch_seats: bool = False, by_work: bool = False,
+               heavy_share: bool = False) -> list[Any]:
     split = "dedicated_small_large"
     refs = [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"}]
     shipped = {**SHIPPED, "spill_min_group": 2}  # the guide shipped now: the spill by cluster size
+    if heavy_share:
+        return [*refs, {"name": split, "kwargs": shipped, "label": "spill shipped"},
+                *({"name": split, "kwargs": {**shipped, "balance_heavy": h}, "label": f"spill, balance above {h}"}
+                  for h in HEAVY_SHARES)]
     if by_work:
         plain = {"within": "least_latency"}
         return [*refs, {"name": split, "kwargs": plain, "label": "split, no spill"},
@@ -133,11 +143,14 @@ def main(argv: list[str] | None = None) -> None:
                          "proxies")
     ap.add_argument("--by-work", action="store_true",
                     help="the split with its large group sized by the heavy requests' share of the work")
+    ap.add_argument("--heavy-share", action="store_true",
+                    help="the shipped spill balancing by KV demand while most recent requests are heavy")
     args = ap.parse_args(argv)
     check_validation_seeds(args.seeds)
-    pols = candidates(args.light_only, args.light_load, args.queued, args.by_size, args.batch_seats, args.by_work)
+    pols = candidates(args.light_only, args.light_load, args.queued, args.by_size, args.batch_seats, args.by_work,
+                      heavy_share=args.heavy_share)
     names = args.scenarios or list(BY_SIZE_SCENARIOS if args.by_size else BATCH_SCENARIOS
-                                   if args.batch_seats or args.by_work else SCENARIOS)
+                                   if args.batch_seats or args.by_work or args.heavy_share else SCENARIOS)
     tables = {n: run("workload_router", names, args.seeds, n, args.jobs, pols) for n in args.requests}
     text = "\n\n".join(f"### {n} requests per episode\n\n{markdown(t)}" for n, t in tables.items())
     text += "\n\n| spill rule | worst mean gap (both lengths) | mean gap |\n|---|---|---|\n" + "\n".join(

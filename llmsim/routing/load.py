@@ -3,7 +3,7 @@ heuristic-guided RL router, WorkloadRouter) as llmsim routers.
 
 That paper compares its RL router with round robin, earliest-available, JSQ (``least_work_left``),
 maximum-capacity usage every 1 s and Min-Min on 4 x Llama-2-7B, and (Table 2) with a decode balancer
-and a dedicated small / large split. The paper gives one sentence each; the choices made here are listed
+and a dedicated small / large split (``split``). The paper gives one sentence each; the choices made here are listed
 in docs/testbeds.md and in each class docstring.
 
 The routers that hold requests at the router (earliest-available, max-capacity) route a request only
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from llmsim.errors import ConfigError
-from llmsim.routing.base import WAIT, Router, kwarg_flag, kwarg_number, register_router
+from llmsim.routing.base import WAIT, Router, register_router
 
 if TYPE_CHECKING:
     from llmsim.request import Request
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 # the paper's decode-length predictor's buckets (tokens, its §5.1) and its fitted prefill slope (§5.2)
 DECODE_BUCKETS = (250, 1000, 4000)
 GRAD_P = 3.2e-4  # s per prompt token (the paper's §5.2)
-WORK_DECAY = 0.99  # the dedicated split's ``large: by_work``: a request's weight in the recent work, per later request
 DEFAULT_STEP_S = 0.03  # s: an idle instance's iteration time in latency estimates (also the instance_set's)
 DECODE_STEP = 0.02  # s, the minimum decode batch time (the paper's §6), the "average decode batch time" of T_est
 
@@ -310,160 +309,6 @@ class DecodeBalancerRouter(Router):
                 best, best_left = i, left
         self._out[req.id] = predicted_output(req)
         return best
-
-
-def spill_load_kwarg(key: str, value: Any, spill: float | None) -> float:
-    """A spill's load: a finite number >= 0, non-zero only with a spill (else a ConfigError naming it)."""
-    load = kwarg_number(key, value, strict=False)
-    if load and spill is None:
-        raise ConfigError(f"policy.kwargs.{key}: a load needs a spill, got {value!r} without one")
-    return load
-
-
-@register_router
-class DedicatedSmallLargeRouter(Router):
-    """The WorkloadRouter paper's dedicated split (its Table 2): heavy-decode requests (predicted output above
-    ``threshold`` tokens, the predictor's first bucket bound, 250) go only to the "large" instances, the others only to
-    the "small" ones; round robin within each group. ``large`` = how many of the instances (the last ones) are large;
-    default half (the paper's 2-instance split is 1 + 1). ``within: least_work_left`` picks the instance with the
-    fewest predicted tokens left inside the group instead of taking turns: the same split, blind to no load, and a
-    function of the state alone (a guide a set observation can carry). ``within: least_latency`` scores each
-    instance by the request's estimated latency there instead (its queued tokens over its seats plus the request's
-    predicted output, each at the instance's own iteration time), and ``spill`` (a ratio >= 1) sends the request to
-    the other group's best instance when (1 + its latency) x spill < 1 + the own group's best: the learned
-    WorkloadRouter's spill guide (agents/nets.py), so the suite holds the router to its own guide. ``spill_load``
-    raises that ratio with the other instance's share of busy seats, x (1 + spill_load x running / max_num_seqs):
-    a request's own latency does not count the requests it slows down where it spills, and they are more the fuller
-    that instance runs. ``spill_heavy: false`` lets only the light requests spill (to a large instance): a heavy
-    decode spilled to a small instance holds its seat and memory while many short requests pass through.
-    ``spill_load_light`` is the load of a light request's spill (to the large group; default ``spill_load``): the
-    large instances' heavy decodes are slowed by every light request that joins their batch, and are many.
-    ``kv_aware: true`` counts what each instance's KV cache holds, for clusters of unequal GPUs: the large group is
-    the instances with the most KV tokens (the last ones among equals), and an instance's seats in ``least_latency``
-    are its ``max_num_seqs`` x its KV tokens / the largest KV cache's. Without it a 16 GB V100 that holds 4,000
-    tokens of KV counts 128 seats like an A100 that holds 50,000, fills its cache and preempts. On equal GPUs it
-    changes nothing. ``spill_queued: false`` spills only to an instance where nothing waits: once both groups
-    queue, a spill makes a light request wait behind heavy ones, or a heavy decode take seats from many light
-    requests for its whole length; the split by class keeps the light requests' queue short, which the mean counts
-    most, while spilling into an instance with room still uses an idle half of the cluster. ``spill_min_group``
-    spills only where each group has at least that many instances: with one instance a group (2 instances), a
-    spill balances no group, it mixes the two classes the split keeps apart. ``large: by_work`` sizes the large
-    group by the heavy requests' share of the recent predicted output tokens: where most requests are heavy (most
-    conversation outputs are over 250 tokens) the split no longer crowds them onto half the cluster.
-    ``batch_seats: true`` caps an instance's seats in ``least_latency`` at the batch its KV cache holds at its
-    running requests' present footprint (running x KV blocks / blocks used): a 16 GB V100 whose cache holds one
-    4,096-token context runs a few requests at once, not its 128 seats, so its queue drains that much slower."""
-
-    name = "dedicated_small_large"
-
-    def __init__(self, seed: int = 0, large: int | str | None = None, threshold: int = DECODE_BUCKETS[0],
-                 within: str = "round_robin", spill: float | None = None, spill_load: float = 0.0,
-                 spill_heavy: bool = True, kv_aware: bool = False, spill_load_light: float | None = None,
-                 spill_queued: bool = True, spill_min_group: int = 1, batch_seats: bool = False, **kw: Any) -> None:
-        super().__init__(seed, **kw)
-        self.by_work = large == "by_work"
-        if self.by_work:
-            large = None
-        if large is not None and (isinstance(large, bool) or not isinstance(large, int) or large < 1):
-            raise ConfigError(f"policy.kwargs.large: expected a positive number of instances or by_work, "
-                              f"got {large!r}")
-        if within not in ("round_robin", "least_work_left", "least_latency"):
-            raise ConfigError(f"policy.kwargs.within: expected round_robin, least_work_left or least_latency, "
-                              f"got {within!r}")
-        if spill is not None and (within == "round_robin" or isinstance(spill, bool)
-                                  or not isinstance(spill, int | float) or not 1.0 <= spill < math.inf):
-            raise ConfigError(f"policy.kwargs.spill: expected a ratio >= 1 with within least_work_left or "
-                              f"least_latency, got {spill!r}")
-        self.large, self.threshold, self.within, self.spill = large, threshold, within, spill
-        self.spill_load = spill_load_kwarg("spill_load", spill_load, spill)
-        self.spill_load_light = self.spill_load if spill_load_light is None else spill_load_kwarg(
-            "spill_load_light", spill_load_light, spill)
-        self.spill_heavy = kwarg_flag("spill_heavy", spill_heavy)
-        self.kv_aware = kwarg_flag("kv_aware", kv_aware)
-        self.spill_queued = kwarg_flag("spill_queued", spill_queued)
-        self.spill_min_group = int(kwarg_number("spill_min_group", spill_min_group, lo=1, strict=False, integer=True))
-        self.batch_seats = kwarg_flag("batch_seats", batch_seats)
-        self._next = [0, 0]
-        self._work = [0.0, 0.0]  # with by_work: recent predicted output tokens of the light and the heavy requests
-
-    def reset(self, seed: int | None = None) -> None:
-        super().reset(seed)
-        self._next = [0, 0]
-        self._work = [0.0, 0.0]
-
-    def route(self, req: Request, view: RouterView) -> int:
-        n = view.num_instances
-        pred = predicted_output(req)
-        heavy = pred > self.threshold
-        n_large = self.large if self.large is not None else max(1, n // 2)
-        if self.by_work:
-            n_large = self.work_share_large(n, heavy, pred)
-        if n_large >= n:
-            raise ConfigError(f"policy.kwargs.large: {n_large} large instances leave none of the {n} small")
-        large = self.large_group(view, n_large)
-        group = [i for i in range(n) if (i in large) == heavy]
-        cands = view.candidates(req)
-        if self.within != "round_robin":
-            inside = [i for i in group if i in cands]
-            if not inside:
-                return cands[0]
-            score = self.scores(req, view)
-            best = min(inside, key=lambda i: score[i])  # (the first of equals: the routers' tie rule)
-            outside = [i for i in cands if i not in group]
-            if (self.spill is None or not outside or (heavy and not self.spill_heavy)
-                    or min(n_large, n - n_large) < self.spill_min_group):
-                return best
-            other = min(outside, key=lambda i: score[i])
-            there = view.state().instances[other]
-            if not self.spill_queued and there.num_waiting + there.num_swapped:
-                return best  # it would wait there behind the other class's requests and hold up those behind it
-            ratio = self.spill
-            load = self.spill_load if heavy else self.spill_load_light
-            if load:  # the busier the other instance, the more a spill costs the requests already there
-                ratio *= 1.0 + load * there.num_running / there.max_num_seqs
-            return other if (1.0 + score[other]) * ratio < 1.0 + score[best] else best
-        k = int(heavy)
-        for _ in range(len(group)):
-            i = group[self._next[k] % len(group)]
-            self._next[k] += 1
-            if i in cands:
-                return i
-        return cands[0]
-
-    def work_share_large(self, n: int, heavy: bool, tokens: int) -> int:
-        """``large: by_work``: the large group's size in proportion to the heavy requests' share of the recent
-        predicted output tokens (each request's weight decays by 1 % per request after it), 1 to n - 1."""
-        w = self._work
-        w[0] *= WORK_DECAY
-        w[1] *= WORK_DECAY
-        w[int(heavy)] += tokens
-        return max(1, min(n - 1, round(n * w[1] / (w[0] + w[1])))) if w[0] + w[1] > 0 else max(1, n // 2)
-
-    def large_group(self, view: RouterView, n_large: int) -> set[int]:
-        """The large instances: the last ``n_large``, or with ``kv_aware`` the ``n_large`` of most KV tokens (ties to
-        the later instance). Not speed: the state's iteration time changes with the batch, the group must not."""
-        n = view.num_instances
-        if not self.kv_aware:
-            return set(range(n - n_large, n))
-        size = [kv_tokens(i) for i in view.state().instances]
-        return set(sorted(range(n), key=lambda k: (size[k], k))[n - n_large:])
-
-    def scores(self, req: Request, view: RouterView) -> list[float]:
-        """Per instance: tokens of work left, or the request's estimated latency in seconds (``least_latency``)."""
-        work = view.work_left()
-        if self.within == "least_work_left":
-            return work
-        pred = predicted_output(req)
-        insts = view.state().instances
-        largest = max(kv_tokens(i) for i in insts) if self.kv_aware else 0
-        out = []
-        for w, inst in zip(work, insts):
-            tau = inst.step_time if inst.step_time > 0 else DEFAULT_STEP_S
-            seats = kv_seats(inst, largest) if self.kv_aware else inst.max_num_seqs
-            if self.batch_seats:
-                seats = min(seats, held_seats(inst))
-            out.append(w * tau / seats + pred * tau)
-        return out
 
 
 @register_router
