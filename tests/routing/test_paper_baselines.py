@@ -352,3 +352,27 @@ def test_a_split_by_work_gives_the_heavy_requests_the_instances_their_share_of_t
     assert {on[i]["instance"] for i in range(30, 60) if i % 10} == {1, 2, 3}  # heavy: the last three, in turns
     with pytest.raises(ConfigError, match="policy.kwargs.large"):
         make_router("dedicated_small_large", large="by_load")
+
+
+def test_a_split_that_balances_while_most_requests_are_heavy():
+    """Only heavy requests: the split gives them the two large instances, a balance above a 0.5 heavy share spreads
+    them over all four by KV demand; one heavy request in ten changes nothing."""
+    def placed(rows, **kw):
+        reqs = requests(rows)
+        for r in reqs:
+            r.predicted_output = r.output_tokens
+        res = simulate(_cluster(4), reqs, "dedicated_small_large", policy_kwargs={"large": 2, **kw})
+        return [_by_id(res)[i]["instance"] for i in range(len(rows))]
+
+    heavy = [(0.01 * i, 50, 600) for i in range(12)]
+    assert set(placed(heavy)) == {2, 3}
+    assert set(placed(heavy, balance_heavy=0.5)) == {0, 1, 2, 3}
+    mixed = [(0.01 * i, 50, 600 if i % 10 == 9 else 100) for i in range(40)]
+    assert placed(mixed, balance_heavy=0.5) == placed(mixed)
+    router = make_router("dedicated_small_large", balance_heavy=0.7)
+    assert [router.mostly_heavy(h) for h in (True, True, False, True)][-1]  # a 3-in-4 share is above 0.7
+    router = make_router("dedicated_small_large", balance_heavy=0.8)
+    assert not [router.mostly_heavy(h) for h in (True, True, False, True)][-1]
+    for bad in (0, 1, 1.5, -0.1, True, "0.5", float("nan")):
+        with pytest.raises(ConfigError, match="policy.kwargs.balance_heavy"):
+            make_router("dedicated_small_large", balance_heavy=bad)
