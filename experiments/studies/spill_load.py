@@ -114,7 +114,7 @@ def candidates(light_only: bool = False, light_load: bool = False, queued: bool 
 
 
 def choose(tables: dict[int, dict[str, dict[str, dict[str, float]]]],
-           prefix: str = "spill ") -> list[tuple[str, float, float]]:
+           prefix: str = "spill") -> list[tuple[str, float, float]]:
     """Per candidate labelled ``prefix...``: (label, worst mean gap over every scenario and length, mean gap), best
     first."""
     rules = [p for p in next(iter(next(iter(tables.values())).values())) if p.startswith(prefix)]
