@@ -41,6 +41,7 @@ from llmsim.agents.base import (
 from llmsim.agents.buffer import Batch
 from llmsim.agents.nets import (
     SPILL,
+    SPILL_GUIDE,
     GuidedQNetwork,
     GuideSwitch,
     NumpyActor,
@@ -53,6 +54,7 @@ from llmsim.agents.nets import (
     q_values,
     without_hold,
 )
+from llmsim.envs.observations.instance_set import RECENT_HEAVY, layout_globals
 from llmsim.errors import ConfigError
 from llmsim.schema import Float, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt, Schema
 
@@ -96,6 +98,8 @@ class DDQNConfig(OffPolicyConfig):
     spill_load_light: NonNegFloat | None = None  # ... for a light request's spill (None: spill_load)
     spill_queued: bool = True  # ... false: never to an instance where requests wait
     spill_min_group: PosInt = 1  # ... only where each group of the split has at least this many instances
+    # ... and the least KV demand while the recent heavy share is above this (needs observation.recent_mix: true)
+    spill_balance_heavy: float | None = Field(None, gt=0.0, lt=1.0)
     guide_action: NonNegInt | None = None  # a flat network's guide instead: this fixed action (a static model size)
     guide_switch: GuideSwitchConfig | None = None  # ... or another action past a threshold of one feature
     demo_steps: NonNegInt = 0  # env steps acted by the guide (with demo_epsilon random actions) before the policy acts
@@ -112,7 +116,7 @@ class DDQNConfig(OffPolicyConfig):
 def spill_rule(cfg: DDQNConfig) -> Spill:
     """The spill guide's rule the config names."""
     return Spill(cfg.spill_ratio, load=cfg.spill_load, load_light=cfg.spill_load_light, queued=cfg.spill_queued,
-                 min_group=cfg.spill_min_group)
+                 min_group=cfg.spill_min_group, balance_heavy=cfg.spill_balance_heavy)
 
 
 @ALGORITHMS.register
@@ -132,6 +136,10 @@ class DoubleDQN(OffPolicyAgent):
                                or not -obs_dim <= sw.feature < obs_dim):
             raise ConfigError(f"agent.guide_switch={sw.model_dump()}: needs agent.guide_action, an action in "
                               f"[0, {n_actions - 1}] and a feature in [{-obs_dim}, {obs_dim - 1}]")
+        if cfg.spill_balance_heavy is not None and (cfg.network != "set" or cfg.guide != SPILL_GUIDE
+                                                    or layout_globals(obs_dim) <= RECENT_HEAVY):
+            raise ConfigError(f"agent.spill_balance_heavy={cfg.spill_balance_heavy}: needs agent.network=set, "
+                              f"agent.guide={SPILL_GUIDE} and env.observation.recent_mix=true")
         self.q: QNetwork | SetQNetwork = self.build_net(obs_dim, n_actions, cfg)
         self.q_target = self.build_net(obs_dim, n_actions, cfg)
         self.q_target.load_state_dict(self.q.state_dict())

@@ -18,15 +18,15 @@ from torch import nn
 
 from llmsim.envs.observations.instance_set import (
     GLOBAL_FEATURE_NAMES,
-    GLOBAL_FEATURES,
     GUIDE_COLUMNS,
+    HEAVY_AT,
     INSTANCE_FEATURE_NAMES,
     INSTANCE_FEATURES,
     LOG_SECONDS,
-    LOG_TOKENS,
+    RECENT_HEAVY,
+    layout_globals,
     split_layout,
 )
-from llmsim.routing.load import DECODE_BUCKETS
 
 NO_HOLD_PENALTY = 1e6  # subtracted from wait's score where a policy that does not hold has a request to place
 # a guide computed from the observation's features rather than read from a one-hot column
@@ -190,22 +190,29 @@ class Spill:
     # no spill unless each group has at least this many instances: with one instance a group, a spill balances no
     # group but mixes the two classes the split keeps apart
     min_group: int = 1
+    # while the recent heavy share (the observation's recent mix) is above this, the least KV demand instead of the
+    # split (``dedicated_small_large``'s ``balance_heavy``); None: never
+    balance_heavy: float | None = None
 
     def __post_init__(self) -> None:
         light = self.load if self.load_light is None else self.load_light
+        balance = self.balance_heavy
         if not (isinstance(self.ratio, int | float) and self.ratio >= 1.0 and self.score in INSTANCE_FEATURE_NAMES
                 and all(isinstance(x, int | float) and 0.0 <= x < math.inf for x in (self.load, light))
                 and isinstance(self.queued, bool) and isinstance(self.min_group, int)
-                and not isinstance(self.min_group, bool) and self.min_group >= 1):
-            raise ValueError(f"a spill needs ratio >= 1, an instance feature as score, loads >= 0 and min_group >= 1, "
-                             f"got {self}")
+                and not isinstance(self.min_group, bool) and self.min_group >= 1
+                and (balance is None or (isinstance(balance, int | float) and not isinstance(balance, bool)
+                                         and 0.0 < balance < 1.0))):
+            raise ValueError(f"a spill needs ratio >= 1, an instance feature as score, loads >= 0, min_group >= 1 "
+                             f"and balance_heavy in (0, 1), got {self}")
 
     def as_dict(self) -> dict:
         """The rule as checkpoint.json records it (without a load, as before it had one)."""
         return {"ratio": self.ratio, "score": self.score, **({"load": self.load} if self.load else {}),
                 **({"load_light": self.load_light} if self.load_light is not None else {}),
                 **({} if self.queued else {"queued": False}),
-                **({"min_group": self.min_group} if self.min_group > 1 else {})}
+                **({"min_group": self.min_group} if self.min_group > 1 else {}),
+                **({"balance_heavy": self.balance_heavy} if self.balance_heavy is not None else {})}
 
     @property
     def light(self) -> float:
@@ -245,7 +252,11 @@ class SetQNetwork(nn.Module):
                  fallback_margin: float = 0.0, hold: bool = True, spill: Spill | None = None) -> None:
         super().__init__()
         self.n_max = split_layout(obs_dim)
+        self.globals = layout_globals(obs_dim)  # with the recent mix, one more
         self.spill = spill or SPILL  # the spill guide's rule (checkpoint.json records it)
+        if self.spill.balance_heavy is not None and (guide != SPILL_GUIDE or self.globals <= RECENT_HEAVY):
+            raise ValueError("a spill's balance_heavy needs the dedicated_split_spill guide and an instance_set "
+                             "observation with recent_mix: true")
         if n_actions != self.n_max + 2:
             raise ValueError(f"a set network over {self.n_max} instance slots has {self.n_max + 2} actions, "
                              f"not {n_actions}")
@@ -254,7 +265,7 @@ class SetQNetwork(nn.Module):
         self.obs_dim, self.n_actions, self.hidden, self.guide = obs_dim, n_actions, [int(h) for h in hidden], guide
         self.dueling = False
         h = self.hidden[-1]
-        g, f = GLOBAL_FEATURES, INSTANCE_FEATURES
+        g, f = self.globals, INSTANCE_FEATURES
         self.encoder = nn.Sequential(mlp(f + g, self.hidden[:-1], h), nn.ReLU())
         self.instance_head = mlp(3 * h, [h], 1)
         self.cluster_head = mlp(2 * h + g, [h], 3)  # V, A_wait, A_drop
@@ -264,7 +275,7 @@ class SetQNetwork(nn.Module):
 
     def split(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(global features (B, G), instance rows (B, n_max, F), mask (B, n_max)) of a batch of observations."""
-        g, f, n = GLOBAL_FEATURES, INSTANCE_FEATURES, self.n_max
+        g, f, n = self.globals, INSTANCE_FEATURES, self.n_max
         rows = obs[:, g:g + n * f].reshape(-1, n, f)
         return obs[:, :g], rows, obs[:, g + n * f:]
 
@@ -311,8 +322,7 @@ LOG_WORK_S = INSTANCE_FEATURE_NAMES.index("log_work_s")
 CAN_SERVE = INSTANCE_FEATURE_NAMES.index("can_serve")
 RUNNING_SHARE = INSTANCE_FEATURE_NAMES.index("running_share")
 WAITING_SHARE = INSTANCE_FEATURE_NAMES.index("waiting_share")
-# the split's heavy requests: predicted output above the predictor's first bucket bound, on the observation's scale
-HEAVY_AT = float(np.float32(np.log1p(DECODE_BUCKETS[0]) / LOG_TOKENS))
+KV_DEMAND = INSTANCE_FEATURE_NAMES.index("kv_demand")
 
 
 def guide_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor, guide: str,
@@ -367,14 +377,17 @@ def dedicated_split_pick(glob: torch.Tensor, rows: torch.Tensor, mask: torch.Ten
         if spill.min_group > 1:
             over = over & (torch.minimum(n_large, n - n_large) >= spill.min_group).squeeze(1)
         choice = torch.where(over, other_slot, choice)
+        if spill.balance_heavy is not None:  # most recent requests heavy: the least KV demand among the candidates
+            mostly = glob[:, RECENT_HEAVY] > spill.balance_heavy
+            demand = torch.where(cands, rows[:, :, KV_DEMAND], far)
+            choice = torch.where(mostly, demand.argmin(dim=1), choice)
     pending = (glob[:, PENDING] > 0.5).to(mask.dtype).unsqueeze(1)
     return nn.functional.one_hot(choice, n_max).to(mask.dtype) * pending
 
 
 def guide_slots(obs: np.ndarray, guide: str = "min_min", spill: Spill = SPILL) -> np.ndarray:
     """The guide heuristic's slot for each row of a batch of instance_set observations (-1: nothing to decide)."""
-    n_max = split_layout(obs.shape[1])
-    g, f = GLOBAL_FEATURES, INSTANCE_FEATURES
+    n_max, g, f = split_layout(obs.shape[1]), layout_globals(obs.shape[1]), INSTANCE_FEATURES
     if guide in SPLIT_GUIDES:
         x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))
         pick = guide_pick(x[:, :g], x[:, g:g + n_max * f].reshape(-1, n_max, f), x[:, g + n_max * f:], guide,

@@ -22,13 +22,21 @@ Layout (float32 vector; ``G = GLOBAL_FEATURES``, ``F = INSTANCE_FEATURES``):
                          fastest observed iteration time in the cluster / this instance's
   G + F n_max + k        instance k exists (the mask)
 
+With ``recent_mix: true`` the global part has one more feature at its end (``MIX_FEATURE_NAMES``, so G is
+``GLOBAL_FEATURES + 1``; :func:`layout_globals` tells the two layouts apart by length): the share of heavy requests
+(predicted output above the predictor's first bucket bound, 250 tokens, as the dedicated split's guide reads it)
+among the recent arrivals, each arrival's weight decaying by 1 % per arrival after it (0 before the first). The
+dedicated split protects light requests from heavy decodes; where most requests are heavy it only gives the
+majority half the cluster, and the split's guide balances instead (agents/nets.py ``Spill.balance_heavy``).
+
 The iteration time of an instance is the ``step_time`` its state reports (the iteration in progress;
 ``default_step_s`` while it is idle), so queued tokens become seconds at that instance's own speed, over its seats:
 ``max_num_seqs`` x its KV tokens / the cluster's largest KV cache, at least 1 (on equal GPUs, ``max_num_seqs``). A
 16 GB V100 that holds ~4,000 tokens of KV runs a few requests at a time, not the 128 its batch limit allows; counted
 at 128 seats, its queue looked short while it preempted. The builder keeps no history: the observation is a
 function of the state and the request alone, so the live router (which builds it only at its decisions) sees
-exactly what the env (which builds it at every step) saw.
+exactly what the env (which builds it at every step) saw. The one exception, the recent mix, is counted at each
+arrival (``on_arrival``), which the env and the live router both tell the builder of once per request.
 The three heuristic picks are computed from the state as the routers compute them (Min-Min's ready time from
 each resident request's predicted decode bucket, least work left from prompt and predicted tokens still to
 process, JSQ from queue lengths; ties to the lowest index), so a policy can learn "follow Min-Min unless ..."
@@ -45,7 +53,15 @@ import numpy as np
 
 from llmsim.envs.observations.base import ObsBuilder
 from llmsim.errors import ConfigError
-from llmsim.routing.load import DECODE_STEP, DEFAULT_STEP_S, GRAD_P, bucket_upper, kv_seats, kv_tokens
+from llmsim.routing.load import (
+    DECODE_BUCKETS,
+    DECODE_STEP,
+    DEFAULT_STEP_S,
+    GRAD_P,
+    bucket_upper,
+    kv_seats,
+    kv_tokens,
+)
 
 if TYPE_CHECKING:
     from llmsim.envs.context import ObservationContext
@@ -57,27 +73,45 @@ GLOBAL_FEATURE_NAMES = ("pending", "log_prompt", "log_predicted_output", "centra
 INSTANCE_FEATURE_NAMES = ("running_share", "waiting_share", "kv_used", "kv_demand", "log_work_s", "log_next_done_s",
                           "log_latency_s", "log_min_min_ready_s", "can_serve", "pick_min_min",
                           "pick_least_work_left", "pick_jsq", "speed_share")
+MIX_FEATURE_NAMES = ("recent_heavy_share",)  # with recent_mix: true, after GLOBAL_FEATURE_NAMES
 GLOBAL_FEATURES = len(GLOBAL_FEATURE_NAMES)
 INSTANCE_FEATURES = len(INSTANCE_FEATURE_NAMES)
+RECENT_HEAVY = GLOBAL_FEATURES  # the recent heavy share's index in a recent_mix layout
+MIX_DECAY = 0.99  # an arrival's weight in the recent mix, per later arrival (the dedicated split's, llmsim.routing)
 # the guide a policy may follow -> its one-hot column among the instance features
 GUIDE_COLUMNS = {"min_min": 9, "least_work_left": 10, "jsq": 11}
 LOG_TOKENS = math.log1p(4096.0)
 LOG_SECONDS = math.log1p(600.0)
+# the split's heavy requests: predicted output above the predictor's first bucket bound, on the observation's scale
+HEAVY_AT = float(np.float32(math.log1p(DECODE_BUCKETS[0]) / LOG_TOKENS))
 MEMO_MAX = 100_000  # waiting requests' terms kept (envs/observations/instance_set.py instance_load)
 
 
-def layout_size(n_max: int) -> int:
+def layout_size(n_max: int, recent_mix: bool = False) -> int:
     """Length of the observation vector for ``n_max`` instance rows."""
-    return GLOBAL_FEATURES + n_max * (INSTANCE_FEATURES + 1)
+    return GLOBAL_FEATURES + int(recent_mix) + n_max * (INSTANCE_FEATURES + 1)
+
+
+def layout_globals(dim: int) -> int:
+    """How many global features an observation vector of length ``dim`` has (``GLOBAL_FEATURES``, or one more with
+    the recent mix; the two lengths never coincide), a ConfigError when neither layout gives it."""
+    for g in (GLOBAL_FEATURES, GLOBAL_FEATURES + len(MIX_FEATURE_NAMES)):
+        n_max, rest = divmod(dim - g, INSTANCE_FEATURES + 1)
+        if not rest and n_max >= 1:
+            return g
+    raise ConfigError(f"observation of length {dim} is not an instance_set layout "
+                      f"({GLOBAL_FEATURES} or {GLOBAL_FEATURES + 1} + n_max x {INSTANCE_FEATURES + 1})")
 
 
 def split_layout(dim: int) -> int:
     """``n_max`` of an observation vector of length ``dim`` (a ConfigError when no ``n_max`` gives it)."""
-    n_max, rest = divmod(dim - GLOBAL_FEATURES, INSTANCE_FEATURES + 1)
-    if rest or n_max < 1:
-        raise ConfigError(f"observation of length {dim} is not an instance_set layout "
-                          f"({GLOBAL_FEATURES} + n_max x {INSTANCE_FEATURES + 1})")
-    return n_max
+    return (dim - layout_globals(dim)) // (INSTANCE_FEATURES + 1)
+
+
+def heavy_request(pred: float) -> bool:
+    """The dedicated split's class of a request predicted ``pred`` output tokens, as its guide reads the
+    observation: the float32 feature above the first bucket bound's."""
+    return bool(np.float32(min(1.5, math.log1p(pred) / LOG_TOKENS)) > HEAVY_AT)
 
 
 def log_seconds(s: float) -> float:
@@ -143,9 +177,15 @@ class InstanceSetObs(ObsBuilder):
 
     name = "instance_set"
 
-    def __init__(self, n_max: int = 16, max_wait_s: float = 10.0, default_step_s: float = DEFAULT_STEP_S) -> None:
+    def __init__(self, n_max: int = 16, max_wait_s: float = 10.0, default_step_s: float = DEFAULT_STEP_S,
+                 recent_mix: bool = False) -> None:
         if isinstance(n_max, bool) or not isinstance(n_max, int) or n_max < 1:
             raise ConfigError(f"observation.n_max: expected a positive integer, got {n_max!r}")
+        if not isinstance(recent_mix, bool):
+            raise ConfigError(f"observation.recent_mix: expected true or false, got {recent_mix!r}")
+        self.recent_mix = recent_mix
+        self.globals = GLOBAL_FEATURES + int(recent_mix)
+        self.mix = [0.0, 0.0]  # recent light and heavy arrivals (decayed counts)
         for key, v in (("max_wait_s", max_wait_s), ("default_step_s", default_step_s)):
             if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 or not math.isfinite(v):
                 raise ConfigError(f"observation.{key}: expected a positive number of seconds, got {v!r}")
@@ -158,14 +198,28 @@ class InstanceSetObs(ObsBuilder):
             raise ConfigError(f"observation.n_max: {self.n_max} rows cannot hold {env.num_instances} instances "
                               f"(raise n_max)")
         self.n = env.num_instances
-        self.buf = np.zeros(layout_size(self.n_max), np.float32)
-        self.mask_at = GLOBAL_FEATURES + self.n_max * INSTANCE_FEATURES
+        self.buf = np.zeros(layout_size(self.n_max, self.recent_mix), np.float32)
+        self.mask_at = self.globals + self.n_max * INSTANCE_FEATURES
         self.buf[self.mask_at:self.mask_at + self.n] = 1.0
         self.memo: dict[int, tuple[int, int, float, float]] = {}
         return gym.spaces.Box(0.0, 8.0, self.buf.shape, np.float32)
 
     def reset(self, env: ObservationContext) -> None:
         self.memo = {}
+        self.mix = [0.0, 0.0]
+
+    def on_arrival(self, env: ObservationContext, req: Request) -> None:
+        if self.recent_mix:
+            mix = self.mix
+            mix[0] *= MIX_DECAY
+            mix[1] *= MIX_DECAY
+            mix[int(heavy_request(self.predicted(env, req)))] += 1.0
+
+    @staticmethod
+    def predicted(env: ObservationContext, req: Request) -> float:
+        """The request's predicted output on the cluster's first model (the one a single-model cluster serves)."""
+        lens, _ = env.predictions(req)
+        return float(lens[env.inst_model_idx[0]]) if len(lens) > 1 else float(lens[0])
 
     def build(self, env: ObservationContext, state: ClusterState, req: Request | None) -> np.ndarray:
         b = self.buf
@@ -178,11 +232,13 @@ class InstanceSetObs(ObsBuilder):
         b[5] = self.n / self.n_max
         b[6] = sum(i.num_running for i in insts) / seats
         b[7] = min(4.0, sum(i.num_waiting + i.num_swapped for i in insts) / seats)
+        if self.recent_mix:
+            seen = self.mix[0] + self.mix[1]
+            b[RECENT_HEAVY] = self.mix[1] / seen if seen > 0.0 else 0.0
         prompt, pred = 0, 0.0
         if req is not None:
-            lens, _ = env.predictions(req)
             prompt = req.prompt_tokens
-            pred = float(lens[env.inst_model_idx[0]]) if len(lens) > 1 else float(lens[0])
+            pred = self.predicted(env, req)
             b[0] = 1.0
             b[1] = min(1.5, math.log1p(prompt) / LOG_TOKENS)
             b[2] = min(1.5, math.log1p(pred) / LOG_TOKENS)
@@ -199,7 +255,7 @@ class InstanceSetObs(ObsBuilder):
         largest_kv = float(max(kv_tokens(i) for i in state.instances)) or 1.0
         works, readies, queues, fits = [], [], [], []
         for k, inst in enumerate(state.instances):
-            o = GLOBAL_FEATURES + k * INSTANCE_FEATURES
+            o = self.globals + k * INSTANCE_FEATURES
             ms = inst.max_num_seqs
             work, ready, left, waiting_tokens = instance_load(inst, state.mean_output, self.memo)
             works.append(work)
@@ -223,4 +279,4 @@ class InstanceSetObs(ObsBuilder):
         cands = [k for k in range(self.n) if fits[k]] or list(range(self.n))
         for col, values in ((GUIDE_COLUMNS["min_min"], readies), (GUIDE_COLUMNS["least_work_left"], works),
                             (GUIDE_COLUMNS["jsq"], queues)):
-            b[GLOBAL_FEATURES + first_min(values, cands) * INSTANCE_FEATURES + col] = 1.0
+            b[self.globals + first_min(values, cands) * INSTANCE_FEATURES + col] = 1.0
