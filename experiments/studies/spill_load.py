@@ -7,6 +7,8 @@
     python -m experiments.studies.spill_load --batch-seats --requests 2000 1000 --jobs 2  # seats the KV cache holds
     python -m experiments.studies.spill_load --by-work --requests 2000 1000 --jobs 2  # groups sized by the work
     python -m experiments.studies.spill_load --heavy-share --requests 2000 1000 --jobs 2  # balance when mostly heavy
+    python -m experiments.studies.spill_load --heavy-share --balance 0.5 --requests 1000 --jobs 2 \
+        --checkpoints recent_mix=RUN/best shipped=zoo/workload_router/checkpoint   # learned routers beside them
 
 The spill sends a request to the other group's best instance when (1 + s_other) x ratio x (1 + load x busy) <
 1 + s_own (``dedicated_small_large`` with ``within: least_latency``, ``spill``, ``spill_load``; agents/nets.py
@@ -24,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.studies.guide_choice import markdown, run
+from experiments.studies.guide_choice import LEARNED, markdown, run
 from experiments.studies.validation import PROXY_RATES, check_validation_seeds
 
 SCENARIOS = ("rate_0.25x", "rate_0.5x", "rate_0.75x", "training", "rate_1.25x", "rate_1.5x", "rate_2x", "short",
@@ -68,14 +70,14 @@ HEAVY_SHARES = (0.5, 0.6, 0.7, 0.8)
 
 def candidates(light_only: bool = False, light_load: bool = False, queued: bool = False,
                by_size: bool = False, batch_seats: bool = False, by_work: bool = False,
-               heavy_share: bool = False) -> list[Any]:
+               heavy_share: bool = False, shares: tuple[float, ...] = HEAVY_SHARES) -> list[Any]:
     split = "dedicated_small_large"
     refs = [*REFERENCES, {"name": split, "kwargs": {"within": "least_work_left"}, "label": "split_lwl"}]
     shipped = {**SHIPPED, "spill_min_group": 2}  # the guide shipped now: the spill by cluster size
     if heavy_share:
         return [*refs, {"name": split, "kwargs": shipped, "label": "spill shipped"},
                 *({"name": split, "kwargs": {**shipped, "balance_heavy": h}, "label": f"spill, balance above {h}"}
-                  for h in HEAVY_SHARES)]
+                  for h in shares)]
     if by_work:
         plain = {"within": "least_latency"}
         return [*refs, {"name": split, "kwargs": plain, "label": "split, no spill"},
@@ -114,9 +116,9 @@ def candidates(light_only: bool = False, light_load: bool = False, queued: bool 
 
 
 def choose(tables: dict[int, dict[str, dict[str, dict[str, float]]]],
-           prefix: str = "spill") -> list[tuple[str, float, float]]:
-    """Per candidate labelled ``prefix...``: (label, worst mean gap over every scenario and length, mean gap), best
-    first."""
+           prefix: tuple[str, ...] = ("spill", LEARNED)) -> list[tuple[str, float, float]]:
+    """Per candidate labelled ``prefix...`` (a spill rule or a learned router): (label, worst mean gap over every
+    scenario and length, mean gap), best first."""
     rules = [p for p in next(iter(next(iter(tables.values())).values())) if p.startswith(prefix)]
     gaps = {p: [t[p]["mean"] for table in tables.values() for t in table.values()] for p in rules}
     return sorted(((p, max(g), float(np.mean(g))) for p, g in gaps.items()), key=lambda x: (round(x[1], 1), x[2]))
@@ -145,13 +147,18 @@ def main(argv: list[str] | None = None) -> None:
                     help="the split with its large group sized by the heavy requests' share of the work")
     ap.add_argument("--heavy-share", action="store_true",
                     help="the shipped spill balancing by KV demand while most recent requests are heavy")
+    ap.add_argument("--balance", type=float, nargs="+", default=list(HEAVY_SHARES),
+                    help="with --heavy-share: the heavy shares to balance above")
+    ap.add_argument("--checkpoints", nargs="+", default=[], metavar="NAME=PATH",
+                    help="learned routers beside the candidates (gap to the best candidate; never a reference)")
     args = ap.parse_args(argv)
     check_validation_seeds(args.seeds)
     pols = candidates(args.light_only, args.light_load, args.queued, args.by_size, args.batch_seats, args.by_work,
-                      heavy_share=args.heavy_share)
+                      heavy_share=args.heavy_share, shares=tuple(args.balance))
+    ckpts = dict(c.split("=", 1) for c in args.checkpoints)
     names = args.scenarios or list(BY_SIZE_SCENARIOS if args.by_size else BATCH_SCENARIOS
                                    if args.batch_seats or args.by_work or args.heavy_share else SCENARIOS)
-    tables = {n: run("workload_router", names, args.seeds, n, args.jobs, pols) for n in args.requests}
+    tables = {n: run("workload_router", names, args.seeds, n, args.jobs, pols, ckpts) for n in args.requests}
     text = "\n\n".join(f"### {n} requests per episode\n\n{markdown(t)}" for n, t in tables.items())
     text += "\n\n| spill rule | worst mean gap (both lengths) | mean gap |\n|---|---|---|\n" + "\n".join(
         f"| {p} | {w:+.1f} | {m:+.1f} |" for p, w, m in choose(tables))
