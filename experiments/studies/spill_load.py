@@ -28,6 +28,7 @@ import numpy as np
 
 from experiments.studies.guide_choice import LEARNED, markdown, run
 from experiments.studies.validation import PROXY_RATES, check_validation_seeds
+from llmsim.errors import ConfigError
 
 SCENARIOS = ("rate_0.25x", "rate_0.5x", "rate_0.75x", "training", "rate_1.25x", "rate_1.5x", "rate_2x", "short",
              "long", "bimodal", "burstgpt", "instances_2", "instances_8", "instances_16", "hetero")
@@ -155,10 +156,15 @@ def main(argv: list[str] | None = None) -> None:
     check_validation_seeds(args.seeds)
     pols = candidates(args.light_only, args.light_load, args.queued, args.by_size, args.batch_seats, args.by_work,
                       heavy_share=args.heavy_share, shares=tuple(args.balance))
+    if any("=" not in c for c in args.checkpoints):
+        ap.error(f"--checkpoints: expected NAME=PATH, got {args.checkpoints}")
     ckpts = dict(c.split("=", 1) for c in args.checkpoints)
     names = args.scenarios or list(BY_SIZE_SCENARIOS if args.by_size else BATCH_SCENARIOS
                                    if args.batch_seats or args.by_work or args.heavy_share else SCENARIOS)
-    tables = {n: run("workload_router", names, args.seeds, n, args.jobs, pols, ckpts) for n in args.requests}
+    try:
+        tables = {n: run("workload_router", names, args.seeds, n, args.jobs, pols, ckpts) for n in args.requests}
+    except ConfigError as e:
+        raise SystemExit(f"spill_load: {e}") from None
     text = "\n\n".join(f"### {n} requests per episode\n\n{markdown(t)}" for n, t in tables.items())
     text += "\n\n| spill rule | worst mean gap (both lengths) | mean gap |\n|---|---|---|\n" + "\n".join(
         f"| {p} | {w:+.1f} | {m:+.1f} |" for p, w, m in choose(tables))

@@ -54,6 +54,23 @@ def test_spill_load_takes_the_best_worst_case_over_both_lengths_among_spill_rule
     assert len(queued) == len(spill_load.QUEUED_RULES) and all(not c["kwargs"]["spill_queued"] for c in queued)
     for c in queued:
         make_router(c["name"], **c["kwargs"])
+    balanced = [c for c in spill_load.candidates(heavy_share=True, shares=(0.5, 0.7)) if isinstance(c, dict)
+                and "balance" in c["label"]]
+    assert [c["kwargs"]["balance_heavy"] for c in balanced] == [0.5, 0.7]
+    for c in balanced:
+        make_router(c["name"], **c["kwargs"])
+    with_ckpt = {400: {"x": {"least_kv": {"mean": 0.0}, "ckpt:new": {"mean": 3.0}, "spill, balance above 0.5":
+                             {"mean": 1.0}}}}
+    assert [p for p, *_ in spill_load.choose(with_ckpt)] == ["spill, balance above 0.5", "ckpt:new"]
+
+
+def test_spill_load_says_what_is_wrong_in_one_line(capsys) -> None:
+    with pytest.raises(SystemExit):
+        spill_load.main(["--heavy-share", "--checkpoints", "oops"])
+    assert "expected NAME=PATH" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="policy.kwargs.balance_heavy"):
+        spill_load.main(["--heavy-share", "--balance", "1.5", "--scenarios", "training", "--seeds", "1000",
+                         "--requests", "50"])
 
 
 def test_guide_choice_gaps_are_to_the_best_heuristic_not_a_checkpoint() -> None:
