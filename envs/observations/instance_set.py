@@ -62,6 +62,7 @@ from llmsim.routing.load import (
     kv_seats,
     kv_tokens,
 )
+from llmsim.routing.split import add_recent
 
 if TYPE_CHECKING:
     from llmsim.envs.context import ObservationContext
@@ -77,7 +78,6 @@ MIX_FEATURE_NAMES = ("recent_heavy_share",)  # with recent_mix: true, after GLOB
 GLOBAL_FEATURES = len(GLOBAL_FEATURE_NAMES)
 INSTANCE_FEATURES = len(INSTANCE_FEATURE_NAMES)
 RECENT_HEAVY = GLOBAL_FEATURES  # the recent heavy share's index in a recent_mix layout
-MIX_DECAY = 0.99  # an arrival's weight in the recent mix, per later arrival (the dedicated split's, llmsim.routing)
 # the guide a policy may follow -> its one-hot column among the instance features
 GUIDE_COLUMNS = {"min_min": 9, "least_work_left": 10, "jsq": 11}
 LOG_TOKENS = math.log1p(4096.0)
@@ -209,11 +209,8 @@ class InstanceSetObs(ObsBuilder):
         self.mix = [0.0, 0.0]
 
     def on_arrival(self, env: ObservationContext, req: Request) -> None:
-        if self.recent_mix:
-            mix = self.mix
-            mix[0] *= MIX_DECAY
-            mix[1] *= MIX_DECAY
-            mix[int(heavy_request(self.predicted(env, req)))] += 1.0
+        if self.recent_mix:  # the split router's own count (llmsim.routing.split)
+            add_recent(self.mix, heavy_request(self.predicted(env, req)))
 
     @staticmethod
     def predicted(env: ObservationContext, req: Request) -> float:

@@ -22,7 +22,15 @@ if TYPE_CHECKING:
     from llmsim.request import Request
     from llmsim.state.view import RouterView
 
-WORK_DECAY = 0.99  # ``large: by_work`` and ``balance_heavy``: a request's weight in the recent mix, per later request
+RECENT_DECAY = 0.99  # ``large: by_work`` and ``balance_heavy``: a request's weight in the recent mix, per later request
+
+
+def add_recent(pair: list[float], heavy: bool, weight: float = 1.0) -> None:
+    """Counts a request of weight ``weight`` into a decayed (light, heavy) pair, every earlier one decayed by
+    :data:`RECENT_DECAY` (the split's recent mix; the instance_set observation keeps the same)."""
+    pair[0] *= RECENT_DECAY
+    pair[1] *= RECENT_DECAY
+    pair[int(heavy)] += weight
 
 
 def spill_load_kwarg(key: str, value: Any, spill: float | None) -> float:
@@ -160,17 +168,13 @@ class DedicatedSmallLargeRouter(Router):
         """``large: by_work``: the large group's size in proportion to the heavy requests' share of the recent
         predicted output tokens (each request's weight decays by 1 % per request after it), 1 to n - 1."""
         w = self._work
-        w[0] *= WORK_DECAY
-        w[1] *= WORK_DECAY
-        w[int(heavy)] += tokens
+        add_recent(w, heavy, tokens)
         return max(1, min(n - 1, round(n * w[1] / (w[0] + w[1])))) if w[0] + w[1] > 0 else max(1, n // 2)
 
     def mostly_heavy(self, heavy: bool) -> bool:
         """Counts the request into the recent mix; True where the heavy share is above ``balance_heavy``."""
         seen = self._seen
-        seen[0] *= WORK_DECAY
-        seen[1] *= WORK_DECAY
-        seen[int(heavy)] += 1.0
+        add_recent(seen, heavy)
         return seen[1] > self.balance_heavy * (seen[0] + seen[1])
 
     def large_group(self, view: RouterView, n_large: int) -> set[int]:
