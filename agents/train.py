@@ -16,8 +16,8 @@ from the env's own seed stream (``seed``, seeds below 1000); the in-training eva
 The run says what a newcomer would otherwise find out late (agents/training_warnings.py), each a warning line at
 the evaluation where it happens and an entry of training.json's ``warnings``: a budget below
 ``agent.learning_starts`` takes no gradient step, a ``best/`` saved before the first gradient step is the untrained
-network, a greedy policy collapsed to one action, to waiting or to dropping; the final score is printed with what
-it is made of.
+network, a greedy policy collapsed to one action, to waiting or to dropping, a fallback margin whose checkpoint
+routes exactly as its guide heuristic; the final score is printed with what it is made of.
 """
 
 from __future__ import annotations
@@ -52,7 +52,13 @@ from llmsim.agents.loop import learn
 from llmsim.agents.nets import SPILL, GuidedQNetwork, SetQNetwork
 from llmsim.agents.sac_base import SACConfig
 from llmsim.agents.scoring import evaluate_greedy, explain_score
-from llmsim.agents.training_warnings import WatchedGreedy, budget_warning, collapse_warnings, untrained_best_warning
+from llmsim.agents.training_warnings import (
+    WatchedGreedy,
+    budget_warning,
+    collapse_warnings,
+    guide_only_warning,
+    untrained_best_warning,
+)
 from llmsim.agents.vec import FreshInfoVecEnv
 from llmsim.envs.randomize import RandomizeConfig, SlotEnv
 from llmsim.envs.routing_env import RoutingEnv
@@ -304,13 +310,17 @@ class TrainingRun:
         seeds = list(self.tr.eval_seeds)
         if isinstance(net, GuidedQNetwork):
             best, table = transfer.choose_flat_margin(net, self.eval_env, seeds, margins, self.tr.eval_metric)
+            note = None
         else:
             best, table = transfer.choose_margin(net, self.eval_env, seeds, margins, self.guide_rows or [],
                                                  getattr(self.agent_cfg, "fallback_worst_gap", None))
+            note = guide_only_warning(next(r for r in table if r["margin"] == best), table)
         meta = read_meta(self.run_dir / "best")
         meta.update(fallback_margin=best, fallback_margin_choice=table)
         save_checkpoint(self.run_dir / "best", net, {k: v for k, v in meta.items() if k != "format"})
         self.margin_table = table
+        if note:
+            self.warn_at(self.state.step, note, evaluation=False)
 
     def on_episode(self, st: LoopState, info: dict[str, Any]) -> None:
         log_episode(self.logger, st, info)

@@ -5,6 +5,8 @@ Every algorithm (Double DQN flat, SAC, SAC argmax, guided, the transfer preset) 
 
 * :func:`budget_warning`: a budget below ``agent.learning_starts`` (or the batch size) takes no gradient step;
 * :func:`untrained_best_warning`: best/ saved before the first gradient step is the untrained network;
+* :func:`guide_only_warning`: the fallback margin chosen on validation makes best/ route exactly as its guide
+  heuristic on every validation episode, so nothing learned is in use;
 * :func:`collapse_warnings`: the greedy policy has collapsed: one action for at least
   :data:`MOST_FREQUENT_LIMIT` of the decisions that had two or more valid choices, or waiting / dropping for at
   least :data:`HOLD_LIMIT` of its decisions. :class:`WatchedGreedy` counts what the policy did during the
@@ -95,3 +97,16 @@ def collapse_warnings(shares: dict[str, float]) -> list[str]:
         out.append(f"the greedy policy drops the request at {shares['drop_share']:.0%} of its decisions "
                    "(collapsed to dropping)")
     return out
+
+
+def guide_only_warning(chosen: dict[str, float], table: list[dict[str, float]]) -> str | None:
+    """Why best/ is its guide heuristic in a network's clothes, or None: at the chosen fallback margin its validation
+    results equal the guide's on every scenario (mean, worst scenario and p99 gains all exactly 0), so no learned
+    choice beat the guide there. ``table`` is the margin choice's record (agents/transfer.py choose_margin)."""
+    if any(chosen.get(k) != 0.0 for k in ("gain_pct", "worst_gain_pct", "p99_gain_pct")):
+        return None
+    alone = min(table, key=lambda r: r["margin"])
+    return (f"the fallback margin chosen on validation ({chosen['margin']:g}) makes best/ route exactly as its guide "
+            f"on every validation episode: no learned choice beat the guide there (the network alone, margin "
+            f"{alone['margin']:g}: {alone['gain_pct']:+.1f} % mean E2E against the guide, worst scenario "
+            f"{alone['worst_gain_pct']:+.1f} %); the checkpoint is the guide heuristic, not a learned router")

@@ -23,6 +23,7 @@ from llmsim.agents.training_warnings import (  # noqa: E402
     ActionCounts,
     WatchedGreedy,
     collapse_warnings,
+    guide_only_warning,
 )
 from llmsim.resources import conf_dir  # noqa: E402
 
@@ -101,6 +102,22 @@ def test_one_action_waiting_and_dropping_are_each_caught() -> None:
     drops = collapse_warnings({"most_frequent_action_share": 0.3, "decisions_with_choice": 10.0, "wait_share": 0.0,
                                "drop_share": 0.5})
     assert len(drops) == 1 and "collapsed to dropping" in drops[0]
+
+
+def _margin_row(margin: float, gain: float, worst: float, p99: float) -> dict[str, float]:
+    return {"margin": margin, "gain_pct": gain, "worst_gain_pct": worst, "p99_gain_pct": p99}
+
+
+def test_a_margin_that_routes_as_the_guide_everywhere_is_said() -> None:
+    table = [_margin_row(0.0, -38.2, -62.6, -13.3), _margin_row(0.3, -0.02, -0.2, 0.0),
+             _margin_row(1000.0, 0.0, 0.0, 0.0)]
+    note = guide_only_warning(table[-1], table)
+    assert note is not None and "margin chosen on validation (1000)" in note
+    assert "margin 0: -38.2 % mean E2E against the guide, worst scenario -62.6 %" in note
+    assert "the checkpoint is the guide heuristic" in note
+    # any difference from the guide on validation, on the mean, the worst scenario or the p99, is a learned router
+    for row in (_margin_row(0.1, 1.5, 0.0, 0.0), _margin_row(0.1, 0.0, -0.4, 0.0), _margin_row(0.1, 0.0, 0.0, 2.0)):
+        assert guide_only_warning(row, [table[0], row]) is None
 
 
 def test_the_watch_counts_waits_and_drops_apart_and_only_choices_for_one_action() -> None:

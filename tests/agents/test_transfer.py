@@ -191,6 +191,11 @@ def test_training_imitates_then_chooses_the_margin_on_validation(run: Path):
     always_guide = choice["fallback_margin_choice"][1]
     assert always_guide["gain_pct"] == pytest.approx(0.0, abs=1e-9)  # margin 1000 is the guide itself
     assert float(load_policy_net(run / "best").fallback_margin) == choice["fallback_margin"]
+    # a margin whose checkpoint routes exactly as its guide on validation is said in one warning, and only then
+    chosen = next(r for r in choice["fallback_margin_choice"] if r["margin"] == choice["fallback_margin"])
+    as_guide = all(chosen[k] == 0.0 for k in ("gain_pct", "worst_gain_pct", "p99_gain_pct"))
+    said = [w for w in meta["warnings"] if "route exactly as its guide" in w["message"]]
+    assert len(said) == int(as_guide)
 
 
 @pytest.mark.slow
