@@ -1,5 +1,11 @@
 """llmsim: a discrete-event simulator of LLM-serving clusters (no torch, gymnasium or hydra here)."""
 
+from llmsim import compiled as _compiled
+
+_compiled.activate()  # the engine's compiled modules, when built and matching the sources (llmsim/compiled.py)
+
+# ruff: noqa: E402  (the engine is imported after the compiled build is found)
+
 from llmsim.cluster import Cluster, ClusterView, InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.metrics.result import SimResult

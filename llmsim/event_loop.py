@@ -81,7 +81,7 @@ class SimEnv(simpy.Environment):
 
     def call_at(self, when: float, phase: int, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` at absolute time ``when`` in ``phase``."""
-        heappush(self._queue, (when, phase, next(self._eid), fn, args, False))
+        heappush(self._queue, (when, phase, next(self._eid), fn, args, False))  # type: ignore[misc]  # (6 fields)
         self.active += 1
 
     def call_bookkeeping_at(self, when: float, fn: Callable[[], Any]) -> None:
@@ -89,12 +89,12 @@ class SimEnv(simpy.Environment):
 
         :meth:`run_active` does not wait for these: a run whose other events are all done is over.
         """
-        heappush(self._queue, (when, OBSERVE, next(self._eid), fn, (), True))
+        heappush(self._queue, (when, OBSERVE, next(self._eid), fn, (), True))  # type: ignore[misc]
         self.bookkeeping += 1
 
     def step(self) -> None:
         """Process the next event: an llmsim call directly, anything else by SimPy's own ``step``."""
-        queue = self._queue
+        queue: list[Any] = self._queue
         if not queue:
             raise EmptySchedule
         entry = heappop(queue)
@@ -139,7 +139,7 @@ class SimEnv(simpy.Environment):
     def _run_chunk(self, n: int) -> bool:
         """Process up to ``n`` events (``step`` inlined: this loop is the simulator's innermost); True when only
         bookkeeping is left."""
-        queue = self._queue
+        queue: list[Any] = self._queue
         step = self.step
         for _ in range(n):
             if self.active <= 0:
@@ -163,7 +163,7 @@ class SimEnv(simpy.Environment):
         """Name the phases and callbacks of the next events (they are what loops)."""
         seen: Counter[tuple[str, str]] = Counter()
         now = self.now
-        queue = self._queue
+        queue: list[Any] = self._queue
         for _ in range(1000):
             if self.num_pending == 0 or self.peek() != now:
                 break

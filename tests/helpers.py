@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from llmsim.compiled import in_use as compiled_in_use
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 BASE_EXAMPLES = 100  # what examples(n) is relative to: dev and ci run n, fuzz 20 n
@@ -55,3 +57,11 @@ def assert_frames_identical(a, b) -> None:
     for k, v in a.summary.items():
         w = b.summary[k]
         assert v == w or (v != v and w != w), k
+
+
+# a test that patches the engine's classes (a compiled build's classes take no patches) runs on the Python engine only
+python_engine_only = pytest.mark.skipif(
+    compiled_in_use() is not None,
+    reason="patches the engine's classes, which the compiled engine in use (python -m llmsim.compile status) does not "
+           "allow; CI runs the Python engine",
+)

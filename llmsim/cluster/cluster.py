@@ -310,7 +310,7 @@ class Cluster:
         """After routing an arrival: the last request pulled is the next arrival of the engine the router will send
         it to (no more arrivals for that engine when the workload is exhausted)."""
         ahead, depth = self._ahead, self._depth
-        d = self.router.upcoming(self.view, depth - 1)  # type: ignore[attr-defined]  (_hint, inlined: per arrival)
+        d = self.router.upcoming(self.view, depth - 1)  # type: ignore[attr-defined]  # (_hint, inlined: per arrival)
         if d is not None and 0 <= d < depth:  # (depth: the number of instances)
             self.instances[d].next_arrival = ahead[-1].arrival if len(ahead) == depth else _INF
 

@@ -214,7 +214,7 @@ class DecodeCohort:
             heapq.heappop(heap)
             # (remove and settle_one, inlined on this hot path)
             c = r.computed
-            d = clock - r.lazy_mark
+            d = clock - r.lazy_mark  # type: ignore[operator]  # (a member's mark is set)
             if d:
                 c += d
                 r.computed = c

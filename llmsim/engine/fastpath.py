@@ -140,7 +140,7 @@ def run_for(owner: str, profile: Profile, sched: Scheduled, now: float, free: in
     end = now + dt
     if not now < end < NEVER:
         raise bad_step(owner, now, dt, f"a decode batch of {n} request(s), context {ctx}")
-    run = DecodeRun(owner, now, batch, end, ctx, free, sched.res, sched.k_min, factor, step)  # (a fresh list)
+    run = DecodeRun(owner, now, batch, end, ctx, free, sched.res, sched.k_min, factor, step)  # type: ignore[arg-type]  # (set: a stable batch)
     if sched.first_gaps is not None:
         run.first_gaps = sched.first_gaps  # (from a decode cohort: llmsim.engine.cohort)
     return run

@@ -67,8 +67,8 @@ class Instance:
         self.recorder = recorder  # where every outcome is reported (and observed: Recorder.subscribe)
         self.block_size = cfg.block_size
         self.max_seqs = cfg.max_num_seqs
-        self.max_batched = cfg.max_num_batched_tokens
-        self.max_model_len = cfg.max_model_len
+        self.max_batched: int = cfg.max_num_batched_tokens  # type: ignore[assignment]  # (resolved: set)
+        self.max_model_len: int = cfg.max_model_len  # type: ignore[assignment]
         self._size_for(profile)  # (sets ``fast``, which the policy's decode cohort follows)
         self.policy = BATCH_POLICIES[cfg.policy]()
         self._init_statistics()
@@ -111,7 +111,7 @@ class Instance:
         kv = self.kv
         self.cohort = None
         if self.fast and policy.lazy_running:  # (on a sliding-window cache, one that keeps the window frees too)
-            self.cohort = WindowedCohort(self.block_size, self.profile, kv) if kv.windowed else DecodeCohort(
+            self.cohort = WindowedCohort(self.block_size, self.profile, kv) if kv.windowed else DecodeCohort(  # type: ignore[arg-type]
                 self.block_size, self.profile)
         self._direct_decode = self.cohort is not None and policy.decodes_all_when_idle_queues  # (_start_next)
 
@@ -149,8 +149,8 @@ class Instance:
 
     def accept(self, r: Request, now: float, phase: int) -> None:
         """Queue ``r`` past any gate: its target length (``PromptLimits.set_target``), then the waiting queue."""
+        self.limits.set_target(r)  # (checks the prompt's length first)
         p = r.prompt_tokens
-        self.limits.set_target(r)
         r.instance = self.idx
         self.waiting.append(r)
         if r.generated or r.computed:
@@ -371,17 +371,18 @@ class Instance:
             self.batch = []  # a blocking prefill engine waits for its KV copies (llmsim.engine.handoff)
             return
         if self._direct_decode and not (self.waiting or self.swapped or self.ops.transfer):
-            run = self.cohort.plan_run(self, now)  # type: ignore[union-attr]  (what the policy would schedule now)
+            run = self.cohort.plan_run(self, now)  # type: ignore[union-attr]  # (what the policy would schedule now)
             if run is not None:
                 self._start_run(run)
                 return
         changes = self.room_freed
         sched = self._policy.schedule(self, now)
         if not sched.batch:
-            sched = self.guard.after_empty(now, changes)
-            if sched is None:
+            retry = self.guard.after_empty(now, changes)
+            if retry is None:
                 self._go_idle(now)
                 return
+            sched = retry
         share = self.gpu_share
         factor = self.config.step_time_scale if share is None else share.slowdown(now)
         xfer = self.ops.transfer  # blocks a swap-out operation moved: this iteration is stepped and pays for them
@@ -473,7 +474,8 @@ class Instance:
             waits = self.waiting or self.swapped or self.ops.parked or self.handoff is not None and self.handoff.pending
             args = (kv, held, kv.free, run.res[0], bool(waits))
             cohort = self.cohort  # (a WindowedCohort: llmsim.engine.window_cohort)
-            run.window = WindowFrees(run.reqs, *args) if cohort is None else WindowFrees.of_cohort(cohort, *args)
+            run.window = (WindowFrees(run.reqs, *args) if cohort is None  # type: ignore[arg-type]  # (windowed: kv)
+                          else WindowFrees.of_cohort(cohort, *args))  # type: ignore[arg-type]
         else:  # the run's requests hold every GPU block in use (llmsim.engine.kv.settle), iteration 1's included
             run.full0 = kv.total - kv.free - kv.outside + kv.shared - run.n
         run.plan(self.block_size, self.next_arrival)

@@ -46,7 +46,7 @@ def without_decode_skew(profile: Profile) -> Profile:
     searches); a profile without one is returned as it is."""
     if decode_skew_of(profile) is None:
         return profile
-    return profile.without_decode_skew()  # type: ignore[attr-defined]  (a measured profile: the only kind with one)
+    return profile.without_decode_skew()  # type: ignore[attr-defined]  # (a measured profile: the only kind with one)
 
 
 def stepped_time(profile: Profile, batch: list[Request], n_tokens: int, c2: int, cp: int, n_decode: int,

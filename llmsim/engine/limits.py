@@ -4,6 +4,7 @@ instance, the smallest KV cache of its catalog) and the type check of a prompt l
 from __future__ import annotations
 
 import operator
+from numbers import Integral
 from typing import TYPE_CHECKING
 
 from llmsim.errors import LLMSimError
@@ -66,6 +67,8 @@ class PromptLimits:
         if target > limit:
             target = limit
             r.truncated = True
+        if target.__class__ is not int and isinstance(target, Integral):
+            target = int(target)  # (a numpy integer: the engine's counts are Python ints)
         r.target_tokens = target if target > 0 else 1
 
     def check_prompt(self, r: Request) -> None:
@@ -79,3 +82,4 @@ class PromptLimits:
         if not ok:
             raise LLMSimError(f"instance {self.engine.name}: request {r.id} has prompt_tokens {p!r}; expected an "
                               "integer >= 0")
+        r.prompt_tokens = operator.index(p)  # (a numpy integer becomes the Python int the engine counts in)

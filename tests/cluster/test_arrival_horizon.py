@@ -23,6 +23,7 @@ from llmsim.engine.instance import Instance
 from llmsim.event_loop import ENGINE
 from llmsim.request import Request
 from llmsim.routing import make_router
+from tests.helpers import python_engine_only
 
 
 def _requests(n: int = 400) -> list[Request]:
@@ -78,6 +79,7 @@ def _run(monkeypatch: pytest.MonkeyPatch | None) -> tuple[tuple, int]:
     return _outcome(cluster), moved[0]
 
 
+@python_engine_only
 def test_results_equal_the_run_without_the_horizon_and_no_run_end_moves(monkeypatch):
     with_horizon, moved = _run(None)
     with monkeypatch.context() as m:

@@ -21,6 +21,7 @@ from llmsim.engine.instance import Instance
 from llmsim.event_loop import ENGINE
 from llmsim.request import Request
 from llmsim.routing.heuristics import RoundRobinRouter
+from tests.helpers import python_engine_only
 
 N_INSTANCES = 3
 
@@ -91,6 +92,7 @@ def _run(router: RoundRobinRouter) -> tuple[tuple, int]:
     return _outcome(cluster), moved[0]
 
 
+@python_engine_only
 @pytest.mark.parametrize("other", [NoHintRoundRobin, WrongHintRoundRobin])
 def test_results_equal_the_run_without_or_with_wrong_hints(other):
     hinted, moved = _run(RoundRobinRouter())
