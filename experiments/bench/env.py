@@ -16,6 +16,7 @@ import numpy as np
 
 from experiments.harness.timing import print_json
 from llmsim import envs  # registers the ids
+from llmsim.compiled import in_use as compiled_engine
 
 
 def bench_env(env_id: str, steps: int, seed: int = 0, **kwargs) -> dict:
@@ -35,7 +36,8 @@ def bench_env(env_id: str, steps: int, seed: int = 0, **kwargs) -> dict:
             episodes += 1
             env.reset()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"env_id": env_id, "steps": n, "wall_s": round(wall, 4), "steps_per_s": round(n / wall, 1),
+    return {"env_id": env_id, "engine": "compiled" if compiled_engine() else "python", "steps": n,
+            "wall_s": round(wall, 4), "steps_per_s": round(n / wall, 1),
             "cpu_s": round(cpu, 4), "cpu_steps_per_s": round(n / cpu, 1) if cpu > 0 else None,
             "episodes": episodes}
 
@@ -50,11 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     for env_id in args.ids:
         r = bench_env(env_id, args.steps, args.seed)
         if args.json:
-            print_json({k: r[k] for k in ("env_id", "steps", "wall_s", "steps_per_s", "cpu_s", "cpu_steps_per_s")})
+            print_json({k: r[k] for k in ("env_id", "engine", "steps", "wall_s", "steps_per_s", "cpu_s",
+                                          "cpu_steps_per_s")})
         else:
             print(f"{env_id:28s} {r['steps']:>8d} steps {r['wall_s']:>8.2f} s "
                   f"{r['steps_per_s']:>10.1f} steps/s "
                   f"({r['cpu_steps_per_s']:>8.1f} per CPU-s) "
-                  f"({r['episodes']} episodes)", flush=True)
+                  f"({r['episodes']} episodes, {r['engine']} engine)", flush=True)
     return 0
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from experiments.harness.timing import print_json
 from llmsim.cluster import InstanceConfig
+from llmsim.compiled import in_use as compiled_engine
 from llmsim.engine.config import EngineConfig
 from llmsim.simulation.run import simulate
 from llmsim.workload import build_workload
@@ -101,6 +102,7 @@ def _run_case(name: str, requests: int | None, prefix: str, hash_block: int, str
     s = res.summary
     return {
         "case": name,
+        "engine": "compiled" if compiled_engine() else "python",  # (python -m llmsim.compile status)
         "prefix": prefix,
         "stream": stream_to is not None,
         "hash_block": hash_block if prefix != "none" else None,
@@ -225,7 +227,7 @@ def _case_text(row: dict) -> str:
             f"{row['wall_s']:8.2f} s wall = {row['sim_requests_per_s']:>9,.0f} sim req/s, "
             f"{row['iterations_per_s']:>9,.0f} iterations/s, peak RSS {row['peak_rss_mb']:,.0f} MB "
             f"({row['simulated_s']:,.0f} s simulated, mean TPOT {row['mean_tpot_ms']:.1f} ms)"
-            + (", streamed to Parquet" if row.get("stream") else ""))
+            + (", streamed to Parquet" if row.get("stream") else "") + f", {row['engine']} engine")
 
 
 def main(argv: list[str] | None = None) -> int:
