@@ -82,7 +82,8 @@ def test_one_entry_dispatches_to_each_benchmark():
     env = subprocess.run([sys.executable, "-m", "experiments.bench", "env", "--steps", "50", "--ids",
                           "llmsim/WorkloadRouter-v0", "--json"], cwd=REPO, capture_output=True, text=True, timeout=100)
     assert env.returncode == 0, env.stderr[-2000:]
-    assert set(json.loads(env.stdout)) == {"env_id", "engine", "steps", "wall_s", "steps_per_s", "cpu_s", "cpu_steps_per_s"}
+    assert set(json.loads(env.stdout)) == {"env_id", "engine", "steps", "wall_s", "steps_per_s", "cpu_s",
+                                           "cpu_steps_per_s"}
     bad = subprocess.run([sys.executable, "-m", "experiments.bench", "nope"], cwd=REPO, capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "unknown benchmark 'nope'" in bad.stderr and "decisions" in bad.stderr
