@@ -140,7 +140,8 @@ def run_for(owner: str, profile: Profile, sched: Scheduled, now: float, free: in
     end = now + dt
     if not now < end < NEVER:
         raise bad_step(owner, now, dt, f"a decode batch of {n} request(s), context {ctx}")
-    run = DecodeRun(owner, now, batch, end, ctx, free, sched.res, sched.k_min, factor, step)  # type: ignore[arg-type]  # (set: a stable batch)
+    res: list[int] = sched.res  # type: ignore[assignment]  # (set: a stable decode batch)
+    run = DecodeRun(owner, now, batch, end, ctx, free, res, sched.k_min, factor, step)
     if sched.first_gaps is not None:
         run.first_gaps = sched.first_gaps  # (from a decode cohort: llmsim.engine.cohort)
     return run

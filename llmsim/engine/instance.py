@@ -111,8 +111,8 @@ class Instance:
         kv = self.kv
         self.cohort = None
         if self.fast and policy.lazy_running:  # (on a sliding-window cache, one that keeps the window frees too)
-            self.cohort = WindowedCohort(self.block_size, self.profile, kv) if kv.windowed else DecodeCohort(  # type: ignore[arg-type]
-                self.block_size, self.profile)
+            self.cohort = (WindowedCohort(self.block_size, self.profile, kv)  # type: ignore[arg-type]  # (windowed)
+                           if kv.windowed else DecodeCohort(self.block_size, self.profile))
         self._direct_decode = self.cohort is not None and policy.decodes_all_when_idle_queues  # (_start_next)
 
     def install_profile(self, profile: Profile) -> None:
