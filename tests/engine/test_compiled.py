@@ -121,6 +121,8 @@ def _run(tmp_path: Path, name: str, args: list[str], build: Path | None) -> Path
 @pytest.mark.timeout(1500)
 @pytest.mark.skipif(importlib.util.find_spec("mypyc") is None,
                     reason='mypyc is not installed (pip install -e ".[compiled]")')
+@pytest.mark.skipif(compiled.in_use() is not None, reason="a compiled build is in use in this checkout, so the plain "
+                    "runs would be compiled too (python -m llmsim.compile clean, then run this test)")
 def test_compiled_runs_are_byte_identical_to_the_python_engine(tmp_path):
     build = tmp_path / "build"
     assert compile_main(["build", "--out", str(build)]) == 0
