@@ -90,6 +90,8 @@ def stale_reason(build_dir: Path = DEFAULT_DIR) -> str | None:
         return "built for another Python or platform"
     if manifest.get("modules") != list(MODULES):
         return "built for another list of modules"
+    if manifest["files"] != {m: m + build_platform()["ext_suffix"] for m in MODULES}:
+        return "its files are not the ones a build writes"  # (only the build's own names are ever loaded)
     if manifest.get("sources") != source_digest():
         return "the package's sources changed since the build"
     missing = [m for m, f in manifest["files"].items() if not (build_dir / f).is_file()]
@@ -103,7 +105,7 @@ class _CompiledFinder(importlib.abc.MetaPathFinder):
         self.build_dir = build_dir
         self.files = files
 
-    def find_spec(self, name, path=None, target=None):  # noqa: ANN001 (the finder protocol's signature)
+    def find_spec(self, name, path=None, target=None):
         file = self.files.get(name)
         if file is None:
             return None

@@ -60,7 +60,7 @@ print(json.dumps(res.summary, sort_keys=True, default=str), res.requests.to_csv(
 def _fake_build(tmp_path: Path, **changes) -> Path:
     """A manifest as ``build`` writes it, with empty stand-ins for the compiled files (never imported here)."""
     build = tmp_path / "build"
-    files = {m: m + ".so" for m in compiled.MODULES}
+    files = {m: m + compiled.build_platform()["ext_suffix"] for m in compiled.MODULES}
     build.mkdir(parents=True)
     for f in files.values():
         (build / f).write_bytes(b"")
@@ -77,8 +77,13 @@ def test_a_build_is_usable_only_while_it_matches_the_sources_and_the_python(tmp_
     assert "another Python" in compiled.stale_reason(_fake_build(tmp_path / "b", platform={"python": "2.7"}))
     assert "list of modules" in compiled.stale_reason(_fake_build(tmp_path / "c", modules=["llmsim.engine.kv"]))
     gone = _fake_build(tmp_path / "d")
-    (gone / "llmsim.engine.instance.so").unlink()
+    (gone / ("llmsim.engine.instance" + compiled.build_platform()["ext_suffix"])).unlink()
     assert compiled.stale_reason(gone) == "missing compiled files of llmsim.engine.instance"
+    elsewhere = _fake_build(tmp_path / "e")
+    manifest = json.loads((elsewhere / compiled.MANIFEST).read_text())
+    manifest["files"]["llmsim.engine.instance"] = "../../elsewhere.so"  # a manifest never points out of its build
+    (elsewhere / compiled.MANIFEST).write_text(json.dumps(manifest))
+    assert compiled.stale_reason(elsewhere) == "its files are not the ones a build writes"
 
 
 def test_the_digest_covers_every_source_of_the_package_and_nothing_else():
