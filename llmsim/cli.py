@@ -16,7 +16,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from llmsim.compiled import in_use
+from llmsim.compiled import engine_name
 from llmsim.errors import LLMSimError
 from llmsim.hydra_app import discard_run_dir, one_line, quiet_on_closed_pipe
 from llmsim.metrics.report import empty_result_reason, print_summary
@@ -43,8 +43,7 @@ def _simulate(cfg: DictConfig) -> dict:
             raise SystemExit(1)
         return res.summary  # a sweep goes on; the end-of-sweep message counts such jobs
     print_summary(res, title=f"llmsim: {cfg.policy.name} on {len(res.instances)} instances")
-    engine = "compiled engine" if in_use() else "Python engine"  # (python -m llmsim.compile status)
-    print(f"outputs: {out_dir}  (wall {res.wall_s:.2f} s, {engine})")
+    print(f"outputs: {out_dir}  (wall {res.wall_s:.2f} s, {engine_name()} engine)")  # (python -m llmsim.compile status)
     return res.summary
 
 

@@ -147,3 +147,8 @@ def in_use() -> Path | None:
         if type(finder).__name__ == "_CompiledFinder":
             return finder.build_dir  # type: ignore[attr-defined]
     return None
+
+
+def engine_name() -> str:
+    """"compiled" or "python": which engine this process runs, as benchmarks and the CLI report it."""
+    return "compiled" if in_use() is not None else "python"

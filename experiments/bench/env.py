@@ -16,7 +16,7 @@ import numpy as np
 
 from experiments.harness.timing import print_json
 from llmsim import envs  # registers the ids
-from llmsim.compiled import in_use as compiled_engine
+from llmsim.compiled import engine_name
 
 
 def bench_env(env_id: str, steps: int, seed: int = 0, **kwargs) -> dict:
@@ -36,7 +36,7 @@ def bench_env(env_id: str, steps: int, seed: int = 0, **kwargs) -> dict:
             episodes += 1
             env.reset()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"env_id": env_id, "engine": "compiled" if compiled_engine() else "python", "steps": n,
+    return {"env_id": env_id, "engine": engine_name(), "steps": n,
             "wall_s": round(wall, 4), "steps_per_s": round(n / wall, 1),
             "cpu_s": round(cpu, 4), "cpu_steps_per_s": round(n / cpu, 1) if cpu > 0 else None,
             "episodes": episodes}

@@ -46,7 +46,7 @@ import numpy as np
 
 from experiments.harness.timing import print_json
 from llmsim.cluster import InstanceConfig
-from llmsim.compiled import in_use as compiled_engine
+from llmsim.compiled import engine_name
 from llmsim.engine.config import EngineConfig
 from llmsim.simulation.run import simulate
 from llmsim.workload import build_workload
@@ -102,7 +102,7 @@ def _run_case(name: str, requests: int | None, prefix: str, hash_block: int, str
     s = res.summary
     return {
         "case": name,
-        "engine": "compiled" if compiled_engine() else "python",  # (python -m llmsim.compile status)
+        "engine": engine_name(),  # (python -m llmsim.compile status)
         "prefix": prefix,
         "stream": stream_to is not None,
         "hash_block": hash_block if prefix != "none" else None,
