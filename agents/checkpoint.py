@@ -36,7 +36,7 @@ from llmsim.agents.nets import (
     masked_argmax,
 )
 from llmsim.agents.sac_nets import SACActor, build_actor
-from llmsim.envs.load_gate import LoadGate, unsure
+from llmsim.envs.load_gate import LoadGate, costless_decision, unsure
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
 
@@ -220,7 +220,8 @@ class CheckpointPolicy(QPolicy):
     """The greedy router of a checkpoint directory; refuses an env with another layout at ``reset``. A slot
     policy (one network for any number of instances) acts on each env through its slots. With a ``gate``
     (envs/load_gate.py), ``fallback`` (its heuristic, built for the env) decides at light load, and above it
-    wherever the network is unsure (the gate's ``margin``; greedy mode)."""
+    wherever the network is unsure (the gate's ``margin``; greedy mode) or, with the gate's ``costless``, wherever
+    the heuristic's choice costs nothing by its own estimate."""
 
     def __init__(self, path: str | Path, label: str | None = None, mode: str = "greedy",
                  gate: LoadGate | None = None, fallback: Any = None) -> None:
@@ -249,10 +250,20 @@ class CheckpointPolicy(QPolicy):
             return super().act(obs, mask, env)
         if self.meter.light(env.cluster.view.state()):
             return self.fallback.act(obs, mask, env)
+        req = env.pending if self.gate.costless and env.pending_stage == "prefill" else None
+        if req is not None:  # where the heuristic's choice costs nothing by its own estimate, that choice
+            d = costless_decision(self.fallback.router, req, env.cluster.view)
+            if d is not None:
+                self.fallback.router.remember(req, d)
+                return env.decision_action(d)
         margin = self.gate.margin_now(self.meter)
         if margin > 0.0 and self.mode == "greedy":  # where the network is unsure, the heuristic's action
-            return self.unless_unsure(obs, mask, env, margin)
-        return super().act(obs, mask, env)
+            a = self.unless_unsure(obs, mask, env, margin)
+        else:
+            a = super().act(obs, mask, env)
+        if req is not None:
+            self.fallback.router.remember(req, env.decode(a))
+        return a
 
     @torch.no_grad()
     def unless_unsure(self, obs: Any, mask: np.ndarray, env: RoutingEnv, margin: float) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from llmsim.routing.base import ROUTERS
 from llmsim.schema import NonNegFloat, PosFloat, Schema
@@ -36,7 +36,10 @@ class LoadGate(Schema):
     unsure (``margin`` > 0, :func:`unsure`): there the heuristic's action is taken. Where the margin applies: at any
     load and burstiness by default; with ``margin_below`` and/or ``margin_burst`` set, only while the load is below
     ``margin_below`` or at least a share ``margin_burst`` of the recent decisions came bunched
-    (:attr:`LoadMeter.bunched`)."""
+    (:attr:`LoadMeter.bunched`). With ``costless``, the heuristic also decides from ``below`` on wherever its own
+    estimate says its choice costs nothing (:func:`costless_decision`; a router with ``choose`` and ``remember``,
+    e.g. ``qos_lookahead``: the newcomer within its latency limit, no running request pushed past it), and it is
+    told every decision the network takes, so its estimates weigh every running request."""
 
     where = "load_gate"
 
@@ -48,6 +51,7 @@ class LoadGate(Schema):
     margin_below: PosFloat | None = None  # the margin only while the smoothed load is below this (None: any load)
     # the margin (also) while at least this share of the recent decisions came bunched (None: not for that)
     margin_burst: PosFloat | None = Field(default=None, le=1.0)
+    costless: bool = False  # from ``below`` on, the heuristic's choice wherever it costs nothing by its estimate
 
     @field_validator("router")
     @classmethod
@@ -58,12 +62,22 @@ class LoadGate(Schema):
             raise ValueError(f"a registered router (one of {ROUTERS.names()})")
         return v
 
+    @model_validator(mode="after")
+    def costless_needs_estimate(self) -> LoadGate:
+        if self.costless and not all(hasattr(ROUTERS.get(self.router), k) for k in ("choose", "remember")):
+            raise ValueError(f"costless: {self.router!r} gives no estimate of its choice's cost (a router with "
+                             "choose and remember, e.g. qos_lookahead)")
+        return self
+
     @model_serializer(mode="wrap")
     def without_unset_burst(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The mapping without ``margin_burst`` when it is unset, so a gate without it is written as before."""
+        """The mapping without ``margin_burst`` when it is unset and ``costless`` when false, so a gate without them
+        is written as before."""
         out = handler(self)
         if self.margin_burst is None:
             out.pop("margin_burst", None)
+        if not self.costless:
+            out.pop("costless", None)
         return out
 
     def margin_now(self, meter: LoadMeter) -> float:
@@ -140,6 +154,13 @@ def unsure(scores: Sequence[float], mine: int, theirs: int, margin: float) -> bo
     prefers it by more than ``exp(margin)`` to one; with Q-values (Double DQN) it is the Q-advantage, as the
     WorkloadRouter's ``fallback_margin``. ``margin`` 0: never (the network decides)."""
     return margin > 0.0 and theirs != mine and float(scores[mine]) - float(scores[theirs]) < margin
+
+
+def costless_decision(router: Any, req: Any, view: Any) -> int | None:
+    """``router``'s decision for ``req`` where its own estimate says it costs nothing (``router.choose``), else
+    None (the network decides). Nothing is remembered here: the caller tells the router what was decided."""
+    decision, free = router.choose(req, view)
+    return decision if free else None
 
 
 def parse_gate(data: Any, where: str) -> LoadGate | None:

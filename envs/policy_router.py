@@ -28,7 +28,7 @@ import numpy as np
 
 from llmsim.envs.actions import ActionSpec, action_mask, decode_action, env_action, slot_action, slot_mask
 from llmsim.envs.exported import ExportedPolicy, read_manifest, resolve_zoo
-from llmsim.envs.load_gate import parse_gate, unsure
+from llmsim.envs.load_gate import costless_decision, parse_gate, unsure
 from llmsim.envs.observations import ObsBuilder, make_obs
 from llmsim.envs.predictors.base import NoisyOraclePredictor, OraclePredictor, Predictor, ZeroPredictor, make_predictor
 from llmsim.errors import ConfigError
@@ -283,6 +283,11 @@ class ExportedRouter(Router):
         obs = self.builder.build(ctx, state, req)
         if self.meter is not None and self.meter.light(state):  # light load: the export's heuristic decides
             d = self.fallback.route(req, view)
+        elif self.gate is not None and self.gate.costless:
+            d = costless_decision(self.fallback, req, view)  # its choice where that costs nothing, as it estimates
+            if d is None:
+                d = self.learned(req, view, state, obs)
+            self.fallback.remember(req, d)
         else:
             d = self.learned(req, view, state, obs)
         if d >= 0:

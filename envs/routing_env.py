@@ -340,6 +340,11 @@ class RoutingEnv(gym.Env):
             req.predicted_output = float(lens[0])
         view = self.cluster.view
         d = router.route_decode(req, view) if self.points.pending_stage == "decode" else router.route(req, view)
+        return self.decision_action(d)
+
+    def decision_action(self, d: int) -> int:
+        """The action that stands for a router's decision ``d``: WAIT / DROP the wait / drop actions, an instance
+        itself (``instance*``) or its model (``model*``)."""
         if d == WAIT:
             return self.wait_action
         if d == DROP:

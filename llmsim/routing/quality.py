@@ -144,6 +144,13 @@ class QoSLookaheadRouter(Router):
 
     def gain(self, req: Request, view: RouterView, n: int) -> float:
         """Expected QoS change of routing ``req`` to expert ``n`` (newcomer's QoS minus the Eq. 15 loss)."""
+        earned, loss = self.estimate(req, view, n)
+        return earned - loss
+
+    def estimate(self, req: Request, view: RouterView, n: int) -> tuple[float, float]:
+        """``(earned, loss)`` of routing ``req`` to expert ``n``: the newcomer's quality if its estimated
+        per-token latency is within the limit (else 0), and the quality of the running requests it would push
+        past the limit (Eq. 15)."""
         m = _model(self.models, n)
         k1, k2, base, lim = _pick(self.k1, n), _pick(self.k2, n), _pick(self.base, n), self.limit
         p, d, s = req.prompt_tokens, _output(req, m), _quality(req, m)
@@ -166,20 +173,34 @@ class QoSLookaheadRouter(Router):
                 loss += s_i
         step = base + k2 * (ctx + p + d / 2)
         latency = (ahead + base + k1 * p + d * step) / d
-        return (s if latency <= lim else 0.0) - loss
+        return (s if latency <= lim else 0.0), loss
+
+    def choose(self, req: Request, view: RouterView) -> tuple[int, bool]:
+        """The decision :meth:`route` takes, without remembering it, and whether it costs nothing by this
+        router's own estimate: the newcomer within the limit and no running request pushed past it (where
+        that holds the greedy choice has nothing to trade; a learned router's load gate can hand it over)."""
+        _check_size(view, self.models, self.name)
+        best, best_gain, costless = -1, 0.0, False
+        for i in view.candidates(req):
+            earned, loss = self.estimate(req, view, i)
+            g = earned - loss
+            if best < 0 or g > best_gain:
+                best, best_gain, costless = i, g, earned > 0.0 and loss == 0.0
+        if self.allow_drop and best_gain < 0:
+            return DROP, False
+        return best, costless
+
+    def remember(self, req: Request, decision: int) -> None:
+        """Note what ``req`` was routed to (its arrival, output length and quality there), whoever decided: the
+        loss estimate weighs the running requests it knows."""
+        if decision >= 0:
+            m = _model(self.models, decision)
+            self._seen[req.id] = (req.arrival, _output(req, m), _quality(req, m))
 
     def route(self, req: Request, view: RouterView) -> int:
-        _check_size(view, self.models, self.name)
-        best, best_gain = -1, 0.0
-        for i in view.candidates(req):
-            g = self.gain(req, view, i)
-            if best < 0 or g > best_gain:
-                best, best_gain = i, g
-        if self.allow_drop and best_gain < 0:
-            return DROP
-        m = _model(self.models, best)
-        self._seen[req.id] = (req.arrival, _output(req, m), _quality(req, m))
-        return best
+        d, _ = self.choose(req, view)
+        self.remember(req, d)
+        return d
 
 
 @register_router
