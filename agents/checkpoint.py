@@ -221,7 +221,8 @@ class CheckpointPolicy(QPolicy):
     policy (one network for any number of instances) acts on each env through its slots. With a ``gate``
     (envs/load_gate.py), ``fallback`` (its heuristic, built for the env) decides at light load, and above it
     wherever the network is unsure (the gate's ``margin``; greedy mode) or, with the gate's ``costless``, wherever
-    the heuristic's choice costs nothing by its own estimate."""
+    the heuristic's choice costs nothing by its own estimate; with ``informed`` the heuristic is told every
+    decision."""
 
     def __init__(self, path: str | Path, label: str | None = None, mode: str = "greedy",
                  gate: LoadGate | None = None, fallback: Any = None) -> None:
@@ -250,8 +251,8 @@ class CheckpointPolicy(QPolicy):
             return super().act(obs, mask, env)
         if self.meter.light(env.cluster.view.state()):
             return self.fallback.act(obs, mask, env)
-        req = env.pending if self.gate.costless and env.pending_stage == "prefill" else None
-        if req is not None:  # where the heuristic's choice costs nothing by its own estimate, that choice
+        req = env.pending if self.gate.tells and env.pending_stage == "prefill" else None
+        if req is not None and self.gate.costless:  # where the heuristic's choice costs nothing by its estimate
             d = costless_decision(self.fallback.router, req, env.cluster.view)
             if d is not None:
                 self.fallback.router.remember(req, d)

@@ -38,8 +38,10 @@ class LoadGate(Schema):
     ``margin_below`` or at least a share ``margin_burst`` of the recent decisions came bunched
     (:attr:`LoadMeter.bunched`). With ``costless``, the heuristic also decides from ``below`` on wherever its own
     estimate says its choice costs nothing (:func:`costless_decision`; a router with ``choose`` and ``remember``,
-    e.g. ``qos_lookahead``: the newcomer within its latency limit, no running request pushed past it), and it is
-    told every decision the network takes, so its estimates weigh every running request."""
+    e.g. ``qos_lookahead``: the newcomer within its latency limit, no running request pushed past it). With
+    ``informed`` (implied by ``costless``), the heuristic is told every decision the gate takes, whoever took it
+    (a router with ``remember``), so its estimates weigh every running request as placed; without it, it knows only
+    the requests it routed itself, as where it was asked for the margin."""
 
     where = "load_gate"
 
@@ -52,6 +54,7 @@ class LoadGate(Schema):
     # the margin (also) while at least this share of the recent decisions came bunched (None: not for that)
     margin_burst: PosFloat | None = Field(default=None, le=1.0)
     costless: bool = False  # from ``below`` on, the heuristic's choice wherever it costs nothing by its estimate
+    informed: bool = False  # the heuristic told every decision (its memory of what runs where), not only its own
 
     @field_validator("router")
     @classmethod
@@ -63,21 +66,31 @@ class LoadGate(Schema):
         return v
 
     @model_validator(mode="after")
-    def costless_needs_estimate(self) -> LoadGate:
-        if self.costless and not all(hasattr(ROUTERS.get(self.router), k) for k in ("choose", "remember")):
+    def heuristic_can_be_told(self) -> LoadGate:
+        router = ROUTERS.get(self.router)
+        if self.costless and not all(hasattr(router, k) for k in ("choose", "remember")):
             raise ValueError(f"costless: {self.router!r} gives no estimate of its choice's cost (a router with "
                              "choose and remember, e.g. qos_lookahead)")
+        if self.informed and not hasattr(router, "remember"):
+            raise ValueError(f"informed: {self.router!r} keeps no memory of placements to tell (a router with "
+                             "remember, e.g. qos_lookahead)")
         return self
+
+    @property
+    def tells(self) -> bool:
+        """Whether the heuristic is told every decision (``informed``, or ``costless`` which needs it)."""
+        return self.informed or self.costless
 
     @model_serializer(mode="wrap")
     def without_unset_burst(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The mapping without ``margin_burst`` when it is unset and ``costless`` when false, so a gate without them
-        is written as before."""
+        """The mapping without ``margin_burst`` when it is unset and ``costless`` / ``informed`` when false, so a gate
+        without them is written as before."""
         out = handler(self)
         if self.margin_burst is None:
             out.pop("margin_burst", None)
-        if not self.costless:
-            out.pop("costless", None)
+        for key in ("costless", "informed"):
+            if not getattr(self, key):
+                out.pop(key, None)
         return out
 
     def margin_now(self, meter: LoadMeter) -> float:

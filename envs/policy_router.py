@@ -283,8 +283,9 @@ class ExportedRouter(Router):
         obs = self.builder.build(ctx, state, req)
         if self.meter is not None and self.meter.light(state):  # light load: the export's heuristic decides
             d = self.fallback.route(req, view)
-        elif self.gate is not None and self.gate.costless:
-            d = costless_decision(self.fallback, req, view)  # its choice where that costs nothing, as it estimates
+        elif self.gate is not None and self.gate.tells:
+            # its choice where that costs nothing, as it estimates (``costless``); told whatever is decided
+            d = costless_decision(self.fallback, req, view) if self.gate.costless else None
             if d is None:
                 d = self.learned(req, view, state, obs)
             self.fallback.remember(req, d)

@@ -3,14 +3,15 @@
     python -m experiments.studies.load_gate --env qos_edge --checkpoint zoo:qos_edge --router qos_lookahead \\
         --below 1.5 --smooth-s 30 --margin 0 1 2 --margin-below 0 3 --margin-burst 0 0.5 --seeds 1000 1001 1002 \\
         --requests 1000 --jobs 2 --trace ../shared/traces/mooncake/synthetic_trace.jsonl --windows 0 340 680 1023 \\
-        --bucket-s 0 3 [--costless 0 1]
+        --bucket-s 0 3 [--costless 0 1] [--informed 0 1]
 
-Every candidate (below, smooth_s, margin, margin_below, margin_burst, costless: envs/load_gate.py ``LoadGate``) runs
-on the testbed's unseen-traffic scenarios that are drawn from a seed (rates, length mixes, cluster sizes, bursts:
-conf/suite/<testbed>.yaml), never on its trace windows, whose arrivals do not change with the seed, and on the
-windows of a held-out Mooncake-format trace (``--trace``: the arrival times, contents from the seed), as recorded
-and with its arrivals quantised to ``--bucket-s`` buckets the way the Mooncake conversation trace records them
-(every request of a bucket arriving at its start). A trace the suite reads is refused: its windows are test data.
+Every candidate (below, smooth_s, margin, margin_below, margin_burst, costless, informed: envs/load_gate.py
+``LoadGate``) runs on the testbed's unseen-traffic scenarios that are drawn from a seed (rates, length mixes,
+cluster sizes, bursts: conf/suite/<testbed>.yaml), never on its trace windows, whose arrivals do not change with the
+seed, and on the windows of a held-out Mooncake-format trace (``--trace``: the arrival times, contents from the
+seed), as recorded and with its arrivals quantised to ``--bucket-s`` buckets the way the Mooncake conversation
+trace records them (every request of a bucket arriving at its start). A trace the suite reads is refused: its
+windows are test data.
 Each cell is the candidate's gain over the gate's own heuristic (the reference the learned router lost to) in % of
 the heuristic's primary metric, mean over seeds. The rule: the candidate with the best worst scenario (to 0.1
 point), then the best mean gain. Test seeds (>= 2000) are refused: what is chosen here is reported on them
@@ -32,8 +33,8 @@ from llmsim.agents.episodes import evaluate
 from llmsim.agents.suite_config import load_suite_file, merge
 from llmsim.errors import ConfigError
 
-# below, smooth_s, margin, margin_below, margin_burst, costless
-Candidate = tuple[float, float, float, float | None, float | None, bool]
+# below, smooth_s, margin, margin_below, margin_burst, costless, informed
+Candidate = tuple[float, float, float, float | None, float | None, bool, bool]
 
 
 def bucketed(path: Path, bucket_s: float, into: Path) -> Path:
@@ -68,16 +69,19 @@ def trace_scenarios(path: Path, windows: list[float], buckets: list[float], test
 def label(c: Candidate) -> str:
     return (f"below={c[0]:g} smooth_s={c[1]:g}" + (f" margin={c[2]:g}" if c[2] else "")
             + (f" margin_below={c[3]:g}" if c[2] and c[3] is not None else "")
-            + (f" margin_burst={c[4]:g}" if c[2] and c[4] is not None else "") + (" costless" if c[5] else ""))
+            + (f" margin_burst={c[4]:g}" if c[2] and c[4] is not None else "") + (" costless" if c[5] else "")
+            + (" informed" if c[6] and not c[5] else ""))
 
 
 def gate(router: str, c: Candidate) -> dict[str, Any]:
-    """The ``load_gate`` mapping of candidate ``c`` (``margin_burst`` and ``costless`` only where set: the shipped
-    gate's form)."""
+    """The ``load_gate`` mapping of candidate ``c`` (``margin_burst``, ``costless`` and ``informed`` only where set:
+    the shipped gate's form)."""
     out: dict[str, Any] = {"router": router, "below": c[0], "smooth_s": c[1], "margin": c[2], "margin_below": c[3]}
     if c[4] is not None:
         out["margin_burst"] = c[4]
-    return {**out, "costless": True} if c[5] else out
+    if c[5]:
+        out["costless"] = True
+    return {**out, "informed": True} if c[6] and not c[5] else out
 
 
 def gains(env: dict[str, Any], checkpoint: str, router: str, candidates: list[Candidate],
@@ -127,6 +131,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="the share of bunched decisions from which the margin applies (0: however they come)")
     ap.add_argument("--costless", type=int, nargs="+", choices=(0, 1), default=[0],
                     help="1: the heuristic also decides wherever its choice costs nothing by its own estimate")
+    ap.add_argument("--informed", type=int, nargs="+", choices=(0, 1), default=[0],
+                    help="1: the heuristic is told every decision (costless implies it)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002, 1003])
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--trace", type=Path, default=None, help="a held-out Mooncake JSONL trace (arrival times)")
@@ -144,9 +150,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     a = parse(argv)
-    candidates = list(dict.fromkeys((b, s, m, (mb or None) if m else None, (mr or None) if m else None, bool(c))
-                                    for b in a.below for s in a.smooth_s for m in a.margin
-                                    for mb in a.margin_below for mr in a.margin_burst for c in a.costless))
+    candidates = list(dict.fromkeys((b, s, m, (mb or None) if m else None, (mr or None) if m else None, bool(c),
+                                     bool(i) or bool(c))
+                                    for b in a.below for s in a.smooth_s for m in a.margin for mb in a.margin_below
+                                    for mr in a.margin_burst for c in a.costless for i in a.informed))
     table: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         scen = seed_drawn(a.env, requests=a.requests)
