@@ -1,10 +1,11 @@
-"""A load gate's ``costless`` hand-over (envs/load_gate.py): from ``below`` on, the heuristic still decides wherever
-its own estimate says its choice costs nothing (``qos_lookahead``: the newcomer within its latency limit, no running
-request pushed past it), and it is told what the network decides. Pinned here: the lookahead's ``choose`` is
-``route`` without the memory, and says "costless" exactly where that holds; on a light load every decision is the
-lookahead's, on a heavy one the network keeps some; the lookahead remembers the network's placements too; the live
-router applies it as evaluation does; a heuristic without an estimate is refused in one line; a gate without it is
-written as before."""
+"""A load gate's ``costless`` hand-over and ``informed`` heuristic (envs/load_gate.py): from ``below`` on, the
+heuristic still decides wherever its own estimate says its choice costs nothing (``qos_lookahead``: the newcomer
+within its latency limit, no running request pushed past it), and it is told what the network decides. Pinned here:
+the lookahead's ``choose`` is ``route`` without the memory, and says "costless" exactly where that holds; on a light
+load every decision is the lookahead's, on a heavy one the network keeps some; an informed (or costless) gate's
+lookahead remembers the network's placements too, an uninformed one only its own; the live router applies both as
+evaluation does; a heuristic that cannot be told is refused in one line; a gate without them is written as
+before."""
 
 from __future__ import annotations
 
@@ -30,8 +31,11 @@ from llmsim.simulation.run import simulate  # noqa: E402
 from llmsim.testing import LinearProfile  # noqa: E402
 
 COSTLESS = {"router": "qos_lookahead", "below": 1e-9, "costless": True}  # never light: costless hand-overs only
+INFORMED = {"router": "qos_lookahead", "below": 1e-9, "informed": True}  # the network decides; the lookahead told
+MIXED = {"router": "qos_lookahead", "below": 1e-9, "margin": 2.0}  # the lookahead's action where the network is unsure
 KEYS = ("return", "avg_qos", "mean_e2el_ms", "dropped", "workload_digest")
 LIGHT = {"id": "qos_edge", "num_requests": 60, "rate": 0.5, "max_experts": 10}
+MID = {"id": "qos_edge", "num_requests": 300, "rate": 8.0, "max_experts": 10}  # light and heavy stretches
 HEAVY = {"id": "qos_edge", "num_requests": 150, "rate": 40.0, "max_experts": 10}
 
 
@@ -89,10 +93,11 @@ def test_on_a_light_load_the_costless_gate_is_the_lookahead_and_on_a_heavy_one_i
     assert heavy["costless"]["return"] not in (heavy["network"]["return"], heavy["qos_lookahead"]["return"])
 
 
-def test_the_lookahead_remembers_what_the_network_placed() -> None:
+def placed_and_remembered(gate: dict) -> tuple[set[int], set[int]]:
+    """The requests placed in one heavy episode under ``gate``, and those its lookahead remembers at the end."""
     env = make_from_config(HEAVY)
-    spec = normalise_spec({"checkpoint": "zoo:qos_edge", "label": "costless", "load_gate": COSTLESS})
-    policy = build_policy(spec, env, HEAVY)
+    policy = build_policy(normalise_spec({"checkpoint": "zoo:qos_edge", "label": "gated", "load_gate": gate}), env,
+                          HEAVY)
     obs, info = env.reset(seed=1001)
     policy.reset(env, 1001)
     placed: set[int] = set()
@@ -102,32 +107,49 @@ def test_the_lookahead_remembers_what_the_network_placed() -> None:
         if req is not None and env.decode(a) >= 0:
             placed.add(req.id)
         obs, _, _, _, info = env.step(a)
-    seen = set(policy.fallback.router._seen)
+    return placed, set(policy.fallback.router._seen)
+
+
+@pytest.mark.parametrize("gate", [COSTLESS, INFORMED])
+def test_a_told_lookahead_remembers_what_the_network_placed(gate: dict) -> None:
+    placed, seen = placed_and_remembered(gate)
     assert placed and placed <= seen  # the network's placements included, not only the lookahead's own
 
 
+def test_an_untold_lookahead_knows_only_what_it_routed() -> None:
+    placed, seen = placed_and_remembered({**INFORMED, "informed": False})  # never light, no margin: never asked
+    assert placed and not seen
+
+
 @pytest.mark.timeout(300)
-def test_the_live_router_applies_the_costless_gate_as_evaluation_does(tmp_path: Path) -> None:
+def test_the_live_router_applies_costless_and_informed_gates_as_evaluation_does(tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
-    export = tmp_path / "export"
-    shutil.copytree(zoo.ZOO_DIR / "qos_edge" / "export", export)
-    meta = json.loads((export / "manifest.json").read_text())
-    gate = {**COSTLESS, "kwargs": meta["load_gate"]["kwargs"]}  # the heuristic's options as the export wrote them
-    (export / "manifest.json").write_text(json.dumps({**meta, "load_gate": gate}))
-    specs = [{"checkpoint": "zoo:qos_edge", "label": "costless", "load_gate": COSTLESS},
-             {"name": "onnx", "kwargs": {"path": str(export)}, "label": "live"},
-             {"checkpoint": "zoo:qos_edge", "label": "network", "load_gate": "none"}]
-    out = {r["policy"]: {k: r[k] for k in KEYS} for r in evaluate(HEAVY, specs, seeds=[1001])}
-    assert out["live"] == out["costless"]
+    meta = json.loads((zoo.ZOO_DIR / "qos_edge" / "export" / "manifest.json").read_text())
+    specs = [{"checkpoint": "zoo:qos_edge", "label": "network", "load_gate": "none"},
+             {"checkpoint": "zoo:qos_edge", "label": "uninformed", "load_gate": MIXED}]
+    for label, gate in (("costless", COSTLESS), ("informed", {**MIXED, "informed": True})):
+        export = tmp_path / label
+        shutil.copytree(zoo.ZOO_DIR / "qos_edge" / "export", export)
+        live_gate = {**gate, "kwargs": meta["load_gate"]["kwargs"]}  # the heuristic's options as the export wrote
+        (export / "manifest.json").write_text(json.dumps({**meta, "load_gate": live_gate}))
+        specs += [{"checkpoint": "zoo:qos_edge", "label": label, "load_gate": gate},
+                  {"name": "onnx", "kwargs": {"path": str(export)}, "label": f"live {label}"}]
+    out = {r["policy"]: {k: r[k] for k in KEYS} for r in evaluate(MID, specs, seeds=[1001])}
+    for label in ("costless", "informed"):
+        assert out[f"live {label}"] == out[label], label
     assert out["costless"] != out["network"]
+    assert out["informed"] != out["uninformed"]  # what it is told changes the lookahead's later answers
 
 
-def test_a_heuristic_without_an_estimate_is_refused_in_one_line() -> None:
+@pytest.mark.parametrize("key", ["costless", "informed"])
+def test_a_heuristic_that_cannot_be_told_is_refused_in_one_line(key: str) -> None:
     with pytest.raises(ConfigError) as e:
-        LoadGate.parse({"router": "jsq", "below": 2, "costless": True})
-    assert str(e.value).startswith("load_gate") and "jsq" in str(e.value) and "\n" not in str(e.value)
+        LoadGate.parse({"router": "jsq", "below": 2, key: True})
+    assert str(e.value).startswith("load_gate") and f"{key}: 'jsq'" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_gate_without_it_is_written_as_before_and_with_it_carries_it() -> None:
-    assert "costless" not in LoadGate.parse({"router": "qos_lookahead", "below": 2}).model_dump()
+    plain = LoadGate.parse({"router": "qos_lookahead", "below": 2}).model_dump()
+    assert "costless" not in plain and "informed" not in plain
     assert LoadGate.parse(COSTLESS).model_dump()["costless"] is True
+    assert LoadGate.parse(INFORMED).model_dump()["informed"] is True
