@@ -13,6 +13,7 @@ tokens, i.e. at the paper's load (docs/testbeds.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmsim.perf.hardware import GpuSpec, get_gpu
@@ -56,6 +57,14 @@ class PaperLinearProfile:
         self, n_tokens: int, n_seqs: int, prefill_c2: int, prefill_cp: int, n_decode: int, decode_ctx: int
     ) -> float:
         return self.base + self.k1 * (n_tokens - n_decode) + self.k2 * decode_ctx
+
+    def decode_step_fn(self, n: int, spread: int = 0) -> Callable[[int], float]:
+        """``ctx -> step_time(n, n, 0, 0, n, ctx)``, bit-identical (the same association), with the constant part
+        folded once: the decode fast path plans a run's iterations with it. This model has no skewed-decode term,
+        so ``spread`` adds nothing."""
+        fixed = self.base + self.k1 * 0
+        k2 = self.k2
+        return lambda ctx: fixed + k2 * ctx
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
         return kv_capacity_tokens(self.model, self.gpu, self.tp, gpu_memory_utilization, self.reserved_bytes)

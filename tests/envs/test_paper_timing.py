@@ -18,6 +18,17 @@ def test_paper_profile_is_the_linear_fit():
     assert p.kv_capacity_tokens(0.9) > 10_000
 
 
+@pytest.mark.parametrize("base", [0.0, None])
+def test_the_decode_closure_is_step_time_bit_for_bit(base):
+    """The fast path plans a decode run with ``decode_step_fn``; stepping calls ``step_time``: equal floats."""
+    p = qos_edge_paper_profile("chatglm-6b", base=base)
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 64):
+        fn = p.decode_step_fn(n)
+        for ctx in [0, 1, 299, 1200, *rng.integers(0, 200_000, 200).tolist()]:
+            assert fn(ctx) == p.step_time(n, n, 0, 0, n, ctx)
+
+
 def test_intercept_is_the_measured_fixed_step_cost():
     c0 = measured_intercept("alpaca-native", "rtx4090")
     floor = get_model("alpaca-native").weight_bytes / get_gpu("rtx4090").bandwidth  # streaming the weights
