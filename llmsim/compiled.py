@@ -126,7 +126,7 @@ def activate(build_dir: Path | None = None) -> bool:
     except CompiledError as e:
         reason = str(e)
     if reason is not None:
-        if reason != "no build":
+        if reason != "no build" and not _is_compile_command():
             warnings.warn(f"llmsim: the compiled engine in {build_dir} is not used ({reason}); the Python engine "
                           f"runs. Rebuild with `{BUILD_COMMAND}` or remove it with `python -m llmsim.compile "
                           "clean`", RuntimeWarning, stacklevel=2)
@@ -138,6 +138,13 @@ def activate(build_dir: Path | None = None) -> bool:
     sys.path.append(str(build_dir))  # mypyc's shared runtime module of the group
     sys.meta_path.insert(0, _CompiledFinder(build_dir, {m: build_dir / f for m, f in manifest["files"].items()}))
     return True
+
+
+def _is_compile_command() -> bool:
+    """Whether this process is ``python -m llmsim.compile ...``, which reports the build's state itself (a warning
+    to run the command that is running would only confuse)."""
+    argv = getattr(sys, "orig_argv", [])
+    return any(a == "-m" and b == "llmsim.compile" for a, b in zip(argv, argv[1:])) or "-mllmsim.compile" in argv
 
 
 def in_use() -> Path | None:

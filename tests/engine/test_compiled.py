@@ -103,6 +103,10 @@ def test_a_stale_build_gives_one_warning_and_the_python_engine(tmp_path, monkeyp
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert compiled.activate(tmp_path / "nothing") is False  # no build: silent
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "llmsim.compile", "build"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert compiled.activate(stale) is False  # the rebuild command reports the state itself: no warning
 
 
 def test_a_manifest_that_is_not_json_is_one_line(tmp_path, capsys):
