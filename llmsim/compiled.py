@@ -22,7 +22,9 @@ import sysconfig
 import warnings
 from pathlib import Path
 
-# the per-iteration and per-boundary code of one instance and the event loop (docs/speed.md, "The engine compiled").
+# the per-iteration and per-boundary code of one instance, the event loop, and the cluster's per-arrival and
+# per-decision code: its routing, clock, outside driver, view and the public state's classes (docs/speed.md, "The
+# engine compiled").
 # A class that other code subclasses stays Python: mypyc refuses interpreted subclasses of compiled classes.
 MODULES = (
     "llmsim.engine.cohort",
@@ -31,6 +33,12 @@ MODULES = (
     "llmsim.engine.instance",
     "llmsim.engine.iteration",
     "llmsim.event_loop",
+    "llmsim.state.cluster_state",
+    "llmsim.cluster.live_requests",
+    "llmsim.cluster.view",
+    "llmsim.cluster.driver",
+    "llmsim.cluster.clock",
+    "llmsim.cluster.cluster",
 )
 PACKAGE_DIR = Path(__file__).resolve().parent
 DEFAULT_DIR = PACKAGE_DIR / "_compiled"

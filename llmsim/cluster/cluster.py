@@ -99,7 +99,7 @@ class Cluster:
         self.env = SimEnv()
         self.recorder = recorder if recorder is not None else Recorder()  # a StreamedRecorder writes as it goes
         self.recorder.subscribe(self._on_finish)
-        self.router = router
+        self.router: Any = router  # (Any: its answers are checked here, whatever its annotations say)
         self.on_unservable = on_unservable
         self.instance_configs = instances
         self.instances: list[Instance] = build_engines(instances, self.env, self.recorder,
@@ -240,12 +240,16 @@ class Cluster:
     # ------------------------------------------------------------------ arrivals and routing
     def _pull(self) -> Request | None:
         """The workload's next request, checked (None when it is exhausted)."""
+        r: Any
         try:
             r = next(self._source)  # type: ignore[arg-type]
         except StopIteration:
             return None
-        # the per-request check: one expression on the hot path, the slow path only explains or converts
-        if not (type(r) is Request and type(a := r.arrival) is float and self._last_arrival <= a <= MAX_SIM_TIME
+        # the per-request check: one expression on the hot path, the slow path only explains or converts. (r is Any and
+        # its type is tested through a local: narrowed to Request, a compiled build would read its fields as their
+        # annotated types and refuse a float or numpy length before the check could convert or explain it)
+        kind = type(r)
+        if not (kind is Request and type(a := r.arrival) is float and self._last_arrival <= a <= MAX_SIM_TIME
                 and type(r.id) is int and type(p := r.prompt_tokens) is int and 0 < p <= MAX_TOKENS
                 and type(o := r.output_tokens) is int and 0 < o <= MAX_TOKENS
                 and (r.max_tokens is None or type(r.max_tokens) is int and r.max_tokens > 0)):
@@ -356,7 +360,7 @@ class Cluster:
         d = self.router.route(r, self.view)
         return self.apply_decision(r, d, phase)
 
-    def apply_decision(self, r: Request, d: int, phase: int = ARRIVAL) -> bool:
+    def apply_decision(self, r: Request, d: Any, phase: int = ARRIVAL) -> bool:
         """Carry out a routing decision (instance index, WAIT, DROP or, for outside drivers, DEFER)."""
         if type(d) is not int:
             d = self._bad_decision(r, d)
@@ -392,7 +396,8 @@ class Cluster:
         if d == DEFER and not self._self_driven:
             self.deferred.append(r)
             return True
-        return self._bad_decision(r, d)  # raises
+        self._bad_decision(r, d)  # raises: an int that is no instance, WAIT, DROP or DEFER
+        return False
 
     def _no_model(self, r: Request) -> bool:
         if self.on_unservable == "error":

@@ -46,7 +46,7 @@ class ClusterView:
         self._snapshot: dict[str, list] | None = None
         self._snap_instances: tuple[InstanceState, ...] = ()
         self._snap_at = 0.0
-        self._cand_cache: dict[tuple[int, str | None], list[int]] = {}
+        self._cand_cache: dict[tuple[Any, ...], list[int]] = {}
         self.mean_output_estimate = 128.0
         # disaggregated clusters (llmsim.cluster.disagg): which stage is being routed, and each instance's role
         self.stage = "prefill"
@@ -128,14 +128,14 @@ class ClusterView:
         decode = self.stage == "decode"
         model = insts[req.instance].profile.model.name if decode else req.model
         key = (req.prompt_tokens, model, decode)
-        c = self._cand_cache.get(key)  # type: ignore[call-overload]
+        c = self._cand_cache.get(key)
         if c is None:
             skip = "prefill" if decode else "decode"
             mine = [i for i, role in enumerate(self._roles or ()) if role != skip
                     and (not decode or insts[i].profile.model.name == model)]
             c = [i for i in mine if not insts[i].can_ever_serve(req)] or mine
             if len(self._cand_cache) < 65536:
-                self._cand_cache[key] = c  # type: ignore[index]
+                self._cand_cache[key] = c
         return c
 
     def roles(self) -> tuple[str, ...]:
@@ -236,7 +236,7 @@ class ClusterView:
         out = []
         for k, (idx, name, model, gpu, bs, ms, mml, mpt, inst) in enumerate(self._static):
             if tokens[k] == inst.changes and now < until[k]:
-                st = cache[k][1]
+                st = cache[k][1]  # type: ignore[index]  # a matching token means a kept entry
                 if st.throughput == thr[k]:
                     out.append(st)
                     continue

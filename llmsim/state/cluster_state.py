@@ -98,7 +98,10 @@ class InstanceRequests:
 
     def __init__(self, running: tuple[RequestState, ...] = (), waiting: tuple[RequestState, ...] = (),
                  swapped: tuple[RequestState, ...] = ()) -> None:
-        self._running, self._waiting, self._swapped = tuple(running), tuple(waiting), tuple(swapped)
+        # (Any: the simulator's subclass keeps the engine's request objects here, read when first asked for)
+        self._running: Any = tuple(running)
+        self._waiting: Any = tuple(waiting)
+        self._swapped: Any = tuple(swapped)
         self._memo: dict[Any, Any] = {}
 
     @property

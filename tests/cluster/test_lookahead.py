@@ -105,6 +105,7 @@ def test_results_equal_the_run_without_or_with_wrong_hints(other):
     assert moved == 0
 
 
+@python_engine_only  # (patches the event loop's call_at, which a compiled cluster calls directly)
 def test_each_engine_learns_its_own_next_arrival():
     cluster = _cluster(RoundRobinRouter())
     reqs = _requests(40, drops=False)

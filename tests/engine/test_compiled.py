@@ -56,6 +56,27 @@ res = simulate([InstanceConfig("llama-2-7b", "a100-80gb")] * 2, reqs, "jsq")
 print(json.dumps(res.summary, sort_keys=True, default=str), res.requests.to_csv())
 """
 
+# every env id, two short episodes each under a random mask-respecting policy: the compiled cluster view, driver and
+# state classes give the envs the same observations, rewards and infos (one hash per id)
+ENV_TRAJECTORIES = """import hashlib
+import gymnasium as gym
+import numpy as np
+import llmsim.envs as envs
+for env_id in envs.ENV_IDS:
+    env = gym.make(env_id).unwrapped
+    rng, h, steps = np.random.default_rng(5), hashlib.sha256(), 0
+    obs, info = env.reset(seed=5)
+    for _ in range(1200):
+        valid = np.flatnonzero(env.action_masks())
+        obs, r, term, trunc, info = env.step(int(valid[rng.integers(len(valid))]))
+        flat = obs.values() if isinstance(obs, dict) else [obs]
+        h.update(b"".join(np.asarray(o).tobytes() for o in flat) + float(r).hex().encode() + repr(info).encode())
+        steps += 1
+        if term or trunc:
+            obs, info = env.reset()
+    print(env_id, steps, h.hexdigest())
+"""
+
 
 def _fake_build(tmp_path: Path, **changes) -> Path:
     """A manifest as ``build`` writes it, with empty stand-ins for the compiled files (never imported here)."""
@@ -147,3 +168,8 @@ def test_compiled_runs_are_byte_identical_to_the_python_engine(tmp_path):
     python, native = (subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240, check=True).stdout
                       for cmd in script)
     assert python == native and '"completed": 300' in python
+    envs = [[sys.executable, "-c", ENV_TRAJECTORIES],
+            [sys.executable, "-c", LAUNCH, str(REPO / "llmsim/compiled.py"), str(build), "--script", ENV_TRAJECTORIES]]
+    python, native = (subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=True).stdout
+                      for cmd in envs)
+    assert python == native and python.count(" 1200 ") >= 4, python
