@@ -1,0 +1,138 @@
+"""How much better than the best heuristic can a router be? A clairvoyant one-step rollout over it, on VALIDATION
+seeds.
+
+    python -m experiments.studies.rollout_headroom --scenarios training short --seeds 1000 1001 --requests 200 --jobs 2
+
+The rollout algorithm (Bertsekas' "rollout": one step of policy iteration from a base policy): at every decision
+with a request to place, each instance the mask allows is tried, followed by the base heuristic to the end of the
+episode, and the one with the lowest mean E2E (every request counted, as evaluation counts them) is taken. The
+simulation is deterministic, so each try replays the episode from its start (the same seed) with the decisions taken
+so far: the rollout knows the future arrivals and lengths of its own episode. It is no realisable router; it
+measures the headroom above a heuristic that one step of lookahead with perfect knowledge can find, and it is never
+worse than its base (the base's own choice is always among the tries). The base heuristic keeps its own state as in
+its own run: it is asked at every step, and its answer is overridden by the rollout's. Waiting and dropping are not
+tried (a base that never holds requests; a base that holds them is refused). Test seeds (>= 2000) are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.studies.guide_choice import HOLDING
+from experiments.studies.validation import check_validation_seeds, seed_drawn
+from llmsim.agents.accounting import env_latency_stats
+from llmsim.agents.env_setup import make_env
+from llmsim.agents.episodes import evaluate
+from llmsim.agents.suite_config import load_suite_file
+from llmsim.routing import make_router
+
+
+def _label(h: Any) -> str:
+    return h if isinstance(h, str) else h.get("label") or h["name"]
+
+
+def _router(spec: Any, seed: int) -> Any:
+    return make_router(spec, seed=seed) if isinstance(spec, str) else make_router(spec["name"], seed=seed,
+                                                                                  **spec.get("kwargs", {}))
+
+
+def play(env_cfg: dict[str, Any], base: Any, seed: int, prefix: list[int]) -> tuple[float, list[int]]:
+    """One episode: the decisions of ``prefix`` at the first decision points, the base heuristic after them. Returns
+    the mean E2E (ms, every request counted) and the instances chosen at each decision point."""
+    env = make_env(env_cfg)
+    env.reset(seed=seed, options={"workload_seed": seed})
+    router = _router(base, seed)
+    chosen: list[int] = []
+    done = env.terminated or env.truncated
+    while not done:
+        a = env.heuristic_action(router)  # asked at every step, so its state is the one of its own run
+        if env.points.pending is not None and int(env.action_masks()[: env.n_choices].sum()) > 1:
+            if len(chosen) < len(prefix):
+                a = prefix[len(chosen)]
+            chosen.append(a)
+        _, _, term, trunc, _ = env.step(a)
+        done = term or trunc
+    return float(env_latency_stats(env)["mean_e2el_ms"]), chosen
+
+
+def rollout(env_cfg: dict[str, Any], base: Any, seed: int) -> dict[str, float]:
+    """The rollout policy's episode on ``seed``: its mean E2E, the base's, and the decisions it changed."""
+    base_ms, plan = play(env_cfg, base, seed, [])
+    best_ms, decided, changed, k = base_ms, [], 0, 0
+    while k < len(plan):
+        tries = {plan[k]: best_ms}  # the base's own choice: the episode found so far
+        for a in _valid_at(env_cfg, base, seed, decided):
+            if a not in tries:
+                tries[a], _ = play(env_cfg, base, seed, [*decided, a])
+        a = min(tries, key=lambda x: (tries[x], x != plan[k]))
+        changed += a != plan[k]
+        decided.append(a)
+        if a != plan[k]:
+            best_ms, plan = play(env_cfg, base, seed, decided)
+        k += 1
+    return {"seed": seed, "base_ms": base_ms, "rollout_ms": best_ms, "decisions": len(plan), "changed": changed}
+
+
+def _valid_at(env_cfg: dict[str, Any], base: Any, seed: int, decided: list[int]) -> list[int]:
+    """The instances the mask allows at the decision point after ``decided``."""
+    env = make_env(env_cfg)
+    env.reset(seed=seed, options={"workload_seed": seed})
+    router = _router(base, seed)
+    n = 0
+    while not (env.terminated or env.truncated):
+        a = env.heuristic_action(router)
+        mask = env.action_masks()[: env.n_choices]
+        if env.points.pending is not None and int(mask.sum()) > 1:
+            if n == len(decided):
+                return [int(i) for i in np.flatnonzero(mask)]
+            a = decided[n]
+            n += 1
+        env.step(a)
+    return []
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m experiments.studies.rollout_headroom",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--env", default="workload_router")
+    ap.add_argument("--scenarios", nargs="+", default=["training", "short", "long"])
+    ap.add_argument("--base", default=None, help="the base heuristic's label in the suite's list (default: each "
+                    "scenario's best non-holding heuristic on these seeds)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001])
+    ap.add_argument("--requests", type=int, default=200, help="per episode at 4 instances (scaled as the suite)")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON)")
+    a = ap.parse_args(argv)
+    check_validation_seeds(a.seeds)
+    heuristics = {_label(h): h for h in load_suite_file(a.env).heuristics}
+    rows = []
+    for name, env_cfg in seed_drawn(a.env, a.scenarios, a.requests).items():
+        evals = evaluate(env_cfg, list(heuristics.values()), seeds=a.seeds, jobs=a.jobs)
+        means = {p: float(np.mean([r["mean_e2el_ms"] for r in evals if r["policy"] == p])) for p in heuristics}
+        best = min(means, key=means.get)
+        base = a.base or min((p for p in means if _name(heuristics[p]) not in HOLDING), key=means.get)
+        if _name(heuristics[base]) in HOLDING:
+            raise SystemExit(f"--base {base}: holds requests; the rollout tries instances only")
+        with ProcessPoolExecutor(a.jobs) as pool:
+            outs = list(pool.map(rollout, [env_cfg] * len(a.seeds), [heuristics[base]] * len(a.seeds), a.seeds))
+        ro = float(np.mean([o["rollout_ms"] for o in outs]))
+        row = {"scenario": name, "best": best, "best_ms": means[best], "base": base, "base_ms": means[base],
+               "rollout_ms": ro, "gain_vs_best_pct": 100.0 * (1.0 - ro / means[best]), "episodes": outs}
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "episodes"}), flush=True)
+        if a.out is not None:
+            a.out.write_text(json.dumps(rows, indent=1))
+
+
+def _name(h: Any) -> str:
+    return h if isinstance(h, str) else h["name"]
+
+
+if __name__ == "__main__":
+    main()
