@@ -61,7 +61,7 @@ def play(env_cfg: dict[str, Any], base: Any, seed: int, prefix: list[int]) -> tu
     return float(env_latency_stats(env)["mean_e2el_ms"]), chosen
 
 
-def rollout(env_cfg: dict[str, Any], base: Any, seed: int) -> dict[str, float]:
+def rollout(env_cfg: dict[str, Any], base: Any, seed: int) -> dict[str, Any]:
     """The rollout policy's episode on ``seed``: its mean E2E, the base's, and the decisions it changed."""
     base_ms, plan = play(env_cfg, base, seed, [])
     best_ms, decided, changed, k = base_ms, [], 0, 0
@@ -76,7 +76,8 @@ def rollout(env_cfg: dict[str, Any], base: Any, seed: int) -> dict[str, float]:
         if a != plan[k]:
             best_ms, plan = play(env_cfg, base, seed, decided)
         k += 1
-    return {"seed": seed, "base_ms": base_ms, "rollout_ms": best_ms, "decisions": len(plan), "changed": changed}
+    return {"seed": seed, "base_ms": base_ms, "rollout_ms": best_ms, "decisions": len(plan), "changed": changed,
+            "choices": decided}
 
 
 def _valid_at(env_cfg: dict[str, Any], base: Any, seed: int, decided: list[int]) -> list[int]:

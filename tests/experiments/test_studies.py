@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.studies import guide_choice, load_gate, spill_load, validation
+from experiments.studies import guide_choice, load_gate, rollout_headroom, spill_load, validation
 from llmsim.agents.nets import SPILL
 from llmsim.agents.suite_config import load_suite_file
 from llmsim.errors import ConfigError
@@ -118,3 +118,20 @@ def test_load_gate_choice_and_the_bucketed_copy(tmp_path: Path) -> None:
     assert [json.loads(x)["timestamp"] for x in out.read_text().splitlines()] == [0, 0, 3000, 6000]
     scen = load_gate.trace_scenarios(src, [0, 4, 8], [0, 3], "qos_edge", tmp_path)
     assert sorted(scen) == ["held_out_0-4", "held_out_4-8", "held_out_b3s_0-4", "held_out_b3s_4-8"]
+
+
+@pytest.mark.timeout(240)
+def test_the_rollout_replays_the_base_and_is_never_worse_than_it() -> None:
+    from llmsim.agents.episodes import evaluate
+
+    env = validation.seed_drawn("workload_router", ["rate_1.5x"], 24)["rate_1.5x"]
+    base = "least_work_left"
+    ms, plan = rollout_headroom.play(env, base, 1000, [])
+    assert ms == evaluate(env, [base], seeds=[1000], jobs=1)[0]["mean_e2el_ms"]  # the base's own episode
+    assert len(plan) > 10 and rollout_headroom._valid_at(env, base, 1000, plan[:3]) == [0, 1, 2, 3]
+    out = rollout_headroom.rollout(env, base, 1000)
+    assert out["base_ms"] == ms and len(out["choices"]) == out["decisions"]
+    assert out["changed"] > 0 and out["rollout_ms"] < ms  # (here it finds a better episode than its base's)
+    assert rollout_headroom.play(env, base, 1000, out["choices"])[0] == out["rollout_ms"]  # that episode, replayed
+    with pytest.raises(SystemExit, match="validation seeds only"):
+        rollout_headroom.main(["--seeds", "2000"])
