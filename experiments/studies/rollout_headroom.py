@@ -98,6 +98,49 @@ def _valid_at(env_cfg: dict[str, Any], base: Any, seed: int, decided: list[int])
     return []
 
 
+def placements(env_cfg: dict[str, Any], base: Any, seed: int, choices: list[int]) -> list[dict[str, Any]]:
+    """Each decision of the episode ``choices`` make: the request, the loads (running + waiting) of the base's
+    instance, of the chosen one and of the least loaded, and whether the choice left the base's half of the
+    instances (the dedicated split's groups)."""
+    env = make_env(env_cfg)
+    env.reset(seed=seed, options={"workload_seed": seed})
+    router, out = _router(base, seed), []
+    while not (env.terminated or env.truncated):
+        a = env.heuristic_action(router)
+        req = env.points.pending
+        if req is not None and int(env.action_masks()[: env.n_choices].sum()) > 1:
+            c = choices[len(out)]
+            load = [s.num_running + s.num_waiting for s in env.state().instances]
+            half = env.n_choices // 2
+            out.append({"k": len(out), "output": req.output_tokens, "prompt": req.prompt_tokens,
+                        "base_load": load[a], "load": load[c], "least": min(load), "changed": c != a,
+                        "other_half": (a >= half) != (c >= half)})
+            a = c
+        env.step(a)
+    return out
+
+
+def explain(rows: list[dict[str, Any]], testbed: str, requests: int) -> str:
+    """Per scenario: the decisions the rollout changed against all of them (markdown)."""
+    heuristics = {_label(h): h for h in load_suite_file(testbed).heuristics}
+    lines = ["| scenario | decisions | n | output mean / share > 250 | load base / chosen / least | to the least "
+             "loaded | other half | position (quartiles of k) |", "|---" * 8 + "|"]
+    for row in rows:
+        env_cfg = seed_drawn(testbed, [row["scenario"]], row.get("requests", requests))[row["scenario"]]
+        ps = [p for e in row["episodes"] for p in placements(env_cfg, heuristics[row["base"]], e["seed"], e["choices"])]
+        for which, sel in (("all", ps), ("changed", [p for p in ps if p["changed"]])):
+            if not sel:
+                continue
+            out = np.array([p["output"] for p in sel], dtype=float)
+            q = np.percentile([p["k"] for p in sel], [25, 50, 75])
+            lines.append(
+                f"| {row['scenario']} | {which} | {len(sel)} | {out.mean():.0f} / {np.mean(out > 250):.2f} | "
+                f"{np.mean([p['base_load'] for p in sel]):.1f} / {np.mean([p['load'] for p in sel]):.1f} / "
+                f"{np.mean([p['least'] for p in sel]):.1f} | {np.mean([p['load'] == p['least'] for p in sel]):.2f} | "
+                f"{np.mean([p['other_half'] for p in sel]):.2f} | {q[0]:.0f}, {q[1]:.0f}, {q[2]:.0f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.rollout_headroom",
                                  description=__doc__.split("\n")[0])
@@ -109,8 +152,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--requests", type=int, default=200, help="per episode at 4 instances (scaled as the suite)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON)")
+    ap.add_argument("--explain", type=Path, default=None, metavar="ROWS_JSON",
+                    help="instead: which decisions the rollout of an --out file changed (with its --requests)")
     a = ap.parse_args(argv)
     check_validation_seeds(a.seeds)
+    if a.explain is not None:
+        print(explain(json.loads(a.explain.read_text()), a.env, a.requests))
+        return
     heuristics = {_label(h): h for h in load_suite_file(a.env).heuristics}
     rows = []
     for name, env_cfg in seed_drawn(a.env, a.scenarios, a.requests).items():
@@ -123,8 +171,9 @@ def main(argv: list[str] | None = None) -> None:
         with ProcessPoolExecutor(a.jobs) as pool:
             outs = list(pool.map(rollout, [env_cfg] * len(a.seeds), [heuristics[base]] * len(a.seeds), a.seeds))
         ro = float(np.mean([o["rollout_ms"] for o in outs]))
-        row = {"scenario": name, "best": best, "best_ms": means[best], "base": base, "base_ms": means[base],
-               "rollout_ms": ro, "gain_vs_best_pct": 100.0 * (1.0 - ro / means[best]), "episodes": outs}
+        row = {"scenario": name, "requests": a.requests, "best": best, "best_ms": means[best], "base": base,
+               "base_ms": means[base], "rollout_ms": ro, "gain_vs_best_pct": 100.0 * (1.0 - ro / means[best]),
+               "episodes": outs}
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "episodes"}), flush=True)
         if a.out is not None:

@@ -133,5 +133,8 @@ def test_the_rollout_replays_the_base_and_is_never_worse_than_it() -> None:
     assert out["base_ms"] == ms and len(out["choices"]) == out["decisions"]
     assert out["changed"] > 0 and out["rollout_ms"] < ms  # (here it finds a better episode than its base's)
     assert rollout_headroom.play(env, base, 1000, out["choices"])[0] == out["rollout_ms"]  # that episode, replayed
+    ps = rollout_headroom.placements(env, base, 1000, out["choices"])
+    assert len(ps) == out["decisions"] and sum(p["changed"] for p in ps) == out["changed"]
+    assert all(p["least"] <= min(p["load"], p["base_load"]) for p in ps)
     with pytest.raises(SystemExit, match="validation seeds only"):
         rollout_headroom.main(["--seeds", "2000"])
