@@ -52,7 +52,7 @@ def play(env_cfg: dict[str, Any], base: Any, seed: int, prefix: list[int]) -> tu
     done = env.terminated or env.truncated
     while not done:
         a = env.heuristic_action(router)  # asked at every step, so its state is the one of its own run
-        if env.points.pending is not None and int(env.action_masks()[: env.n_choices].sum()) > 1:
+        if env.pending is not None and int(env.action_masks()[: env.n_choices].sum()) > 1:
             if len(chosen) < len(prefix):
                 a = prefix[len(chosen)]
             chosen.append(a)
@@ -89,7 +89,7 @@ def _valid_at(env_cfg: dict[str, Any], base: Any, seed: int, decided: list[int])
     while not (env.terminated or env.truncated):
         a = env.heuristic_action(router)
         mask = env.action_masks()[: env.n_choices]
-        if env.points.pending is not None and int(mask.sum()) > 1:
+        if env.pending is not None and int(mask.sum()) > 1:
             if n == len(decided):
                 return [int(i) for i in np.flatnonzero(mask)]
             a = decided[n]
@@ -107,7 +107,7 @@ def placements(env_cfg: dict[str, Any], base: Any, seed: int, choices: list[int]
     router, out = _router(base, seed), []
     while not (env.terminated or env.truncated):
         a = env.heuristic_action(router)
-        req = env.points.pending
+        req = env.pending
         if req is not None and int(env.action_masks()[: env.n_choices].sum()) > 1:
             c = choices[len(out)]
             load = [s.num_running + s.num_waiting for s in env.state().instances]
