@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from llmsim.agents.accounting import env_latency_stats
 from llmsim.agents.env_setup import make_env
 from llmsim.agents.episodes import evaluate
 from llmsim.agents.suite_config import load_suite_file
+from llmsim.envs.routing_env import RoutingEnv
 from llmsim.routing import make_router
 
 
@@ -42,81 +44,75 @@ def _router(spec: Any, seed: int) -> Any:
                                                                                   **spec.get("kwargs", {}))
 
 
-def play(env_cfg: dict[str, Any], base: Any, seed: int, prefix: list[int]) -> tuple[float, list[int]]:
-    """One episode: the decisions of ``prefix`` at the first decision points, the base heuristic after them. Returns
-    the mean E2E (ms, every request counted) and the instances chosen at each decision point."""
+Visit = Callable[[RoutingEnv, int, int], None]
+
+
+def replay(env_cfg: dict[str, Any], base: Any, seed: int, prefix: list[int],
+           visit: Visit | None = None) -> tuple[RoutingEnv, list[int], list[list[int]]]:
+    """One episode: the decisions of ``prefix`` at the first decision points (a request to place and more than one
+    instance allowed), the base heuristic after them; ``visit(env, base_action, action)`` sees each decision before
+    it is taken. Returns the ended env, the instance chosen at each decision and the instances allowed there."""
     env = make_env(env_cfg)
     env.reset(seed=seed, options={"workload_seed": seed})
     router = _router(base, seed)
     chosen: list[int] = []
-    done = env.terminated or env.truncated
-    while not done:
+    allowed: list[list[int]] = []
+    while not (env.terminated or env.truncated):
         a = env.heuristic_action(router)  # asked at every step, so its state is the one of its own run
-        if env.pending is not None and int(env.action_masks()[: env.n_choices].sum()) > 1:
-            if len(chosen) < len(prefix):
-                a = prefix[len(chosen)]
-            chosen.append(a)
-        _, _, term, trunc, _ = env.step(a)
-        done = term or trunc
-    return float(env_latency_stats(env)["mean_e2el_ms"]), chosen
+        mask = env.action_masks()[: env.n_choices]
+        if env.pending is not None and int(mask.sum()) > 1:
+            c = prefix[len(chosen)] if len(chosen) < len(prefix) else a
+            if visit is not None:
+                visit(env, a, c)
+            allowed.append([int(i) for i in np.flatnonzero(mask)])
+            chosen.append(c)
+            a = c
+        env.step(a)
+    return env, chosen, allowed
+
+
+def play(env_cfg: dict[str, Any], base: Any, seed: int,
+         prefix: list[int]) -> tuple[float, list[int], list[list[int]]]:
+    """:func:`replay`'s episode as its mean E2E (ms, every request counted), choices and allowed instances."""
+    env, chosen, allowed = replay(env_cfg, base, seed, prefix)
+    return float(env_latency_stats(env)["mean_e2el_ms"]), chosen, allowed
 
 
 def rollout(env_cfg: dict[str, Any], base: Any, seed: int) -> dict[str, Any]:
-    """The rollout policy's episode on ``seed``: its mean E2E, the base's, and the decisions it changed."""
-    base_ms, plan = play(env_cfg, base, seed, [])
+    """The rollout policy's episode on ``seed``: its mean E2E, the base's, and the decisions it changed. The episode
+    found so far passes through decision k with the choices made before it, so its allowed instances there are the
+    ones to try."""
+    base_ms, plan, allowed = play(env_cfg, base, seed, [])
     best_ms, decided, changed, k = base_ms, [], 0, 0
     while k < len(plan):
         tries = {plan[k]: best_ms}  # the base's own choice: the episode found so far
-        for a in _valid_at(env_cfg, base, seed, decided):
+        for a in allowed[k]:
             if a not in tries:
-                tries[a], _ = play(env_cfg, base, seed, [*decided, a])
+                tries[a] = play(env_cfg, base, seed, [*decided, a])[0]
         a = min(tries, key=lambda x: (tries[x], x != plan[k]))
         changed += a != plan[k]
         decided.append(a)
         if a != plan[k]:
-            best_ms, plan = play(env_cfg, base, seed, decided)
+            best_ms, plan, allowed = play(env_cfg, base, seed, decided)
         k += 1
     return {"seed": seed, "base_ms": base_ms, "rollout_ms": best_ms, "decisions": len(plan), "changed": changed,
             "choices": decided}
-
-
-def _valid_at(env_cfg: dict[str, Any], base: Any, seed: int, decided: list[int]) -> list[int]:
-    """The instances the mask allows at the decision point after ``decided``."""
-    env = make_env(env_cfg)
-    env.reset(seed=seed, options={"workload_seed": seed})
-    router = _router(base, seed)
-    n = 0
-    while not (env.terminated or env.truncated):
-        a = env.heuristic_action(router)
-        mask = env.action_masks()[: env.n_choices]
-        if env.pending is not None and int(mask.sum()) > 1:
-            if n == len(decided):
-                return [int(i) for i in np.flatnonzero(mask)]
-            a = decided[n]
-            n += 1
-        env.step(a)
-    return []
 
 
 def placements(env_cfg: dict[str, Any], base: Any, seed: int, choices: list[int]) -> list[dict[str, Any]]:
     """Each decision of the episode ``choices`` make: the request, the loads (running + waiting) of the base's
     instance, of the chosen one and of the least loaded, and whether the choice left the base's half of the
     instances (the dedicated split's groups)."""
-    env = make_env(env_cfg)
-    env.reset(seed=seed, options={"workload_seed": seed})
-    router, out = _router(base, seed), []
-    while not (env.terminated or env.truncated):
-        a = env.heuristic_action(router)
+    out: list[dict[str, Any]] = []
+
+    def visit(env: RoutingEnv, a: int, c: int) -> None:
         req = env.pending
-        if req is not None and int(env.action_masks()[: env.n_choices].sum()) > 1:
-            c = choices[len(out)]
-            load = [s.num_running + s.num_waiting for s in env.state().instances]
-            half = env.n_choices // 2
-            out.append({"k": len(out), "output": req.output_tokens, "prompt": req.prompt_tokens,
-                        "base_load": load[a], "load": load[c], "least": min(load), "changed": c != a,
-                        "other_half": (a >= half) != (c >= half)})
-            a = c
-        env.step(a)
+        load = [s.num_running + s.num_waiting for s in env.state().instances]
+        half = env.n_choices // 2
+        out.append({"k": len(out), "output": req.output_tokens, "prompt": req.prompt_tokens, "base_load": load[a],
+                    "load": load[c], "least": min(load), "changed": c != a, "other_half": (a >= half) != (c >= half)})
+
+    replay(env_cfg, base, seed, choices, visit)
     return out
 
 

@@ -126,9 +126,9 @@ def test_the_rollout_replays_the_base_and_is_never_worse_than_it() -> None:
 
     env = validation.seed_drawn("workload_router", ["rate_1.5x"], 24)["rate_1.5x"]
     base = "least_work_left"
-    ms, plan = rollout_headroom.play(env, base, 1000, [])
+    ms, plan, allowed = rollout_headroom.play(env, base, 1000, [])
     assert ms == evaluate(env, [base], seeds=[1000], jobs=1)[0]["mean_e2el_ms"]  # the base's own episode
-    assert len(plan) > 10 and rollout_headroom._valid_at(env, base, 1000, plan[:3]) == [0, 1, 2, 3]
+    assert len(plan) > 10 and allowed[3] == [0, 1, 2, 3] and len(allowed) == len(plan)
     out = rollout_headroom.rollout(env, base, 1000)
     assert out["base_ms"] == ms and len(out["choices"]) == out["decisions"]
     assert out["changed"] > 0 and out["rollout_ms"] < ms  # (here it finds a better episode than its base's)
