@@ -51,12 +51,20 @@ class ZeroPredictor(Predictor):
         return np.zeros(len(models)), np.zeros(len(models))
 
 
+NOISE_BLOCK = 4096  # standard normals the noisy oracle draws at a time
+
+
 @dataclass
 class NoisyOraclePredictor(Predictor):
     """Truth with multiplicative log-normal length noise and additive Gaussian quality noise.
 
     ``len_buckets`` > 0 bucketises lengths into equal buckets of width ``len_max / len_buckets`` and
     reports the midpoint (the QoS-aware edge router: 10 buckets up to 300 tokens); likewise ``q_buckets`` for quality.
+
+    Each call reads the next ``2 n`` standard normals of its generator (n lengths, then n qualities). They are drawn
+    ``NOISE_BLOCK`` at a time, with the length factors ``exp(len_sigma z)`` of a block computed at once: a generator's
+    stream does not depend on how it is cut into draws, so the values are the ones a draw per call gives, at a
+    fraction of the numpy calls (a reset without a seed keeps the drawn rest, the stream's continuation).
     """
 
     len_sigma: float = 0.3
@@ -68,32 +76,49 @@ class NoisyOraclePredictor(Predictor):
     seed: int = 0
 
     def __post_init__(self) -> None:
-        self.rng = np.random.default_rng(self.seed)
+        self.reset(self.seed)
 
     def reset(self, seed: int | None) -> None:
         if seed is not None:
             self.rng = np.random.default_rng(seed)
+            self._z: list[float] = []  # drawn, not yet used normals ...
+            self._factor: list[float] = []  # ... and exp(len_sigma * z) of each
+            self._next = 0
+
+    def _noise(self, m: int) -> int:
+        """Where the next ``m`` normals start in the buffers (refilled from the generator when short)."""
+        k = self._next
+        if k + m > len(self._z):
+            z = self.rng.standard_normal(max(NOISE_BLOCK, m))
+            self._z = self._z[k:] + z.tolist()
+            self._factor = self._factor[k:] + np.exp(self.len_sigma * z).tolist()
+            k = 0
+        self._next = k + m
+        return k
 
     def predict(self, req: Request, models: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        lens, qual = _truth(req, models)
         n = len(models)
-        z = self.rng.standard_normal(2 * n)  # (the same draws as two calls of n each)
-        lens = np.maximum(1.0, lens * np.exp(self.len_sigma * z[:n]))
-        # (max then min: np.clip's values, NaN included, at a fraction of its call overhead)
-        qual = np.minimum(np.maximum(qual + self.q_sd * z[n:], 0.0), 1.0)
-        if self.len_buckets:
-            lens = bucket_midpoints(lens, self.len_max / self.len_buckets, self.len_buckets)
-        if self.q_buckets:
-            qual = bucket_midpoints(qual, self.q_max / self.q_buckets, self.q_buckets)
-        return lens, qual
+        k = self._noise(2 * n)
+        factor, z = self._factor, self._z
+        # (float64 arithmetic on Python floats, as numpy's on the float64 arrays of the truth)
+        lens = [max(1.0, float(req.output_for(m)) * factor[k + i]) for i, m in enumerate(models)]
+        q = req.quality_by_model or {}
+        sd = self.q_sd
+        # (max then min: np.clip's order of the bounds)
+        qual = [min(max(float(q.get(m, 0.0)) + sd * z[k + n + i], 0.0), 1.0) for i, m in enumerate(models)]
+        return (bucket_midpoints(lens, self.len_max / self.len_buckets, self.len_buckets) if self.len_buckets
+                else np.array(lens),
+                bucket_midpoints(qual, self.q_max / self.q_buckets, self.q_buckets) if self.q_buckets
+                else np.array(qual))
 
 
-def bucket_midpoints(x: np.ndarray, w: float, buckets: int) -> np.ndarray:
+def bucket_midpoints(x: np.ndarray | list[float], w: float, buckets: int) -> np.ndarray:
     """``(min(floor(x / w), buckets - 1) + 0.5) * w``, each value as numpy computes it (the same IEEE operations
     on the same doubles), in Python for the few values of one request (a numpy call per operation costs more)."""
-    vals = x.tolist()
+    vals = x.tolist() if isinstance(x, np.ndarray) else x
     if not all(map(math.isfinite, vals)):
-        return (np.minimum(np.floor(x / w), buckets - 1) + 0.5) * w
+        arr = np.asarray(x, dtype=np.float64)
+        return (np.minimum(np.floor(arr / w), buckets - 1) + 0.5) * w
     top = buckets - 1
     return np.array([(min(math.floor(v / w), top) + 0.5) * w for v in vals], dtype=np.float64)
 
