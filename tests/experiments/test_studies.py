@@ -136,5 +136,11 @@ def test_the_rollout_replays_the_base_and_is_never_worse_than_it() -> None:
     ps = rollout_headroom.placements(env, base, 1000, out["choices"])
     assert len(ps) == out["decisions"] and sum(p["changed"] for p in ps) == out["changed"]
     assert all(p["least"] <= min(p["load"], p["base_load"]) for p in ps)
+    sparse = rollout_headroom.rollout(env, base, 1000, every=3)  # only decisions 0, 3, 6, ... are tried
+    changed_at = [p["k"] for p in rollout_headroom.placements(env, base, 1000, sparse["choices"]) if p["changed"]]
+    assert changed_at and all(k % 3 == 0 for k in changed_at) and sparse["rollout_ms"] <= ms
+    assert rollout_headroom.play(env, base, 1000, sparse["choices"])[0] == sparse["rollout_ms"]
     with pytest.raises(SystemExit, match="validation seeds only"):
         rollout_headroom.main(["--seeds", "2000"])
+    with pytest.raises(SystemExit, match="--every 0"):
+        rollout_headroom.main(["--every", "0"])
