@@ -12,6 +12,10 @@ measures the headroom above a heuristic that one step of lookahead with perfect 
 worse than its base (the base's own choice is always among the tries). The base heuristic keeps its own state as in
 its own run: it is asked at every step, and its answer is overridden by the rollout's. Waiting and dropping are not
 tried (a base that never holds requests; a base that holds them is refused). Test seeds (>= 2000) are refused.
+
+``--every N`` tries only every N-th decision (a lower bound on the full rollout's gain, for full-size episodes);
+``--sensitivity POINTS`` measures instead how much one changed decision moves the episode's mean E2E, which says how
+much of the rollout's gain is a choice among nearly equal futures that only a clairvoyant search can make.
 """
 
 from __future__ import annotations
@@ -104,6 +108,20 @@ def rollout(env_cfg: dict[str, Any], base: Any, seed: int, every: int = 1) -> di
             "every": every, "choices": decided}
 
 
+def sensitivity(env_cfg: dict[str, Any], base: Any, seed: int, points: int = 10) -> dict[str, Any]:
+    """How much one decision moves the episode: at ``points`` decisions spread evenly over it, each other allowed
+    instance instead of the base's choice (the base before and after), as the change of the episode's mean E2E in
+    per cent. Where single changes move the mean by a few per cent either way, a clairvoyant search finds gains by
+    choosing among nearly equal trajectories, which a router that does not know the future cannot do."""
+    ms, plan, allowed = play(env_cfg, base, seed, [])
+    step = max(1, len(plan) // points)
+    shifts = [{"k": k, "instance": a, "pct": 100.0 * (play(env_cfg, base, seed, [*plan[:k], a])[0] / ms - 1.0)}
+              for k in range(step // 2, len(plan), step) for a in allowed[k] if a != plan[k]]
+    d = np.array([x["pct"] for x in shifts])
+    return {"seed": seed, "base_ms": ms, "n": len(d), "sd_pct": float(d.std()), "min_pct": float(d.min()),
+            "max_pct": float(d.max()), "share_better": float(np.mean(d < 0)), "shifts": shifts}
+
+
 def placements(env_cfg: dict[str, Any], base: Any, seed: int, choices: list[int]) -> list[dict[str, Any]]:
     """Each decision of the episode ``choices`` make: the request, the loads (running + waiting) of the base's
     instance, of the chosen one and of the least loaded, and whether the choice left the base's half of the
@@ -153,6 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--requests", type=int, default=200, help="per episode at 4 instances (scaled as the suite)")
     ap.add_argument("--every", type=int, default=1, help="try only every N-th decision (default 1: all of them); "
                     "a lower bound on the full rollout's gain, for the suite's full-size episodes")
+    ap.add_argument("--sensitivity", type=int, default=0, metavar="POINTS",
+                    help="instead of the rollout: how much one changed decision moves the episode, at POINTS decisions")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON)")
     ap.add_argument("--explain", type=Path, default=None, metavar="ROWS_JSON",
@@ -167,23 +187,35 @@ def main(argv: list[str] | None = None) -> None:
     heuristics = {_label(h): h for h in load_suite_file(a.env).heuristics}
     rows = []
     for name, env_cfg in seed_drawn(a.env, a.scenarios, a.requests).items():
-        evals = evaluate(env_cfg, list(heuristics.values()), seeds=a.seeds, jobs=a.jobs)
-        means = {p: float(np.mean([r["mean_e2el_ms"] for r in evals if r["policy"] == p])) for p in heuristics}
-        best = min(means, key=means.get)
-        base = a.base or min((p for p in means if _name(heuristics[p]) not in HOLDING), key=means.get)
-        if _name(heuristics[base]) in HOLDING:
-            raise SystemExit(f"--base {base}: holds requests; the rollout tries instances only")
-        with ProcessPoolExecutor(a.jobs) as pool:
-            outs = list(pool.map(rollout, [env_cfg] * len(a.seeds), [heuristics[base]] * len(a.seeds), a.seeds,
-                                 [a.every] * len(a.seeds)))
-        ro = float(np.mean([o["rollout_ms"] for o in outs]))
-        row = {"scenario": name, "requests": a.requests, "every": a.every, "best": best, "best_ms": means[best],
-               "base": base, "base_ms": means[base], "rollout_ms": ro,
-               "gain_vs_best_pct": 100.0 * (1.0 - ro / means[best]), "episodes": outs}
+        row, lines = scenario_row(a, name, env_cfg, heuristics)
         rows.append(row)
-        print(json.dumps({k: v for k, v in row.items() if k != "episodes"}), flush=True)
+        for line in lines:
+            print(json.dumps(line), flush=True)
         if a.out is not None:
             a.out.write_text(json.dumps(rows, indent=1))
+
+
+def scenario_row(a: argparse.Namespace, name: str, env_cfg: dict[str, Any],
+                 heuristics: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One scenario's row (the rollout's, or with ``--sensitivity`` the one-decision shifts') and its printed lines."""
+    evals = evaluate(env_cfg, list(heuristics.values()), seeds=a.seeds, jobs=a.jobs)
+    means = {p: float(np.mean([r["mean_e2el_ms"] for r in evals if r["policy"] == p])) for p in heuristics}
+    best = min(means, key=means.get)
+    base = a.base or min((p for p in means if _name(heuristics[p]) not in HOLDING), key=means.get)
+    if _name(heuristics[base]) in HOLDING:
+        raise SystemExit(f"--base {base}: holds requests; the rollout tries instances only")
+    n = len(a.seeds)
+    with ProcessPoolExecutor(a.jobs) as pool:
+        if a.sensitivity:
+            outs = list(pool.map(sensitivity, [env_cfg] * n, [heuristics[base]] * n, a.seeds, [a.sensitivity] * n))
+            return ({"scenario": name, "requests": a.requests, "base": base, "episodes": outs},
+                    [{"scenario": name, "base": base, **{k: v for k, v in o.items() if k != "shifts"}} for o in outs])
+        outs = list(pool.map(rollout, [env_cfg] * n, [heuristics[base]] * n, a.seeds, [a.every] * n))
+    ro = float(np.mean([o["rollout_ms"] for o in outs]))
+    row = {"scenario": name, "requests": a.requests, "every": a.every, "best": best, "best_ms": means[best],
+           "base": base, "base_ms": means[base], "rollout_ms": ro,
+           "gain_vs_best_pct": 100.0 * (1.0 - ro / means[best]), "episodes": outs}
+    return row, [{k: v for k, v in row.items() if k != "episodes"}]
 
 
 def _name(h: Any) -> str:

@@ -144,3 +144,10 @@ def test_the_rollout_replays_the_base_and_is_never_worse_than_it() -> None:
         rollout_headroom.main(["--seeds", "2000"])
     with pytest.raises(SystemExit, match="--every 0"):
         rollout_headroom.main(["--every", "0"])
+    sens = rollout_headroom.sensitivity(env, base, 1000, points=4)
+    assert sens["base_ms"] == ms and sens["n"] == len(sens["shifts"]) > 4
+    assert len({x["k"] for x in sens["shifts"]}) == 4 and all(x["instance"] != plan[x["k"]] for x in sens["shifts"])
+    one = sens["shifts"][-1]  # a shift is that one decision changed, the base before and after it
+    moved = rollout_headroom.play(env, base, 1000, [*plan[:one["k"]], one["instance"]])[0]
+    assert one["pct"] == 100.0 * (moved / ms - 1.0) and sens["share_better"] == sum(x["pct"] < 0 for x in
+                                                                                     sens["shifts"]) / sens["n"]
