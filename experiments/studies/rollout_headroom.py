@@ -114,6 +114,8 @@ def sensitivity(env_cfg: dict[str, Any], base: Any, seed: int, points: int = 10)
     per cent. Where single changes move the mean by a few per cent either way, a clairvoyant search finds gains by
     choosing among nearly equal trajectories, which a router that does not know the future cannot do."""
     ms, plan, allowed = play(env_cfg, base, seed, [])
+    if not plan:
+        raise SystemExit(f"seed {seed}: no decision with more than one instance allowed; nothing to change")
     step = max(1, len(plan) // points)
     shifts = [{"k": k, "instance": a, "pct": 100.0 * (play(env_cfg, base, seed, [*plan[:k], a])[0] / ms - 1.0)}
               for k in range(step // 2, len(plan), step) for a in allowed[k] if a != plan[k]]
@@ -142,6 +144,8 @@ def placements(env_cfg: dict[str, Any], base: Any, seed: int, choices: list[int]
 def explain(rows: list[dict[str, Any]], testbed: str, requests: int) -> str:
     """Per scenario: the decisions the rollout changed against all of them (markdown)."""
     heuristics = {_label(h): h for h in load_suite_file(testbed).heuristics}
+    if not all("choices" in e for row in rows for e in row.get("episodes", [])):
+        raise SystemExit("--explain: expected the --out file of a rollout (episodes with their choices)")
     lines = ["| scenario | decisions | n | output mean / share > 250 | load base / chosen / least | to the least "
              "loaded | other half | position (quartiles of k) |", "|---" * 8 + "|"]
     for row in rows:
@@ -179,8 +183,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="instead: which decisions the rollout of an --out file changed (with its --requests)")
     a = ap.parse_args(argv)
     check_validation_seeds(a.seeds)
-    if a.every < 1:
-        raise SystemExit(f"--every {a.every}: expected a whole number >= 1")
+    if a.every < 1 or a.sensitivity < 0:
+        raise SystemExit(f"--every {a.every} / --sensitivity {a.sensitivity}: expected >= 1 / >= 0 (0: the rollout)")
     if a.explain is not None:
         print(explain(json.loads(a.explain.read_text()), a.env, a.requests))
         return

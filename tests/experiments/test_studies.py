@@ -142,8 +142,9 @@ def test_the_rollout_replays_the_base_and_is_never_worse_than_it() -> None:
     assert rollout_headroom.play(env, base, 1000, sparse["choices"])[0] == sparse["rollout_ms"]
     with pytest.raises(SystemExit, match="validation seeds only"):
         rollout_headroom.main(["--seeds", "2000"])
-    with pytest.raises(SystemExit, match="--every 0"):
-        rollout_headroom.main(["--every", "0"])
+    for bad in (["--every", "0"], ["--sensitivity", "-1"]):
+        with pytest.raises(SystemExit, match="expected >= 1 / >= 0"):
+            rollout_headroom.main(bad)
     sens = rollout_headroom.sensitivity(env, base, 1000, points=4)
     assert sens["base_ms"] == ms and sens["n"] == len(sens["shifts"]) > 4
     assert len({x["k"] for x in sens["shifts"]}) == 4 and all(x["instance"] != plan[x["k"]] for x in sens["shifts"])
