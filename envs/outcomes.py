@@ -38,6 +38,16 @@ class Outcomes:
         self.timeouts = 0  # requests that waited max_wait_s and went to the wait fallback
         self.in_step = 0  # outcomes since the current step's simulation began (a drain step ends at one)
         self.n_drops = 0  # entries of the driver's drop record handed to the reward so far
+
+    def replace_upcoming(self, arrived: int, requests: list[Request]) -> None:
+        """The requests after the first ``arrived`` become ``requests`` (as many; they take over the ids)."""
+        old = self.requests[arrived:]
+        if len(requests) != len(old):
+            raise ValueError(f"replace_upcoming: expected {len(old)} requests still to arrive, got {len(requests)}")
+        for new, was in zip(requests, old, strict=True):
+            new.id = was.id
+            self.by_id[new.id] = new
+        self.requests = [*self.requests[:arrived], *requests]
         self.released_wait = 0.0  # request-seconds waited by requests that left the queue mid-step
 
     def on_finish(self, req: Request) -> None:

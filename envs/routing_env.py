@@ -309,6 +309,12 @@ class RoutingEnv(gym.Env):
         """Prompt tokens of ``req`` that instance ``instance``'s prefix cache holds now (the cluster view's)."""
         return self.cluster.view.prefix_hit_tokens(instance, req)
 
+    def replace_upcoming(self, requests: list[Request]) -> None:
+        """A planner's what-if, on a copy of the env (``copy.deepcopy``, Python engine): the requests that have not
+        arrived yet become ``requests`` (as many, in arrival order, none before now; they take over the ids)."""
+        self.outcomes.replace_upcoming(self.cluster.num_arrived, requests)
+        self.driver.replace_upcoming(requests)
+
     def request(self, request_id: int) -> Request:
         """The episode's request ``request_id`` with its hidden ground truth (for rewards, never observations)."""
         return self.outcomes.by_id[request_id]

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 import simpy
@@ -83,6 +83,17 @@ class SimEnv(simpy.Environment):
         """Run ``fn(*args)`` at absolute time ``when`` in ``phase``."""
         heappush(self._queue, (when, phase, next(self._eid), fn, args, False))  # type: ignore[misc]  # (6 fields)
         self.active += 1
+
+    def cancel_calls(self, fn: Callable[..., Any]) -> int:
+        """Remove the pending calls of ``fn`` (a what-if that replaces what was scheduled); returns how many."""
+        queue: list[Any] = self._queue
+        keep = [e for e in queue if len(e) == 4 or e[FN] != fn or e[5]]
+        n = len(queue) - len(keep)
+        if n:
+            queue[:] = keep
+            heapify(queue)
+            self.active -= n
+        return n
 
     def call_bookkeeping_at(self, when: float, fn: Callable[[], Any]) -> None:
         """Like ``call_at(when, OBSERVE, fn)`` for an event that only records or publishes state.

@@ -3,10 +3,9 @@
 Arrivals are fed lazily from the workload (one pending arrival event at a time; :meth:`Cluster.run` with a router
 whose next choices are known in advance reads as many requests ahead as there are instances, so that each engine
 knows when its own next arrival comes), checked (see :func:`llmsim.request.check_request`), routed at their arrival
-instant, and either submitted to an
-instance, held in a central queue (WAIT, decided again whenever a request finishes and at the optional
-``central_queue_tick``) or dropped (DROP, counted). Periodic work - the metrics scrape every
-``metrics_interval``, the stale-view refresh every ``view_staleness``, the central-queue tick - lives in
+instant, and either submitted to an instance, held in a central queue (WAIT, decided again whenever a request
+finishes and at the optional ``central_queue_tick``) or dropped (DROP, counted). Periodic work - the metrics scrape
+every ``metrics_interval``, the stale-view refresh every ``view_staleness``, the central-queue tick - lives in
 :mod:`llmsim.cluster.clock`.
 
 When a run ends (:meth:`Cluster.run`): the event loop stops as soon as only bookkeeping events
@@ -23,10 +22,10 @@ routing retry pending that could succeed. Requests the router still holds are co
   is used again); with no arrival left, the run ends. A router that waits for time alone to pass
   (a batching timeout) therefore gets 100 ticks of an idle cluster, never an unbounded number.
 
-``DEFER`` (``-3``) hands a decision to an outside driver (the Gymnasium envs, which call
-:meth:`Cluster.start` and step the clock themselves); under :meth:`Cluster.run` nothing could ever
-decide it, so it is a :class:`ConfigError`. A driver that stops with requests still deferred gets them
-counted ``never_routed`` by :meth:`Cluster.finish`.
+``DEFER`` (``-3``) hands a decision to an outside driver (the Gymnasium envs, which call :meth:`Cluster.start` and
+step the clock themselves; :meth:`Cluster.feed` lets a planner replace the requests to come); under
+:meth:`Cluster.run` nothing could ever decide it, so it is a :class:`ConfigError`. A driver that stops with
+requests still deferred gets them counted ``never_routed`` by :meth:`Cluster.finish`.
 
 Any other router answer that is not an ``int`` (numpy integers are accepted) or that names no
 instance is a :class:`ConfigError` naming the router and the value.
@@ -166,12 +165,20 @@ class Cluster:
     # ------------------------------------------------------------------ driving
     def start(self, workload: Iterable[Request]) -> None:
         """Feed ``workload`` and start the periodic chains; a driver then steps ``self.env``."""
+        self._first_arrival = True
+        self.feed(workload)
+        self.clock.start()
+
+    def feed(self, workload: Iterable[Request]) -> None:
+        """Take the requests to arrive from ``workload``, from now on, instead of any not arrived yet (a planner's
+        what-if on a copy of a driven cluster: a sampled future)."""
+        if self._depth:
+            raise LLMSimError("Cluster.feed: a cluster run by Cluster.run reads its workload ahead; feed a driven one")
+        self.env.cancel_calls(self._on_arrival)
         self._source = iter(workload)
         self._arrivals_done = False
         self._last_arrival = self.env.now
-        self._first_arrival = True
         self._schedule_next_arrival()
-        self.clock.start()
 
     def run(self, workload: Iterable[Request]) -> None:
         """Simulate ``workload`` to the end: until nothing but bookkeeping is left (module docstring). Progress is
@@ -295,15 +302,13 @@ class Cluster:
         return ahead[0] if ahead else None
 
     def _hint(self, k: int, t: float) -> None:
-        """Tell the engine the router will send the ``k``-th next request to that it arrives at ``t`` (only a hint
-        for planning its decode runs: ``Instance.next_arrival``)."""
+        """Hint the engine the ``k``-th next request goes to that it arrives at ``t`` (``Instance.next_arrival``)."""
         d = self.router.upcoming(self.view, k)  # type: ignore[attr-defined]
         if d is not None and 0 <= d < len(self.instances):
             self.instances[d].next_arrival = t
 
     def _hint_all(self) -> None:
-        """Every engine's next arrival among the requests pulled ahead (after an arrival the router did not see,
-        the choices after it shift)."""
+        """Every engine's next arrival among the requests pulled ahead (after an arrival the router did not see)."""
         for inst in self.instances:
             inst.next_arrival = _INF
         ahead = self._ahead

@@ -8,6 +8,7 @@ cluster's own bookkeeping (its clock's wake-ups, its drop records) stays in one 
 
 * time: ``now`` / ``phase``, :meth:`next_event_time`, :meth:`step`, :meth:`advance_to`, ``only_bookkeeping_left``,
   :meth:`call_at` (the driver's own events, e.g. decision ticks, in the ROUTE phase);
+* what-ifs on a copy: :meth:`replace_upcoming` (the requests still to arrive);
 * decisions: ``held`` / ``deferred`` (read them; do not change them), :meth:`take_held`, :meth:`take_deferred`,
   :meth:`hold`, :meth:`decide`, :meth:`give_up`; the decode stage: :meth:`pending_decode`, :meth:`decide_decode`;
 * outcomes: ``drops`` (every drop so far, in order), :meth:`cut_off` (the driver's time limit), :meth:`finish`.
@@ -55,6 +56,11 @@ class ClusterDriver:
     def step(self) -> None:
         """Run the next event."""
         self.env.step()
+
+    def replace_upcoming(self, workload: Iterable[Request]) -> None:
+        """The requests still to arrive come from ``workload`` instead (a planner's what-if on a copy: a sampled
+        future; each arrives at or after now)."""
+        self.cluster.feed(workload)
 
     @property
     def only_bookkeeping_left(self) -> bool:

@@ -1,0 +1,140 @@
+"""Can a router that knows only the past find the clairvoyant rollout's room? A rollout over sampled futures, on
+VALIDATION seeds.
+
+    python -m experiments.studies.past_only_rollout --scenarios training long --seeds 1000 1001 --requests 400 \
+        --samples 4 --jobs 2
+
+The clairvoyant rollout (experiments/studies/rollout_headroom.py) tries each allowed instance at a decision and
+follows the base heuristic to the end of the episode's true future. This one knows what a router knows: the
+requests that have arrived (with the env's predicted lengths, which in the WorkloadRouter testbed are the oracle's)
+and the cluster's state. At a tried decision it copies the simulation (``copy.deepcopy``: the Python engine),
+replaces the requests still to arrive with ``--samples`` futures drawn from the scenario's own workload model on
+seeds no episode uses (as many requests as are left, each arrival gap from the sample: a Poisson future is
+memoryless), and scores each instance by the mean over the samples of the episode's mean E2E (every request
+counted), the same samples for every instance (common random numbers). The lowest wins; ties keep the base's
+choice. It is a realisable router, only too slow to serve (seconds per decision): what it gains over the best
+heuristic is room that a router can reach without the future, and a teacher a network could imitate.
+Test seeds (>= 2000) are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.studies.guide_choice import HOLDING
+from experiments.studies.rollout_headroom import _label, _name, _router
+from experiments.studies.validation import check_validation_seeds, seed_drawn
+from llmsim.agents.accounting import env_latency_stats
+from llmsim.agents.env_setup import make_env
+from llmsim.agents.episodes import evaluate
+from llmsim.agents.suite_config import load_suite_file
+from llmsim.envs.routing_env import RoutingEnv
+from llmsim.request import Request
+
+SAMPLE_SEED_BASE = 7_000_000  # the sampled futures' workload seeds: far from every validation and test seed
+
+
+def sampled_future(env: RoutingEnv, sample_seed: int) -> list[Request]:
+    """The requests still to arrive in ``env``, drawn again: the scenario's workload on ``sample_seed``, from the
+    same position in the episode, each arrival gap as sampled, the first one counted from now."""
+    k = env.cluster.num_arrived
+    drawn = env.workload.requests(sample_seed, env.num_requests)
+    sample = drawn[k:]
+    before = drawn[k - 1].arrival if k else 0.0
+    start = float(env.driver.now)
+    for r in sample:
+        r.arrival = start + float(r.arrival - before)
+    return sample
+
+
+def finish(env: RoutingEnv, router: Any, first: int) -> float:
+    """Take ``first`` at the pending decision, then the base ``router`` to the episode's end: its mean E2E (ms)."""
+    env.step(first)
+    while not (env.terminated or env.truncated):
+        env.step(env.heuristic_action(router))
+    return float(env_latency_stats(env)["mean_e2el_ms"])
+
+
+def choose(env: RoutingEnv, router: Any, allowed: list[int], base_choice: int, samples: int,
+           at: int) -> tuple[int, dict[int, float]]:
+    """The instance with the lowest mean over ``samples`` sampled futures of the episode's mean E2E (ties: the
+    base's choice); ``at`` (the decision's index) varies the futures from one decision to the next."""
+    futures = [sampled_future(env, SAMPLE_SEED_BASE + 1000 * at + j) for j in range(samples)]
+    cost = dict.fromkeys(allowed, 0.0)
+    for future in futures:
+        for a in allowed:
+            e, r = copy.deepcopy((env, router))
+            e.replace_upcoming(copy.deepcopy(future))
+            cost[a] += finish(e, r, a) / samples
+    return min(cost, key=lambda a: (cost[a], a != base_choice)), cost
+
+
+def past_only_rollout(env_cfg: dict[str, Any], base: Any, seed: int, samples: int, every: int = 1) -> dict[str, Any]:
+    """The rollout router's episode on ``seed`` (every ``every``-th decision tried, the base at the others): its
+    mean E2E, the base's on the same seed, and the decisions it changed."""
+    runs = {}
+    for mode in ("base", "rollout"):
+        env = make_env(env_cfg)
+        env.reset(seed=seed, options={"workload_seed": seed})
+        router = _router(base, seed)
+        k = changed = 0
+        while not (env.terminated or env.truncated):
+            a = env.heuristic_action(router)  # asked at every step, as in its own run
+            mask = env.action_masks()[: env.n_choices]
+            if env.pending is not None and int(mask.sum()) > 1:
+                if mode == "rollout" and k % every == 0:
+                    c, _ = choose(env, router, [int(i) for i in np.flatnonzero(mask)], a, samples, k)
+                    changed += c != a
+                    a = c
+                k += 1
+            env.step(a)
+        runs[mode] = (float(env_latency_stats(env)["mean_e2el_ms"]), k, changed)
+    return {"seed": seed, "base_ms": runs["base"][0], "rollout_ms": runs["rollout"][0], "decisions": runs["base"][1],
+            "changed": runs["rollout"][2], "every": every, "samples": samples}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m experiments.studies.past_only_rollout",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--env", default="workload_router")
+    ap.add_argument("--scenarios", nargs="+", default=["training", "long"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001])
+    ap.add_argument("--requests", type=int, default=400, help="per episode at 4 instances (scaled as the suite)")
+    ap.add_argument("--samples", type=int, default=4, help="sampled futures per tried decision")
+    ap.add_argument("--every", type=int, default=1, help="try only every N-th decision (default 1: all of them)")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON)")
+    a = ap.parse_args(argv)
+    check_validation_seeds(a.seeds)
+    if a.every < 1 or a.samples < 1:
+        raise SystemExit(f"--every {a.every} / --samples {a.samples}: expected >= 1")
+    heuristics = {_label(h): h for h in load_suite_file(a.env).heuristics}
+    rows = []
+    for name, env_cfg in seed_drawn(a.env, a.scenarios, a.requests).items():
+        evals = evaluate(env_cfg, list(heuristics.values()), seeds=a.seeds, jobs=a.jobs)
+        means = {p: float(np.mean([r["mean_e2el_ms"] for r in evals if r["policy"] == p])) for p in heuristics}
+        best = min(means, key=means.get)
+        base = min((p for p in means if _name(heuristics[p]) not in HOLDING), key=means.get)
+        n = len(a.seeds)
+        with ProcessPoolExecutor(a.jobs) as pool:
+            outs = list(pool.map(past_only_rollout, [env_cfg] * n, [heuristics[base]] * n, a.seeds,
+                                 [a.samples] * n, [a.every] * n))
+        ro = float(np.mean([o["rollout_ms"] for o in outs]))
+        row = {"scenario": name, "requests": a.requests, "samples": a.samples, "every": a.every, "best": best,
+               "best_ms": means[best], "base": base, "base_ms": means[base], "rollout_ms": ro,
+               "gain_vs_best_pct": 100.0 * (1.0 - ro / means[best]), "episodes": outs}
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "episodes"}), flush=True)
+        if a.out is not None:
+            a.out.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
