@@ -118,6 +118,17 @@ class Recorder:
         self._float_appends = tuple(cols[k].append for k in _FLOAT_COLS)
         self._int_appends = tuple(cols[k].append for k in _INT_COLS)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Without the columns' bound appends: a builtin's bound method copies as itself, so a deep copy (a planner's
+        what-if) would append to the original's columns."""
+        state = dict(self.__dict__)
+        del state["_float_appends"], state["_int_appends"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.cols = state["_cols"]
+
     def finish(self, r: Request) -> None:
         a_arrival, a_routed, a_scheduled, a_first, a_finish = self._float_appends
         a_arrival(r.arrival)

@@ -45,3 +45,16 @@ def test_calls_run_in_time_then_fifo_order_with_their_phase_published():
     assert [o[0] for o in order] == ["a", "b", "c"]
     assert [o[1] for o in order] == [0.2, 0.5, 0.5]
     assert {o[2] for o in order} == {2}  # ROUTE
+
+
+def test_replace_upcoming_cancels_the_scheduled_arrival_and_feeds_the_new_workload():
+    from llmsim.request import Request
+
+    drv = ClusterDriver(Cluster([InstanceConfig(profile=LinearProfile())], Defer()))
+    drv.start([Request(0, 1.0, 8, 4), Request(1, 2.0, 8, 4)])  # request 0's arrival is scheduled already
+    drv.advance_to(0.5)
+    drv.replace_upcoming([Request(7, 0.75, 8, 4)])
+    while drv.pending_events and not drv.deferred:
+        drv.step()
+    assert [r.id for r in drv.deferred] == [7] and drv.now == 0.75
+    assert drv.cluster.num_arrived == 1 and drv.cluster.arrivals_done

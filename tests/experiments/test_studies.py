@@ -152,3 +152,53 @@ def test_the_rollout_replays_the_base_and_is_never_worse_than_it() -> None:
     moved = rollout_headroom.play(env, base, 1000, [*plan[:one["k"]], one["instance"]])[0]
     assert one["pct"] == 100.0 * (moved / ms - 1.0) and sens["share_better"] == sum(x["pct"] < 0 for x in
                                                                                      sens["shifts"]) / sens["n"]
+
+
+@pytest.mark.timeout(240)
+def test_the_past_only_rollout_sees_only_sampled_futures() -> None:
+    import copy
+
+    import numpy as np
+
+    from experiments.studies import past_only_rollout as por
+    from llmsim.agents.env_setup import make_env
+    from llmsim.request import Request
+
+    cfg = validation.seed_drawn("workload_router", ["rate_1.5x"], 24)["rate_1.5x"]
+    env = make_env(cfg)
+    env.reset(seed=1000, options={"workload_seed": 1000})
+    router = make_router("least_work_left", seed=1000)
+    for _ in range(8):
+        env.step(env.heuristic_action(router))
+    a = env.heuristic_action(router)
+    k, now = env.cluster.num_arrived, env.driver.now
+    truth = env.episode_requests[k:]
+    future = por.sampled_future(env, 7)
+    assert len(future) == len(truth) > 0 and all(r.arrival >= now for r in future)
+    assert [r.output_tokens for r in future] != [r.output_tokens for r in truth]  # not the episode's own future
+    assert np.all(np.diff([r.arrival for r in future]) >= 0)
+    # replacing the future by a copy of the true one changes nothing; a sampled one keeps every request counted
+    same = [Request(r.id, r.arrival, r.prompt_tokens, r.output_tokens, task=r.task) for r in truth]
+    e1, r1 = copy.deepcopy((env, router))
+    e2, r2 = copy.deepcopy((env, router))
+    e2.replace_upcoming(same)
+    assert por.finish(e1, r1, a) == por.finish(e2, r2, a)
+    e3, r3 = copy.deepcopy((env, router))
+    e3.replace_upcoming(future)
+    por.finish(e3, r3, a)
+    assert len(e3.episode_requests) == 24 and e3.episode_requests[k:] == future
+    assert [r.id for r in future] == [r.id for r in truth] and e3.request(future[0].id) is future[0]
+    with pytest.raises(ValueError, match="expected .* requests still to arrive"):
+        copy.deepcopy(env).replace_upcoming(future[:-1])
+    mask = env.action_masks()[: env.n_choices]
+    allowed = [int(i) for i in np.flatnonzero(mask)]
+    c, cost = por.choose(env, router, allowed, a, 2, 8)
+    assert sorted(cost) == allowed and cost[c] == min(cost.values())
+    assert env.cluster.num_arrived == k and env.episode_requests[k:] == truth  # the original env is untouched
+    out = por.past_only_rollout(cfg, "least_work_left", 1000, samples=1, every=4)
+    assert out["decisions"] > 10 and out["changed"] <= -(-out["decisions"] // 4)
+    for bad in (["--every", "0"], ["--samples", "0"]):
+        with pytest.raises(SystemExit, match="expected >= 1"):
+            por.main(bad)
+    with pytest.raises(SystemExit, match="validation seeds only"):
+        por.main(["--seeds", "2000"])

@@ -86,3 +86,18 @@ def test_a_result_collected_mid_run_keeps_the_rows_of_that_moment() -> None:
     assert res is not None and want is not None and 0 < len(want) < len(env.cluster.recorder.cols["id"])
     assert res.requests.equals(want)  # built after the run went on: the rows recorded since are not in it
     _same_latencies(env.cluster.recorder)
+
+
+def test_a_copied_recorder_records_into_its_own_columns():
+    import copy
+
+    from llmsim.request import Request
+
+    cl = _finished_cluster(False)
+    rec = cl.recorder
+    n = len(rec.cols["id"])
+    for twin in (copy.deepcopy(rec), copy.deepcopy(cl).recorder):  # (a planner copies a whole cluster)
+        r = Request(999, 0.0, 8, 4)
+        r.instance, r.first_token, r.finish = 0, 0.1, 0.2
+        twin.finish(r)
+        assert len(twin.cols["id"]) == n + 1 and len(rec.cols["id"]) == n  # (not the original's columns)
