@@ -28,12 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from experiments.studies.guide_choice import HOLDING
-from experiments.studies.rollout_headroom import _label, _name, _router
+from experiments.studies.rollout_headroom import base_router, best_and_base, label_of
 from experiments.studies.validation import check_validation_seeds, seed_drawn
 from llmsim.agents.accounting import env_latency_stats
 from llmsim.agents.env_setup import make_env
-from llmsim.agents.episodes import evaluate
 from llmsim.agents.suite_config import load_suite_file
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.request import Request
@@ -83,7 +81,7 @@ def past_only_rollout(env_cfg: dict[str, Any], base: Any, seed: int, samples: in
     for mode in ("base", "rollout"):
         env = make_env(env_cfg)
         env.reset(seed=seed, options={"workload_seed": seed})
-        router = _router(base, seed)
+        router = base_router(base, seed)
         k = changed = 0
         while not (env.terminated or env.truncated):
             a = env.heuristic_action(router)  # asked at every step, as in its own run
@@ -115,13 +113,10 @@ def main(argv: list[str] | None = None) -> None:
     check_validation_seeds(a.seeds)
     if a.every < 1 or a.samples < 1:
         raise SystemExit(f"--every {a.every} / --samples {a.samples}: expected >= 1")
-    heuristics = {_label(h): h for h in load_suite_file(a.env).heuristics}
+    heuristics = {label_of(h): h for h in load_suite_file(a.env).heuristics}
     rows = []
     for name, env_cfg in seed_drawn(a.env, a.scenarios, a.requests).items():
-        evals = evaluate(env_cfg, list(heuristics.values()), seeds=a.seeds, jobs=a.jobs)
-        means = {p: float(np.mean([r["mean_e2el_ms"] for r in evals if r["policy"] == p])) for p in heuristics}
-        best = min(means, key=means.get)
-        base = min((p for p in means if _name(heuristics[p]) not in HOLDING), key=means.get)
+        means, best, base = best_and_base(env_cfg, heuristics, a.seeds, a.jobs)
         n = len(a.seeds)
         with ProcessPoolExecutor(a.jobs) as pool:
             outs = list(pool.map(past_only_rollout, [env_cfg] * n, [heuristics[base]] * n, a.seeds,

@@ -39,11 +39,11 @@ from llmsim.envs.routing_env import RoutingEnv
 from llmsim.routing import make_router
 
 
-def _label(h: Any) -> str:
+def label_of(h: Any) -> str:
     return h if isinstance(h, str) else h.get("label") or h["name"]
 
 
-def _router(spec: Any, seed: int) -> Any:
+def base_router(spec: Any, seed: int) -> Any:
     return make_router(spec, seed=seed) if isinstance(spec, str) else make_router(spec["name"], seed=seed,
                                                                                   **spec.get("kwargs", {}))
 
@@ -58,7 +58,7 @@ def replay(env_cfg: dict[str, Any], base: Any, seed: int, prefix: list[int],
     it is taken. Returns the ended env, the instance chosen at each decision and the instances allowed there."""
     env = make_env(env_cfg)
     env.reset(seed=seed, options={"workload_seed": seed})
-    router = _router(base, seed)
+    router = base_router(base, seed)
     chosen: list[int] = []
     allowed: list[list[int]] = []
     while not (env.terminated or env.truncated):
@@ -143,7 +143,7 @@ def placements(env_cfg: dict[str, Any], base: Any, seed: int, choices: list[int]
 
 def explain(rows: list[dict[str, Any]], testbed: str, requests: int) -> str:
     """Per scenario: the decisions the rollout changed against all of them (markdown)."""
-    heuristics = {_label(h): h for h in load_suite_file(testbed).heuristics}
+    heuristics = {label_of(h): h for h in load_suite_file(testbed).heuristics}
     if not all("choices" in e for row in rows for e in row.get("episodes", [])):
         raise SystemExit("--explain: expected the --out file of a rollout (episodes with their choices)")
     lines = ["| scenario | decisions | n | output mean / share > 250 | load base / chosen / least | to the least "
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.explain is not None:
         print(explain(json.loads(a.explain.read_text()), a.env, a.requests))
         return
-    heuristics = {_label(h): h for h in load_suite_file(a.env).heuristics}
+    heuristics = {label_of(h): h for h in load_suite_file(a.env).heuristics}
     rows = []
     for name, env_cfg in seed_drawn(a.env, a.scenarios, a.requests).items():
         row, lines = scenario_row(a, name, env_cfg, heuristics)
@@ -199,15 +199,22 @@ def main(argv: list[str] | None = None) -> None:
             a.out.write_text(json.dumps(rows, indent=1))
 
 
+def best_and_base(env_cfg: dict[str, Any], heuristics: dict[str, Any], seeds: list[int], jobs: int,
+                  base: str | None = None) -> tuple[dict[str, float], str, str]:
+    """Each heuristic's mean E2E (ms, over ``seeds``), the best of them, and the rollout's base: ``base``, or the
+    best that never holds requests (a holding one is refused: the rollout tries instances only)."""
+    evals = evaluate(env_cfg, list(heuristics.values()), seeds=seeds, jobs=jobs)
+    means = {p: float(np.mean([r["mean_e2el_ms"] for r in evals if r["policy"] == p])) for p in heuristics}
+    base = base or min((p for p in means if name_of(heuristics[p]) not in HOLDING), key=means.get)
+    if name_of(heuristics[base]) in HOLDING:
+        raise SystemExit(f"--base {base}: holds requests; the rollout tries instances only")
+    return means, min(means, key=means.get), base
+
+
 def scenario_row(a: argparse.Namespace, name: str, env_cfg: dict[str, Any],
                  heuristics: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One scenario's row (the rollout's, or with ``--sensitivity`` the one-decision shifts') and its printed lines."""
-    evals = evaluate(env_cfg, list(heuristics.values()), seeds=a.seeds, jobs=a.jobs)
-    means = {p: float(np.mean([r["mean_e2el_ms"] for r in evals if r["policy"] == p])) for p in heuristics}
-    best = min(means, key=means.get)
-    base = a.base or min((p for p in means if _name(heuristics[p]) not in HOLDING), key=means.get)
-    if _name(heuristics[base]) in HOLDING:
-        raise SystemExit(f"--base {base}: holds requests; the rollout tries instances only")
+    means, best, base = best_and_base(env_cfg, heuristics, a.seeds, a.jobs, a.base)
     n = len(a.seeds)
     with ProcessPoolExecutor(a.jobs) as pool:
         if a.sensitivity:
@@ -222,7 +229,7 @@ def scenario_row(a: argparse.Namespace, name: str, env_cfg: dict[str, Any],
     return row, [{k: v for k, v in row.items() if k != "episodes"}]
 
 
-def _name(h: Any) -> str:
+def name_of(h: Any) -> str:
     return h if isinstance(h, str) else h["name"]
 
 

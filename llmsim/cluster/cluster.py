@@ -172,7 +172,7 @@ class Cluster:
     def feed(self, workload: Iterable[Request]) -> None:
         """Take the requests to arrive from ``workload``, from now on, instead of any not arrived yet (a planner's
         what-if on a copy of a driven cluster: a sampled future)."""
-        if self._depth:
+        if self._depth and self._ahead_started:
             raise LLMSimError("Cluster.feed: a cluster run by Cluster.run reads its workload ahead; feed a driven one")
         self.env.cancel_calls(self._on_arrival)
         self._source = iter(workload)
