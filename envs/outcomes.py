@@ -38,6 +38,7 @@ class Outcomes:
         self.timeouts = 0  # requests that waited max_wait_s and went to the wait fallback
         self.in_step = 0  # outcomes since the current step's simulation began (a drain step ends at one)
         self.n_drops = 0  # entries of the driver's drop record handed to the reward so far
+        self.released_wait = 0.0  # request-seconds waited by requests that left the queue mid-step
 
     def replace_upcoming(self, arrived: int, requests: list[Request]) -> None:
         """The requests after the first ``arrived`` become ``requests`` (as many; they take over the ids)."""
@@ -48,7 +49,6 @@ class Outcomes:
             new.id = was.id
             self.by_id[new.id] = new
         self.requests = [*self.requests[:arrived], *requests]
-        self.released_wait = 0.0  # request-seconds waited by requests that left the queue mid-step
 
     def on_finish(self, req: Request) -> None:
         """A completion (subscribed to the cluster's recorder, after the cluster's own observer)."""
