@@ -1,0 +1,99 @@
+"""A teacher's labels for a network to imitate: the past-only rollout's cost of each instance at each decision, on
+TRAINING seeds.
+
+    python -m experiments.studies.rollout_labels --seeds 500 501 502 503 --requests 400 --samples 2 --jobs 2 \
+        --out runs/rollout_labels
+
+At every decision of an episode (a request to place and more than one instance allowed) the past-only rollout
+(experiments/studies/past_only_rollout.py) scores each allowed instance by the mean over ``--samples`` sampled
+futures of the episode's mean E2E, following the base heuristic after it; the episode then takes the teacher's
+choice, so the states are the ones a policy imitating it visits. Each episode is one ``labels_<seed>.npz`` with
+the observation (the env's, here the padded ``instance_set`` one a set network reads), the allowed instances, the
+base's choice and the per-instance cost (ms; NaN where not allowed). experiments/studies/rollout_distill.py fits a
+network to them. Only seeds below 1000 (training) are taken: validation seeds choose the network, test seeds report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.studies.past_only_rollout import choose
+from experiments.studies.rollout_headroom import base_router, label_of
+from experiments.studies.validation import seed_drawn
+from llmsim.agents.accounting import env_latency_stats
+from llmsim.agents.env_setup import make_env
+from llmsim.agents.seeds import VALIDATION_SEED0
+from llmsim.agents.suite_config import load_suite_file
+
+TESTBED = "workload_router"
+BASE = "dedicated_split_spill_by_size"  # the set network's guide (zoo/workload_router): its fallback is the base
+OBSERVATION = {"kind": "instance_set", "n_max": 16, "max_wait_s": 10.0}
+LABEL_SEED_BASE = 8_000_000  # the sampled futures of label episodes: apart from the past-only study's 7,000,000+
+
+
+def label_env(scenario: str = "training", requests: int = 400) -> dict[str, Any]:
+    """The testbed's ``scenario`` env at ``requests`` per episode with the set network's observation."""
+    return {**seed_drawn(TESTBED, [scenario], requests)[scenario], "observation": dict(OBSERVATION)}
+
+
+def label_episode(env_cfg: dict[str, Any], base: Any, seed: int, samples: int, out: Path) -> dict[str, Any]:
+    """One episode on ``seed`` taking the teacher's choices; its labels written to ``out/labels_<seed>.npz``."""
+    env = make_env(env_cfg)
+    obs, _ = env.reset(seed=seed, options={"workload_seed": seed})
+    router = base_router(base, seed)
+    n_max = int(env_cfg["observation"]["n_max"])
+    xs, masks, bases, costs = [], [], [], []
+    changed = 0
+    while not (env.terminated or env.truncated):
+        a = env.heuristic_action(router)  # asked at every step, as in its own run
+        allowed = env.action_masks()[: env.n_choices]
+        if env.pending is not None and int(allowed.sum()) > 1:
+            tried = [int(i) for i in np.flatnonzero(allowed)]
+            at = LABEL_SEED_BASE // 1000 + seed * 1000 + len(xs)
+            c, cost = choose(env, router, tried, a, samples, at)
+            row = np.full(n_max, np.nan)
+            row[tried] = [cost[i] for i in tried]
+            xs.append(np.asarray(obs, dtype=np.float32))
+            masks.append(np.isin(np.arange(n_max), tried))
+            bases.append(a)
+            costs.append(row)
+            changed += c != a
+            a = c
+        obs, *_ = env.step(a)
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out / f"labels_{seed}.npz", obs=np.array(xs), allowed=np.array(masks),
+                        base=np.array(bases, dtype=np.int64), cost_ms=np.array(costs))
+    return {"seed": seed, "decisions": len(xs), "teacher_ms": float(env_latency_stats(env)["mean_e2el_ms"]),
+            "changed": changed}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m experiments.studies.rollout_labels",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--scenario", default="training")
+    ap.add_argument("--seeds", type=int, nargs="+", required=True)
+    ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--samples", type=int, default=2, help="sampled futures per decision")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", type=Path, required=True, help="a directory for labels_<seed>.npz")
+    a = ap.parse_args(argv)
+    if any(s < 0 or s >= VALIDATION_SEED0 for s in a.seeds):
+        raise SystemExit(f"--seeds {a.seeds}: training seeds only (0-{VALIDATION_SEED0 - 1})")
+    if a.samples < 1:
+        raise SystemExit(f"--samples {a.samples}: expected >= 1")
+    base = {label_of(h): h for h in load_suite_file(TESTBED).heuristics}[BASE]
+    env_cfg = label_env(a.scenario, a.requests)
+    n = len(a.seeds)
+    with ProcessPoolExecutor(a.jobs) as pool:
+        for row in pool.map(label_episode, [env_cfg] * n, [base] * n, a.seeds, [a.samples] * n, [a.out] * n):
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
