@@ -1,0 +1,166 @@
+"""A network that imitates the past-only rollout: fitted to its labels (TRAINING seeds), its fallback margin and its
+gain chosen and measured on VALIDATION seeds against the best heuristic of each scenario.
+
+    python -m experiments.studies.rollout_distill --labels runs/rollout_labels --out runs/rollout_distill \
+        --scenarios training long short rate_0.5x rate_1.5x --seeds 1000 1001 1002 --jobs 2
+
+The network is the shipped WorkloadRouter policy's (agents/nets.py ``SetQNetwork``: one encoder shared by every
+instance, pooled heads, the split-with-spill guide computed from the observation), so the result is a checkpoint
+that runs wherever that one does (any number of instances up to 16, ONNX export, the live router). Its Q-values
+are fitted to the teacher's per-instance costs as the gain over the base heuristic's choice, in per cent of the
+episode's mean E2E (experiments/studies/rollout_labels.py; the base is the network's guide): Q(a) - Q(base) ->
+100 x (cost(base) - cost(a)) / cost(base), least squares over the allowed instances. One labelled episode is held
+out of the fit to say how well the fit generalises (how much of the teacher's gain its choices keep). The greedy
+policy then takes the guide's choice unless the learned gain over it exceeds the fallback margin (in the same per
+cent); each margin of ``--margins`` is a checkpoint ``<out>/margin_<m>`` and is evaluated with every heuristic of
+the suite on each scenario and validation seed, every request counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from experiments.studies.rollout_headroom import label_of
+from experiments.studies.rollout_labels import OBSERVATION, TESTBED, label_env
+from experiments.studies.validation import check_validation_seeds, seed_drawn
+from llmsim.agents.checkpoint import save_checkpoint
+from llmsim.agents.episodes import evaluate
+from llmsim.agents.nets import SPILL_GUIDE, SetQNetwork, Spill
+from llmsim.agents.suite_config import load_suite_file
+
+N_MAX = int(OBSERVATION["n_max"])
+GUIDE_SPILL = Spill(1.0, load=1.5, min_group=2)  # dedicated_split_spill_by_size, the labels' base
+ACTIONS = {"n": N_MAX + 2, "kind": "instance_wait", "choices": N_MAX, "wait": N_MAX, "drop": N_MAX + 1}
+
+
+def load_labels(folder: Path) -> dict[str, np.ndarray]:
+    """Every ``labels_<seed>.npz`` of ``folder`` stacked, with the episode (seed) of each decision."""
+    files = sorted(folder.glob("labels_*.npz"), key=lambda f: int(f.stem.split("_")[1]))
+    if not files:
+        raise SystemExit(f"--labels {folder}: no labels_<seed>.npz (experiments/studies/rollout_labels.py)")
+    parts = [dict(np.load(f)) for f in files]
+    out = {k: np.concatenate([p[k] for p in parts]) for k in ("obs", "allowed", "base", "cost_ms")}
+    out["episode"] = np.concatenate([np.full(len(p["base"]), int(f.stem.split("_")[1])) for p, f in zip(parts, files)])
+    return out
+
+
+def gain_pct(cost_ms: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Per decision and instance: how much lower the teacher's cost is than at the base's choice (% of it)."""
+    at_base = cost_ms[np.arange(len(base)), base][:, None]
+    return 100.0 * (at_base - cost_ms) / at_base
+
+
+def fit(net: SetQNetwork, obs: np.ndarray, allowed: np.ndarray, base: np.ndarray, target: np.ndarray,
+        steps: int = 3000, batch: int = 256, lr: float = 1e-3, seed: int = 0) -> float:
+    """Least squares of Q(a) - Q(base) on the target gains over the allowed instances; the last loss."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    x = torch.as_tensor(obs)
+    m = torch.as_tensor(allowed)
+    b = torch.as_tensor(base)
+    y = torch.as_tensor(np.nan_to_num(target), dtype=torch.float32)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    loss = torch.zeros(())
+    for _ in range(steps):
+        i = torch.as_tensor(rng.integers(0, len(x), size=min(batch, len(x))))
+        q = net.q_values(x[i])[:, :N_MAX]
+        rel = q - q.gather(1, b[i].unsqueeze(1))
+        err = torch.where(m[i], rel - y[i], torch.zeros_like(rel))
+        loss = (err ** 2).sum() / m[i].sum().clamp(min=1)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    net.eval()
+    return float(loss.detach())
+
+
+def kept_gain(net: SetQNetwork, obs: np.ndarray, allowed: np.ndarray, target: np.ndarray) -> dict[str, float]:
+    """On decisions not fitted: the teacher's mean gain per decision at the network's own choice, at the teacher's
+    (the most there is) and how often the two agree."""
+    with torch.no_grad():
+        q = net.q_values(torch.as_tensor(obs))[:, :N_MAX].numpy()
+    pick = np.where(allowed, q, -np.inf).argmax(axis=1)
+    best = np.where(allowed, np.nan_to_num(target, nan=-np.inf), -np.inf).argmax(axis=1)
+    rows = np.arange(len(pick))
+    return {"decisions": len(pick), "net_gain_pct": float(target[rows, pick].mean()),
+            "teacher_gain_pct": float(target[rows, best].mean()), "agree": float(np.mean(pick == best))}
+
+
+def save(net: SetQNetwork, out: Path, margin: float, info: dict[str, Any]) -> Path:
+    """``net`` at fallback ``margin`` as a checkpoint in ``out/margin_<m>`` (the shipped set policy's layout)."""
+    net.fallback_margin.fill_(float(margin))
+    env_cfg = {**label_env(), "num_requests": 1000}
+    meta = {"agent": "ddqn", "label": f"rollout_distilled_m{margin:g}", "observation":
+            {"kind": "instance_set", "shape": [net.obs_dim], "state_layout_version": 1},
+            "actions": ACTIONS, "env": env_cfg, "fallback_margin": float(margin), "updates": int(info["steps"]),
+            "distilled": info}
+    return save_checkpoint(out / f"margin_{margin:g}", net, meta)
+
+
+def validate(ckpts: dict[float, Path], scenarios: list[str], seeds: list[int], requests: int,
+             jobs: int) -> list[dict[str, Any]]:
+    """Per scenario: the best heuristic's mean and p99 E2E on ``seeds`` and each margin's, and its gains (%)."""
+    heuristics = list(load_suite_file(TESTBED).heuristics)
+    rows = []
+    for name, env_cfg in seed_drawn(TESTBED, scenarios, requests).items():
+        specs = heuristics + [{"checkpoint": str(p), "label": f"margin_{m:g}"} for m, p in ckpts.items()]
+        evals = evaluate(env_cfg, specs, seeds=seeds, jobs=jobs)
+        by: dict[str, dict[str, list[float]]] = {}
+        for r in evals:
+            d = by.setdefault(r["policy"], {"mean": [], "p99": []})
+            d["mean"].append(float(r["mean_e2el_ms"]))
+            d["p99"].append(float(r["p99_e2el_ms"]))
+        names = {label_of(h) for h in heuristics}
+        best = min(names, key=lambda p: np.mean(by[p]["mean"]))
+        row = {"scenario": name, "best": best, "best_ms": float(np.mean(by[best]["mean"])),
+               "best_p99_ms": float(np.mean(by[best]["p99"]))}
+        for m in ckpts:
+            d = by[f"margin_{m:g}"]
+            gains = [100.0 * (1 - a / b) for a, b in zip(d["mean"], by[best]["mean"])]
+            row[f"margin_{m:g}"] = {"gain_pct": float(np.mean(gains)), "per_seed": gains,
+                                    "p99_gain_pct": float(100.0 * (1 - np.mean(d["p99"]) / row["best_p99_ms"]))}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m experiments.studies.rollout_distill",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--labels", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--margins", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.2, 0.5, 1000.0])
+    ap.add_argument("--scenarios", nargs="+", default=["training", "long", "short", "rate_0.5x", "rate_1.5x"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
+    ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--jobs", type=int, default=2)
+    a = ap.parse_args(argv)
+    check_validation_seeds(a.seeds)
+    data = load_labels(a.labels)
+    target = gain_pct(data["cost_ms"], data["base"])
+    episodes = sorted(set(data["episode"].tolist()))
+    held = data["episode"] == episodes[-1] if len(episodes) > 1 else np.zeros(len(target), bool)
+    report: dict[str, Any] = {"episodes": episodes, "decisions": int(len(target))}
+    if held.any():
+        probe = SetQNetwork(data["obs"].shape[1], N_MAX + 2, a.hidden, SPILL_GUIDE, hold=False, spill=GUIDE_SPILL)
+        fit(probe, data["obs"][~held], data["allowed"][~held], data["base"][~held], target[~held], a.steps)
+        report["held_out"] = {"episode": episodes[-1], **kept_gain(probe, data["obs"][held], data["allowed"][held],
+                                                                   target[held])}
+        print(json.dumps(report), flush=True)
+    net = SetQNetwork(data["obs"].shape[1], N_MAX + 2, a.hidden, SPILL_GUIDE, hold=False, spill=GUIDE_SPILL)
+    report["loss"] = fit(net, data["obs"], data["allowed"], data["base"], target, a.steps)
+    ckpts = {m: save(net, a.out, m, {**report, "steps": a.steps}) for m in a.margins}
+    rows = validate(ckpts, a.scenarios, a.seeds, a.requests, a.jobs)
+    (a.out / "validation.json").write_text(json.dumps({"fit": report, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
