@@ -7,10 +7,12 @@ TRAINING seeds.
 At every decision of an episode (a request to place and more than one instance allowed) the past-only rollout
 (experiments/studies/past_only_rollout.py) scores each allowed instance by the mean over ``--samples`` sampled
 futures of the episode's mean E2E, following the base heuristic after it; the episode then takes the teacher's
-choice, so the states are the ones a policy imitating it visits. Each episode is one ``labels_<seed>.npz`` with
-the observation (the env's, here the padded ``instance_set`` one a set network reads), the allowed instances, the
-base's choice and the per-instance cost (ms; NaN where not allowed). experiments/studies/rollout_distill.py fits a
-network to them. Only seeds below 1000 (training) are taken: validation seeds choose the network, test seeds report.
+choice, so the states are the ones a policy imitating it visits; with ``--learner CKPT`` it takes a fitted
+network's choices instead (DAgger: the teacher labels the states the learner reaches, its mistakes included).
+Each episode is one ``labels_<seed>.npz`` with the observation (the env's, here the padded ``instance_set`` one a
+set network reads), the allowed instances, the base's choice, the per-instance cost (ms; NaN where not allowed)
+and the instance the episode took. experiments/studies/rollout_distill.py fits a network to them. Only seeds below
+1000 (training) are taken: validation seeds choose the network, test seeds report.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from experiments.studies.past_only_rollout import choose
 from experiments.studies.rollout_headroom import base_router, label_of
 from experiments.studies.validation import seed_drawn
 from llmsim.agents.accounting import env_latency_stats
+from llmsim.agents.checkpoint import load_q_net
 from llmsim.agents.env_setup import make_env
 from llmsim.agents.seeds import VALIDATION_SEED0
 from llmsim.agents.suite_config import load_suite_file
@@ -42,13 +46,23 @@ def label_env(scenario: str = "training", requests: int = 400) -> dict[str, Any]
     return {**seed_drawn(TESTBED, [scenario], requests)[scenario], "observation": dict(OBSERVATION)}
 
 
-def label_episode(env_cfg: dict[str, Any], base: Any, seed: int, samples: int, out: Path) -> dict[str, Any]:
-    """One episode on ``seed`` taking the teacher's choices; its labels written to ``out/labels_<seed>.npz``."""
+def learner_choice(net: Any, obs: np.ndarray, tried: list[int]) -> int:
+    """The greedy choice of a set network (its fallback margin included) among the ``tried`` instances."""
+    with torch.no_grad():
+        q = net(torch.as_tensor(np.asarray(obs, dtype=np.float32))[None])[0].numpy()
+    return max(tried, key=lambda i: (q[i], -i))
+
+
+def label_episode(env_cfg: dict[str, Any], base: Any, seed: int, samples: int, out: Path,
+                  learner: Path | None = None) -> dict[str, Any]:
+    """One episode on ``seed`` taking the teacher's choices (or, with a ``learner`` checkpoint, the learner's: the
+    states a fitted network visits, as DAgger labels them); its labels written to ``out/labels_<seed>.npz``."""
+    net = None if learner is None else load_q_net(learner)
     env = make_env(env_cfg)
     obs, _ = env.reset(seed=seed, options={"workload_seed": seed})
     router = base_router(base, seed)
     n_max = int(env_cfg["observation"]["n_max"])
-    xs, masks, bases, costs = [], [], [], []
+    xs, masks, bases, costs, taken = [], [], [], [], []
     changed = 0
     while not (env.terminated or env.truncated):
         a = env.heuristic_action(router)  # asked at every step, as in its own run
@@ -64,12 +78,14 @@ def label_episode(env_cfg: dict[str, Any], base: Any, seed: int, samples: int, o
             bases.append(a)
             costs.append(row)
             changed += c != a
-            a = c
+            a = c if net is None else learner_choice(net, obs, tried)
+            taken.append(a)
         obs, *_ = env.step(a)
     out.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out / f"labels_{seed}.npz", obs=np.array(xs), allowed=np.array(masks),
-                        base=np.array(bases, dtype=np.int64), cost_ms=np.array(costs))
-    return {"seed": seed, "decisions": len(xs), "teacher_ms": float(env_latency_stats(env)["mean_e2el_ms"]),
+                        base=np.array(bases, dtype=np.int64), cost_ms=np.array(costs),
+                        taken=np.array(taken, dtype=np.int64))
+    return {"seed": seed, "decisions": len(xs), "episode_ms": float(env_latency_stats(env)["mean_e2el_ms"]),
             "changed": changed}
 
 
@@ -82,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--samples", type=int, default=2, help="sampled futures per decision")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True, help="a directory for labels_<seed>.npz")
+    ap.add_argument("--learner", type=Path, default=None, help="a set network's checkpoint whose choices the "
+                    "episodes take (DAgger's next round); default: the teacher's")
     a = ap.parse_args(argv)
     if any(s < 0 or s >= VALIDATION_SEED0 for s in a.seeds):
         raise SystemExit(f"--seeds {a.seeds}: training seeds only (0-{VALIDATION_SEED0 - 1})")
@@ -91,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     env_cfg = label_env(a.scenario, a.requests)
     n = len(a.seeds)
     with ProcessPoolExecutor(a.jobs) as pool:
-        for row in pool.map(label_episode, [env_cfg] * n, [base] * n, a.seeds, [a.samples] * n, [a.out] * n):
+        for row in pool.map(label_episode, [env_cfg] * n, [base] * n, a.seeds, [a.samples] * n, [a.out] * n,
+                            [a.learner] * n):
             print(json.dumps(row), flush=True)
 
 

@@ -26,6 +26,7 @@ def test_the_labels_hold_each_allowed_instances_cost_and_the_episode_takes_the_t
     # the teacher's choice: the lowest cost, ties to the base's choice
     teacher = [b if c[b] == np.nanmin(c) else int(np.nanargmin(c)) for c, b in zip(d["cost_ms"], d["base"])]
     assert out["changed"] == sum(t != b for t, b in zip(teacher, d["base"])) > 0
+    assert list(d["taken"]) == teacher
     with pytest.raises(SystemExit, match="training seeds only"):
         rollout_labels.main(["--seeds", "1000", "--out", str(tmp_path)])
 
@@ -65,3 +66,8 @@ def test_the_fitted_network_ranks_instances_as_its_teacher(tmp_path: Path) -> No
     path = rollout_distill.save(net, tmp_path, 0.5, info)
     loaded = load_q_net(path)
     assert float(loaded.fallback_margin) == 0.5 and loaded.guide == SPILL_GUIDE and loaded.spill.min_group == 2
+    # DAgger's next round: the episode takes the learner's choices (at margin 1000 its guide's), the teacher labels
+    guide = rollout_distill.save(net, tmp_path, 1000.0, info)
+    rollout_labels.label_episode(rollout_labels.label_env("training", 12), "least_work_left", 4, 1, tmp_path, guide)
+    d = np.load(tmp_path / "labels_4.npz")
+    assert list(d["taken"]) == list(guide_slots(d["obs"], SPILL_GUIDE, rollout_distill.GUIDE_SPILL))
