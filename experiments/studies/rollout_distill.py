@@ -80,6 +80,12 @@ def fit(net: SetQNetwork, obs: np.ndarray, allowed: np.ndarray, base: np.ndarray
     return float(loss.detach())
 
 
+def new_net(obs_dim: int, hidden: list[int], seed: int = 0) -> SetQNetwork:
+    """The set network the labels are fitted to, its initial weights drawn from ``seed``."""
+    torch.manual_seed(seed)
+    return SetQNetwork(obs_dim, N_MAX + 2, hidden, SPILL_GUIDE, hold=False, spill=GUIDE_SPILL)
+
+
 def kept_gain(net: SetQNetwork, obs: np.ndarray, allowed: np.ndarray, target: np.ndarray) -> dict[str, float]:
     """On decisions not fitted: the teacher's mean gain per decision at the network's own choice, at the teacher's
     (the most there is) and how often the two agree."""
@@ -103,26 +109,45 @@ def save(net: SetQNetwork, out: Path, margin: float, info: dict[str, Any]) -> Pa
     return save_checkpoint(out / f"margin_{margin:g}", net, meta)
 
 
+def by_policy(evals: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """policy -> its per-seed mean and p99 E2E (ms, every request counted), in seed order."""
+    by: dict[str, dict[str, list[float]]] = {}
+    for r in evals:
+        d = by.setdefault(r["policy"], {"mean": [], "p99": []})
+        d["mean"].append(float(r["mean_e2el_ms"]))
+        d["p99"].append(float(r["p99_e2el_ms"]))
+    return by
+
+
+def best_heuristic(name: str, env_cfg: dict[str, Any], seeds: list[int], jobs: int,
+                   cache: Path | None) -> dict[str, Any]:
+    """The scenario's best heuristic (lowest mean over ``seeds``) and its per-seed results, kept in ``cache`` (a
+    JSON file) under the scenario, its size and the seeds, so another network's validation does not rerun them."""
+    key = f"{name}|{env_cfg.get('num_requests')}|{','.join(map(str, seeds))}"
+    known = json.loads(cache.read_text()) if cache is not None and cache.is_file() else {}
+    if key not in known:
+        heuristics = list(load_suite_file(TESTBED).heuristics)
+        by = by_policy(evaluate(env_cfg, heuristics, seeds=seeds, jobs=jobs))
+        best = min((label_of(h) for h in heuristics), key=lambda p: np.mean(by[p]["mean"]))
+        known[key] = {"best": best, **by[best]}
+        if cache is not None:
+            cache.write_text(json.dumps(known, indent=1, sort_keys=True))
+    return known[key]
+
+
 def validate(ckpts: dict[float, Path], scenarios: list[str], seeds: list[int], requests: int,
-             jobs: int) -> list[dict[str, Any]]:
-    """Per scenario: the best heuristic's mean and p99 E2E on ``seeds`` and each margin's, and its gains (%)."""
-    heuristics = list(load_suite_file(TESTBED).heuristics)
+             jobs: int, cache: Path | None = None) -> list[dict[str, Any]]:
+    """Per scenario: the best heuristic's mean and p99 E2E on ``seeds`` and each margin's gains over it (%)."""
     rows = []
     for name, env_cfg in seed_drawn(TESTBED, scenarios, requests).items():
-        specs = heuristics + [{"checkpoint": str(p), "label": f"margin_{m:g}"} for m, p in ckpts.items()]
-        evals = evaluate(env_cfg, specs, seeds=seeds, jobs=jobs)
-        by: dict[str, dict[str, list[float]]] = {}
-        for r in evals:
-            d = by.setdefault(r["policy"], {"mean": [], "p99": []})
-            d["mean"].append(float(r["mean_e2el_ms"]))
-            d["p99"].append(float(r["p99_e2el_ms"]))
-        names = {label_of(h) for h in heuristics}
-        best = min(names, key=lambda p: np.mean(by[p]["mean"]))
-        row = {"scenario": name, "best": best, "best_ms": float(np.mean(by[best]["mean"])),
-               "best_p99_ms": float(np.mean(by[best]["p99"]))}
+        ref = best_heuristic(name, env_cfg, seeds, jobs, cache)
+        specs = [{"checkpoint": str(p), "label": f"margin_{m:g}"} for m, p in ckpts.items()]
+        by = by_policy(evaluate(env_cfg, specs, seeds=seeds, jobs=jobs))
+        row = {"scenario": name, "requests": env_cfg["num_requests"], "best": ref["best"],
+               "best_ms": float(np.mean(ref["mean"])), "best_p99_ms": float(np.mean(ref["p99"]))}
         for m in ckpts:
             d = by[f"margin_{m:g}"]
-            gains = [100.0 * (1 - a / b) for a, b in zip(d["mean"], by[best]["mean"])]
+            gains = [100.0 * (1 - a / b) for a, b in zip(d["mean"], ref["mean"])]
             row[f"margin_{m:g}"] = {"gain_pct": float(np.mean(gains)), "per_seed": gains,
                                     "p99_gain_pct": float(100.0 * (1 - np.mean(d["p99"]) / row["best_p99_ms"]))}
         rows.append(row)
@@ -142,24 +167,35 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--heuristics-cache", type=Path, default=None,
+                    help="a JSON file keeping each scenario's best heuristic on these seeds (reused when present)")
+    ap.add_argument("--checkpoints", type=Path, default=None,
+                    help="instead of fitting: validate the margin_<m> checkpoints of this directory (--out holds "
+                         "the result)")
     a = ap.parse_args(argv)
     check_validation_seeds(a.seeds)
+    if a.checkpoints is not None:
+        ckpts = {float(p.name.split("_", 1)[1]): p for p in sorted(a.checkpoints.glob("margin_*"))}
+        rows = validate(ckpts, a.scenarios, a.seeds, a.requests, a.jobs, a.heuristics_cache)
+        a.out.mkdir(parents=True, exist_ok=True)
+        (a.out / f"validation_{a.requests}.json").write_text(json.dumps({"rows": rows}, indent=1))
+        return
     data = load_labels(a.labels)
     target = gain_pct(data["cost_ms"], data["base"])
     episodes = sorted(set(data["episode"].tolist()))
     held = data["episode"] == episodes[-1] if len(episodes) > 1 else np.zeros(len(target), bool)
     report: dict[str, Any] = {"episodes": episodes, "decisions": int(len(target))}
     if held.any():
-        probe = SetQNetwork(data["obs"].shape[1], N_MAX + 2, a.hidden, SPILL_GUIDE, hold=False, spill=GUIDE_SPILL)
+        probe = new_net(data["obs"].shape[1], a.hidden)
         fit(probe, data["obs"][~held], data["allowed"][~held], data["base"][~held], target[~held], a.steps)
         report["held_out"] = {"episode": episodes[-1], **kept_gain(probe, data["obs"][held], data["allowed"][held],
                                                                    target[held])}
         print(json.dumps(report), flush=True)
-    net = SetQNetwork(data["obs"].shape[1], N_MAX + 2, a.hidden, SPILL_GUIDE, hold=False, spill=GUIDE_SPILL)
+    net = new_net(data["obs"].shape[1], a.hidden)
     report["loss"] = fit(net, data["obs"], data["allowed"], data["base"], target, a.steps)
     ckpts = {m: save(net, a.out, m, {**report, "steps": a.steps}) for m in a.margins}
-    rows = validate(ckpts, a.scenarios, a.seeds, a.requests, a.jobs)
-    (a.out / "validation.json").write_text(json.dumps({"fit": report, "rows": rows}, indent=1))
+    rows = validate(ckpts, a.scenarios, a.seeds, a.requests, a.jobs, a.heuristics_cache)
+    (a.out / f"validation_{a.requests}.json").write_text(json.dumps({"fit": report, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

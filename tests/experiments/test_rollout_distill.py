@@ -11,7 +11,7 @@ import torch
 from experiments.studies import rollout_distill, rollout_labels
 from llmsim.agents.checkpoint import load_q_net
 from llmsim.agents.env_setup import make_env
-from llmsim.agents.nets import LOG_WORK_S, SPILL_GUIDE, SetQNetwork, guide_slots
+from llmsim.agents.nets import LOG_WORK_S, SPILL_GUIDE, guide_slots
 from llmsim.routing import make_router
 
 
@@ -53,7 +53,7 @@ def test_the_fitted_network_ranks_instances_as_its_teacher(tmp_path: Path) -> No
         obs, *_ = env.step(a)
     x, allowed = np.array(xs), np.array(masks)
     base = np.maximum(guide_slots(x, SPILL_GUIDE, rollout_distill.GUIDE_SPILL), 0)
-    net = SetQNetwork(232, 18, [32, 32], SPILL_GUIDE, hold=False, spill=rollout_distill.GUIDE_SPILL)
+    net = rollout_distill.new_net(232, [32, 32])
     work = net.split(torch.as_tensor(x))[1][:, :, LOG_WORK_S].numpy()
     target = np.where(allowed, 100.0 * (work[np.arange(len(x)), base][:, None] - work), np.nan)
     assert np.nanmax(target, axis=1).mean() > 0.5  # the base is often not the teacher's choice
@@ -61,6 +61,9 @@ def test_the_fitted_network_ranks_instances_as_its_teacher(tmp_path: Path) -> No
     rollout_distill.fit(net, x, allowed, base, target, steps=1500, batch=64, lr=3e-3)
     after = rollout_distill.kept_gain(net, x, allowed, target)
     assert after["agree"] > 0.8 and after["net_gain_pct"] > 0.8 * after["teacher_gain_pct"] > before["net_gain_pct"]
+    again = rollout_distill.new_net(232, [32, 32])  # the same seed: the same weights, bit for bit
+    rollout_distill.fit(again, x, allowed, base, target, steps=1500, batch=64, lr=3e-3)
+    assert all(torch.equal(p, q) for p, q in zip(net.state_dict().values(), again.state_dict().values()))
     # saved at a margin, it loads as the shipped set policy does, margin included
     info = {"steps": 1500}
     path = rollout_distill.save(net, tmp_path, 0.5, info)
