@@ -30,7 +30,7 @@ import numpy as np
 
 from experiments.studies.rollout_headroom import base_router, best_and_base, label_of
 from experiments.studies.validation import check_validation_seeds, seed_drawn
-from llmsim.agents.accounting import env_latency_stats
+from llmsim.agents.accounting import env_latency_stats, request_latencies
 from llmsim.agents.env_setup import make_env
 from llmsim.agents.suite_config import load_suite_file
 from llmsim.envs.routing_env import RoutingEnv
@@ -52,25 +52,32 @@ def sampled_future(env: RoutingEnv, sample_seed: int) -> list[Request]:
     return sample
 
 
-def finish(env: RoutingEnv, router: Any, first: int) -> float:
-    """Take ``first`` at the pending decision, then the base ``router`` to the episode's end: its mean E2E (ms)."""
+def finish(env: RoutingEnv, router: Any, first: int, window: int | None = None) -> float:
+    """Take ``first`` at the pending decision, then the base ``router`` to the episode's end: its mean E2E (ms), or
+    with ``window`` the mean over the episode's first ``window`` requests only (every request counted)."""
     env.step(first)
     while not (env.terminated or env.truncated):
         env.step(env.heuristic_action(router))
-    return float(env_latency_stats(env)["mean_e2el_ms"])
+    if window is None:
+        return float(env_latency_stats(env)["mean_e2el_ms"])
+    e2e = request_latencies(env.episode_requests, env.driver.drops, float(env.driver.now))["e2e"]
+    return float(e2e[:window].mean() * 1e3)
 
 
 def choose(env: RoutingEnv, router: Any, allowed: list[int], base_choice: int, samples: int,
-           at: int) -> tuple[int, dict[int, float]]:
+           at: int, horizon: int | None = None) -> tuple[int, dict[int, float]]:
     """The instance with the lowest mean over ``samples`` sampled futures of the episode's mean E2E (ties: the
-    base's choice); ``at`` (the decision's index) varies the futures from one decision to the next."""
+    base's choice); ``at`` (the decision's index) varies the futures from one decision to the next. With
+    ``horizon`` the cost counts only the requests that have arrived and the next ``horizon`` ones: the far future,
+    which a decision barely moves in expectation, adds only noise to its price."""
     futures = [sampled_future(env, SAMPLE_SEED_BASE + 1000 * at + j) for j in range(samples)]
+    window = None if horizon is None else env.cluster.num_arrived + horizon
     cost = dict.fromkeys(allowed, 0.0)
     for future in futures:
         for a in allowed:
             e, r = copy.deepcopy((env, router))
             e.replace_upcoming(copy.deepcopy(future))
-            cost[a] += finish(e, r, a) / samples
+            cost[a] += finish(e, r, a, window) / samples
     return min(cost, key=lambda a: (cost[a], a != base_choice)), cost
 
 

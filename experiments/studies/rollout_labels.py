@@ -8,7 +8,9 @@ At every decision of an episode (a request to place and more than one instance a
 (experiments/studies/past_only_rollout.py) scores each allowed instance by the mean over ``--samples`` sampled
 futures of the episode's mean E2E, following the base heuristic after it; the episode then takes the teacher's
 choice, so the states are the ones a policy imitating it visits; with ``--learner CKPT`` it takes a fitted
-network's choices instead (DAgger: the teacher labels the states the learner reaches, its mistakes included).
+network's choices instead (DAgger: the teacher labels the states the learner reaches, its mistakes included);
+``--horizon H`` prices a decision by the requests arrived and the next H only. ``--reliability POINTS`` measures
+instead how repeatable the prices are (two independent sets of futures at the same decisions).
 Each episode is one ``labels_<seed>.npz`` with the observation (the env's, here the padded ``instance_set`` one a
 set network reads), the allowed instances, the base's choice, the per-instance cost (ms; NaN where not allowed)
 and the instance the episode took. experiments/studies/rollout_distill.py fits a network to them. Only seeds below
@@ -54,7 +56,7 @@ def learner_choice(net: Any, obs: np.ndarray, tried: list[int]) -> int:
 
 
 def label_episode(env_cfg: dict[str, Any], base: Any, seed: int, samples: int, out: Path,
-                  learner: Path | None = None) -> dict[str, Any]:
+                  learner: Path | None = None, horizon: int | None = None) -> dict[str, Any]:
     """One episode on ``seed`` taking the teacher's choices (or, with a ``learner`` checkpoint, the learner's: the
     states a fitted network visits, as DAgger labels them); its labels written to ``out/labels_<seed>.npz``."""
     net = None if learner is None else load_q_net(learner)
@@ -70,7 +72,7 @@ def label_episode(env_cfg: dict[str, Any], base: Any, seed: int, samples: int, o
         if env.pending is not None and int(allowed.sum()) > 1:
             tried = [int(i) for i in np.flatnonzero(allowed)]
             at = LABEL_SEED_BASE // 1000 + seed * 1000 + len(xs)
-            c, cost = choose(env, router, tried, a, samples, at)
+            c, cost = choose(env, router, tried, a, samples, at, horizon)
             row = np.full(n_max, np.nan)
             row[tried] = [cost[i] for i in tried]
             xs.append(np.asarray(obs, dtype=np.float32))
@@ -89,6 +91,43 @@ def label_episode(env_cfg: dict[str, Any], base: Any, seed: int, samples: int, o
             "changed": changed}
 
 
+def reliability(env_cfg: dict[str, Any], base: Any, seed: int, points: int, samples: int,
+                horizon: int | None = None) -> dict[str, Any]:
+    """How repeatable the teacher's prices are: at ``points`` decisions spread over the base's episode, two
+    independent sets of ``samples`` futures each price every allowed instance. Returns the correlation of the two
+    sets' gains over the base's choice (per cent of its cost, over every decision and other instance), how often the
+    two pick the same instance, and the mean gain of each set's pick as the other set prices it (what a network
+    fitted to one set could keep at best)."""
+    env = make_env(env_cfg)
+    env.reset(seed=seed, options={"workload_seed": seed})
+    router = base_router(base, seed)
+    total = int(env_cfg["num_requests"])
+    marks = set(np.linspace(0, total - 1, points + 2)[1:-1].astype(int).tolist())
+    pairs, same, kept = [], [], []
+    k = 0
+    while not (env.terminated or env.truncated):
+        a = env.heuristic_action(router)
+        allowed = env.action_masks()[: env.n_choices]
+        if env.pending is not None and int(allowed.sum()) > 1:
+            if k in marks:
+                tried = [int(i) for i in np.flatnonzero(allowed)]
+                at = LABEL_SEED_BASE // 1000 + seed * 1000 + k
+                ca, one = choose(env, router, tried, a, samples, at, horizon)
+                cb, two = choose(env, router, tried, a, samples, at + 500_000, horizon)
+                g1 = {i: 100.0 * (one[a] - one[i]) / one[a] for i in tried}
+                g2 = {i: 100.0 * (two[a] - two[i]) / two[a] for i in tried}
+                pairs += [(g1[i], g2[i]) for i in tried if i != a]
+                same.append(ca == cb)
+                kept += [g2[ca], g1[cb]]
+            k += 1
+        env.step(a)
+    x = np.array(pairs)
+    return {"seed": seed, "horizon": horizon, "samples": samples, "decisions": len(same),
+            "gain_corr": float(np.corrcoef(x[:, 0], x[:, 1])[0, 1]) if len(x) > 2 else None,
+            "same_pick": float(np.mean(same)), "cross_kept_gain_pct": float(np.mean(kept)),
+            "own_gain_pct": float(np.mean(np.maximum(x.max(axis=1), 0.0))) if len(x) else 0.0}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.rollout_labels",
                                  description=__doc__.split("\n")[0])
@@ -97,20 +136,31 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--samples", type=int, default=2, help="sampled futures per decision")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--out", type=Path, required=True, help="a directory for labels_<seed>.npz")
+    ap.add_argument("--out", type=Path, default=None, help="a directory for labels_<seed>.npz")
     ap.add_argument("--learner", type=Path, default=None, help="a set network's checkpoint whose choices the "
                     "episodes take (DAgger's next round); default: the teacher's")
+    ap.add_argument("--reliability", type=int, default=0, metavar="POINTS",
+                    help="instead of labels: how repeatable the teacher's prices are, at POINTS decisions per seed")
+    ap.add_argument("--horizon", type=int, default=None,
+                    help="price a decision by the requests arrived and the next HORIZON ones only (default: all)")
     a = ap.parse_args(argv)
     if any(s < 0 or s >= VALIDATION_SEED0 for s in a.seeds):
         raise SystemExit(f"--seeds {a.seeds}: training seeds only (0-{VALIDATION_SEED0 - 1})")
-    if a.samples < 1:
-        raise SystemExit(f"--samples {a.samples}: expected >= 1")
+    if a.samples < 1 or (a.horizon is not None and a.horizon < 1):
+        raise SystemExit(f"--samples {a.samples} / --horizon {a.horizon}: expected >= 1")
+    if a.out is None and not a.reliability:
+        raise SystemExit("--out: a directory for the labels is needed (or --reliability POINTS)")
     base = {label_of(h): h for h in load_suite_file(TESTBED).heuristics}[BASE]
     env_cfg = label_env(a.scenario, a.requests)
     n = len(a.seeds)
     with ProcessPoolExecutor(a.jobs) as pool:
+        if a.reliability:
+            for row in pool.map(reliability, [env_cfg] * n, [base] * n, a.seeds, [a.reliability] * n,
+                                [a.samples] * n, [a.horizon] * n):
+                print(json.dumps(row), flush=True)
+            return
         for row in pool.map(label_episode, [env_cfg] * n, [base] * n, a.seeds, [a.samples] * n, [a.out] * n,
-                            [a.learner] * n):
+                            [a.learner] * n, [a.horizon] * n):
             print(json.dumps(row), flush=True)
 
 
