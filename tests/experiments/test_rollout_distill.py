@@ -74,3 +74,25 @@ def test_the_fitted_network_ranks_instances_as_its_teacher(tmp_path: Path) -> No
     rollout_labels.label_episode(rollout_labels.label_env("training", 12), "least_work_left", 4, 1, tmp_path, guide)
     d = np.load(tmp_path / "labels_4.npz")
     assert list(d["taken"]) == list(guide_slots(d["obs"], SPILL_GUIDE, rollout_distill.GUIDE_SPILL))
+
+
+@pytest.mark.timeout(240)
+def test_a_horizon_prices_only_the_requests_it_spans_and_the_prices_repeatability_is_measured() -> None:
+    import copy
+
+    from experiments.studies import past_only_rollout as por
+
+    cfg = rollout_labels.label_env("rate_1.5x", 20)
+    env = make_env(cfg)
+    env.reset(seed=9, options={"workload_seed": 9})
+    router = make_router("least_work_left", seed=9)
+    for _ in range(6):
+        env.step(env.heuristic_action(router))
+    a = env.heuristic_action(router)
+    full = por.finish(*copy.deepcopy((env, router)), a)
+    assert por.finish(*copy.deepcopy((env, router)), a, 20) == full  # a window of every request is the whole mean
+    assert por.finish(*copy.deepcopy((env, router)), a, 8) != full
+    out = rollout_labels.reliability(cfg, "least_work_left", 9, 3, 1, horizon=5)
+    assert out["decisions"] == 3 and -1.0 <= out["gain_corr"] <= 1.0 and 0.0 <= out["same_pick"] <= 1.0
+    with pytest.raises(SystemExit, match="expected >= 1"):
+        rollout_labels.main(["--seeds", "9", "--horizon", "0", "--reliability", "3"])
