@@ -98,6 +98,19 @@ def kept_gain(net: SetQNetwork, obs: np.ndarray, allowed: np.ndarray, target: np
             "teacher_gain_pct": float(target[rows, best].mean()), "agree": float(np.mean(pick == best))}
 
 
+def held_out(data: dict[str, np.ndarray], target: np.ndarray, folds: list[int], hidden: list[int],
+             steps: int) -> dict[str, Any]:
+    """Each episode of ``folds`` left out of a fit in turn: :func:`kept_gain` on it, and the mean over folds."""
+    rows = []
+    for ep in folds:
+        held = data["episode"] == ep
+        probe = new_net(data["obs"].shape[1], hidden)
+        fit(probe, data["obs"][~held], data["allowed"][~held], data["base"][~held], target[~held], steps)
+        rows.append({"episode": ep, **kept_gain(probe, data["obs"][held], data["allowed"][held], target[held])})
+    keys = ("net_gain_pct", "teacher_gain_pct", "agree")
+    return {"folds": rows, **({k: float(np.mean([r[k] for r in rows])) for k in keys} if rows else {})}
+
+
 def save(net: SetQNetwork, out: Path, margin: float, info: dict[str, Any]) -> Path:
     """``net`` at fallback ``margin`` as a checkpoint in ``out/margin_<m>`` (the shipped set policy's layout)."""
     net.fallback_margin.fill_(float(margin))
@@ -162,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
     ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--folds", type=int, default=1, help="episodes held out in turn to measure the fit (the last N)")
     ap.add_argument("--margins", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.2, 0.5, 1000.0])
     ap.add_argument("--scenarios", nargs="+", default=["training", "long", "short", "rate_0.5x", "rate_1.5x"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
@@ -174,6 +188,8 @@ def main(argv: list[str] | None = None) -> None:
                          "the result)")
     a = ap.parse_args(argv)
     check_validation_seeds(a.seeds)
+    if a.folds < 0 or a.steps < 1:
+        raise SystemExit(f"--folds {a.folds} / --steps {a.steps}: expected >= 0 / >= 1")
     if a.checkpoints is not None:
         ckpts = {float(p.name.split("_", 1)[1]): p for p in sorted(a.checkpoints.glob("margin_*"))}
         rows = validate(ckpts, a.scenarios, a.seeds, a.requests, a.jobs, a.heuristics_cache)
@@ -183,14 +199,10 @@ def main(argv: list[str] | None = None) -> None:
     data = load_labels(a.labels)
     target = gain_pct(data["cost_ms"], data["base"])
     episodes = sorted(set(data["episode"].tolist()))
-    held = data["episode"] == episodes[-1] if len(episodes) > 1 else np.zeros(len(target), bool)
-    report: dict[str, Any] = {"episodes": episodes, "decisions": int(len(target))}
-    if held.any():
-        probe = new_net(data["obs"].shape[1], a.hidden)
-        fit(probe, data["obs"][~held], data["allowed"][~held], data["base"][~held], target[~held], a.steps)
-        report["held_out"] = {"episode": episodes[-1], **kept_gain(probe, data["obs"][held], data["allowed"][held],
-                                                                   target[held])}
-        print(json.dumps(report), flush=True)
+    folds = episodes[max(0, len(episodes) - a.folds):] if len(episodes) > 1 else []
+    report: dict[str, Any] = {"episodes": episodes, "decisions": int(len(target)),
+                              "held_out": held_out(data, target, folds, a.hidden, a.steps)}
+    print(json.dumps(report), flush=True)
     net = new_net(data["obs"].shape[1], a.hidden)
     report["loss"] = fit(net, data["obs"], data["allowed"], data["base"], target, a.steps)
     ckpts = {m: save(net, a.out, m, {**report, "steps": a.steps}) for m in a.margins}

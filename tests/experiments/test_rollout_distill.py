@@ -96,3 +96,24 @@ def test_a_horizon_prices_only_the_requests_it_spans_and_the_prices_repeatabilit
     assert out["decisions"] == 3 and -1.0 <= out["gain_corr"] <= 1.0 and 0.0 <= out["same_pick"] <= 1.0
     with pytest.raises(SystemExit, match="expected >= 1"):
         rollout_labels.main(["--seeds", "9", "--horizon", "0", "--reliability", "3"])
+
+
+@pytest.mark.timeout(240)
+def test_the_distillation_command_reports_held_out_folds_and_each_margin_against_the_best_heuristic(
+        tmp_path: Path) -> None:
+    import json
+
+    cfg = rollout_labels.label_env("training", 12)
+    for seed in (1, 2):
+        rollout_labels.label_episode(cfg, "least_work_left", seed, 1, tmp_path / "labels")
+    cache = tmp_path / "heuristics.json"
+    rollout_distill.main(["--labels", str(tmp_path / "labels"), "--out", str(tmp_path / "net"), "--steps", "20",
+                          "--folds", "2", "--margins", "0", "1000", "--scenarios", "training", "--seeds", "1000",
+                          "--requests", "12", "--jobs", "1", "--heuristics-cache", str(cache)])
+    out = json.loads((tmp_path / "net" / "validation_12.json").read_text())
+    assert [f["episode"] for f in out["fit"]["held_out"]["folds"]] == [1, 2]
+    row = out["rows"][0]
+    assert row["scenario"] == "training" and set(json.loads(cache.read_text())) == {"training|12|1000"}
+    assert {"margin_0", "margin_1000"} <= set(row) and len(row["margin_0"]["per_seed"]) == 1
+    with pytest.raises(SystemExit, match="validation seeds only"):
+        rollout_distill.main(["--labels", str(tmp_path), "--out", str(tmp_path), "--seeds", "2000"])
