@@ -10,7 +10,8 @@ futures of the episode's mean E2E, following the base heuristic after it; the ep
 choice, so the states are the ones a policy imitating it visits; with ``--learner CKPT`` it takes a fitted
 network's choices instead (DAgger: the teacher labels the states the learner reaches, its mistakes included);
 ``--horizon H`` prices a decision by the requests arrived and the next H only. ``--reliability POINTS`` measures
-instead how repeatable the prices are (two independent sets of futures at the same decisions).
+instead how repeatable the prices are (two independent sets of futures at the same decisions); ``--control SHARES``
+runs the base with each share of its decisions sent at random (share 0: the base itself).
 Each episode is one ``labels_<seed>.npz`` with the observation (the env's, here the padded ``instance_set`` one a
 set network reads), the allowed instances, the base's choice, the per-instance cost (ms; NaN where not allowed)
 and the instance the episode took. experiments/studies/rollout_distill.py fits a network to them. Only seeds below
@@ -91,6 +92,23 @@ def label_episode(env_cfg: dict[str, Any], base: Any, seed: int, samples: int, o
             "changed": changed}
 
 
+def random_deviation(env_cfg: dict[str, Any], base: Any, seed: int, share: float) -> float:
+    """The base's episode on ``seed`` with a ``share`` of its decisions sent to an allowed instance drawn at random
+    instead: its mean E2E (ms). Share 0 is the base itself. A control for the teacher, which departs from the base
+    at two decisions in three: is its gain knowledge, or only spreading the load?"""
+    env = make_env(env_cfg)
+    env.reset(seed=seed, options={"workload_seed": seed})
+    router = base_router(base, seed)
+    rng = np.random.default_rng(seed)
+    while not (env.terminated or env.truncated):
+        a = env.heuristic_action(router)
+        allowed = env.action_masks()[: env.n_choices]
+        if env.pending is not None and int(allowed.sum()) > 1 and rng.random() < share:
+            a = int(rng.choice(np.flatnonzero(allowed)))
+        env.step(a)
+    return float(env_latency_stats(env)["mean_e2el_ms"])
+
+
 def reliability(env_cfg: dict[str, Any], base: Any, seed: int, points: int, samples: int,
                 horizon: int | None = None) -> dict[str, Any]:
     """How repeatable the teacher's prices are: at ``points`` decisions spread over the base's episode, two
@@ -141,6 +159,8 @@ def main(argv: list[str] | None = None) -> None:
                     "episodes take (DAgger's next round); default: the teacher's")
     ap.add_argument("--reliability", type=int, default=0, metavar="POINTS",
                     help="instead of labels: how repeatable the teacher's prices are, at POINTS decisions per seed")
+    ap.add_argument("--control", type=float, nargs="+", default=None, metavar="SHARE",
+                    help="instead of labels: the base's episodes with each SHARE of decisions sent at random")
     ap.add_argument("--horizon", type=int, default=None,
                     help="price a decision by the requests arrived and the next HORIZON ones only (default: all)")
     a = ap.parse_args(argv)
@@ -148,10 +168,17 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--seeds {a.seeds}: training seeds only (0-{VALIDATION_SEED0 - 1})")
     if a.samples < 1 or (a.horizon is not None and a.horizon < 1):
         raise SystemExit(f"--samples {a.samples} / --horizon {a.horizon}: expected >= 1")
-    if a.out is None and not a.reliability:
-        raise SystemExit("--out: a directory for the labels is needed (or --reliability POINTS)")
+    if a.control is not None and not all(0.0 <= x <= 1.0 for x in a.control):
+        raise SystemExit(f"--control {a.control}: expected shares in [0, 1]")
+    if a.out is None and not a.reliability and a.control is None:
+        raise SystemExit("--out: a directory for the labels is needed (or --reliability / --control)")
     base = {label_of(h): h for h in load_suite_file(TESTBED).heuristics}[BASE]
     env_cfg = label_env(a.scenario, a.requests)
+    if a.control is not None:
+        for share in a.control:
+            ms = [random_deviation(env_cfg, base, s, share) for s in a.seeds]
+            print(json.dumps({"share": share, "mean_ms": float(np.mean(ms)), "per_seed_ms": ms}), flush=True)
+        return
     n = len(a.seeds)
     with ProcessPoolExecutor(a.jobs) as pool:
         if a.reliability:

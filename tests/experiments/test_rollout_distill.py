@@ -96,6 +96,14 @@ def test_a_horizon_prices_only_the_requests_it_spans_and_the_prices_repeatabilit
     assert out["decisions"] == 3 and -1.0 <= out["gain_corr"] <= 1.0 and 0.0 <= out["same_pick"] <= 1.0
     with pytest.raises(SystemExit, match="expected >= 1"):
         rollout_labels.main(["--seeds", "9", "--horizon", "0", "--reliability", "3"])
+    # the control: share 0 is the base's own episode, share 1 a random router's
+    from llmsim.agents.episodes import evaluate
+
+    base_ms = evaluate(cfg, ["least_work_left"], seeds=[1009])[0]["mean_e2el_ms"]
+    assert rollout_labels.random_deviation(cfg, "least_work_left", 1009, 0.0) == base_ms
+    assert rollout_labels.random_deviation(cfg, "least_work_left", 1009, 1.0) != base_ms
+    with pytest.raises(SystemExit, match="shares in"):
+        rollout_labels.main(["--seeds", "9", "--control", "1.5"])
 
 
 @pytest.mark.timeout(240)
