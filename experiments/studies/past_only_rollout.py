@@ -81,9 +81,11 @@ def choose(env: RoutingEnv, router: Any, allowed: list[int], base_choice: int, s
     return min(cost, key=lambda a: (cost[a], a != base_choice)), cost
 
 
-def past_only_rollout(env_cfg: dict[str, Any], base: Any, seed: int, samples: int, every: int = 1) -> dict[str, Any]:
-    """The rollout router's episode on ``seed`` (every ``every``-th decision tried, the base at the others): its
-    mean E2E, the base's on the same seed, and the decisions it changed."""
+def past_only_rollout(env_cfg: dict[str, Any], base: Any, seed: int, samples: int, every: int = 1,
+                      horizon: int | None = None) -> dict[str, Any]:
+    """The rollout router's episode on ``seed`` (every ``every``-th decision tried, the base at the others; each
+    priced over ``horizon`` arrivals, or the whole episode): its mean E2E, the base's on the same seed, and the
+    decisions it changed."""
     runs = {}
     for mode in ("base", "rollout"):
         env = make_env(env_cfg)
@@ -95,14 +97,14 @@ def past_only_rollout(env_cfg: dict[str, Any], base: Any, seed: int, samples: in
             mask = env.action_masks()[: env.n_choices]
             if env.pending is not None and int(mask.sum()) > 1:
                 if mode == "rollout" and k % every == 0:
-                    c, _ = choose(env, router, [int(i) for i in np.flatnonzero(mask)], a, samples, k)
+                    c, _ = choose(env, router, [int(i) for i in np.flatnonzero(mask)], a, samples, k, horizon)
                     changed += c != a
                     a = c
                 k += 1
             env.step(a)
         runs[mode] = (float(env_latency_stats(env)["mean_e2el_ms"]), k, changed)
     return {"seed": seed, "base_ms": runs["base"][0], "rollout_ms": runs["rollout"][0], "decisions": runs["base"][1],
-            "changed": runs["rollout"][2], "every": every, "samples": samples}
+            "changed": runs["rollout"][2], "every": every, "samples": samples, "horizon": horizon}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -114,12 +116,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--requests", type=int, default=400, help="per episode at 4 instances (scaled as the suite)")
     ap.add_argument("--samples", type=int, default=4, help="sampled futures per tried decision")
     ap.add_argument("--every", type=int, default=1, help="try only every N-th decision (default 1: all of them)")
+    ap.add_argument("--horizon", type=int, default=None, help="price each decision by the requests arrived and the "
+                    "next HORIZON ones only (default: the whole episode)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON)")
     a = ap.parse_args(argv)
     check_validation_seeds(a.seeds)
-    if a.every < 1 or a.samples < 1:
-        raise SystemExit(f"--every {a.every} / --samples {a.samples}: expected >= 1")
+    if a.every < 1 or a.samples < 1 or (a.horizon is not None and a.horizon < 1):
+        raise SystemExit(f"--every {a.every} / --samples {a.samples} / --horizon {a.horizon}: expected >= 1")
     heuristics = {label_of(h): h for h in load_suite_file(a.env).heuristics}
     rows = []
     for name, env_cfg in seed_drawn(a.env, a.scenarios, a.requests).items():
@@ -127,9 +131,10 @@ def main(argv: list[str] | None = None) -> None:
         n = len(a.seeds)
         with ProcessPoolExecutor(a.jobs) as pool:
             outs = list(pool.map(past_only_rollout, [env_cfg] * n, [heuristics[base]] * n, a.seeds,
-                                 [a.samples] * n, [a.every] * n))
+                                 [a.samples] * n, [a.every] * n, [a.horizon] * n))
         ro = float(np.mean([o["rollout_ms"] for o in outs]))
-        row = {"scenario": name, "requests": a.requests, "samples": a.samples, "every": a.every, "best": best,
+        row = {"scenario": name, "requests": a.requests, "samples": a.samples, "every": a.every,
+               "horizon": a.horizon, "best": best,
                "best_ms": means[best], "base": base, "base_ms": means[base], "rollout_ms": ro,
                "gain_vs_best_pct": 100.0 * (1.0 - ro / means[best]), "episodes": outs}
         rows.append(row)

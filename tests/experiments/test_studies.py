@@ -197,7 +197,7 @@ def test_the_past_only_rollout_sees_only_sampled_futures() -> None:
     assert env.cluster.num_arrived == k and env.episode_requests[k:] == truth  # the original env is untouched
     out = por.past_only_rollout(cfg, "least_work_left", 1000, samples=1, every=4)
     assert out["decisions"] > 10 and out["changed"] <= -(-out["decisions"] // 4)
-    for bad in (["--every", "0"], ["--samples", "0"]):
+    for bad in (["--every", "0"], ["--samples", "0"], ["--horizon", "0"]):
         with pytest.raises(SystemExit, match="expected >= 1"):
             por.main(bad)
     with pytest.raises(SystemExit, match="validation seeds only"):
