@@ -98,6 +98,27 @@ def kept_gain(net: SetQNetwork, obs: np.ndarray, allowed: np.ndarray, target: np
             "teacher_gain_pct": float(target[rows, best].mean()), "agree": float(np.mean(pick == best))}
 
 
+def by_quarter(data: dict[str, np.ndarray], target: np.ndarray) -> list[dict[str, float]]:
+    """Where in the episode the teacher departs from its base: per quarter of each episode's decisions, the share it
+    changes, its mean gain at its own pick (per cent of the episode's cost), and how often it and the base send the
+    request to the last half of the instances (the dedicated split's large group)."""
+    start = np.r_[0, np.flatnonzero(np.diff(data["episode"])) + 1]
+    k = np.arange(len(target)) - np.repeat(start, np.diff(np.r_[start, len(target)]))
+    size = np.repeat(np.diff(np.r_[start, len(target)]), np.diff(np.r_[start, len(target)]))
+    gain = np.where(data["allowed"], np.nan_to_num(target, nan=-np.inf), -np.inf)
+    pick = np.where(gain.max(axis=1) > 0, gain.argmax(axis=1), data["base"])
+    n = data["obs"][:, -N_MAX:].sum(axis=1).astype(int)  # the instances (the observation's slot mask)
+    large = pick >= n - np.maximum(n // 2, 1)
+    base_large = data["base"] >= n - np.maximum(n // 2, 1)
+    rows = []
+    for q in range(4):
+        sel = (4 * k >= q * size) & (4 * k < (q + 1) * size)
+        rows.append({"quarter": q + 1, "changed": float(np.mean(pick[sel] != data["base"][sel])),
+                     "gain_pct": float(np.maximum(gain[sel].max(axis=1), 0.0).mean()),
+                     "teacher_large": float(np.mean(large[sel])), "base_large": float(np.mean(base_large[sel]))})
+    return rows
+
+
 def held_out(data: dict[str, np.ndarray], target: np.ndarray, folds: list[int], hidden: list[int],
              steps: int) -> dict[str, Any]:
     """Each episode of ``folds`` left out of a fit in turn: :func:`kept_gain` on it, and the mean over folds."""
@@ -183,6 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--heuristics-cache", type=Path, default=None,
                     help="a JSON file keeping each scenario's best heuristic on these seeds (reused when present)")
+    ap.add_argument("--explain", action="store_true", help="instead of fitting: where in the episode the teacher "
+                    "departs from its base (per quarter of the labelled decisions)")
     ap.add_argument("--checkpoints", type=Path, default=None,
                     help="instead of fitting: validate the margin_<m> checkpoints of this directory (--out holds "
                          "the result)")
@@ -198,6 +221,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     data = load_labels(a.labels)
     target = gain_pct(data["cost_ms"], data["base"])
+    if a.explain:
+        for row in by_quarter(data, target):
+            print(json.dumps(row))
+        return
     episodes = sorted(set(data["episode"].tolist()))
     folds = episodes[max(0, len(episodes) - a.folds):] if len(episodes) > 1 else []
     report: dict[str, Any] = {"episodes": episodes, "decisions": int(len(target)),

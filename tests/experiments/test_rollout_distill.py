@@ -125,3 +125,9 @@ def test_the_distillation_command_reports_held_out_folds_and_each_margin_against
     assert {"margin_0", "margin_1000"} <= set(row) and len(row["margin_0"]["per_seed"]) == 1
     with pytest.raises(SystemExit, match="validation seeds only"):
         rollout_distill.main(["--labels", str(tmp_path), "--out", str(tmp_path), "--seeds", "2000"])
+    data = rollout_distill.load_labels(tmp_path / "labels")
+    quarters = rollout_distill.by_quarter(data, rollout_distill.gain_pct(data["cost_ms"], data["base"]))
+    assert [q["quarter"] for q in quarters] == [1, 2, 3, 4] and all(0 <= q["changed"] <= 1 for q in quarters)
+    changed = np.mean([q["changed"] for q in quarters])  # equal quarters of two equal-length episodes
+    teacher = [b if c[b] == np.nanmin(c) else int(np.nanargmin(c)) for c, b in zip(data["cost_ms"], data["base"])]
+    assert changed == pytest.approx(np.mean(np.array(teacher) != data["base"]))
