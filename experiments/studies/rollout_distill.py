@@ -2,15 +2,16 @@
 gain chosen and measured on VALIDATION seeds against the best heuristic of each scenario.
 
     python -m experiments.studies.rollout_distill --labels runs/rollout_labels --out runs/rollout_distill \
-        --scenarios training long short rate_0.5x rate_1.5x --seeds 1000 1001 1002 --jobs 2
+        --folds 4 --scenarios training long short rate_0.5x rate_1.5x --seeds 1000 1001 1002 --jobs 2
 
 The network is the shipped WorkloadRouter policy's (agents/nets.py ``SetQNetwork``: one encoder shared by every
 instance, pooled heads, the split-with-spill guide computed from the observation), so the result is a checkpoint
 that runs wherever that one does (any number of instances up to 16, ONNX export, the live router). Its Q-values
 are fitted to the teacher's per-instance costs as the gain over the base heuristic's choice, in per cent of the
 episode's mean E2E (experiments/studies/rollout_labels.py; the base is the network's guide): Q(a) - Q(base) ->
-100 x (cost(base) - cost(a)) / cost(base), least squares over the allowed instances. One labelled episode is held
-out of the fit to say how well the fit generalises (how much of the teacher's gain its choices keep). The greedy
+100 x (cost(base) - cost(a)) / cost(base), least squares over the allowed instances. The last ``--folds`` labelled episodes
+are each held out of a fit in turn to say how well the fit generalises (how much of the teacher's gain its choices
+keep on decisions it did not see). The greedy
 policy then takes the guide's choice unless the learned gain over it exceeds the fallback margin (in the same per
 cent); each margin of ``--margins`` is a checkpoint ``<out>/margin_<m>`` and is evaluated with every heuristic of
 the suite on each scenario and validation seed, every request counted.
