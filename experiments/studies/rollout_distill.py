@@ -9,12 +9,13 @@ instance, pooled heads, the split-with-spill guide computed from the observation
 that runs wherever that one does (any number of instances up to 16, ONNX export, the live router). Its Q-values
 are fitted to the teacher's per-instance costs as the gain over the base heuristic's choice, in per cent of the
 episode's mean E2E (experiments/studies/rollout_labels.py; the base is the network's guide): Q(a) - Q(base) ->
-100 x (cost(base) - cost(a)) / cost(base), least squares over the allowed instances. The last ``--folds`` labelled episodes
-are each held out of a fit in turn to say how well the fit generalises (how much of the teacher's gain its choices
-keep on decisions it did not see). The greedy
-policy then takes the guide's choice unless the learned gain over it exceeds the fallback margin (in the same per
-cent); each margin of ``--margins`` is a checkpoint ``<out>/margin_<m>`` and is evaluated with every heuristic of
-the suite on each scenario and validation seed, every request counted.
+100 x (cost(base) - cost(a)) / cost(base), least squares over the allowed instances. The last ``--folds``
+labelled episodes are each held out of a fit in turn to say how well the fit generalises (how much of the
+teacher's gain its choices keep on decisions it did not see). The greedy policy then takes the guide's choice
+unless the learned gain over it exceeds the fallback margin (in the same per cent); each margin of ``--margins`` is
+a checkpoint ``<out>/margin_<m>`` and is evaluated with every heuristic of the suite on each scenario and
+validation seed, every request counted. ``--checkpoints DIR`` evaluates saved ones again (another size), and
+``--explain`` says where in the episode the teacher departs from its base.
 """
 
 from __future__ import annotations
