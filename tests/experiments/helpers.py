@@ -1,4 +1,5 @@
-"""What the experiments' tests share: running ``llmsim-reproduce`` as a command at the tiny size, reading its JSON."""
+"""What the experiments' tests share: running ``llmsim-reproduce`` as a command at the tiny size, reading its JSON;
+an env stopped mid-episode at a decision, for the rollout studies."""
 
 from __future__ import annotations
 
@@ -21,3 +22,16 @@ def reproduce_cli(args: list[str], size: str = "tiny", timeout: int = 110) -> su
 def json_lines(stdout: str) -> list[dict[str, Any]]:
     """One claim row per non-empty line of ``--json`` output."""
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def mid_episode(cfg: dict[str, Any], seed: int, steps: int, router: str = "least_work_left") -> tuple[Any, Any, int]:
+    """An env of ``cfg`` on ``seed`` after ``steps`` steps of ``router``, the router, and its next action."""
+    from llmsim.agents.env_setup import make_env
+    from llmsim.routing import make_router
+
+    env = make_env(cfg)
+    env.reset(seed=seed, options={"workload_seed": seed})
+    base = make_router(router, seed=seed)
+    for _ in range(steps):
+        env.step(env.heuristic_action(base))
+    return env, base, env.heuristic_action(base)

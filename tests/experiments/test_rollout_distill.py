@@ -13,6 +13,7 @@ from llmsim.agents.checkpoint import load_q_net
 from llmsim.agents.env_setup import make_env
 from llmsim.agents.nets import LOG_WORK_S, SPILL_GUIDE, guide_slots
 from llmsim.routing import make_router
+from tests.experiments.helpers import mid_episode
 
 
 @pytest.mark.timeout(240)
@@ -83,12 +84,7 @@ def test_a_horizon_prices_only_the_requests_it_spans_and_the_prices_repeatabilit
     from experiments.studies import past_only_rollout as por
 
     cfg = rollout_labels.label_env("rate_1.5x", 20)
-    env = make_env(cfg)
-    env.reset(seed=9, options={"workload_seed": 9})
-    router = make_router("least_work_left", seed=9)
-    for _ in range(6):
-        env.step(env.heuristic_action(router))
-    a = env.heuristic_action(router)
+    env, router, a = mid_episode(cfg, 9, 6)
     full = por.finish(*copy.deepcopy((env, router)), a)
     assert por.finish(*copy.deepcopy((env, router)), a, 20) == full  # a window of every request is the whole mean
     assert por.finish(*copy.deepcopy((env, router)), a, 8) != full

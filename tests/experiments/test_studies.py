@@ -161,16 +161,11 @@ def test_the_past_only_rollout_sees_only_sampled_futures() -> None:
     import numpy as np
 
     from experiments.studies import past_only_rollout as por
-    from llmsim.agents.env_setup import make_env
     from llmsim.request import Request
+    from tests.experiments.helpers import mid_episode
 
     cfg = validation.seed_drawn("workload_router", ["rate_1.5x"], 24)["rate_1.5x"]
-    env = make_env(cfg)
-    env.reset(seed=1000, options={"workload_seed": 1000})
-    router = make_router("least_work_left", seed=1000)
-    for _ in range(8):
-        env.step(env.heuristic_action(router))
-    a = env.heuristic_action(router)
+    env, router, a = mid_episode(cfg, 1000, 8)
     k, now = env.cluster.num_arrived, env.driver.now
     truth = env.episode_requests[k:]
     future = por.sampled_future(env, 7)
