@@ -54,7 +54,8 @@ def net_arch(net: torch.nn.Module) -> dict[str, Any]:
     if isinstance(net, SetQNetwork):  # slots: n_max instances + wait + drop (llmsim.envs.randomize)
         return {"obs_dim": net.obs_dim, "n_actions": net.n_actions, "hidden": net.hidden, "dueling": False,
                 "set_net": {"n_max": net.n_max, "guide": net.guide,
-                            **({"spill": net.spill.as_dict()} if net.guide == SPILL_GUIDE else {})}}
+                            **({"spill": net.spill.as_dict()} if net.guide == SPILL_GUIDE else {}),
+                            **({"seen_range": True} if net.seen is not None else {})}}
     arch = getattr(net, "arch", None)
     if not isinstance(arch, dict):
         raise TypeError(f"cannot checkpoint a {type(net).__name__}: no arch description")
@@ -149,8 +150,11 @@ def load_q_net(path: str | Path, meta: dict[str, Any] | None = None) -> QNetwork
     else:
         try:
             spill = Spill(**set_net["spill"]) if "spill" in set_net else None
-            net = SetQNetwork(obs_dim, n, hidden, set_net["guide"], spill=spill)
-        except (KeyError, TypeError, ValueError) as e:
+            seen = set_net.get("seen_range", False)
+            if not isinstance(seen, bool):
+                raise ValueError(f"seen_range is true or false, not {seen!r}")
+            net = SetQNetwork(obs_dim, n, hidden, set_net["guide"], spill=spill, seen_range=seen)
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"{p / 'checkpoint.json'}: set_net {set_net!r} is not a network this llmsim builds "
                               f"({e})"[:400]) from None
     load_weights(net, p / "q_net.pt", "the Q-network's weights saved with checkpoint.json")
@@ -235,9 +239,13 @@ class CheckpointPolicy(QPolicy):
         self.gate, self.fallback = gate, fallback
         self.meter = None if gate is None else gate.meter()
         self._checked: int | None = None
+        # decisions whose state left the network's seen range, where its guide decided (None: it has no range)
+        self.unseen_decisions: int | None = 0 if getattr(self.net, "seen", None) is not None else None
 
     def reset(self, env: RoutingEnv, seed: int) -> None:
         super().reset(env, seed)
+        if self.unseen_decisions is not None:
+            self.unseen_decisions = 0
         if self.gate is not None:
             self.fallback.reset(env, seed)
             self.meter = self.gate.meter()
@@ -247,6 +255,9 @@ class CheckpointPolicy(QPolicy):
             self._checked = id(env)
 
     def act(self, obs: Any, mask: np.ndarray, env: RoutingEnv | None = None) -> int:
+        if self.unseen_decisions is not None and env is not None and env.pending is not None:
+            base = self.net.net if isinstance(self.net, SlotAdapter) else self.net
+            self.unseen_decisions += int(base.unseen(policy_input(base, obs).unsqueeze(0)).item())
         if self.meter is None or env is None:
             return super().act(obs, mask, env)
         if self.meter.light(env.cluster.view.state()):

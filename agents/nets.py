@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from llmsim.agents.seen_range import UNSEEN_BONUS, SeenRange
 from llmsim.envs.observations.instance_set import (
     GLOBAL_FEATURE_NAMES,
     GUIDE_COLUMNS,
@@ -246,10 +247,12 @@ class SetQNetwork(nn.Module):
     the learned choice's Q-advantage over it exceeds the margin. With ``hold=False`` it never waits while a request
     is pending (:func:`without_hold` does the same to masks in training). ``q_values`` is the network without
     either (what the TD target and the losses use). Both are buffers, so a checkpoint and its ONNX export carry
-    them."""
+    them. With ``seen_range`` the guide's action also wins wherever the observation leaves the range of the states
+    the network was fitted on (agents/seen_range.py; :meth:`fit_seen_range`)."""
 
     def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64), guide: str = "min_min",
-                 fallback_margin: float = 0.0, hold: bool = True, spill: Spill | None = None) -> None:
+                 fallback_margin: float = 0.0, hold: bool = True, spill: Spill | None = None,
+                 seen_range: bool = False) -> None:
         super().__init__()
         self.n_max = split_layout(obs_dim)
         self.globals = layout_globals(obs_dim)  # with the recent mix, one more
@@ -272,6 +275,7 @@ class SetQNetwork(nn.Module):
         self.register_buffer("fallback_margin", torch.tensor(float(fallback_margin)))
         self.register_buffer("no_hold", torch.tensor(0.0 if hold else 1.0))
         self.register_buffer("wait_slot", torch.eye(n_actions)[self.n_max], persistent=False)
+        self.seen = SeenRange(g, f) if seen_range else None
 
     def split(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(global features (B, G), instance rows (B, n_max, F), mask (B, n_max)) of a batch of observations."""
@@ -296,8 +300,23 @@ class SetQNetwork(nn.Module):
         pick = guide_pick(*self.split(obs), self.guide, self.spill)
         return torch.cat([pick, torch.zeros_like(pick[:, :2])], dim=-1)
 
+    def fit_seen_range(self, obs: torch.Tensor, slack: float = 0.1) -> None:
+        """The seen range of the observations the network was fitted on (it needs ``seen_range=True``)."""
+        if self.seen is None:
+            raise ValueError("this set network was built without a seen range (seen_range=True)")
+        self.seen.fit(*self.split(obs), slack)
+
+    def unseen(self, obs: torch.Tensor) -> torch.Tensor:
+        """1.0 where an observation leaves the seen range (all 0 without one), (B,)."""
+        if self.seen is None:
+            return torch.zeros_like(obs[:, 0])
+        return self.seen.outside(*self.split(obs))
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        q = self.q_values(obs) + self.fallback_margin * self.guide_onehot(obs)
+        guide = self.guide_onehot(obs)
+        q = self.q_values(obs) + self.fallback_margin * guide
+        if self.seen is not None:
+            q = q + UNSEEN_BONUS * self.seen.outside(*self.split(obs)).unsqueeze(1) * guide
         return q - NO_HOLD_PENALTY * self.no_hold * obs[:, :1] * self.wait_slot  # obs[:, 0]: a request is pending
 
 

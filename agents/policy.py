@@ -54,4 +54,5 @@ def run_episode(policy: Policy, env: RoutingEnv, seed: int, workload_seed: int |
         steps += 1
         done = term or trunc
     return {"return": ret, "steps": steps, "summary": info.get("summary") or env.summary(),
-            "components": info.get("episode_components", {}), "truncated": bool(env.truncated)}
+            "components": info.get("episode_components", {}), "truncated": bool(env.truncated),
+            "unseen_decisions": getattr(policy, "unseen_decisions", None)}

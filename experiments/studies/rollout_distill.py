@@ -82,10 +82,12 @@ def fit(net: SetQNetwork, obs: np.ndarray, allowed: np.ndarray, base: np.ndarray
     return float(loss.detach())
 
 
-def new_net(obs_dim: int, hidden: list[int], seed: int = 0) -> SetQNetwork:
-    """The set network the labels are fitted to, its initial weights drawn from ``seed``."""
+def new_net(obs_dim: int, hidden: list[int], seed: int = 0, seen_range: bool = False) -> SetQNetwork:
+    """The set network the labels are fitted to, its initial weights drawn from ``seed``; with ``seen_range`` it
+    defers to its guide outside the labels' states (agents/seen_range.py), the same weights either way."""
     torch.manual_seed(seed)
-    return SetQNetwork(obs_dim, N_MAX + 2, hidden, SPILL_GUIDE, hold=False, spill=GUIDE_SPILL)
+    return SetQNetwork(obs_dim, N_MAX + 2, hidden, SPILL_GUIDE, hold=False, spill=GUIDE_SPILL,
+                       seen_range=seen_range)
 
 
 def kept_gain(net: SetQNetwork, obs: np.ndarray, allowed: np.ndarray, target: np.ndarray) -> dict[str, float]:
@@ -149,9 +151,10 @@ def by_policy(evals: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
     """policy -> its per-seed mean and p99 E2E (ms, every request counted), in seed order."""
     by: dict[str, dict[str, list[float]]] = {}
     for r in evals:
-        d = by.setdefault(r["policy"], {"mean": [], "p99": []})
+        d = by.setdefault(r["policy"], {"mean": [], "p99": [], "unseen": []})
         d["mean"].append(float(r["mean_e2el_ms"]))
         d["p99"].append(float(r["p99_e2el_ms"]))
+        d["unseen"].append(r.get("unseen_decisions", 0) / max(1, r["num_requests"]))
     return by
 
 
@@ -185,7 +188,8 @@ def validate(ckpts: dict[float, Path], scenarios: list[str], seeds: list[int], r
             d = by[f"margin_{m:g}"]
             gains = [100.0 * (1 - a / b) for a, b in zip(d["mean"], ref["mean"])]
             row[f"margin_{m:g}"] = {"gain_pct": float(np.mean(gains)), "per_seed": gains,
-                                    "p99_gain_pct": float(100.0 * (1 - np.mean(d["p99"]) / row["best_p99_ms"]))}
+                                    "p99_gain_pct": float(100.0 * (1 - np.mean(d["p99"]) / row["best_p99_ms"])),
+                                    "unseen_share": float(np.mean(d["unseen"]))}
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -206,6 +210,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--heuristics-cache", type=Path, default=None,
                     help="a JSON file keeping each scenario's best heuristic on these seeds (reused when present)")
+    ap.add_argument("--seen-slack", type=float, default=None,
+                    help="give the network a seen range (the labels' states widened by this share of each feature's "
+                         "range on each side): outside it the guide decides")
     ap.add_argument("--explain", action="store_true", help="instead of fitting: where in the episode the teacher "
                     "departs from its base (per quarter of the labelled decisions)")
     ap.add_argument("--checkpoints", type=Path, default=None,
@@ -213,8 +220,9 @@ def main(argv: list[str] | None = None) -> None:
                          "the result)")
     a = ap.parse_args(argv)
     check_validation_seeds(a.seeds)
-    if a.folds < 0 or a.steps < 1:
-        raise SystemExit(f"--folds {a.folds} / --steps {a.steps}: expected >= 0 / >= 1")
+    if a.folds < 0 or a.steps < 1 or (a.seen_slack is not None and not 0.0 <= a.seen_slack < float("inf")):
+        raise SystemExit(f"--folds {a.folds} / --steps {a.steps} / --seen-slack {a.seen_slack}: expected >= 0 / "
+                         f">= 1 / a finite share >= 0")
     if a.checkpoints is not None:
         ckpts = {float(p.name.split("_", 1)[1]): p for p in sorted(a.checkpoints.glob("margin_*"))}
         rows = validate(ckpts, a.scenarios, a.seeds, a.requests, a.jobs, a.heuristics_cache)
@@ -232,8 +240,11 @@ def main(argv: list[str] | None = None) -> None:
     report: dict[str, Any] = {"episodes": episodes, "decisions": int(len(target)),
                               "held_out": held_out(data, target, folds, a.hidden, a.steps)}
     print(json.dumps(report), flush=True)
-    net = new_net(data["obs"].shape[1], a.hidden)
+    net = new_net(data["obs"].shape[1], a.hidden, seen_range=a.seen_slack is not None)
     report["loss"] = fit(net, data["obs"], data["allowed"], data["base"], target, a.steps)
+    if a.seen_slack is not None:
+        net.fit_seen_range(torch.as_tensor(data["obs"]), a.seen_slack)
+        report["seen_slack"] = a.seen_slack
     ckpts = {m: save(net, a.out, m, {**report, "steps": a.steps}) for m in a.margins}
     rows = validate(ckpts, a.scenarios, a.seeds, a.requests, a.jobs, a.heuristics_cache)
     (a.out / f"validation_{a.requests}.json").write_text(json.dumps({"fit": report, "rows": rows}, indent=1))
