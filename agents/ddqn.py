@@ -111,6 +111,9 @@ class DDQNConfig(OffPolicyConfig):
     fallback_margins: list[NonNegFloat] = Field(default_factory=list)  # candidates chosen on validation seeds
     fallback_worst_gap: NonNegFloat | None = None  # ... among those at most this % behind the guide anywhere
     hold: bool = True  # false: a set network never waits while a request is pending (routes at once, as heuristics)
+    # a set network's best/ defers to its guide outside the states in the replay, widened by this share of each
+    # feature's range (agents/seen_range.py); None: no range
+    seen_slack: NonNegFloat | None = None
 
 
 def spill_rule(cfg: DDQNConfig) -> Spill:
@@ -136,6 +139,8 @@ class DoubleDQN(OffPolicyAgent):
                                or not -obs_dim <= sw.feature < obs_dim):
             raise ConfigError(f"agent.guide_switch={sw.model_dump()}: needs agent.guide_action, an action in "
                               f"[0, {n_actions - 1}] and a feature in [{-obs_dim}, {obs_dim - 1}]")
+        if cfg.seen_slack is not None and cfg.network != "set":
+            raise ConfigError(f"agent.seen_slack={cfg.seen_slack}: a seen range needs agent.network=set")
         if cfg.spill_balance_heavy is not None and (cfg.network != "set" or cfg.guide != SPILL_GUIDE
                                                     or layout_globals(obs_dim) <= RECENT_HEAVY):
             raise ConfigError(f"agent.spill_balance_heavy={cfg.spill_balance_heavy}: needs agent.network=set, "
@@ -156,7 +161,7 @@ class DoubleDQN(OffPolicyAgent):
     def build_net(obs_dim: int, n_actions: int, cfg: DDQNConfig) -> QNetwork | SetQNetwork:
         if cfg.network == "set":
             return SetQNetwork(obs_dim, n_actions, cfg.hidden, cfg.guide, cfg.fallback_margin, cfg.hold,
-                               spill=spill_rule(cfg))
+                               spill=spill_rule(cfg), seen_range=cfg.seen_slack is not None)
         if cfg.guide_action is not None:
             sw = cfg.guide_switch
             switch = GuideSwitch(sw.feature, sw.at, sw.action) if sw is not None else None

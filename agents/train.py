@@ -299,6 +299,18 @@ class TrainingRun:
         res["score"] = res["gain_pct"] - 1e3 * res["lost"]
         return res, list(warnings)
 
+    def attach_seen_range(self) -> None:
+        """best/ with the seen range of the states in the replay (``agent.seen_slack``): outside them its guide
+        decides (agents/seen_range.py). Training never acts with the range, so it learns as without it."""
+        slack = getattr(self.agent_cfg, "seen_slack", None)
+        if slack is None or not (self.run_dir / "best").is_dir() or self.rb.size == 0:
+            return
+        net = load_policy_net(self.run_dir / "best")
+        net.fit_seen_range(torch.as_tensor(self.rb.obs[:self.rb.size].reshape(-1, self.rb.obs.shape[-1])), slack)
+        meta = read_meta(self.run_dir / "best")
+        meta["seen_slack"] = slack
+        save_checkpoint(self.run_dir / "best", net, {k: v for k, v in meta.items() if k != "format"})
+
     def choose_margin(self) -> None:
         """The decision-time fallback margin of best/, chosen among ``agent.fallback_margins`` on the validation
         seeds; best/ is rewritten with it and training.json records every candidate."""
@@ -359,6 +371,7 @@ class TrainingRun:
         if not self.history or self.history[-1]["step"] != st.step:
             self.evaluate()
         self.bar.close()
+        self.attach_seen_range()
         self.choose_margin()
         meta = self.meta()
         if getattr(self, "margin_table", None):

@@ -114,3 +114,28 @@ def test_the_range_is_saved_with_the_checkpoint_and_each_episode_counts_where_it
     (path / "checkpoint.json").write_text(json.dumps(meta))
     with pytest.raises(ConfigError, match="seen_range is true or false"):
         load_q_net(path)
+
+
+@pytest.mark.timeout(300)
+def test_a_trained_set_networks_best_gets_the_range_of_its_replay_and_learns_as_without_it(tmp_path: Path) -> None:
+    from llmsim.agents.ddqn import DDQNConfig, DoubleDQN
+    from llmsim.agents.train import train
+
+    def run(name: str, **agent: object) -> Path:
+        cfg = {"env": {**ENV, "num_requests": 60, "num_instances": 4}, "seed": 0, "label": name,
+               "randomize": {"sizes": [2, 6], "num_requests": 60, "curriculum_episodes": 2},
+               "agent": {"name": "ddqn", "network": "set", "hidden": [16, 16], "batch_size": 32,
+                         "learning_starts": 100, "train_freq": 4, **agent},
+               "trainer": {"total_steps": 300, "eval_every": 150, "eval_seeds": [1000], "progress": False}}
+        train(cfg, tmp_path / name)
+        return tmp_path / name / "best"
+
+    gated, plain = run("gated", seen_slack=0.1), run("plain")
+    meta = json.loads((gated / "checkpoint.json").read_text())
+    assert meta["set_net"]["seen_range"] is True and meta["seen_slack"] == 0.1
+    net, same = load_q_net(gated), load_q_net(plain)
+    assert torch.isfinite(net.seen.lo).all() and (net.seen.lo <= net.seen.hi).all() and same.seen is None
+    weights = {k: v for k, v in net.state_dict().items() if not k.startswith("seen.")}
+    assert all(torch.equal(v, same.state_dict()[k]) for k, v in weights.items())  # training never used the range
+    with pytest.raises(ConfigError, match="seen range needs agent.network=set"):
+        DoubleDQN(10, 3, DDQNConfig(seen_slack=0.1), seed=0)
