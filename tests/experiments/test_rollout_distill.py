@@ -87,7 +87,10 @@ def test_a_horizon_prices_only_the_requests_it_spans_and_the_prices_repeatabilit
     env, router, a = mid_episode(cfg, 9, 6)
     full = por.finish(*copy.deepcopy((env, router)), a)
     assert por.finish(*copy.deepcopy((env, router)), a, 20) == full  # a window of every request is the whole mean
-    assert por.finish(*copy.deepcopy((env, router)), a, 8) != full
+    e, r = copy.deepcopy((env, router))
+    window = por.finish(e, r, a, 8)
+    assert window != full and not e.terminated  # stopped once the window's requests were served ...
+    assert window == por.finish(*copy.deepcopy((env, router)), a, 8, stop_early=False)  # ... at the same price
     out = rollout_labels.reliability(cfg, "least_work_left", 9, 3, 1, horizon=5)
     assert out["decisions"] == 3 and -1.0 <= out["gain_corr"] <= 1.0 and 0.0 <= out["same_pick"] <= 1.0
     with pytest.raises(SystemExit, match="expected >= 1"):
