@@ -31,9 +31,12 @@ import torch
 from experiments.studies.rollout_headroom import label_of
 from experiments.studies.rollout_labels import OBSERVATION, TESTBED, label_env
 from experiments.studies.validation import check_validation_seeds, seed_drawn
-from llmsim.agents.checkpoint import save_checkpoint
+from llmsim.agents.accounting import request_latencies
+from llmsim.agents.checkpoint import CheckpointPolicy, save_checkpoint
+from llmsim.agents.env_setup import make_env
 from llmsim.agents.episodes import evaluate
 from llmsim.agents.nets import SPILL_GUIDE, SetQNetwork, Spill
+from llmsim.agents.policy import run_episode
 from llmsim.agents.suite_config import load_suite_file
 
 N_MAX = int(OBSERVATION["n_max"])
@@ -195,6 +198,23 @@ def validate(ckpts: dict[float, Path], scenarios: list[str], seeds: list[int], r
     return rows
 
 
+def by_arrival(ckpts: dict[float, Path], scenario: str, seeds: list[int], requests: int,
+               parts: int) -> list[dict[str, Any]]:
+    """Each checkpoint's mean E2E (s, every request counted) over each of ``parts`` equal slices of the episode's
+    requests in arrival order: which requests a policy's choices help and which they make pay later."""
+    env_cfg = {**seed_drawn(TESTBED, [scenario], requests)[scenario], "observation": dict(OBSERVATION)}
+    rows = []
+    for m, path in ckpts.items():
+        for seed in seeds:
+            env = make_env(env_cfg)
+            run_episode(CheckpointPolicy(path), env, seed, seed)
+            e2e = request_latencies(env.episode_requests, env.driver.drops, float(env.driver.now))["e2e"]
+            rows.append({"margin": m, "scenario": scenario, "seed": seed, "mean_s": float(e2e.mean()),
+                         "slices_s": [float(x.mean()) for x in np.array_split(e2e, parts)]})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.rollout_distill",
                                  description=__doc__.split("\n")[0])
@@ -215,6 +235,9 @@ def main(argv: list[str] | None = None) -> None:
                          "range on each side): outside it the guide decides")
     ap.add_argument("--explain", action="store_true", help="instead of fitting: where in the episode the teacher "
                     "departs from its base (per quarter of the labelled decisions)")
+    ap.add_argument("--by-arrival", type=int, default=0, metavar="PARTS",
+                    help="with --checkpoints: each one's mean E2E per PARTS slices of the requests in arrival order "
+                         "(the first of --scenarios)")
     ap.add_argument("--checkpoints", type=Path, default=None,
                     help="instead of fitting: validate the margin_<m> checkpoints of this directory (--out holds "
                          "the result)")
@@ -225,6 +248,9 @@ def main(argv: list[str] | None = None) -> None:
                          f">= 1 / a finite share >= 0")
     if a.checkpoints is not None:
         ckpts = {float(p.name.split("_", 1)[1]): p for p in sorted(a.checkpoints.glob("margin_*"))}
+        if a.by_arrival > 0:
+            by_arrival(ckpts, a.scenarios[0], a.seeds, a.requests, a.by_arrival)
+            return
         rows = validate(ckpts, a.scenarios, a.seeds, a.requests, a.jobs, a.heuristics_cache)
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / f"validation_{a.requests}.json").write_text(json.dumps({"rows": rows}, indent=1))

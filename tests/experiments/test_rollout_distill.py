@@ -116,12 +116,17 @@ def test_the_distillation_command_reports_held_out_folds_and_each_margin_against
     cache = tmp_path / "heuristics.json"
     rollout_distill.main(["--labels", str(tmp_path / "labels"), "--out", str(tmp_path / "net"), "--steps", "20",
                           "--folds", "2", "--margins", "0", "1000", "--scenarios", "training", "--seeds", "1000",
-                          "--requests", "12", "--jobs", "1", "--heuristics-cache", str(cache)])
+                          "--requests", "12", "--jobs", "1", "--heuristics-cache", str(cache), "--seen-slack", "0.1"])
     out = json.loads((tmp_path / "net" / "validation_12.json").read_text())
+    assert out["fit"]["seen_slack"] == 0.1 and load_q_net(tmp_path / "net" / "margin_0").seen is not None
+    # per slice of the requests in arrival order: equal slices average to the episode's mean
+    slices = rollout_distill.by_arrival({0.0: tmp_path / "net" / "margin_0"}, "training", [1000], 12, 3)[0]
+    assert len(slices["slices_s"]) == 3 and np.mean(slices["slices_s"]) == pytest.approx(slices["mean_s"])
     assert [f["episode"] for f in out["fit"]["held_out"]["folds"]] == [1, 2]
     row = out["rows"][0]
     assert row["scenario"] == "training" and set(json.loads(cache.read_text())) == {"training|12|1000"}
     assert {"margin_0", "margin_1000"} <= set(row) and len(row["margin_0"]["per_seed"]) == 1
+    assert 0.0 <= row["margin_0"]["unseen_share"] <= 1.0
     with pytest.raises(SystemExit, match="validation seeds only"):
         rollout_distill.main(["--labels", str(tmp_path), "--out", str(tmp_path), "--seeds", "2000"])
     data = rollout_distill.load_labels(tmp_path / "labels")
