@@ -215,7 +215,7 @@ def by_arrival(ckpts: dict[float, Path], scenario: str, seeds: list[int], reques
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.rollout_distill",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--labels", type=Path, required=True)
@@ -241,7 +241,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--checkpoints", type=Path, default=None,
                     help="instead of fitting: validate the margin_<m> checkpoints of this directory (--out holds "
                          "the result)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parser().parse_args(argv)
     check_validation_seeds(a.seeds)
     if a.folds < 0 or a.steps < 1 or (a.seen_slack is not None and not 0.0 <= a.seen_slack < float("inf")):
         raise SystemExit(f"--folds {a.folds} / --steps {a.steps} / --seen-slack {a.seen_slack}: expected >= 0 / "
