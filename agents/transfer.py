@@ -45,7 +45,8 @@ class DecisionCounts:
 
     actions: Counter = field(default_factory=Counter)
     waits: int = 0
-    guide_fallbacks: int = 0  # the margin made the guide's action win over the network's own argmax
+    guide_fallbacks: int = 0  # the margin (or the seen range) made the guide's action win over the network's own
+    unseen: int = 0  # the state was outside the network's seen range, so its guide decided (agents/seen_range.py)
     timeouts: int = 0
     requests: int = 0
 
@@ -56,7 +57,7 @@ class DecisionCounts:
     def shares(self) -> dict[str, float]:
         n = max(1, self.decisions)
         return {"most_frequent_action_share": max(self.actions.values(), default=0) / n, "wait_share": self.waits / n,
-                "guide_fallback_share": self.guide_fallbacks / n,
+                "guide_fallback_share": self.guide_fallbacks / n, "unseen_share": self.unseen / n,
                 "timeout_share": self.timeouts / max(1, self.requests)}
 
 
@@ -78,7 +79,10 @@ class WatchedPolicy:
             c = self.counts
             c.actions[a] += 1
             c.waits += a == env.wait_action
-            if isinstance(self.net, SetQNetwork | GuidedQNetwork) and float(self.net.fallback_margin) > 0:
+            gated = isinstance(self.net, SetQNetwork) and self.net.seen is not None
+            if gated:
+                c.unseen += int(self.net.unseen(x).item())
+            if isinstance(self.net, SetQNetwork | GuidedQNetwork) and (float(self.net.fallback_margin) > 0 or gated):
                 own = int(masked_argmax(q_values(self.net, x), m).item())
                 guide = int(self.net.guides(x.numpy())[0]) if isinstance(self.net, GuidedQNetwork) \
                     else int(guide_slots(x.numpy(), self.net.guide, self.net.spill)[0])

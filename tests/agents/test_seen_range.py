@@ -14,7 +14,7 @@ from llmsim.agents.checkpoint import load_q_net, save_checkpoint  # noqa: E402
 from llmsim.agents.episodes import evaluate  # noqa: E402
 from llmsim.agents.export import onnx_inputs, write_onnx  # noqa: E402
 from llmsim.agents.nets import SPILL_GUIDE, SetQNetwork, SlotAdapter, guide_slots, masked_argmax  # noqa: E402
-from llmsim.agents.transfer import ObservationGuide  # noqa: E402
+from llmsim.agents.transfer import ObservationGuide, WatchedPolicy, watch_episodes  # noqa: E402
 from llmsim.envs.observations.instance_set import layout_size  # noqa: E402
 from llmsim.envs.randomize import SlotEnv  # noqa: E402
 from llmsim.envs.testbeds import make_from_config  # noqa: E402
@@ -82,6 +82,20 @@ def test_outside_the_states_it_was_fitted_on_the_network_takes_its_guides_action
         net.fit_seen_range(x_light, slack=-1.0)
     with pytest.raises(ValueError, match="without a seen range"):
         plain.fit_seen_range(x_light)
+
+
+@pytest.mark.timeout(120)
+def test_a_watched_policy_counts_the_decisions_its_range_handed_to_the_guide() -> None:
+    net, plain = twin_nets()
+    net.fit_seen_range(torch.as_tensor(states(5.0, 3)[0]), slack=0.0)
+    env = SlotEnv(ENV, scenarios=[{"num_instances": 4, "rate": 40.0}])
+    gated, ungated = WatchedPolicy(net), WatchedPolicy(plain)
+    watch_episodes(gated, env, [1000])
+    watch_episodes(ungated, env, [1000])
+    shares = gated.counts.shares()
+    # at margin 0 only the range turns the network's own choice into the guide's
+    assert gated.counts.unseen > 20 and 0.0 < shares["guide_fallback_share"] <= shares["unseen_share"]
+    assert ungated.counts.unseen == 0 and ungated.counts.shares()["unseen_share"] == 0.0
 
 
 def checkpoint(net: SetQNetwork, path: Path) -> Path:
