@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from llmsim.agents.seen_range import UNSEEN_BONUS, SeenRange
+from llmsim.agents.seen_range import SeenRange
 from llmsim.envs.observations.instance_set import (
     GLOBAL_FEATURE_NAMES,
     GUIDE_COLUMNS,
@@ -315,8 +315,9 @@ class SetQNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         guide = self.guide_onehot(obs)
         q = self.q_values(obs) + self.fallback_margin * guide
-        if self.seen is not None:
-            q = q + UNSEEN_BONUS * self.seen.outside(*self.split(obs)).unsqueeze(1) * guide
+        if self.seen is not None:  # outside the seen range with a request to place: the guide's choice alone
+            outside = (self.seen.outside(*self.split(obs)) * obs[:, 0]).unsqueeze(1)
+            q = q * (1.0 - outside) + outside * guide
         return q - NO_HOLD_PENALTY * self.no_hold * obs[:, :1] * self.wait_slot  # obs[:, 0]: a request is pending
 
 

@@ -4,6 +4,8 @@ A network fitted on short episodes meets, in a long one, queues longer than any 
 extrapolation, and nothing warns. A set network with a seen range (``SetQNetwork(seen_range=True)``) takes its
 guide's action wherever a decision's observation leaves the range, so outside what it learned it is its guide,
 not worse; the range is a pair of buffers, so a checkpoint and its ONNX export (the live router) carry the gate.
+There the network's scores are the guide's one-hot choice (no large constant, so the export's scores stay within
+its float32 self-check of the checkpoint's).
 """
 
 from __future__ import annotations
@@ -12,9 +14,6 @@ import math
 
 import torch
 from torch import nn
-
-# added to the guide's slot outside the range: larger than any Q-value or fallback margin
-UNSEEN_BONUS = 1e6
 
 
 class SeenRange(nn.Module):
