@@ -38,9 +38,11 @@ TABLE_COLUMNS: tuple[tuple[str, str, float, int], ...] = (
     ("dropped", "dropped", 1.0, 1),
     ("cut_off", "cut off", 1.0, 1),
     ("timeouts", "timeouts", 1.0, 1),
+    ("unseen_decisions", "guide decided (unseen)", 1.0, 1),
     ("preempted_frac", "preempted", 1.0, 3),
 )
-OPTIONAL = ("slo_attainment", "avg_qos", "utility", "latency_per_token_ms", "within_l", "cut_off", "timeouts")
+OPTIONAL = ("slo_attainment", "avg_qos", "utility", "latency_per_token_ms", "within_l", "cut_off", "timeouts",
+            "unseen_decisions")
 NOT_SUMMARISED = ("policy", "seed", "episode", "workload_seed", "workload_digest", "truncated")
 
 
@@ -125,6 +127,9 @@ def markdown(summary: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> s
         notes.append(split_note(seeds) + ".")
     if not any(e["policy"] == ref for e in summary):
         notes.append(f"The reference {ref!r} was not evaluated: no gains.")
+    if any(e.get("unseen_decisions_mean") is not None for e in summary):
+        notes.append("guide decided (unseen): decisions per episode outside the states a network with a seen range "
+                     "was fitted on, where its guide heuristic decided (agents/seen_range.py).")
     cut = sum(int(e.get("truncated", 0)) for e in summary)
     if cut:
         notes.append(f"{cut} episode(s) hit the env's time limit (unfinished requests count as dropped, and as "

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from llmsim.agents.checkpoint import load_q_net, save_checkpoint  # noqa: E402
 from llmsim.agents.episodes import evaluate  # noqa: E402
+from llmsim.agents.evaluate_report import markdown, summarise  # noqa: E402
 from llmsim.agents.export import onnx_inputs, write_onnx  # noqa: E402
 from llmsim.agents.nets import SPILL_GUIDE, SetQNetwork, SlotAdapter, guide_slots, masked_argmax  # noqa: E402
 from llmsim.agents.transfer import ObservationGuide, WatchedPolicy, watch_episodes  # noqa: E402
@@ -120,6 +121,9 @@ def test_the_range_is_saved_with_the_checkpoint_and_each_episode_counts_where_it
                     seeds=[1000])
     assert 20 < rows[0]["unseen_decisions"] <= 120
     assert "unseen_decisions" not in rows[1] and "unseen_decisions" not in rows[2]
+    table = markdown(summarise(rows), {"seeds": [1000]})  # llmsim-evaluate's table shows the count, and says what
+    assert "guide decided (unseen)" in table and "outside the states" in table
+    assert "unseen" not in markdown(summarise(rows[1:]), {"seeds": [1000]})
     net.fit_seen_range(torch.as_tensor(states(40.0, 1000)[0]), slack=1.0)  # a range that holds that episode
     rows = evaluate(env, [{"checkpoint": str(checkpoint(net, tmp_path / "wide"))}], seeds=[1000])
     assert rows[0]["unseen_decisions"] == 0
