@@ -34,8 +34,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from experiments.bench.fault_load import closed_loop, paired_latencies, tally
-from experiments.harness.timing import print_json
+from experiments.harness.timing import print_json, process_cpu_s
 
+OVERHEAD_WARMUP = 20  # probe pairs sent before the kept ones
 START_S = 60.0  # a process that has not announced its URL by then failed to start
 URL_LINE = re.compile(r"on (http://[\w.:\[\]]+)")
 ROUTER_COUNTERS = ("llmsim_router_requests_total", "llmsim_router_retries_total", "llmsim_router_ejections_total",
@@ -143,7 +144,12 @@ async def run_load(args: argparse.Namespace, router: Proc, backends: list[Proc])
     """The overhead probe, then the load with its faults; the tally of the answers and the router's counters."""
     res: dict = {}
     if args.overhead_pairs:
-        via, direct = await paired_latencies(router.url, backends[0].url, "bench-b0", args.overhead_pairs)
+        cpu0 = process_cpu_s(router.popen.pid)
+        via, direct = await paired_latencies(router.url, backends[0].url, "bench-b0", args.overhead_pairs,
+                                             warmup=OVERHEAD_WARMUP)
+        cpu1 = process_cpu_s(router.popen.pid)
+        if cpu0 is not None and cpu1 is not None:  # its health checks and scrapes meanwhile included
+            res["router_cpu_ms_per_request"] = round((cpu1 - cpu0) / (args.overhead_pairs + OVERHEAD_WARMUP) * 1e3, 3)
         for q in (50, 99):
             res[f"overhead_p{q}_ms"] = round(float(np.percentile(via, q) - np.percentile(direct, q)) * 1e3, 3)
             res[f"router_p{q}_ms"] = round(float(np.percentile(via, q)) * 1e3, 3)
@@ -178,6 +184,9 @@ def report(args: argparse.Namespace, res: dict) -> None:
         print(f"  router overhead p50 {res['overhead_p50_ms']} ms, p99 {res['overhead_p99_ms']} ms at concurrency 1 "
               f"(router p50 {res['router_p50_ms']} / p99 {res['router_p99_ms']} ms, direct "
               f"{res['direct_p50_ms']} / {res['direct_p99_ms']} ms, {args.overhead_pairs} pairs)")
+        if "router_cpu_ms_per_request" in res:
+            print(f"  router CPU      {res['router_cpu_ms_per_request']} ms per request at concurrency 1 (its health "
+                  "checks and scrapes meanwhile included)")
     print(f"  router counters {res['router']}")
 
 

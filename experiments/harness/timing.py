@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,3 +28,14 @@ def timed(fn: Callable[[], Any], iters: int, warmup: int = 5) -> tuple[float, fl
 def print_json(row: Any) -> None:
     """One JSON value on its own line of stdout, flushed (a benchmark's machine-readable output)."""
     print(json.dumps(row), flush=True)
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of another process so far (Linux's /proc), None where that cannot be read: a
+    server's CPU per request is steadier than its latency on a shared machine."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

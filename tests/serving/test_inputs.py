@@ -55,14 +55,8 @@ def fake_vllm() -> Starlette:
 @pytest.fixture
 def client(monkeypatch):
     """The router app (TestClient) whose backend calls go to :func:`fake_vllm` in-process."""
-    real = httpx.AsyncClient
     backend = fake_vllm()
-
-    def in_process(**kw) -> httpx.AsyncClient:
-        kw.pop("limits", None)
-        return real(transport=httpx.ASGITransport(app=backend), **kw)
-
-    monkeypatch.setattr(httpx, "AsyncClient", in_process)
+    monkeypatch.setattr(httpx, "AsyncHTTPTransport", lambda **kw: httpx.ASGITransport(app=backend))
     cfg = parse_config({"backends": [{"name": "b0", "url": "http://b0.test:8000"}], "policy": {"heuristic": "jsq"}})
     with TestClient(create_app(cfg)) as c:
         assert c.get("/health").json()["healthy"] == ["b0"]

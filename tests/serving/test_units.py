@@ -13,7 +13,7 @@ from llmsim.schema import Schema  # noqa: E402
 from llmsim.serving.config import PolicyConfig, RouterConfig, load_config, parse_config  # noqa: E402
 from llmsim.serving.decider import Decider  # noqa: E402
 from llmsim.serving.inbound import BadRequest, check_request, parse_json  # noqa: E402
-from llmsim.serving.scrape import MetricsParseError, parse_metrics, parse_models  # noqa: E402
+from llmsim.serving.scrape import MetricsParseError, parse_metrics, parse_models, samples_read  # noqa: E402
 from llmsim.serving.tracker import Backend, Flight, cluster_state  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -91,6 +91,23 @@ def test_vllm_metrics_are_read_in_both_spellings() -> None:
         parse_metrics("vllm:num_requests_running{ 3\n")
     assert parse_models({"data": [{"id": "llama", "max_model_len": 8192}]}) == ("llama", 8192)
     assert parse_models({"data": []}) == (None, None) and parse_models("x") == (None, None)
+
+
+def test_only_the_samples_read_are_parsed_and_a_page_that_is_no_exposition_is_refused() -> None:
+    """The router parses only the samples it reads (a vLLM exposition's buckets are most of it): the numbers are those
+    of parsing the whole text, with a thousand more unread lines around them; a page that is not an exposition is a
+    MetricsParseError naming its line (a scrape failure), as before."""
+    buckets = "".join(f'vllm:e2e_request_latency_seconds_bucket{{le="{k}.0",model_name="m"}} {k}\n'
+                      for k in range(1000))
+    padded = "# TYPE vllm:e2e_request_latency_seconds histogram\n" + buckets + VLLM_V1 + 'process_open_fds 12.0\n'
+    assert parse_metrics(padded) == parse_metrics(VLLM_V1)
+    assert samples_read(padded) == samples_read(VLLM_V1) and "bucket" not in samples_read(padded)
+    spaced = VLLM_V1.replace("\n", "\n\n") + 'odd{path="a}b",x="y z"} +Inf 1700000000000\n'
+    assert parse_metrics(spaced) == parse_metrics(VLLM_V1)
+    for page, line in (("<html><body>Not found</body></html>\n", 1), ('{"detail":"Not Found"}', 1),
+                       (VLLM_V1 + "hello world\n", VLLM_V1.count("\n") + 1)):
+        with pytest.raises(MetricsParseError, match=f"line {line} is not a sample"):
+            parse_metrics(page)
 
 
 def test_state_dead_reckons_between_scrapes() -> None:

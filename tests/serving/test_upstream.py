@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 
 import pytest
 
@@ -14,7 +15,7 @@ pytest.importorskip("fastapi", reason="the serving extra is not installed: pip i
 import httpx  # noqa: E402
 import uvicorn  # noqa: E402
 
-from llmsim.emulator.server_thread import ReadLimits  # noqa: E402
+from llmsim.emulator.server_thread import ReadLimits, ServerThread  # noqa: E402
 from llmsim.serving.config import Limits, parse_config  # noqa: E402
 from llmsim.serving.gateway import Interrupt  # noqa: E402
 from llmsim.serving.metrics import RouterMetrics  # noqa: E402
@@ -30,7 +31,7 @@ def upstream(transport: httpx.MockTransport | None = None) -> tuple[Upstream, Ba
     cfg = parse_config(CFG)
     up = Upstream(cfg, RouterMetrics(["b0"]))
     if transport is not None:
-        up.client = httpx.AsyncClient(transport=transport)
+        up.open(8, transport)
     return up, Backend(0, cfg.backends[0], up=True)
 
 
@@ -100,6 +101,23 @@ def test_a_pooled_connection_closed_under_a_request_is_retried_once_on_another()
     assert up.metrics.resends.labels(b.name)._value.get() == 1
 
 
+def test_a_cookie_set_by_a_backend_is_not_sent_with_later_requests() -> None:
+    """The router's client is shared by all its clients: a backend's Set-Cookie must not ride along on the next
+    client's request (the router keeps no cookie jar)."""
+    cookies: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        cookies.append(request.headers.get("cookie"))
+        return httpx.Response(200, json={"usage": {"completion_tokens": 1}},
+                              headers={"set-cookie": "session=client-a; Path=/"})
+
+    up, b = upstream(httpx.MockTransport(handler))
+    for rid in (1, 2):
+        resp = asyncio.run(up.whole(b, Flight(rid, 10, 8.0, None, 0.0), b"{}", "/v1/completions"))
+        assert resp.status_code == 200
+    assert cookies == [None, None] and len(up.client.cookies) == 0
+
+
 def test_a_new_connection_that_fails_is_not_resent() -> None:
     """Only a reused connection can be the keep-alive race; a new one's backend may have read (and served) the
     request, so sending it again could serve it twice: it fails, and the gateway decides."""
@@ -158,3 +176,47 @@ def test_idle_connections_are_closed_by_the_side_that_reuses_them_first() -> Non
     up, _ = upstream()
     up.open(8)
     assert up.limits.keepalive_expiry == UPSTREAM_IDLE_S
+
+
+
+async def ok_app(scope: dict, receive, send) -> None:
+    """The smallest ASGI app: 200 and ``{}`` for any HTTP request."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+    elif scope["type"] == "http":
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+
+class SearchRecorder:
+    """A meta-path finder that only records which modules an import statement had to search for."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        self.names.append(name)
+
+
+def test_a_request_to_a_backend_searches_for_no_module() -> None:
+    """httpcore asks which async library runs (``import sniffio``) on every request and again when the response is
+    closed; with sniffio missing, each of those imports fails after a search of sys.path (about a millisecond of the
+    router's overhead per request, docs/serving.md). The serve extra installs it: after the first request, nothing
+    is searched for."""
+    recorder = SearchRecorder()
+
+    async def requests(url: str) -> None:
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(url + "/")).status_code == 200  # lazy imports of a first request happen here
+            sys.meta_path.insert(0, recorder)  # type: ignore[arg-type]
+            try:
+                for _ in range(3):
+                    assert (await client.get(url + "/")).status_code == 200
+            finally:
+                sys.meta_path.remove(recorder)  # type: ignore[arg-type]
+
+    with ServerThread(ok_app, name="ok").start() as server:
+        asyncio.run(requests(server.url))
+    assert recorder.names == [], f"searched for on every request: {sorted(set(recorder.names))}"
