@@ -312,6 +312,11 @@ class SetQNetwork(nn.Module):
             return torch.zeros_like(obs[:, 0])
         return self.seen.outside(*self.split(obs))
 
+    def own_scores(self, obs: torch.Tensor) -> torch.Tensor:
+        """The scores of the network's own choice: its Q-values under its no-hold rule, without the guide's margin
+        and the seen range (what it would decide without its guide; counting fallbacks compares with this)."""
+        return self.q_values(obs) - NO_HOLD_PENALTY * self.no_hold * obs[:, :1] * self.wait_slot
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         guide = self.guide_onehot(obs)
         q = self.q_values(obs) + self.fallback_margin * guide

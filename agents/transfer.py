@@ -83,7 +83,8 @@ class WatchedPolicy:
             if gated:
                 c.unseen += int(self.net.unseen(x).item())
             if isinstance(self.net, SetQNetwork | GuidedQNetwork) and (float(self.net.fallback_margin) > 0 or gated):
-                own = int(masked_argmax(q_values(self.net, x), m).item())
+                own_q = self.net.own_scores(x) if isinstance(self.net, SetQNetwork) else q_values(self.net, x)
+                own = int(masked_argmax(own_q, m).item())  # (a no-hold network's own choice never waits)
                 guide = int(self.net.guides(x.numpy())[0]) if isinstance(self.net, GuidedQNetwork) \
                     else int(guide_slots(x.numpy(), self.net.guide, self.net.spill)[0])
                 c.guide_fallbacks += own != a and a == guide

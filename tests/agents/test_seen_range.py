@@ -99,6 +99,23 @@ def test_a_watched_policy_counts_the_decisions_its_range_handed_to_the_guide() -
     assert ungated.counts.unseen == 0 and ungated.counts.shares()["unseen_share"] == 0.0
 
 
+@pytest.mark.timeout(120)
+def test_a_no_hold_network_that_prefers_to_wait_is_not_counted_as_falling_back() -> None:
+    """A network that does not hold places a pending request on its best instance even where its Q-values favour
+    waiting: that is its own choice, not its guide's, also where the two agree (the count once compared the guide
+    with the plain argmax, which waits)."""
+    net, _ = twin_nets()
+    with torch.no_grad():
+        net.cluster_head[-1].bias[1] += 1000.0  # A_wait: waiting is every state's plain argmax
+    net.fit_seen_range(torch.as_tensor(states(40.0, 4)[0]), slack=1000.0)  # a range that never fires
+    env = SlotEnv(ENV, scenarios=[{"num_instances": 4, "rate": 40.0}])
+    watched = WatchedPolicy(net)
+    watch_episodes(watched, env, [1000])
+    c = watched.counts
+    assert c.decisions > 50 and c.waits == 0 and c.unseen == 0
+    assert c.guide_fallbacks == 0
+
+
 def checkpoint(net: SetQNetwork, path: Path) -> Path:
     obs = {"kind": "instance_set", "shape": [net.obs_dim], "state_layout_version": 1}
     actions = {"n": N_MAX + 2, "kind": "instance_wait", "choices": N_MAX, "wait": N_MAX, "drop": N_MAX + 1}
