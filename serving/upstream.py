@@ -83,17 +83,18 @@ class Upstream:
     def open(self, connections: int, transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
         """The shared connection pool and a client on it for the monitor: ``connections`` at most, idle ones kept
         ``UPSTREAM_IDLE_S``, no cookie jar (:class:`NoCookies`), no proxy from the environment (backends are
-        addressed as configured); ``transport`` replaces the network (tests). Requests go to the pool's transport
+        addressed as configured; a CA bundle in ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` still counts for https
+        backends); ``transport`` replaces the network (tests). Requests go to the pool's transport
         directly (:meth:`send`): the client's layer (default headers, auth, redirects, cookies, event hooks) did
         nothing for them and cost about a fifth of the router's CPU per request."""
         t = self.cfg.timeouts
         self.limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections,
                                    keepalive_expiry=UPSTREAM_IDLE_S)
-        self.transport = transport or httpx.AsyncHTTPTransport(limits=self.limits, trust_env=False)
+        self.transport = transport or httpx.AsyncHTTPTransport(limits=self.limits)
         timeout = httpx.Timeout(t.request_s, connect=t.connect_s)
         self.timeout = timeout.as_dict()
-        self.client = httpx.AsyncClient(timeout=timeout, cookies=NoCookies(), transport=self.transport,
-                                        trust_env=False)
+        # (a client given its transport mounts no proxy from the environment, whatever trust_env says)
+        self.client = httpx.AsyncClient(timeout=timeout, cookies=NoCookies(), transport=self.transport)
         return self.client
 
     async def close(self) -> None:

@@ -220,3 +220,24 @@ def test_a_request_to_a_backend_searches_for_no_module() -> None:
     with ServerThread(ok_app, name="ok").start() as server:
         asyncio.run(requests(server.url))
     assert recorder.names == [], f"searched for on every request: {sorted(set(recorder.names))}"
+
+
+def test_backends_are_reached_without_a_proxy_from_the_environment(monkeypatch) -> None:
+    """HTTP_PROXY / HTTPS_PROXY in the router's environment do not divert backend traffic: requests and the monitor's
+    checks both reach the pool's transport (here a mock; a proxy would have been a connection to proxy.test)."""
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.test:3128")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.test:3128")
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(200, json={"usage": {"completion_tokens": 1}})
+
+    up, b = upstream(httpx.MockTransport(handler))
+
+    async def both() -> None:
+        assert (await up.whole(b, Flight(1, 10, 8.0, None, 0.0), b"{}", "/v1/completions")).status_code == 200
+        assert (await up.client.get("http://backend.test/health")).status_code == 200
+
+    asyncio.run(both())
+    assert seen == ["http://backend.test/v1/completions", "http://backend.test/health"]
