@@ -33,6 +33,8 @@ from llmsim.serving.tracker import Backend, Flight
 
 UPSTREAM_IDLE_S = 2.0  # pooled connections idle longer are closed by the router, never by the backend (5 s)
 STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+# an answer that broke off, or whose body does not decode as its Content-Encoding says: the backend's failure
+BROKEN_ANSWER = (httpx.TransportError, httpx.StreamError, httpx.DecodingError)
 
 
 class NoCookies(CookieJar):
@@ -143,7 +145,7 @@ class Upstream:
             content = await resp.aread()
         except httpx.TimeoutException as e:
             raise self.timed_out(b, e) from None
-        except (httpx.TransportError, httpx.StreamError) as e:
+        except BROKEN_ANSWER as e:
             raise BackendFailed(b, f"answer cut ({type(e).__name__}: {e})") from None
         finally:
             await close_quietly(resp)
@@ -183,7 +185,7 @@ class Upstream:
                 while not head[-1].startswith("data:"):
                     head.append(await anext(lines))
                 return resp, lines, head
-        except (TimeoutError, StopAsyncIteration, httpx.TransportError, httpx.StreamError) as e:
+        except (TimeoutError, StopAsyncIteration, *BROKEN_ANSWER) as e:
             await close_quietly(resp)
             raise BackendFailed(b, f"stream ended before its first token ({type(e).__name__})") from None
         except BaseException:  # cancelled (the client left, the backend was ejected): the stream is closed
@@ -226,7 +228,7 @@ class Upstream:
             self.metrics.stream_errors.labels(b.name).inc()
             yield error_event(f"backend {b.name!r} stalled: no token for {stall:g} s after {flight.generated} "
                               "tokens; the answer is incomplete", 504)
-        except (httpx.TransportError, httpx.StreamError) as e:
+        except BROKEN_ANSWER as e:
             reason = None
             self.metrics.stream_errors.labels(b.name).inc()
             yield error_event(f"backend {b.name!r} failed after {flight.generated} tokens ({type(e).__name__}); "

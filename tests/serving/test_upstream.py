@@ -241,3 +241,16 @@ def test_backends_are_reached_without_a_proxy_from_the_environment(monkeypatch) 
 
     asyncio.run(both())
     assert seen == ["http://backend.test/v1/completions", "http://backend.test/health"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_that_does_not_decode_is_the_backends_failure(stream: bool) -> None:
+    """A body that is not what its Content-Encoding says (here "gzip" over plain bytes) is a backend failure (retried
+    elsewhere, a 502 at worst), never an error that escapes the router as an HTTP 500."""
+    body = httpx.ByteStream(b"data: not gzip\n\n")  # (a stream: content= would be decoded when the mock builds it)
+    up, b = upstream(httpx.MockTransport(lambda r: httpx.Response(200, stream=body,
+                                                                  headers={"content-encoding": "gzip"})))
+    flight = Flight(1, 10, 8.0, None, 0.0)
+    call = up.first_token(b, b"{}", "/v1/completions") if stream else up.whole(b, flight, b"{}", "/v1/completions")
+    with pytest.raises(BackendFailed, match="DecodingError"):
+        asyncio.run(call)
