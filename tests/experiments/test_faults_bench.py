@@ -50,3 +50,5 @@ def test_a_small_run_with_a_killed_backend_ends_every_request_cleanly() -> None:
     assert row["requests"] == 60 and row["completed"] + row["clean_errors"] == 60, row
     assert row["unclean_errors"] == row["hung"] == row["served_twice"] == 0, row
     assert row["router"]["ejections"] >= 1 and "overhead_p50_ms" in row and "fault_after_s" in row
+    if sys.platform.startswith("linux"):  # the router's CPU is read from /proc
+        assert row["router_cpu_ms_per_request"] > 0, row
