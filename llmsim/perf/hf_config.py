@@ -12,6 +12,7 @@ a Hugging Face id in the local hub cache (:func:`hub_cache_config`).
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ LATENT_ATTENTION_KEYS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 ENCODER_DECODER_TYPES = ("t5", "mt5", "bart", "mbart", "whisper", "pegasus", "marian", "encoder-decoder")
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 2, "fp16": 2, "bf16": 2, "float8": 1, "int8": 1}
+LAYER_KEYS = ("num_hidden_layers", "n_layers", "num_layers", "n_layer")
 SUPPORTED = f"dense: {', '.join(DENSE_TYPES)}; mixture-of-experts: {', '.join(MOE_TYPES)}"
 
 
@@ -50,8 +52,9 @@ def read_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
         p = p / "config.json"
     if not p.is_file():
         raise ConfigError(f"HF config {p}: no such file")
+    text = read_text_file(p)  # its own one line: missing, unreadable or not UTF-8
     try:
-        cfg = json.loads(read_text_file(p))
+        cfg = json.loads(text)
     except ValueError as e:
         raise ConfigError(f"HF config {p}: not JSON ({e})") from None
     if not isinstance(cfg, dict):
@@ -72,19 +75,33 @@ class HFConfig:
     def has(self, key: str) -> bool:
         return self.cfg.get(key) is not None
 
-    def num(self, *keys: str, default: float | None = None) -> float:
-        """The first of ``keys`` present (a positive number), else ``default``, else a refusal naming the keys."""
+    def num(self, *keys: str, default: float | None = None, integer: bool = True) -> Any:
+        """The first of ``keys`` present (a positive finite number; a whole one when ``integer``), else
+        ``default``, else a refusal naming the keys."""
         for k in keys:
             v = self.cfg.get(k)
             if v is None:
                 continue
-            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-                raise ConfigError(f"HF config {self.path}: {k} must be a positive number, got {v!r}")
-            return v
+            return self.checked(k, v, 1, integer)
         if default is None:
             raise ConfigError(f"HF config {self.path}: missing key {' or '.join(keys)} (model_type "
                               f"{self.model_type!r}); cannot model it without")
         return default
+
+    def whole(self, key: str, minimum: int = 0) -> int:
+        """An optional whole number >= ``minimum`` (0 when absent or null), else a refusal naming the key."""
+        v = self.cfg.get(key)
+        return 0 if v is None else int(self.checked(key, v, minimum, True))
+
+    def checked(self, key: str, v: Any, minimum: int, integer: bool) -> Any:
+        """``v`` if it is a finite number >= ``minimum`` (whole when ``integer``: 4096.0 is 4096), else one line."""
+        ok = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v) and v >= minimum
+        if ok and integer and v != int(v):
+            ok = False
+        if not ok:
+            what = ("a positive number" if minimum == 1 else f"a number >= {minimum}") + (" (whole)" if integer else "")
+            raise ConfigError(f"HF config {self.path}: {key} must be {what}, got {v!r}")
+        return int(v) if integer else v
 
 
 def check_modelable(c: HFConfig) -> None:
@@ -98,13 +115,15 @@ def check_modelable(c: HFConfig) -> None:
     if latent and missing:
         raise c.refuse(f"multi-head latent attention without {', '.join(missing)}: its KV cache cannot be sized")
     quant = c.cfg.get("quantization_config")
+    if quant is not None and not isinstance(quant, dict):
+        raise c.refuse(f"quantization_config must be an object with a quant_method, got {quant!r}")
     if isinstance(quant, dict) and str(quant.get("quant_method", "")).lower() != "fp8":
         raise c.refuse(f"quantised weights ({quant.get('quant_method', '?')}) are not modelled; only fp8 is")
     if not c.model_type:
         raise c.refuse("missing key model_type")
     if c.model_type not in DENSE_TYPES and c.model_type not in MOE_TYPES:
         raise c.refuse(f"unknown model_type {c.model_type!r}")
-    if c.model_type in DENSE_TYPES and any((c.cfg.get(k) or 0) > 1 for k in EXPERT_KEYS):
+    if c.model_type in DENSE_TYPES and any(c.whole(k) > 1 for k in EXPERT_KEYS):
         raise c.refuse(f"model_type {c.model_type!r} is dense but the config has experts "
                        f"({', '.join(k for k in EXPERT_KEYS if c.has(k))})")
     if c.cfg.get("mlp_only_layers"):
@@ -114,33 +133,36 @@ def check_modelable(c: HFConfig) -> None:
 def dense_fields(c: HFConfig) -> dict[str, Any]:
     """Attention, MLP, vocabulary and precision: what every decoder has."""
     cfg, mt = c.cfg, c.model_type
-    h = int(c.num("hidden_size", "d_model", "n_embd"))
-    heads = int(c.num("num_attention_heads", "n_heads", "n_head"))
-    kv = int(c.num("num_key_value_heads", "multi_query_group_num", default=heads))
-    if cfg.get("multi_query_attention") is False:
-        kv = heads
+    h = c.num("hidden_size", "d_model", "n_embd")
+    heads = c.num("num_attention_heads", "n_heads", "n_head")
+    kv = heads if cfg.get("multi_query_attention") is False else c.num(
+        "num_key_value_heads", "multi_query_group_num", default=heads)
+    if kv > heads or heads % kv:
+        raise ConfigError(f"HF config {c.path}: num_key_value_heads={kv} must divide num_attention_heads={heads} "
+                          "(each KV head serves a whole group of query heads)")
+    n_layers = c.num(*LAYER_KEYS)
     gated, tied_default = DENSE_TYPES.get(mt, (True, False))
     if mt == "chatglm" and "ffn_hidden_size" in cfg:  # ChatGLM2/3 use a gated (SwiGLU) MLP
         gated = True
     if mt == "mpt":
-        inter = int(cfg.get("expansion_ratio", 4) * h)
+        inter = int(c.num("expansion_ratio", default=4, integer=False) * h)
     else:
-        inter = int(c.num("intermediate_size", "ffn_dim", "ffn_hidden_size", "inner_hidden_size", "n_inner",
+        inter = (c.num("intermediate_size", "ffn_dim", "ffn_hidden_size", "inner_hidden_size", "n_inner",
                           default=4 * h))
     dtype = DTYPE_BYTES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "float16"))), 2)
     kv_dtype = 0
     if isinstance(cfg.get("quantization_config"), dict):
         dtype, kv_dtype = 1, 2  # fp8 weights (check_modelable refused the rest); vLLM caches K / V in 16 bits
-    window, every_layer = window_fields(cfg)
+    window, every_layer = window_fields(c, n_layers)
     return {
-        "n_layers": int(c.num("num_hidden_layers", "n_layers", "num_layers", "n_layer")),
+        "n_layers": n_layers,
         "hidden": h, "n_heads": heads, "n_kv_heads": kv, "intermediate": inter,
-        "vocab": int(c.num("vocab_size", "padded_vocab_size")), "gated_mlp": gated,
-        "head_dim": int(cfg.get("head_dim") or cfg.get("kv_channels") or h // heads), "dtype_bytes": dtype,
+        "vocab": c.num("vocab_size", "padded_vocab_size"), "gated_mlp": gated,
+        "head_dim": c.whole("head_dim") or c.whole("kv_channels") or h // heads, "dtype_bytes": dtype,
         "kv_dtype_bytes": kv_dtype,
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", tied_default)),
-        "max_position": int(c.num("max_position_embeddings", "max_seq_len", "seq_length", "n_positions",
-                                  default=4096)),
+        "max_position": c.num("max_position_embeddings", "max_seq_len", "seq_length", "n_positions",
+                              default=4096),
         "sliding_window": window, "window_every_layer": every_layer,
         "attention_bias": bool(cfg.get("attention_bias", cfg.get("bias", False))),
         "architecture": mt,
@@ -151,55 +173,64 @@ def dense_fields(c: HFConfig) -> dict[str, Any]:
 ALTERNATING_WINDOW_TYPES = ("gemma2", "gemma3", "gemma3_text", "cohere2")
 
 
-def window_fields(cfg: dict[str, Any]) -> tuple[int, bool]:
+def window_fields(c: HFConfig, n_layers: int) -> tuple[int, bool]:
     """(sliding window in tokens, 0 for none; whether every layer uses it). A window on only some layers: a
     ``layer_types`` list with full-attention entries, a ``sliding_window_pattern``, Qwen2's ``max_window_layers``
-    above 0, or a family that alternates (Gemma-2/3, Cohere-2)."""
-    window = 0 if cfg.get("use_sliding_window") is False else int(cfg.get("sliding_window") or 0)
+    above 0, or a family that alternates (Gemma-2/3, Cohere-2). A window no layer uses is none."""
+    cfg = c.cfg
+    window = 0 if cfg.get("use_sliding_window") is False else c.whole("sliding_window")
     if not window:
         return 0, True
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
-        return window, all(t == "sliding_attention" for t in types)
-    alternating = str(cfg.get("model_type", "")).lower() in ALTERNATING_WINDOW_TYPES
-    if alternating or int(cfg.get("sliding_window_pattern") or 1) > 1:
+        windowed = sum(t == "sliding_attention" for t in types)
+        return (window, windowed == len(types)) if windowed else (0, True)
+    alternating = c.model_type in ALTERNATING_WINDOW_TYPES
+    if alternating or c.whole("sliding_window_pattern") > 1:
         return window, False
-    max_window = cfg.get("max_window_layers")
-    if cfg.get("use_sliding_window") and isinstance(max_window, int):
-        return window, max_window == 0  # (Qwen2: the layers from max_window_layers on use the window)
+    if cfg.get("use_sliding_window") and cfg.get("max_window_layers") is not None:
+        max_window = c.whole("max_window_layers")  # (Qwen2: the layers from max_window_layers on use the window)
+        return (window, max_window == 0) if max_window < n_layers else (0, True)
     return window, True
 
 
 def moe_fields(c: HFConfig) -> dict[str, Any]:
-    """Experts, top-k, expert width, shared experts and the dense-layer pattern of a MoE family."""
+    """Experts, top-k, expert width, shared experts and the dense-layer pattern of a MoE family; a pattern that
+    leaves no MoE layer is refused (it would be a dense model under a MoE name)."""
     experts_key, topk_key, width_key = MOE_TYPES[c.model_type]
     out: dict[str, Any] = {
-        "n_experts": int(c.num(experts_key)),
-        "experts_per_token": int(c.num(topk_key)),
-        "moe_intermediate": int(c.num(width_key)),
+        "n_experts": c.num(experts_key),
+        "experts_per_token": c.num(topk_key),
+        "moe_intermediate": c.num(width_key),
         "gated_mlp": True,
     }
     if out["experts_per_token"] > out["n_experts"]:
         raise ConfigError(f"HF config {c.path}: {topk_key}={out['experts_per_token']} exceeds "
                           f"{experts_key}={out['n_experts']}")
     if c.model_type == "qwen2_moe":
-        out["shared_intermediate"] = int(c.num("shared_expert_intermediate_size", default=0) or 0)
+        out["shared_intermediate"] = c.whole("shared_expert_intermediate_size")
+    first = 0
     if c.model_type in DEEPSEEK_TYPES:
-        out["n_shared_experts"] = int(c.cfg.get("n_shared_experts") or 0)
-        out["first_dense_layers"] = int(c.cfg.get("first_k_dense_replace") or 0)
-    out["moe_layer_freq"] = int(c.cfg.get("decoder_sparse_step") or c.cfg.get("moe_layer_freq") or 1)
+        out["n_shared_experts"] = c.whole("n_shared_experts")
+        out["first_dense_layers"] = first = c.whole("first_k_dense_replace")
+    freq_key = "decoder_sparse_step" if c.has("decoder_sparse_step") else "moe_layer_freq"
+    out["moe_layer_freq"] = freq = c.whole(freq_key) or 1
+    n_layers = c.num(*LAYER_KEYS)
+    if not any((i + 1) % freq == 0 for i in range(first, n_layers)):
+        raise ConfigError(f"HF config {c.path}: no MoE layer among {n_layers} (first_k_dense_replace={first}, "
+                          f"{freq_key}={freq}); a dense model is not priced as a mixture of experts")
     return out
 
 
 def latent_attention_fields(c: HFConfig) -> dict[str, Any]:
     """Multi-head latent attention's ranks and head sizes (check_modelable made sure they are all there)."""
     return {
-        "kv_lora_rank": int(c.num("kv_lora_rank")),
-        "q_lora_rank": int(c.cfg.get("q_lora_rank") or 0),
-        "head_dim": int(c.num("qk_nope_head_dim")),
-        "qk_rope_head_dim": int(c.num("qk_rope_head_dim")),
-        "v_head_dim": int(c.num("v_head_dim")),
-        "n_kv_heads": int(c.num("num_attention_heads")),
+        "kv_lora_rank": c.num("kv_lora_rank"),
+        "q_lora_rank": c.whole("q_lora_rank"),
+        "head_dim": c.num("qk_nope_head_dim"),
+        "qk_rope_head_dim": c.num("qk_rope_head_dim"),
+        "v_head_dim": c.num("v_head_dim"),
+        "n_kv_heads": c.num("num_attention_heads"),
     }
 
 

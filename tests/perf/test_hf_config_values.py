@@ -1,0 +1,81 @@
+"""A config.json whose values have the wrong type or range is refused in one line naming the file and the key (never
+a raw traceback, never a silent truncation or a negative size); a window that no layer uses is no window."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from llmsim.errors import ConfigError
+from llmsim.perf.models import from_hf_config
+
+BASE = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+        "intermediate_size": 128, "vocab_size": 1000}
+DEEPSEEK = {**BASE, "model_type": "deepseek", "n_routed_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32, "n_shared_experts": 2, "first_k_dense_replace": 1}
+QWEN3_MOE = {**BASE, "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2,
+             "moe_intermediate_size": 32}
+
+
+def write(tmp_path: Path, cfg: dict, name: str = "config.json") -> str:
+    p = tmp_path / name
+    p.write_text(json.dumps(cfg))  # NaN / Infinity are written as JSON's extension, which Python's reader takes
+    return str(p)
+
+
+BAD_VALUES = [
+    ({**BASE, "head_dim": "abc"}, "head_dim"),
+    ({**BASE, "head_dim": -16}, "head_dim"),
+    ({**BASE, "model_type": "mistral", "sliding_window": "big"}, "sliding_window"),
+    ({**BASE, "model_type": "mistral", "sliding_window": -5}, "sliding_window"),
+    ({**BASE, "model_type": "mpt", "expansion_ratio": "four"}, "expansion_ratio"),
+    ({**BASE, "hidden_size": math.nan}, "hidden_size"),
+    ({**BASE, "intermediate_size": math.inf}, "intermediate_size"),
+    ({**BASE, "num_hidden_layers": 2.5}, "num_hidden_layers"),
+    ({**DEEPSEEK, "n_shared_experts": "two"}, "n_shared_experts"),
+    ({**DEEPSEEK, "first_k_dense_replace": [1]}, "first_k_dense_replace"),
+    ({**QWEN3_MOE, "num_experts_per_tok": 2.5}, "num_experts_per_tok"),
+    ({**QWEN3_MOE, "decoder_sparse_step": -1}, "decoder_sparse_step"),
+    ({**BASE, "model_type": "deepseek_v2", "n_routed_experts": 8, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+      "v_head_dim": 8, "q_lora_rank": "x"}, "q_lora_rank"),
+    ({**BASE, "quantization_config": "gptq"}, "quantization_config"),
+    ({**BASE, "num_key_value_heads": 8}, "num_key_value_heads"),  # more KV heads than attention heads
+    ({**BASE, "num_key_value_heads": 3}, "num_key_value_heads"),  # 4 heads do not group over 3
+    ({**DEEPSEEK, "first_k_dense_replace": 2}, "first_k_dense_replace"),  # every layer dense: no MoE layer left
+]
+
+
+@pytest.mark.parametrize(("cfg", "key"), BAD_VALUES)
+def test_a_bad_value_is_refused_naming_the_file_and_the_key(tmp_path, cfg, key):
+    path = write(tmp_path, cfg)
+    with pytest.raises(ConfigError) as e:
+        from_hf_config(path)
+    msg = str(e.value)
+    assert key in msg and path in msg and "\n" not in msg
+
+
+def test_integral_floats_are_sizes(tmp_path):
+    m = from_hf_config(write(tmp_path, {**BASE, "hidden_size": 64.0, "head_dim": 16.0}))
+    assert (m.hidden, m.head_dim) == (64, 16)
+
+
+@pytest.mark.parametrize("extra", [
+    {"use_sliding_window": True, "max_window_layers": 2},  # Qwen2: only layers from 2 on, and there are 2
+    {"layer_types": ["full_attention", "full_attention"]},
+])
+def test_a_window_no_layer_uses_is_no_window(tmp_path, extra):
+    m = from_hf_config(write(tmp_path, {**BASE, "model_type": "qwen2", "sliding_window": 256, **extra}))
+    assert (m.sliding_window, m.window_every_layer) == (0, True)
+
+
+def test_a_file_that_is_not_utf8_is_named_once(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ConfigError) as e:
+        from_hf_config(str(p))
+    msg = str(e.value)
+    assert "not UTF-8" in msg and msg.count(str(p)) == 1 and "not JSON" not in msg
