@@ -261,18 +261,20 @@ def replay_from_args(args: argparse.Namespace) -> tuple[list[dict], list[str], p
     settings, warnings = resolve(args, meta)
     value = {k: s.value for k, s in settings.items()}
     policy = args.policy or ("chunked" if value["chunked_prefill"] else "vllm_v0")
-    check_degrees(get_model(args.model), value["tp"], expert_parallel_degree(settings), value["dp"])
+    model = get_model(args.model)
+    ep = expert_parallel_degree(settings, model)
+    check_degrees(model, value["tp"], ep, value["dp"])
     overhead = {k: v for k, v in (("per_iteration", getattr(args, "overhead_per_iteration", None)),
                                   ("per_seq", getattr(args, "overhead_per_seq", None))) if v is not None}
     sim, notes, timeline = simulate_run(
         rec, args.model, args.gpu, value["tp"], policy, value["max_num_batched_tokens"], value["max_num_seqs"],
         value["gpu_memory_utilization"], value["max_model_len"], args.profile_kind, overhead or None,
-        dp=value["dp"], ep=expert_parallel_degree(settings), block_size=value["block_size"],
+        dp=value["dp"], ep=ep, block_size=value["block_size"],
         enable_prefix_caching=value["prefix_caching"], kv_cache_dtype=value["kv_cache_dtype"],
         decode_skew=not getattr(args, "no_decode_skew", False),
     )
     meas = None if rec.ttft is None else stats(rec.ttft, rec.e2e, rec.output)
-    head = [f"setting {line}" for line in describe_settings(settings)] + [f"warning: {w}" for w in warnings]
+    head = [f"setting {line}" for line in describe_settings(settings, model)] + [f"warning: {w}" for w in warnings]
     return compare(sim, meas), head + notes, timeline
 
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from llmsim.errors import TraceError
+from llmsim.perf.models import ModelSpec
 
 # setting -> (meta.json keys, flag attribute, default); the flag's name is the attribute with dashes
 SETTINGS: dict[str, tuple[tuple[str, ...], str, Any]] = {
@@ -45,7 +47,8 @@ class Setting:
 
 
 def read_meta(requests: str | Path) -> tuple[Path, dict[str, Any]]:
-    """(meta.json path, its engine arguments merged: top level, then ``engine_args``, then ``engine_kwargs``)."""
+    """(meta.json path, its engine arguments merged: top level, then ``engine_args``, then ``engine_kwargs``); a
+    file that is not a JSON object, or a setting of the wrong type, is one line naming the file and the key."""
     f = Path(requests).parent / "meta.json"
     if not f.is_file():
         return f, {}
@@ -54,23 +57,41 @@ def read_meta(requests: str | Path) -> tuple[Path, dict[str, Any]]:
     except ValueError as e:
         raise TraceError(f"{f}: not JSON ({e}); fix or remove it, or pass every setting as a flag") from None
     if not isinstance(meta, dict):
-        return f, {}
+        raise TraceError(f"{f}: expected a JSON object of engine arguments, got {type(meta).__name__}")
     out = {k: v for k, v in meta.items() if not isinstance(v, dict)}
     for section in META_SECTIONS:
         if isinstance(meta.get(section), dict):
             out.update(meta[section])
+    for name, (keys, _, _) in SETTINGS.items():
+        for key in keys:
+            if out.get(key) is not None:
+                check_meta_value(f, name, key, out[key])
     return f, out
 
 
+def check_meta_value(f: Path, name: str, key: str, v: Any) -> None:
+    """A recorded setting is a JSON boolean, string or number as vLLM writes it (a whole one for sizes); anything
+    else would replay another deployment than the one measured (``"false"`` is not false)."""
+    if name in BOOLEAN:
+        ok, what = isinstance(v, bool), "true or false"
+    elif name in TEXT:
+        ok, what = isinstance(v, str), "a string"
+    else:
+        number = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+        whole = name != "gpu_memory_utilization"
+        ok, what = (number and v == int(v), "a whole number") if whole else (number, "a finite number")
+    if not ok:
+        raise TraceError(f"{f}: {key}: expected {what}, got {v!r}; fix it or pass the setting as a flag")
+
+
 def meta_value(name: str, meta: dict[str, Any]) -> tuple[Any, str] | None:
-    """The run's value of a setting and the key it was under, or None when the run did not record it."""
+    """The run's value of a setting and the key it was under, or None when the run did not record it (read_meta
+    checked its type)."""
     for key in SETTINGS[name][0]:
         if meta.get(key) is not None:
             v = meta[key]
-            if name in BOOLEAN:
-                return bool(v), key
-            if name in TEXT:
-                return str(v), key
+            if name in BOOLEAN or name in TEXT:
+                return v, key
             return (float(v) if name == "gpu_memory_utilization" else int(v)), key
     return None
 
@@ -102,17 +123,21 @@ def resolve(args: argparse.Namespace, meta: dict[str, Any]) -> tuple[dict[str, S
     return out, warnings
 
 
-def describe_settings(settings: dict[str, Setting]) -> list[str]:
+def describe_settings(settings: dict[str, Setting], model: ModelSpec | None = None) -> list[str]:
     """One line per setting: ``tp = 2 (meta.json tensor_parallel_size)``; ep is derived (vLLM: tp x dp)."""
     lines = [f"{k} = {'the longest request + 16' if s.value is None else s.value} ({s.source})"
              for k, s in settings.items()]
-    lines.append(f"ep = {expert_parallel_degree(settings)} (tp x dp when expert_parallel, else 1)")
+    why = "tp x dp when expert_parallel, else 1"
+    if model is not None and not model.is_moe and settings["expert_parallel"].value:
+        why = f"{model.name} is dense: vLLM ignores expert_parallel"
+    lines.append(f"ep = {expert_parallel_degree(settings, model)} ({why})")
     return lines
 
 
-def expert_parallel_degree(settings: dict[str, Setting]) -> int:
-    """vLLM's EP group: every GPU of every data-parallel engine when expert parallelism is on."""
-    if not settings["expert_parallel"].value:
+def expert_parallel_degree(settings: dict[str, Setting], model: ModelSpec | None = None) -> int:
+    """vLLM's EP group: every GPU of every data-parallel engine when expert parallelism is on; 1 for a dense
+    ``model`` (vLLM's flag only changes the experts' layers, so a dense run recorded with it had none)."""
+    if not settings["expert_parallel"].value or (model is not None and not model.is_moe):
         return 1
     return int(settings["tp"].value) * int(settings["dp"].value)
 

@@ -132,3 +132,39 @@ def test_kv_cache_dtype_comes_from_meta_and_reaches_the_profile(tmp_path, capsys
     assert main(["replay", "--requests", req, "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000",
                  "--kv-cache-dtype", "int3"]) == 2
     assert "kv_cache_dtype must be one of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("meta", "key"), [
+    ({"engine_kwargs": {"tensor_parallel_size": "two"}}, "tensor_parallel_size"),
+    ({"engine_kwargs": {"tensor_parallel_size": [2]}}, "tensor_parallel_size"),
+    ({"tensor_parallel_size": 2.5}, "tensor_parallel_size"),
+    ({"engine_args": {"enable_expert_parallel": "false"}}, "enable_expert_parallel"),  # not silently True
+    ({"engine_kwargs": {"gpu_memory_utilization": "high"}}, "gpu_memory_utilization"),
+    ({"engine_kwargs": {"kv_cache_dtype": 8}}, "kv_cache_dtype"),
+    ({"engine_kwargs": {"block_size": float("inf")}}, "block_size"),
+])
+def test_a_bad_meta_value_is_one_line_naming_the_file_and_key(tmp_path, capsys, meta, key):
+    req = write_run(tmp_path, meta)
+    assert main(["replay", "--requests", req, "--model", "llama-3.1-8b", "--gpu", "h100",
+                 "--profile-kind", "roofline"]) == 2
+    err = capsys.readouterr().err
+    assert key in err and str(tmp_path / "meta.json") in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_meta_json_that_is_not_an_object_is_refused(tmp_path, capsys):
+    req = write_run(tmp_path, None)
+    (tmp_path / "meta.json").write_text("[1, 2]")
+    assert main(["replay", "--requests", req, "--model", "llama-3.1-8b", "--gpu", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert "meta.json" in err and "expected a JSON object" in err
+
+
+def test_a_dense_run_recorded_with_expert_parallelism_replays_without_it(tmp_path, capsys):
+    """vLLM ignores --enable-expert-parallel for a model without experts, so such a run is replayable (ep 1)."""
+    req = write_run(tmp_path, {"engine_kwargs": {"tensor_parallel_size": 2, "enable_expert_parallel": True}})
+    assert main(["replay", "--requests", req, "--model", "llama-3.1-8b", "--gpu", "h100",
+                 "--profile-kind", "roofline"]) == 0
+    out = capsys.readouterr().out
+    assert "setting expert_parallel = True (meta.json enable_expert_parallel)" in out
+    assert "setting ep = 1 (llama-3.1-8b is dense: vLLM ignores expert_parallel)" in out
+    assert "-ep" not in out
