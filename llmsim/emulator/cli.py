@@ -136,9 +136,11 @@ def _fail(message: str) -> NoReturn:
 def _flagged(msg: str) -> str:
     """llmsim's messages name config keys (engine.max_num_seqs); say which CLI option that is."""
     one = " ".join(msg.split())
+    if "HF config " in one:  # the model's config.json: its message names the file and the key at fault
+        return "--model: " + one.replace("cannot load a profile: ", "")
     for key, flag in (("engine.policy", "--engine"), ("engine.max_num_seqs", "--max-num-seqs"),
                       ("engine.max_model_len", "--max-model-len"), ("engine.num_gpu_blocks", "--num-gpu-blocks"),
-                      ("unknown model", "--model: unknown model"), ("unknown GPU", "--gpu: unknown GPU")):
+                      ("unknown model ", "--model: unknown model "), ("unknown GPU", "--gpu: unknown GPU")):
         if key in one:
             return one.replace(key, flag, 1) if key.startswith("engine.") else one.replace(
                 "cannot load a profile: ", "").replace(key, flag, 1)

@@ -114,6 +114,17 @@ def test_cli_bad_input_is_one_line_and_exit_2(args: list[str], flag: str) -> Non
     assert len(lines) == 1 and flag in lines[0] and "Traceback" not in p.stderr, p.stderr
 
 
+def test_cli_an_unmodellable_config_is_named_as_the_model_flag(tmp_path) -> None:
+    """The config's own message stays whole (``unknown model_type``), behind the flag it came from."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"model_type": "falcon", "hidden_size": 64}')
+    p = subprocess.run([sys.executable, "-m", "llmsim.emulator.cli", "--model", str(cfg), "--gpu", "h100"],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith(f"llmsim-emulate: error: --model: HF config {cfg}: unknown model_type 'falcon'")
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
 def test_cli_serves() -> None:
     p = subprocess.Popen([sys.executable, "-m", "llmsim.emulator.cli", "--model", MODEL, "--gpu", "a100-80gb",
                           "--port", "0", "--speedup", "50"], cwd=REPO, stderr=subprocess.PIPE, text=True)
