@@ -61,6 +61,13 @@ class ModelSpec:
     def kv_dim(self) -> int:
         return self.n_kv_heads * self.head_dim
 
+    @property
+    def attention_flops_per_pair(self) -> int:
+        """FLOPs of one (query, key) pair over every head of a layer: QK^T and PV at 2 FLOPs per multiply-add.
+        Latent attention's prefill runs decompressed: keys of head_dim + qk_rope_head_dim, values of v_head_dim."""
+        qk = self.head_dim + self.qk_rope_head_dim
+        return 2 * self.n_heads * (qk + (self.v_head_dim or self.head_dim))
+
     def kv_shards(self, tp: int) -> int:
         """Over how many of ``tp`` ranks the KV cache is split. vLLM gives each rank its share of the KV heads but
         at least one (heads are replicated when ``tp`` exceeds them), and every rank keeps the whole latent of

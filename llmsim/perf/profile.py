@@ -111,9 +111,8 @@ class RooflineProfile:
         )
         self._gemm_rate = self.eff_gemm * g.peak_flops
         self._launch = m.n_layers * self.kernels_per_layer * self.kernel_launch_s
-        heads = m.n_heads / tp
-        # causal prefill attention: QK^T and PV, 2 FLOPs per MAC -> 4 * heads * d per (query, key) pair
-        self._pf_attn_flop = 4.0 * m.n_layers * heads * m.head_dim
+        # causal prefill attention per (query, key) pair: QK^T and PV over this GPU's tp-th of the heads
+        self._pf_attn_flop = m.n_layers * m.attention_flops_per_pair / tp
         self._pf_attn_rate = self.eff_prefill_attn * g.peak_flops
         self._kv_bytes_tok = m.kv_bytes_per_token / m.kv_shards(tp)
         self._window = m.sliding_window  # keys an attention layer reads per query at most (0: all)
