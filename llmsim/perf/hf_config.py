@@ -82,7 +82,7 @@ class HFConfig:
             v = self.cfg.get(k)
             if v is None:
                 continue
-            return self.checked(k, v, 1, integer)
+            return self.checked(k, v, 0, integer, positive=True)
         if default is None:
             raise ConfigError(f"HF config {self.path}: missing key {' or '.join(keys)} (model_type "
                               f"{self.model_type!r}); cannot model it without")
@@ -93,14 +93,15 @@ class HFConfig:
         v = self.cfg.get(key)
         return 0 if v is None else int(self.checked(key, v, minimum, True))
 
-    def checked(self, key: str, v: Any, minimum: int, integer: bool) -> Any:
-        """``v`` if it is a finite number >= ``minimum`` (whole when ``integer``: 4096.0 is 4096), else one line."""
-        ok = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v) and v >= minimum
-        if ok and integer and v != int(v):
-            ok = False
+    def checked(self, key: str, v: Any, minimum: float, integer: bool, positive: bool = False) -> Any:
+        """``v`` if it is a finite number >= ``minimum`` (> 0 when ``positive``; whole when ``integer``: 4096.0 is
+        4096), else one line naming the file and the key."""
+        ok = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+        ok = ok and (v > 0 if positive else v >= minimum) and (not integer or v == int(v))
         if not ok:
-            what = ("a positive number" if minimum == 1 else f"a number >= {minimum}") + (" (whole)" if integer else "")
-            raise ConfigError(f"HF config {self.path}: {key} must be {what}, got {v!r}")
+            what = "a positive number" if positive else f"a number >= {minimum}"
+            raise ConfigError(f"HF config {self.path}: {key} must be {what}{' (whole)' if integer else ''}, "
+                              f"got {v!r}")
         return int(v) if integer else v
 
 
@@ -161,12 +162,36 @@ def dense_fields(c: HFConfig) -> dict[str, Any]:
         "head_dim": c.whole("head_dim") or c.whole("kv_channels") or h // heads, "dtype_bytes": dtype,
         "kv_dtype_bytes": kv_dtype,
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", tied_default)),
-        "max_position": c.num("max_position_embeddings", "max_seq_len", "seq_length", "n_positions",
-                              default=4096),
+        "max_position": context_length(c),
         "sliding_window": window, "window_every_layer": every_layer,
         "attention_bias": bool(cfg.get("attention_bias", cfg.get("bias", False))),
         "architecture": mt,
     }
+
+
+# rope scalings whose config already states the extended length in max_position_embeddings (as vLLM reads them)
+ROPE_STATED_LENGTH = ("su", "longrope", "llama3", "default", "mrope")
+
+
+def context_length(c: HFConfig) -> int:
+    """Positions the model takes, derived as vLLM does: ``max_position_embeddings`` times a linear, dynamic or
+    YaRN ``rope_scaling`` factor (YaRN's from its ``original_max_position_embeddings``)."""
+    positions = c.num("max_position_embeddings", "max_seq_len", "seq_length", "n_positions", default=4096)
+    rope = c.cfg.get("rope_scaling")
+    if rope is None:
+        return positions
+    if not isinstance(rope, dict):
+        raise ConfigError(f"HF config {c.path}: rope_scaling must be an object or null, got {rope!r}")
+    kind = str(rope.get("rope_type", rope.get("type", "default"))).lower()
+    if kind in ROPE_STATED_LENGTH:
+        return positions
+    factor = c.checked("rope_scaling.factor", rope.get("factor", 1.0), 1, False)
+    if kind == "yarn":
+        if rope.get("original_max_position_embeddings") is None:
+            raise ConfigError(f"HF config {c.path}: rope_scaling of type yarn needs original_max_position_embeddings")
+        positions = c.checked("rope_scaling.original_max_position_embeddings",
+                              rope["original_max_position_embeddings"], 1, True)
+    return int(positions * factor)
 
 
 # families that alternate windowed and full-attention layers whatever their config's other keys say

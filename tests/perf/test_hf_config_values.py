@@ -79,3 +79,28 @@ def test_a_file_that_is_not_utf8_is_named_once(tmp_path):
         from_hf_config(str(p))
     msg = str(e.value)
     assert "not UTF-8" in msg and msg.count(str(p)) == 1 and "not JSON" not in msg
+
+
+@pytest.mark.parametrize(("extra", "positions"), [
+    ({}, 32768),
+    ({"rope_scaling": None}, 32768),
+    # Qwen2.5's long-context recipe: YaRN x4 over the original 32,768 positions (vLLM derives 131,072)
+    ({"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}, 131072),
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, 65536),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, 65536),
+    # Llama-3.1 and Phi-3-128k already state their extended length
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}}, 32768),
+    ({"rope_scaling": {"type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}}, 32768),
+])
+def test_the_context_length_follows_rope_scaling_as_vllm_derives_it(tmp_path, extra, positions):
+    m = from_hf_config(write(tmp_path, {**BASE, "model_type": "qwen2", "max_position_embeddings": 32768, **extra}))
+    assert m.max_position == positions
+
+
+@pytest.mark.parametrize("rope", ["yarn", {"type": "yarn", "factor": "four"}, {"rope_type": "yarn", "factor": 4}])
+def test_a_bad_rope_scaling_is_one_line(tmp_path, rope):
+    path = write(tmp_path, {**BASE, "max_position_embeddings": 4096, "rope_scaling": rope})
+    with pytest.raises(ConfigError) as e:
+        from_hf_config(path)
+    msg = str(e.value)
+    assert "rope_scaling" in msg and path in msg and "\n" not in msg
