@@ -42,7 +42,7 @@ class ExpertParallelExperts:
         self.curves, self.tp, self.ep, self.gpu = curves, tp, ep, gpu
         self.layers = model.n_moe_layers
         # routed activations per token and layer on this shard: top-k copies of the hidden state
-        self.routed_bytes_per_token = model.experts_per_token * model.hidden * model.dtype_bytes / tp
+        self.routed_bytes_per_token = model.experts_per_token * model.hidden * model.activation_bytes / tp
 
     def __call__(self, tokens: int) -> float:
         """Uncached, as the measured curves: the profile's dense part keeps one value per token count."""

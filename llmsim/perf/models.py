@@ -173,6 +173,12 @@ class ModelSpec:
         return self.linear_params(self.experts_per_token) if self.is_moe else self.n_layers * self.layer_linear_params
 
     @property
+    def activation_bytes(self) -> int:
+        """Bytes per hidden-state value between layers, what all-reduces and all-to-alls move: 16-bit, also for
+        fp8 weights (vLLM keeps the hidden states in the model's 16-bit dtype)."""
+        return max(2, self.dtype_bytes)
+
+    @property
     def weight_bytes(self) -> int:
         return self.n_params * self.dtype_bytes
 

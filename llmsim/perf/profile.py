@@ -121,7 +121,7 @@ class RooflineProfile:
         self._lm_flop = 2.0 * lm
         self._lm_read_s = lm * m.dtype_bytes / (self.eff_weight_bw * g.bandwidth)
         # two all-reduces per layer over NVLink/PCIe when sharded (llmsim.perf.parallel.allreduce_s, per token)
-        self._ar_bytes_tok = 0.0 if tp == 1 else 2 * m.n_layers * m.hidden * m.dtype_bytes * 2 * (tp - 1) / tp
+        self._ar_bytes_tok = 0.0 if tp == 1 else 2 * m.n_layers * m.hidden * m.activation_bytes * 2 * (tp - 1) / tp
         self._ar_bw = link_bandwidth(g)
         self._ar_latency = m.n_layers * ALLREDUCES_PER_LAYER * g.interconnect_latency_s
         if m.is_moe:
@@ -153,7 +153,7 @@ class RooflineProfile:
         group_tokens = n_tokens * self._ep_group
         compute = moe_layer_flops(m, group_tokens) / self._expert_shards / self._gemm_rate
         read = moe_layer_weight_bytes(m, group_tokens) / self._expert_shards / (self.eff_weight_bw * self.gpu.bandwidth)
-        routed = n_tokens * m.experts_per_token * m.hidden * m.dtype_bytes / self.tp
+        routed = n_tokens * m.experts_per_token * m.hidden * m.activation_bytes / self.tp
         return m.n_moe_layers * (max(compute, read) + alltoall_s(routed, self.ep, self.gpu))
 
     def _dense(self, n_tokens: int) -> float:
