@@ -49,6 +49,8 @@ def read_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
     """The JSON object in ``path`` (a ``config.json`` or the folder holding one), or one line naming the file."""
     p = Path(path)
     if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ConfigError(f"HF config {p}: is a folder without a config.json file")
         p = p / "config.json"
     if not p.is_file():
         raise ConfigError(f"HF config {p}: no such file")

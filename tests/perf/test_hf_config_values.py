@@ -104,3 +104,9 @@ def test_a_bad_rope_scaling_is_one_line(tmp_path, rope):
         from_hf_config(path)
     msg = str(e.value)
     assert "rope_scaling" in msg and path in msg and "\n" not in msg
+
+
+def test_a_folder_named_config_json_is_named_as_a_folder(tmp_path):
+    (tmp_path / "config.json").mkdir()
+    with pytest.raises(ConfigError, match="is a folder without a config.json file"):
+        from_hf_config(str(tmp_path / "config.json"))
