@@ -221,6 +221,13 @@ def window_fields(c: HFConfig, n_layers: int) -> tuple[int, bool]:
     return window, True
 
 
+def count_moe_layers(n_layers: int, first_dense: int, freq: int, architecture: str) -> int:
+    """Layers with a MoE block: from ``first_dense`` on, DeepSeek's layers ``i % freq == 0``, Qwen's (and the other
+    families') ``(i + 1) % freq == 0`` (each family's modelling code)."""
+    offset = 0 if architecture in DEEPSEEK_TYPES else 1
+    return sum(1 for i in range(first_dense, n_layers) if (i + offset) % freq == 0)
+
+
 def moe_fields(c: HFConfig) -> dict[str, Any]:
     """Experts, top-k, expert width, shared experts and the dense-layer pattern of a MoE family; a pattern that
     leaves no MoE layer is refused (it would be a dense model under a MoE name)."""
@@ -243,7 +250,7 @@ def moe_fields(c: HFConfig) -> dict[str, Any]:
     freq_key = "decoder_sparse_step" if c.has("decoder_sparse_step") else "moe_layer_freq"
     out["moe_layer_freq"] = freq = c.whole(freq_key) or 1
     n_layers = c.num(*LAYER_KEYS)
-    if not any((i + 1) % freq == 0 for i in range(first, n_layers)):
+    if not count_moe_layers(n_layers, first, freq, c.model_type):
         raise ConfigError(f"HF config {c.path}: no MoE layer among {n_layers} (first_k_dense_replace={first}, "
                           f"{freq_key}={freq}); a dense model is not priced as a mixture of experts")
     return out

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from llmsim.errors import ConfigError
-from llmsim.perf.hf_config import hub_cache_config, hub_cache_dir, spec_fields
+from llmsim.perf.hf_config import count_moe_layers, hub_cache_config, hub_cache_dir, spec_fields
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ class ModelSpec:
         """Layers whose MLP is a MoE block: after ``first_dense_layers``, every ``moe_layer_freq``-th."""
         if not self.is_moe:
             return 0
-        return sum(1 for i in range(self.first_dense_layers, self.n_layers) if (i + 1) % self.moe_layer_freq == 0)
+        return count_moe_layers(self.n_layers, self.first_dense_layers, self.moe_layer_freq, self.architecture)
 
     @property
     def n_dense_layers(self) -> int:

@@ -110,3 +110,13 @@ def test_a_folder_named_config_json_is_named_as_a_folder(tmp_path):
     (tmp_path / "config.json").mkdir()
     with pytest.raises(ConfigError, match="is a folder without a config.json file"):
         from_hf_config(str(tmp_path / "config.json"))
+
+
+def test_moe_layer_frequency_follows_each_family(tmp_path):
+    """DeepSeek puts experts on layers i >= first_k_dense_replace with i % moe_layer_freq == 0; Qwen's MoE on
+    layers with (i + 1) % decoder_sparse_step == 0: over 5 layers at 2, three MoE layers (0, 2, 4) vs two (1, 3)."""
+    deepseek = from_hf_config(write(tmp_path, {**DEEPSEEK, "num_hidden_layers": 5, "first_k_dense_replace": 0,
+                                               "moe_layer_freq": 2}, "deepseek.json"))
+    qwen = from_hf_config(write(tmp_path, {**QWEN3_MOE, "num_hidden_layers": 5, "decoder_sparse_step": 2},
+                                "qwen.json"))
+    assert (deepseek.n_moe_layers, qwen.n_moe_layers) == (3, 2)
