@@ -90,6 +90,16 @@ class HFConfig:
                               f"{self.model_type!r}); cannot model it without")
         return default
 
+    def switch(self, key: str, default: bool | None = False) -> bool | None:
+        """An optional JSON boolean (``default`` when absent or null), else a refusal naming the key: a string
+        ``"false"`` read as truthy would change the model silently."""
+        v = self.cfg.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise ConfigError(f"HF config {self.path}: {key} must be true or false, got {v!r}")
+        return v
+
     def whole(self, key: str, minimum: int = 0) -> int:
         """An optional whole number >= ``minimum`` (0 when absent or null), else a refusal naming the key."""
         v = self.cfg.get(key)
@@ -111,7 +121,7 @@ def check_modelable(c: HFConfig) -> None:
     """Refuse what llmsim cannot price: wrappers, encoder-decoders, latent attention, quantisation, unknown types."""
     if "text_config" in c.cfg and c.model_type not in DENSE_TYPES and c.model_type not in MOE_TYPES:
         raise c.refuse(f"model_type {c.model_type!r} is a multimodal wrapper; pass its language model's config")
-    if c.cfg.get("is_encoder_decoder") or c.model_type in ENCODER_DECODER_TYPES:
+    if c.switch("is_encoder_decoder") or c.model_type in ENCODER_DECODER_TYPES:
         raise c.refuse(f"model_type {c.model_type!r} is an encoder-decoder; only decoder-only models are modelled")
     latent = c.has("kv_lora_rank") or c.model_type in ("deepseek_v2", "deepseek_v3")
     missing = [k for k in LATENT_ATTENTION_KEYS if not c.has(k)]
@@ -138,7 +148,7 @@ def dense_fields(c: HFConfig) -> dict[str, Any]:
     cfg, mt = c.cfg, c.model_type
     h = c.num("hidden_size", "d_model", "n_embd")
     heads = c.num("num_attention_heads", "n_heads", "n_head")
-    kv = heads if cfg.get("multi_query_attention") is False else c.num(
+    kv = heads if c.switch("multi_query_attention", None) is False else c.num(
         "num_key_value_heads", "multi_query_group_num", default=heads)
     if kv > heads or heads % kv:
         raise ConfigError(f"HF config {c.path}: num_key_value_heads={kv} must divide num_attention_heads={heads} "
@@ -163,10 +173,10 @@ def dense_fields(c: HFConfig) -> dict[str, Any]:
         "vocab": c.num("vocab_size", "padded_vocab_size"), "gated_mlp": gated,
         "head_dim": c.whole("head_dim") or c.whole("kv_channels") or h // heads, "dtype_bytes": dtype,
         "kv_dtype_bytes": kv_dtype,
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", tied_default)),
+        "tied_embeddings": c.switch("tie_word_embeddings", tied_default),
         "max_position": context_length(c),
         "sliding_window": window, "window_every_layer": every_layer,
-        "attention_bias": bool(cfg.get("attention_bias", cfg.get("bias", False))),
+        "attention_bias": c.switch("attention_bias", c.switch("bias")),
         "architecture": mt,
     }
 
@@ -205,7 +215,8 @@ def window_fields(c: HFConfig, n_layers: int) -> tuple[int, bool]:
     ``layer_types`` list with full-attention entries, a ``sliding_window_pattern``, Qwen2's ``max_window_layers``
     above 0, or a family that alternates (Gemma-2/3, Cohere-2). A window no layer uses is none."""
     cfg = c.cfg
-    window = 0 if cfg.get("use_sliding_window") is False else c.whole("sliding_window")
+    use = c.switch("use_sliding_window", None)
+    window = 0 if use is False else c.whole("sliding_window")
     if not window:
         return 0, True
     types = cfg.get("layer_types")
@@ -215,7 +226,7 @@ def window_fields(c: HFConfig, n_layers: int) -> tuple[int, bool]:
     alternating = c.model_type in ALTERNATING_WINDOW_TYPES
     if alternating or c.whole("sliding_window_pattern") > 1:
         return window, False
-    if cfg.get("use_sliding_window") and cfg.get("max_window_layers") is not None:
+    if use and cfg.get("max_window_layers") is not None:
         max_window = c.whole("max_window_layers")  # (Qwen2: the layers from max_window_layers on use the window)
         return (window, max_window == 0) if max_window < n_layers else (0, True)
     return window, True

@@ -120,3 +120,14 @@ def test_moe_layer_frequency_follows_each_family(tmp_path):
     qwen = from_hf_config(write(tmp_path, {**QWEN3_MOE, "num_hidden_layers": 5, "decoder_sparse_step": 2},
                                 "qwen.json"))
     assert (deepseek.n_moe_layers, qwen.n_moe_layers) == (3, 2)
+
+
+@pytest.mark.parametrize("key", ["tie_word_embeddings", "use_sliding_window", "multi_query_attention",
+                                 "is_encoder_decoder", "attention_bias"])
+def test_a_switch_that_is_not_true_or_false_is_refused(tmp_path, key):
+    """``"false"`` is not false: read as truthy it would tie the embeddings (or turn on a window) silently."""
+    path = write(tmp_path, {**BASE, "model_type": "mistral", "sliding_window": 256, key: "false"})
+    with pytest.raises(ConfigError) as e:
+        from_hf_config(path)
+    msg = str(e.value)
+    assert f"{key} must be true or false" in msg and path in msg and "\n" not in msg
