@@ -279,17 +279,26 @@ def latent_attention_fields(c: HFConfig) -> dict[str, Any]:
     }
 
 
+def saved_name(cfg: dict[str, Any]) -> str:
+    """``_name_or_path`` when it names something (``org/name`` or a folder), else "" (absent, not a string, or a
+    bare ``.``, ``./`` or ``/`` as ``save_pretrained`` may leave it)."""
+    v = cfg.get("_name_or_path")
+    if not isinstance(v, str) or v.rstrip("/").split("/")[-1] in ("", ".", ".."):
+        return ""
+    return v
+
+
 def default_name(path: Path, cfg: dict[str, Any]) -> str:
     """``_name_or_path``'s last part; else the file's stem (``Qwen3-32B.json``), the hub cache's repository name
     (``models--Qwen--Qwen3-32B``) or the folder holding ``config.json``; lower case."""
-    if cfg.get("_name_or_path"):
-        return str(cfg["_name_or_path"]).rstrip("/").split("/")[-1].lower()
+    if saved_name(cfg):
+        return saved_name(cfg).rstrip("/").split("/")[-1].lower()
     if path.name != "config.json":
         return path.stem.lower()
     for part in reversed(path.parts):
         if part.startswith("models--"):
             return part.split("--")[-1].lower()
-    return path.parent.name.lower() or path.stem.lower()
+    return path.resolve().parent.name.lower() or path.stem.lower()
 
 
 def spec_fields(path: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -303,7 +312,7 @@ def spec_fields(path: str | Path) -> tuple[Path, dict[str, Any]]:
     if c.has("kv_lora_rank"):
         fields.update(latent_attention_fields(c))
     fields["name"] = default_name(p, cfg)
-    fields["hf_id"] = str(cfg.get("_name_or_path", ""))
+    fields["hf_id"] = saved_name(cfg)
     return p, fields
 
 

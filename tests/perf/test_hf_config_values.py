@@ -131,3 +131,17 @@ def test_a_switch_that_is_not_true_or_false_is_refused(tmp_path, key):
         from_hf_config(path)
     msg = str(e.value)
     assert f"{key} must be true or false" in msg and path in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("saved_as", ["./", ".", "/", "", "..", 7])
+def test_a_name_or_path_without_a_name_falls_back_to_the_file(tmp_path, saved_as):
+    (tmp_path / "my-model").mkdir()
+    m = from_hf_config(write(tmp_path / "my-model", {**BASE, "_name_or_path": saved_as}))
+    assert m.name == "my-model"
+
+
+def test_a_config_json_in_the_working_folder_is_named_after_the_folder(tmp_path, monkeypatch):
+    (tmp_path / "my-model").mkdir()
+    write(tmp_path / "my-model", BASE)
+    monkeypatch.chdir(tmp_path / "my-model")
+    assert from_hf_config("config.json").name == "my-model"
