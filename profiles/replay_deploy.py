@@ -65,34 +65,46 @@ def read_meta(requests: str | Path) -> tuple[Path, dict[str, Any]]:
     for name, (keys, _, _) in SETTINGS.items():
         for key in keys:
             if out.get(key) is not None:
-                check_meta_value(f, name, key, out[key])
+                out[key] = meta_setting(f, name, key, out[key])
     return f, out
 
 
-def check_meta_value(f: Path, name: str, key: str, v: Any) -> None:
-    """A recorded setting is a JSON boolean, string or number as vLLM writes it (a whole one for sizes); anything
-    else would replay another deployment than the one measured (``"false"`` is not false)."""
+def meta_setting(f: Path, name: str, key: str, v: Any) -> Any:
+    """A recorded setting as its type: a boolean (``true`` or the text ``"false"``, never a truthy text), a
+    string, or a number (a whole one for sizes; ``"2"`` reads as 2); else one line naming the file and the key,
+    since anything else would replay another deployment than the one measured."""
+    text = v.strip().lower() if isinstance(v, str) else None
     if name in BOOLEAN:
-        ok, what = isinstance(v, bool), "true or false"
+        got, what = (v if isinstance(v, bool) else {"true": True, "false": False}.get(text or "")), "true or false"
     elif name in TEXT:
-        ok, what = isinstance(v, str), "a string"
+        got, what = (v if isinstance(v, str) else None), "a string"
     else:
-        number = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
-        whole = name != "gpu_memory_utilization"
-        ok, what = (number and v == int(v), "a whole number") if whole else (number, "a finite number")
-    if not ok:
+        fraction = name == "gpu_memory_utilization"
+        got, what = as_number(v), "a finite number" if fraction else "a whole number"
+        if got is not None and not fraction:
+            got = int(got) if got == int(got) else None
+    if got is None:
         raise TraceError(f"{f}: {key}: expected {what}, got {v!r}; fix it or pass the setting as a flag")
+    return got
+
+
+def as_number(v: Any) -> float | None:
+    """A JSON number or a text holding one, if finite; None otherwise (booleans are not numbers)."""
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        return None
+    try:
+        number = float(v)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def meta_value(name: str, meta: dict[str, Any]) -> tuple[Any, str] | None:
     """The run's value of a setting and the key it was under, or None when the run did not record it (read_meta
-    checked its type)."""
+    gave it its type)."""
     for key in SETTINGS[name][0]:
         if meta.get(key) is not None:
-            v = meta[key]
-            if name in BOOLEAN or name in TEXT:
-                return v, key
-            return (float(v) if name == "gpu_memory_utilization" else int(v)), key
+            return meta[key], key
     return None
 
 

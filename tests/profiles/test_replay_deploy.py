@@ -138,7 +138,7 @@ def test_kv_cache_dtype_comes_from_meta_and_reaches_the_profile(tmp_path, capsys
     ({"engine_kwargs": {"tensor_parallel_size": "two"}}, "tensor_parallel_size"),
     ({"engine_kwargs": {"tensor_parallel_size": [2]}}, "tensor_parallel_size"),
     ({"tensor_parallel_size": 2.5}, "tensor_parallel_size"),
-    ({"engine_args": {"enable_expert_parallel": "false"}}, "enable_expert_parallel"),  # not silently True
+    ({"engine_args": {"enable_expert_parallel": "no thanks"}}, "enable_expert_parallel"),  # not silently True
     ({"engine_kwargs": {"gpu_memory_utilization": "high"}}, "gpu_memory_utilization"),
     ({"engine_kwargs": {"kv_cache_dtype": 8}}, "kv_cache_dtype"),
     ({"engine_kwargs": {"block_size": float("inf")}}, "block_size"),
@@ -168,3 +168,13 @@ def test_a_dense_run_recorded_with_expert_parallelism_replays_without_it(tmp_pat
     assert "setting expert_parallel = True (meta.json enable_expert_parallel)" in out
     assert "setting ep = 1 (llama-3.1-8b is dense: vLLM ignores expert_parallel)" in out
     assert "-ep" not in out
+
+
+def test_meta_values_written_as_text_read_as_their_type(tmp_path):
+    """A run whose arguments were dumped as text: "false" is false (a truthy string would turn the setting on)."""
+    _, meta = read_meta(write_run(tmp_path, {"engine_kwargs": {
+        "enable_expert_parallel": "false", "enable_prefix_caching": "True", "tensor_parallel_size": "2",
+        "gpu_memory_utilization": "0.85", "block_size": 32.0}}))
+    assert meta["enable_expert_parallel"] is False and meta["enable_prefix_caching"] is True
+    assert (meta["tensor_parallel_size"], meta["gpu_memory_utilization"], meta["block_size"]) == (2, 0.85, 32)
+    assert isinstance(meta["block_size"], int)
