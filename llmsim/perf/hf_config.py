@@ -160,8 +160,8 @@ def dense_fields(c: HFConfig) -> dict[str, Any]:
     if mt == "mpt":
         inter = int(c.num("expansion_ratio", default=4, integer=False) * h)
     else:
-        inter = (c.num("intermediate_size", "ffn_dim", "ffn_hidden_size", "inner_hidden_size", "n_inner",
-                          default=4 * h))
+        inter = c.num("intermediate_size", "ffn_dim", "ffn_hidden_size", "inner_hidden_size", "n_inner",
+                      default=4 * h)
     dtype = DTYPE_BYTES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "float16"))), 2)
     kv_dtype = 0
     if isinstance(cfg.get("quantization_config"), dict):
