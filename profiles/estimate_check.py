@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llmsim.errors import ConfigError
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.models import get_model
 from llmsim.perf.profile_table import MeasuredProfile, profile_filename
@@ -36,6 +37,7 @@ from llmsim.profiles.providers.calibrated import (
     dense_seconds,
     moe_seconds,
     roofline_terms,
+    unpriced,
 )
 from llmsim.profiles.providers.fits import SEQ_GRID, TOKEN_GRID, Roofline, gemm_dense, sig
 from llmsim.profiles.providers.hf_layers import v0_records
@@ -371,6 +373,9 @@ def calibrated_doc(raw: Raw, model: str, gpu: str, tp: int = 1, leave_out: tuple
     """The profile the calibrated estimate gives for (model, gpu, tp), calibrated on every GPU with operator
     tables except ``leave_out`` (llmsim.profiles.providers.calibrated)."""
     m, g = get_model(model), get_gpu(gpu)
+    if unpriced(m):
+        raise ConfigError(f"model {m.name!r}: the calibrated estimate does not price {', '.join(unpriced(m))}; "
+                          "use the roofline (profile kind roofline) for it")
     eff = calibrated_model(str(Path(raw.root).resolve()), tuple(leave_out))
     ctx = Context(raw, m, gpu, g, tp)
     values, optional = calibrated_parts(eff, m, g, tp, ctx)

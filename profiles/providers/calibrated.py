@@ -271,6 +271,19 @@ PREFILL_GRID = [(c, p) for c in (16, 64, 256, 1024, 2048) for p in (0, 1024, 409
 DECODE_GRID = [(n, kv) for n in (1, 4, 16, 64, 256) for kv in (256, 1024, 4096, 16384)]
 
 
+def unpriced(m: ModelSpec) -> list[str]:
+    """What of ``m`` the estimate's operators (grouped-query attention, one dense MLP shape or routed experts,
+    16-bit weights) leave out; a profile without it would look complete and cost too little."""
+    missing = ["multi-head latent attention"] if m.kv_lora_rank else []
+    if m.is_moe and m.shared_expert_params:
+        missing.append("shared experts")
+    if m.is_moe and m.n_dense_layers:
+        missing.append(f"the dense MLP of {m.n_dense_layers} non-MoE layers")
+    if m.dtype_bytes != BF16:
+        missing.append(f"{m.dtype_bytes}-byte weights")
+    return missing
+
+
 def layer_ops(m: ModelSpec, tp: int, tokens: float) -> list[tuple[str, float, float]]:
     """(class, FLOPs, bytes) of one decoder layer's non-attention ops on one TP shard (experts excluded)."""
     h, q, kv = m.hidden, m.q_dim / tp, m.kv_dim / tp

@@ -29,6 +29,7 @@ from llmsim.profiles.providers.calibrated import (
 from llmsim.profiles.providers.gpu_features import GPU_FEATURES, gpu_features
 from llmsim.profiles.providers.operators import OpRecord, gemm_cost, records_frame, sampler_bytes
 from llmsim.profiles.providers.raw import Raw
+from tests.perf.helpers import tiny
 from tests.profiles.helpers import RAW, needs_raw
 
 
@@ -279,3 +280,18 @@ def test_calibrated_lm_head_has_vllms_gpu_sampler() -> None:
     sampler = doc["lm_head"]["seconds"][0] - gemm
     assert 5e-6 < sampler < 100e-6
     assert sampler == pytest.approx(model.op_seconds(g, "sampler", 0.0, sampler_bytes(m, 1)), abs=0.5e-6)  # rounding
+
+
+@pytest.mark.parametrize(("config", "what"), [
+    ("tiny-deepseek-v2-mla", "multi-head latent attention"),
+    ("tiny-deepseek-moe", "shared experts"),
+    ("tiny-qwen2-moe", "shared experts"),
+])
+@needs_raw
+def test_the_calibrated_estimate_refuses_what_its_operators_do_not_price(config, what) -> None:
+    """Its operators are grouped-query attention, one dense MLP shape and routed experts: a model with more is one
+    line naming what is missing, never a profile without it."""
+    with pytest.raises(ConfigError) as e:
+        ec.calibrated_doc(Raw(RAW), tiny(config), "h100")
+    msg = str(e.value)
+    assert what in msg and "roofline" in msg and "\n" not in msg
