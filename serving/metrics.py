@@ -37,14 +37,15 @@ class RouterMetrics:
                                  registry=r)
         self.policy_errors = Counter("llmsim_router_policy_errors", "Decisions the policy could not make (an error, "
                                      "logged once per message), sent to the least loaded healthy backend", registry=r)
-        self.stream_errors = Counter("llmsim_router_stream_errors", "Streams cut by a backend after the first token",
+        self.stream_errors = Counter("llmsim_router_stream_errors", "Streams cut after the first token (a failure, a "
+                                     "stall, garbage, past request_s)",
                                      ["backend"], registry=r)
         self.up = Gauge("llmsim_router_backend_up", "1 if the backend is admitted, 0 if ejected", ["backend"],
                         registry=r)
         self.scrape_failures = Counter("llmsim_router_scrape_failures", "Failed /metrics scrapes", ["backend"],
                                        registry=r)
         self.aborted = Counter("llmsim_router_aborted", "Upstream requests cancelled, by reason (client_gone, stall, "
-                               "ejected)", ["reason"], registry=r)
+                               "deadline, ejected)", ["reason"], registry=r)
         self.misconfigured = Gauge("llmsim_router_backend_misconfigured",
                                    "1 if the backend refuses the router's credentials (401 / 403), else 0",
                                    ["backend"], registry=r)

@@ -35,6 +35,7 @@ UPSTREAM_IDLE_S = 2.0  # pooled connections idle longer are closed by the router
 STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 # an answer that broke off, or whose body does not decode as its Content-Encoding says: the backend's failure
 BROKEN_ANSWER = (httpx.TransportError, httpx.StreamError, httpx.DecodingError)
+SSE_FIELDS = ("data", "event", "id", "retry")  # the fields of a server-sent event (a line of another is garbage)
 
 
 class NoCookies(CookieJar):
@@ -133,26 +134,37 @@ class Upstream:
         return resp
 
     async def whole(self, b: Backend, flight: Flight, body: bytes, path: str) -> Response:
-        """A non-streaming request: the backend's whole answer (BackendFailed on a transport error or 5xx; a 504
-        if it takes over ``request_s`` between two reads: the backend may still be generating, so no retry)."""
+        """A non-streaming request: the backend's whole answer within ``request_s`` (a 504 past it: the backend may
+        still be generating, so no retry). BackendFailed on a transport error, a 5xx, a redirect, or a 2xx whose
+        body is not a JSON object (not an answer: never passed on as one)."""
+        deadline = asyncio.get_running_loop().time() + self.cfg.timeouts.request_s
         try:
-            resp = await self.send(b, path, body)
-        except httpx.TimeoutException as e:
+            async with asyncio.timeout_at(deadline):
+                resp = await self.send(b, path, body)
+        except (TimeoutError, httpx.TimeoutException) as e:
             raise self.timed_out(b, e) from None
         except httpx.TransportError as e:
             raise BackendFailed(b, f"{type(e).__name__}: {e}", refused=isinstance(e, httpx.ConnectError)) from None
         try:
-            content = await resp.aread()
-        except httpx.TimeoutException as e:
+            async with asyncio.timeout_at(deadline):
+                content = await resp.aread()
+        except (TimeoutError, httpx.TimeoutException) as e:
             raise self.timed_out(b, e) from None
         except BROKEN_ANSWER as e:
             raise BackendFailed(b, f"answer cut ({type(e).__name__}: {e})") from None
         finally:
             await close_quietly(resp)
-        if resp.status_code >= 500:
-            raise BackendFailed(b, f"HTTP {resp.status_code}: {content[:200]!r}")
+        not_passed_on(b, resp.status_code, content)
+        try:
+            answer = json.loads(content)
+        except ValueError:
+            answer = None
+        if 200 <= resp.status_code < 300 and not isinstance(answer, dict):
+            ctype = resp.headers.get("content-type", "no content-type")
+            raise BackendFailed(b, f"answered HTTP {resp.status_code} with a body that is not a JSON object "
+                                   f"({ctype}, {len(content)} bytes)")
         with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError):
-            flight.generated = int(json.loads(content)["usage"]["completion_tokens"])
+            flight.generated = int(answer["usage"]["completion_tokens"])
         return Response(content, status_code=resp.status_code,
                         media_type=resp.headers.get("content-type", "application/json"))
 
@@ -183,8 +195,12 @@ class Upstream:
                 lines = resp.aiter_lines()
                 head = [await anext(lines)]
                 while not head[-1].startswith("data:"):
+                    check_sse(head[-1])
                     head.append(await anext(lines))
                 return resp, lines, head
+        except NotSSE as e:
+            await close_quietly(resp)
+            raise BackendFailed(b, f"{e} before its first token") from None
         except (TimeoutError, StopAsyncIteration, *BROKEN_ANSWER) as e:
             await close_quietly(resp)
             raise BackendFailed(b, f"stream ended before its first token ({type(e).__name__})") from None
@@ -199,45 +215,89 @@ class Upstream:
             content = await resp.aread()
         finally:
             await close_quietly(resp)
-        if resp.status_code >= 500:
-            raise BackendFailed(b, f"HTTP {resp.status_code}: {content[:200]!r}")
+        not_passed_on(b, resp.status_code, content)
         return Response(content, status_code=resp.status_code,
                         media_type=resp.headers.get("content-type", "application/json"))
 
     async def relay(self, b: Backend, flight: Flight, resp: httpx.Response, lines: AsyncIterator[str],
                     head: list[str], ended: Callable[[str | None], None]) -> AsyncIterator[str]:
-        """Pass the backend's SSE lines on as they come. A backend failure or a stall (no line for ``stall_s``)
-        ends the stream with the error event. ``ended(reason)`` runs once at the end: reason None when the stream
-        ended by itself or the backend failed, "stall", or "client_gone" when the client left first."""
-        stall = self.cfg.timeouts.stall_s
+        """Pass the backend's SSE lines on as they come. A backend failure, a line that is not SSE, a stall (no
+        line for ``stall_s``) or a stream still going ``request_s`` after its first token ends the stream with the
+        error event. ``ended(reason)`` runs once at the end: reason None when the stream ended by itself or the
+        backend failed, "stall", "deadline", or "client_gone" when the client left first."""
         reason: str | None = "client_gone"
         try:
             for line in head:
                 yield line + "\n"
-            while True:
-                try:
-                    async with asyncio.timeout(stall):
-                        line = await anext(lines)
-                except StopAsyncIteration:
-                    reason = None
-                    return
+            async for line in self.checked(b, lines):
                 count_token(flight, line)
                 yield line + "\n"
-        except TimeoutError:
-            reason = "stall"
-            self.metrics.stream_errors.labels(b.name).inc()
-            yield error_event(f"backend {b.name!r} stalled: no token for {stall:g} s after {flight.generated} "
-                              "tokens; the answer is incomplete", 504)
-        except BROKEN_ANSWER as e:
             reason = None
+        except StreamCut as e:
+            reason = e.reason
             self.metrics.stream_errors.labels(b.name).inc()
-            yield error_event(f"backend {b.name!r} failed after {flight.generated} tokens ({type(e).__name__}); "
-                              "the answer is incomplete", 502)
+            yield error_event(f"backend {b.name!r} {e.why} after {flight.generated} tokens; the answer is "
+                              "incomplete", e.code)
         finally:
             try:
                 await close_quietly(resp)
             finally:
                 ended(reason)
+
+    async def checked(self, b: Backend, lines: AsyncIterator[str]) -> AsyncIterator[str]:
+        """The backend's lines after the first token, each an SSE line within ``stall_s`` of the one before and
+        all within ``request_s``; else :class:`StreamCut` saying why."""
+        stall, whole = self.cfg.timeouts.stall_s, self.cfg.timeouts.request_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + whole
+        while True:
+            left = deadline - loop.time()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                async with asyncio.timeout(min(stall, left)):
+                    line = await anext(lines)
+                check_sse(line)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                if left < stall:
+                    raise StreamCut("deadline", f"did not finish within {whole:g} s", 504) from None
+                raise StreamCut("stall", f"stalled: no token for {stall:g} s", 504) from None
+            except NotSSE as e:
+                raise StreamCut(None, str(e), 502) from None
+            except BROKEN_ANSWER as e:
+                raise StreamCut(None, f"failed ({type(e).__name__})", 502) from None
+            yield line
+
+
+class NotSSE(Exception):
+    """A backend line that is not server-sent events (garbage, or an answer of another kind)."""
+
+
+class StreamCut(Exception):
+    """Why a relayed stream ends early: its ``reason`` (counted in ``aborted``; None: the backend's failure), what
+    the error event says of the backend (``why``) and its ``code``."""
+
+    def __init__(self, reason: str | None, why: str, code: int) -> None:
+        super().__init__(why)
+        self.reason, self.why, self.code = reason, why, code
+
+
+def check_sse(line: str) -> None:
+    """An SSE line (a field of the standard's four, a comment or a blank line), else NotSSE."""
+    if line and line[0] != ":" and line.partition(":")[0] not in SSE_FIELDS:
+        raise NotSSE(f"sent a line that is not server-sent events ({line[:40]!r})")
+
+
+def not_passed_on(b: Backend, status: int, content: bytes) -> None:
+    """BackendFailed for an answer that is the backend's failure, not the client's: a 5xx, or a redirect (the
+    router does not follow it; where it points is not shown: a Location may carry credentials)."""
+    if 300 <= status < 400:
+        raise BackendFailed(b, f"answered a redirect (HTTP {status}); the router follows none: set the backend's "
+                               "url to where the server answers")
+    if status >= 500:
+        raise BackendFailed(b, f"HTTP {status}: {content[:200]!r}")
 
 
 async def close_quietly(resp: httpx.Response) -> None:

@@ -1,0 +1,133 @@
+"""Backends that misbehave, without a network: a redirect, a 200 whose body is not a JSON object, an answer or a
+stream that never ends, and a stream that turns to garbage are each the backend's failure (retried elsewhere, a
+502 / 504, or the stream's error event), counted, never passed on as if answered and never held open for ever."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serving extra is not installed: pip install 'llmsim[serve]'")
+
+import httpx  # noqa: E402
+
+from llmsim.serving.config import parse_config  # noqa: E402
+from llmsim.serving.inbound import BadRequest  # noqa: E402
+from llmsim.serving.metrics import RouterMetrics  # noqa: E402
+from llmsim.serving.tracker import Backend, Flight  # noqa: E402
+from llmsim.serving.upstream import BackendFailed, Upstream  # noqa: E402
+from tests.serving.test_upstream import error_of  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+SECRET = "location-secret-3e9a"
+GUARD_S = 10.0  # a call still running after this long is a hang (the router's own bounds here are 0.3 s)
+
+
+def upstream(handler) -> tuple[Upstream, Backend]:
+    cfg = parse_config({"backends": [{"name": "b0", "url": "http://backend.test"}], "policy": {"heuristic": "jsq"},
+                        "timeouts": {"stall_s": 0.2, "request_s": 0.3, "first_token_s": 0.3}})
+    up = Upstream(cfg, RouterMetrics(["b0"]))
+    up.open(8, httpx.MockTransport(handler))
+    return up, Backend(0, cfg.backends[0], up=True)
+
+
+def attempt(up: Upstream, b: Backend, stream: bool):
+    flight = Flight(1, 10, 8.0, None, 0.0)
+    call = up.first_token(b, b"{}", "/v1/completions") if stream else up.whole(b, flight, b"{}", "/v1/completions")
+    return asyncio.run(asyncio.wait_for(call, GUARD_S))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_the_backends_failure_and_its_location_is_not_shown(stream: bool, status: int) -> None:
+    up, b = upstream(lambda r: httpx.Response(status, headers={"location": f"http://u:{SECRET}@elsewhere/v1"}))
+    with pytest.raises(BackendFailed, match=f"answered a redirect \\(HTTP {status}\\)") as e:
+        attempt(up, b, stream)
+    assert SECRET not in str(e.value) and "elsewhere" not in str(e.value)
+
+
+@pytest.mark.parametrize("content,ctype", [(b"<html>oops</html>", "text/html"), (b"data: {}\n\ndata: [DONE]\n\n",
+                                                                                 "text/event-stream"),
+                                           (b"[1, 2]", "application/json"), (b"", "application/json")])
+def test_a_whole_answer_that_is_not_a_json_object_is_the_backends_failure(content: bytes, ctype: str) -> None:
+    up, b = upstream(lambda r: httpx.Response(200, content=content, headers={"content-type": ctype}))
+    with pytest.raises(BackendFailed, match="answered HTTP 200 with a body that is not a JSON object"):
+        attempt(up, b, stream=False)
+
+
+async def endless_bytes():
+    for i in itertools.count():
+        yield b'{"choices": [' if i == 0 else b'{"text": "a"},'
+        await asyncio.sleep(0.01)
+
+
+def test_a_whole_answer_that_never_ends_is_a_504_after_request_s() -> None:
+    up, b = upstream(lambda r: httpx.Response(200, stream=AsyncBytes(endless_bytes())))
+    with pytest.raises(BadRequest) as e:
+        attempt(up, b, stream=False)
+    assert e.value.status == 504 and "did not answer within 0.3 s" in e.value.message, e.value.message
+
+
+class AsyncBytes(httpx.AsyncByteStream):
+    def __init__(self, source) -> None:
+        self.source = source
+
+    async def __aiter__(self):
+        async for chunk in self.source:
+            yield chunk
+
+
+async def relayed(up: Upstream, b: Backend, source) -> tuple[list[str], list]:
+    ended: list = []
+    flight = Flight(1, 10, 8.0, None, 0.0, started=True)
+    relay = up.relay(b, flight, httpx.Response(200), source, ["data: {\"t\": 0}"], ended.append)
+
+    async def collect() -> list[str]:
+        return [x async for x in relay]
+
+    return await asyncio.wait_for(collect(), GUARD_S), ended
+
+
+async def endless_lines(line: str):
+    yield "data: {\"t\": 1}"
+    while True:
+        await asyncio.sleep(0.01)
+        yield line
+
+
+@pytest.mark.parametrize("line", [": keep-alive", "", "data: {\"choices\": [{\"text\": \"a\"}]}"])
+def test_a_stream_that_never_ends_is_ended_after_request_s(line: str) -> None:
+    up, b = upstream(lambda r: httpx.Response(500))
+    out, ended = asyncio.run(relayed(up, b, endless_lines(line)))
+    err = error_of(out)
+    assert err["code"] == 504 and "did not finish within 0.3 s" in err["message"], err
+    assert out[-1].endswith("data: [DONE]\n\n") and ended == ["deadline"]
+    assert up.metrics.stream_errors.labels("b0")._value.get() == 1
+
+
+async def then_garbage():
+    yield "data: {\"t\": 1}"
+    yield ""
+    yield "\x00\ufffd garbage ]]]"
+    yield "data: {\"t\": 2}"
+
+
+def test_a_stream_that_turns_to_garbage_ends_with_the_error_event() -> None:
+    up, b = upstream(lambda r: httpx.Response(500))
+    out, ended = asyncio.run(relayed(up, b, then_garbage()))
+    err = error_of(out)
+    assert err["code"] == 502 and "sent a line that is not server-sent events" in err["message"], err
+    assert "data: {\"t\": 2}\n" not in out and ended == [None]
+    assert up.metrics.stream_errors.labels("b0")._value.get() == 1
+
+
+def test_sse_fields_and_comments_pass_through() -> None:
+    async def fields():
+        for line in ("event: message", "id: 7", "retry: 100", ": comment", "", "data: [DONE]"):
+            yield line
+
+    up, b = upstream(lambda r: httpx.Response(500))
+    out, ended = asyncio.run(relayed(up, b, fields()))
+    assert not any("error" in x for x in out) and out[-1] == "data: [DONE]\n" and ended == [None]
