@@ -90,17 +90,24 @@ class RequireKey:
         self.app, self.expected, self.refused = app, f"Bearer {api_key}".encode("ascii"), refused
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS and not self.allows(scope):
-            self.refused(scope["path"])
-            err = BadRequest(401, "missing or wrong bearer token (Authorization: Bearer <api_key>)",
-                             "AuthenticationError")
-            await refusal(err, headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
-            return
+        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+            problem = self.problem(scope)
+            if problem:
+                self.refused(scope["path"])
+                err = BadRequest(401, problem, "AuthenticationError")
+                await refusal(err, headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
-    def allows(self, scope: Scope) -> bool:
-        got = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        return hmac.compare_digest(got, self.expected)
+    def problem(self, scope: Scope) -> str:
+        """Why the request's credentials are refused ("" if they are not). Several Authorization headers are
+        refused whatever they hold: servers and proxies disagree on which one counts."""
+        got = [v for k, v in scope["headers"] if k == b"authorization"]
+        if len(got) > 1:
+            return f"{len(got)} Authorization headers; send exactly one Authorization header (Bearer <api_key>)"
+        if not hmac.compare_digest(got[0] if got else b"", self.expected):
+            return "missing or wrong bearer token (Authorization: Bearer <api_key>)"
+        return ""
 
 
 async def answer(gw: Gateway, request: Request, path: str, chat: bool) -> Response:

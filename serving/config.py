@@ -26,6 +26,7 @@ text the router shows. Loading needs no optional dependency: the CLI checks a co
 from __future__ import annotations
 
 import base64
+import json
 import math
 import os
 import re
@@ -147,6 +148,15 @@ class BackendConfig(Schema):
     @property
     def has_url_credentials(self) -> bool:
         return self._basic is not None
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What authenticates the router to this backend, in every form a text may carry it: the api key, the URL's
+        password and its basic token (base64 of ``user:password``)."""
+        if self._basic is None:
+            return (self.api_key,) if self.api_key else ()
+        password = base64.b64decode(self._basic).decode().partition(":")[2]
+        return tuple(s for s in (self.api_key, password, self._basic) if s)
 
     def auth_headers(self) -> dict[str, str]:
         """What authenticates the router to this backend: its bearer ``api_key``, or the URL's basic credentials."""
@@ -275,9 +285,12 @@ def read_secret(v: str | None, key: str) -> str | None:
 
 
 def config_secrets(cfg: RouterConfig) -> tuple[str, ...]:
-    """Every secret value of a loaded config (api keys): what :func:`redact` must take out of any text."""
-    keys = [cfg.api_key, *(b.api_key for b in cfg.backends)]
-    return tuple(k for k in keys if k)
+    """Every secret value of a loaded config (api keys, URL passwords and their basic tokens), each also as a JSON
+    string writes it (a key with a quote or a backslash): what :func:`redact` must take out of any text."""
+    keys = [cfg.api_key, *(s for b in cfg.backends for s in b.secrets)]
+    plain = [k for k in keys if k]
+    escaped = [json.dumps(k)[1:-1] for k in plain]
+    return tuple(dict.fromkeys([*plain, *(e for e in escaped if e not in plain)]))
 
 
 def raw_secrets(data: dict[str, Any]) -> list[str]:

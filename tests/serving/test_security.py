@@ -6,12 +6,14 @@ backend that refuses the router's credentials is reported as misconfigured, not 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hmac
 import json
 import logging
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote
 
 import pytest
 
@@ -20,6 +22,10 @@ pytest.importorskip("fastapi", reason="the serving extra is not installed: pip i
 import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 from prometheus_client import generate_latest  # noqa: E402
+from starlette.applications import Starlette  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import JSONResponse, PlainTextResponse, Response  # noqa: E402
+from starlette.routing import Route  # noqa: E402
 
 from llmsim.emulator import start_emulator  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
@@ -262,3 +268,45 @@ def test_redact_takes_passwords_query_values_and_keys_out_of_any_text() -> None:
     out = redact(text, [ROUTER_KEY])
     assert not [s for s in SECRETS if s in out] and "http://***@h:1/v1?sig=***&x=***" in out, out
     assert redact("no secret here: http://h:1/v1/models", [ROUTER_KEY]) == "no secret here: http://h:1/v1/models"
+
+
+def echoing_backend() -> Starlette:
+    """A backend (model ``m``) whose every completion is a 400 quoting the Authorization header it got, as some
+    servers' validation errors quote the request."""
+    async def models(request: Request) -> Response:
+        return JSONResponse({"data": [{"id": "m", "max_model_len": 4096}]})
+
+    async def complete(request: Request) -> Response:
+        got = request.headers.get("authorization", "")
+        return JSONResponse({"error": {"message": f"rejected request with authorization {got!r} ({got[6:]})"}},
+                            status_code=400)
+
+    return Starlette(routes=[Route("/v1/models", models), Route("/health", lambda r: PlainTextResponse("")),
+                             Route("/metrics", lambda r: PlainTextResponse("")),
+                             Route("/v1/completions", complete, methods=["POST"])])
+
+
+@pytest.mark.parametrize("how,secret", [("url", URL_PASSWORD), ("url", 'pa"ss\\word-9f1'),
+                                        ("api_key", 'key"with\\quote-77')])
+def test_a_backend_echoing_the_routers_credentials_shows_none_of_them(monkeypatch, how, secret) -> None:
+    """Whatever form the backend echoes them in: the basic credentials' base64, the password, a JSON-escaped key."""
+    backend = echoing_backend()
+    monkeypatch.setattr(httpx, "AsyncHTTPTransport", lambda **kw: httpx.ASGITransport(app=backend))
+    b0 = {"name": "b0", "url": f"http://admin:{quote(secret, safe='')}@b0.test:8000"} if how == "url" else \
+        {"name": "b0", "url": "http://b0.test:8000", "api_key": secret}
+    cfg = parse_config({"backends": [b0], "policy": {"heuristic": "jsq"}})
+    token = base64.b64encode(f"admin:{secret}".encode()).decode()
+    with TestClient(create_app(cfg)) as c:
+        r = c.post("/v1/completions", json={"model": "m", "prompt": "x"})
+    assert r.status_code == 400 and "rejected request" in r.text, r.text
+    shown = [s for s in (token, secret, json.dumps(secret)[1:-1]) if s in r.text]
+    assert not shown, r.text
+
+
+def test_several_authorization_headers_are_refused() -> None:
+    with app_client(api_key=ROUTER_KEY) as c:
+        for both in ([AUTH["Authorization"], "Bearer wrong"], ["Bearer wrong", AUTH["Authorization"]],
+                     [AUTH["Authorization"]] * 2):
+            r = c.get("/v1/models", headers=[("Authorization", v) for v in both])
+            assert r.status_code == 401 and "exactly one Authorization header" in r.json()["error"]["message"], both
+        assert c.get("/v1/models", headers=AUTH).status_code == 200
