@@ -245,8 +245,21 @@ def check_request(body: dict[str, Any], chat: bool, chars_per_token: float, raw:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest(400, f"'stream' must be true or false, got {show(stream)}", param="stream")
+    check_one_sequence(body.get("n"))
     quality, outputs = routing_hints(body)
     return Inbound(body, model, tokens, mt, stream, raw, sure, key, quality, outputs)
+
+
+def check_one_sequence(n: Any) -> None:
+    """``n`` (choices per request) is 1 or absent: the policy decides, and the router accounts, one sequence per
+    request (a backend would run ``n`` of them on the one decision), so more is a 400 rather than a hidden load."""
+    if n is None:
+        return
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise BadRequest(400, f"'n' must be an integer, got {show(n)}", param="n")
+    if n != 1:
+        raise BadRequest(400, f"'n' must be 1 (the router routes one sequence per request), got {n}; send "
+                              "separate requests for several completions", param="n")
 
 
 def check_context(inbound: Inbound, max_model_len: int) -> None:

@@ -95,6 +95,12 @@ BAD_BODIES = [  # (body, endpoint, status, words the message must hold)
     ('{"model": "m", "prompt": "hi", "seed": ' + "9" * 5000 + "}", COMPLETIONS, 400, "not valid JSON"),
     ('{"model": "m", "prompt": [[1, true]]}', COMPLETIONS, 400, "'prompt' must be"),
     ("[]", COMPLETIONS, 400, "must be a JSON object"),
+    ('{"model": "m", "prompt": "hi", "n": 2}', COMPLETIONS, 400, "'n' must be 1 (the router routes one sequence"),
+    ('{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 8, "stream": true}', CHAT, 400,
+     "'n' must be 1"),
+    ('{"model": "m", "prompt": "hi", "n": "2"}', COMPLETIONS, 400, "'n' must be an integer, got \"2\""),
+    ('{"model": "m", "prompt": "hi", "n": true}', COMPLETIONS, 400, "'n' must be an integer, got true"),
+    ('{"model": "m", "prompt": "hi", "n": 0}', COMPLETIONS, 400, "'n' must be 1"),
 ]
 
 
@@ -235,6 +241,7 @@ def test_request_checks_name_the_field() -> None:
                                                                                               "content": None}]},
                        True, 4.0)
     assert ok.prompt_tokens == 1 + 4 + 0 + 4 and ok.min_prompt_tokens == 2
+    assert check_request({"model": "m", "prompt": "x", "n": 1}, False, 4.0).body["n"] == 1  # one sequence is fine
     chat = check_request({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9,
                           "max_completion_tokens": 7}, True, 4.0)
     assert (chat.max_tokens, chat.max_tokens_key) == (7, "max_completion_tokens")  # as vLLM: that one wins
