@@ -258,7 +258,7 @@ def check_one_sequence(n: Any) -> None:
     if isinstance(n, bool) or not isinstance(n, int):
         raise BadRequest(400, f"'n' must be an integer, got {show(n)}", param="n")
     if n != 1:
-        raise BadRequest(400, f"'n' must be 1 (the router routes one sequence per request), got {n}; send "
+        raise BadRequest(400, f"'n' must be 1 (the router routes one sequence per request), got {show(n)}; send "
                               "separate requests for several completions", param="n")
 
 
