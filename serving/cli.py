@@ -17,6 +17,7 @@ from llmsim.serving.config import load_config
 
 PROG = "llmsim-router"
 SERVE_EXTRA = "pip install 'llmsim[serve]'"
+ROUTER_CONFIG = "router config"  # what parse_config calls a config without a file
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -53,11 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         cfg = load_config(args.config, args.port, args.host)
+    except LLMSimError as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+    try:
         from llmsim.serving.runner import serve  # optional: the serve extra (fastapi, uvicorn, httpx, ...)
 
         serve(cfg, args.log_level)
-    except LLMSimError as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
+    except LLMSimError as e:  # the policy, the backends or the address: named by the file's key
+        where = str(e).removeprefix(f"{ROUTER_CONFIG}: ")
+        print(f"{PROG}: {args.config}: {where}", file=sys.stderr)
         return 2
     except ImportError as e:
         print(f"{PROG}: {e.name} is missing; install the serving extra: {SERVE_EXTRA}", file=sys.stderr)

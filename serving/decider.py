@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from llmsim.errors import ConfigError, LLMSimError
 from llmsim.request import Request
 from llmsim.routing import make_router
 from llmsim.serving.config import PolicyConfig, check_static_tpot
@@ -19,14 +20,25 @@ class Decider:
 
     def __init__(self, cfg: PolicyConfig) -> None:
         self.cfg = cfg
-        if cfg.heuristic is not None:
-            self.router: Any = make_router(cfg.heuristic, seed=cfg.seed, **cfg.kwargs)
-            self.label = cfg.heuristic
-        else:
-            # live inputs (max_tokens, routing hints) already are the client's predictions: no simulated error
-            kwargs = {"predictor_noise": False, **cfg.kwargs}
-            self.router = make_router("onnx", seed=cfg.seed, path=cfg.onnx, **kwargs)
-            self.label = f"onnx:{cfg.onnx}"
+        try:
+            if cfg.heuristic is not None:
+                self.router: Any = make_router(cfg.heuristic, seed=cfg.seed, **cfg.kwargs)
+                self.label = cfg.heuristic
+            else:
+                # live inputs (max_tokens, routing hints) already are the client's predictions: no simulated error
+                kwargs = {"predictor_noise": False, **cfg.kwargs}
+                self.router = make_router("onnx", seed=cfg.seed, path=cfg.onnx, **kwargs)
+                self.label = f"onnx:{cfg.onnx}"
+        except LLMSimError as e:
+            raise ConfigError(self.keyed(str(e))) from None
+
+    def keyed(self, message: str) -> str:
+        """A policy's refusal named by the router config's key (``policy.heuristic`` / ``policy.onnx``; the
+        routers' own messages say ``policy.name``, the simulator's key)."""
+        key = "policy.heuristic" if self.cfg.heuristic is not None else "policy.onnx"
+        if message.startswith("policy.name: "):
+            return key + message[len("policy.name"):]
+        return message if message.startswith("policy.") else f"{key}: {message}"
 
     def check_backends(self, models: list[str]) -> None:
         """An exported policy refuses backends that are not the ones it was trained for, RouteBalance backends whose
@@ -34,7 +46,10 @@ class Decider:
         check_static_tpot(self.cfg, list(models))
         check = getattr(self.router, "check_backends", None)
         if check is not None:
-            check(models)
+            try:
+                check(models)
+            except LLMSimError as e:
+                raise ConfigError(self.keyed(str(e))) from None
 
     def decide(self, req: Request, state: ClusterState, allowed: Collection[int] | None = None) -> int:
         """The policy's answer for ``req``: an instance index (among ``allowed``), WAIT or DROP."""

@@ -61,7 +61,7 @@ def serve(cfg: RouterConfig, log_level: str = "warning") -> None:
     try:
         sock = listen_socket(cfg.host, cfg.port)
     except OSError as e:
-        raise LLMSimError(f"port: cannot listen on {cfg.host}:{cfg.port}: {e}") from None
+        raise LLMSimError(f"host, port: cannot listen on {cfg.host}:{cfg.port}: {e}") from None
     port = sock.getsockname()[1]
     note = f"; not answering yet (ejected until healthy): {down}" if down else ""
     print(f"llmsim-router: {len(cfg.backends)} backends, policy {cfg.policy.heuristic or cfg.policy.onnx}, on "

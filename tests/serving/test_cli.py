@@ -13,6 +13,7 @@ pytest.importorskip("fastapi", reason="the serving extra is not installed: pip i
 import httpx  # noqa: E402
 
 from llmsim.emulator import start_emulator  # noqa: E402
+from llmsim.serving.cli import main  # noqa: E402
 from tests.serving.helpers import SPEEDUP  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -129,3 +130,27 @@ def test_the_emulator_port_and_host_are_checked(flags, needle) -> None:
                         *flags], capture_output=True, text=True, timeout=60)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
+
+
+@pytest.mark.parametrize("policy,needle", [
+    ("{heuristic: nope}", "policy.heuristic: unknown routing policy 'nope'"),
+    ("{heuristic: jsq, kwargs: {bogus: 1}}", "policy.kwargs: routing policy 'jsq' got unknown option(s) ['bogus']"),
+    ("{onnx: 'zoo:nope'}", "policy.onnx: zoo:nope: no such router in the zoo"),
+    ("{onnx: model.pkl}", "policy.onnx: model.pkl: not a policy export")])
+def test_a_policy_refused_at_start_names_the_file_and_key(tmp_path, monkeypatch, capsys, policy, needle) -> None:
+    """The policy is built after the file is read: its refusal still names the file and the router's own key."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.pkl").write_bytes(b"\x80\x04K\x01.")  # a pickle, never loaded
+    (tmp_path / "r.yaml").write_text("backends: [{name: a, url: 'http://127.0.0.1:9', model: llama-2-7b}]\n"
+                                     f"policy: {policy}\n")
+    assert main(["--config", "r.yaml", "--port", "0"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"llmsim-router: r.yaml: {needle}"), lines
+
+
+def test_an_address_that_cannot_be_listened_on_names_host_and_port(tmp_path, capsys) -> None:
+    cfg = tmp_path / "r.yaml"
+    cfg.write_text("backends: [{name: a, url: 'http://127.0.0.1:9'}]\npolicy: {heuristic: jsq}\nhost: 999.1.1.1\n")
+    assert main(["--config", str(cfg), "--port", "0"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"{cfg}: host, port: cannot listen on 999.1.1.1:0" in lines[0], lines
