@@ -23,7 +23,7 @@ from starlette.routing import Route  # noqa: E402
 
 from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.serving.app import create_app  # noqa: E402
-from llmsim.serving.config import parse_config  # noqa: E402
+from llmsim.serving.config import load_config, parse_config  # noqa: E402
 from llmsim.serving.inbound import MAX_JSON_DEPTH, BadRequest, check_request, parse_json  # noqa: E402
 from tests.serving.helpers import samples  # noqa: E402
 
@@ -245,3 +245,25 @@ def test_request_checks_name_the_field() -> None:
     chat = check_request({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9,
                           "max_completion_tokens": 7}, True, 4.0)
     assert (chat.max_tokens, chat.max_tokens_key) == (7, "max_completion_tokens")  # as vLLM: that one wins
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("backends: [{name: a, url: 'http://127.0.0.1:9'}]\npolicy: {heuristic: jsq}\npolicy: {heuristic: random}\n",
+     "line 3: key 'policy' given twice in one mapping"),
+    ("backends:\n  - {name: a, url: 'http://127.0.0.1:9', api_key: k1k1k1, api_key: k2k2k2}\n"
+     "policy: {heuristic: jsq}\n", "line 2: key 'api_key' given twice in one mapping")])
+def test_a_key_given_twice_in_the_config_file_is_refused(tmp_path, text, needle) -> None:
+    """YAML parsers keep the last of two equal keys without a word: a config that says two things is refused."""
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value).startswith(f"{path}: ") and needle in str(e.value), str(e.value)
+    assert "k1k1k1" not in str(e.value) and "k2k2k2" not in str(e.value)
+
+
+def test_yaml_anchors_and_merge_keys_are_not_duplicates(tmp_path) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text("backends:\n  - &b {name: a, url: 'http://127.0.0.1:9'}\n"
+                    "  - {<<: *b, name: c, url: 'http://127.0.0.1:10'}\npolicy: {heuristic: jsq}\n")
+    assert [b.name for b in load_config(path).backends] == ["a", "c"]
