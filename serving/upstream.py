@@ -165,8 +165,7 @@ class Upstream:
                                    f"({ctype}, {len(content)} bytes)")
         with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError):
             flight.generated = int(answer["usage"]["completion_tokens"])
-        return Response(content, status_code=resp.status_code,
-                        media_type=resp.headers.get("content-type", "application/json"))
+        return passed_on(b, resp, content, answer)
 
     def timed_out(self, b: Backend, e: Exception) -> Exception:
         """A connect timeout is a failure (retried elsewhere); a read timeout a 504 (not retried)."""
@@ -216,8 +215,11 @@ class Upstream:
         finally:
             await close_quietly(resp)
         not_passed_on(b, resp.status_code, content)
-        return Response(content, status_code=resp.status_code,
-                        media_type=resp.headers.get("content-type", "application/json"))
+        try:
+            answer = json.loads(content)
+        except ValueError:
+            answer = None
+        return passed_on(b, resp, content, answer)
 
     async def relay(self, b: Backend, flight: Flight, resp: httpx.Response, lines: AsyncIterator[str],
                     head: list[str], ended: Callable[[str | None], None]) -> AsyncIterator[str]:
@@ -288,6 +290,19 @@ def check_sse(line: str) -> None:
     """An SSE line (a field of the standard's four, a comment or a blank line), else NotSSE."""
     if line and line[0] != ":" and line.partition(":")[0] not in SSE_FIELDS:
         raise NotSSE(f"sent a line that is not server-sent events ({line[:40]!r})")
+
+
+def passed_on(b: Backend, resp: httpx.Response, content: bytes, answer: object) -> Response:
+    """The backend's answer for the client: as it is, but a client error whose body is not a JSON object (an HTML
+    page, plain text) is put in OpenAI's error shape, as OpenAI clients read it, saying whose it is."""
+    ctype = resp.headers.get("content-type", "application/json")
+    if resp.status_code < 400 or isinstance(answer, dict):
+        return Response(content, status_code=resp.status_code, media_type=ctype)
+    text = content[:200].decode("utf-8", "replace")
+    err = {"message": f"backend {b.name!r} answered HTTP {resp.status_code} ({ctype.split(';')[0]}): {text}",
+           "type": "BackendError", "param": None, "code": resp.status_code}
+    return Response(json.dumps({"error": err}).encode("ascii"), status_code=resp.status_code,
+                    media_type="application/json")
 
 
 def not_passed_on(b: Backend, status: int, content: bytes) -> None:

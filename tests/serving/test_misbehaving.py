@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 
 import pytest
 
@@ -131,3 +132,21 @@ def test_sse_fields_and_comments_pass_through() -> None:
     up, b = upstream(lambda r: httpx.Response(500))
     out, ended = asyncio.run(relayed(up, b, fields()))
     assert not any("error" in x for x in out) and out[-1] == "data: [DONE]\n" and ended == [None]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_error_that_is_not_json_reaches_the_client_in_openais_shape(stream: bool) -> None:
+    up, b = upstream(lambda r: httpx.Response(422, content=b"<h1>Unprocessable</h1>", headers={"content-type":
+                                                                                              "text/html"}))
+    resp = attempt(up, b, stream)
+    err = json.loads(resp.body)["error"]
+    assert resp.status_code == 422 and resp.media_type == "application/json", resp.body
+    assert err["code"] == 422 and err["message"] == "backend 'b0' answered HTTP 422 (text/html): <h1>Unprocessable</h1>"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_json_client_error_is_passed_on_as_it_is(stream: bool) -> None:
+    body = b'{"error": {"message": "bad n", "code": 400}}'
+    up, b = upstream(lambda r: httpx.Response(400, content=body, headers={"content-type": "application/json"}))
+    resp = attempt(up, b, stream)
+    assert resp.status_code == 400 and resp.body == body
