@@ -231,9 +231,10 @@ class Upstream:
         try:
             for line in head:
                 yield line + "\n"
-            async for line in self.checked(b, lines):
-                count_token(flight, line)
-                yield line + "\n"
+            async with contextlib.aclosing(self.checked(b, lines)) as checked:
+                async for line in checked:
+                    count_token(flight, line)
+                    yield line + "\n"
             reason = None
         except StreamCut as e:
             reason = e.reason
