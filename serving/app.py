@@ -124,7 +124,7 @@ async def answer(gw: Gateway, request: Request, path: str, chat: bool) -> Respon
             raise BadRequest(503, f"a backend refused the router's credentials (HTTP {resp.status_code}): the "
                                   "router's backends are misconfigured (authentication)", "ServiceUnavailableError")
         code = resp.status_code
-        return scrubbed(resp, config_secrets(cfg)) if code >= 400 else resp
+        return scrubbed(resp, config_secrets(cfg))  # (a stream's lines are scrubbed by its relay)
     except BadRequest as e:
         code = e.status
         return refusal(e, config_secrets(cfg))
@@ -178,7 +178,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def scrubbed(resp: Response, secrets: tuple[str, ...]) -> Response:
-    """A backend's error answer passed on, with any secret it echoes taken out (a key is never shown)."""
+    """A backend's answer passed on, with any secret it echoes taken out (a key is never shown)."""
     body = getattr(resp, "body", None)
     if not isinstance(body, bytes) or not any(s.encode() in body for s in secrets):
         return resp

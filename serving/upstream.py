@@ -26,7 +26,7 @@ from http.cookiejar import CookieJar
 import httpx
 from starlette.responses import Response
 
-from llmsim.serving.config import RouterConfig
+from llmsim.serving.config import RouterConfig, config_secrets, redact
 from llmsim.serving.inbound import BadRequest
 from llmsim.serving.metrics import RouterMetrics
 from llmsim.serving.tracker import Backend, Flight
@@ -78,6 +78,7 @@ class Upstream:
 
     def __init__(self, cfg: RouterConfig, metrics: RouterMetrics) -> None:
         self.cfg, self.metrics = cfg, metrics
+        self.secrets = config_secrets(cfg)  # what a relayed line must not show (a backend echoing its key)
         self.client: httpx.AsyncClient | None = None
         self.limits: httpx.Limits | None = None
         self.transport: httpx.AsyncBaseTransport | None = None
@@ -230,11 +231,11 @@ class Upstream:
         reason: str | None = "client_gone"
         try:
             for line in head:
-                yield line + "\n"
+                yield self.shown(line)
             async with contextlib.aclosing(self.checked(b, lines)) as checked:
                 async for line in checked:
                     count_token(flight, line)
-                    yield line + "\n"
+                    yield self.shown(line)
             reason = None
         except StreamCut as e:
             reason = e.reason
@@ -246,6 +247,12 @@ class Upstream:
                 await close_quietly(resp)
             finally:
                 ended(reason)
+
+    def shown(self, line: str) -> str:
+        """A relayed line as the client gets it: any secret it echoes taken out."""
+        if any(s in line for s in self.secrets):
+            line = redact(line, self.secrets)
+        return line + "\n"
 
     async def checked(self, b: Backend, lines: AsyncIterator[str]) -> AsyncIterator[str]:
         """The backend's lines after the first token, each an SSE line within ``stall_s`` of the one before and

@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from prometheus_client import generate_latest  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.requests import Request  # noqa: E402
-from starlette.responses import JSONResponse, PlainTextResponse, Response  # noqa: E402
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
 from llmsim.emulator import start_emulator  # noqa: E402
@@ -310,3 +310,26 @@ def test_several_authorization_headers_are_refused() -> None:
             r = c.get("/v1/models", headers=[("Authorization", v) for v in both])
             assert r.status_code == 401 and "exactly one Authorization header" in r.json()["error"]["message"], both
         assert c.get("/v1/models", headers=AUTH).status_code == 200
+
+
+def test_a_backend_echoing_its_key_in_an_answer_or_a_stream_shows_none_of_it(monkeypatch) -> None:
+    async def models(request: Request) -> Response:
+        return JSONResponse({"data": [{"id": "m", "max_model_len": 4096}]})
+
+    async def complete(request: Request) -> Response:
+        got = request.headers.get("authorization", "")
+        if (await request.json()).get("stream"):
+            lines = [f"data: {json.dumps({'choices': [{'text': got}]})}\n\n", "data: [DONE]\n\n"]
+            return StreamingResponse(iter(lines), media_type="text/event-stream")
+        return JSONResponse({"choices": [{"text": got}], "usage": {"completion_tokens": 1}})
+
+    backend = Starlette(routes=[Route("/v1/models", models), Route("/health", lambda r: PlainTextResponse("")),
+                                Route("/metrics", lambda r: PlainTextResponse("")),
+                                Route("/v1/completions", complete, methods=["POST"])])
+    monkeypatch.setattr(httpx, "AsyncHTTPTransport", lambda **kw: httpx.ASGITransport(app=backend))
+    cfg = parse_config({"backends": [{"name": "b0", "url": "http://b0.test:8000", "api_key": GOOD_BACKEND_KEY}],
+                        "policy": {"heuristic": "jsq"}})
+    with TestClient(create_app(cfg)) as c:
+        for stream in (False, True):
+            r = c.post("/v1/completions", json={"model": "m", "prompt": "x", "stream": stream})
+            assert r.status_code == 200 and "Bearer ***" in r.text and GOOD_BACKEND_KEY not in r.text, r.text
