@@ -250,7 +250,7 @@ class Upstream:
 
     def shown(self, line: str) -> str:
         """A relayed line as the client gets it: any secret it echoes taken out."""
-        if any(s in line for s in self.secrets):
+        if self.secrets and any(s in line for s in self.secrets):
             line = redact(line, self.secrets)
         return line + "\n"
 
