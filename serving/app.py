@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from llmsim.errors import LLMSimError
 from llmsim.serving.config import RouterConfig, config_secrets, redact
 from llmsim.serving.decider import Decider
 from llmsim.serving.gateway import Gateway
@@ -73,7 +74,11 @@ def gateway_lifespan(gw: Gateway) -> Callable[[FastAPI], contextlib.AbstractAsyn
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await gw.start()
+        try:
+            await gw.start()
+        except LLMSimError as e:  # kept for whoever started the server (start_router raises it)
+            gw.start_error = e
+            raise
         try:
             yield
         finally:

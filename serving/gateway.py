@@ -107,6 +107,7 @@ class Gateway:
         self.queued = 0
         self.finished = 0
         self.mean_output = 128.0
+        self.start_error: LLMSimError | None = None  # why start() refused (the policy and the backends disagree)
 
     def now(self) -> float:
         return time.monotonic() - self.t0

@@ -38,10 +38,16 @@ class RouterHandle(ServerThread):
 
 def start_router(cfg: RouterConfig | dict[str, Any], decider: Decider | None = None) -> RouterHandle:
     """Start a router (``port: 0`` picks a free port) and return once it accepts connections; ``decider``
-    replaces the config's policy (tests)."""
+    replaces the config's policy (tests). A policy that refuses the backends raises its ConfigError."""
     if not isinstance(cfg, RouterConfig):
         cfg = parse_config(cfg)
-    return RouterHandle(cfg, decider).start()
+    handle = RouterHandle(cfg, decider)
+    try:
+        return handle.start()
+    except RuntimeError:
+        if handle.gateway.start_error is not None:  # the reason, not uvicorn's "startup failed"
+            raise handle.gateway.start_error from None
+        raise
 
 
 async def preflight(cfg: RouterConfig) -> list[str]:

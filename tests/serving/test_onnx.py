@@ -18,6 +18,7 @@ import httpx  # noqa: E402
 from llmsim.agents.export import export  # noqa: E402
 from llmsim.agents.imitate import EXPERTS, demo_checkpoint  # noqa: E402
 from llmsim.emulator import start_emulator  # noqa: E402
+from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.serving.runner import start_router  # noqa: E402
 from tests.serving.helpers import burst, router_cfg, samples  # noqa: E402
 
@@ -115,3 +116,11 @@ def test_an_export_for_other_backends_is_refused_naming_both(exports, tmp_path) 
     finally:
         for h in hs:
             h.stop()
+
+
+def test_start_router_raises_why_the_policy_refused_its_backends() -> None:
+    """In-process (tests, notebooks) the refusal is the exception raised, not a "did not start" hiding it."""
+    cfg = {"backends": [{"name": f"g{i}", "url": f"http://127.0.0.1:{9 + i}", "model": "opt-13b"} for i in range(2)],
+           "policy": {"onnx": "zoo:workload_router"}, "port": 0}
+    with pytest.raises(ConfigError, match="policy.onnx: .*opt-13b"):
+        start_router(cfg)
