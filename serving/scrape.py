@@ -19,6 +19,7 @@ sample (name, optional labels, a number), so a page that is not an exposition is
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ _GAUGES = {
     "vllm:num_requests_swapped": "swapped",
 }
 _KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+MAX_GAUGE = 1e9  # requests a backend may count: more (or fewer than none) is not a load, and would overflow sums
 _READ = (*_GAUGES, *_KV, "vllm:cache_config_info", "vllm:generation_tokens_total",
          "vllm:time_per_output_token_seconds_sum", "vllm:time_per_output_token_seconds_count")
 _SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?[ \t]+(\S+)(?:[ \t]+-?\d+)?[ \t]*")
@@ -63,6 +65,9 @@ def parse_metrics(text: str) -> BackendMetrics:
         for fam in text_string_to_metric_families(samples_read(text)):
             for s in fam.samples:
                 name, v = s.name, float(s.value)
+                if not math.isfinite(v) or (name in _GAUGES and not 0 <= v <= MAX_GAUGE):
+                    raise ValueError(f"{name} is {s.value}; expected a finite number"
+                                     + (f" in [0, {MAX_GAUGE:g}]" if name in _GAUGES else ""))
                 if name in _GAUGES:
                     vals[_GAUGES[name]] = vals.get(_GAUGES[name], 0.0) + v
                 elif name in _KV:
@@ -80,6 +85,10 @@ def parse_metrics(text: str) -> BackendMetrics:
     except ValueError as e:
         raise MetricsParseError(f"not a Prometheus text exposition ({e})") from None
     usage = next((sum(kv[k]) / len(kv[k]) for k in _KV if kv.get(k)), None)
+    for key, v in vals.items():  # each sample finite, yet their sum may not be
+        if not math.isfinite(v):
+            raise MetricsParseError(f"not a usable exposition (vllm:... {key} adds up to {v}; expected a finite "
+                                    "number)")
     return BackendMetrics(
         running=vals.get("running", 0.0), waiting=vals.get("waiting", 0.0), swapped=vals.get("swapped", 0.0),
         kv_usage=usage, num_gpu_blocks=info.get("num_gpu_blocks"), block_size=info.get("block_size"),

@@ -13,12 +13,20 @@ import pytest
 pytest.importorskip("fastapi", reason="the serving extra is not installed: pip install 'llmsim[serve]'")
 
 import httpx  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+from starlette.applications import Starlette  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import JSONResponse, PlainTextResponse, Response  # noqa: E402
+from starlette.routing import Route  # noqa: E402
 
+from llmsim.serving.app import create_app  # noqa: E402
 from llmsim.serving.config import parse_config  # noqa: E402
 from llmsim.serving.inbound import BadRequest  # noqa: E402
 from llmsim.serving.metrics import RouterMetrics  # noqa: E402
+from llmsim.serving.scrape import MetricsParseError, parse_metrics  # noqa: E402
 from llmsim.serving.tracker import Backend, Flight  # noqa: E402
 from llmsim.serving.upstream import BackendFailed, Upstream  # noqa: E402
+from tests.serving.helpers import samples  # noqa: E402
 from tests.serving.test_upstream import error_of  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -150,3 +158,41 @@ def test_a_json_client_error_is_passed_on_as_it_is(stream: bool) -> None:
     up, b = upstream(lambda r: httpx.Response(400, content=body, headers={"content-type": "application/json"}))
     resp = attempt(up, b, stream)
     assert resp.status_code == 400 and resp.body == body
+
+
+BAD_EXPOSITIONS = [
+    "vllm:num_requests_running NaN\n", "vllm:num_requests_waiting +Inf\n", "vllm:kv_cache_usage_perc NaN\n",
+    "vllm:num_requests_running 1e308\nvllm:num_requests_waiting 1e308\n", "vllm:num_requests_running -5\n",
+    "vllm:generation_tokens_total 1e308\nvllm:generation_tokens_total 1e308\n",
+    "vllm:time_per_output_token_seconds_sum NaN\nvllm:time_per_output_token_seconds_count 5\n"]
+
+
+@pytest.mark.parametrize("text", BAD_EXPOSITIONS)
+def test_a_scrape_of_numbers_no_backend_has_is_a_scrape_failure(text: str) -> None:
+    with pytest.raises(MetricsParseError, match="vllm:.* expected a finite"):
+        parse_metrics(text)
+
+
+@pytest.mark.parametrize("policy", [{"heuristic": "jsq"}, {"heuristic": "least_work_left"},
+                                    {"onnx": "zoo:workload_router"}])
+def test_a_backend_exporting_nan_load_is_routed_on_the_bookkeeping(monkeypatch, policy) -> None:
+    """Its scrapes fail (counted) and requests are answered, never a 500 from a NaN in the state."""
+    async def models(request: Request) -> Response:
+        return JSONResponse({"data": [{"id": "llama-2-7b", "max_model_len": 4096}]})
+
+    async def complete(request: Request) -> Response:
+        return JSONResponse({"choices": [{"text": "ok"}], "usage": {"completion_tokens": 1}})
+
+    backend = Starlette(routes=[
+        Route("/v1/models", models), Route("/health", lambda r: PlainTextResponse("")),
+        Route("/metrics", lambda r: PlainTextResponse("".join(BAD_EXPOSITIONS[:4]))),
+        Route("/v1/completions", complete, methods=["POST"])])
+    monkeypatch.setattr(httpx, "AsyncHTTPTransport", lambda **kw: httpx.ASGITransport(app=backend))
+    cfg = parse_config({"backends": [{"name": "b0", "url": "http://b0.test"}, {"name": "b1", "url": "http://b1.test"}],
+                        "policy": policy})
+    with TestClient(create_app(cfg)) as c:
+        codes = [c.post("/v1/completions", json={"model": "llmsim-router", "prompt": "x", "max_tokens": 3}).status_code
+                 for _ in range(3)]
+        failures = samples(c.get("/metrics").text, "llmsim_router_scrape_failures_total")
+    assert codes == [200] * 3, codes
+    assert sorted(failures) == [(("backend", "b0"),), (("backend", "b1"),)] and min(failures.values()) >= 1, failures
