@@ -256,6 +256,7 @@ class Gateway:
                 return await self.attempt(b, flight, inbound, path)
             except BackendFailed as e:
                 errors.append(str(e))
+                self.metrics.failures.labels(b.name).inc()
                 if e.refused and b.up:
                     self.monitor.set_up(b, False)
                 if attempt < self.cfg.retries:

@@ -25,6 +25,9 @@ class RouterMetrics:
         self.decision_latency = Histogram("llmsim_router_decision_latency_seconds",
                                           "Time to build the cluster state and run the policy for one decision",
                                           buckets=_DECISION_BUCKETS, registry=r)
+        self.failures = Counter("llmsim_router_backend_failures", "Attempts a backend failed before its first token "
+                                "(refused, timed out, 5xx, redirect, not JSON, not SSE, ejected)", ["backend"],
+                                registry=r)
         self.retries = Counter("llmsim_router_retries", "Requests retried on another backend, by failed backend",
                                ["backend"], registry=r)
         self.resends = Counter("llmsim_router_upstream_resends", "Requests sent again to the same backend after a "

@@ -196,3 +196,21 @@ def test_a_backend_exporting_nan_load_is_routed_on_the_bookkeeping(monkeypatch, 
         failures = samples(c.get("/metrics").text, "llmsim_router_scrape_failures_total")
     assert codes == [200] * 3, codes
     assert sorted(failures) == [(("backend", "b0"),), (("backend", "b1"),)] and min(failures.values()) >= 1, failures
+
+
+def test_each_failed_attempt_is_counted_by_backend_even_without_retries(monkeypatch) -> None:
+    async def models(request: Request) -> Response:
+        return JSONResponse({"data": [{"id": "m", "max_model_len": 4096}]})
+
+    backend = Starlette(routes=[
+        Route("/v1/models", models), Route("/health", lambda r: PlainTextResponse("")),
+        Route("/metrics", lambda r: PlainTextResponse("")),
+        Route("/v1/completions", lambda r: PlainTextResponse("<html/>", media_type="text/html"), methods=["POST"])])
+    monkeypatch.setattr(httpx, "AsyncHTTPTransport", lambda **kw: httpx.ASGITransport(app=backend))
+    cfg = parse_config({"backends": [{"name": "b0", "url": "http://b0.test"}], "policy": {"heuristic": "jsq"},
+                        "retries": 0})
+    with TestClient(create_app(cfg)) as c:
+        r = c.post("/v1/completions", json={"model": "m", "prompt": "x"})
+        failed = samples(c.get("/metrics").text, "llmsim_router_backend_failures_total")
+    assert r.status_code == 502 and "not a JSON object" in r.json()["error"]["message"], r.text
+    assert failed == {(("backend", "b0"),): 1.0}, failed
