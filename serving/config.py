@@ -172,14 +172,19 @@ class PolicyConfig(Schema):
 
     where: ClassVar[str] = "policy"
     heuristic: str | None = None
-    onnx: str | None = None
+    onnx: Annotated[str, Field(min_length=1)] | None = None
     kwargs: dict[str, Any] = Field(default_factory=dict)
     seed: NonNegInt = 0
 
     @model_validator(mode="after")
     def exactly_one(self) -> PolicyConfig:
+        """One policy; its seed and export directory given once, by their own keys (in kwargs as well, the router
+        would be given two values of one argument)."""
         if (self.heuristic is None) == (self.onnx is None):
             raise ValueError("exactly one of 'heuristic: <llmsim router name>' or 'onnx: <export dir>'")
+        for key, own in (("seed", "policy.seed"), ("path", "policy.onnx")):
+            if key in self.kwargs and (key == "seed" or self.onnx is not None):
+                raise ValueError(f"kwargs without '{key}' (give it as {own})")
         return self
 
 

@@ -223,6 +223,11 @@ BASE = {"backends": [{"name": "a", "url": "http://127.0.0.1:9001"}], "policy": {
     ({"port": 70000}, "port: expected a value <= 65535"),
     ({"host": "local host"}, "host: expected an address to listen on"),
     ({"model_name": ""}, "model_name: expected a string of at least 1"),
+    ({"policy": {"onnx": "zoo:workload_router", "kwargs": {"path": "/tmp"}}},
+     "policy: expected kwargs without 'path' (give it as policy.onnx)"),
+    ({"policy": {"heuristic": "jsq", "kwargs": {"seed": 3}}}, "policy: expected kwargs without 'seed' (give it as "
+                                                              "policy.seed)"),
+    ({"policy": {"onnx": ""}}, "policy.onnx: expected a string of at least 1 character"),
 ])
 def test_config_inputs_are_one_line_naming_the_key(change, needle) -> None:
     with pytest.raises(ConfigError) as e:
