@@ -31,6 +31,9 @@ class Decider:
                 self.label = f"onnx:{cfg.onnx}"
         except LLMSimError as e:
             raise ConfigError(self.keyed(str(e))) from None
+        except (TypeError, ValueError, AttributeError, KeyError) as e:  # an option of a shape the router trips on
+            raise ConfigError(f"policy.kwargs: routing policy {cfg.heuristic or 'onnx'!r} cannot be built from "
+                              f"{cfg.kwargs!r} ({type(e).__name__}: {e})") from None
 
     def keyed(self, message: str) -> str:
         """A policy's refusal named by the router config's key (``policy.heuristic`` / ``policy.onnx``; the

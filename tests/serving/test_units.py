@@ -213,3 +213,10 @@ def test_a_live_export_takes_the_clients_predictions_without_simulated_error() -
     assert len(draws) > 1, "the simulator's export keeps its predictor's noise"
     with pytest.raises(ConfigError, match="predictor_noise"):
         make_router("onnx", path="zoo:qos_edge", predictor_noise="no")
+
+
+def test_options_a_router_cannot_take_are_one_config_error_naming_them() -> None:
+    """A router's constructor that trips on an option of the wrong shape (not its own ConfigError) still ends in
+    one line naming policy.kwargs, never a traceback from the live router's start."""
+    with pytest.raises(ConfigError, match=r"policy.kwargs: routing policy 'qlm' cannot be built from \{'class_output'"):
+        Decider(PolicyConfig.parse({"heuristic": "qlm", "kwargs": {"class_output": "x"}}))
