@@ -35,6 +35,8 @@ UPSTREAM_IDLE_S = 2.0  # pooled connections idle longer are closed by the router
 STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 # an answer that broke off, or whose body does not decode as its Content-Encoding says: the backend's failure
 BROKEN_ANSWER = (httpx.TransportError, httpx.StreamError, httpx.DecodingError)
+MAX_ANSWER_BYTES = 256 * 1024 * 1024  # an answer, or one line of a stream: far above any completion (logprobs too)
+NEWLINES = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # where str.splitlines (and httpx) end a line
 SSE_FIELDS = ("data", "event", "id", "retry")  # the fields of a server-sent event (a line of another is garbage)
 
 
@@ -75,6 +77,8 @@ def error_event(message: str, code: int) -> str:
 
 class Upstream:
     """The pooled client to every backend and what one attempt on one backend does."""
+
+    max_answer_bytes = MAX_ANSWER_BYTES
 
     def __init__(self, cfg: RouterConfig, metrics: RouterMetrics) -> None:
         self.cfg, self.metrics = cfg, metrics
@@ -148,7 +152,7 @@ class Upstream:
             raise BackendFailed(b, f"{type(e).__name__}: {e}", refused=isinstance(e, httpx.ConnectError)) from None
         try:
             async with asyncio.timeout_at(deadline):
-                content = await resp.aread()
+                content = await self.read_capped(b, resp)
         except (TimeoutError, httpx.TimeoutException) as e:
             raise self.timed_out(b, e) from None
         except BROKEN_ANSWER as e:
@@ -192,7 +196,7 @@ class Upstream:
             async with asyncio.timeout_at(deadline):
                 if resp.status_code != 200:
                     return await self.refusal(b, resp)
-                lines = resp.aiter_lines()
+                lines = capped_lines(resp, self.max_answer_bytes)
                 head = [await anext(lines)]
                 while not head[-1].startswith("data:"):
                     check_sse(head[-1])
@@ -208,11 +212,21 @@ class Upstream:
             await close_quietly(resp)
             raise
 
-    @staticmethod
-    async def refusal(b: Backend, resp: httpx.Response) -> Response:
+    async def read_capped(self, b: Backend, resp: httpx.Response) -> bytes:
+        """The answer's body (decoded), or BackendFailed past ``max_answer_bytes``: a backend flooding the router
+        fails there instead of filling its memory until a timeout."""
+        chunks, n = [], 0
+        async for chunk in resp.aiter_bytes():
+            n += len(chunk)
+            if n > self.max_answer_bytes:
+                raise BackendFailed(b, f"answer over {self.max_answer_bytes} bytes (no completion is that long)")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def refusal(self, b: Backend, resp: httpx.Response) -> Response:
         """A non-200 answer to a stream request, passed on (BackendFailed for a 5xx)."""
         try:
-            content = await resp.aread()
+            content = await self.read_capped(b, resp)
         finally:
             await close_quietly(resp)
         not_passed_on(b, resp.status_code, content)
@@ -292,6 +306,33 @@ class StreamCut(Exception):
     def __init__(self, reason: str | None, why: str, code: int) -> None:
         super().__init__(why)
         self.reason, self.why, self.code = reason, why, code
+
+
+async def capped_lines(resp: httpx.Response, limit: int) -> AsyncIterator[str]:
+    """The answer's lines as ``resp.aiter_lines()`` splits them, but none may grow past ``limit`` characters
+    (NotSSE): bytes without a line end would otherwise pile up until a timeout."""
+    parts: list[str] = []  # the line being received (a list: no quadratic joining)
+    size, cr = 0, False
+    async for text in resp.aiter_text():
+        text = ("\r" if cr else "") + text
+        cr = text.endswith("\r")  # maybe half of a \r\n: decided with the next piece
+        text = text[:-1] if cr else text
+        if not text:
+            continue
+        lines = text.splitlines()
+        tail = None if text[-1] in NEWLINES else lines.pop()
+        if lines and parts:
+            lines[0] = "".join(parts) + lines[0]
+            parts, size = [], 0
+        if tail is not None:
+            parts.append(tail)
+            size += len(tail)
+            if size > limit:
+                raise NotSSE(f"sent a line of over {limit} characters")
+        for line in lines:
+            yield line
+    if parts or cr:
+        yield "".join(parts)
 
 
 def check_sse(line: str) -> None:

@@ -25,7 +25,7 @@ from llmsim.serving.inbound import BadRequest  # noqa: E402
 from llmsim.serving.metrics import RouterMetrics  # noqa: E402
 from llmsim.serving.scrape import MetricsParseError, parse_metrics  # noqa: E402
 from llmsim.serving.tracker import Backend, Flight  # noqa: E402
-from llmsim.serving.upstream import BackendFailed, Upstream  # noqa: E402
+from llmsim.serving.upstream import BackendFailed, Upstream, capped_lines  # noqa: E402
 from tests.serving.helpers import samples  # noqa: E402
 from tests.serving.test_upstream import error_of  # noqa: E402
 
@@ -214,3 +214,36 @@ def test_each_failed_attempt_is_counted_by_backend_even_without_retries(monkeypa
         failed = samples(c.get("/metrics").text, "llmsim_router_backend_failures_total")
     assert r.status_code == 502 and "not a JSON object" in r.json()["error"]["message"], r.text
     assert failed == {(("backend", "b0"),): 1.0}, failed
+
+
+async def flood():
+    while True:
+        yield b"x" * 4096
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("status", [200, 400])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_larger_than_any_completion_is_the_backends_failure(monkeypatch, status, stream) -> None:
+    """A backend flooding the router (an endless body, at loopback speed) fails at the size cap, long before
+    request_s, instead of filling the router's memory."""
+    monkeypatch.setattr(Upstream, "max_answer_bytes", 64 * 1024)
+    up, b = upstream(lambda r: httpx.Response(status, stream=AsyncBytes(flood())))
+    with pytest.raises(BackendFailed, match="answer over 65536 bytes" if status != 200 or not stream else
+                       "a line of over 65536 characters before its first token"):
+        attempt(up, b, stream)
+
+
+@pytest.mark.parametrize("chunks", [["data: a\n\n", "data: b\n\n"], ["data: a\r", "\ndata: b\r\n\r\n"], ["da", "ta: a",
+                                    "\n", "\n", "data: [DONE]"], ["\r"], ["x\u2028y\n"], ["a\rb\r\r\n", "c"]])
+def test_capped_lines_split_as_httpx_does(chunks: list[str]) -> None:
+    async def lines(split) -> list[str]:
+        resp = httpx.Response(200, stream=AsyncBytes(as_bytes(chunks)))
+        return [x async for x in split(resp)]
+
+    async def as_bytes(pieces):
+        for p in pieces:
+            yield p.encode()
+
+    ours = asyncio.run(lines(lambda r: capped_lines(r, 1000)))
+    assert ours == asyncio.run(lines(lambda r: r.aiter_lines())), ours
