@@ -135,6 +135,7 @@ class RoutingEnv(gym.Env):
         self.stages.check(self.cluster.transfers is not None, cfg.decision, cfg.action)
         self.observation_space = self.obs_builder.bind(self)
         self._mask = np.zeros(self.n_choices + 2, dtype=np.bool_)
+        self._has_episode = False  # step() before the first reset() is the caller's error, said in one line
 
     # ------------------------------------------------------------------ episode lifecycle
     def _build_episode(self, reqs: list[Request]) -> None:
@@ -171,6 +172,7 @@ class RoutingEnv(gym.Env):
         last = reqs[-1].arrival if reqs else 0.0
         limit = self.time_limit if self.time_limit is not None else last + (self.max_wait_s or 0.0) + self.drain_time
         self.steps = self.num_decisions = 0
+        self._has_episode = True
         self._decided: int | None = None
         self.stages.fallbacks = 0
         self._episode_reward = 0.0
@@ -195,6 +197,8 @@ class RoutingEnv(gym.Env):
 
     def step(self, action: int):
         pts = self.points
+        if not self._has_episode:
+            raise RuntimeError("step() called before reset(); call reset() first")
         if pts.terminated or pts.truncated:
             raise RuntimeError("step() called after the episode ended; call reset()")
         action = check_action(action, int(self.action_space.n))

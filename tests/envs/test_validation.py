@@ -89,3 +89,13 @@ def test_testbed_options_checked(env_id, kwargs, pattern) -> None:
 def test_make_from_config_names_bad_id() -> None:
     with pytest.raises(ConfigError, match=r"env.id: unknown value 'qos'.*expected one of"):
         make_from_config({"id": "qos"})
+
+
+@pytest.mark.parametrize("env_id", ["llmsim/Routing-v0", "llmsim/BestEffort-v0"])
+def test_step_before_reset_is_one_line(env_id) -> None:
+    """A step before the first reset used to fail deep inside with an AttributeError on ``steps``."""
+    e = gym.make(env_id, num_requests=5)
+    with pytest.raises(RuntimeError, match=r"^step\(\) called before reset\(\); call reset\(\) first$"):
+        e.step(0)
+    e.reset(seed=0)
+    e.step(0)
