@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 from pydantic import Field
 
-from llmsim.envs.actions import env_action, slot_action, slot_mask
+from llmsim.envs.actions import check_action, env_action, slot_action, slot_mask
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.envs.tasks import WORKLOAD_ROUTER_MIXES, WORKLOAD_ROUTER_TASKS
 from llmsim.envs.testbeds import make_from_config
@@ -170,8 +170,8 @@ class SlotEnv(gym.Env):
         return obs, self.slot_info(info)
 
     def step(self, action: int):
-        k = self.env.n_choices
-        obs, r, term, trunc, info = self.env.step(env_action(int(action), k, self.n_max))
+        slot = check_action(action, int(self.action_space.n))  # a slot, not the current env's action
+        obs, r, term, trunc, info = self.env.step(env_action(slot, self.env.n_choices, self.n_max))
         return obs, r, term, trunc, self.slot_info(info)
 
     def slot_info(self, info: dict[str, Any]) -> dict[str, Any]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from llmsim.envs.actions import env_action, slot_action, slot_columns, slot_mask
+from llmsim.envs.actions import InvalidAction, env_action, slot_action, slot_columns, slot_mask
 from llmsim.envs.randomize import RandomizeConfig, SlotEnv, draw_scenario
 from llmsim.errors import ConfigError
 
@@ -105,3 +107,13 @@ def test_needs_the_padded_observation():
         SlotEnv({"id": "workload_router", "num_requests": 20}, scenarios=[{}])
     with pytest.raises(ConfigError, match="either"):
         SlotEnv(BASE)
+
+
+@pytest.mark.parametrize("action", [1.5, math.nan, None, True, -1, 10, 99])
+def test_slot_env_rejects_what_is_not_a_slot(action):
+    """A float used to be floored, NaN / None raised a bare ValueError / TypeError, and a slot past the space
+    (10 or 99 of Discrete(10)) was silently carried out as wait."""
+    env = SlotEnv(BASE, scenarios=[{"num_instances": 2}])
+    env.reset(seed=0)
+    with pytest.raises(InvalidAction, match=r"for Discrete\(10\): expected an integer in \[0, 9\]$"):
+        env.step(action)
