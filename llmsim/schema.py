@@ -123,6 +123,11 @@ _EXPECTED = {
 def _expected(err: Mapping[str, Any]) -> str:
     t = err["type"]
     ctx = err.get("ctx") or {}
+    if "expected" in err:  # a union's members, joined by _collapse_unions
+        return str(err["expected"])
+    if t == "is_instance_of":
+        cls = str(ctx.get("class", ""))
+        return {"Sequence": "a list", "Mapping": "a mapping"}.get(cls, f"an instance of {cls}")
     if t in _EXPECTED:
         return _EXPECTED[t]
     bounds = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}", "less_than": "< {lt}",
@@ -190,12 +195,49 @@ def _first_model(tp: Any) -> type[BaseModel] | None:
 
 
 _UNKNOWN = ("extra_forbidden", "unexpected_keyword_argument")
+# how pydantic names the member of a union (``str | Mapping[str, float]``) in an error's location: not a key
+_MEMBER_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "tuple", "set", "bytes"})
+_TYPE_ERRORS = frozenset({"int_type", "int_parsing", "float_type", "float_parsing", "bool_type", "bool_parsing",
+                          "string_type", "list_type", "dict_type", "model_type", "tuple_type", "is_instance_of",
+                          "bool_not_number"})
+
+
+def _is_member_tag(part: Any) -> bool:
+    return isinstance(part, str) and ("[" in part or part in _MEMBER_TAGS)
+
+
+def _collapse_unions(errs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One error per union-typed key, its location without member tags: the member the value got furthest into
+    (a key inside it, a bound it broke), or, when the value is of no member's type, all the members' types."""
+    out: list[dict[str, Any]] = []
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for err in errs:
+        loc = tuple(err["loc"])
+        tag = next((i for i, part in enumerate(loc) if i and _is_member_tag(part)), None)
+        err = {**err, "loc": tuple(part for i, part in enumerate(loc) if not (i and _is_member_tag(part)))}
+        if tag is None:
+            out.append(err)
+        elif loc[:tag] in groups:
+            groups[loc[:tag]].append(err)
+        else:
+            groups[loc[:tag]] = [err]
+            out.append({"union": loc[:tag]})  # the union's place among the errors
+    for i, err in enumerate(out):
+        if "union" not in err:
+            continue
+        members = groups[err["union"]]
+        best = max(members, key=lambda e: (len(e["loc"]), e["type"] not in _TYPE_ERRORS))
+        if best["type"] in _TYPE_ERRORS:
+            kinds = dict.fromkeys(_expected(e) for e in members if e["loc"] == best["loc"])
+            best = {**best, "expected": " or ".join(kinds)}
+        out[i] = best
+    return out
 
 
 def format_validation_error(e: ValidationError, where: str = "", root: type[BaseModel] | None = None) -> str:
     """One line: the first problem's key, what was expected and what was given (+ how many more)."""
     # a misspelt key explains the "missing" one next to it: report unknown keys first
-    errs = sorted(e.errors(include_url=False), key=lambda er: er["type"] not in _UNKNOWN)
+    errs = sorted(_collapse_unions(e.errors(include_url=False)), key=lambda er: er["type"] not in _UNKNOWN)
     err = errs[0]
     loc = tuple(err["loc"])
     key = _join_loc(where, loc)

@@ -80,6 +80,13 @@ def test_bad_env_options(kwargs, pattern) -> None:
     ("llmsim/WorkloadRouter-v0", {"num_instances": 0}, r"WorkloadRouter-v0.num_instances: expected a value >= 1"),
     ("llmsim/BestEffort-v0", {"schedule": "calm"}, r"BestEffort-v0.schedule: expected one of stable, bursty"),
     ("llmsim/BestEffort-v0", {"deadline": -0.04}, r"BestEffort-v0.deadline: expected a value > 0"),
+    # options of a union type: the member the value was meant for, not pydantic's names of the members
+    ("llmsim/QoSEdge-v0", {"experts": 0}, r"^QoSEdge-v0.experts: expected a value >= 1, got 0$"),
+    ("llmsim/QoSEdge-v0", {"experts": [1]}, r"^QoSEdge-v0.experts\[0\]: expected a string, got 1$"),
+    ("llmsim/WorkloadRouter-v0", {"task_weights": {"qna": -1, "translation": 2}},
+     r"^WorkloadRouter-v0.task_weights.qna: expected a value >= 0, got -1$"),
+    ("llmsim/WorkloadRouter-v0", {"task_weights": 3},
+     r"^WorkloadRouter-v0.task_weights: expected a string or a mapping, got 3$"),
 ])
 def test_testbed_options_checked(env_id, kwargs, pattern) -> None:
     with pytest.raises(ConfigError, match=pattern):
