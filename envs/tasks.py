@@ -186,7 +186,10 @@ def workload_router_weights(weights: str | Mapping[str, float] | None) -> list[f
     unknown = sorted(set(weights) - set(names))
     if unknown:
         raise ConfigError(f"task_weights: unknown task(s) {unknown}; expected some of {names}")
-    return [float(weights.get(n, 0.0)) for n in names]
+    out = [float(weights.get(n, 0.0)) for n in names]
+    if not sum(out) > 0:  # (negative and NaN weights are refused by the testbed's option check)
+        raise ConfigError(f"task_weights: expected a weight > 0 for at least one of {names}, got {dict(weights)}")
+    return out
 
 
 def workload_router_mixture(model: str = "llama-2-7b",

@@ -17,9 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.envs.config import RoutingEnvConfig
-from llmsim.envs.paper_timing import qos_edge_paper_profile
+from llmsim.envs.paper_timing import QOS_EDGE_K, qos_edge_paper_profile
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.envs.tasks import (
+    BEST_EFFORT_ACCURACY,
     BEST_EFFORT_MODELS,
     QOS_EXPERTS,
     best_effort_mixture,
@@ -97,6 +98,30 @@ def static_instances(model: str, num_gpus: int = 4, gpu: str = "titan-rtx",
     return [InstanceConfig(model=model, gpu=gpu, engine=eng) for _ in range(num_gpus)]
 
 
+def qos_edge_names(experts: Sequence[str] | int, timing: str) -> tuple[str, ...]:
+    """The experts' names, checked here: the paper's step model has constants for its experts only."""
+    names = qos_edge_experts(experts) if isinstance(experts, int) else tuple(experts)
+    if not names:
+        raise ConfigError(f"QoSEdge-v0.experts: expected at least one expert, got {list(names)!r}")
+    for i, m in enumerate(names):
+        if timing == "paper" and m not in QOS_EDGE_K:
+            raise ConfigError(f"QoSEdge-v0.experts[{i}]: timing='paper' has step-time constants for "
+                              f"{sorted(QOS_EDGE_K)}; got {m!r} (timing='measured' takes any model with a profile)")
+    return names
+
+
+def best_effort_tasks(tasks: Sequence[str] | None, task_deadlines: Mapping[str, float] | None) -> list[str]:
+    """The tasks' names, and a deadline only for a task of the episode (a misspelt one would apply nowhere)."""
+    names = list(BEST_EFFORT_ACCURACY) if tasks is None else list(tasks)
+    if not names:
+        raise ConfigError(f"BestEffort-v0.tasks: expected at least one task, got {names!r}")
+    for i, t in enumerate(names):
+        check_choice(t, BEST_EFFORT_ACCURACY, f"BestEffort-v0.tasks[{i}]")
+    for t in task_deadlines or {}:
+        check_choice(t, names, "BestEffort-v0.task_deadlines")
+    return names
+
+
 def testbed_config(instances: list[InstanceConfig], defaults: dict[str, Any], options: dict[str, Any],
                    default_workload: Any) -> RoutingEnvConfig:
     """A testbed's config: its ``defaults`` with the caller's ``options`` on top; its own workload (built only
@@ -158,7 +183,7 @@ class QoSEdgeEnv(RoutingEnv):
                  arrival: dict[str, Any] | None = None,
                  lengths: Literal["short", "long", "bimodal"] | None = None, max_experts: PosInt | None = None,
                  **options: Any) -> None:
-        names = qos_edge_experts(experts) if isinstance(experts, int) else experts
+        names = qos_edge_names(experts, timing)
         graph = {"kind": "graph", "cap_running": cap, "cap_waiting": cap, "latency_scale": latency_limit}
         if max_experts is not None:  # expert blocks padded to max_experts slots with a mask of the present ones
             graph["max_experts"] = max_experts
@@ -278,6 +303,7 @@ class BestEffortEnv(RoutingEnv):
                  tasks: Sequence[str] | None = None, out_mean: PosFloat | None = None,
                  step_time_scale: PosFloat = BEST_EFFORT_STEP_SCALE, drain_time: NonNegFloat = BEST_EFFORT_DRAIN_S,
                  **options: Any) -> None:
+        tasks = best_effort_tasks(tasks, task_deadlines)
         defaults = dict(
             num_requests=num_requests, decision="arrival", action="model",
             observation={"kind": "model", "rate": "true" if schedule == "stable" else "estimate"},

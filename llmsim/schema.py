@@ -117,6 +117,7 @@ _EXPECTED = {
     "bool_not_number": "a number, not a boolean",
     "missing": "a value (this key is required)",
     "tuple_type": "a list",
+    "sequence_str": "a list of strings, not one string",
 }
 
 

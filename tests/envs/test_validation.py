@@ -106,3 +106,36 @@ def test_step_before_reset_is_one_line(env_id) -> None:
         e.step(0)
     e.reset(seed=0)
     e.step(0)
+
+
+@pytest.mark.parametrize("env_id,kwargs,pattern", [
+    ("llmsim/QoSEdge-v0", {"experts": []}, r"^QoSEdge-v0.experts: expected at least one expert, got \[\]$"),
+    ("llmsim/QoSEdge-v0", {"experts": ["alpaca-native", "llama-2-7b"]},
+     r"^QoSEdge-v0.experts\[1\]: timing='paper' has step-time constants for .*'alpaca-native'.*; got 'llama-2-7b' "
+     r"\(timing='measured' takes any model with a profile\)$"),
+    ("llmsim/BestEffort-v0", {"tasks": []}, r"^BestEffort-v0.tasks: expected at least one task, got \[\]$"),
+    ("llmsim/BestEffort-v0", {"tasks": ["copa", "mmlu"]},
+     r"^BestEffort-v0.tasks\[1\]: unknown value 'mmlu'; "
+     r"expected one of \['copa', 'hellaswag', 'openbookqa', 'piqa'\]$"),
+    ("llmsim/BestEffort-v0", {"tasks": "copa"},
+     r"^BestEffort-v0.tasks: expected a list of strings, not one string, got 'copa'$"),
+    ("llmsim/WorkloadRouter-v0", {"task_weights": {}},
+     r"^task_weights: expected a weight > 0 for at least one of \['translation', .*\], got \{\}$"),
+    ("llmsim/WorkloadRouter-v0", {"task_weights": {"qna": 0}},
+     r"^task_weights: expected a weight > 0 for at least one of .*, got \{'qna': 0(\.0)?\}$"),
+    ("llmsim/BestEffort-v0", {"task_deadlines": {"coppa": 0.05}},
+     r"^BestEffort-v0.task_deadlines: unknown value 'coppa' \(did you mean 'copa'\?\); expected one of "),
+    ("llmsim/BestEffort-v0", {"tasks": ["copa"], "task_deadlines": {"piqa": 0.05}},
+     r"^BestEffort-v0.task_deadlines: unknown value 'piqa'; expected one of \['copa'\]$"),
+])
+def test_testbed_names_checked(env_id, kwargs, pattern) -> None:
+    """Expert and task names: an empty list used to fall back to the default silently (tasks) or fail with a
+    message about the task model (experts); an unknown name raised a bare KeyError; an unknown task of
+    ``task_deadlines`` was ignored, so the deadline meant for it applied nowhere."""
+    with pytest.raises(ConfigError, match=pattern):
+        gym.make(env_id, num_requests=5, **kwargs)
+
+
+def test_qos_edge_measured_timing_takes_any_profiled_model() -> None:
+    e = gym.make("llmsim/QoSEdge-v0", num_requests=5, experts=["llama-2-7b"], timing="measured")
+    assert e.unwrapped.instance_models == ["llama-2-7b"]
