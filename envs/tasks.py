@@ -343,6 +343,7 @@ class LabelledPool:
         first_pos: dict[Any, int] = {}
         for i, rid in enumerate(req_ids):
             first_pos.setdefault(rid, i)
+        _check_per_request(p, {"prompt_tokens": list(prompt), "task": cols.get("task")}, req_ids, first_pos, where)
         row_of = {rid: r for r, rid in enumerate(sorted(first_pos, key=_id_order(list(first_pos))))}
         outs = np.zeros((len(row_of), len(models)), dtype=np.int64)
         quals = np.full((len(row_of), len(models)), np.nan)
@@ -374,6 +375,20 @@ class LabelledPool:
             out.append(Request(first_id + k, float(arrivals[k]), int(self.prompt[i]), outs[self.models[0]],
                                task=self.tasks[i], outputs_by_model=outs, quality_by_model=q or None))
         return out
+
+
+def _check_per_request(path: Path, columns: dict[str, Any], req_ids: list[Any], first_pos: dict[Any, int],
+                       where: list[str]) -> None:
+    """A request's prompt and task belong to the request: every model's row must repeat its first row's."""
+    for name, col in columns.items():
+        if col is None:
+            continue
+        values = [v.item() if isinstance(v, np.generic) else v for v in col]
+        for i, rid in enumerate(req_ids):
+            f = first_pos[rid]
+            if values[i] != values[f]:
+                raise TraceError(f"{path}: {where[i]}, column {name!r}: expected the {name} of request_id {rid!r} "
+                                 f"as on its first row ({where[f]}), {values[f]!r}, got {values[i]!r}")
 
 
 def iter_requests(reqs: list[Request]) -> Iterator[Request]:

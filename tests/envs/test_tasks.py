@@ -139,6 +139,12 @@ LABELS = "request_id,model,prompt_tokens,output_tokens,quality,task\n"
     ("0,a,10,5,0.5,t\n0,a,10,6,0.5,t\n", r"line 3, column 'model': expected one row per \(request_id, model\)"),
     ("0,a,10,5,0.5,t\n1,b,10,6,0.5,t\n", r"line 2, column 'model': expected a row for every model"),
     ("", r"expected at least one labelled row"),
+    # a request's prompt and task are the request's, whichever model's row: they used to be taken from its first
+    # row silently
+    ("0,a,10,5,0.5,t\n0,b,20,6,0.5,t\n", r"line 3, column 'prompt_tokens': expected the prompt_tokens of "
+                                          r"request_id '0' as on its first row \(line 2\), 10, got 20"),
+    ("0,a,10,5,0.5,t\n0,b,10,6,0.5,u\n", r"line 3, column 'task': expected the task of request_id '0' as on its "
+                                          r"first row \(line 2\), 't', got 'u'"),
 ])
 def test_labelled_table_errors_name_line_and_column(tmp_path, body, pattern):
     path = tmp_path / "labels.csv"
