@@ -146,6 +146,14 @@ def test_switching_kind_on_the_default_preset_names_the_way_out(kind: str) -> No
     assert all(f"workload={p}" in msg for p in presets) and "~workload.arrival" in msg
 
 
+@pytest.mark.parametrize("preset", ["azure_conv", "mooncake"])
+def test_a_synthetic_key_added_to_a_trace_preset_is_a_typo_hint(preset: str) -> None:
+    """``num_requests`` on a trace preset (whose limit is ``max_requests``) used to be explained as a kind switched
+    on the command line, which the user had not done."""
+    with pytest.raises(ConfigError, match=r"^workload: unknown key 'num_requests' \(did you mean 'max_requests'\?\)"):
+        run_from_config(_compose([f"workload={preset}", "++workload.num_requests=5"]))
+
+
 def test_switching_kind_works_once_the_other_keys_are_dropped() -> None:
     cfg = _compose(["workload.kind=burstgpt_like", "~workload.arrival", "~workload.prompt", "~workload.output",
                     "workload.num_requests=30"])

@@ -8,6 +8,7 @@ it (``workload.window``), never a union branch. Every model forbids unknown keys
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -272,11 +273,13 @@ def _presets_of(kind: str) -> list[str]:
 def _check_switched_kind(cfg: Mapping[str, Any], kind: str, where: str) -> None:
     """``workload.kind=X`` on the command line keeps the other keys of the selected preset: say so, in one line.
 
-    Only when every unknown key belongs to another kind (a plain typo gets the schema's own message).
+    Only when every unknown key belongs to another kind (a plain typo gets the schema's own message), and not
+    for one key that is close to a key of this kind (``num_requests`` added to a trace preset: ``max_requests``).
     """
-    unknown = sorted(set(cfg) - set(SOURCES[kind].model_fields))
+    own = SOURCES[kind].model_fields
+    unknown = sorted(set(cfg) - set(own))
     owners = [k for k, m in SOURCES.items() if k != kind and unknown and set(unknown) <= set(m.model_fields)]
-    if not owners:
+    if not owners or (len(unknown) == 1 and difflib.get_close_matches(unknown[0], list(own), n=1)):
         return
     presets = _presets_of(kind)
     keys = repr(unknown[0]) if len(unknown) == 1 else str(unknown)
