@@ -142,7 +142,8 @@ def _expected(err: Mapping[str, Any]) -> str:
     if t == "string_too_long":
         return f"a string of at most {ctx.get('max_length')} character(s)"
     if t in ("too_short", "too_long"):
-        return err["msg"].replace("List", "a list").replace("Tuple", "a list").lower()
+        n = ctx.get("min_length") if t == "too_short" else ctx.get("max_length")
+        return f"a list of at {'least' if t == 'too_short' else 'most'} {n} item{'' if n == 1 else 's'}"
     msg = err["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):

@@ -49,6 +49,7 @@ BAD = [
     ("engine.fast_path", "maybe", r"engine.fast_path: expected true or false"),
     ("engine.max_model_len", 100000, r"llama-2-7b on a100-80gb\): engine.max_model_len: 100000 exceeds the "
                                      r"context length of .*\(4096 positions\)"),
+    ("cluster.instances", [], r"^cluster.instances: expected a list of at least 1 item, got \[\]$"),
     ("cluster.instances.0.tp", 0, r"cluster.instances\[0\].tp: expected a value >= 1, got 0"),
     ("cluster.instances.0.count", -1, r"cluster.instances\[0\].count: expected a value >= 0"),
     ("cluster.instances.0.gpus", "a100", r"cluster.instances\[0\]: unknown key 'gpus' \(did you mean 'gpu'\?\)"),

@@ -185,7 +185,7 @@ def test_decode_skew_switch_moves_only_a_profile_with_a_skew_table(model, gpu, s
     ({"metric": "goodput"}, "capacity.metric: expected one of slo_attainment"),
     ({"metric": "slo_e2el_attainment"}, "capacity.metric: slo_e2el_attainment needs slo.e2el_ms"),
     ({"policies": ["round_robin", "jsqq"]}, "capacity.policies[1]: unknown value 'jsqq' (did you mean 'jsq'?)"),
-    ({"policies": []}, "capacity.policies: expected a list should have at least 1 item"),
+    ({"policies": []}, "capacity.policies: expected a list of at least 1 item, got []"),
     ({"clusters": ["a100x4", "v100x5"]}, "capacity.clusters[1]: unknown value 'v100x5' (did you mean 'v100x4'?)"),
     ({"clusters": [{"instances": [{"gpus": "a100"}]}]}, "capacity.clusters[0].instances[0]: unknown key 'gpus'"),
 ])

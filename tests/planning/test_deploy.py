@@ -44,7 +44,7 @@ def test_memory_check_on_the_roofline_when_allowed() -> None:
     ({"engines": [{"name": "x", "max_num_seqs": 0}]}, "deploy.engines[0].max_num_seqs: expected a value >= 1"),
     ({"engines": [{"policy": "chunked"}]}, "deploy.engines[0].name: expected a unique non-empty name"),
     ({"target_rate": -1}, "deploy.target_rate: expected a value > 0"),
-    ({"tp": []}, "deploy.tp: expected a list should have at least 1 item"),
+    ({"tp": []}, "deploy.tp: expected a list of at least 1 item, got []"),
     ({"model": "gpt-9"}, "deploy.model: unknown model"),
     ({"gpus": ["titan-rtx"]}, "deploy: no configuration left to simulate ({'no_price': 1})"),
 ])
