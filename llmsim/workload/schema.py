@@ -47,20 +47,20 @@ def _parse_window(w: Any) -> tuple[float, float | None] | None:
     elif isinstance(w, list | tuple) and len(w) == 2:
         start, end = w
     else:
-        raise ValueError(f"a window [start_s, end_s] or {{start, end}}, got {show(w)}")
+        raise ValueError("a window [start_s, end_s] or {start, end}")
     s = _window_num(start if start is not None else 0.0, "start")
     e = None if end is None else _window_num(end, "end")
     if e is not None and e <= s:
-        raise ValueError(f"end > start (a window [start_s, end_s]), got start {s:g} and end {e:g}")
+        raise ValueError("a window end > its start (a window [start_s, end_s])")
     return s, e
 
 
 def _window_num(v: Any, name: str) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ValueError(f"a number of seconds for the window {name}, got {show(v)}")
+        raise ValueError(f"a number of seconds as the window {name}")
     f = float(v)
     if not (f == f and abs(f) != float("inf")) or f < 0:
-        raise ValueError(f"a finite window {name} >= 0, got {show(v)}")
+        raise ValueError(f"a finite window {name} >= 0")
     return f
 
 

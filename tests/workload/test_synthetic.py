@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 import tracemalloc
 from pathlib import Path
 
@@ -263,7 +264,11 @@ def test_stats_and_describe() -> None:
         (poisson_cfg(arrival={"process": "poisson", "rate": -1}), r"arrival.rate: expected a value > 0"),
         (poisson_cfg(output={"dist": "fixed", "value": 1, "max": 3}), r"unknown key 'max'"),
         ({"kind": "azure", "path": "x", "model": "GPT-4"}, r"workload: unknown key 'model'"),
-        (poisson_cfg(window=[5, 1]), r"window: expected end > start"),
+        (poisson_cfg(window=[5, 1]), r"window: expected a window end > its start \(a window \[start_s, end_s\]\), "
+                                     r"got \[5, 1\]$"),
+        (poisson_cfg(window=[0, math.nan]), r"window: expected a finite window end >= 0, got \[0, nan\]$"),
+        (poisson_cfg(window="0-5"), r"window: expected a window \[start_s, end_s\] or \{start, end\}, got '0-5'$"),
+        (poisson_cfg(window=["a", 5]), r"window: expected a number of seconds as the window start, got \['a', 5\]$"),
         (conv_cfg(lengths={"preset": "nope"}), r"preset: unknown value 'nope'"),
     ],
 )
