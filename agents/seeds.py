@@ -37,11 +37,13 @@ def seed_splits(seeds: Sequence[int]) -> dict[str, list[int]]:
 
 def resolve_seeds(seeds: Any, first: int = TEST_SEED0) -> list[int]:
     """A list of seeds as given, or a count n meaning the n seeds from ``first`` (the test seeds by default)."""
+    given = seeds
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = list(range(first, first + seeds)) if seeds > 0 else None
     if not isinstance(seeds, Sequence) or isinstance(seeds, str) or not seeds or \
             not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-        raise ConfigError(f"seeds: expected a non-empty list of non-negative integers (or a count), got {seeds!r}")
+        raise ConfigError(f"seeds: expected a non-empty list of non-negative integers (or a count >= 1), "
+                          f"got {given!r}")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds: expected distinct seeds, got {list(seeds)}")
     return [int(s) for s in seeds]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -94,6 +95,14 @@ def test_seed_splits():
     assert "validation" in split_note([1000, 1001])
     with pytest.raises(ConfigError, match="distinct"):
         resolve_seeds([2000, 2000])
+
+
+@pytest.mark.parametrize("seeds", [0, -1, [-5], [], "abc"])
+def test_bad_seeds_name_the_value_given(seeds):
+    """A count of 0 or below used to be reported as 'got None'."""
+    with pytest.raises(ConfigError, match=r"^seeds: expected a non-empty list of non-negative integers \(or a "
+                                          r"count >= 1\), got " + re.escape(repr(seeds)) + "$"):
+        resolve_seeds(seeds)
 
 
 # ---------------------------------------------------------------------------------------- paired statistics
