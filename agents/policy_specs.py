@@ -169,5 +169,9 @@ def policy_env_cfg(env_cfg: dict[str, Any], spec: Any) -> dict[str, Any]:
     if not isinstance(spec, dict) or spec.get("kind") != "checkpoint" or not Path(spec["path"]).is_dir():
         return env_cfg
     trained = read_meta(spec["path"]).get("env") or {}
+    was, now = trained.get("id"), env_cfg.get("id", "routing")
+    if was is not None and was != now:  # another testbed's cluster and task (padded slots may fit and run silently)
+        raise ConfigError(f"{spec['path']}: trained on env {was!r}, but this env is {now!r} (evaluate it with "
+                          f"env={was})")
     view = {k: trained[k] for k in VIEW_KEYS if k in trained and trained[k] != env_cfg.get(k)}
     return {**env_cfg, **copy.deepcopy(view)} if view else env_cfg

@@ -266,3 +266,18 @@ def test_a_malformed_slot_layout_is_one_line(slots, tmp_path) -> None:
     (d / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(ConfigError, match="actions.slots .*actions.n = slots \\+ 2"):
         make_router("onnx", seed=0, path=str(d))
+
+
+@pytest.mark.parametrize("name,env_id", [("qos_edge", "best_effort"), ("workload_router", "qos_edge"),
+                                         ("best_effort", "workload_router")])
+def test_a_checkpoint_on_another_testbed_is_one_line_naming_both(name, env_id) -> None:
+    """A checkpoint evaluated on another testbed's env used to fail on a key of its own testbed (QoSEdge's
+    ``max_experts``: "env: unknown key 'max_experts'") or, padded slots fitting, to run silently (the WorkloadRouter's
+    Llama-2-7B router on the QoSEdge experts)."""
+    from llmsim.agents.policy_specs import policy_env_cfg
+
+    (spec,) = checkpoint_specs([f"zoo:{name}"])
+    with pytest.raises(ConfigError, match=rf"^{spec['path']}: trained on env '{name}', but this env is '{env_id}' "
+                                          rf"\(evaluate it with env={name}\)$"):
+        policy_env_cfg({"id": env_id, "num_requests": 20}, spec)
+    assert policy_env_cfg({"id": name, "num_requests": 20}, spec)["num_requests"] == 20
