@@ -41,8 +41,14 @@ def one_line(e: BaseException, limit: int = 300) -> str:
 
 def refusal(e: pickle.UnpicklingError) -> str:
     """The part of torch's weights-only refusal that says what was refused ("Unsupported global: GLOBAL io.open")."""
-    found = re.search(r"WeightsUnpickler error:\s*(.+?)(?: was not an allowed|\n\n|$)", str(e).strip(), re.S)
-    return one_line(Exception(found.group(1))) if found else one_line(e)
+    text = str(e).strip()
+    found = re.search(r"WeightsUnpickler error:\s*(.+?)(?: was not an allowed|\n\n|$)", text, re.S)
+    if found:
+        return one_line(Exception(found.group(1)))
+    blocked = re.search(r"unsupported GLOBAL (\S+) whose module (\S+) is blocked", text)  # os, subprocess, ...
+    if blocked:
+        return f"unsupported GLOBAL {blocked.group(1)}: its module {blocked.group(2)} is blocked"
+    return one_line(e)
 
 
 def read_tensors(path: Path, what: str) -> Any:

@@ -175,3 +175,26 @@ def test_plain_refuses_what_the_weights_only_loader_would() -> None:
         plain({"x": np.zeros(2)})
     with pytest.raises(TypeError, match="Payload"):
         plain({"y": [Payload(Path("never"))]})
+
+
+class ShellPayload:
+    """Unpickled, this would run a shell command creating ``marker``: a global in a module torch blocks outright."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_blocked_module_s_global_is_named_in_the_refusal(tmp_path: Path) -> None:
+    """torch words a blocked module's global differently; the refusal used to quote its preamble about PyTorch 2.6
+    instead of what was refused."""
+    marker = tmp_path / "ran"
+    path = tmp_path / "q_net.pt"
+    torch.save({"net.0.weight": ShellPayload(marker)}, path)
+    msg = _refused(lambda: read_tensors(path, "weights"), f"{path}: refused")
+    assert msg.endswith("(weights-only loading: unsupported GLOBAL posix.system: its module posix is blocked)"), msg
+    assert not marker.exists()
