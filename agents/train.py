@@ -44,7 +44,14 @@ from llmsim.agents import ddqn, guided, sac, sac_argmax, transfer  # noqa: F401 
 from llmsim.agents.base import ALGORITHMS, LoopState, OffPolicyAgent, OffPolicyConfig
 from llmsim.agents.buffer import ReplayBuffer
 from llmsim.agents.checkpoint import QPolicy, load_policy_net, net_arch, save_checkpoint
-from llmsim.agents.checkpoint_files import TRAINER_FILE, load_replay, one_line, read_trainer_state, save_replay
+from llmsim.agents.checkpoint_files import (
+    TRAINER_FILE,
+    first_misfit,
+    load_replay,
+    one_line,
+    read_trainer_state,
+    save_replay,
+)
 from llmsim.agents.checkpoint_meta import action_layout, check_compatible, observation_layout, read_meta
 from llmsim.agents.ddqn import DDQNConfig
 from llmsim.agents.env_setup import env_config, make_env
@@ -60,6 +67,7 @@ from llmsim.agents.training_warnings import (
     untrained_best_warning,
 )
 from llmsim.agents.vec import FreshInfoVecEnv
+from llmsim.agents.zoo import checkpoint_dir
 from llmsim.envs.randomize import RandomizeConfig, SlotEnv
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
@@ -207,16 +215,22 @@ class TrainingRun:
         if not src:
             return
         key = "trainer.resume" if self.tr.resume else "trainer.init_from"
+        where, src = f"{key}={src}", str(checkpoint_dir(src))  # zoo:<name>: a shipped router's checkpoint
         meta = read_meta(src)
-        check_compatible(meta, self.eval_env, f"{key}={src}")
+        check_compatible(meta, self.eval_env, where)
         net = self.agent.policy_net()
         have = net_arch(net)
         saved = {k: meta.get(k) for k in have}
         if saved.get("dueling") is None and "dueling" in have:
             saved["dueling"] = False
         if saved != have:
-            raise ConfigError(f"{key}={src}: network {saved}, but the agent has {have}")
-        net.load_state_dict(load_policy_net(src, meta).state_dict())
+            raise ConfigError(f"{where}: network {saved}, but the agent has {have}")
+        state = load_policy_net(src, meta).state_dict()
+        misfit = first_misfit(state, net.state_dict())  # the same widths, another kind (guided, set network)
+        if misfit:
+            raise ConfigError(f"{where}: its network does not fit this {self.agent_cfg.name} agent's ({misfit}; "
+                              f"its config.yaml has the agent it was trained with)")
+        net.load_state_dict(state)
         self.agent.policy_loaded()
         if key == "trainer.init_from":
             return

@@ -76,3 +76,33 @@ def test_trainer_typo_names_the_key(tmp_path: Path) -> None:
     cfg["trainer"]["eval_evry"] = 10
     with pytest.raises(ConfigError, match="trainer: unknown key 'eval_evry' \\(did you mean 'eval_every'\\?\\)"):
         train(cfg, tmp_path)
+
+
+BEST_EFFORT_SMALL = {"id": "best_effort", "num_requests": 20}
+
+
+def _from(key: str, src: str, agent: dict) -> dict:
+    trainer = {"total_steps": 40, "eval_every": 0, "eval_seeds": [1000], "progress": False, key: src}
+    return {"env": dict(BEST_EFFORT_SMALL), "agent": agent, "trainer": trainer}
+
+
+@pytest.mark.parametrize("key", ["init_from", "resume"])
+def test_starting_from_a_checkpoint_of_another_network_kind_is_one_line(tmp_path: Path, key: str) -> None:
+    """The shipped BestEffort router is a guided network (it keeps its fallback margin as a buffer): a plain DDQN
+    agent of the same widths used to fail inside torch's load_state_dict with a traceback; ``zoo:<name>`` was not
+    taken as the checkpoint directory docs/zoo.md says it is."""
+    agent = {"name": "ddqn", "hidden": [256, 256], "batch_size": 32, "learning_starts": 1000, "buffer_size": 2000}
+    with pytest.raises(ConfigError, match=rf"^trainer.{key}=zoo:best_effort: its network does not fit this ddqn "
+                                          r"agent's \(the file has fallback_margin, which the network does not; "
+                                          r"its config.yaml has the agent it was trained with\)$"):
+        train(_from(key, "zoo:best_effort", agent), tmp_path)
+
+
+def test_init_from_takes_a_zoo_name(tmp_path: Path) -> None:
+    from llmsim.agents import zoo
+    from llmsim.errors import load_yaml_file
+
+    agent = load_yaml_file(zoo.checkpoint_dir("zoo:best_effort") / "config.yaml")["agent"]
+    agent.update(learning_starts=1000, buffer_size=2000, demo_steps=0)
+    meta = train(_from("init_from", "zoo:best_effort", agent), tmp_path)
+    assert meta["steps"] == 40
