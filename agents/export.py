@@ -35,7 +35,17 @@ from llmsim.agents.nets import SetQNetwork, masked
 from llmsim.agents.router_options import router_kwargs
 from llmsim.agents.sac_nets import SACActor
 from llmsim.envs.actions import ActionSpec, slot_mask
-from llmsim.envs.exported import FORMAT, FORMAT_VERSION, MANIFEST, MASK_INPUT, OUTPUTS, ExportedPolicy, file_sha256
+from llmsim.envs.exported import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    MASK_INPUT,
+    OUTPUTS,
+    ZOO_PREFIX,
+    ExportedPolicy,
+    file_sha256,
+    resolve_zoo,
+)
 from llmsim.envs.load_gate import parse_gate
 from llmsim.envs.observations import make_obs
 from llmsim.envs.policy_router import builder_spec, predictor_spec
@@ -358,7 +368,10 @@ def export(checkpoint: str | Path, fmt: str = "onnx", out: str | Path | None = N
                  check_steps=check_steps, overwrite=overwrite, env_overrides=env_overrides)  # one line naming a bad key
     if fmt not in FORMATS:
         raise ConfigError(f"format: {fmt!r} is not an export format; expected one of {list(FORMATS)}")
-    ckpt = Path(checkpoint)
+    if str(checkpoint).startswith(ZOO_PREFIX) and out is None:  # <checkpoint>/export would write into the zoo
+        raise ConfigError(f"out: required when checkpoint is a zoo name ({checkpoint}); the zoo's own export is "
+                          f"{resolve_zoo(checkpoint, 'checkpoint').parent / 'export'}")
+    ckpt = resolve_zoo(checkpoint, "checkpoint")  # zoo:<name>: a shipped router's checkpoint (docs/zoo.md)
     meta = read_meta(ckpt)  # one line naming checkpoint.json when it is missing or another format
     env, env_cfg = load_env(ckpt, meta, env_overrides)
     check_builder(env, builder_spec(env.obs_builder))

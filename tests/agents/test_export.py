@@ -278,3 +278,17 @@ def test_registry_plugin_lookup_names_the_entry_point_choices():
     assert "onnx" in ROUTERS.plugin_names()
     with pytest.raises(ConfigError, match=r"unknown routing policy 'nope'; expected one of \[.*'onnx'"):
         make_router("nope")
+
+
+def test_a_zoo_name_exports_to_the_out_given_and_never_into_the_zoo(tmp_path):
+    """docs/zoo.md: ``zoo:<name>`` works wherever a checkpoint directory is accepted; llmsim-export used to say
+    "zoo:best_effort: not a checkpoint directory"."""
+    from llmsim.agents import zoo
+    from llmsim.agents.export import export
+
+    with pytest.raises(ConfigError, match=r"^out: required when checkpoint is a zoo name "):
+        export("zoo:best_effort", check_steps=8)
+    dest = export("zoo:best_effort", out=tmp_path / "be", check_steps=8)
+    shipped = read_manifest(zoo.entry("best_effort").export_dir)
+    made = read_manifest(dest)
+    assert all(made[k] == shipped[k] for k in ("actions", "context"))
