@@ -10,6 +10,7 @@ action layout and masks (:mod:`llmsim.envs.actions`), the P/D stage (:mod:`llmsi
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,13 +29,31 @@ from llmsim.envs.pd_stage import StageRouting
 from llmsim.envs.predictors.base import make_predictor
 from llmsim.envs.rewards import make_reward
 from llmsim.envs.workloads import make_workload
+from llmsim.errors import ConfigError
 from llmsim.metrics.episode_summary import summary_of
 from llmsim.request import Request
 from llmsim.routing import DROP, WAIT, Router
 from llmsim.schema import SLO
 from llmsim.state.cluster_state import ClusterState
+from llmsim.workload.base import check_int
 
 __all__ = ["ACTIONS", "WAIT_TIMEOUT_REASON", "InvalidAction", "RoutingEnv", "RoutingEnvConfig"]
+
+
+RESET_OPTIONS = ("workload_seed",)
+
+
+def reset_workload_seed(options: Mapping[str, Any] | None, fixed: int | None) -> int | None:
+    """``reset(options=...)``'s workload seed (else ``fixed``), checked: a misspelt option would leave the episode
+    on a fresh random workload instead of the pinned one."""
+    opts = dict(options or {})
+    for key in opts:
+        if key not in RESET_OPTIONS:
+            hint = difflib.get_close_matches(str(key), RESET_OPTIONS, n=1)
+            raise ConfigError(f"reset options: unknown key {key!r}{f' (did you mean {hint[0]!r}?)' if hint else ''}; "
+                              f"allowed keys: {list(RESET_OPTIONS)}")
+    wseed = opts.get("workload_seed", fixed)
+    return None if wseed is None else check_int("reset options.workload_seed", wseed, ge=0)
 
 
 class RoutingEnv(gym.Env):
@@ -160,8 +179,7 @@ class RoutingEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        opts = options or {}
-        wseed = opts.get("workload_seed", self.fixed_workload_seed)
+        wseed = reset_workload_seed(options, self.fixed_workload_seed)
         if wseed is None:
             wseed = int(self.np_random.integers(2**31 - 1))
         self.workload_seed = int(wseed)

@@ -139,3 +139,21 @@ def test_testbed_names_checked(env_id, kwargs, pattern) -> None:
 def test_qos_edge_measured_timing_takes_any_profiled_model() -> None:
     e = gym.make("llmsim/QoSEdge-v0", num_requests=5, experts=["llama-2-7b"], timing="measured")
     assert e.unwrapped.instance_models == ["llama-2-7b"]
+
+
+@pytest.mark.parametrize("options,pattern", [
+    ({"workload_seed": -1}, r"^reset options.workload_seed: expected an integer >= 0, got -1$"),
+    ({"workload_seed": 1.5}, r"^reset options.workload_seed: expected an integer >= 0, got 1.5$"),
+    ({"workload_seed": True}, r"^reset options.workload_seed: expected an integer >= 0, got True$"),
+    ({"workload_seed": "7"}, r"^reset options.workload_seed: expected an integer >= 0, got '7'$"),
+    ({"workload_sed": 3}, r"^reset options: unknown key 'workload_sed' \(did you mean 'workload_seed'\?\); "
+                          r"allowed keys: \['workload_seed'\]$"),
+])
+def test_reset_options_checked(options, pattern) -> None:
+    """A float seed used to be floored, True read as 1, a negative or text seed raised a bare ValueError, and a
+    misspelt option was ignored (a fresh random workload instead of the pinned one)."""
+    e = gym.make("llmsim/Routing-v0", num_requests=5)
+    with pytest.raises(ConfigError, match=pattern):
+        e.reset(seed=0, options=options)
+    e.reset(seed=0, options={"workload_seed": np.int64(7)})
+    assert e.unwrapped.workload_seed == 7
