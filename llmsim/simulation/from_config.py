@@ -15,6 +15,7 @@ from llmsim.resources import repo_root
 from llmsim.schema import RunConfig
 from llmsim.simulation.run import simulate
 from llmsim.workload import build_workload
+from llmsim.workload.lengths import table_rows_skipped
 
 
 def resolve_workload_path(workload: dict[str, Any]) -> dict[str, Any]:
@@ -64,6 +65,10 @@ def run_from_config(cfg: dict[str, Any], out_dir: str | Path | None = None, prog
         res.summary["workload_skipped"] = skipped
         if skipped:
             res.notes.append(f"workload rows skipped (counted, not simulated): {skipped}")
+    table_skipped = table_rows_skipped(workload.describe())
+    if table_skipped:
+        res.summary["lengths_skipped"] = table_skipped
+        res.notes.append(f"length table rows skipped (counted, not sampled): {table_skipped}")
     out = run.output
     if out_dir is not None and out.save:
         res.save(out_dir, out.format)

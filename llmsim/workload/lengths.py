@@ -219,7 +219,27 @@ class Empirical(PairModel):
             "rows": len(self),
             "prompt_clip": [self.prompt_min, self.prompt_max],
             "output_clip": [self.output_min, self.output_max],
+            "skipped": dict(self.skipped),
         }
+
+
+def table_rows_skipped(described: Any) -> dict[str, int]:
+    """The rows every empirical length table in a workload's ``describe()`` left out, by reason: they are no
+    request (the table is resampled), so they are not in ``stats.skipped``, but a run says how many there were."""
+    out: dict[str, int] = {}
+    if isinstance(described, Mapping):
+        if described.get("dist") == "empirical":
+            for k, v in (described.get("skipped") or {}).items():
+                out[k] = out.get(k, 0) + int(v)
+        parts: Any = described.values()
+    elif isinstance(described, list | tuple):
+        parts = described
+    else:
+        return out
+    for part in parts:
+        for k, v in table_rows_skipped(part).items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def _pick_columns(

@@ -112,3 +112,17 @@ def test_trace_presets_run_on_the_default_cluster_and_say_what_they_skipped(pres
     skipped = res.summary["workload_skipped"]
     assert skipped.get(PROMPT_OVER_MAX, 0) > 0 and res.summary["dropped"] == 0 and res.summary["completed"] > 0
     assert any(PROMPT_OVER_MAX in note for note in res.notes)
+
+
+def test_a_length_table_s_skipped_rows_are_in_the_summary_and_the_note(tmp_path: Path) -> None:
+    """Empirical lengths drop a table's zero-length rows (counted in ``Empirical.skipped``); the run used to say
+    nothing of them, unlike a trace's skipped rows."""
+    table = tmp_path / "lengths.csv"
+    table.write_text("num_prefill_tokens,num_decode_tokens\n5,5\n0,4\n7,0\n6,6\n")
+    cfg = _compose(["output.plots=false", "output.progress=false", "output.save=false", "workload.num_requests=8",
+                    "~workload.prompt", "~workload.output", f"+workload.lengths={{dist: empirical, path: {table}}}"])
+    res = run_from_config(cfg)
+    assert res.summary["lengths_skipped"] == {"zero_prompt_tokens": 1, "zero_output_tokens": 1}
+    assert res.summary["workload_skipped"] == {}  # every request drawn was simulated
+    assert ("length table rows skipped (counted, not sampled): {'zero_prompt_tokens': 1, 'zero_output_tokens': 1}"
+            in res.notes)
