@@ -63,6 +63,7 @@ from llmsim.agents.training_warnings import (
     WatchedGreedy,
     budget_warning,
     collapse_warnings,
+    eval_seeds_warning,
     guide_only_warning,
     untrained_best_warning,
 )
@@ -375,6 +376,9 @@ class TrainingRun:
         tr, st = self.tr, self.state
         note = budget_warning(tr.total_steps, self.agent_cfg)
         if note and self.agent.updates == 0:
+            self.warn_at(st.step, note, evaluation=False)
+        note = eval_seeds_warning(list(tr.eval_seeds))
+        if note:
             self.warn_at(st.step, note, evaluation=False)
         vec = make_vec(self.env_cfg, tr.num_envs, self.cfg.randomize)
         try:

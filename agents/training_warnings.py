@@ -3,6 +3,7 @@
 Every algorithm (Double DQN flat, SAC, SAC argmax, guided, the transfer preset) gets the same checks, each a
 ``llmsim-train: warning: ...`` line at the evaluation where it happens and an entry in training.json:
 
+* :func:`eval_seeds_warning`: ``trainer.eval_seeds`` that include test seeds choose best/ on them;
 * :func:`budget_warning`: a budget below ``agent.learning_starts`` (or the batch size) takes no gradient step;
 * :func:`untrained_best_warning`: best/ saved before the first gradient step is the untrained network;
 * :func:`guide_only_warning`: the fallback margin chosen on validation makes best/ route exactly as its guide
@@ -22,9 +23,18 @@ from typing import Any
 import numpy as np
 
 from llmsim.agents.base import OffPolicyConfig
+from llmsim.agents.seeds import TEST_SEED0, VALIDATION_SEED0
 
 MOST_FREQUENT_LIMIT = 0.95  # one action at 95 % of the decisions with a choice: collapsed to one action
 HOLD_LIMIT = 0.5  # waiting (or dropping) at half of the decisions: the policy holds (or sheds) requests
+
+
+def eval_seeds_warning(seeds: list[int]) -> str | None:
+    """Why the in-training evaluation's seeds spoil a later test, or None: best/ is chosen on them."""
+    if max(seeds) < TEST_SEED0:
+        return None
+    return (f"trainer.eval_seeds {list(seeds)} include test seeds ({TEST_SEED0} and up): best/ is chosen on them, so "
+            f"a test on them is no longer held out (use validation seeds {VALIDATION_SEED0}-{TEST_SEED0 - 1})")
 
 
 def budget_warning(total: int, cfg: OffPolicyConfig) -> str | None:

@@ -106,3 +106,15 @@ def test_init_from_takes_a_zoo_name(tmp_path: Path) -> None:
     agent.update(learning_starts=1000, buffer_size=2000, demo_steps=0)
     meta = train(_from("init_from", "zoo:best_effort", agent), tmp_path)
     assert meta["steps"] == 40
+
+
+def test_choosing_best_on_test_seeds_warns(tmp_path: Path, capsys) -> None:
+    """docs/evaluation.md: test seeds (2000 and up) are for what is reported, never for choosing a checkpoint;
+    trainer.eval_seeds=[2000] used to pass without a word."""
+    cfg = _cfg(60, 5000)
+    cfg["trainer"]["eval_seeds"] = [1000, 2001]
+    meta = train(cfg, tmp_path)
+    want = ("trainer.eval_seeds [1000, 2001] include test seeds (2000 and up): best/ is chosen on them, so a test "
+            "on them is no longer held out (use validation seeds 1000-1999)")
+    assert f"llmsim-train: warning: {want}" in capsys.readouterr().err
+    assert want in [w["message"] for w in meta["warnings"]]
