@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from llmsim.cluster import Cluster
+from llmsim.cluster import Cluster, InstanceConfig
 from llmsim.cluster.config import instances_from_specs
 from llmsim.cluster.driver import ClusterDriver
 from llmsim.envs.actions import ActionSpec, InvalidAction, check_action, decode_action, fill_mask
@@ -29,7 +29,7 @@ from llmsim.envs.pd_stage import StageRouting
 from llmsim.envs.predictors.base import make_predictor
 from llmsim.envs.rewards import make_reward
 from llmsim.envs.workloads import make_workload
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, LLMSimError
 from llmsim.metrics.episode_summary import summary_of
 from llmsim.request import Request
 from llmsim.routing import DROP, WAIT, Router
@@ -54,6 +54,17 @@ def reset_workload_seed(options: Mapping[str, Any] | None, fixed: int | None) ->
                               f"allowed keys: {list(RESET_OPTIONS)}")
     wseed = opts.get("workload_seed", fixed)
     return None if wseed is None else check_int("reset options.workload_seed", wseed, ge=0)
+
+
+def with_profiles(configs: list[InstanceConfig]) -> list[InstanceConfig]:
+    """Each instance with its profile built; a model or GPU without one names the instance, as the CLI does."""
+    out = []
+    for i, c in enumerate(configs):
+        try:
+            out.append(dataclasses.replace(c, profile=c.build_profile()))
+        except LLMSimError as e:
+            raise type(e)(f"env.instances[{i}] ({c.model} on {c.gpu}): {e}") from None
+    return out
 
 
 class RoutingEnv(gym.Env):
@@ -124,8 +135,7 @@ class RoutingEnv(gym.Env):
         super().__init__()
         cfg = self.config = RoutingEnvConfig.of(config, **options)
         # profiles are built once and shared by every episode's cluster
-        self.instance_configs = [dataclasses.replace(c, profile=c.build_profile())
-                                 for c in instances_from_specs(cfg.instances, "env.instances")]
+        self.instance_configs = with_profiles(instances_from_specs(cfg.instances, "env.instances"))
         self.workload = make_workload(cfg.workload)
         self.task_names = list(getattr(self.workload, "task_names", []))
         for k in ("num_requests", "decision", "tick", "tick_when_empty", "time_limit", "drain_time", "max_wait_s",

@@ -157,3 +157,17 @@ def test_reset_options_checked(options, pattern) -> None:
         e.reset(seed=0, options=options)
     e.reset(seed=0, options={"workload_seed": np.int64(7)})
     assert e.unwrapped.workload_seed == 7
+
+
+@pytest.mark.parametrize("env_id,kwargs,pattern", [
+    ("llmsim/Routing-v0", {"instances": [{"model": "llama-2-7b", "count": 2}, {"model": "nope"}]},
+     r"^env.instances\[2\] \(nope on a100-80gb\): cannot load a profile: unknown model 'nope'"),
+    ("llmsim/WorkloadRouter-v0", {"gpu": "h900"}, r"^env.instances\[0\] \(llama-2-7b on h900\): cannot load a "
+                                                   r"profile: unknown GPU 'h900'"),
+])
+def test_an_unknown_model_or_gpu_names_the_instance(env_id, kwargs, pattern) -> None:
+    """As the CLI does (cluster.instances[k] (model on gpu): ...); the env's message used to name no instance."""
+    from llmsim.errors import ProfileError
+
+    with pytest.raises(ProfileError, match=pattern):
+        gym.make(env_id, **kwargs)
