@@ -31,7 +31,7 @@ import numpy as np
 from pydantic import Field
 
 from llmsim.envs.actions import check_action, env_action, slot_action, slot_mask
-from llmsim.envs.routing_env import RoutingEnv
+from llmsim.envs.routing_env import RoutingEnv, reset_workload_seed
 from llmsim.envs.tasks import WORKLOAD_ROUTER_MIXES, WORKLOAD_ROUTER_TASKS
 from llmsim.envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
@@ -158,6 +158,7 @@ class SlotEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         opts = dict(options or {})
+        reset_workload_seed(opts, None)  # checked before a scenario is picked by it
         if self.randomize is not None:
             self.scenario = draw_scenario(self.randomize, self.np_random, self.episodes)
         else:

@@ -117,3 +117,11 @@ def test_slot_env_rejects_what_is_not_a_slot(action):
     env.reset(seed=0)
     with pytest.raises(InvalidAction, match=r"for Discrete\(10\): expected an integer in \[0, 9\]$"):
         env.step(action)
+
+
+def test_slot_env_checks_its_reset_options():
+    """The validation scenario is picked from the workload seed before the inner env sees it: a text seed used to
+    raise a bare ValueError there."""
+    env = SlotEnv(BASE, scenarios=[{"num_instances": 2}])
+    with pytest.raises(ConfigError, match=r"^reset options.workload_seed: expected an integer >= 0, got 'a'$"):
+        env.reset(seed=0, options={"workload_seed": "a"})
