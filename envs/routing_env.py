@@ -151,6 +151,7 @@ class RoutingEnv(gym.Env):
         self.num_instances = n = len(self.instance_configs)
         self.instance_models = [c.profile.model.name for c in self.instance_configs]
         self.models = list(dict.fromkeys(self.instance_models))
+        self.workload.check_models(self.models)
         self.model_specs = {c.profile.model.name: c.profile.model for c in self.instance_configs}
         self.inst_model_idx = np.array([self.models.index(m) for m in self.instance_models], dtype=np.int64)
         self.replicas = [[k for k in range(n) if self.instance_models[k] == m] for m in self.models]

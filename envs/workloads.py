@@ -44,6 +44,10 @@ class EnvWorkload:
     def requests(self, seed: int, k: int) -> list[Request]:
         raise NotImplementedError
 
+    def check_models(self, models: list[str]) -> None:
+        """Refuse a cluster whose models this workload has no data for (only per-model data, a labelled table,
+        can lack one; a task mixture or a trace serves any model)."""
+
 
 def check_arrival(spec: Any, where: str = "workload.arrival") -> dict[str, Any]:
     """An env arrival spec (``{kind: poisson, rate}``, ``{kind: stable[, rate]}``, ``{kind: bursty|bursty2}``,
@@ -166,6 +170,12 @@ class LabelledWorkload(EnvWorkload):
         rng = np.random.default_rng(seed)
         times, _ = _arrivals(rng, self.arrival, k)
         return self.pool.sample(rng, times)
+
+    def check_models(self, models: list[str]) -> None:
+        for m in models:
+            if m not in self.pool.models:
+                raise ConfigError(f"workload: the labelled table {self.path} has rows for models {self.pool.models}, "
+                                  f"none for the cluster's {m!r}")
 
 
 @dataclass

@@ -223,3 +223,19 @@ def test_workload_router_mixture_spans_the_predictor_buckets():
     out = np.array([r.output_tokens for r in reqs])
     shares = [np.mean(out <= 250), np.mean((out > 250) & (out <= 1000)), np.mean(out > 1000)]
     assert shares[0] > 0.7 and shares[1] > 0.1 and 0.005 < shares[2] < 0.05
+
+
+def test_a_labelled_table_must_label_the_cluster_s_models(tmp_path):
+    """Rows for models the cluster does not serve used to be simulated silently with another model's output length
+    and no quality (a model column spelt 'Llama-2-7b-chat' for the cluster's llama-2-7b, say)."""
+    import gymnasium as gym
+
+    path = tmp_path / "labels.csv"
+    path.write_text(LABELS + "0,foo,10,5,0.5,t\n1,foo,12,6,0.5,t\n")
+    with pytest.raises(ConfigError, match=r"^workload: the labelled table .*labels\.csv has rows for models "
+                                          r"\['foo'\], none for the cluster's 'llama-2-7b'$"):
+        gym.make("llmsim/Routing-v0", num_requests=4, workload={"kind": "labelled", "path": str(path)})
+    path.write_text(LABELS + "0,llama-2-7b,10,5,0.5,t\n0,foo,10,7,0.5,t\n")
+    env = gym.make("llmsim/Routing-v0", num_requests=4, workload={"kind": "labelled", "path": str(path)})
+    env.reset(seed=0)
+    assert {r.output_for("llama-2-7b") for r in env.unwrapped.episode_requests} == {5}
