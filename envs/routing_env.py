@@ -214,8 +214,14 @@ class RoutingEnv(gym.Env):
         pts.advance()
         pts.last_decision_at = self.driver.now
         self.outcomes.released_wait = 0.0  # waits before the first decision belong to no step
+        final = pts.terminated or pts.truncated
+        comps: dict[str, float] = {}
+        if final:  # over before the first decision (a time limit before it): every request still counts
+            self.outcomes.close(pts.truncated)
+            self._episode_reward, comps = self.reward_fn.end_step(self, 0.0)
+            self._episode_components.update(comps)
         obs = self.obs_builder.build(self, self.state(), pts.pending)
-        return obs, self._info({}, 0.0, final=pts.terminated or pts.truncated)
+        return obs, self._info(comps, 0.0, final=final)
 
     def handle_arrival(self, req: Request) -> None:
         """A request reached the router: predict it once, tell the observation builder."""

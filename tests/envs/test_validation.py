@@ -171,3 +171,15 @@ def test_an_unknown_model_or_gpu_names_the_instance(env_id, kwargs, pattern) -> 
 
     with pytest.raises(ProfileError, match=pattern):
         gym.make(env_id, **kwargs)
+
+
+def test_an_episode_that_ends_at_reset_accounts_for_every_request() -> None:
+    """A time limit before the first decision ended the episode inside reset(), where the requests were never
+    recorded: the summary said 0 requests, 0 dropped, instead of K cut off."""
+    e = gym.make("llmsim/Routing-v0", num_requests=5, time_limit=0.01)
+    _, info = e.reset(seed=0)
+    assert e.unwrapped.truncated
+    s = info["summary"]
+    assert (s["num_requests"], s["completed"], s["dropped"]) == (5, 0, 5)
+    assert s["dropped_by_reason"] == {"episode_truncated": 5}
+    assert info["episode_components"]["cut_off"] == -5 and info["episode_reward"] < 0
