@@ -26,6 +26,7 @@ import functools
 import json
 import math
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Mapping
@@ -244,6 +245,21 @@ class TrainingRun:
         self.state.restore(ts["loop"], str(Path(src) / TRAINER_FILE))
         self.history.extend(ts.get("history", []))
         load_replay(Path(src), self.rb)
+        self.carry_best(Path(src))
+
+    def carry_best(self, src: Path) -> None:
+        """A resumed run keeps its best checkpoint so far: best/ beside the resumed one is copied into a new run
+        directory, so best/ exists (and matches the restored best score) even when no later evaluation beats it."""
+        best, dst = src.parent / "best", self.run_dir / "best"
+        if dst.exists():
+            return
+        if best.is_dir():
+            shutil.copytree(best, dst)
+            self.best_updates = read_meta(dst).get("updates")
+            return
+        self.state.best_score = -math.inf
+        self.warn_at(self.state.step, f"trainer.resume={src}: no best/ beside it; best/ of this run is the best of "
+                     "its own evaluations", evaluation=False)
 
     def meta(self) -> dict[str, Any]:
         """checkpoint.json's (and training.json's) description of the run so far."""
@@ -388,6 +404,8 @@ class TrainingRun:
             vec.close()
         if not self.history or self.history[-1]["step"] != st.step:
             self.evaluate()
+        if not (self.run_dir / "last").is_dir():
+            self.checkpoint("last")  # a resumed run that had nothing left to do
         self.bar.close()
         self.attach_seen_range()
         self.choose_margin()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,28 @@ def test_resume_continues_counters_and_history(trained, tmp_path):
     steps = [e["step"] for e in meta2["evaluations"]]
     assert steps[: len(meta["evaluations"])] == [e["step"] for e in meta["evaluations"]]
     assert steps[-1] >= 1200
+
+
+def test_resume_into_a_new_directory_keeps_best_and_last(trained, tmp_path):
+    """Resuming into a new run directory (Hydra's default) whose evaluations beat nothing still leaves the best/
+    and last/ the final line points at: best/ is the resumed run's, copied."""
+    run, meta = trained
+    meta2 = train(_cfg(total=800, resume=str(run / "last")), tmp_path)
+    assert meta2["best_score"] == meta["best_score"]
+    assert read_meta(tmp_path / "best")["best_score"] == meta["best_score"]
+    assert _weights(tmp_path / "best").keys() == _weights(run / "best").keys()
+    for k, v in _weights(run / "best").items():
+        assert torch.equal(_weights(tmp_path / "best")[k], v)
+    assert (tmp_path / "last" / "checkpoint.json").is_file()
+
+
+def test_resume_without_best_beside_it_warns_and_rebuilds_best(trained, tmp_path, capsys):
+    run, _ = trained
+    lone = tmp_path / "copied" / "last"
+    shutil.copytree(run / "last", lone)
+    meta2 = train(_cfg(total=1200, resume=str(lone)), tmp_path / "run")
+    assert "trainer.resume" in capsys.readouterr().err and "no best/ beside" in meta2["warnings"][0]["message"]
+    assert (tmp_path / "run" / "best" / "checkpoint.json").is_file()
 
 
 def test_checkpoint_refused_for_another_layout(trained):
