@@ -111,7 +111,8 @@ def cluster_presets() -> list[str]:
 def parse_clusters(cap: CapacityConfig, base: dict[str, Any], label: str | None) -> list[tuple[str, dict]]:
     """(label, cluster dict) per cluster: conf/cluster presets by name, inline mappings, or the cluster group."""
     if not cap.clusters:
-        return [(label or describe_cluster(base["cluster"]), base["cluster"])]
+        return [(label if label and is_preset(label, base["cluster"]) else describe_cluster(base["cluster"]),
+                 base["cluster"])]
     out = []
     for k, c in enumerate(cap.clusters):
         where = f"capacity.clusters[{k}]"
@@ -124,6 +125,13 @@ def parse_clusters(cap: CapacityConfig, base: dict[str, Any], label: str | None)
             ClusterConfig.parse(c, where)
             out.append((describe_cluster(c), {"instances": [dict(i) for i in c["instances"]]}))
     return out
+
+
+def is_preset(name: str, cluster: dict[str, Any]) -> bool:
+    """Whether ``cluster`` is conf/cluster/<name>.yaml as written: an override such as cluster.instances=[...]
+    keeps the group's name in Hydra's choices, but the rows must not call another cluster by it."""
+    path = conf_dir() / "cluster" / f"{name}.yaml"
+    return path.is_file() and yaml.safe_load(path.read_text()) == cluster
 
 
 def describe_cluster(cluster: dict[str, Any]) -> str:

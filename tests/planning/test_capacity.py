@@ -16,6 +16,7 @@ from llmsim.errors import ConfigError
 from llmsim.perf.profile import load_profile
 from llmsim.planning.capacity import (
     base_config,
+    parse_clusters,
     parse_policies,
     rate_mode,
     result_rows,
@@ -135,6 +136,14 @@ def test_same_result_on_one_and_two_workers(tmp_path) -> None:
             r.pop("wall_s")
     assert one == two
     assert (tmp_path / "one" / "capacity.csv").read_text() == (tmp_path / "two" / "capacity.csv").read_text()
+
+
+def test_cluster_group_name_labels_only_the_preset_itself() -> None:
+    """cluster.instances=[...] on the command line replaces the group's cluster: its rows name what ran."""
+    base, cap = base_config(compose()), CapacityConfig()
+    assert parse_clusters(cap, base, "single_a100")[0][0] == "single_a100"
+    base["cluster"] = {"instances": [{"model": "mistral-7b", "gpu": "rtx4090"}]}
+    assert parse_clusters(cap, base, "single_a100")[0][0] == "1x mistral-7b@rtx4090"
 
 
 def test_trace_like_workloads_search_rate_scale() -> None:
