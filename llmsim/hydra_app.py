@@ -51,6 +51,12 @@ def quiet_on_closed_pipe(fn: Callable[[], None], prog: str = "llmsim") -> None:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1) from None
+    except ValueError as e:  # Hydra's check of its mode flags, raised before any config is composed
+        if not str(e).startswith("Only one of --run"):
+            raise
+        print(f"{prog}: error: only one of --run, --multirun, --cfg, --info and --shell_completion can be given "
+              "(-m runs a sweep, --cfg prints one composed config)", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def remove_if_empty(d: Path) -> bool:

@@ -123,6 +123,7 @@ def test_job_name_is_llmsim(tmp_path):
     ("llmsim", ["lr=nan"], "Could not override 'lr'"),
     ("llmsim", ["policy=no_such_router"], "Could not find 'policy/no_such_router'"),
     ("llmsim-capacity", ["capacity.no_such_key=1"], "capacity.no_such_key"),
+    ("llmsim", ["-m", "workload.rate=1,2", "--cfg", "job"], "only one of --run, --multirun, --cfg"),
 ])
 def test_a_bad_override_is_one_line_and_exit_2(prog, args, needle, tmp_path) -> None:
     """Hydra's own errors (unknown keys, missing presets) read like llmsim's: one line, exit status 2."""
