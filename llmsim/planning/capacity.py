@@ -111,8 +111,7 @@ def cluster_presets() -> list[str]:
 def parse_clusters(cap: CapacityConfig, base: dict[str, Any], label: str | None) -> list[tuple[str, dict]]:
     """(label, cluster dict) per cluster: conf/cluster presets by name, inline mappings, or the cluster group."""
     if not cap.clusters:
-        return [(label if label and is_preset(label, base["cluster"]) else describe_cluster(base["cluster"]),
-                 base["cluster"])]
+        return [(label or describe_cluster(base["cluster"]), base["cluster"])]
     out = []
     for k, c in enumerate(cap.clusters):
         where = f"capacity.clusters[{k}]"
@@ -127,11 +126,12 @@ def parse_clusters(cap: CapacityConfig, base: dict[str, Any], label: str | None)
     return out
 
 
-def is_preset(name: str, cluster: dict[str, Any]) -> bool:
-    """Whether ``cluster`` is conf/cluster/<name>.yaml as written: an override such as cluster.instances=[...]
-    keeps the group's name in Hydra's choices, but the rows must not call another cluster by it."""
-    path = conf_dir() / "cluster" / f"{name}.yaml"
-    return path.is_file() and yaml.safe_load(path.read_text()) == cluster
+def group_label(choice: str | None, cluster: dict[str, Any]) -> str | None:
+    """The cluster group's choice when ``cluster`` is conf/cluster/<choice>.yaml as written, else None (the rows
+    then describe the cluster): an override such as cluster.instances=[...] keeps the group's name in Hydra's
+    choices, but the rows must not call another cluster by it."""
+    path = conf_dir() / "cluster" / f"{choice}.yaml"
+    return choice if choice and path.is_file() and yaml.safe_load(path.read_text()) == cluster else None
 
 
 def describe_cluster(cluster: dict[str, Any]) -> str:
@@ -269,7 +269,8 @@ def planning_app(config_name: str, prog: str, body: Callable[[dict[str, Any], Pa
 
 
 def _app(cfg: dict[str, Any], out_dir: Path) -> None:
-    run_capacity(cfg, out_dir, cluster_label=HydraConfig.get().runtime.choices.get("cluster"))
+    choice = HydraConfig.get().runtime.choices.get("cluster")
+    run_capacity(cfg, out_dir, cluster_label=group_label(choice, base_config(cfg)["cluster"]))
 
 
 def main() -> None:

@@ -16,7 +16,6 @@ from llmsim.errors import ConfigError
 from llmsim.perf.profile import load_profile
 from llmsim.planning.capacity import (
     base_config,
-    parse_clusters,
     parse_policies,
     rate_mode,
     result_rows,
@@ -138,12 +137,17 @@ def test_same_result_on_one_and_two_workers(tmp_path) -> None:
     assert (tmp_path / "one" / "capacity.csv").read_text() == (tmp_path / "two" / "capacity.csv").read_text()
 
 
-def test_cluster_group_name_labels_only_the_preset_itself() -> None:
+def test_cluster_group_name_labels_only_the_preset_itself(tmp_path) -> None:
     """cluster.instances=[...] on the command line replaces the group's cluster: its rows name what ran."""
-    base, cap = base_config(compose()), CapacityConfig()
-    assert parse_clusters(cap, base, "single_a100")[0][0] == "single_a100"
-    base["cluster"] = {"instances": [{"model": "mistral-7b", "gpu": "rtx4090"}]}
-    assert parse_clusters(cap, base, "single_a100")[0][0] == "1x mistral-7b@rtx4090"
+    run = ["capacity.num_requests=40", "capacity.seeds=1", "capacity.tolerance=0.5", "capacity.workers=1",
+           "capacity.rate_max=4", "slo.ttft_ms=5000"]
+    p = _app(["cluster=single_a100", *run, f"hydra.run.dir={tmp_path}/a"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads((tmp_path / "a" / "capacity.json").read_text())[0]["cluster"] == "single_a100"
+    p = _app(["cluster=single_a100", "cluster.instances=[{model:mistral-7b,gpu:rtx4090}]", *run,
+              f"hydra.run.dir={tmp_path}/b"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads((tmp_path / "b" / "capacity.json").read_text())[0]["cluster"] == "1x mistral-7b@rtx4090"
 
 
 def test_trace_like_workloads_search_rate_scale() -> None:
