@@ -254,7 +254,7 @@ class TrainingRun:
         if dst.exists():
             return
         if best.is_dir():
-            shutil.copytree(best, dst)
+            shutil.copytree(best, dst, ignore=shutil.ignore_patterns("export"))  # an export goes stale with best/
             self.best_updates = read_meta(dst).get("updates")
             return
         self.state.best_score = -math.inf

@@ -87,13 +87,17 @@ def test_resume_into_a_new_directory_keeps_best_and_last(trained, tmp_path):
     """Resuming into a new run directory (Hydra's default) whose evaluations beat nothing still leaves the best/
     and last/ the final line points at: best/ is the resumed run's, copied."""
     run, meta = trained
-    meta2 = train(_cfg(total=800, resume=str(run / "last")), tmp_path)
+    src = tmp_path / "src"
+    shutil.copytree(run, src)
+    (src / "best" / "export").mkdir()  # an earlier llmsim-export of best/: not carried, it would go stale
+    new = tmp_path / "new"
+    meta2 = train(_cfg(total=800, resume=str(src / "last")), new)
     assert meta2["best_score"] == meta["best_score"]
-    assert read_meta(tmp_path / "best")["best_score"] == meta["best_score"]
-    assert _weights(tmp_path / "best").keys() == _weights(run / "best").keys()
+    assert read_meta(new / "best")["best_score"] == meta["best_score"]
+    assert _weights(new / "best").keys() == _weights(run / "best").keys()
     for k, v in _weights(run / "best").items():
-        assert torch.equal(_weights(tmp_path / "best")[k], v)
-    assert (tmp_path / "last" / "checkpoint.json").is_file()
+        assert torch.equal(_weights(new / "best")[k], v)
+    assert (new / "last" / "checkpoint.json").is_file() and not (new / "best" / "export").exists()
 
 
 def test_resume_without_best_beside_it_warns_and_rebuilds_best(trained, tmp_path, capsys):
