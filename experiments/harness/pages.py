@@ -97,3 +97,16 @@ def run_command(fallback: str) -> str:
     if Path(sys.argv[0]).name.startswith(("llmsim-reproduce", "reproduce")):
         return " ".join([PROG, *sys.argv[1:]])
     return fallback
+
+
+# ---------------------------------------------------------------------- study outputs
+def study_out(study: str, name: str = "") -> Path:
+    """A study's default output path, under the gitignored ``outputs/``: a run from the checkout leaves no
+    untracked file behind."""
+    return Path("outputs") / study / name if name else Path("outputs") / study
+
+
+def write_text(path: Path, text: str) -> None:
+    """``text`` to ``path``, creating its folder (a documented ``outputs/<study>/`` need not exist yet)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.harness.pages import write_text
 from experiments.studies.validation import check_validation_seeds, seed_drawn
 from llmsim.agents.episodes import evaluate
 from llmsim.agents.nets import SPILL, SPLIT_GUIDES, Spill
@@ -149,7 +150,7 @@ def run(testbed: str, names: list[str], seeds: list[int], requests: int, jobs: i
         print(f"{name}: best {best} ({table[name][best]['value'] / 1000:.2f} s), {time.perf_counter() - t0:.0f} s "
               "wall", flush=True)
         if dump is not None:
-            dump.write_text(json.dumps(table, indent=1))
+            write_text(dump, json.dumps(table, indent=1))
     return table
 
 
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
              f"stateless: {choose(stateless)}")
     print(text)
     if a.out is not None:
-        a.out.write_text(text + "\n")
+        write_text(a.out, text + "\n")
 
 
 if __name__ == "__main__":

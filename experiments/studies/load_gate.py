@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.harness.pages import write_text
 from experiments.studies.validation import check_validation_seeds, seed_drawn, suite_traces, testbed_env
 from llmsim.agents.episodes import evaluate
 from llmsim.agents.suite_config import load_suite_file, merge
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     text = markdown(table, a.router) + f"\n\nchosen: {choose(table)} (seeds {a.seeds}, {a.requests} requests)\n"
     print(text)
     if a.out:
-        a.out.write_text(text)
+        write_text(a.out, text)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from experiments.harness.pages import write_text
 from experiments.studies.guide_choice import markdown, run
 from experiments.studies.spill_load import REFERENCES, SCENARIOS, choose
 from experiments.studies.validation import check_validation_seeds
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         f"| {p} | {w:+.1f} | {m:+.1f} |" for p, w, m in choose(tables, prefix="gate "))
     print(text)
     if args.out is not None:
-        args.out.write_text(text + "\n")
+        write_text(args.out, text + "\n")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.harness.pages import write_text
 from experiments.studies.rollout_headroom import base_router, best_and_base, label_of
 from experiments.studies.validation import check_validation_seeds, seed_drawn
 from llmsim.agents.accounting import env_latency_stats, request_latencies
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "episodes"}), flush=True)
         if a.out is not None:
-            a.out.write_text(json.dumps(rows, indent=1))
+            write_text(a.out, json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from experiments.harness.pages import study_out, write_text
 from experiments.studies.rollout_headroom import label_of
 from experiments.studies.rollout_labels import OBSERVATION, TESTBED, label_env
 from experiments.studies.validation import check_validation_seeds, seed_drawn
@@ -173,7 +174,7 @@ def best_heuristic(name: str, env_cfg: dict[str, Any], seeds: list[int], jobs: i
         best = min((label_of(h) for h in heuristics), key=lambda p: np.mean(by[p]["mean"]))
         known[key] = {"best": best, **by[best]}
         if cache is not None:
-            cache.write_text(json.dumps(known, indent=1, sort_keys=True))
+            write_text(cache, json.dumps(known, indent=1, sort_keys=True))
     return known[key]
 
 
@@ -218,8 +219,10 @@ def by_arrival(ckpts: dict[float, Path], scenario: str, seeds: list[int], reques
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.rollout_distill",
                                  description=__doc__.split("\n")[0])
-    ap.add_argument("--labels", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--labels", type=Path, default=study_out("rollout_labels"),
+                    help="rollout_labels' --out directory (default %(default)s)")
+    ap.add_argument("--out", type=Path, default=study_out("rollout_distill"),
+                    help="a directory for the checkpoints and validation_<requests>.json (default %(default)s)")
     ap.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--folds", type=int, default=1, help="episodes held out in turn to measure the fit (the last N)")

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.harness.pages import write_text
 from experiments.studies.guide_choice import HOLDING
 from experiments.studies.validation import check_validation_seeds, seed_drawn
 from llmsim.agents.accounting import env_latency_stats
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
         for line in lines:
             print(json.dumps(line), flush=True)
         if a.out is not None:
-            a.out.write_text(json.dumps(rows, indent=1))
+            write_text(a.out, json.dumps(rows, indent=1))
 
 
 def best_and_base(env_cfg: dict[str, Any], heuristics: dict[str, Any], seeds: list[int], jobs: int,

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from experiments.harness.pages import study_out
 from experiments.studies.past_only_rollout import choose
 from experiments.studies.rollout_headroom import base_router, label_of
 from experiments.studies.validation import seed_drawn
@@ -154,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--samples", type=int, default=2, help="sampled futures per decision")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=None, help="a directory for labels_<seed>.npz")
+    ap.add_argument("--out", type=Path, default=study_out("rollout_labels"),
+                    help="a directory for labels_<seed>.npz (default %(default)s)")
     ap.add_argument("--learner", type=Path, default=None, help="a set network's checkpoint whose choices the "
                     "episodes take (DAgger's next round); default: the teacher's")
     ap.add_argument("--reliability", type=int, default=0, metavar="POINTS",
@@ -170,8 +172,6 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--samples {a.samples} / --horizon {a.horizon}: expected >= 1")
     if a.control is not None and not all(0.0 <= x <= 1.0 for x in a.control):
         raise SystemExit(f"--control {a.control}: expected shares in [0, 1]")
-    if a.out is None and not a.reliability and a.control is None:
-        raise SystemExit("--out: a directory for the labels is needed (or --reliability / --control)")
     base = {label_of(h): h for h in load_suite_file(TESTBED).heuristics}[BASE]
     env_cfg = label_env(a.scenario, a.requests)
     if a.control is not None:

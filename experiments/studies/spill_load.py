@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.harness.pages import write_text
 from experiments.studies.guide_choice import LEARNED, markdown, run
 from experiments.studies.validation import PROXY_RATES, check_validation_seeds
 from llmsim.errors import ConfigError
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
         f"| {p} | {w:+.1f} | {m:+.1f} |" for p, w, m in choose(tables))
     print(text)
     if args.out is not None:
-        args.out.write_text(text + "\n")
+        write_text(args.out, text + "\n")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -175,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)  # the documented outputs/telemetry/ may not exist yet
     (df.to_csv(a.out, index=False) if a.out.endswith(".csv") else df.to_parquet(a.out, index=False))
     print(f"{len(df)} rows -> {a.out}")
     return 0

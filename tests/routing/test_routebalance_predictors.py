@@ -158,7 +158,7 @@ def test_import_llmsim_loads_neither_sklearn_nor_xgboost() -> None:
 
 
 def test_telemetry_cli(tmp_path: Path) -> None:
-    out = tmp_path / "t.csv"
+    out = tmp_path / "outputs" / "telemetry" / "t.csv"  # the documented folder need not exist yet
     p = subprocess.run([sys.executable, "-m", "llmsim.simulation.telemetry", "--out", str(out), "--rates", "3",
                         "--n", "60"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
