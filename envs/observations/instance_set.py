@@ -195,8 +195,10 @@ class InstanceSetObs(ObsBuilder):
 
     def bind(self, env: ObservationContext) -> gym.Space:
         if env.num_instances > self.n_max:
-            raise ConfigError(f"observation.n_max: {self.n_max} rows cannot hold {env.num_instances} instances "
-                              f"(raise n_max)")
+            k = env.num_instances  # a trained network's n_max is fixed by its weights: say what can change
+            raise ConfigError(f"observation.n_max: {self.n_max} rows cannot hold {k} instances; a network over this "
+                              f"observation (a trained checkpoint's included) supports at most {self.n_max} "
+                              f"instances: use at most {self.n_max}, or train one with env.observation.n_max={k}")
         self.n = env.num_instances
         self.buf = np.zeros(layout_size(self.n_max, self.recent_mix), np.float32)
         self.mask_at = self.globals + self.n_max * INSTANCE_FEATURES

@@ -63,6 +63,15 @@ def test_too_many_instances_for_n_max_is_one_line():
         InstanceSetObs(n_max=0)
 
 
+def test_too_many_instances_says_what_a_trained_checkpoint_user_can_do():
+    """A checkpoint's n_max is fixed by its weights: the message says its limit and the training option to change."""
+    with pytest.raises(ConfigError) as e:
+        make(6, n_max=4)
+    msg = str(e.value)
+    assert "supports at most 4 instances" in msg and "env.observation.n_max=6" in msg
+    assert "raise n_max" not in msg
+
+
 def test_guide_columns_are_the_heuristics_own_picks():
     """The one-hot picks equal what min_min, least_work_left and jsq route (each acting, one episode each)."""
     for name, col in GUIDE_COLUMNS.items():
