@@ -18,7 +18,15 @@ import pandas as pd
 
 from llmsim.errors import ConfigError, TraceError
 from llmsim.workload.base import MAX_TOKENS, WorkloadStats, check_float, check_int
-from llmsim.workload.trace_io import Table, base_suffix, open_text, sniff
+from llmsim.workload.trace_io import (
+    DuplicateKey,
+    Table,
+    base_suffix,
+    duplicate_key_message,
+    json_line,
+    open_text,
+    sniff,
+)
 from llmsim.workload.trace_values import TOKENS_EXPECTED, parse_tokens, row_message
 
 MAX_SIGMA = 10.0  # a log-sd beyond this puts almost every sample at min or max: surely a typo
@@ -304,7 +312,9 @@ def _load_jsonl(path: Path, prompt_column: str | None, output_column: str | None
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json_line(line)
+            except DuplicateKey as e:
+                raise TraceError(duplicate_key_message(path, f"line {line_no}", e.key)) from None
             except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
                 obj = None
             if not isinstance(obj, dict):

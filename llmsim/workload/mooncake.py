@@ -18,7 +18,16 @@ import numpy as np
 from llmsim.errors import ConfigError
 from llmsim.request import Request
 from llmsim.workload.base import MAX_TOKENS, Workload, WorkloadStats, check_float, check_int, check_on_error
-from llmsim.workload.trace_io import DECODE_ERRORS, decode_failure, open_text, undecodable, undecodable_message
+from llmsim.workload.trace_io import (
+    DECODE_ERRORS,
+    DuplicateKey,
+    decode_failure,
+    duplicate_key_message,
+    json_line,
+    open_text,
+    undecodable,
+    undecodable_message,
+)
 from llmsim.workload.trace_values import TOKENS_EXPECTED, reject, require_requests, row_message
 
 MOONCAKE_BUCKET_S = 3.0
@@ -90,7 +99,9 @@ class MooncakeTrace(Workload):
     def _parse(self, line: str, line_no: int, last: int | None) -> Row:
         """One line -> (timestamp ms, input, output, hash_ids); raises _BadLine."""
         try:
-            obj = json.loads(line)
+            obj = json_line(line)
+        except DuplicateKey as e:
+            raise _BadLine(duplicate_key_message(self.path, f"line {line_no}", e.key)) from None
         except (json.JSONDecodeError, RecursionError) as e:
             obj = e
         if isinstance(obj, dict):

@@ -189,6 +189,10 @@ def test_empirical_file_errors_name_line_and_column(tmp_path: Path) -> None:
     jsonl.write_text('{"input_length": 3, "output_length": 4}\n{"input_length": 3, "output_length": 4\n')
     with pytest.raises(TraceError, match=r"l\.jsonl: line 2: expected a JSON object"):
         Empirical(jsonl)
+    jsonl.write_text('{"input_length": 3, "output_length": 4}\n{"input_length": 3, "output_length": 4, '
+                     '"output_length": 40}\n')
+    with pytest.raises(TraceError, match=r"l\.jsonl: line 2, column 'output_length': expected each key once"):
+        Empirical(jsonl)
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(TraceError, match=r"empty\.csv: line 1: expected a header row, got an empty file"):
         Empirical(tmp_path / "empty.csv")

@@ -236,6 +236,18 @@ def test_mooncake_invalid_json_line(tmp_path: Path) -> None:
         list(MooncakeTrace(path))
 
 
+def test_mooncake_line_with_a_duplicate_key_is_refused(tmp_path: Path) -> None:
+    """json keeps a repeated key's last value: a line that says two things is refused, never read half."""
+    dup = '{"timestamp": 3500, "input_length": 12, "output_length": 3, "input_length": 900}'
+    path = write_jsonl(tmp_path, [MOONCAKE_ROWS[3], dup, MOONCAKE_ROWS[4]])
+    with pytest.raises(TraceError) as exc:
+        list(MooncakeTrace(path))
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}: line 2, column 'input_length': expected each key once") and "\n" not in msg
+    wl = MooncakeTrace(path, on_error="skip")
+    assert len(list(wl)) == 2 and wl.stats.skipped == {"malformed": 1}
+
+
 @pytest.mark.parametrize("jitter", [True, False, -1.0, float("nan"), float("inf"), "3"])
 def test_mooncake_jitter_must_be_a_number_of_seconds(tmp_path: Path, jitter: object) -> None:
     with pytest.raises(ConfigError, match=r"^jitter_s: expected .*>= 0"):
