@@ -63,7 +63,8 @@ class GraphObs(ObsBuilder):
         m = n if self.max_experts is None else self.max_experts
         if n > m:
             raise ConfigError(f"observation.max_experts: {m} expert slots cannot hold {n} experts (a policy trained "
-                              f"with max_experts={m} runs on at most {m} experts)")
+                              f"with max_experts={m} runs on at most {m} experts: use at most {m}, or train one with "
+                              f"env.max_experts={n})")
         self.n, self.m = n, m
         self.bufs = {
             "arrived": np.zeros((1, 3 * m), np.float32),

@@ -39,6 +39,7 @@ def test_more_experts_than_slots_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"max_experts: 2 expert slots cannot hold 3 experts") as e:
         make_from_config({**ENV, "max_experts": 2})
     assert "\n" not in str(e.value)
+    assert "train one with env.max_experts=3" in str(e.value)
 
 
 def test_qos_edge_sizes_are_drawn_per_episode_at_the_load_per_expert():
