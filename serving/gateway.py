@@ -13,7 +13,8 @@ Two things interrupt an attempt while it waits for a backend: the client leaving
 upstream request is cancelled, so the backend frees its KV cache, and the client's request ends as 499), and the
 backend being ejected while the request has produced nothing yet (outlier ejection moves waiting work away from
 a frozen backend: the request is retried elsewhere; one that has produced output is never sent again). Both are
-counted in ``llmsim_router_aborted_total{reason}``. Every client request ends exactly once (``end_request``),
+counted in ``llmsim_router_aborted_total{reason}``. A client that leaves while its request is held (WAIT) takes it
+out of the queue at once (499, never sent to a backend). Every client request ends exactly once (``end_request``),
 whichever way it ends.
 """
 
@@ -50,7 +51,7 @@ __all__ = ["BackendFailed", "ClientGone", "Gateway", "Interrupt", "RelayResponse
 
 
 class ClientGone(Exception):
-    """The client left while its request waited for a backend."""
+    """The client left while its request was held or waited for a backend."""
 
 
 class Interrupt:
@@ -69,6 +70,15 @@ class Interrupt:
 
     def close(self) -> None:
         self.closed = True
+
+
+def watch_client() -> tuple[Interrupt, asyncio.Future]:
+    """An Interrupt of the current task that fires "client_gone" when its client leaves, and the watch on the
+    client (cancel it, and close the Interrupt, once the task stops waiting)."""
+    interrupt = Interrupt(asyncio.current_task())
+    gone = asyncio.ensure_future(departed())
+    gone.add_done_callback(lambda f: f.cancelled() or interrupt.fire("client_gone"))
+    return interrupt, gone
 
 
 class RelayResponse(StreamingResponse):
@@ -152,6 +162,7 @@ class Gateway:
         """The policy's backend among the healthy ones of ``pool``, holding the request while it says WAIT."""
         deadline = self.now() + self.cfg.limits.max_wait_s
         held = False
+        watch: tuple[Interrupt, asyncio.Future] | None = None  # the client's departure, watched while held
         try:
             while True:
                 healthy = [k for k in pool if self.backends[k].up]
@@ -169,13 +180,22 @@ class Gateway:
                     held = True
                     self.queued += 1
                     self.metrics.queued.set(self.queued)
+                    watch = watch_client()
                 left = deadline - self.now()
                 if left <= 0:
                     raise BadRequest(503, f"held by the routing policy for over {self.cfg.limits.max_wait_s} s",
                                      "ServiceUnavailableError")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.changed.wait(), min(HOLD_TICK_S, left))
+        except asyncio.CancelledError:
+            if watch is None or watch[0].reason is None:
+                raise
+            watch[0].task.uncancel()
+            raise ClientGone from None  # left while held: out of the queue, never sent to a backend
         finally:
+            if watch is not None:
+                watch[0].close()
+                watch[1].cancel()
             if held:
                 self.queued -= 1
                 self.metrics.queued.set(self.queued)
@@ -238,7 +258,6 @@ class Gateway:
             handed_over = isinstance(resp, RelayResponse)
             return resp
         except ClientGone:
-            self.metrics.aborted.labels("client_gone").inc()
             return Response(status_code=CLIENT_GONE)
         finally:
             if not handed_over:
@@ -272,9 +291,7 @@ class Gateway:
     async def attempt(self, b: Backend, flight: Flight, inbound: Inbound, path: str) -> Response:
         """One try on ``b``: its whole answer, or its stream once the first token is in. Interrupted while it
         waits if the client leaves (ClientGone) or ``b`` is ejected (BackendFailed: the request goes elsewhere)."""
-        interrupt = Interrupt(asyncio.current_task())
-        gone = asyncio.ensure_future(departed())
-        gone.add_done_callback(lambda f: f.cancelled() or interrupt.fire("client_gone"))
+        interrupt, gone = watch_client()
         waiting = self.waiting[b.idx]
         waiting[flight.id] = interrupt
         body = inbound.upstream_content(b.model or inbound.model)
@@ -287,6 +304,7 @@ class Gateway:
                 raise
             interrupt.task.uncancel()
             if interrupt.reason == "client_gone":
+                self.metrics.aborted.labels("client_gone").inc()
                 raise ClientGone from None
             self.metrics.aborted.labels("ejected").inc()
             raise BackendFailed(b, "ejected (failed health checks) before its first token") from None

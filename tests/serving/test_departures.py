@@ -17,7 +17,7 @@ pytest.importorskip("fastapi", reason="the serving extra is not installed: pip i
 import httpx  # noqa: E402
 
 from llmsim.emulator import start_emulator  # noqa: E402
-from llmsim.routing import Router, register_router  # noqa: E402
+from llmsim.routing import WAIT, Router, register_router  # noqa: E402
 from llmsim.serving.runner import start_router  # noqa: E402
 from tests.serving.helpers import one, router_cfg, samples  # noqa: E402
 
@@ -33,6 +33,16 @@ class FirstUp(Router):
 
     def route(self, req, view) -> int:
         return view.candidates(req)[0]
+
+
+@register_router
+class HoldForever(Router):
+    """Holds every request (WAIT): it stays in the router's queue until it leaves or ``max_wait_s`` passes."""
+
+    name = "test_hold_forever"
+
+    def route(self, req, view) -> int:
+        return WAIT
 
 
 def fast_health(urls: list[str], **kw) -> dict:
@@ -90,6 +100,26 @@ def test_a_client_that_leaves_a_non_streaming_request_cancels_it_at_the_backend(
             assert slow.engine.success["length"] == 0 and not r.gateway.backends[0].flights
     finally:
         slow.stop()
+
+
+def test_a_client_that_leaves_while_its_request_is_held_leaves_the_queue_at_once() -> None:
+    """Held by a WAIT policy for up to 30 s: the departure ends it at once (499, never routed); without that the
+    hold would end at max_wait_s as a 503 nobody reads."""
+    h = start_emulator("llama-3.1-8b", "a100-80gb", speedup=20.0)
+    try:
+        cfg = router_cfg([h.url], {"heuristic": "test_hold_forever"}, limits={"max_wait_s": 30})
+        with start_router(cfg) as r:
+            body = {"model": "llmsim-router", "prompt": "x" * 40, "max_tokens": 8}
+            send_and_leave(r.url, body, lambda: r.gateway.queued == 1)
+            wait_for(lambda: r.gateway.in_flight == 0, "the router kept the held request")
+            codes = counted(r.url, "llmsim_router_requests_total")
+            assert codes == {(("code", "499"), ("endpoint", "/v1/completions")): 1.0}, codes
+            assert r.gateway.queued == 0 and counted(r.url, "llmsim_router_queued") == {(): 0.0}
+            assert counted(r.url, "llmsim_router_decisions_total") == {(("backend", "b0"),): 0.0}
+            assert counted(r.url, "llmsim_router_aborted_total") == {}  # no upstream request to cancel
+            assert sum(h.engine.success.values()) == 0 and not h.engine.tickets
+    finally:
+        h.stop()
 
 
 def test_a_frozen_backend_s_waiting_requests_move_and_none_is_served_twice() -> None:
