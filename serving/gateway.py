@@ -2,9 +2,10 @@
 
 A request is admitted (in-flight and prompt limits), decided on the live ClusterState (serving/tracker.py) by
 the configured policy (serving/decider.py; a WAIT holds it and decides again when the state moves), and forwarded
-(serving/upstream.py). Failures before the first token (refused connection, timeout, 5xx) are retried on another
-backend, ``retries`` times at most, the failed backend excluded for that request (a refused connection also ejects
-it until health checks readmit it: serving/monitor.py). After the first token a failure or a stall ends the
+(serving/upstream.py). Failures before the first token (refused connection, timeout, 5xx) and a backend's 429 are
+retried on another backend, ``retries`` times at most, that backend excluded for that request (a refused connection
+also ejects it until health checks readmit it: serving/monitor.py); a 429 reaches the client only when no backend
+is left to try. After the first token a failure or a stall ends the
 client's stream with one SSE error event and ``[DONE]``: a half-sent answer cannot be redone elsewhere without
 duplicating text. A non-streaming request that times out while the backend works is not retried either (504): the
 backend may still be generating.
@@ -40,7 +41,7 @@ from llmsim.serving.inbound import BadRequest, Inbound
 from llmsim.serving.metrics import RouterMetrics
 from llmsim.serving.monitor import BackendMonitor
 from llmsim.serving.tracker import Backend, Flight, cluster_state
-from llmsim.serving.upstream import BackendFailed, Upstream, count_token
+from llmsim.serving.upstream import BackendBusy, BackendFailed, Upstream, count_token
 
 HOLD_TICK_S = 0.05  # a held (WAIT) request is decided again at least this often
 POLICY_ERRORS_LOGGED = 20  # distinct policy error messages logged (each once); the counter counts them all
@@ -264,8 +265,9 @@ class Gateway:
                 self.end_request()
 
     async def route_and_send(self, req: Request, inbound: Inbound, path: str, pool: list[int]) -> Response:
-        """Choose a backend and send; on a failure before the first token, choose again without it."""
+        """Choose a backend and send; on a failure or a 429 before the first token, choose again without it."""
         errors: list[str] = []
+        busy: Response | None = None  # the last backend's 429, passed on if no backend serves the request
         for attempt in range(self.cfg.retries + 1):
             b = await self.choose(req, pool)
             flight = Flight(req.id, req.prompt_tokens, req.predicted_output, None, req.arrival)
@@ -275,17 +277,23 @@ class Gateway:
                 return await self.attempt(b, flight, inbound, path)
             except BackendFailed as e:
                 errors.append(str(e))
-                self.metrics.failures.labels(b.name).inc()
-                if e.refused and b.up:
-                    self.monitor.set_up(b, False)
-                if attempt < self.cfg.retries:
-                    self.metrics.retries.labels(b.name).inc()
+                if isinstance(e, BackendBusy):  # refused before doing any work: busy, not failed
+                    self.metrics.rate_limited.labels(b.name).inc()
+                    busy = e.answer
+                else:
+                    self.metrics.failures.labels(b.name).inc()
+                    if e.refused and b.up:
+                        self.monitor.set_up(b, False)
                 pool = [k for k in pool if k != b.idx]
+                if attempt < self.cfg.retries and pool:  # (a retry only if a backend is left to try)
+                    self.metrics.retries.labels(b.name).inc()
             finally:
                 if not flight.started:
                     self.finish_flight(b, flight)
             if not pool:
                 break
+        if busy is not None:
+            return busy
         raise BadRequest(502, "no backend answered: " + "; ".join(errors), "BadGatewayError")
 
     async def attempt(self, b: Backend, flight: Flight, inbound: Inbound, path: str) -> Response:

@@ -28,6 +28,8 @@ class RouterMetrics:
         self.failures = Counter("llmsim_router_backend_failures", "Attempts a backend failed before its first token "
                                 "(refused, timed out, 5xx, redirect, not JSON, not SSE, ejected)", ["backend"],
                                 registry=r)
+        self.rate_limited = Counter("llmsim_router_rate_limited", "Attempts a backend refused with 429 (too many "
+                                    "requests), retried on another backend while one is left", ["backend"], registry=r)
         self.retries = Counter("llmsim_router_retries", "Requests retried on another backend, by failed backend",
                                ["backend"], registry=r)
         self.resends = Counter("llmsim_router_upstream_resends", "Requests sent again to the same backend after a "

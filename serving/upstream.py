@@ -7,7 +7,7 @@ pooled connection fails anyway before any byte of the answer came back (reset, o
 keep-alive race), the request is sent once more on another connection of the same backend
 (``llmsim_router_upstream_resends_total``), and the backend is not blamed; a new connection's failure is not resent,
 as its backend may have read and served the request. Any other failure before the first token is a
-:class:`BackendFailed` (the gateway retries elsewhere).
+:class:`BackendFailed`, and a 429 a :class:`BackendBusy` (the gateway retries either elsewhere).
 
 Stalls. A stream whose backend stops producing for ``timeouts.stall_s`` after its first token is ended with the
 SSE error event (``BackendStreamError``, code 504) and ``[DONE]``: its text so far cannot be redone elsewhere
@@ -37,6 +37,7 @@ STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError
 BROKEN_ANSWER = (httpx.TransportError, httpx.StreamError, httpx.DecodingError)
 MAX_ANSWER_BYTES = 256 * 1024 * 1024  # an answer, or one line of a stream: far above any completion (logprobs too)
 NEWLINES = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # where str.splitlines (and httpx) end a line
+TOO_MANY_REQUESTS = 429  # a backend's (or a proxy's before it) "busy": retried elsewhere, as a failure is
 SSE_FIELDS = ("data", "event", "id", "retry")  # the fields of a server-sent event (a line of another is garbage)
 
 
@@ -61,6 +62,15 @@ class BackendFailed(Exception):
     def __init__(self, backend: Backend, why: str, refused: bool = False) -> None:
         super().__init__(f"backend {backend.name!r} ({backend.cfg.url}): {why}")
         self.backend, self.refused = backend, refused
+
+
+class BackendBusy(BackendFailed):
+    """A backend answered 429 (too many requests): it did no work, so the request may go elsewhere. ``answer`` is
+    that 429 for the client, passed on when no other backend is left to try."""
+
+    def __init__(self, backend: Backend, answer: Response) -> None:
+        super().__init__(backend, "answered HTTP 429 (too many requests)")
+        self.answer = answer
 
 
 def count_token(flight: Flight, line: str) -> None:
@@ -159,11 +169,8 @@ class Upstream:
             raise BackendFailed(b, f"answer cut ({type(e).__name__}: {e})") from None
         finally:
             await close_quietly(resp)
-        not_passed_on(b, resp.status_code, content)
-        try:
-            answer = json.loads(content)
-        except ValueError:
-            answer = None
+        answer = json_or_none(content)
+        not_passed_on(b, resp, content, answer)
         if 200 <= resp.status_code < 300 and not isinstance(answer, dict):
             ctype = resp.headers.get("content-type", "no content-type")
             raise BackendFailed(b, f"answered HTTP {resp.status_code} with a body that is not a JSON object "
@@ -229,11 +236,8 @@ class Upstream:
             content = await self.read_capped(b, resp)
         finally:
             await close_quietly(resp)
-        not_passed_on(b, resp.status_code, content)
-        try:
-            answer = json.loads(content)
-        except ValueError:
-            answer = None
+        answer = json_or_none(content)
+        not_passed_on(b, resp, content, answer)
         return passed_on(b, resp, content, answer)
 
     async def relay(self, b: Backend, flight: Flight, resp: httpx.Response, lines: AsyncIterator[str],
@@ -354,9 +358,20 @@ def passed_on(b: Backend, resp: httpx.Response, content: bytes, answer: object) 
                     media_type="application/json")
 
 
-def not_passed_on(b: Backend, status: int, content: bytes) -> None:
+def json_or_none(content: bytes) -> object:
+    try:
+        return json.loads(content)
+    except ValueError:
+        return None
+
+
+def not_passed_on(b: Backend, resp: httpx.Response, content: bytes, answer: object) -> None:
     """BackendFailed for an answer that is the backend's failure, not the client's: a 5xx, or a redirect (the
-    router does not follow it; where it points is not shown: a Location may carry credentials)."""
+    router does not follow it; where it points is not shown: a Location may carry credentials); BackendBusy for a
+    429 (the backend refused before doing any work: another may serve it; its Retry-After is not waited for)."""
+    status = resp.status_code
+    if status == TOO_MANY_REQUESTS:
+        raise BackendBusy(b, passed_on(b, resp, content, answer))
     if 300 <= status < 400:
         raise BackendFailed(b, f"answered a redirect (HTTP {status}); the router follows none: set the backend's "
                                "url to where the server answers")

@@ -247,3 +247,49 @@ def test_capped_lines_split_as_httpx_does(chunks: list[str]) -> None:
 
     ours = asyncio.run(lines(lambda r: capped_lines(r, 1000)))
     assert ours == asyncio.run(lines(lambda r: r.aiter_lines())), ours
+
+
+BUSY = b'{"error": {"message": "rate limited", "type": "RateLimitError", "code": 429}}'
+
+
+def busy_backends(monkeypatch, busy: set[str]) -> None:
+    """Backends b0.test and b1.test on one app; those in ``busy`` answer every completion 429 with a Retry-After."""
+    async def models(request: Request) -> Response:
+        return JSONResponse({"data": [{"id": "m", "max_model_len": 4096}]})
+
+    async def complete(request: Request) -> Response:
+        if request.url.hostname.split(".")[0] in busy:
+            return Response(BUSY, status_code=429, media_type="application/json", headers={"retry-after": "30"})
+        if (await request.json()).get("stream"):
+            return PlainTextResponse('data: {"choices": [{"text": "ok"}]}\n\ndata: [DONE]\n\n',
+                                     media_type="text/event-stream")
+        return JSONResponse({"choices": [{"text": "ok"}], "usage": {"completion_tokens": 1}})
+
+    backend = Starlette(routes=[
+        Route("/v1/models", models), Route("/health", lambda r: PlainTextResponse("")),
+        Route("/metrics", lambda r: PlainTextResponse("")), Route("/v1/completions", complete, methods=["POST"])])
+    monkeypatch.setattr(httpx, "AsyncHTTPTransport", lambda **kw: httpx.ASGITransport(app=backend))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("busy,retries,code", [({"b0"}, 2, 200), ({"b0", "b1"}, 2, 429), ({"b0"}, 0, 429)])
+def test_a_backend_s_429_is_retried_on_another_and_passed_on_when_none_is_left(monkeypatch, stream, busy, retries,
+                                                                               code) -> None:
+    busy_backends(monkeypatch, busy)
+    cfg = parse_config({"backends": [{"name": "b0", "url": "http://b0.test"}, {"name": "b1", "url": "http://b1.test"}],
+                        "policy": {"heuristic": "round_robin"}, "retries": retries})
+    with TestClient(create_app(cfg)) as c:
+        r = c.post("/v1/completions", json={"model": "m", "prompt": "x", "stream": stream})
+        text = c.get("/metrics").text
+        gw = c.app.state.gateway
+        assert gw.in_flight == 0 and not any(b.flights for b in gw.backends)
+    assert r.status_code == code, r.text
+    if code == 429:
+        assert r.content == BUSY  # the backend's own answer
+    tried = {"b0"} if retries == 0 else {"b0", "b1"}
+    limited = samples(text, "llmsim_router_rate_limited_total")
+    assert limited == {(("backend", k),): 1.0 for k in sorted(busy & tried)}, limited
+    assert samples(text, "llmsim_router_decisions_total") == {(("backend", k),): float(k in tried)
+                                                               for k in ("b0", "b1")}
+    assert samples(text, "llmsim_router_backend_failures_total") == {}  # a busy backend has not failed
+    assert samples(text, "llmsim_router_retries_total") == ({(("backend", "b0"),): 1.0} if retries else {})
