@@ -24,7 +24,6 @@ from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
-import yaml
 from pydantic import BeforeValidator, Field
 from torch import nn
 
@@ -50,7 +49,7 @@ from llmsim.envs.load_gate import parse_gate
 from llmsim.envs.observations import make_obs
 from llmsim.envs.policy_router import builder_spec, predictor_spec
 from llmsim.envs.routing_env import RoutingEnv
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, load_yaml_file
 from llmsim.hydra_app import run_hydra_app
 from llmsim.routing import DROP, WAIT
 from llmsim.schema import NonNegInt, Schema, not_bool
@@ -183,7 +182,7 @@ def config_hash(ckpt: Path, meta: dict[str, Any]) -> tuple[str, str]:
     """(sha256 of the resolved config as canonical JSON, its source): config.yaml, else checkpoint.json's env."""
     f = ckpt / "config.yaml"
     if f.is_file():
-        cfg, src = yaml.safe_load(f.read_text()), "config.yaml"
+        cfg, src = load_yaml_file(f), "config.yaml"
     else:
         cfg, src = meta.get("env"), "checkpoint.json:env"
     blob = json.dumps(cfg, sort_keys=True, separators=(",", ":"), default=str).encode()

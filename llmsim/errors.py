@@ -4,6 +4,7 @@ that raise them."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +37,63 @@ def read_text_file(path: str | Path, error: type[LLMSimError] = ConfigError) -> 
         raise error(f"{path}: cannot read it ({e.strerror or type(e).__name__})") from None
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class DuplicateKey(yaml.YAMLError):
+    """A key given twice in one YAML mapping: its text and its (1-based) line."""
+
+    def __init__(self, key: str, line: int) -> None:
+        super().__init__(f"line {line}: key {key[:60]!r} given twice in one mapping; give each key once")
+        self.key, self.line = key, line
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader (plain data only), but a key given twice in one mapping is a :class:`DuplicateKey`:
+    PyYAML keeps the later one without a word, so a file saying two things would be half ignored. Keys that a merge
+    (``<<: *anchor``) brings may be overridden; ``1`` and ``'1'`` are different keys, ``yes`` and ``true`` the same."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    again = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the constructor refuses it with its own message
+                    continue
+                if again:
+                    text = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key)
+                    raise DuplicateKey(text, key_node.start_mark.line + 1)
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml_file(path: str | Path, error: type[LLMSimError] = ConfigError) -> Any:
-    """The YAML in ``path``, or one line of ``error`` naming the file and the line at fault (not a parser trace)."""
+    """The YAML in ``path``, or one line of ``error`` naming the file and the line at fault (not a parser trace),
+    a key given twice in one mapping included (:class:`UniqueKeyLoader`)."""
     text = read_text_file(path, error)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: plain data only
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise error(f"{path}: not valid YAML{at}: {getattr(e, 'problem', None) or 'parse error'}") from None
+        raise error(yaml_error_line(e, path)) from None
+
+
+def yaml_error_line(e: yaml.YAMLError, path: str | Path | None = None) -> str:
+    """One line for a YAML error, naming the file (``path``, else the one the parser names) and the line: a key
+    given twice (ours, or OmegaConf's "found duplicate key") in one wording, else what the parser expected."""
+    mark = getattr(e, "problem_mark", None)
+    where = path if path is not None else (mark.name if mark is not None else "YAML")
+    if isinstance(e, DuplicateKey):
+        return f"{where}: {e}"
+    problem = " ".join(str(getattr(e, "problem", None) or "parse error").split())
+    twice = re.fullmatch(r"found duplicate key (.+)", problem)
+    if twice and mark is not None:
+        return f"{where}: {DuplicateKey(twice[1], mark.line + 1)}"
+    at = f" at line {mark.line + 1}" if mark is not None else ""
+    return f"{where}: not valid YAML{at}: {problem}"
 
 
 def load_json_file(path: str | Path, error: type[LLMSimError] = ConfigError) -> Any:

@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from llmsim.errors import UniqueKeyLoader
+
 REL_TOL = 2e-3
 ABS_TOL = 1e-12
 
@@ -88,8 +90,8 @@ def compare_docs(
 def compare_profile_texts(committed: str, new: str, rel: float = REL_TOL, abs_tol: float = ABS_TOL) -> list[Mismatch]:
     """:func:`compare_docs` on two profile YAML texts (a text that is not valid YAML is one mismatch)."""
     try:
-        a, b = yaml.safe_load(committed), yaml.safe_load(new)
-    except yaml.YAMLError as e:
+        a, b = yaml.load(committed, Loader=UniqueKeyLoader), yaml.load(new, Loader=UniqueKeyLoader)
+    except yaml.YAMLError as e:  # (a key given twice included)
         return [Mismatch("<yaml>", "valid YAML", f"not valid YAML: {str(e).splitlines()[0]}")]
     return compare_docs(a, b, rel, abs_tol)
 

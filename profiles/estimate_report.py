@@ -17,9 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
-
-from llmsim.errors import ConfigError, ProfileError
+from llmsim.errors import ConfigError, ProfileError, load_yaml_file
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.models import get_model
 from llmsim.perf.profile_table import OPTIONAL_PARTS, PART_NAMES, profile_filename
@@ -144,7 +142,7 @@ def committed_parts(model: str, gpu: str, tp: int) -> str:
     f = Path(DEFAULT_OUT) / gpu / profile_filename(model, tp)
     if not f.is_file():
         return "none committed"
-    parts = yaml.safe_load(f.read_text())["parts"]
+    parts = load_yaml_file(f, ProfileError)["parts"]
     return ", ".join(f"{p}={parts[p]['status']}" for p in (*PART_NAMES, *OPTIONAL_PARTS) if p in parts)
 
 

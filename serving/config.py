@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
-import yaml
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from llmsim.errors import ConfigError, load_yaml_file
@@ -357,29 +356,6 @@ def check_static_tpot(policy: PolicyConfig, models: list[str | None], where: str
                           f"{sorted(table)}")
 
 
-def check_unique_keys(path: Path) -> None:
-    """A ConfigError naming the line of a key given twice in one mapping (YAML loaders keep the later one without
-    a word, so a file saying two things would be half ignored); merge keys (``<<: *anchor``) may be overridden."""
-    root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
-    stack, seen = [root], set()
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            keys: set[str] = set()
-            for k, v in node.value:
-                if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
-                    if k.value in keys:
-                        raise ConfigError(f"{path}: line {k.start_mark.line + 1}: key {k.value[:60]!r} given twice in "
-                                          "one mapping; give each key once")
-                    keys.add(k.value)
-                stack += [k, v]
-        elif isinstance(node, yaml.SequenceNode):
-            stack += node.value
-
-
 def load_config(path: str | Path, port: int | None = None, host: str | None = None) -> RouterConfig:
     """The router config in the YAML file ``path`` (``port`` / ``host`` override the file's: ``--port``,
     ``--host``); a one-line ConfigError naming the file or the option otherwise."""
@@ -393,8 +369,7 @@ def load_config(path: str | Path, port: int | None = None, host: str | None = No
     except UnicodeDecodeError as e:
         raise ConfigError(f"{p}: expected a UTF-8 text file, got byte 0x{e.object[e.start]:02x} at offset "
                           f"{e.start}") from None
-    data = load_yaml_file(p)
-    check_unique_keys(p)
+    data = load_yaml_file(p)  # (a key given twice in one mapping is refused there, naming its line)
     cfg = parse_config(data, str(p))
     if port is not None:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:

@@ -106,3 +106,45 @@ def test_config_files_that_are_not_utf8_or_unreadable_are_one_line(tmp_path) -> 
         assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="cannot read it"):
         load_yaml_file(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("text,line,key", [
+    ("a: 1\nb: 2\na: 3\n", 3, "a"),
+    ("top:\n  - {x: 1, y: 2, x: 1}\n", 2, "x"),
+    ("m:\n  n:\n    k: 1\n    k: 2\n", 4, "k"),
+    ("yes: 1\ntrue: 2\n", 2, "true"),  # the same key (True) in two spellings
+])
+def test_a_yaml_key_given_twice_in_one_mapping_is_one_line_naming_file_line_and_key(tmp_path, text, line, key):
+    """PyYAML keeps the later of two equal keys without a word: every YAML file llmsim reads refuses them."""
+    from llmsim.errors import ProfileError, load_yaml_file
+
+    f = tmp_path / "dup.yaml"
+    f.write_text(text)
+    with pytest.raises(ProfileError) as e:
+        load_yaml_file(f, ProfileError)
+    assert str(e.value) == f"{f}: line {line}: key {key!r} given twice in one mapping; give each key once"
+
+
+def test_yaml_merge_keys_and_keys_of_other_types_are_not_duplicates(tmp_path):
+    from llmsim.errors import load_yaml_file
+
+    f = tmp_path / "ok.yaml"
+    f.write_text("base: &b {x: 1, y: 2}\nuse: {<<: *b, x: 3}\nkeys: {1: a, '1': b}\n")
+    assert load_yaml_file(f) == {"base": {"x": 1, "y": 2}, "use": {"x": 3, "y": 2}, "keys": {1: "a", "1": "b"}}
+
+
+def test_every_yaml_reader_refuses_a_key_given_twice(tmp_path, monkeypatch):
+    """Profiles, cluster presets and a checkpoint's config.yaml go through the shared loader."""
+    from llmsim.errors import ConfigError, ProfileError
+    from llmsim.perf.profile_table import load_profile_file
+    from llmsim.simulation import telemetry
+
+    f = tmp_path / "p.yaml"
+    f.write_text("memory: {}\nmemory: {}\n")
+    with pytest.raises(ProfileError, match=r"p.yaml: line 2: key 'memory' given twice"):
+        load_profile_file(f)
+    (tmp_path / "cluster").mkdir()
+    (tmp_path / "cluster" / "c.yaml").write_text("instances: []\ninstances: []\n")
+    monkeypatch.setattr(telemetry, "conf_dir", lambda: tmp_path)
+    with pytest.raises(ConfigError, match=r"c.yaml: line 2: key 'instances' given twice"):
+        telemetry.cluster_preset("c")

@@ -39,9 +39,7 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from llmsim.errors import ProfileError
+from llmsim.errors import ProfileError, load_yaml_file
 from llmsim.perf.decode_skew import DecodeSkew, parse_decode_skew
 from llmsim.perf.expert_parallel import ExpertParallelExperts, expert_parallel_weight_bytes
 from llmsim.perf.hardware import GpuSpec, get_gpu
@@ -397,11 +395,7 @@ def load_profile_file(path: str | Path, ep: int = 1) -> MeasuredProfile:
     p = Path(path)
     if not p.is_file():
         raise ProfileError(f"profile file {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise ProfileError(f"profile {p}: not valid YAML: {e}") from e
-    return MeasuredProfile(data, p, ep=ep)
+    return MeasuredProfile(load_yaml_file(p, ProfileError), p, ep=ep)
 
 
 def profile_dirs() -> list[Path]:

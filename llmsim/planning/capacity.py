@@ -41,10 +41,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hydra.core.hydra_config import HydraConfig
 
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, load_yaml_file
 from llmsim.hydra_app import discard_run_dir, run_hydra_app
 from llmsim.planning.capacity_report import goodput_note, print_table, write_outputs
 from llmsim.planning.progress import SearchProgress
@@ -117,7 +116,7 @@ def parse_clusters(cap: CapacityConfig, base: dict[str, Any], label: str | None)
         where = f"capacity.clusters[{k}]"
         if isinstance(c, str):
             check_choice(c, cluster_presets(), where)
-            data = yaml.safe_load((conf_dir() / "cluster" / f"{c}.yaml").read_text())
+            data = load_yaml_file(conf_dir() / "cluster" / f"{c}.yaml")
             ClusterConfig.parse(data, where)
             out.append((c, {"instances": [dict(i) for i in data["instances"]]}))
         else:
@@ -131,7 +130,7 @@ def group_label(choice: str | None, cluster: dict[str, Any]) -> str | None:
     then describe the cluster): an override such as cluster.instances=[...] keeps the group's name in Hydra's
     choices, but the rows must not call another cluster by it."""
     path = conf_dir() / "cluster" / f"{choice}.yaml"
-    return choice if choice and path.is_file() and yaml.safe_load(path.read_text()) == cluster else None
+    return choice if choice and path.is_file() and load_yaml_file(path) == cluster else None
 
 
 def describe_cluster(cluster: dict[str, Any]) -> str:

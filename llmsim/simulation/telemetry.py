@@ -35,10 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from llmsim.cluster.config import instances_from_config
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, load_yaml_file
 from llmsim.resources import conf_dir
 from llmsim.routing import Router, make_router
 from llmsim.routing.routebalance.predictors import LABEL, TPOT_FEATURES, instance_features
@@ -128,7 +127,7 @@ def cluster_preset(name: str) -> list[InstanceConfig]:
     if not path.is_file():
         known = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise ConfigError(f"cluster: unknown cluster preset {name!r}; expected one of {known}")
-    return instances_from_config(yaml.safe_load(path.read_text()))
+    return instances_from_config(load_yaml_file(path))
 
 
 def telemetry_sweep(instances: Sequence[InstanceConfig], workload: Callable[..., Sequence[Request]],

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
+
+from llmsim.errors import ProfileError, load_yaml_file
 
 SOURCES = {
     "vidur": (
@@ -229,7 +230,7 @@ def lss_run_dir(root: Path, gpu: str, model: str, tp: int) -> Path:
 def lss_meta(root: Path, gpu: str, model: str) -> dict:
     """meta.yaml of a measured (GPU, model): engine version, eager mode, grids (one file for every TP)."""
     f = lss_run_dir(root, gpu, model, 1).parent / "meta.yaml"
-    return yaml.safe_load(f.read_text()) if f.is_file() else {}
+    return load_yaml_file(f, ProfileError) if f.is_file() else {}
 
 
 def lss_source(gpu: str, model: str = LSS_MODEL, tp: int = 1) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from llmsim.errors import LLMSimError, load_yaml_file
 from tests.house import rules
 
 LIBRARY = sorted(rules.LIBRARY_ROOMS)
@@ -49,6 +50,19 @@ def test_library_cites_papers_by_name(room: str) -> None:
 def test_shipped_configs_cite_papers_by_name() -> None:
     found = [v for p in sorted((rules.REPO / "conf").rglob("*.yaml")) for v in rules.citations(p)]
     assert not found, _report(found, "spec / issue numbers in conf/")
+
+
+def test_shipped_yaml_gives_each_key_once() -> None:
+    """Every YAML file of the repository loads with the shared loader, which refuses a key given twice in one
+    mapping (PyYAML would keep the later one without a word)."""
+    found = []
+    for top in ("conf", "profiles", "zoo", "experiments", "docs", "notebooks"):
+        for p in sorted((rules.REPO / top).rglob("*.y*ml")):
+            try:
+                load_yaml_file(p)
+            except LLMSimError as e:
+                found.append(str(e))
+    assert not found, _report(found, "YAML files that do not load")
 
 
 def test_every_room_is_covered() -> None:
