@@ -11,12 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from llmsim.errors import LLMSimError
+from llmsim.errors import LLMSimError, yaml_error_line
 from llmsim.resources import conf_dir
 
 
@@ -39,14 +40,18 @@ def one_line(e: BaseException) -> str:
 
 
 def quiet_on_closed_pipe(fn: Callable[[], None], prog: str = "llmsim") -> None:
-    """Run the Hydra app ``fn``. A bad override or config (an unknown key, a value of the wrong type) is one line
-    ``prog: error: ...`` with exit status 2, as llmsim's own errors are, not Hydra's multi-line report; when the
-    reader of stdout has left (``llmsim --help | head``), exit 1 without a traceback."""
+    """Run the Hydra app ``fn``. A bad override or config (an unknown key, a value of the wrong type, a file that
+    is not YAML or gives a key twice) is one line ``prog: error: ...`` with exit status 2, as llmsim's own errors
+    are, not Hydra's multi-line report; when the reader of stdout has left (``llmsim --help | head``), exit 1
+    without a traceback."""
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises instead of printing its report and exiting 1
     try:
         fn()
     except (HydraException, OmegaConfBaseException) as e:
         print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except yaml.YAMLError as e:  # a config file that is not YAML, or gives a key twice (OmegaConf refuses that)
+        print(f"{prog}: error: {yaml_error_line(e)}", file=sys.stderr)
         raise SystemExit(2) from None
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -133,3 +133,19 @@ def test_a_bad_override_is_one_line_and_exit_2(prog, args, needle, tmp_path) -> 
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: ") and needle in lines[0], p.stderr
     assert not any(tmp_path.iterdir()), "a failed run left files behind"
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("kind: synthetic\nnum_requests: 5\nnum_requests: 6\n",
+     "dup.yaml: line 3: key 'num_requests' given twice in one mapping; give each key once"),
+    ("kind: synthetic\nnum_requests: [5\n", "dup.yaml: not valid YAML at line 3: expected ',' or ']'"),
+])
+def test_a_config_file_giving_a_key_twice_or_not_yaml_is_one_line_naming_file_and_line(text, needle, tmp_path):
+    """Hydra's YAML loader refuses a key given twice (as llmsim's own loader does), but with a parser traceback."""
+    (tmp_path / "cd" / "workload").mkdir(parents=True)
+    (tmp_path / "cd" / "workload" / "dup.yaml").write_text(text)
+    p = run_cli(["--config-dir", str(tmp_path / "cd"), "workload=dup"], tmp_path)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmsim: error: ") and needle in lines[0], p.stderr
+    assert str(tmp_path / "cd" / "workload" / "dup.yaml") in lines[0]
