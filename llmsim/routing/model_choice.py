@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llmsim.errors import ConfigError
+from llmsim.request import Request
 from llmsim.routing.base import WAIT, Router, kwarg_number, register_router
 from llmsim.routing.routebalance.objective import parse_prices
 from llmsim.routing.samplers import training_sample
 
 if TYPE_CHECKING:
-    from llmsim.request import Request
     from llmsim.state.view import RouterView
 
 DISPATCHERS = ("round_robin", "shortest_queue", "random")
@@ -292,6 +292,17 @@ def fit_cluster_table(requests: Sequence[Request], prices: Mapping[str, tuple[fl
     return table
 
 
+def training_requests(train: Any) -> list[Request]:
+    """avengers_pro's ``train`` as requests (with per-model qualities), else a ConfigError naming the first item
+    that is not one: rows of a config file are not requests (a sampler draws them)."""
+    sample = training_sample(train, "policy.kwargs.train")
+    for i, r in enumerate(sample):
+        if not isinstance(r, Request):
+            raise ConfigError(f"policy.kwargs.train[{i}]: expected a Request (a config file names a training "
+                              f"sampler instead: {{sampler: NAME, ...}}), got {type(r).__name__} {r!r:.60}")
+    return sample
+
+
 def _check_table(table: Any) -> dict[str, dict[str, tuple[float, float]]]:
     if not isinstance(table, Mapping) or not table:
         raise ConfigError(f"policy.kwargs.table: expected {{cluster: {{model: [quality, cost]}}}}, got {table!r}")
@@ -328,7 +339,7 @@ class AvengersProRouter(PipelineRouter):
             raise ConfigError("policy.kwargs.table: avengers_pro needs exactly one of policy.kwargs.table (precomputed "
                               "per-cluster [quality, cost]) and policy.kwargs.train (training requests or a sampler)")
         if train is not None:
-            table = fit_cluster_table(training_sample(train, "policy.kwargs.train"), self.prices)
+            table = fit_cluster_table(training_requests(train), self.prices)
         self.table = _check_table(table)
         self._choice: dict[str, str] = {}
         self._single: str | None = None

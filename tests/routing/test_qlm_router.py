@@ -141,6 +141,7 @@ def test_wait_answered_for_a_request_behind_the_head() -> None:
     ({"trigger_prob": 1.5}, "trigger_prob"), ({"class_output": {"ls": [1]}}, "class_output.ls"),
     ({"ops": {"pulling": "yes"}}, "ops.pulling"), ({"ops": {"teleport": True}}, "ops.teleport"),
     ({"ops": {"eviction": 1}}, "ops.eviction"), ({"bogus": 1}, "bogus"),
+    ({"class_output": "x"}, "class_output"), ({"class_output": [[100, 10]]}, "class_output"),
 ])
 def test_bad_kwargs_name_the_key(kwargs: dict, key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

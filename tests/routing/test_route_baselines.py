@@ -163,6 +163,8 @@ def test_scoring_without_a_tick_is_an_error(small) -> None:
     ("avengers_pro", {"table": {"gsm8k": {"qwen2.5-3b": "x"}}}, "table"),
     ("avengers_pro", {"train": {"sampler": "no_such_module:f"}}, "train"),
     ("avengers_pro", {"train": "requests.csv"}, "train"),
+    ("avengers_pro", {"train": [1, 2]}, "train[0]"),
+    ("avengers_pro", {"train": [{"task": "gsm8k", "quality_by_model": {"qwen2.5-3b": 0.5}}]}, "train[0]"),
 ])
 def test_bad_options_are_one_line_errors(name: str, kwargs: dict, key: str) -> None:
     with pytest.raises(ConfigError) as e:

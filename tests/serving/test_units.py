@@ -9,6 +9,7 @@ pytest.importorskip("fastapi", reason="the serving extra is not installed: pip i
 
 from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.request import Request  # noqa: E402
+from llmsim.routing import Router, register_router  # noqa: E402
 from llmsim.schema import Schema  # noqa: E402
 from llmsim.serving.config import PolicyConfig, RouterConfig, load_config, parse_config  # noqa: E402
 from llmsim.serving.decider import Decider  # noqa: E402
@@ -215,8 +216,27 @@ def test_a_live_export_takes_the_clients_predictions_without_simulated_error() -
         make_router("onnx", path="zoo:qos_edge", predictor_noise="no")
 
 
+@register_router
+class TripsOnOptions(Router):
+    """A plugin router whose constructor trips on an option of the wrong shape (an AttributeError, not a
+    ConfigError of its own)."""
+
+    name = "test_trips_on_options"
+
+    def __init__(self, seed: int = 0, table: object = None, **kw) -> None:
+        super().__init__(seed, **kw)
+        self.table = {str(k): v for k, v in (table or {}).items()}
+
+    def route(self, req, view) -> int:
+        return 0
+
+
 def test_options_a_router_cannot_take_are_one_config_error_naming_them() -> None:
     """A router's constructor that trips on an option of the wrong shape (not its own ConfigError) still ends in
-    one line naming policy.kwargs, never a traceback from the live router's start."""
-    with pytest.raises(ConfigError, match=r"policy.kwargs: routing policy 'qlm' cannot be built from \{'class_output'"):
+    one line naming policy.kwargs, never a traceback from the live router's start; the shipped ones (qlm) check
+    theirs and name the option."""
+    with pytest.raises(ConfigError, match=r"policy.kwargs: routing policy 'test_trips_on_options' cannot be built "
+                                          r"from \{'table'"):
+        Decider(PolicyConfig.parse({"heuristic": "test_trips_on_options", "kwargs": {"table": "x"}}))
+    with pytest.raises(ConfigError, match=r"^policy.kwargs.class_output: expected a mapping of class to \[mean, std\]"):
         Decider(PolicyConfig.parse({"heuristic": "qlm", "kwargs": {"class_output": "x"}}))

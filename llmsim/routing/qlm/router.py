@@ -149,6 +149,9 @@ class QLMRouter(QLMOperations, Router):
     @staticmethod
     def _check_class_output(class_output: Mapping[str, Any] | None) -> dict[str, OutputLengthModel]:
         out: dict[str, OutputLengthModel] = {}
+        if class_output is not None and not isinstance(class_output, Mapping):
+            raise ConfigError(f"policy.kwargs.class_output: expected a mapping of class to [mean, std] output "
+                              f"tokens, got {class_output!r:.80}")
         for k, v in (class_output or {}).items():
             if not isinstance(v, (list, tuple)) or len(v) != 2:
                 raise ConfigError(f"policy.kwargs.class_output.{k}: expected [mean, std], got {v!r}")
