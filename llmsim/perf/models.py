@@ -6,6 +6,7 @@ Llama-2-7B) share measured operator data.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -309,26 +310,49 @@ def get_model(name: str) -> ModelSpec:
     return spec
 
 
-# fields that do not change what a measured step costs (the roofline prices the sliding window; a measured profile
-# holds the measured model's own attention)
-SHAPE_IGNORED = ("name", "hf_id", "aliases", "architecture", "max_position", "attention_bias", "sliding_window",
-                 "window_every_layer")
+# fields that do not change what a step costs: names, and the context length (a limit, not a shape)
+NOT_ARCHITECTURE = ("name", "hf_id", "aliases", "architecture", "max_position")
 
 
-def same_shapes(a: ModelSpec, b: ModelSpec) -> bool:
-    """Whether two specs cost the same: every field but names, context length, biases and the window."""
-    return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(ModelSpec) if f.name not in SHAPE_IGNORED)
+def architecture_diff(a: ModelSpec, b: ModelSpec) -> list[str]:
+    """The fields in which two specs differ in compute or memory (every field but names and context length): an
+    empty list means a profile measured for one is the other's measurement."""
+    diff = [f.name for f in fields(ModelSpec)
+            if f.name not in NOT_ARCHITECTURE and getattr(a, f.name) != getattr(b, f.name)]
+    if not diff and a.n_moe_layers != b.n_moe_layers:  # (the MoE layer pattern depends on the family)
+        diff.append("architecture")
+    return diff
+
+
+def same_architecture(a: ModelSpec, b: ModelSpec) -> bool:
+    """Whether two specs cost the same, step for step and byte for byte (window, dtype and bias included)."""
+    return not architecture_diff(a, b)
+
+
+def architecture_twins(spec: ModelSpec) -> list[ModelSpec]:
+    """Registered models under another name with exactly ``spec``'s architecture, those of its context length
+    first (the closest kin: Llama-3.1-8B for a Llama-3.1-8B fine-tune, not Llama-3-8B), then in registry order:
+    their measured profiles are ``spec``'s (llmsim.perf.profile_table.measured_loader)."""
+    twins = [m for m in MODELS.values() if m.name != spec.name and same_architecture(m, spec)]
+    return sorted(twins, key=lambda m: m.max_position != spec.max_position)
 
 
 def registered_twin(spec: ModelSpec, source: str) -> ModelSpec:
-    """The registered model a config describes (by name, alias or HF id, with the same shapes), so its measured
-    profiles apply; a config that reuses a registered name with other shapes is renamed after its file, so no
-    profile measured for the registered model is ever applied to it."""
+    """The registered model a config describes (by name, alias or HF id, with the same architecture), so its
+    measured profiles apply; a config that reuses a registered name with another architecture (any dimension,
+    dtype or window) is modelled from its own numbers and renamed after its file, so no profile measured for the
+    registered model is ever applied to it, and a warning names the differing keys."""
     keys = {spec.name.lower(), spec.hf_id.lower()} - {""}
     for known in MODELS.values():
         names = {known.name.lower(), known.hf_id.lower(), *(a.lower() for a in known.aliases)}
         if keys & names:
-            return known if same_shapes(known, spec) else replace(spec, name=source)
+            diff = architecture_diff(known, spec)
+            if not diff:
+                return known
+            warnings.warn(f"HF config {source}: named like the registered model {known.name!r} but its "
+                          f"{', '.join(f'{k}={getattr(spec, k)} (not {getattr(known, k)})' for k in diff)}; "
+                          f"modelled from its own config, no profile of {known.name} applies", stacklevel=3)
+            return replace(spec, name=source)
     return spec
 
 

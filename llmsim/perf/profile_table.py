@@ -44,7 +44,7 @@ from llmsim.perf.decode_skew import DecodeSkew, parse_decode_skew
 from llmsim.perf.expert_parallel import ExpertParallelExperts, expert_parallel_weight_bytes
 from llmsim.perf.hardware import GpuSpec, get_gpu
 from llmsim.perf.kv_budget import kv_capacity_from_bytes
-from llmsim.perf.models import ModelSpec, get_model
+from llmsim.perf.models import ModelSpec, architecture_twins, get_model
 from llmsim.perf.moe import expected_distinct_experts
 from llmsim.perf.parallel import check_degrees
 from llmsim.resources import profile_data_dir
@@ -281,8 +281,12 @@ class MeasuredProfile:
         # the memory and the all-reduce are modelled and listed separately in describe()["estimated_parts"].
         self.estimated = any(self.parts[p] in NOT_MEASURED for p in (*STEP_PARTS, "moe") if p in self.parts)
         kind = "estimated" if self.estimated else "measured"
+        # the registered model measured, when this profile serves another model of the same architecture
+        declared = str(data.get("model", ""))
+        self.measured_as = declared if model is not None and declared.lower() not in model_names(self.model) else ""
+        origin = f" as {self.measured_as}: same architecture" if self.measured_as else ""
         self.name = (f"{self.model.name}@{self.gpu.name}" + (f"-tp{tp}" if tp > 1 else "")
-                     + (f"-ep{ep}" if ep > 1 else "") + f" ({kind})")
+                     + (f"-ep{ep}" if ep > 1 else "") + f" ({kind}{origin})")
         self.provenance = data.get("provenance", {})
 
     def _check_not_all_zero(self, path: Path | str) -> None:
@@ -381,6 +385,7 @@ class MeasuredProfile:
             "tp": self.tp,
             **({"ep": self.ep} if self.ep > 1 else {}),
             "estimated": self.estimated,
+            **({"measured_as": self.measured_as} if self.measured_as else {}),
             "parts": dict(self.parts),
             "part_sources": {p: self.data["parts"].get(p, {}).get("source", ALLTOALL_SOURCE if p == "alltoall" else "")
                              for p in self.parts},
@@ -389,13 +394,18 @@ class MeasuredProfile:
         }
 
 
-def load_profile_file(path: str | Path, ep: int = 1) -> MeasuredProfile:
-    """Parse and validate one profile YAML (``ep``: its experts spread over that many GPUs); every error names the
-    file and the key at fault."""
+def model_names(model: ModelSpec) -> set[str]:
+    """Every name a profile file may declare ``model`` by (lower case)."""
+    return {model.name.lower(), model.hf_id.lower(), *(a.lower() for a in model.aliases)} - {""}
+
+
+def load_profile_file(path: str | Path, ep: int = 1, model: ModelSpec | None = None) -> MeasuredProfile:
+    """Parse and validate one profile YAML (``ep``: its experts spread over that many GPUs; ``model``: the model it
+    prices when not the one it declares, one of the same architecture); every error names the file and the key."""
     p = Path(path)
     if not p.is_file():
         raise ProfileError(f"profile file {p} does not exist")
-    return MeasuredProfile(load_yaml_file(p, ProfileError), p, ep=ep)
+    return MeasuredProfile(load_yaml_file(p, ProfileError), p, model=model, ep=ep)
 
 
 def profile_dirs() -> list[Path]:
@@ -418,26 +428,39 @@ def find_profile_file(model: str, gpu: str, tp: int = 1) -> Path | None:
     return None
 
 
-_CACHE: dict[tuple[str, str, int, int], MeasuredProfile] = {}
+# by the model itself, not its name: two configs may share a name (a file named after a registered model)
+_CACHE: dict[tuple[ModelSpec, str, int, int], MeasuredProfile] = {}
 
 
 def measured_loader(model: ModelSpec, gpu: GpuSpec, tp: int, ep: int = 1) -> MeasuredProfile | None:
     """Loader for :func:`llmsim.perf.profile.register_profile_loader`: the profile file or None; ``ep`` > 1 spreads
-    a MoE profile's measured experts over that many GPUs."""
-    key = (model.name, gpu.name, tp, ep)
+    a MoE profile's measured experts over that many GPUs. A model without a file of its own takes the file of a
+    registered model of exactly its architecture (a fine-tune, an instruct variant), named as such."""
+    key = (model, gpu.name, tp, ep)
     prof = _CACHE.get(key)
     if prof is None:
         f = find_profile_file(model.name, gpu.name, tp)
-        if f is None:
-            return None
-        prof = load_profile_file(f, ep)
-        if prof.model.name != model.name or prof.gpu.name != gpu.name or prof.tp != tp:
-            raise ProfileError(
-                f"profile {f}: declares model={prof.model.name!r} gpu={prof.gpu.name!r} tp={prof.tp} "
-                f"but its path is for model={model.name!r} gpu={gpu.name!r} tp={tp}"
-            )
+        if f is not None:
+            prof = load_profile_file(f, ep)
+            check_declared(prof, f, model, gpu, tp)
+        else:
+            twin = next((m for m in architecture_twins(model) if find_profile_file(m.name, gpu.name, tp)), None)
+            if twin is None:
+                return None
+            f = find_profile_file(twin.name, gpu.name, tp)
+            prof = load_profile_file(f, ep, model)
+            check_declared(load_profile_file(f, ep), f, twin, gpu, tp)
         _CACHE[key] = prof
     return prof
+
+
+def check_declared(prof: MeasuredProfile, f: Path, model: ModelSpec, gpu: GpuSpec, tp: int) -> None:
+    """A profile file declares the model, GPU and TP degree its path names; anything else is one line."""
+    if prof.model.name != model.name or prof.gpu.name != gpu.name or prof.tp != tp:
+        raise ProfileError(
+            f"profile {f}: declares model={prof.model.name!r} gpu={prof.gpu.name!r} tp={prof.tp} "
+            f"but its path is for model={model.name!r} gpu={gpu.name!r} tp={tp}"
+        )
 
 
 def available_profiles() -> list[tuple[str, str, int]]:
