@@ -358,10 +358,14 @@ _KIND_SUFFIXES = (" (measured)", " (roofline)", " (estimated)")
 def profile_label(name: str) -> str:
     """A profile's name without the loader's kind suffix: "llama-2-7b@v100-32gb (measured)" names a profile
     *file* whose step times may still be estimated, which reads as a contradiction next to the estimated flag.
-    Whether step times are measured is said once, by ``profile_estimated``."""
+    Whether step times are measured is said once, by ``profile_estimated``. A profile measured for another model
+    of the same architecture keeps that origin: "... (as llama-3.1-8b: same architecture)"."""
     for suffix in _KIND_SUFFIXES:
         if name.endswith(suffix):
             return name[: -len(suffix)]
+        kind = suffix[:-1] + " as "
+        if name.endswith(")") and kind in name:
+            return name.replace(kind, " (as ", 1)
     return name
 
 

@@ -68,6 +68,7 @@ def test_estimated_profile_is_not_labelled_measured():
     assert "(measured)" not in text
     assert res.notes == ["step times estimated (roofline), not measured, for: llama-2-7b@v100-32gb"]
     assert profile_label("a@b-tp2 (measured)") == "a@b-tp2" and profile_label("a@b") == "a@b"
+    assert profile_label("a@b (estimated as c: same architecture)") == "a@b (as c: same architecture)"
 
 
 def test_preempted_requests_counted_once_each():
