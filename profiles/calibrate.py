@@ -15,9 +15,10 @@ Method (transfers to any GPU with a recorded run and its ``timeseries.csv``): re
 running and waiting curves are closest (RMSE) to the measured ones over the first ``--fit-until`` seconds
 (default: the first half of the timeline), and report the RMSE on the remaining seconds, which the fit never
 saw, and the request latency errors of the whole run. ``--write DIR`` stores the result in
-``DIR/<gpu>/<model>.yaml``. It is a diagnosis of that run, never a profile part: the build does not read it, since a
-constant fitted to one run does not transfer (the committed overheads are modelled from the engine version and
-mode, profiles/providers/overhead.py).
+``DIR/<gpu>/<model>.yaml``. The deployment replayed is the one the run's meta.json records, read as ``replay``
+reads it (llmsim.profiles.replay.recorded_deployment). It is a diagnosis of that run, never a profile part: the
+build does not read it, since a constant fitted to one run does not transfer (the committed overheads are
+modelled from the engine version and mode, profiles/providers/overhead.py).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import yaml
 from llmsim.errors import LLMSimError, TraceError
 from llmsim.perf.profile import load_profile
 from llmsim.profiles.providers.overhead import MODERN_OVERHEAD
-from llmsim.profiles.replay import compare, engine_meta, read_requests, simulate_run, stats
+from llmsim.profiles.replay import compare, read_requests, recorded_deployment, simulate_run, stats
 from llmsim.profiles.replay_timeline import align, read_timeseries, rmse
 
 COARSE_US = tuple(range(0, 52, 4))  # per-sequence overhead grid, microseconds
@@ -55,10 +56,11 @@ class Fit:
     before_errors_pct: dict[str, float]
 
 
-def _replay(rec, model: str, gpu: str, meta: dict, measured, offset: float, per_seq: float | None):
+def _replay(rec, model: str, gpu: str, deployment: dict, measured, offset: float, per_seq: float | None):
+    """One replay of the run's recorded deployment (TP, DP, EP, batching, blocks, caching: as ``replay`` reads
+    them) with ``per_seq`` as the CPU overhead."""
     ov = None if per_seq is None else {"per_seq": per_seq}
-    sim, notes, tl = simulate_run(rec, model, gpu, 1, "chunked", int(meta.get("max_num_batched_tokens") or 2048),
-                                  int(meta.get("max_num_seqs") or 256), overhead=ov)
+    sim, notes, tl = simulate_run(rec, model, gpu, overhead=ov, **deployment)
     return sim, align(tl, measured, offset)
 
 
@@ -71,12 +73,12 @@ def fit_overhead(requests: str | Path, model: str, gpu: str, fit_until: float | 
     if rec.ttft is None:
         raise TraceError(f"{requests}: the requests carry no measured latencies")
     measured, offset = got
-    meta = engine_meta(requests)
+    deployment, _ = recorded_deployment(requests, model)
     lo_hi = float(measured.t.max()) / 2 if fit_until is None else float(fit_until)
     meas = stats(rec.ttft, rec.e2e, rec.output)
 
     def loss(us: float) -> tuple[float, dict, object]:
-        sim, al = _replay(rec, model, gpu, meta, measured, offset, us * 1e-6)
+        sim, al = _replay(rec, model, gpu, deployment, measured, offset, us * 1e-6)
         return rmse(al, hi=lo_hi), sim, al
 
     scores = {us: loss(us) for us in COARSE_US}
@@ -87,8 +89,8 @@ def fit_overhead(requests: str | Path, model: str, gpu: str, fit_until: float | 
     best = min(scores, key=lambda u: scores[u][0])
     fit_rmse, sim, al = scores[best]
     # "before": the V1 engine's assumed overhead, whatever the committed profile holds now (so a re-fit is stable)
-    base_sim, base_al = _replay(rec, model, gpu, meta, measured, offset, MODERN_OVERHEAD["per_seq"])
-    prof_iter = _profile_overhead(model, gpu)["per_iteration"]
+    base_sim, base_al = _replay(rec, model, gpu, deployment, measured, offset, MODERN_OVERHEAD["per_seq"])
+    prof_iter = _profile_overhead(model, gpu, deployment["tp"], deployment["ep"])["per_iteration"]
 
     def errs(s: dict) -> dict[str, float]:
         return {r["metric"]: r["error_pct"] for r in compare(s, meas)}
@@ -98,8 +100,8 @@ def fit_overhead(requests: str | Path, model: str, gpu: str, fit_until: float | 
                errs(base_sim))
 
 
-def _profile_overhead(model: str, gpu: str) -> dict[str, float]:
-    return dict(load_profile(model, gpu, 1, "measured").data["overhead"])
+def _profile_overhead(model: str, gpu: str, tp: int, ep: int) -> dict[str, float]:
+    return dict(load_profile(model, gpu, tp, "measured", ep=ep).data["overhead"])
 
 
 def write_fit(f: Fit, root: Path) -> Path:

@@ -242,39 +242,39 @@ def compare(sim: dict[str, float], meas: dict[str, float] | None) -> list[dict]:
     return rows
 
 
-def engine_meta(path: str | Path) -> dict:
-    """Engine settings recorded next to a vLLM-bench requests file (meta.json ``engine_kwargs``), if any."""
-    f = Path(path).parent / "meta.json"
-    if not f.is_file():
-        return {}
-    try:
-        return dict(json.loads(f.read_text()).get("engine_kwargs", {}))
-    except (ValueError, AttributeError):
-        return {}
+def recorded_deployment(requests: str | Path, model: str,
+                        args: argparse.Namespace | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The :func:`simulate_run` keyword arguments of the deployment a run recorded (its meta.json, strictly read;
+    ``args``' flags override it) and the notes: every setting with its source, then a warning per contradicting
+    flag. Shared by ``replay`` and ``calibrate``, so both replay the same deployment."""
+    _, meta = read_meta(requests)
+    settings, warnings = resolve(args or argparse.Namespace(), meta)
+    value = {k: s.value for k, s in settings.items()}
+    spec = get_model(model)
+    ep = expert_parallel_degree(settings, spec)
+    check_degrees(spec, value["tp"], ep, value["dp"])
+    policy = getattr(args, "policy", None) or ("chunked" if value["chunked_prefill"] else "vllm_v0")
+    kwargs = {"tp": value["tp"], "policy": policy, "max_num_batched_tokens": value["max_num_batched_tokens"],
+              "max_num_seqs": value["max_num_seqs"], "gpu_memory_utilization": value["gpu_memory_utilization"],
+              "max_model_len": value["max_model_len"], "dp": value["dp"], "ep": ep,
+              "block_size": value["block_size"], "enable_prefix_caching": value["prefix_caching"],
+              "kv_cache_dtype": value["kv_cache_dtype"]}
+    notes = [f"setting {line}" for line in describe_settings(settings, spec)] + [f"warning: {w}" for w in warnings]
+    return kwargs, notes
 
 
 def replay_from_args(args: argparse.Namespace) -> tuple[list[dict], list[str], pd.DataFrame]:
     """The comparison rows, notes and simulated timeline of the replay the command line asks for; the notes start
     with every engine setting and its source (flag / meta.json / default) and a warning per contradicting flag."""
     rec = read_requests(args.requests)
-    _, meta = read_meta(args.requests)
-    settings, warnings = resolve(args, meta)
-    value = {k: s.value for k, s in settings.items()}
-    policy = args.policy or ("chunked" if value["chunked_prefill"] else "vllm_v0")
-    model = get_model(args.model)
-    ep = expert_parallel_degree(settings, model)
-    check_degrees(model, value["tp"], ep, value["dp"])
+    deployment, head = recorded_deployment(args.requests, args.model, args)
     overhead = {k: v for k, v in (("per_iteration", getattr(args, "overhead_per_iteration", None)),
                                   ("per_seq", getattr(args, "overhead_per_seq", None))) if v is not None}
     sim, notes, timeline = simulate_run(
-        rec, args.model, args.gpu, value["tp"], policy, value["max_num_batched_tokens"], value["max_num_seqs"],
-        value["gpu_memory_utilization"], value["max_model_len"], args.profile_kind, overhead or None,
-        dp=value["dp"], ep=ep, block_size=value["block_size"],
-        enable_prefix_caching=value["prefix_caching"], kv_cache_dtype=value["kv_cache_dtype"],
-        decode_skew=not getattr(args, "no_decode_skew", False),
+        rec, args.model, args.gpu, profile_kind=args.profile_kind, overhead=overhead or None,
+        decode_skew=not getattr(args, "no_decode_skew", False), **deployment,
     )
     meas = None if rec.ttft is None else stats(rec.ttft, rec.e2e, rec.output)
-    head = [f"setting {line}" for line in describe_settings(settings, model)] + [f"warning: {w}" for w in warnings]
     return compare(sim, meas), head + notes, timeline
 
 

@@ -71,3 +71,35 @@ def test_replay_prints_and_plots_the_timeline(tmp_path, capsys) -> None:
     args = ["replay", "--requests", str(req), "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000", "--timeline"]
     assert main(args) == 2
     assert "no timeseries.csv" in capsys.readouterr().err
+
+
+class Replayed(Exception):
+    """Stops a fit at its first replay, whose arguments the test reads."""
+
+
+def test_calibrate_replays_the_recorded_deployment_as_replay_reads_it(tmp_path, monkeypatch) -> None:
+    req = record_run(tmp_path, TRUE_PER_SEQ, n=30)
+    (tmp_path / "meta.json").write_text(json.dumps({"engine_kwargs": {
+        "tensor_parallel_size": 2, "data_parallel_size": 2, "block_size": 32, "enable_prefix_caching": False,
+        "max_num_seqs": 64, "max_num_batched_tokens": 4096, "enable_chunked_prefill": False}}))
+    seen: dict = {}
+
+    def first_replay(*args, **kwargs):
+        seen.update(kwargs)
+        raise Replayed
+
+    monkeypatch.setattr("llmsim.profiles.calibrate.simulate_run", first_replay)
+    with pytest.raises(Replayed):
+        fit_overhead(req, "llama-3.1-8b", "a100-80gb")
+    assert {k: seen[k] for k in ("tp", "dp", "block_size", "enable_prefix_caching", "max_num_batched_tokens",
+                                 "policy")} == {"tp": 2, "dp": 2, "block_size": 32, "enable_prefix_caching": False,
+                                                "max_num_batched_tokens": 4096, "policy": "vllm_v0"}
+
+
+def test_calibrate_refuses_a_bad_meta_setting_in_one_line(tmp_path, capsys) -> None:
+    req = record_run(tmp_path, TRUE_PER_SEQ, n=30)
+    (tmp_path / "meta.json").write_text(json.dumps({"engine_kwargs": {"block_size": "big"}}))
+    args = ["calibrate", "--requests", str(req), "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "meta.json: block_size: expected a whole number, got 'big'" in err and len(err.splitlines()) == 1
