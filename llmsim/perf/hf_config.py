@@ -127,11 +127,7 @@ def check_modelable(c: HFConfig) -> None:
     missing = [k for k in LATENT_ATTENTION_KEYS if not c.has(k)]
     if latent and missing:
         raise c.refuse(f"multi-head latent attention without {', '.join(missing)}: its KV cache cannot be sized")
-    quant = c.cfg.get("quantization_config")
-    if quant is not None and not isinstance(quant, dict):
-        raise c.refuse(f"quantization_config must be an object with a quant_method, got {quant!r}")
-    if isinstance(quant, dict) and str(quant.get("quant_method", "")).lower() != "fp8":
-        raise c.refuse(f"quantised weights ({quant.get('quant_method', '?')}) are not modelled; only fp8 is")
+    check_quantization(c)
     if not c.model_type:
         raise c.refuse("missing key model_type")
     if c.model_type not in DENSE_TYPES and c.model_type not in MOE_TYPES:
@@ -141,6 +137,32 @@ def check_modelable(c: HFConfig) -> None:
                        f"({', '.join(k for k in EXPERT_KEYS if c.has(k))})")
     if c.cfg.get("mlp_only_layers"):
         raise c.refuse("mlp_only_layers (dense layers between MoE ones) is not modelled")
+
+
+def check_quantization(c: HFConfig) -> None:
+    """Only fp8 weights are modelled: ``quant_method: fp8``, or ``compressed-tensors`` whose every config group
+    quantises its weights to 8-bit floats (``type: float``, ``num_bits: 8``), which vLLM serves as fp8; anything
+    else is one line naming the key (an int8 or 4-bit checkpoint priced as fp8 would be silently wrong)."""
+    quant = c.cfg.get("quantization_config")
+    if quant is None:
+        return
+    if not isinstance(quant, dict):
+        raise c.refuse(f"quantization_config must be an object with a quant_method, got {quant!r}")
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "fp8":
+        return
+    if method != "compressed-tensors":
+        raise c.refuse(f"quantised weights ({quant.get('quant_method', '?')}) are not modelled; only fp8 is")
+    groups = quant.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        raise c.refuse(f"quantization_config.config_groups must be a non-empty object (compressed-tensors), "
+                       f"got {groups!r}")
+    for name, group in groups.items():
+        weights = group.get("weights") if isinstance(group, dict) else None
+        kind, bits = (weights.get("type"), weights.get("num_bits")) if isinstance(weights, dict) else (None, None)
+        if kind != "float" or bits != 8:
+            raise c.refuse(f"quantization_config.config_groups.{name}.weights: compressed-tensors weights of type "
+                           f"{kind!r} with num_bits {bits!r} are not modelled; only fp8 (type 'float', num_bits 8)")
 
 
 def dense_fields(c: HFConfig) -> dict[str, Any]:

@@ -1,0 +1,59 @@
+"""Quantised checkpoints: fp8 weights, as ``quant_method: fp8`` or as compressed-tensors' 8-bit float groups (how
+llm-compressor saves them; vLLM serves both as fp8), are one byte per weight; any other compressed-tensors scheme
+is refused in one line naming the key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmsim.errors import ConfigError
+from llmsim.perf.models import from_hf_config
+
+BASE = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+        "intermediate_size": 128, "vocab_size": 1000, "torch_dtype": "bfloat16"}
+
+
+def compressed(weights: dict | None, **extra) -> dict:
+    """A compressed-tensors quantization_config as llm-compressor writes it (FP8-dynamic: channel-wise fp8 weights,
+    token-wise dynamic fp8 activations)."""
+    group = {"targets": ["Linear"], "weights": weights, "output_activations": None,
+             "input_activations": {"dynamic": True, "num_bits": 8, "strategy": "token", "symmetric": True,
+                                   "type": "float"}}
+    return {"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
+            "quantization_status": "compressed", "config_groups": {"group_0": group}, **extra}
+
+
+FP8_WEIGHTS = {"num_bits": 8, "strategy": "channel", "symmetric": True, "type": "float", "dynamic": False}
+
+
+def write(tmp_path, quant: dict | None, name: str = "config.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps({**BASE, **({"quantization_config": quant} if quant else {})}))
+    return str(path)
+
+
+def test_compressed_tensors_fp8_weights_are_one_byte(tmp_path):
+    m = from_hf_config(write(tmp_path, compressed(FP8_WEIGHTS)))
+    fp8 = from_hf_config(write(tmp_path, {"quant_method": "fp8"}, "fp8.json"))
+    plain = from_hf_config(write(tmp_path, None, "plain.json"))
+    assert m.dtype_bytes == 1 and m.weight_bytes == fp8.weight_bytes == plain.weight_bytes // 2
+    assert m.kv_bytes_per_token == plain.kv_bytes_per_token  # vLLM caches K / V in 16 bits
+
+
+@pytest.mark.parametrize(("quant", "what"), [
+    (compressed({**FP8_WEIGHTS, "type": "int"}), "config_groups.group_0.weights: compressed-tensors weights of "
+     "type 'int' with num_bits 8 are not modelled"),
+    (compressed({**FP8_WEIGHTS, "type": "int", "num_bits": 4}), "type 'int' with num_bits 4"),
+    (compressed({**FP8_WEIGHTS, "num_bits": 4}), "type 'float' with num_bits 4"),
+    (compressed(None), "config_groups.group_0.weights: compressed-tensors weights of type None"),
+    ({"quant_method": "compressed-tensors"}, "quantization_config.config_groups must be a non-empty object"),
+    ({"quant_method": "compressed-tensors", "config_groups": {}}, "config_groups must be a non-empty object"),
+])
+def test_other_compressed_tensors_schemes_are_refused_in_one_line(tmp_path, quant, what):
+    path = write(tmp_path, quant)
+    with pytest.raises(ConfigError) as e:
+        from_hf_config(path)
+    msg = str(e.value)
+    assert what in msg and path in msg and "\n" not in msg
