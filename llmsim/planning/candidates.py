@@ -17,7 +17,6 @@ from llmsim.errors import ConfigError
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.models import get_model
 from llmsim.perf.profile import load_profile
-from llmsim.perf.profile_table import find_profile_file
 from llmsim.planning.capacity import run_config
 from llmsim.planning.runner import Job, Runner
 from llmsim.planning.search import CapacityConfig
@@ -145,10 +144,11 @@ def check_candidate(cand: Candidate, model: str, eng: Any, dcfg: DeployConfig) -
         return "no_price", f"no prices.per_gpu_hour entry for {cand.gpu}"
     if cand.tp > dcfg.max_gpus:
         return "exceeds_max_gpus", f"tp {cand.tp} > deploy.max_gpus {dcfg.max_gpus}"
-    measured = find_profile_file(model, cand.gpu, cand.tp) is not None
+    prof = load_profile(model, cand.gpu, cand.tp, "auto")
+    # measured: its own file or that of a registered model of the same architecture (llmsim.perf.profile_table)
+    measured = prof.describe().get("kind") == "measured"
     if not measured and not dcfg.allow_estimated_profiles:
         return "no_profile", f"no measured profile for {model} on {cand.gpu} tp{cand.tp}"
-    prof = load_profile(model, cand.gpu, cand.tp, "auto")
     cand.estimated_profile = not measured  # the roofline stands in (allow_estimated_profiles)
     try:
         kv = (eng.num_gpu_blocks * eng.block_size if eng.num_gpu_blocks

@@ -138,3 +138,16 @@ def test_help_names_the_app(module, name, tmp_path) -> None:
                        timeout=60)
     assert p.returncode == 0 and p.stdout.startswith(f"{name}: "), p.stdout[:300]
     assert "== Examples ==" in p.stdout and "powered by Hydra" not in p.stdout
+
+
+def test_a_config_of_a_measured_architecture_counts_as_measured(tmp_path) -> None:
+    """A Llama-3.1-8B-Instruct config.json is priced by Llama-3.1-8B's measured RTX 4090 profile, so the deploy
+    search keeps it without allow_estimated_profiles (the profile file is llama-3.1-8b's, not its own name's)."""
+    cfg = {"_name_or_path": "acme/llama-3.1-8b-deploy-chat", "model_type": "llama", "hidden_size": 4096,
+           "intermediate_size": 14336, "max_position_embeddings": 131072, "num_attention_heads": 32,
+           "num_hidden_layers": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16", "vocab_size": 128256}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    d = DeployConfig(model=str(path), gpus=["rtx4090"], tp=[1], engines=[{"name": "v1", "max_model_len": 8192}])
+    keep, skipped = enumerate_candidates(d, PRICES, {"engine": {}})
+    assert [c.name for c in keep] == ["rtx4090 tp1 v1"] and not keep[0].estimated_profile, skipped
