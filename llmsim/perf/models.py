@@ -274,6 +274,8 @@ _MODELS: list[ModelSpec] = [
 ]
 
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _MODELS}
+# the hand-written registry: their profiles are their own files or the roofline, so their results never move
+BUILTIN: frozenset[ModelSpec] = frozenset(_MODELS)
 
 
 def register_model(spec: ModelSpec) -> None:
@@ -332,7 +334,10 @@ def same_architecture(a: ModelSpec, b: ModelSpec) -> bool:
 def architecture_twins(spec: ModelSpec) -> list[ModelSpec]:
     """Registered models under another name with exactly ``spec``'s architecture, those of its context length
     first (the closest kin: Llama-3.1-8B for a Llama-3.1-8B fine-tune, not Llama-3-8B), then in registry order:
-    their measured profiles are ``spec``'s (llmsim.perf.profile_table.measured_loader)."""
+    their measured profiles are ``spec``'s (llmsim.perf.profile_table.measured_loader). None for a model of the
+    hand-written registry: Vicuna-7B keeps the roofline where only Llama-2-7B was measured, as before."""
+    if spec in BUILTIN:
+        return []
     twins = [m for m in MODELS.values() if m.name != spec.name and same_architecture(m, spec)]
     return sorted(twins, key=lambda m: m.max_position != spec.max_position)
 

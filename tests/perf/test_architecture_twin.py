@@ -60,3 +60,10 @@ def test_a_registered_name_with_another_window_keeps_its_own_numbers(tmp_path):
     same = write(tmp_path, "same", _name_or_path="mistralai/Mistral-7B-v0.1", model_type="mistral",
                  vocab_size=32000, max_position_embeddings=32768, sliding_window=4096, rope_scaling=None)
     assert get_model(same) is get_model("mistral-7b")  # a name match of the same architecture works as before
+
+
+def test_registered_models_keep_their_own_profiles():
+    """Vicuna-7B is Llama-2-7B's architecture, but a registered model's results never move: where only Llama-2-7B
+    was measured (the A10), Vicuna-7B stays on the roofline."""
+    assert load_profile("llama-2-7b", "a10").describe()["kind"] == "measured"
+    assert load_profile("vicuna-7b", "a10").describe()["kind"] == "roofline"
