@@ -352,8 +352,9 @@ def registered_twin(spec: ModelSpec, source: str) -> ModelSpec:
         names = {known.name.lower(), known.hf_id.lower(), *(a.lower() for a in known.aliases)}
         if keys & names:
             diff = architecture_diff(known, spec)
-            if not diff:
-                return known
+            if not diff:  # (its own context length wins: a config may extend it with rope_scaling)
+                return known if known.max_position == spec.max_position else replace(
+                    known, max_position=spec.max_position)
             warnings.warn(f"HF config {source}: named like the registered model {known.name!r} but its "
                           f"{', '.join(f'{k}={getattr(spec, k)} (not {getattr(known, k)})' for k in diff)}; "
                           f"modelled from its own config, no profile of {known.name} applies", stacklevel=3)

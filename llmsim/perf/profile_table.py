@@ -443,6 +443,8 @@ def measured_loader(model: ModelSpec, gpu: GpuSpec, tp: int, ep: int = 1) -> Mea
         if f is not None:
             prof = load_profile_file(f, ep)
             check_declared(prof, f, model, gpu, tp)
+            if prof.model != model:  # a config of the registered model with its own context length
+                prof = load_profile_file(f, ep, model)
         else:
             twin = next((m for m in architecture_twins(model) if find_profile_file(m.name, gpu.name, tp)), None)
             if twin is None:

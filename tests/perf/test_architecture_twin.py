@@ -67,3 +67,14 @@ def test_registered_models_keep_their_own_profiles():
     was measured (the A10), Vicuna-7B stays on the roofline."""
     assert load_profile("llama-2-7b", "a10").describe()["kind"] == "measured"
     assert load_profile("vicuna-7b", "a10").describe()["kind"] == "roofline"
+
+
+def test_a_registered_config_keeps_its_own_context_length(tmp_path):
+    """A Llama-3.1-8B config extended with YaRN is Llama-3.1-8B (its measured profile) with its own context."""
+    path = write(tmp_path, "cfg", _name_or_path="meta-llama/Llama-3.1-8B",
+                 rope_scaling={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 131072})
+    m = get_model(path)
+    assert (m.name, m.max_position) == ("llama-3.1-8b", 262144)
+    prof = load_profile(path, "rtx4090")
+    assert prof.name == "llama-3.1-8b@rtx4090 (measured)" and prof.model.max_position == 262144
+    assert load_profile("llama-3.1-8b", "rtx4090").model.max_position == 131072  # the registry's is untouched
