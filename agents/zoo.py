@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsim.envs.exported import ZOO_DIR, ZOO_PREFIX, resolve_zoo, zoo_dir, zoo_names
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, load_json_file
 
 __all__ = ["MANIFEST_KEYS", "ZOO_DIR", "ZOO_PREFIX", "ZooEntry", "checkpoint_dir", "entry", "missing_keys", "names"]
 
@@ -58,10 +58,7 @@ def entry(name: str) -> ZooEntry:
     name = name[len(ZOO_PREFIX):] if name.startswith(ZOO_PREFIX) else name
     d = zoo_dir(name)
     f = d / "manifest.json"
-    try:
-        manifest = json.loads(f.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{f}: not a readable JSON manifest ({type(e).__name__})") from None
+    manifest = load_json_file(f)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("testbed"), str):
         raise ConfigError(f"{f}: expected a JSON object with a 'testbed' (the env id)")
     export = d / "export"

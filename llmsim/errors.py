@@ -96,10 +96,29 @@ def yaml_error_line(e: yaml.YAMLError, path: str | Path | None = None) -> str:
     return f"{where}: not valid YAML{at}: {problem}"
 
 
+class DuplicateJSONKey(ValueError):
+    """A key given twice in one JSON object (``json`` would keep the later value)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of a JSON file read by the project: a key given twice is an error, not the later one."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise DuplicateJSONKey(k)
+            seen.add(k)
+    return out
+
+
 def load_json_file(path: str | Path, error: type[LLMSimError] = ConfigError) -> Any:
-    """The JSON in ``path``, or one line of ``error`` naming the file and the line at fault."""
+    """The JSON in ``path``, or one line of ``error`` naming the file and the line at fault (or the key given twice
+    in one object)."""
     text = read_text_file(path, error)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as e:
         raise error(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    except DuplicateJSONKey as e:
+        raise error(f"{path}: key {str(e.args[0])[:60]!r} given twice in one object; give each key once") from None

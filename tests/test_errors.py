@@ -148,3 +148,44 @@ def test_every_yaml_reader_refuses_a_key_given_twice(tmp_path, monkeypatch):
     monkeypatch.setattr(telemetry, "conf_dir", lambda: tmp_path)
     with pytest.raises(ConfigError, match=r"c.yaml: line 2: key 'instances' given twice"):
         telemetry.cluster_preset("c")
+
+
+@pytest.mark.parametrize("text, key", [
+    ('{"testbed": "a", "testbed": "b"}', "testbed"),
+    ('{"m": [{"k": 1, "x": 2, "k": 3}]}', "k"),
+])
+def test_a_json_key_given_twice_in_one_object_is_one_line_naming_file_and_key(tmp_path, text, key):
+    """json keeps the later of two equal keys without a word: checkpoint.json, exports' meta and the zoo's
+    manifests are read through the shared loader, which refuses them."""
+    from llmsim.errors import load_json_file
+
+    f = tmp_path / "dup.json"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_json_file(f)
+    assert str(e.value) == f"{f}: key {key!r} given twice in one object; give each key once"
+    f.write_text('{"a": {"k": 1}, "b": {"k": 2}}')  # the same key in two objects is fine
+    assert load_json_file(f) == {"a": {"k": 1}, "b": {"k": 2}}
+
+
+def test_a_zoo_manifest_with_a_key_given_twice_is_refused(tmp_path, monkeypatch):
+    from llmsim.agents import zoo
+
+    d = tmp_path / "dup"
+    d.mkdir()
+    (d / "manifest.json").write_text('{"testbed": "qos_edge", "testbed": "best_effort"}')
+    monkeypatch.setattr(zoo, "zoo_dir", lambda name: d)
+    with pytest.raises(ConfigError, match="manifest.json: key 'testbed' given twice"):
+        zoo.entry("zoo:dup")
+
+
+def test_every_committed_json_file_has_unique_keys():
+    from pathlib import Path
+
+    from llmsim.errors import load_json_file
+
+    root = Path(__file__).resolve().parents[1]
+    files = [p for p in root.rglob("*.json") if not {".venv", "outputs", "node_modules"} & set(p.parts)]
+    assert len(files) > 10
+    for f in files:
+        load_json_file(f)
