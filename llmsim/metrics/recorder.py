@@ -185,18 +185,25 @@ class Recorder:
                              for k, v in self.timeline.items()})
 
     def itl_percentile(self, p: float) -> float:
-        """ITL (seconds) at percentile ``p`` (nearest rank), to within one histogram bin."""
+        """ITL (seconds) at percentile ``p``, to within one histogram bin, by numpy's default (linear) method as
+        ``vllm bench serve`` computes it: between the values of ranks floor(h) and floor(h) + 1, h = (n - 1) p / 100."""
         if self.itl_count == 0:
             return float("nan")
-        rank = max(1, math.ceil(p / 100.0 * self.itl_count))
+        h = (self.itl_count - 1) * p / 100.0
+        lo = min(int(math.floor(h)), self.itl_count - 1)
+        hi = min(lo + 1, self.itl_count - 1)
+        a, b = self._itl_at(lo), self._itl_at(hi)
+        return a + (h - lo) * (b - a)
+
+    def _itl_at(self, k: int) -> float:
+        """The ITL (seconds) of 0-based rank ``k`` in sorted order: its bin's centre."""
         seen = 0
         for b, n in self._itl_nonzero():
             seen += n
-            if seen >= rank:
+            if seen > k:
                 if b == 0:
                     return _ITL_MIN
-                lo = math.exp((b - _ITL_OFFSET) / _ITL_INV)
-                return lo * (1 + 0.5 * _ITL_STEP)
+                return math.exp((b - _ITL_OFFSET) / _ITL_INV) * (1 + 0.5 * _ITL_STEP)
         return float("nan")
 
     def _itl_nonzero(self) -> list[tuple[int, int]]:

@@ -1,0 +1,56 @@
+"""The summary's metrics match ``vllm bench serve``'s definitions (calculate_metrics) on hand-built cases
+where a different definition would give a different number."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from llmsim.metrics.recorder import Recorder, summarise
+from llmsim.metrics.table import with_latencies
+from llmsim.schema import SLO
+
+
+def _requests(rows: list[tuple[float, float, float, int]]) -> pd.DataFrame:
+    """(arrival, first_token, finish, output_tokens) per request, in seconds."""
+    a = np.array(rows, dtype=float)
+    n = len(rows)
+    df = pd.DataFrame({"arrival": a[:, 0], "first_token": a[:, 1], "finish": a[:, 2],
+                       "first_scheduled": a[:, 0], "output_tokens": a[:, 3].astype(int),
+                       "prompt_tokens": np.full(n, 10), "preemptions": np.zeros(n, int),
+                       "truncated": np.zeros(n, int)})
+    return with_latencies(df)
+
+
+def test_itl_percentiles_interpolate_like_numpy():
+    rec = Recorder()
+    rec.itl(0.010, 1)
+    rec.itl(0.020, 1)
+    # numpy's default (linear) method, as vLLM uses: median 15 ms, p90 19 ms; nearest rank gave 10 and 20
+    assert rec.itl_percentile(50) * 1e3 == pytest.approx(15.0, rel=2e-4)
+    assert rec.itl_percentile(90) * 1e3 == pytest.approx(19.0, rel=2e-4)
+    assert rec.itl_percentile(99) * 1e3 == pytest.approx(19.9, rel=2e-4)
+
+
+def test_itl_percentiles_match_numpy_on_many_gaps():
+    gaps = np.random.default_rng(0).lognormal(np.log(0.03), 0.5, 501)
+    rec = Recorder()
+    for g in gaps:
+        rec.itl(float(g), 1)
+    for p in (50, 90, 99):
+        assert rec.itl_percentile(p) == pytest.approx(np.percentile(gaps, p), rel=2e-4)
+
+
+def test_tpot_excludes_one_token_outputs_and_goodput_counts_them_as_meeting_tpot():
+    # TPOT = (e2el - ttft) / (output - 1): 1.0 s / 4 = 250 ms and 0.2 s / 1 = 200 ms; the 1-token request has none
+    df = _requests([(0.0, 0.5, 1.5, 5), (1.0, 1.1, 1.3, 2), (2.0, 2.4, 2.4, 1)])
+    s = summarise(df, Recorder(), 3, SLO(tpot_ms=220))
+    assert s["mean_tpot_ms"] == pytest.approx(225.0)
+    assert s["median_tpot_ms"] == pytest.approx(225.0)
+    assert s["p90_tpot_ms"] == pytest.approx(245.0)
+    # vLLM: a one-token request's TPOT is 0 for goodput, so it meets the target; duration = 0 .. 2.4 s
+    assert s["duration"] == pytest.approx(2.4)
+    assert s["request_goodput"] == pytest.approx(2 / 2.4)
+    assert s["request_throughput"] == pytest.approx(3 / 2.4)
+    assert s["output_throughput"] == pytest.approx(8 / 2.4)
+    assert s["mean_ttft_ms"] == pytest.approx((500 + 100 + 400) / 3)
+    assert s["std_e2el_ms"] == pytest.approx(np.std([1500.0, 300.0, 400.0]))
