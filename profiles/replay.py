@@ -145,12 +145,16 @@ def read_requests(path: str | Path) -> Recorded:
 
 
 def stats(ttft_s: np.ndarray, e2e_s: np.ndarray, output: np.ndarray) -> dict[str, float]:
-    """vLLM-bench definitions: TPOT = (e2e - ttft) / (output - 1) over requests with > 1 output token."""
+    """vLLM-bench definitions: TPOT = (e2e - ttft) / (output - 1) over requests with > 1 output token; a metric
+    with no value (every output one token long) is NaN, not an error."""
     m = output > 1
     tpot = (e2e_s[m] - ttft_s[m]) / (output[m] - 1)
     out = {}
     for name, v in (("ttft", ttft_s), ("tpot", tpot), ("e2el", e2e_s)):
         v = v * 1e3
+        if not v.size:
+            out.update({f"{k}_{name}_ms": math.nan for k in ("mean", "median", "p90")})
+            continue
         out[f"mean_{name}_ms"] = float(np.mean(v))
         out[f"median_{name}_ms"] = float(np.median(v))
         out[f"p90_{name}_ms"] = float(np.percentile(v, 90))
@@ -234,8 +238,8 @@ def compare(sim: dict[str, float], meas: dict[str, float] | None) -> list[dict]:
         rows.append(
             {
                 "metric": k,
-                "simulated": round(v, 3),
-                "measured": None if m is None else round(m, 3),
+                "simulated": None if math.isnan(v) else round(v, 3),
+                "measured": None if m is None or math.isnan(m) else round(m, 3),
                 "error_pct": None if err is None or math.isnan(err) else round(err, 2),
             }
         )
@@ -327,7 +331,8 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         meas = "-" if r["measured"] is None else f"{r['measured']:.1f}"
         err = "-" if r["error_pct"] is None else f"{r['error_pct']:+.1f}"
-        print(f"{r['metric']:<18}{r['simulated']:>12.1f}{meas:>12}{err:>10}")
+        sim = "-" if r["simulated"] is None else f"{r['simulated']:.1f}"
+        print(f"{r['metric']:<18}{sim:>12}{meas:>12}{err:>10}")
     for n in notes:
         print("note:", n)
     if al is not None and args.timeline:

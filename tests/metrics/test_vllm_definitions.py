@@ -7,6 +7,7 @@ import pytest
 
 from llmsim.metrics.recorder import Recorder, summarise
 from llmsim.metrics.table import with_latencies
+from llmsim.profiles.replay import compare, stats
 from llmsim.schema import SLO
 
 
@@ -54,3 +55,13 @@ def test_tpot_excludes_one_token_outputs_and_goodput_counts_them_as_meeting_tpot
     assert s["output_throughput"] == pytest.approx(8 / 2.4)
     assert s["mean_ttft_ms"] == pytest.approx((500 + 100 + 400) / 3)
     assert s["std_e2el_ms"] == pytest.approx(np.std([1500.0, 300.0, 400.0]))
+
+
+def test_replay_stats_with_only_one_token_outputs_have_no_tpot_instead_of_crashing():
+    # vLLM's TPOT skips one-token outputs; with none left the replay reports no TPOT (it raised IndexError)
+    s = stats(np.array([0.1, 0.3]), np.array([0.2, 0.4]), np.array([1, 1]))
+    assert np.isnan(s["mean_tpot_ms"]) and np.isnan(s["p90_tpot_ms"])
+    assert s["median_ttft_ms"] == pytest.approx(200.0)
+    assert s["p90_e2el_ms"] == pytest.approx(380.0)
+    row = {r["metric"]: r for r in compare(s, s)}["p90_tpot_ms"]
+    assert row["simulated"] is None and row["measured"] is None and row["error_pct"] is None
