@@ -7,7 +7,9 @@
 
 M is a registered model name (qwen3-32b), a Hugging Face id whose config.json is in the local hub cache
 (Qwen/Qwen3-32B) or the path of a config.json. FILE is either vLLM-bench style JSON lines (LLMServingSim
-``requests.jsonl``: input_toks, output_toks, arrival_time / queued_ts, first_token_ts, last_token_ts) or a CSV with
+``requests.jsonl``: input_toks, output_toks, arrival_time / queued_ts, first_token_ts, last_token_ts), a
+``vllm bench serve --save-result --save-detailed`` result JSON (input_lens, output_lens, start_times, ttfts,
+latencies or itls, errors: the failed requests are counted and left out) or a CSV with
 columns ``arrival, prompt_tokens, output_tokens`` and optionally measured ``ttft`` and ``e2e`` (seconds) or
 ``first_token, finish`` timestamps. The engine settings (TP, DP, expert parallelism, chunked prefill, prefix
 caching, block size, batch limits, memory use) come from the run's ``meta.json`` unless a flag gives them
@@ -26,6 +28,7 @@ import json
 import math
 import sys
 from dataclasses import dataclass
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +61,7 @@ class Recorded:
     output: np.ndarray
     ttft: np.ndarray | None  # seconds, measured
     e2e: np.ndarray | None
+    failed: int = 0  # requests of the run that failed (a vllm bench serve result's errors): not replayed
 
 
 def _jsonl_rows(p: Path) -> pd.DataFrame:
@@ -94,12 +98,62 @@ def _column(p: Path, df: pd.DataFrame, key: str, integer: bool, where: str) -> n
     return vals.astype(np.int64) if integer else vals
 
 
+_VLLM_RESULT_KEYS = ("input_lens", "output_lens", "ttfts", "start_times")
+
+
+def _vllm_result(p: Path, obj: dict) -> Recorded:
+    """A ``vllm bench serve --save-result --save-detailed`` result: per-request lists, one entry per request.
+
+    Only successful requests are replayed and compared (vLLM's latency statistics cover those alone); the failed
+    ones (a non-empty ``errors`` entry) are counted in ``Recorded.failed``. E2E is ``latencies`` when saved, else
+    ttft + the sum of ``itls`` (the same number: the last chunk's time minus the start)."""
+    missing = [k for k in _VLLM_RESULT_KEYS if k not in obj]
+    if missing:
+        raise TraceError(f"{p}: a vllm bench serve result without per-request {missing} (save it with --save-result "
+                         f"--save-detailed from a vLLM that records start_times); cannot replay the arrivals")
+    if "latencies" not in obj and "itls" not in obj:
+        raise TraceError(f"{p}: a vllm bench serve result needs 'latencies' or 'itls' for the end-to-end latency")
+    cols = {k: obj[k] for k in (*_VLLM_RESULT_KEYS, "latencies", "itls", "errors") if k in obj}
+    n = len(obj["input_lens"]) if isinstance(obj["input_lens"], list) else -1
+    for k, v in cols.items():
+        if not isinstance(v, list) or len(v) != n:
+            raise TraceError(f"{p}: {k}: expected a list of one entry per request (as many as input_lens), got "
+                             f"{type(v).__name__}{f' of {len(v)}' if isinstance(v, list) else ''}")
+    errors = cols.get("errors", [""] * n)
+    ok = [not e for e in errors]
+    if not any(ok):
+        raise TraceError(f"{p}: no successful request in the vllm bench serve result ({len(ok)} failed)")
+    df = pd.DataFrame({k: list(compress(v, ok)) for k, v in cols.items() if k not in ("itls", "errors")})
+    df.index = [i for i, good in enumerate(ok) if good]
+    if "latencies" not in df.columns:
+        gaps = list(compress(cols["itls"], ok))
+        if not all(isinstance(g, list) and all(isinstance(x, int | float) for x in g) for g in gaps):
+            raise TraceError(f"{p}: itls: expected a list of numbers per request")
+        df["latencies"] = pd.to_numeric(df["ttfts"], errors="coerce") + [float(sum(g)) for g in gaps]
+    where = "request index"
+    arr = _column(p, df, "start_times", False, where)
+    ttft, e2e = _column(p, df, "ttfts", False, where), _column(p, df, "latencies", False, where)
+    prompt, output = _column(p, df, "input_lens", True, where), _column(p, df, "output_lens", True, where)
+    return _recorded(arr, prompt, output, ttft, e2e, failed=len(ok) - int(df.shape[0]))
+
+
 def read_requests(path: str | Path) -> Recorded:
+    """A recorded run: LLMServingSim-style JSON lines, a vllm bench serve result JSON, or a CSV."""
     p = Path(path)
     if not p.is_file():
         raise TraceError(f"requests file {p} does not exist or is not a file")
+    if p.suffix == ".json":
+        try:
+            obj = json.loads(p.read_text(errors="replace"))
+        except ValueError:
+            obj = None  # not one JSON document: JSON lines below name the bad line
+        if isinstance(obj, dict) and "input_lens" in obj:
+            return _vllm_result(p, obj)
     if p.suffix in (".jsonl", ".json"):
         df, where = _jsonl_rows(p), "line"
+        if "input_lens" in df.columns:
+            raise TraceError(f"{p}: {len(df)} vllm bench serve results in one file (--append-result); "
+                             f"replay one run at a time")
         for k in ("input_toks", "output_toks"):
             if k not in df.columns:
                 raise TraceError(f"{p}: JSON lines need key {k!r} (have {sorted(df.columns)})")
@@ -133,15 +187,16 @@ def read_requests(path: str | Path) -> Recorded:
             ttft = _column(p, df, "first_token", False, where) - arr
             e2e = _column(p, df, "finish", False, where) - arr
         prompt, output = _column(p, df, "prompt_tokens", True, where), _column(p, df, "output_tokens", True, where)
+    return _recorded(arr, prompt, output, ttft, e2e)
+
+
+def _recorded(arr: np.ndarray, prompt: np.ndarray, output: np.ndarray, ttft: np.ndarray | None,
+              e2e: np.ndarray | None, failed: int = 0) -> Recorded:
+    """The requests in arrival order, arrivals from the first one."""
     order = np.argsort(arr, kind="stable")
     arr = arr[order] - arr[order][0]
-    return Recorded(
-        arr,
-        prompt[order],
-        output[order],
-        None if ttft is None else ttft[order],
-        None if e2e is None else e2e[order],
-    )
+    return Recorded(arr, prompt[order], output[order], None if ttft is None else ttft[order],
+                    None if e2e is None else e2e[order], failed)
 
 
 def stats(ttft_s: np.ndarray, e2e_s: np.ndarray, output: np.ndarray) -> dict[str, float]:
@@ -279,12 +334,16 @@ def replay_from_args(args: argparse.Namespace) -> tuple[list[dict], list[str], p
         decode_skew=not getattr(args, "no_decode_skew", False), **deployment,
     )
     meas = None if rec.ttft is None else stats(rec.ttft, rec.e2e, rec.output)
+    if rec.failed:
+        notes.append(f"{rec.failed} failed request(s) of the run not replayed (vLLM's latency statistics cover the "
+                     f"successful ones only)")
     return compare(sim, meas), head + notes, timeline
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The ``replay`` verb's flags; the engine settings default to the run's meta.json, then vLLM's defaults."""
-    ap.add_argument("--requests", required=True, help="requests.jsonl (vLLM bench) or CSV")
+    ap.add_argument("--requests", required=True, help="requests.jsonl (LLMServingSim), a vllm bench serve "
+                    "--save-detailed result .json, or CSV")
     ap.add_argument("--model", required=True, help="a registered name (qwen3-32b), a Hugging Face id whose "
                     "config.json is in the local hub cache (Qwen/Qwen3-32B), or a config.json path")
     ap.add_argument("--gpu", required=True)
