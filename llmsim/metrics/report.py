@@ -45,7 +45,7 @@ _ORDER = [
     ("Output token throughput (tok/s)", "output_throughput", "{:.2f}"),
     ("Total token throughput (tok/s)", "total_token_throughput", "{:.2f}"),
     ("Request goodput (req/s)", "request_goodput", "{:.2f}"),
-    ("SLO attainment", "slo_attainment", "{:.3f}"),
+    ("SLO attainment (all requests; drops miss)", "slo_attainment", "{:.3f}"),
 ]
 _LATENCIES = (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
               ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency"))

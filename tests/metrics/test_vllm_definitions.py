@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from llmsim.metrics.recorder import Recorder, summarise
+from llmsim.metrics.report import summary_rows
 from llmsim.metrics.table import with_latencies
 from llmsim.profiles.replay import compare, stats
 from llmsim.schema import SLO
@@ -65,3 +66,15 @@ def test_replay_stats_with_only_one_token_outputs_have_no_tpot_instead_of_crashi
     assert s["p90_e2el_ms"] == pytest.approx(380.0)
     row = {r["metric"]: r for r in compare(s, s)}["p90_tpot_ms"]
     assert row["simulated"] is None and row["measured"] is None and row["error_pct"] is None
+
+
+def test_the_summary_table_labels_llmsim_attainment_apart_from_vllm_goodput():
+    # goodput is vLLM's (completed requests meeting every SLO per second); attainment is llmsim's, over all requests
+    df = _requests([(0.0, 0.5, 1.5, 5), (1.0, 1.1, 1.3, 2)])
+    rec = Recorder()
+    s = summarise(df, rec, 4, SLO(e2el_ms=2000))
+    assert s["slo_attainment"] == pytest.approx(0.5)  # 2 of 4 requests (2 never completed)
+    assert s["request_goodput"] == pytest.approx(2 / 1.5)
+    labels = dict(summary_rows(s))
+    assert labels["SLO attainment (all requests; drops miss)"] == "0.500"
+    assert labels["Request goodput (req/s)"] == "1.33"
