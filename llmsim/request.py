@@ -9,6 +9,7 @@ when it arrives (:func:`check_request` is the slow path of that check).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from numbers import Integral, Real
 from typing import Any
 
@@ -150,6 +151,13 @@ class Request:
             f"Request(id={self.id}, arrival={self.arrival:.6f}, prompt={self.prompt_tokens}, "
             f"output={self.output_tokens}, instance={self.instance})"
         )
+
+
+def iter_workload(workload: Any) -> Iterator[Any]:
+    """The workload's iterator; a non-iterable (``None``, a single request) is one clear error, not a TypeError."""
+    if not isinstance(workload, Iterable):
+        raise ConfigError(f"workload: expected an iterable of llmsim.Request, got {type(workload).__name__}")
+    return iter(workload)
 
 
 def check_request(r: Any, prev_arrival: float, first: bool) -> Request:

@@ -41,14 +41,14 @@ from typing import Any
 
 from llmsim.cluster.assemble import build_engines, disaggregate, link_colocated
 from llmsim.cluster.clock import ClusterClock
-from llmsim.cluster.config import InstanceConfig
+from llmsim.cluster.config import InstanceConfig, check_instance_configs
 from llmsim.cluster.view import ClusterOpsView
 from llmsim.engine.handoff import DECODE
 from llmsim.engine.instance import Instance
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.event_loop import ARRIVAL, MAX_EVENTS_PER_INSTANT, ROUTE, SimEnv
 from llmsim.metrics.recorder import Recorder
-from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, NOT_SET, Request, check_request
+from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, NOT_SET, Request, check_request, iter_workload
 from llmsim.routing.base import DEFER, DROP, WAIT, Router, default_decode_choice
 from llmsim.schema import SimConfig
 
@@ -86,8 +86,7 @@ class Cluster:
         max_events_per_instant: int = MAX_EVENTS_PER_INSTANT,
         recorder: Recorder | None = None,
     ) -> None:
-        if not instances:
-            raise ConfigError("cluster.instances: a cluster needs at least one instance, got 0")
+        instances = check_instance_configs(instances)
         # the sim group's schema (the CLI and the envs check the same one): finite, in range, named sim.<key>
         sim = SimConfig.parse({"view_staleness": view_staleness, "metrics_interval": metrics_interval,
                                "central_queue_tick": central_queue_tick, "on_unservable": on_unservable,
@@ -175,7 +174,7 @@ class Cluster:
         if self._depth and self._ahead_started:
             raise LLMSimError("Cluster.feed: a cluster run by Cluster.run reads its workload ahead; feed a driven one")
         self.env.cancel_calls(self._on_arrival)
-        self._source = iter(workload)
+        self._source = iter_workload(workload)
         self._arrivals_done = False
         self._last_arrival = self.env.now
         self._schedule_next_arrival()

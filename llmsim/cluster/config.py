@@ -49,6 +49,36 @@ class InstanceConfig:
                             kv_cache_dtype=self.kv_cache_dtype)
 
 
+_SPEC_FIELDS = ("model", "gpu", "tp", "ep", "kv_cache_dtype", "profile_kind", "device", "host_cache_gb", "storage_gbps",
+                "swap_overhead_s")  # (role: checked with the disaggregation layout, llmsim.cluster.assemble)
+
+
+def check_instance_configs(configs: Any) -> list[InstanceConfig]:
+    """Refuse what the Python API can be handed but the engines cannot use (a bare string, a single instance, a
+    ``tp`` of 0 or a dict as ``engine``) with one line naming ``cluster.instances[k].<key>``, before anything
+    is built; the same checks as a ``cluster.instances`` config entry."""
+    if isinstance(configs, str | bytes | Mapping | InstanceConfig) or not isinstance(configs, Sequence):
+        raise ConfigError(f"cluster.instances: expected a list of llmsim.InstanceConfig, got {type(configs).__name__}")
+    for k, ic in enumerate(configs):
+        where = f"cluster.instances[{k}]"
+        if not isinstance(ic, InstanceConfig):
+            raise ConfigError(f"{where}: expected an llmsim.InstanceConfig, got {type(ic).__name__} {ic!r:.80}")
+        fields = {f: getattr(ic, f) for f in _SPEC_FIELDS}
+        for key in ("tp", "ep"):  # (the schema would read "2" as 2, but the engines use the field as given)
+            if isinstance(fields[key], bool) or not isinstance(fields[key], int):
+                raise ConfigError(f"{where}.{key}: expected an integer, got {fields[key]!r}")
+        InstanceSpec.parse({**fields, "models": list(ic.models)}, where)
+        if not isinstance(ic.engine, EngineConfig):
+            raise ConfigError(f"{where}.engine: expected an llmsim.EngineConfig (EngineConfig(**{{...}}) from a "
+                              f"mapping), got {type(ic.engine).__name__}")
+        if ic.profile is not None and not isinstance(ic.profile, Profile):
+            raise ConfigError(f"{where}.profile: expected None or an llmsim.perf.profile.Profile, "
+                              f"got {type(ic.profile).__name__}")
+    if not configs:
+        raise ConfigError("cluster.instances: a cluster needs at least one instance, got 0")
+    return list(configs)
+
+
 def engine_config(d: Mapping[str, Any] | EngineConfig | None, where: str = "engine") -> EngineConfig:
     return EngineConfig.parse(d, where)
 

@@ -1,0 +1,53 @@
+"""Bad arguments to the Python API (``simulate``, ``Cluster``) as a notebook user passes them: one ConfigError
+naming the argument, raised before any simulation runs (never a TypeError or AttributeError from deep inside)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmsim import EngineConfig, InstanceConfig, Request, simulate
+from llmsim.errors import ConfigError
+
+
+def _reqs() -> list[Request]:
+    return [Request(0, 0.0, 10, 5), Request(1, 0.1, 10, 5)]
+
+
+@pytest.mark.parametrize("instances, needle", [
+    ("llama-3-8b", "cluster.instances: expected a list of llmsim.InstanceConfig, got str"),
+    (InstanceConfig("llama-3-8b", "h100"), "cluster.instances: expected a list of llmsim.InstanceConfig, got Inst"),
+    (["llama-3-8b"], "cluster.instances[0]: expected an llmsim.InstanceConfig, got str"),
+    ([InstanceConfig("llama-3-8b", "h100", tp=0)], "cluster.instances[0].tp: expected a value >= 1, got 0"),
+    ([InstanceConfig("llama-3-8b", "h100", tp="2")], "cluster.instances[0].tp: expected an integer, got '2'"),
+    ([InstanceConfig("llama-3-8b", "h100", engine={"policy": "chunked"})],
+     "cluster.instances[0].engine: expected an llmsim.EngineConfig"),
+    ([InstanceConfig("llama-3-8b", "h100", host_cache_gb=-1.0)], "cluster.instances[0].host_cache_gb"),
+])
+def test_bad_instances_name_the_instance_and_key(instances, needle) -> None:
+    with pytest.raises(ConfigError) as e:
+        simulate(instances, _reqs())
+    assert needle in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"seed": "a"}, "seed: expected an integer in [0, 2**63), got 'a'"),
+    ({"seed": -1}, "seed: expected an integer in [0, 2**63), got -1"),
+    ({"slo": {"ttft_ms": -5}}, "slo.ttft_ms: expected a value > 0, got -5"),
+    ({"slo": 500}, "slo: expected a mapping of SLO keys"),
+])
+def test_bad_run_arguments_name_the_argument(kwargs, needle) -> None:
+    with pytest.raises(ConfigError) as e:
+        simulate([InstanceConfig("llama-3-8b", "h100")], _reqs(), **kwargs)
+    assert needle in str(e.value)
+
+
+def test_a_missing_workload_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match=r"^workload: expected an iterable of llmsim.Request, got NoneType$"):
+        simulate([InstanceConfig("llama-3-8b", "h100")], None)  # type: ignore[arg-type]
+
+
+def test_valid_arguments_still_run_and_an_slo_mapping_is_read() -> None:
+    inst = InstanceConfig("llama-3-8b", "h100", engine=EngineConfig(policy="chunked"))
+    res = simulate((inst, inst), iter(_reqs()), "jsq", seed=3, slo={"ttft_ms": 1e6})
+    assert res.summary["completed"] == 2 and res.summary["slo_attainment"] == 1.0
