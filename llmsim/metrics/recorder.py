@@ -78,6 +78,9 @@ class Recorder:
         self.itl_count = 0
         self._itl_memo: tuple[int, list[tuple[int, int]]] | None = None
         self.dropped: list[tuple[int, float, int, int, str, float, int]] = []
+        # preemptions of dropped requests (one outgrowing the cache is preempted first): in the summary's totals
+        self.dropped_preemptions = 0
+        self.dropped_preempted = 0
         self.timeline: dict[str, array] = {
             "time": array("d"), "instance": array("q"), "waiting": array("q"), "running": array("q"),
             "swapped": array("q"), "kv_used_blocks": array("q"), "kv_total_blocks": array("q"),
@@ -161,6 +164,9 @@ class Recorder:
     def drop(self, r: Request, reason: str, now: float) -> None:
         r.dropped = reason
         self.dropped.append((r.id, r.arrival, r.prompt_tokens, r.output_tokens, reason, now, r.instance))
+        if r.preemptions:
+            self.dropped_preemptions += r.preemptions
+            self.dropped_preempted += 1
         if r.slo_class is not None:
             self.dropped_classes[r.id] = r.slo_class
         for f in self.drop_observers:
@@ -301,8 +307,8 @@ def summarise(
         if p != 50:
             s[f"p{p}_itl_ms"] = recorder.itl_percentile(p) * 1e3
     s.update(_stats("e2el", lat.e2el_ms))
-    s["preemptions"] = lat.preemptions
-    s["preempted_requests"] = lat.preempted
+    s["preemptions"] = lat.preemptions + recorder.dropped_preemptions  # every preemption, as the instances count
+    s["preempted_requests"] = lat.preempted + recorder.dropped_preempted
     s["truncated"] = lat.truncated
     # SLOs: dropped requests count as misses
     if slo.any():

@@ -110,3 +110,19 @@ def test_saved_files_with_never_routed(tmp_path):
     _, dropped, summary = check_saved(tmp_path, list(range(120)))
     assert set(dropped.loc[dropped["reason"] == "never_routed", "id"]) == never
     assert summary["dropped_by_reason"]["never_routed"] == len(never)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("stream", [False, True])
+def test_summary_preemptions_count_those_of_dropped_requests(tmp_path, stream):
+    """A request preempted, then dropped as it outgrew the cache, was preempted all the same: summary.json's
+    ``preemptions`` is every preemption the instances made (instances.csv), not only the completed requests'."""
+    eng = EngineConfig(policy="vllm_v0", max_model_len=2048, num_gpu_blocks=40, block_size=16, max_num_seqs=8)
+    cluster = [InstanceConfig(profile=LinearProfile(base=0.005, per_token=2e-4), engine=eng)]
+    res = simulate(cluster, requests([(0.01 * i, 100 + 20 * i, 300 + 40 * (i % 5)) for i in range(12)]),
+                   on_unservable="drop", stream_to=tmp_path / "r.parquet" if stream else None)
+    s = res.summary
+    assert s["dropped_by_reason"].get("exceeds_kv_capacity", 0) > 0
+    assert s["preemptions"] == int(res.instances["preemptions"].sum()) > 0
+    done = pd.read_parquet(tmp_path / "r.parquet") if stream else res.requests
+    assert s["preempted_requests"] > int((done["preemptions"] > 0).sum())
