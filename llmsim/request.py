@@ -183,6 +183,11 @@ def check_request(r: Any, prev_arrival: float, first: bool) -> Request:
         if isinstance(m, bool) or not isinstance(m, Integral) or not 1 <= m <= MAX_TOKENS:
             raise ConfigError(f"request {rid}: max_tokens must be None or an integer in [1, {MAX_TOKENS}], got {m!r}")
         r.max_tokens = int(m)
+    if r.hash_ids is not None:
+        h = r.hash_block
+        if isinstance(h, bool) or not isinstance(h, Integral) or h < 1:
+            raise ConfigError(f"request {rid}: hash_block must be an integer >= 1 (tokens per hash id), got {h!r}")
+        r.hash_block = int(h)
     a = r.arrival
     if isinstance(a, bool) or not isinstance(a, Real) or not math.isfinite(a):
         raise ConfigError(f"request {rid}: arrival must be a finite number of seconds, got {a!r}")

@@ -258,7 +258,8 @@ class Cluster:
         if not (kind is Request and type(a := r.arrival) is float and self._last_arrival <= a <= MAX_SIM_TIME
                 and type(r.id) is int and type(p := r.prompt_tokens) is int and 0 < p <= MAX_TOKENS
                 and type(o := r.output_tokens) is int and 0 < o <= MAX_TOKENS
-                and (r.max_tokens is None or type(r.max_tokens) is int and r.max_tokens > 0)):
+                and (r.max_tokens is None or type(r.max_tokens) is int and r.max_tokens > 0)
+                and (r.hash_ids is None or type(r.hash_block) is int and r.hash_block > 0)):
             r = check_request(r, self._last_arrival, self._first_arrival)
             a = r.arrival
         self._first_arrival = False

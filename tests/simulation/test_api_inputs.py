@@ -51,3 +51,11 @@ def test_valid_arguments_still_run_and_an_slo_mapping_is_read() -> None:
     inst = InstanceConfig("llama-3-8b", "h100", engine=EngineConfig(policy="chunked"))
     res = simulate((inst, inst), iter(_reqs()), "jsq", seed=3, slo={"ttft_ms": 1e6})
     assert res.summary["completed"] == 2 and res.summary["slo_attainment"] == 1.0
+
+
+@pytest.mark.parametrize("hash_block", [0, -16, "16", 16.0, True])
+def test_a_bad_hash_block_names_the_request_and_field(hash_block) -> None:
+    reqs = [Request(i, 0.5 * i, 64, 5, hash_ids=tuple(range(10)), hash_block=hash_block) for i in range(2)]
+    with pytest.raises(ConfigError) as e:
+        simulate([InstanceConfig("llama-3-8b", "h100", engine=EngineConfig(policy="chunked"))], reqs)
+    assert str(e.value) == f"request 0: hash_block must be an integer >= 1 (tokens per hash id), got {hash_block!r}"
