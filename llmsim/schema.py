@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import functools
 import math
+import numbers
 import typing
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
@@ -270,6 +271,14 @@ def check_choice(value: Any, choices: Any, key: str) -> str:
         extra = f" (did you mean {hint[0]!r}?)" if hint else ""
         raise ConfigError(f"{key}: unknown value {show(value)}{extra}; expected one of {names}")
     return value
+
+
+def check_seed(value: Any, key: str = "seed") -> int:
+    """A seed as the Python API takes it: an integer in [0, 2**63) (a float or a string would be silently cut
+    to another seed, or fail deep in numpy)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < 2**63:
+        raise ConfigError(f"{key}: expected an integer in [0, 2**63), got {show(value)}")
+    return int(value)
 
 
 # ---------------------------------------------------------------------------------------------- groups

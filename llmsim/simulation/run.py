@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from numbers import Integral
 from pathlib import Path
 from typing import Any
 
 from llmsim.cluster import Cluster, InstanceConfig
-from llmsim.errors import ConfigError
 from llmsim.metrics.episode_summary import latencies_of_columns
 from llmsim.metrics.progress import SimProgress
 from llmsim.metrics.recorder import instance_means, instance_table, profile_notes, run_duration, summarise
@@ -17,7 +15,7 @@ from llmsim.metrics.result import SimResult
 from llmsim.metrics.stream import StreamedRecorder
 from llmsim.request import Request
 from llmsim.routing import Router, make_router
-from llmsim.schema import SLO
+from llmsim.schema import SLO, check_seed
 
 
 def simulate(
@@ -47,8 +45,7 @@ def simulate(
     completed requests there as they finish, in bounded memory (:mod:`llmsim.metrics.stream`); the result's
     ``requests`` table is then empty and ``requests_path`` names the file.
     """
-    if isinstance(seed, bool) or not isinstance(seed, Integral) or not 0 <= seed < 2**63:
-        raise ConfigError(f"seed: expected an integer in [0, 2**63), got {seed!r}")
+    seed = check_seed(seed)
     slo = SLO.parse(slo)  # before the run: a bad target fails now, not after the simulation
     router = policy if isinstance(policy, Router) else make_router(policy, seed=seed, **(policy_kwargs or {}))
     cluster = Cluster(

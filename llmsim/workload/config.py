@@ -12,6 +12,7 @@ from typing import Any
 
 from llmsim.errors import ConfigError
 from llmsim.registry import Registry
+from llmsim.schema import check_seed
 from llmsim.workload.arrivals import (
     ArrivalProcess,
     GammaArrivals,
@@ -191,7 +192,7 @@ def build_workload(cfg: Mapping[str, Any], seed: int) -> Workload:
     in 300 s), and ``max_requests`` truncates last, so it counts requests that are simulated.
     """
     src = parse_workload(cfg)
-    wl = _build_source(src, int(seed))
+    wl = _build_source(src, check_seed(seed))
     if src.window is not None:
         wl = Windowed(wl, *src.window)
     if isinstance(src, TRACE_SOURCES) and src.max_prompt is not None:

@@ -7,6 +7,7 @@ import pytest
 
 from llmsim import EngineConfig, InstanceConfig, Request, simulate
 from llmsim.errors import ConfigError
+from llmsim.workload import build_workload
 
 
 def _reqs() -> list[Request]:
@@ -59,3 +60,12 @@ def test_a_bad_hash_block_names_the_request_and_field(hash_block) -> None:
     with pytest.raises(ConfigError) as e:
         simulate([InstanceConfig("llama-3-8b", "h100", engine=EngineConfig(policy="chunked"))], reqs)
     assert str(e.value) == f"request 0: hash_block must be an integer >= 1 (tokens per hash id), got {hash_block!r}"
+
+
+@pytest.mark.parametrize("seed", ["a", None, 1.5, True, -1])
+def test_build_workload_refuses_a_seed_it_would_cut_or_crash_on(seed) -> None:
+    cfg = {"kind": "synthetic", "arrival": {"process": "poisson", "rate": 1}, "lengths": "azure_conv_like",
+           "num_requests": 3}
+    with pytest.raises(ConfigError) as e:
+        build_workload(cfg, seed=seed)
+    assert str(e.value) == f"seed: expected an integer in [0, 2**63), got {seed!r}"
