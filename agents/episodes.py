@@ -92,6 +92,12 @@ def _num(x: Any) -> float | None:
     return None if math.isnan(v) else v
 
 
+def preempted_share(summary: dict[str, Any], num_requests: int) -> float | None:
+    """Requests preempted at least once over all the episode's requests: a dropped request's preemptions count in
+    the summary, so a share of the completed ones alone could pass 1."""
+    return summary.get("preempted_requests", 0) / num_requests if num_requests else None
+
+
 def episode_row(label: str, task: Task, wseed: int, out: dict[str, Any], env: RoutingEnv,
                 wall: float) -> dict[str, Any]:
     """One row of evaluation.json from an episode's result (keys: docs/evaluation.md). Latency statistics count
@@ -108,7 +114,7 @@ def episode_row(label: str, task: Task, wseed: int, out: dict[str, Any], env: Ro
         "slo_attainment": _num(s.get("slo_attainment")),
         "return": float(out["return"]),
         "timeouts": int(env.timeouts),
-        "preempted_frac": s.get("preempted_requests", 0) / done if done else None,
+        "preempted_frac": preempted_share(s, len(env.episode_requests)),
         "steps": int(out["steps"]),
         "truncated": bool(out["truncated"]),
         "workload_digest": workload_digest(env),

@@ -242,3 +242,11 @@ def test_suite_refuses_plain_mode_keys_it_would_ignore(tmp_path, override):
     cfg = _compose(["suite=unseen", override])
     with pytest.raises(ConfigError, match=override.split("=")[0].lstrip("+").split(".")[0]):
         run_app(cfg, tmp_path)
+
+
+def test_preempted_share_is_over_every_request_of_the_episode():
+    from llmsim.agents.episodes import preempted_share
+
+    summary = {"preempted_requests": 5, "completed": 2}  # three of the five preempted were dropped later
+    assert preempted_share(summary, 10) == 0.5
+    assert preempted_share(summary, 0) is None
