@@ -55,7 +55,9 @@ def workload(n: int = 120, seed: int = 0) -> list:
     return reqs
 
 
-@pytest.mark.parametrize("name", [n for n in ROUTERS.names() if n not in SKIP])
+# the library's routers: other test modules register their own ``test_*`` ones (a router that holds every request
+# forever, one that trips on its options), which this cluster cannot judge
+@pytest.mark.parametrize("name", [n for n in ROUTERS.names() if n not in SKIP and not n.startswith("test_")])
 def test_every_heuristic_decides_the_same_on_a_state_view(name: str) -> None:
     insts = [InstanceConfig(profile=LinearProfile(kv_tokens=k)) for k in (4000, 8000, 2000)]
     try:
