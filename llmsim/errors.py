@@ -99,9 +99,14 @@ def yaml_error_line(e: yaml.YAMLError, path: str | Path | None = None) -> str:
 class DuplicateJSONKey(ValueError):
     """A key given twice in one JSON object (``json`` would keep the later value)."""
 
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` of a JSON file read by the project: a key given twice is an error, not the later one."""
+    """``object_pairs_hook`` of a JSON file or line read by the project: a key given twice is an error, not the
+    later one (the rare case only pays for finding the key)."""
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
@@ -121,4 +126,4 @@ def load_json_file(path: str | Path, error: type[LLMSimError] = ConfigError) -> 
     except json.JSONDecodeError as e:
         raise error(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     except DuplicateJSONKey as e:
-        raise error(f"{path}: key {str(e.args[0])[:60]!r} given twice in one object; give each key once") from None
+        raise error(f"{path}: key {e.key[:60]!r} given twice in one object; give each key once") from None

@@ -16,10 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from llmsim.errors import ConfigError, TraceError
+from llmsim.errors import ConfigError, DuplicateJSONKey, TraceError
 from llmsim.workload.base import MAX_TOKENS, WorkloadStats, check_float, check_int
 from llmsim.workload.trace_io import (
-    DuplicateKey,
     Table,
     base_suffix,
     duplicate_key_message,
@@ -313,7 +312,7 @@ def _load_jsonl(path: Path, prompt_column: str | None, output_column: str | None
                 continue
             try:
                 obj = json_line(line)
-            except DuplicateKey as e:
+            except DuplicateJSONKey as e:
                 raise TraceError(duplicate_key_message(path, f"line {line_no}", e.key)) from None
             except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
                 obj = None

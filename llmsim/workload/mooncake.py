@@ -15,12 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, DuplicateJSONKey
 from llmsim.request import Request
 from llmsim.workload.base import MAX_TOKENS, Workload, WorkloadStats, check_float, check_int, check_on_error
 from llmsim.workload.trace_io import (
     DECODE_ERRORS,
-    DuplicateKey,
     decode_failure,
     duplicate_key_message,
     json_line,
@@ -100,7 +99,7 @@ class MooncakeTrace(Workload):
         """One line -> (timestamp ms, input, output, hash_ids); raises _BadLine."""
         try:
             obj = json_line(line)
-        except DuplicateKey as e:
+        except DuplicateJSONKey as e:
             raise _BadLine(duplicate_key_message(self.path, f"line {line_no}", e.key)) from None
         except (json.JSONDecodeError, RecursionError) as e:
             obj = e

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmsim.errors import TraceError
+from llmsim.errors import TraceError, unique_keys
 from llmsim.workload.base import WorkloadStats
 from llmsim.workload.trace_values import RowError, reject, row_message
 
@@ -126,31 +126,12 @@ def undecodable_message(path: Path, where: str, column: str, raw: bytes) -> str:
     return f"{path}: {where}, column {column!r}: expected {UNDECODABLE}, got undecodable bytes {raw[:16]!r}"
 
 
-class DuplicateKey(ValueError):
-    """A JSON object naming ``key`` twice: json keeps the last value silently, so a JSONL reader refuses it."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):  # the rare case: find the repeated key
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DuplicateKey(key)
-            seen.add(key)
-    return obj
-
-
-_JSON_LINE = json.JSONDecoder(object_pairs_hook=_unique_keys)  # built once: json.loads(hook=) builds one per call
+_JSON_LINE = json.JSONDecoder(object_pairs_hook=unique_keys)  # built once: json.loads(hook=) builds one per call
 
 
 def json_line(line: str) -> Any:
     """One JSONL line's value as ``json.loads`` gives it, but a key named twice in an object raises
-    :class:`DuplicateKey` (a few per cent of a trace's parse time, the hook runs once per object)."""
+    :class:`~llmsim.errors.DuplicateJSONKey` (a few per cent of a trace's parse time, the hook runs once per object)."""
     if line.startswith("\ufeff"):
         return json.loads(line)  # json.loads' own "Unexpected UTF-8 BOM" error
     return _JSON_LINE.decode(line)
