@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from numbers import Integral
 from typing import Any
 
@@ -72,7 +72,7 @@ class Cluster:
 
     def __init__(
         self,
-        instances: list[InstanceConfig],
+        instances: Sequence[InstanceConfig],  # checked below (a list annotation would be a compiled build's TypeError)
         router: Router,
         *,
         view_staleness: float = 0.0,
