@@ -41,8 +41,8 @@ from llmsim.agents.router_options import router_kwargs
 from llmsim.agents.seeds import seed_splits
 from llmsim.agents.suite import run_suite
 from llmsim.agents.suite_config import SuiteChoice
+from llmsim.cli.hydra_app import run_hydra_app
 from llmsim.errors import ConfigError
-from llmsim.hydra_app import run_hydra_app
 from llmsim.schema import Schema
 
 __all__ = ["AUTO_BASELINES", "DEFAULT_SEEDS", "EvaluateConfig", "baseline_specs", "checkpoint_specs", "env_config",

@@ -33,6 +33,7 @@ from llmsim.agents.env_setup import LEARNED, make_env
 from llmsim.agents.nets import SetQNetwork, masked
 from llmsim.agents.router_options import router_kwargs
 from llmsim.agents.sac_nets import SACActor
+from llmsim.cli.hydra_app import run_hydra_app
 from llmsim.envs.actions import ActionSpec, slot_mask
 from llmsim.envs.exported import (
     FORMAT,
@@ -50,7 +51,6 @@ from llmsim.envs.observations import make_obs
 from llmsim.envs.policy_router import builder_spec, predictor_spec
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError, load_yaml_file
-from llmsim.hydra_app import run_hydra_app
 from llmsim.routing import DROP, WAIT
 from llmsim.schema import NonNegInt, Schema, not_bool
 from llmsim.state.cluster_state import LAYOUT_VERSION

@@ -70,10 +70,10 @@ from llmsim.agents.training_warnings import (
 )
 from llmsim.agents.vec import FreshInfoVecEnv
 from llmsim.agents.zoo import checkpoint_dir
+from llmsim.cli.hydra_app import run_hydra_app
 from llmsim.envs.randomize import RandomizeConfig, SlotEnv
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
-from llmsim.hydra_app import run_hydra_app
 from llmsim.schema import NonNegInt, PosInt, Schema
 
 PROG = "llmsim-train"

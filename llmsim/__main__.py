@@ -1,3 +1,3 @@
-from llmsim.cli import main
+from llmsim.cli.simulate import main
 
 main()

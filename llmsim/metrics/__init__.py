@@ -8,10 +8,10 @@ cluster: :mod:`~llmsim.metrics.sources` names what is read of them):
 * :mod:`~llmsim.metrics.episode_summary`: a run's summary numbers without its tables (what an env reports at the
   end of every episode);
 * :mod:`~llmsim.metrics.progress`: ``SimProgress``, requests done while a run goes (a recorder observer);
-* :mod:`~llmsim.metrics.report`: the terminal summary, and ``python -m llmsim.metrics.report MULTIRUN_DIR``;
-* :mod:`~llmsim.metrics.plots`: a run's figures; :mod:`~llmsim.metrics.sweep` and
-  :mod:`~llmsim.metrics.sweep_plot`: a multirun as one table, and its figure;
-* :mod:`~llmsim.metrics.collect`: ``python -m llmsim.metrics.collect SWEEP_DIR``, every run of any sweep.
+* :mod:`~llmsim.metrics.report`: the terminal summary;
+* :mod:`~llmsim.metrics.plots`: a run's figures.
+
+A sweep's tables (what a Hydra multirun leaves) are read in :mod:`llmsim.cli`, above the simulator.
 
 ``import llmsim`` loads only the recorder, the table, the result and the progress (no matplotlib, no Hydra).
 """

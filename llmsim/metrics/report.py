@@ -1,20 +1,14 @@
-"""The reports people read: a run's summary on the terminal, and ``python -m llmsim.metrics.report MULTIRUN_DIR``.
+"""The report people read of a run: its summary on the terminal.
 
 The summary mirrors ``vllm bench serve`` (same names, ms) so numbers can be compared side by side with a
 real benchmark; what vllm does not print (drops, truncation, preemption, instance load) is a second table
-beside it rather than mixed into it.
-
-``python -m llmsim.metrics.report MULTIRUN_DIR [--x KEY]`` (the command ``llmsim -m ...`` prints) collects a
-multirun into ``sweep.csv`` and ``sweep.png``. Everything a person reads is importable from here (the figures
-of :mod:`llmsim.metrics.plots` and :mod:`llmsim.metrics.sweep_plot`, the sweep table of
-:mod:`llmsim.metrics.sweep`, the progress of :mod:`llmsim.metrics.progress`): the notebooks and the ``llmsim``
-command use this one import. It loads matplotlib and Hydra's override parser, so it is never on
-``import llmsim``'s path.
+beside it rather than mixed into it. The figures of a run (:mod:`llmsim.metrics.plots`) and its progress are
+importable from here too, so a notebook needs this one import; a sweep's table and figure are
+:mod:`llmsim.cli.report`'s. Loads matplotlib and rich, so it is never on ``import llmsim``'s path.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from typing import TYPE_CHECKING, Any
@@ -23,18 +17,14 @@ from rich.columns import Columns
 from rich.console import Console
 from rich.table import Table
 
-from llmsim.errors import LLMSimError
 from llmsim.metrics.plots import latency_cdf_figure, save_plots, timeline_figure
 from llmsim.metrics.progress import SimProgress
-from llmsim.metrics.sweep import Sweep, collect_sweep, sweep_table, swept_keys
-from llmsim.metrics.sweep_plot import plot_sweep, save_sweep, sweep_figure
 
 if TYPE_CHECKING:
     from llmsim.metrics.result import SimResult
 
-__all__ = ["SimProgress", "Sweep", "collect_sweep", "empty_result_reason", "latency_cdf_figure", "main",
-           "outcome_rows", "plot_sweep", "print_summary", "save_plots", "save_sweep", "summary_rows", "sweep_figure",
-           "swept_keys", "timeline_figure"]
+__all__ = ["SimProgress", "empty_result_reason", "latency_cdf_figure", "outcome_rows", "print_summary", "save_plots",
+           "summary_rows", "timeline_figure"]
 
 _ORDER = [
     ("Successful requests", "completed", "{:,d}"),
@@ -142,32 +132,7 @@ def print_summary(result: SimResult, title: str = "llmsim result") -> None:
         console.print(f"[yellow]note:[/yellow] {note}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m llmsim.metrics.report SWEEP_DIR [--x KEY]``; errors are one line on stderr, exit status 2."""
-    ap = argparse.ArgumentParser(
-        prog="python -m llmsim.metrics.report",
-        description="Collect a Hydra multirun of llmsim (llmsim -m ...) into sweep.csv (one column per override "
-                    "key, then the summary metrics) and sweep.png (one curve per value of each swept key but x).")
-    ap.add_argument("sweep_dir", help="the multirun directory, e.g. multirun/2025-01-31/12-00-00")
-    ap.add_argument("--x", default=None, help="swept key for the x axis (default: workload.rate if swept, else the "
-                                              "first numeric swept key)")
-    args = ap.parse_args(argv)
-    try:
-        sweep = collect_sweep(args.sweep_dir)
-        csv, png, x = save_sweep(sweep, args.sweep_dir, args.x)
-    except LLMSimError as e:
-        print(f"llmsim.metrics.report: error: {e}", file=sys.stderr)
-        return 2
-    print(sweep_table(sweep, x))
-    swept = sweep.swept
-    if x is None:
-        print("nothing was swept (every job has the same overrides): no plot")
-    else:
-        by = [k for k in swept if k != x]
-        print(f"x axis: {x}; curves: {', '.join(by) if by else 'one'}")
-    print(f"wrote {csv}" + (f" and {png}" if png else ""))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # the sweep report's old command: say where it went rather than exit silently
+    print("python -m llmsim.metrics.report: error: a sweep's report is `python -m llmsim.cli.report MULTIRUN_DIR`",
+          file=sys.stderr)
+    raise SystemExit(2)

@@ -2,7 +2,7 @@
 
     llmsim-capacity capacity.policies=[round_robin,jsq] capacity.target=0.9 slo.ttft_ms=500 slo.tpot_ms=50
     llmsim-capacity capacity.clusters=[a100x4,v100x4]      # several conf/cluster presets in one search
-    python -m llmsim.planning.capacity ...                          # the same
+    python -m llmsim.cli.planning capacity ...                     # the same
 
 This is the "goodput" / capacity figure of DistServe and Vidur. For each (cluster, policy), attainment (the
 share of requests meeting every SLO, drops counting as misses; ``capacity.metric`` picks a per-target share
@@ -41,10 +41,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
-
 from llmsim.errors import ConfigError, load_yaml_file
-from llmsim.hydra_app import discard_run_dir, run_hydra_app
 from llmsim.planning.capacity_report import goodput_note, print_table, write_outputs
 from llmsim.planning.progress import SearchProgress
 from llmsim.planning.runner import Job, Runner, cpu_count, evaluate
@@ -250,31 +247,7 @@ def run_capacity(cfg: dict[str, Any], out_dir: str | Path, quiet: bool = False,
     return rows
 
 
-def planning_app(config_name: str, prog: str, body: Callable[[dict[str, Any], Path], None]) -> None:
-    """A Hydra app over conf/<config_name>.yaml (:func:`llmsim.hydra_app.run_hydra_app`: one-line errors, exit
-    status 2) whose failed runs leave no output folder behind; a finished one prints where its outputs are."""
-
-    def run(cfg: dict[str, Any], out_dir: str) -> None:
-        out = Path(out_dir)
-        try:
-            body(cfg, out)
-        except KeyboardInterrupt:  # Ctrl-C: a search is long, stopping it is normal use, not a crash
-            discard_run_dir(out)
-            print(f"{prog}: interrupted, nothing written", file=sys.stderr)
-            raise SystemExit(130) from None
-        print(f"outputs: {out}")
-
-    run_hydra_app(config_name, prog, run)
-
-
-def _app(cfg: dict[str, Any], out_dir: Path) -> None:
-    choice = HydraConfig.get().runtime.choices.get("cluster")
-    run_capacity(cfg, out_dir, cluster_label=group_label(choice, base_config(cfg)["cluster"]))
-
-
-def main() -> None:
-    planning_app("capacity", "llmsim-capacity", _app)
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the app's old module command: say where it went rather than exit silently
+    print("python -m llmsim.planning.capacity: error: the app is `llmsim-capacity` (or `python -m llmsim.cli.planning "
+          "capacity`)", file=sys.stderr)
+    raise SystemExit(2)

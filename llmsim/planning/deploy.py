@@ -2,7 +2,7 @@
 
     llmsim-deploy deploy.target_rate=20 slo.ttft_ms=2000 slo.tpot_ms=100
     llmsim-deploy deploy.gpus=[a100-80gb,h100,a10,rtx4090] deploy.engines=[{name:v0,policy:vllm_v0}] prices=aws
-    python -m llmsim.planning.deploy ...                        # the same
+    python -m llmsim.cli.planning deploy ...                    # the same
 
 The question Vidur-Search (microsoft/vidur, ``vidur/config_optimizer``) answers, asked the cheap way. Vidur
 binary-searches the QPS of every full (cluster, scheduler, batch size) configuration, one simulator process
@@ -34,6 +34,7 @@ with the number of simulations and simulations per minute. See docs/capacity.md.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -53,7 +54,6 @@ from llmsim.planning.capacity import (
     PREFLIGHT_REQUESTS,
     base_config,
     check_metric,
-    planning_app,
     preflight,
     rate_mode,
     run_config,
@@ -215,15 +215,10 @@ def search_phases(plan: Plan, cands: list[Candidate], progress: SearchProgress,
     return verified, best, measured
 
 
-def _app(cfg: dict[str, Any], out_dir: Path) -> None:
-    run_deploy(cfg, out_dir)
+__all__ = ["run_deploy", "search_phases", "search_replicas", "verify", "measure"]
 
 
-def main() -> None:
-    planning_app("deploy", "llmsim-deploy", _app)
-
-
-__all__ = ["main", "run_deploy", "search_phases", "search_replicas", "verify", "measure"]
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the app's old module command: say where it went rather than exit silently
+    print("python -m llmsim.planning.deploy: error: the app is `llmsim-deploy` (or `python -m llmsim.cli.planning "
+          "deploy`)", file=sys.stderr)
+    raise SystemExit(2)

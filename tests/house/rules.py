@@ -4,8 +4,8 @@
 * imports at the top: an import inside a function is allowed only for an optional dependency, with a comment on
   its line that says ``optional`` (``import torch  # optional: the rl extra``);
 * no private access: ``obj._x`` only on ``self`` / ``cls``, and no ``from module import _name``;
-* one import name: the shipped packages are imported as ``llmsim.envs``, ``llmsim.agents``, ``llmsim.serving`` and
-  ``llmsim.profiles``, never as top-level ``envs`` / ``agents`` / ``serving`` / ``profiles``;
+* one import name: the shipped packages are imported as ``llmsim.envs``, ``llmsim.agents``, ``llmsim.serving``,
+  ``llmsim.profiles`` and ``llmsim.cli``, never as top-level ``envs`` / ``agents`` / ... / ``cli``;
 * library code and shipped configs cite papers by name, never "spec 001" or "issue 17".
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 60
-BARE_TOP = ("envs", "agents", "serving", "profiles")
+BARE_TOP = ("envs", "agents", "serving", "profiles", "cli")
 # "spec 001", "spec 4", "issue 17", "issue #17", "spec001", "shared/specs/003"
 NAMEDTUPLE_API = {"_asdict", "_replace", "_fields", "_make", "_field_defaults"}  # public despite the underscore
 CITATION = re.compile(r"\b(?:spec|issue)s?\s?#?\d{1,3}\b|\bspec_?0\d\d|shared/specs/0\d\d", re.IGNORECASE)
@@ -36,6 +36,7 @@ LIBRARY_ROOMS = {
     "simulation": ["llmsim/simulation"],
     "planning": ["llmsim/planning"],
     "emulator": ["llmsim/emulator"],
+    "cli": ["cli"],
     "envs": ["envs"],
     "agents": ["agents"],
     "serving": ["serving"],

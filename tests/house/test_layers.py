@@ -41,6 +41,25 @@ def test_the_simulator_imports_without_envs_or_torch(module: str) -> None:
     assert p.returncode == 0, p.stderr[-2000:]
 
 
+SIMULATOR_FORBIDDEN = ("hydra", "omegaconf", "torch", "gymnasium", "stable_baselines3", "torch_geometric")
+
+
+def test_no_file_of_the_simulator_imports_hydra_or_learning() -> None:
+    """The simulator is the llmsim/ folder itself (its links to the layers above aside): no file in it imports
+    Hydra, OmegaConf or learning code, at the top or inside a function; the commands live in llmsim.cli (cli/)."""
+    files = [p for room, patterns in rules.LIBRARY_ROOMS.items() if all(q.startswith("llmsim/") for q in patterns)
+             for p in rules.room_files(room)]
+    assert len(files) > 100, len(files)  # the rooms were found
+    found = []
+    for path in files:
+        for n in ast.walk(ast.parse(path.read_text(), str(path))):
+            mods = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                [n.module or ""] if isinstance(n, ast.ImportFrom) else []
+            found += [f"{path.relative_to(REPO)}:{n.lineno}: {m}" for m in mods
+                      if m.split(".")[0] in SIMULATOR_FORBIDDEN]
+    assert not found, found
+
+
 def test_no_library_module_imports_experiments() -> None:
     found = []
     for room in rules.LIBRARY_ROOMS:
@@ -50,11 +69,11 @@ def test_no_library_module_imports_experiments() -> None:
                     [n.module or ""] if isinstance(n, ast.ImportFrom) else []
                 found += [f"{path.relative_to(REPO)}:{n.lineno}" for m in mods if m.split(".")[0] == "experiments"]
     # the one exception: the llmsim-reproduce launcher, which runs the checkout's experiments when they are there
-    assert found == ["llmsim/cli.py:" + str(_launcher_line())], found
+    assert found == ["cli/reproduce.py:" + str(_launcher_line())], found
 
 
 def _launcher_line() -> int:
-    for i, line in enumerate((REPO / "llmsim" / "cli.py").read_text().splitlines(), 1):
+    for i, line in enumerate((REPO / "cli" / "reproduce.py").read_text().splitlines(), 1):
         if "from experiments.reproduce import" in line:
             return i
     return -1

@@ -40,8 +40,8 @@ RULES: list[tuple[str, str, str]] = [
     (r"^python3\.11 -m venv ", "skip", "creates a venv and installs the package: CI runs exactly this (.ci/run)"),
     (r"^(llmsim|python -m llmsim) -m ", "run", "Hydra multirun, small sizes"),
     (r"^(llmsim|python -m llmsim)( (?!-m )|$)", "run", "one simulation, small sizes"),
-    (r"^(llmsim-capacity|python -m llmsim\.planning\.capacity)( |$)", "run", "capacity search, tiny budget"),
-    (r"^python -m llmsim\.metrics\.report ", "run", "report of the multirun above"),
+    (r"^(llmsim-capacity|python -m llmsim\.cli\.planning capacity)( |$)", "run", "capacity search, tiny budget"),
+    (r"^python -m llmsim\.cli\.report ", "run", "report of the multirun above"),
     (r"^(llmsim-train|python -m llmsim\.agents\.train)( |$)", "run", "a few hundred training steps on 40 requests"),
     (r"^(llmsim-evaluate|python -m llmsim\.agents\.evaluate)( |$)", "run", "the checkpoint trained above, one seed"),
     (r"^(llmsim-reproduce|python -m experiments\.reproduce)( |$)", "run", "LLMSIM_REPRODUCE_SIZE=tiny"),
@@ -73,7 +73,8 @@ def _argv(cmd: str, tmp: Path, state: dict) -> list[str] | None:
     if head in AGENT_APPS:
         return _agent_argv([sys.executable, "-m", AGENT_APPS[head], *args[1:]], tmp, state)
     if head.startswith("llmsim"):
-        args = [sys.executable, "-m", "llmsim.planning.capacity" if head == "llmsim-capacity" else "llmsim", *args[1:]]
+        app = ["llmsim.cli.planning", "capacity"] if head == "llmsim-capacity" else ["llmsim"]
+        args = [sys.executable, "-m", *app, *args[1:]]
     elif head == "python":
         args = [sys.executable, *args[1:]]
     mod = args[2] if len(args) > 2 and args[1] == "-m" else ""
@@ -86,10 +87,10 @@ def _argv(cmd: str, tmp: Path, state: dict) -> list[str] | None:
             state["sweep"] = tmp / "sweep"
             return [*args, "++workload.num_requests=60", "output.plots=false", f"hydra.sweep.dir={state['sweep']}"]
         return [*args, *SMALL, f"hydra.run.dir={tmp}/run"]
-    if mod == "llmsim.planning.capacity":
+    if mod == "llmsim.cli.planning":
         return [*args, "capacity.seeds=1", "capacity.num_requests=60", "capacity.tolerance=0.5",
                 "capacity.max_evaluations=6", f"hydra.run.dir={tmp}/cap"]
-    if mod == "llmsim.metrics.report":
+    if mod == "llmsim.cli.report":
         return [*args[:3], str(state["sweep"]), *args[4:]]
     return args
 

@@ -217,8 +217,8 @@ def test_no_slo_is_an_error(tmp_path) -> None:
 
 # ------------------------------------------------------------------------------------------ the Hydra app
 def _app(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmsim.planning.capacity", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "llmsim.cli.planning", "capacity", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.timeout(90)

@@ -82,8 +82,8 @@ def test_tiny_search_finds_the_cheaper_feasible_gpu(tmp_path) -> None:
             "deploy.target_rate=3", "deploy.prune=false", "deploy.counts=[1,2,4]", "capacity.seeds=1",
             "capacity.num_requests=150", "capacity.tolerance=0.1", "capacity.workers=2", "deploy.verify_parallel=1",
             f"hydra.run.dir={tmp_path}/run"]
-    p = subprocess.run([sys.executable, "-m", "llmsim.planning.deploy", *args], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=110)
+    p = subprocess.run([sys.executable, "-m", "llmsim.cli.planning", "deploy", *args], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=110)
     assert p.returncode == 0, p.stderr[-3000:]
     run = tmp_path / "run"
     rep = json.loads((run / "deploy.json").read_text())
@@ -110,7 +110,7 @@ def test_tiny_search_finds_the_cheaper_feasible_gpu(tmp_path) -> None:
 
 
 def test_app_bad_deploy_config_exits_2(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "llmsim.planning.deploy", "deploy.budget=0",
+    p = subprocess.run([sys.executable, "-m", "llmsim.cli.planning", "deploy", "deploy.budget=0",
                         f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
@@ -131,13 +131,20 @@ def test_same_report_on_one_and_two_workers(tmp_path) -> None:
     assert run(1) == run(2)
 
 
-@pytest.mark.parametrize("module,name", [("llmsim.planning.deploy", "llmsim-deploy"),
-                                         ("llmsim.planning.capacity", "llmsim-capacity")])
-def test_help_names_the_app(module, name, tmp_path) -> None:
-    p = subprocess.run([sys.executable, "-m", module, "--help"], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=60)
+@pytest.mark.parametrize("app,name", [("deploy", "llmsim-deploy"), ("capacity", "llmsim-capacity")])
+def test_help_names_the_app(app, name, tmp_path) -> None:
+    p = subprocess.run([sys.executable, "-m", "llmsim.cli.planning", app, "--help"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.startswith(f"{name}: "), p.stdout[:300]
     assert "== Examples ==" in p.stdout and "powered by Hydra" not in p.stdout
+
+
+@pytest.mark.parametrize("module", ["llmsim.planning.deploy", "llmsim.planning.capacity"])
+def test_the_old_module_commands_say_where_the_apps_went(module, tmp_path) -> None:
+    p = subprocess.run([sys.executable, "-m", module, "--help"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert f"python -m llmsim.cli.planning {module.rsplit('.', 1)[1]}" in p.stderr
 
 
 def test_a_config_of_a_measured_architecture_counts_as_measured(tmp_path) -> None:

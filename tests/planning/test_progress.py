@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmsim.hydra_app import discard_run_dir
+from llmsim.cli.hydra_app import discard_run_dir
 from llmsim.planning.capacity import base_config, search_all
 from llmsim.planning.capacity_report import goodput_note
 from llmsim.planning.progress import SearchProgress

@@ -5,8 +5,8 @@ combination, each with ``summary.json`` and ``.hydra/overrides.yaml``. The overr
 own parser, so the table has one typed column per override key (``policy``, ``workload.rate``, ...)
 followed by the summary's metrics. The *swept* keys are those whose value differs between jobs: one is the
 x axis, and every combination of the others is its own curve (one curve per policy, not one zig-zag line
-through all of them). :mod:`llmsim.metrics.sweep_plot` draws the table; :mod:`llmsim.metrics.collect` reads
-sweeps of any launcher with the same readers; ``python -m llmsim.metrics.report MULTIRUN_DIR`` writes
+through all of them). :mod:`llmsim.cli.sweep_plot` draws the table; :mod:`llmsim.cli.collect` reads
+sweeps of any launcher with the same readers; ``python -m llmsim.cli.report MULTIRUN_DIR`` writes
 ``sweep.csv`` and ``sweep.png`` (:mod:`llmsim.metrics.report`).
 
 Imports Hydra's override grammar (and so the ``hydra`` package), hence stays off ``import llmsim``'s path.
@@ -91,7 +91,7 @@ def collect_sweep(sweep_dir: str | Path) -> Sweep:
 
 
 def job_overrides(job: Path) -> dict[str, Any]:
-    """A job's typed overrides from its ``.hydra/overrides.yaml`` ({} without one); llmsim.metrics.collect's too."""
+    """A job's typed overrides from its ``.hydra/overrides.yaml`` ({} without one); llmsim.cli.collect's too."""
     overrides_file = job / ".hydra" / "overrides.yaml"
     return _read_overrides(overrides_file) if overrides_file.exists() else {}
 

@@ -15,8 +15,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import LogFormatter, PercentFormatter
 
+from llmsim.cli.sweep import Sweep, choose_x, curves, sort_rows
 from llmsim.metrics.plots import new_figure
-from llmsim.metrics.sweep import Sweep, choose_x, curves, sort_rows
 
 # what a swept key means, for axis labels
 KEY_LABELS = {

@@ -1,4 +1,4 @@
-"""``python -m llmsim.metrics.collect``: one table out of a sweep whatever launched it (basic / joblib directory layout,
+"""``python -m llmsim.cli.collect``: one table out of a sweep whatever launched it (basic / joblib directory layout,
 submitit's ``.submitit/`` beside the runs, several multiruns under one directory), failed runs listed with the
 line that says why, CSV and Parquet alike, one-line errors for what is not a sweep. Fixture sweeps are written
 by hand here; tests/test_launchers.py collects real multiruns."""
@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from llmsim.metrics.collect import collect, failure_reason, find_runs, last_line, main, parquet_ready
+from llmsim.cli.collect import collect, failure_reason, find_runs, last_line, main, parquet_ready
 from tests.helpers import REPO
 
 SUMMARY = {"completed": 40, "num_requests": 40, "request_throughput": 2.5, "median_ttft_ms": 80.0,
@@ -194,7 +194,7 @@ def test_not_a_sweep_is_one_line_and_exit_2(tmp_path, capsys, what):
         target = _run(tmp_path, 0, ["seed=0"], SUMMARY)
     assert main([str(target)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("llmsim.metrics.collect: error: ")
+    assert len(err.splitlines()) == 1 and err.startswith("llmsim.cli.collect: error: ")
     assert {"missing": "no such directory", "empty": "no run directories",
             "single_run": "a single run's directory"}[what] in err
 
@@ -228,11 +228,11 @@ def test_last_line_and_reason_read_only_the_tail(tmp_path):
 def test_module_runs_and_imports_no_heavy_package(tmp_path):
     """The collector runs where the sweep's files are (a login node): no torch, gymnasium nor matplotlib at import.
     (Hydra's override grammar it does import, at the top: it is what types the override columns.)"""
-    code = ("import sys, llmsim.metrics.collect; bad = {'torch', 'gymnasium', 'matplotlib'} & "
+    code = ("import sys, llmsim.cli.collect; bad = {'torch', 'gymnasium', 'matplotlib'} & "
             "{m.split('.')[0] for m in sys.modules}; assert not bad, bad")
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True).returncode == 0
     sweep = basic_sweep(tmp_path / "sweep")
-    p = subprocess.run([sys.executable, "-m", "llmsim.metrics.collect", str(sweep)], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "llmsim.cli.collect", str(sweep)], capture_output=True, text=True,
                        cwd=tmp_path, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "collected 2 runs, 1 failed" in p.stdout

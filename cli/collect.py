@@ -1,11 +1,11 @@
-"""``python -m llmsim.metrics.collect SWEEP_DIR [--out PATH]``: every run of a sweep in one table (CSV and Parquet).
+"""``python -m llmsim.cli.collect SWEEP_DIR [--out PATH]``: every run of a sweep in one table (CSV and Parquet).
 
 A sweep of thousands of runs is launched by Hydra's basic launcher, joblib (``hydra/launcher=joblib_local``) or
 submitit (``hydra/launcher=slurm``, ``slurm_local``), possibly as several multiruns under one directory (one per
 Slurm job of a grouped sweep, docs/scale-out.md). They all leave one directory per run holding ``.hydra/`` and,
 when the run got that far, a summary: ``summary.json`` (``llmsim``), ``training.json`` (``llmsim-train``) or
 ``evaluation.json`` (``llmsim-evaluate``, one row per policy). This module finds those run directories at any
-depth, reads them with :mod:`llmsim.metrics.sweep`'s readers (same typed override columns as ``sweep.csv``) and
+depth, reads them with :mod:`llmsim.cli.sweep`'s readers (same typed override columns as ``sweep.csv``) and
 writes ``collect.csv`` and ``collect.parquet``. Some runs of a big sweep always fail (a bad combination, a node
 lost, a timeout): such a run is a row with ``status`` ``failed`` and an ``error`` (the last line of its error log
 when one is found, e.g. submitit's ``.submitit/<job>/<job>_0_log.err``), counted and printed, never fatal. A run
@@ -16,7 +16,7 @@ and joblib launchers stop a sweep at its first failing job) are rows with ``stat
 overrides, ready to be submitted again.
 
 Imports no torch, gymnasium nor matplotlib, so it runs on a login node; override values go through Hydra's
-override parser, as in ``python -m llmsim.metrics.report``, so both tables type them alike.
+override parser, as in ``python -m llmsim.cli.report``, so both tables type them alike.
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ import pandas as pd
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from llmsim.errors import LLMSimError
-from llmsim.metrics.sweep import (
+from llmsim.cli.sweep import (
     TABLE_METRICS,
     ReportError,
     job_overrides,
@@ -46,6 +45,7 @@ from llmsim.metrics.sweep import (
     read_json,
     swept_keys,
 )
+from llmsim.errors import LLMSimError
 
 SUMMARIES = ("summary.json", "training.json", "evaluation.json")  # what a run of each app leaves, in that order
 STATUS_COLUMNS = ("status", "source", "error", "job_dir")  # after the overrides and the metrics
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     """Exit status 0 when at least one run was collected, 1 when every run failed, 2 when ``SWEEP_DIR`` is
     not a sweep (one line on stderr)."""
     ap = argparse.ArgumentParser(
-        prog="python -m llmsim.metrics.collect",
+        prog="python -m llmsim.cli.collect",
         description="Gather every run of a sweep (any launcher: basic, joblib, submitit; nested multiruns too) "
                     "into one table: override columns, summary metrics, status / error / job_dir; written as "
                     "collect.csv and collect.parquet.")
@@ -417,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         col = collect(args.sweep_dir)
         csv, parquet = save(col, args.out)
     except (LLMSimError, OSError) as e:
-        print(f"llmsim.metrics.collect: error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"llmsim.cli.collect: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     try:
         print(summary_text(col))
@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `... | head`: the reader left; the files are written
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if col.ok.empty:
-        print("llmsim.metrics.collect: error: no run has a summary (all failed)", file=sys.stderr)
+        print("llmsim.cli.collect: error: no run has a summary (all failed)", file=sys.stderr)
         return 1
     return 0
 

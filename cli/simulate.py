@@ -1,5 +1,5 @@
-"""``llmsim`` command: a Hydra app over conf/ that runs one simulation and prints its summary; and the
-``llmsim-reproduce`` launcher, which finds the reproductions of a source checkout."""
+"""``llmsim`` command (also ``python -m llmsim``): a Hydra app over conf/ that runs one simulation and prints its
+summary; after a multirun, the command that reads the sweep back."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from llmsim.cli.hydra_app import discard_run_dir, one_line, quiet_on_closed_pipe
 from llmsim.compiled import engine_name
 from llmsim.errors import LLMSimError
-from llmsim.hydra_app import discard_run_dir, one_line, quiet_on_closed_pipe
 from llmsim.metrics.report import empty_result_reason, print_summary
-from llmsim.resources import conf_dir, experiments_dir
+from llmsim.resources import conf_dir
 from llmsim.simulation.from_config import run_from_config
 
 
@@ -65,7 +65,7 @@ class SweepReportCallback(Callback):
         print(f"sweep: {len(summaries)} runs in {sweep_dir}")
         if empty:
             print(f"sweep: {empty} of them completed no request (their error lines are above); exit status 1")
-        print(f"report: python -m llmsim.metrics.report {shlex.quote(sweep_dir)}")
+        print(f"report: python -m llmsim.cli.report {shlex.quote(sweep_dir)}")
         sys.stdout.flush()
         if empty:
             raise SystemExit(1)  # the whole sweep ran; its exit status still says that part of it is empty
@@ -73,22 +73,6 @@ class SweepReportCallback(Callback):
 
 def main() -> None:
     quiet_on_closed_pipe(_simulate)
-
-
-def reproduce() -> None:
-    """``llmsim-reproduce``: the paper reproductions live in a source checkout's ``experiments/`` (not in the
-    wheel); found beside this package, they run, else one line says what is needed."""
-    root = experiments_dir()
-    if root is None:
-        print("llmsim-reproduce: error: the reproductions live in the source checkout's experiments/ folder, which "
-              "an installed wheel does not ship; run it from a checkout: git clone <llmsim repository> && "
-              "pip install -e '.[rl]' && llmsim-reproduce --help", file=sys.stderr)
-        raise SystemExit(2)
-    if str(root.parent) not in sys.path:
-        sys.path.insert(0, str(root.parent))
-    from experiments.reproduce import main as run  # optional: only in a source checkout (found above)
-
-    raise SystemExit(run())
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""A sweep's report (``python -m llmsim.metrics.report MULTIRUN_DIR``, the command ``llmsim -m`` prints):
+"""A sweep's report (``python -m llmsim.cli.report MULTIRUN_DIR``, the command ``llmsim -m`` prints):
 ``sweep.csv`` with one typed column per override key, ``sweep.png`` with one curve per policy, ``--x``, override
 parsing with Hydra's grammar, and one-line errors. One real 2 policies x 2 rates sweep; the rest on fake jobs."""
 
@@ -14,13 +14,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from llmsim.metrics.sweep import ReportError, choose_x, collect_sweep, default_x, parse_overrides
-from llmsim.metrics.sweep_plot import sweep_figure
+from llmsim.cli.sweep import ReportError, choose_x, collect_sweep, default_x, parse_overrides
+from llmsim.cli.sweep_plot import sweep_figure
 from tests.helpers import REPO
 
 
 def _report(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmsim.metrics.report", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "llmsim.cli.report", *args], capture_output=True, text=True,
                           cwd=REPO, timeout=120)
 
 
@@ -40,7 +40,7 @@ def test_multirun_prints_its_directory_and_the_exact_report_command(sweep_run):
     lines = p.stdout.splitlines()
     assert f"sweep: 4 runs in {sweep_dir}" in lines
     cmd = [line.removeprefix("report: ") for line in lines if line.startswith("report: ")]
-    assert cmd == [f"python -m llmsim.metrics.report {sweep_dir}"]
+    assert cmd == [f"python -m llmsim.cli.report {sweep_dir}"]
     r = _report(*cmd[0].split()[3:])  # the printed command, run as printed
     assert r.returncode == 0, r.stderr
 
@@ -72,7 +72,7 @@ def test_sweep_plot_has_one_curve_per_policy(sweep_run):
     sweep_dir, _ = sweep_run
     sweep = collect_sweep(sweep_dir)
     assert sweep.swept == ["policy", "workload.rate"]
-    fig = sweep_figure(sweep)  # what `python -m llmsim.metrics.report` saves as sweep.png
+    fig = sweep_figure(sweep)  # what `python -m llmsim.cli.report` saves as sweep.png
     ttft = fig.axes[0]
     assert "TTFT" in ttft.get_ylabel() and "ms" in ttft.get_ylabel() and "req/s" in ttft.get_xlabel()
     medians = [ln for ln in _data_lines(ttft) if ln.get_linestyle() == "-"]
@@ -141,4 +141,11 @@ def test_report_errors_are_one_line(tmp_path, setup, message):
     r = _report(str(target))
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("llmsim.metrics.report: error: ") and message in lines[0], r.stderr
+    assert len(lines) == 1 and lines[0].startswith("llmsim.cli.report: error: ") and message in lines[0], r.stderr
+
+
+def test_the_old_report_command_says_where_it_went():
+    r = subprocess.run([sys.executable, "-m", "llmsim.metrics.report", "multirun/x"], capture_output=True, text=True,
+                       cwd=REPO, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "python -m llmsim.cli.report MULTIRUN_DIR" in r.stderr

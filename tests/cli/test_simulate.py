@@ -47,7 +47,7 @@ def test_multirun_sweep_and_report(tmp_path):
     assert p.returncode == 0, p.stderr
     jobs = sorted((tmp_path / "sweep").glob("*/summary.json"))
     assert len(jobs) == 2
-    r = subprocess.run([sys.executable, "-m", "llmsim.metrics.report", str(tmp_path / "sweep")], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "llmsim.cli.report", str(tmp_path / "sweep")], capture_output=True,
                        text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "sweep" / "sweep.csv").exists()

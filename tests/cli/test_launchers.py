@@ -1,6 +1,6 @@
 """The Hydra launchers of conf/hydra/launcher/ (docs/scale-out.md): each resolves for both apps (`llmsim`,
 `llmsim-train`), and real tiny multiruns with joblib (2 workers) and with submitit's local executor (the Slurm
-code path) are collected by ``llmsim.metrics.collect`` into one table; the `slurm` config also through a real
+code path) are collected by ``llmsim.cli.collect`` into one table; the `slurm` config also through a real
 sbatch where a Slurm controller answers (skipped elsewhere). Everything is written under tmp_path."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from llmsim.metrics.collect import collect
+from llmsim.cli.collect import collect
 from llmsim.resources import conf_dir
 from tests.helpers import REPO
 
