@@ -130,7 +130,9 @@ def enumerate_candidates(dcfg: DeployConfig, prices: dict[str, float], base: dic
         for tp in sorted(set(dcfg.tp)):
             for ename, (over, eng) in engines.items():
                 cand = Candidate(gpu, tp, ename, over, prices.get(gpu, 0.0))
-                reason, detail = check_candidate(cand, model.name, eng, dcfg)
+                # the model as the user gave it (a config path resolves to its own spec; its registered name
+                # would give the registry's, e.g. another context length)
+                reason, detail = check_candidate(cand, dcfg.model, eng, dcfg)
                 if reason:
                     skipped.append({"gpu": gpu, "tp": tp, "engine": ename, "reason": reason, "detail": detail})
                 else:

@@ -158,3 +158,20 @@ def test_a_config_of_a_measured_architecture_counts_as_measured(tmp_path) -> Non
     d = DeployConfig(model=str(path), gpus=["rtx4090"], tp=[1], engines=[{"name": "v1", "max_model_len": 8192}])
     keep, skipped = enumerate_candidates(d, PRICES, {"engine": {}})
     assert [c.name for c in keep] == ["rtx4090 tp1 v1"] and not keep[0].estimated_profile, skipped
+
+
+def test_candidate_profiles_are_built_from_the_users_config(tmp_path) -> None:
+    """A config.json of a registered architecture with a longer context (linear rope_scaling x4) keeps its own
+    length inside every candidate's profile, not the registered model's 8192."""
+    cfg = {"_name_or_path": "meta-llama/Meta-Llama-3-8B", "model_type": "llama", "hidden_size": 4096,
+           "intermediate_size": 14336, "max_position_embeddings": 8192, "num_attention_heads": 32,
+           "num_hidden_layers": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16", "vocab_size": 128256,
+           "rope_scaling": {"type": "linear", "factor": 4.0}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    d = DeployConfig(model=str(path), gpus=["a100-80gb", "h100"], tp=[1], allow_estimated_profiles=True)
+    keep, _ = enumerate_candidates(d, PRICES, {"engine": {}})
+    assert len(keep) == 2
+    for cand in keep:
+        assert cand.info["profile"].model.max_position == 32768, cand.name
+        assert cand.info["engine_resolved"].max_model_len == 32768
