@@ -140,9 +140,11 @@ def check_modelable(c: HFConfig) -> None:
 
 
 def check_quantization(c: HFConfig) -> None:
-    """Only fp8 weights are modelled: ``quant_method: fp8``, or ``compressed-tensors`` whose every config group
-    quantises its weights to 8-bit floats (``type: float``, ``num_bits: 8``), which vLLM serves as fp8; anything
-    else is one line naming the key (an int8 or 4-bit checkpoint priced as fp8 would be silently wrong)."""
+    """Only fp8 weights and an fp8 KV cache are modelled: ``quant_method: fp8``, or ``compressed-tensors`` whose
+    every config group quantises its weights to 8-bit floats (``type: float``, ``num_bits: 8``), which vLLM serves
+    as fp8, and whose ``kv_cache_scheme``, if any, is an 8-bit float one (a KV-only checkpoint may have no config
+    group); anything else is one line naming the key (an int8 or 4-bit checkpoint priced as fp8 would be silently
+    wrong)."""
     quant = c.cfg.get("quantization_config")
     if quant is None:
         return
@@ -153,7 +155,15 @@ def check_quantization(c: HFConfig) -> None:
         return
     if method != "compressed-tensors":
         raise c.refuse(f"quantised weights ({quant.get('quant_method', '?')}) are not modelled; only fp8 is")
+    kv = quant.get("kv_cache_scheme")
+    if kv is not None and not (isinstance(kv, dict) and kv.get("type") == "float" and kv.get("num_bits") == 8):
+        what = (f"type {kv.get('type')!r} with num_bits {kv.get('num_bits')!r}" if isinstance(kv, dict)
+                else repr(kv))
+        raise c.refuse(f"quantization_config.kv_cache_scheme: a KV cache of {what} is not modelled; only fp8 "
+                       "(type 'float', num_bits 8)")
     groups = quant.get("config_groups")
+    if kv is not None and groups in (None, {}):
+        return  # the KV cache alone is quantised; the weights keep their dtype
     if not isinstance(groups, dict) or not groups:
         raise c.refuse(f"quantization_config.config_groups must be a non-empty object (compressed-tensors), "
                        f"got {groups!r}")
@@ -163,6 +173,23 @@ def check_quantization(c: HFConfig) -> None:
         if kind != "float" or bits != 8:
             raise c.refuse(f"quantization_config.config_groups.{name}.weights: compressed-tensors weights of type "
                            f"{kind!r} with num_bits {bits!r} are not modelled; only fp8 (type 'float', num_bits 8)")
+
+
+def precision_fields(c: HFConfig) -> tuple[int, int]:
+    """(bytes per weight, bytes per cached K / V value, 0 for the weights'), as vLLM serves the checkpoint: fp8
+    weights are one byte and keep a 16-bit cache unless compressed-tensors declares a ``kv_cache_scheme``, which
+    vLLM's ``kv_cache_dtype: auto`` then caches in fp8 (check_quantization refused every other scheme)."""
+    cfg = c.cfg
+    dtype = DTYPE_BYTES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "float16"))), 2)
+    quant = cfg.get("quantization_config")
+    if not isinstance(quant, dict):
+        return dtype, 0
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "fp8" or quant.get("config_groups"):
+        dtype = 1
+    if method == "compressed-tensors" and quant.get("kv_cache_scheme"):
+        return dtype, 1
+    return dtype, 2 if dtype == 1 else 0
 
 
 def dense_fields(c: HFConfig) -> dict[str, Any]:
@@ -184,10 +211,7 @@ def dense_fields(c: HFConfig) -> dict[str, Any]:
     else:
         inter = c.num("intermediate_size", "ffn_dim", "ffn_hidden_size", "inner_hidden_size", "n_inner",
                       default=4 * h)
-    dtype = DTYPE_BYTES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "float16"))), 2)
-    kv_dtype = 0
-    if isinstance(cfg.get("quantization_config"), dict):
-        dtype, kv_dtype = 1, 2  # fp8 weights (check_modelable refused the rest); vLLM caches K / V in 16 bits
+    dtype, kv_dtype = precision_fields(c)
     window, every_layer = window_fields(c, n_layers)
     return {
         "n_layers": n_layers,

@@ -57,3 +57,32 @@ def test_other_compressed_tensors_schemes_are_refused_in_one_line(tmp_path, quan
         from_hf_config(path)
     msg = str(e.value)
     assert what in msg and path in msg and "\n" not in msg
+
+
+FP8_KV = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}
+
+
+def test_a_compressed_tensors_kv_cache_scheme_caches_in_fp8(tmp_path):
+    """vLLM's kv_cache_dtype auto caches K / V in fp8 when a compressed-tensors checkpoint declares a
+    kv_cache_scheme (with fp8 weights, or alone: a KV-only checkpoint keeps 16-bit weights); null is none."""
+    plain = from_hf_config(write(tmp_path, None, "plain.json"))
+    both = from_hf_config(write(tmp_path, compressed(FP8_WEIGHTS, kv_cache_scheme=FP8_KV), "both.json"))
+    assert both.dtype_bytes == 1 and both.kv_bytes_per_token == plain.kv_bytes_per_token // 2
+    kv_only = {"quant_method": "compressed-tensors", "quantization_status": "frozen", "kv_cache_scheme": FP8_KV}
+    alone = from_hf_config(write(tmp_path, kv_only, "kv.json"))
+    assert alone.weight_bytes == plain.weight_bytes and alone.kv_bytes_per_token == plain.kv_bytes_per_token // 2
+    null = from_hf_config(write(tmp_path, compressed(FP8_WEIGHTS, kv_cache_scheme=None), "null.json"))
+    assert null.dtype_bytes == 1 and null.kv_bytes_per_token == plain.kv_bytes_per_token
+
+
+@pytest.mark.parametrize(("scheme", "what"), [
+    ({**FP8_KV, "type": "int"}, "kv_cache_scheme: a KV cache of type 'int' with num_bits 8 is not modelled"),
+    ({**FP8_KV, "num_bits": 4}, "kv_cache_scheme: a KV cache of type 'float' with num_bits 4 is not modelled"),
+    ("fp8", "kv_cache_scheme: a KV cache of 'fp8' is not modelled"),
+])
+def test_other_kv_cache_schemes_are_refused_in_one_line(tmp_path, scheme, what):
+    path = write(tmp_path, compressed(FP8_WEIGHTS, kv_cache_scheme=scheme))
+    with pytest.raises(ConfigError) as e:
+        from_hf_config(path)
+    msg = str(e.value)
+    assert what in msg and path in msg and "\n" not in msg
