@@ -223,6 +223,7 @@ def dense_fields(c: HFConfig) -> dict[str, Any]:
         "max_position": context_length(c),
         "sliding_window": window, "window_every_layer": every_layer,
         "attention_bias": c.switch("attention_bias", c.switch("bias")),
+        "embed_dim": 0 if c.whole("word_embed_proj_dim") in (0, h) else c.whole("word_embed_proj_dim"),
         "architecture": mt,
     }
 

@@ -49,6 +49,9 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     kv_dtype_bytes: int = 0  # bytes per cached K / V value when they differ from the weights' (fp8 weights: 2)
+    # the token embeddings' width when narrower than hidden (OPT-350m's word_embed_proj_dim: 512 for 1024), with a
+    # project_in (embeddings -> hidden) and a project_out (hidden -> the LM head); 0: the embeddings are hidden wide
+    embed_dim: int = 0
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -108,8 +111,23 @@ class ModelSpec:
         return self.attention_params + self.mlp_params(self.intermediate)
 
     @property
+    def embed_width(self) -> int:
+        return self.embed_dim or self.hidden
+
+    @property
+    def embed_projection_params(self) -> int:
+        """project_in and project_out between narrower embeddings and the hidden size (0 without)."""
+        return 2 * self.hidden * self.embed_dim if self.embed_dim and self.embed_dim != self.hidden else 0
+
+    @property
     def embedding_params(self) -> int:
-        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return self.vocab * self.embed_width * (1 if self.tied_embeddings else 2) + self.embed_projection_params
+
+    @property
+    def lm_head_params(self) -> int:
+        """The weights a token's logits pass through: project_out (when the embeddings are narrower) and the
+        vocabulary projection."""
+        return self.vocab * self.embed_width + self.embed_projection_params // 2
 
     @property
     def n_params(self) -> int:

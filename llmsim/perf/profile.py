@@ -117,7 +117,7 @@ class RooflineProfile:
         self._kv_bytes_tok = m.kv_bytes_per_token / m.kv_shards(tp)
         self._window = m.sliding_window  # keys an attention layer reads per query at most (0: all)
         self._dec_attn_bw = self.eff_decode_attn * g.bandwidth
-        lm = m.vocab * m.hidden / tp
+        lm = m.lm_head_params / tp
         self._lm_flop = 2.0 * lm
         self._lm_read_s = lm * m.dtype_bytes / (self.eff_weight_bw * g.bandwidth)
         # two all-reduces per layer over NVLink/PCIe when sharded (llmsim.perf.parallel.allreduce_s, per token)

@@ -145,3 +145,20 @@ def test_a_config_json_in_the_working_folder_is_named_after_the_folder(tmp_path,
     write(tmp_path / "my-model", BASE)
     monkeypatch.chdir(tmp_path / "my-model")
     assert from_hf_config("config.json").name == "my-model"
+
+
+OPT_350M = {"_name_or_path": "facebook/opt-350m", "model_type": "opt", "hidden_size": 1024, "ffn_dim": 4096,
+            "num_attention_heads": 16, "num_hidden_layers": 24, "vocab_size": 50272, "max_position_embeddings": 2048,
+            "torch_dtype": "float16", "word_embed_proj_dim": 512, "do_layer_norm_before": False}
+
+
+def test_opt_350m_narrow_embeddings_and_their_projections_are_modelled(tmp_path):
+    """OPT-350m's embeddings are 512 wide (word_embed_proj_dim) with project_in / project_out to its hidden 1024:
+    331M parameters published (328.8M here, without positions, norms and biases), not 353M of 1024-wide
+    embeddings; its LM head reads project_out and a 512-wide vocabulary projection."""
+    m = from_hf_config(write(tmp_path, OPT_350M))
+    assert m.embed_dim == 512 and m.n_params == 24 * 12 * 1024 ** 2 + 50272 * 512 + 2 * 512 * 1024
+    assert abs(m.n_params / 331.2e6 - 1) < 0.01
+    assert m.lm_head_params == 50272 * 512 + 1024 * 512
+    wide = from_hf_config(write(tmp_path, {**OPT_350M, "word_embed_proj_dim": 1024}, "wide.json"))
+    assert wide.embed_dim == 0 and wide.lm_head_params == 50272 * 1024  # equal to hidden: no projection
