@@ -115,7 +115,9 @@ class RooflineProfile:
         self._pf_attn_flop = m.n_layers * m.attention_flops_per_pair / tp
         self._pf_attn_rate = self.eff_prefill_attn * g.peak_flops
         self._kv_bytes_tok = m.kv_bytes_per_token / m.kv_shards(tp)
-        self._window = m.sliding_window  # keys an attention layer reads per query at most (0: all)
+        # keys an attention layer reads per query at most (0: all); a window on only some layers (Gemma-2) caps
+        # none: full attention bounds the truth from above, as the KV accounting does
+        self._window = m.sliding_window if m.window_every_layer else 0
         self._dec_attn_bw = self.eff_decode_attn * g.bandwidth
         lm = m.lm_head_params / tp
         self._lm_flop = 2.0 * lm

@@ -42,3 +42,15 @@ def test_a_prefill_chunk_attends_to_at_most_the_window_of_its_cache():
 def test_registered_mistral_carries_its_window():
     assert get_model("mistral-7b").sliding_window == 4096  # Mistral-7B-v0.1's config.json
     assert get_model("llama-3.1-8b").sliding_window == 0
+
+
+def test_a_window_on_only_some_layers_is_priced_as_full_attention():
+    """Gemma-2 alternates windowed and full-attention layers: capping every layer at the window would price its
+    full layers below the truth, so the roofline prices them all as full attention (an upper bound, as its KV
+    accounting), not at the window."""
+    win, full = profiles(256)
+    some = RooflineProfile(dataclasses.replace(win.model, window_every_layer=False), win.gpu)
+    decode = (4, 4, 0, 0, 4, 20_000)
+    prefill = (64, 1, 64 ** 2, 64 * 10_000, 0, 0)
+    assert some.step_time(*decode) == full.step_time(*decode) > win.step_time(*decode)
+    assert some.step_time(*prefill) == full.step_time(*prefill) > win.step_time(*prefill)
