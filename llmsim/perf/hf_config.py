@@ -12,7 +12,6 @@ a Hugging Face id in the local hub cache (:func:`hub_cache_config`).
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 ENCODER_DECODER_TYPES = ("t5", "mt5", "bart", "mbart", "whisper", "pegasus", "marian", "encoder-decoder")
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 2, "fp16": 2, "bf16": 2, "float8": 1, "int8": 1}
 LAYER_KEYS = ("num_hidden_layers", "n_layers", "num_layers", "n_layer")
+MAX_NUMBER = 2 ** 53  # every size and factor is below it (and so finite)
 SUPPORTED = f"dense: {', '.join(DENSE_TYPES)}; mixture-of-experts: {', '.join(MOE_TYPES)}"
 
 
@@ -106,14 +106,16 @@ class HFConfig:
         return 0 if v is None else int(self.checked(key, v, minimum, True))
 
     def checked(self, key: str, v: Any, minimum: float, integer: bool, positive: bool = False) -> Any:
-        """``v`` if it is a finite number >= ``minimum`` (> 0 when ``positive``; whole when ``integer``: 4096.0 is
-        4096), else one line naming the file and the key."""
-        ok = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+        """``v`` if it is a number >= ``minimum`` (> 0 when ``positive``; whole when ``integer``: 4096.0 is 4096) and
+        below 2**53 (no model is that large, and the products of such sizes would overflow a float), else one line
+        naming the file and the key."""
+        ok = not isinstance(v, bool) and isinstance(v, int | float) and -MAX_NUMBER < v < MAX_NUMBER
         ok = ok and (v > 0 if positive else v >= minimum) and (not integer or v == int(v))
         if not ok:
             what = "a positive number" if positive else f"a number >= {minimum}"
-            raise ConfigError(f"HF config {self.path}: {key} must be {what}{' (whole)' if integer else ''}, "
-                              f"got {v!r}")
+            got = repr(v) if len(repr(v)) <= 40 else repr(v)[:40] + "..."
+            raise ConfigError(f"HF config {self.path}: {key} must be {what}{' (whole)' if integer else ''} below "
+                              f"2**53, got {got}")
         return int(v) if integer else v
 
 

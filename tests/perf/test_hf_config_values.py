@@ -46,6 +46,10 @@ BAD_VALUES = [
     ({**BASE, "num_key_value_heads": 8}, "num_key_value_heads"),  # more KV heads than attention heads
     ({**BASE, "num_key_value_heads": 3}, "num_key_value_heads"),  # 4 heads do not group over 3
     ({**DEEPSEEK, "first_k_dense_replace": 2}, "first_k_dense_replace"),  # every layer dense: no MoE layer left
+    # sizes no model has: their products overflowed a float into a traceback (a 400-digit integer, already here)
+    ({**BASE, "hidden_size": 1e308}, "hidden_size must be a positive number (whole) below 2**53"),
+    ({**BASE, "hidden_size": 10 ** 400}, "hidden_size must be a positive number (whole) below 2**53"),
+    ({**BASE, "model_type": "opt", "word_embed_proj_dim": 2 ** 60}, "word_embed_proj_dim"),
 ]
 
 
