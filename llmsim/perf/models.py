@@ -373,6 +373,8 @@ def registered_twin(spec: ModelSpec, source: str) -> ModelSpec:
             if not diff:  # (its own context length wins: a config may extend it with rope_scaling)
                 return known if known.max_position == spec.max_position else replace(
                     known, max_position=spec.max_position)
+            if diff == ["kv_dtype_bytes"]:  # an fp8 KV cache: the profiles apply, scaled (llmsim.perf.profile)
+                return replace(spec, name=source)
             warnings.warn(f"HF config {source}: named like the registered model {known.name!r} but its "
                           f"{', '.join(f'{k}={getattr(spec, k)} (not {getattr(known, k)})' for k in diff)}; "
                           f"modelled from its own config, no profile of {known.name} applies", stacklevel=3)

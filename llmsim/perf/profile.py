@@ -15,7 +15,7 @@ Batch composition passed to ``step_time``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from llmsim.errors import ConfigError, ProfileError
@@ -231,7 +231,22 @@ def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto", ep: int 
         kv_value_bytes(kv_cache_dtype)
     except ConfigError as e:
         raise ProfileError(f"cannot load a profile: {e}") from e
+    if m.kv_dtype_bytes == 1 and kind in ("auto", "measured"):
+        # a checkpoint that declares an fp8 KV cache (llmsim.perf.hf_config): the measured profile of the same
+        # model with a 16-bit cache, its cache then made fp8 as kv_cache_dtype fp8 makes it (an explicit one wins)
+        prof = _measured(replace(m, kv_dtype_bytes=2 if m.dtype_bytes == 1 else 0), g, tp, ep)
+        if prof is not None:
+            return with_kv_cache_dtype(prof, "fp8" if kv_cache_dtype == "auto" else kv_cache_dtype)
     return with_kv_cache_dtype(_load(m, g, tp, kind, ep), kv_cache_dtype)
+
+
+def _measured(m: ModelSpec, g: GpuSpec, tp: int, ep: int) -> Profile | None:
+    """The first registered loader's measured profile of ``m``, if any."""
+    for loader in _PROFILE_LOADERS:
+        prof = loader(m, g, tp, ep)
+        if prof is not None:
+            return prof
+    return None
 
 
 def _load(m: ModelSpec, g: GpuSpec, tp: int, kind: str, ep: int) -> Profile:
@@ -239,10 +254,9 @@ def _load(m: ModelSpec, g: GpuSpec, tp: int, kind: str, ep: int) -> Profile:
     if kind not in ("auto", "measured", "roofline"):
         raise ProfileError(f"profile kind must be auto, measured or roofline, got {kind!r}")
     if kind != "roofline":
-        for loader in _PROFILE_LOADERS:
-            prof = loader(m, g, tp, ep)
-            if prof is not None:
-                return prof
+        prof = _measured(m, g, tp, ep)
+        if prof is not None:
+            return prof
         if kind == "measured":
             raise ProfileError(
                 f"no measured profile for model {m.name!r} on {g.name} with tp={tp}: expected a file "

@@ -3,6 +3,9 @@ reads, prefill untouched; a measured profile says its decode attention and memor
 
 from __future__ import annotations
 
+import json
+import warnings
+
 import pytest
 
 from llmsim.cluster.config import instances_from_config
@@ -60,3 +63,25 @@ def test_a_cluster_config_takes_kv_cache_dtype() -> None:
     assert fp8.model.kv_bytes_per_token * 2 == auto.model.kv_bytes_per_token
     with pytest.raises(ConfigError, match="kv_cache_dtype"):
         instances_from_config({"instances": [dict(entry, kv_cache_dtype="int3")]})
+
+
+def test_a_checkpoints_fp8_kv_cache_is_priced_like_kv_cache_dtype_fp8(tmp_path) -> None:
+    """A Llama-3.1-8B checkpoint whose compressed-tensors config declares an fp8 kv_cache_scheme (16-bit weights)
+    is priced by Llama-3.1-8B's measured profile with an fp8 cache, as the registered model with kv_cache_dtype fp8,
+    without a warning that no profile applies; an explicit bfloat16 cache is the registered model's."""
+    cfg = {"_name_or_path": "meta-llama/Llama-3.1-8B", "model_type": "llama", "hidden_size": 4096,
+           "intermediate_size": 14336, "max_position_embeddings": 131072, "num_attention_heads": 32,
+           "num_hidden_layers": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16", "vocab_size": 128256,
+           "quantization_config": {"quant_method": "compressed-tensors", "kv_cache_scheme": {
+               "type": "float", "num_bits": 8, "strategy": "tensor", "symmetric": True, "dynamic": False}}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ckpt = load_profile(str(path), "a100-80gb", kind="measured")
+    fp8 = load_profile("llama-3.1-8b", "a100-80gb", kind="measured", kv_cache_dtype="fp8")
+    assert ckpt.describe()["kind"] == "measured" and ckpt.model.kv_bytes_per_token == fp8.model.kv_bytes_per_token
+    assert ckpt.step_time(*DECODE) == fp8.step_time(*DECODE)
+    assert ckpt.kv_capacity_tokens(0.9) == fp8.kv_capacity_tokens(0.9)
+    bf16 = load_profile(str(path), "a100-80gb", kind="measured", kv_cache_dtype="bfloat16")
+    assert bf16.kv_capacity_tokens(0.9) == load_profile("llama-3.1-8b", "a100-80gb").kv_capacity_tokens(0.9)
