@@ -48,7 +48,7 @@ class ModelSpec:
     q_lora_rank: int = 0  # 0: queries projected directly from the hidden state
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
-    kv_dtype_bytes: int = 0  # bytes per cached K / V value when they differ from the weights' (fp8 weights: 2)
+    kv_dtype_bytes: int = 0  # bytes per cached K / V value when not the weights' (fp8 weights: 2; fp8 KV: 1)
     # the token embeddings' width when narrower than hidden (OPT-350m's word_embed_proj_dim: 512 for 1024), with a
     # project_in (embeddings -> hidden) and a project_out (hidden -> the LM head); 0: the embeddings are hidden wide
     embed_dim: int = 0
