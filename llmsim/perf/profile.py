@@ -226,8 +226,7 @@ def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto", ep: int 
     try:
         m = get_model(model)
         g = get_gpu(gpu)
-        if ep != 1:
-            check_degrees(m, tp, ep)
+        check_degrees(m, tp, ep)  # (vLLM refuses a tp that does not divide the heads)
         kv_value_bytes(kv_cache_dtype)
     except ConfigError as e:
         raise ProfileError(f"cannot load a profile: {e}") from e

@@ -1,7 +1,8 @@
 """What ``llmsim-deploy`` searches over: its config groups (``deploy``, ``prices``), the candidates (GPU type x
-tensor parallelism x engine variant), the checks that skip a candidate before any simulation (no price, no measured
-profile, no KV room for one ``max_model_len`` sequence, too many GPUs), a throughput prior that orders and starts
-the searches, and the :class:`Plan` the search phases of :mod:`llmsim.planning.deploy` share.
+tensor parallelism x engine variant), the checks that skip a candidate before any simulation (no price, heads that
+do not split over tp, no measured profile, no KV room for one ``max_model_len`` sequence, too many GPUs), a
+throughput prior that orders and starts the searches, and the :class:`Plan` the search phases of
+:mod:`llmsim.planning.deploy` share.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from llmsim.engine.config import EngineConfig
 from llmsim.errors import ConfigError
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.models import get_model
+from llmsim.perf.parallel import check_degrees
 from llmsim.perf.profile import load_profile
 from llmsim.planning.capacity import run_config
 from llmsim.planning.runner import Job, Runner
@@ -146,6 +148,10 @@ def check_candidate(cand: Candidate, model: str, eng: Any, dcfg: DeployConfig) -
         return "no_price", f"no prices.per_gpu_hour entry for {cand.gpu}"
     if cand.tp > dcfg.max_gpus:
         return "exceeds_max_gpus", f"tp {cand.tp} > deploy.max_gpus {dcfg.max_gpus}"
+    try:
+        check_degrees(get_model(model), cand.tp)
+    except ConfigError as e:
+        return "does_not_split", str(e)  # vLLM refuses to start (the heads do not split over tp)
     prof = load_profile(model, cand.gpu, cand.tp, "auto")
     # measured: its own file or that of a registered model of the same architecture (llmsim.perf.profile_table)
     measured = prof.describe().get("kind") == "measured"

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, ProfileError
+from llmsim.perf.profile import load_profile
 from llmsim.planning.candidates import DeployConfig, Prices, enumerate_candidates
 from llmsim.planning.deploy import run_deploy
 from llmsim.planning.deploy_report import _mark_pareto
@@ -175,3 +176,15 @@ def test_candidate_profiles_are_built_from_the_users_config(tmp_path) -> None:
     for cand in keep:
         assert cand.info["profile"].model.max_position == 32768, cand.name
         assert cand.info["engine_resolved"].max_model_len == 32768
+
+
+def test_a_tp_that_does_not_split_the_heads_is_skipped(tmp_path) -> None:
+    """Qwen2.5-7B's 28 attention heads do not split over 8 GPUs (vLLM refuses to start): that candidate is skipped
+    before simulating with its reason, the others kept; a cluster asking for it is one line."""
+    d = DeployConfig(model="qwen2.5-7b", gpus=["a100-80gb"], tp=[1, 4, 8], allow_estimated_profiles=True)
+    keep, skipped = enumerate_candidates(d, PRICES, {"engine": {}})
+    assert [c.name for c in keep] == ["a100-80gb tp1 default", "a100-80gb tp4 default"]
+    assert [(s["tp"], s["reason"]) for s in skipped] == [(8, "does_not_split")]
+    assert "28 attention heads do not split over tp=8" in skipped[0]["detail"]
+    with pytest.raises(ProfileError, match="28 attention heads do not split over tp=8"):
+        load_profile("qwen2.5-7b", "a100-80gb", 8)
