@@ -120,8 +120,13 @@ class ModelSpec:
         return 2 * self.hidden * self.embed_dim if self.embed_dim and self.embed_dim != self.hidden else 0
 
     @property
+    def vocab_params(self) -> int:
+        """The token embeddings and, untied, the LM head's own vocabulary projection."""
+        return self.vocab * self.embed_width * (1 if self.tied_embeddings else 2)
+
+    @property
     def embedding_params(self) -> int:
-        return self.vocab * self.embed_width * (1 if self.tied_embeddings else 2) + self.embed_projection_params
+        return self.vocab_params + self.embed_projection_params
 
     @property
     def lm_head_params(self) -> int:
@@ -198,8 +203,20 @@ class ModelSpec:
         return max(2, self.dtype_bytes)
 
     @property
+    def embedding_dtype_bytes(self) -> int:
+        """Bytes per embedding / vocabulary-projection weight: 16-bit also in an fp8 checkpoint (vLLM quantises its
+        linear layers; compressed-tensors targets them and ignores lm_head)."""
+        return max(2, self.dtype_bytes)
+
+    @property
     def weight_bytes(self) -> int:
-        return self.n_params * self.dtype_bytes
+        return (self.n_params - self.vocab_params) * self.dtype_bytes + self.vocab_params * self.embedding_dtype_bytes
+
+    @property
+    def lm_head_bytes(self) -> int:
+        """The bytes the LM head reads: its vocabulary projection and, with narrower embeddings, project_out."""
+        return (self.vocab * self.embed_width * self.embedding_dtype_bytes
+                + self.embed_projection_params // 2 * self.dtype_bytes)
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -121,7 +121,7 @@ class RooflineProfile:
         self._dec_attn_bw = self.eff_decode_attn * g.bandwidth
         lm = m.lm_head_params / tp
         self._lm_flop = 2.0 * lm
-        self._lm_read_s = lm * m.dtype_bytes / (self.eff_weight_bw * g.bandwidth)
+        self._lm_read_s = m.lm_head_bytes / tp / (self.eff_weight_bw * g.bandwidth)
         # two all-reduces per layer over NVLink/PCIe when sharded (llmsim.perf.parallel.allreduce_s, per token)
         self._ar_bytes_tok = 0.0 if tp == 1 else 2 * m.n_layers * m.hidden * m.activation_bytes * 2 * (tp - 1) / tp
         self._ar_bw = link_bandwidth(g)

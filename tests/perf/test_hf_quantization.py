@@ -38,7 +38,10 @@ def test_compressed_tensors_fp8_weights_are_one_byte(tmp_path):
     m = from_hf_config(write(tmp_path, compressed(FP8_WEIGHTS)))
     fp8 = from_hf_config(write(tmp_path, {"quant_method": "fp8"}, "fp8.json"))
     plain = from_hf_config(write(tmp_path, None, "plain.json"))
-    assert m.dtype_bytes == 1 and m.weight_bytes == fp8.weight_bytes == plain.weight_bytes // 2
+    # one byte per linear weight; the embeddings and the LM head stay 16-bit, as vLLM loads them
+    linear = plain.n_params - plain.vocab_params
+    assert m.dtype_bytes == 1 and m.weight_bytes == fp8.weight_bytes == linear + 2 * plain.vocab_params
+    assert m.weight_bytes < plain.weight_bytes == 2 * plain.n_params
     assert m.kv_bytes_per_token == plain.kv_bytes_per_token  # vLLM caches K / V in 16 bits
 
 
@@ -86,3 +89,18 @@ def test_other_kv_cache_schemes_are_refused_in_one_line(tmp_path, scheme, what):
         from_hf_config(path)
     msg = str(e.value)
     assert what in msg and path in msg and "\n" not in msg
+
+
+def test_an_fp8_llama_3_1_8b_keeps_16_bit_embeddings(tmp_path):
+    """Llama-3.1-8B-Instruct-FP8 (compressed-tensors, lm_head ignored): 6.98B linear weights in one byte and 1.05B
+    embedding / LM-head weights in two, 9.08 GB (vLLM reports ~8.5 GiB loaded), not 8.03 GB; the roofline's LM head
+    reads its 16-bit vocabulary projection."""
+    cfg = {**BASE, "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "intermediate_size": 14336, "vocab_size": 128256, "quantization_config": compressed(FP8_WEIGHTS)}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    m = from_hf_config(str(path))
+    assert m.vocab_params == 2 * 128256 * 4096
+    assert m.weight_bytes == m.n_params - m.vocab_params + 2 * m.vocab_params
+    assert round(m.weight_bytes / 1e9, 2) == 9.08
+    assert m.lm_head_bytes == 128256 * 4096 * 2
