@@ -374,9 +374,17 @@ def hub_cache_dir() -> Path:
 
 
 def hub_cache_config(hf_id: str) -> Path | None:
-    """The newest cached ``config.json`` of the hub repository ``org/name``, if it was downloaded here."""
+    """The cached ``config.json`` of the hub repository ``org/name``, if it was downloaded here: the snapshot its
+    ``refs/main`` names (what ``huggingface_hub`` and vLLM load for the id), else the newest one."""
     if hf_id.count("/") != 1:
         return None
-    snapshots = hub_cache_dir() / f"models--{hf_id.replace('/', '--')}" / "snapshots"
+    repo = hub_cache_dir() / f"models--{hf_id.replace('/', '--')}"
+    try:
+        main = repo / "snapshots" / (repo / "refs" / "main").read_text(encoding="ascii").strip() / "config.json"
+    except (OSError, ValueError):
+        main = None
+    if main is not None and main.is_file():
+        return main
+    snapshots = repo / "snapshots"
     found = sorted(snapshots.glob("*/config.json"), key=lambda f: f.stat().st_mtime) if snapshots.is_dir() else []
     return found[-1] if found else None

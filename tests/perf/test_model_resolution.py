@@ -4,6 +4,7 @@ entry point that takes a model (profiles, instances, the cluster config)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -36,6 +37,21 @@ def test_an_hf_id_is_found_in_the_local_hub_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     m = get_model("acme/tiny-moe")
     assert (m.name, m.n_experts) == ("tiny-moe", 16)
+
+
+def test_the_hub_cache_snapshot_is_the_one_refs_main_names(tmp_path, monkeypatch):
+    """Two cached revisions: the id resolves to the one refs/main names (as huggingface_hub and vLLM load it), not
+    the one downloaded last."""
+    repo = tmp_path / "models--acme--two-revs"
+    for rev, layers in (("main111", 2), ("old222", 3)):  # old222 written last: the newest file
+        (repo / "snapshots" / rev).mkdir(parents=True)
+        cfg = json.loads(Path(tiny("tiny-llama")).read_text())
+        (repo / "snapshots" / rev / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": layers}))
+    os.utime(repo / "snapshots" / "old222" / "config.json", (2e9, 2e9))  # the newest, whatever the clock
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("main111")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert get_model("acme/two-revs").n_layers == 2
 
 
 def test_an_unknown_model_names_the_three_forms(tmp_path, monkeypatch):
