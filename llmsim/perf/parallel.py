@@ -52,14 +52,18 @@ def alltoall_s(n_bytes: float, ep: int, gpu: GpuSpec) -> float:
 
 
 def check_degrees(model: ModelSpec, tp: int, ep: int = 1, dp: int = 1) -> None:
-    """Refuse impossible splits in one line: degrees >= 1, heads divisible by tp, EP only for a MoE model with at
-    least ``ep`` experts, and an EP group that is a multiple of tp."""
+    """Refuse impossible splits in one line: degrees >= 1, heads divisible by tp (the KV heads too, or tp by them:
+    vLLM then replicates them), EP only for a MoE model with at least ``ep`` experts, and an EP group that is a
+    multiple of tp."""
     for key, v in (("tensor-parallel degree (tp)", tp), ("expert-parallel degree (ep)", ep),
                    ("data-parallel degree (dp)", dp)):
         if int(v) != v or v < 1:
             raise ConfigError(f"{key} must be an integer >= 1, got {v!r}")
     if model.n_heads % tp:
         raise ConfigError(f"model {model.name!r}: {model.n_heads} attention heads do not split over tp={tp}")
+    kv = model.n_kv_heads
+    if not model.kv_lora_rank and (kv % tp if kv >= tp else tp % kv):  # (latent attention has one shared latent)
+        raise ConfigError(f"model {model.name!r}: {kv} KV heads neither split over nor replicate evenly on tp={tp}")
     if ep > 1:
         if not model.is_moe:
             raise ConfigError(f"model {model.name!r} is dense: expert parallelism (ep={ep}) needs a "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from llmsim.errors import ConfigError
@@ -76,3 +78,14 @@ def test_rtx_a6000_and_3090_rows_follow_their_datasheets():
     # a GeForce card: bf16 GEMMs accumulate in FP32 at half the FP16-accumulate tensor rate
     assert (r3090.name, r3090.bandwidth, r3090.peak_flops) == ("rtx3090", 936e9, 71e12)
     assert get_gpu("rtx4090").peak_flops > 2 * r3090.peak_flops
+
+
+def test_kv_heads_that_neither_split_nor_replicate_over_tp_are_refused():
+    """vLLM splits the KV heads over tp, or replicates them when tp exceeds them, evenly either way: Phi-3-medium's
+    10 KV heads (40 query heads) load at tp 2, not at tp 4 or 8; Llama-3-70B's 8 replicate over tp 16."""
+    phi3_medium = dataclasses.replace(get_model("llama-2-13b"), name="phi-3-medium", n_kv_heads=10)
+    check_degrees(phi3_medium, 2)
+    for tp in (4, 8):
+        with pytest.raises(ConfigError, match=f"10 KV heads neither split over nor replicate evenly on tp={tp}"):
+            check_degrees(phi3_medium, tp)
+    check_degrees(get_model("llama-3-70b"), 16)
