@@ -51,10 +51,11 @@ class ApiError(Exception):
         self.message = message
         self.param = param
 
-    def response(self) -> JSONResponse:
+    def response(self) -> Response:
         body = {"error": {"message": self.message, "type": self.TYPES.get(self.status, "BadRequestError"),
                           "param": self.param, "code": self.status}}
-        return JSONResponse(body, status_code=self.status)
+        # ASCII JSON: a message quoting the client's text (a lone surrogate included) always encodes
+        return Response(json.dumps(body).encode("ascii"), status_code=self.status, media_type="application/json")
 
 
 def text_tokens(text: str, chars_per_token: float) -> int:
@@ -76,12 +77,24 @@ class Job:
 
 
 # ---------------------------------------------------------------------- parsing and validation
+def shown(v: Any) -> str:
+    """A client's value quoted in an error message: short, ASCII, and never recursing into a nested value (a
+    body may nest lists hundreds deep)."""
+    if isinstance(v, list):
+        return f"a list of {len(v)} items"
+    if isinstance(v, dict):
+        return "an object"
+    if isinstance(v, str) and len(v) > 80:
+        v = v[:80] + "..."
+    return json.dumps(v)[:100]
+
+
 def _int_or_none(body: dict[str, Any], key: str) -> int | None:
     v = body.get(key)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ApiError(400, f"`{key}` must be a positive integer, got {json.dumps(v)[:80]}", key)
+        raise ApiError(400, f"`{key}` must be a positive integer, got {shown(v)}", key)
     return v
 
 
@@ -91,17 +104,17 @@ def _common(body: dict[str, Any], served: str) -> tuple[bool, bool]:
     if model is None:
         raise ApiError(400, "`model` is required: the served model name, see GET /v1/models", "model")
     if not isinstance(model, str):
-        raise ApiError(400, f"`model` must be a string, got {json.dumps(model)[:80]}", "model")
+        raise ApiError(400, f"`model` must be a string, got {shown(model)}", "model")
     if model != served:
-        raise ApiError(404, f"The model `{model}` does not exist.", "model")
+        raise ApiError(404, f"The model `{model[:200]}` does not exist.", "model")
     stream = body.get("stream", False)
     if stream is None:
         stream = False
     if not isinstance(stream, bool):
-        raise ApiError(400, f"`stream` must be a boolean, got {json.dumps(stream)[:80]}", "stream")
+        raise ApiError(400, f"`stream` must be a boolean, got {shown(stream)}", "stream")
     n = body.get("n")
     if n is not None and n != 1:
-        raise ApiError(400, f"`n` must be 1 (the emulator returns one choice per request), got {json.dumps(n)[:80]}",
+        raise ApiError(400, f"`n` must be 1 (the emulator returns one choice per request), got {shown(n)}",
                        "n")
     so = body.get("stream_options")
     include_usage = False
@@ -178,7 +191,7 @@ def parse_job(body: dict[str, Any], chat: bool, opts: EmulatorOptions) -> Job:
     seed = request_seed(opts.seed, chat, key, max_tokens, user_seed if isinstance(user_seed, int) else None)
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool | None):
-        raise ApiError(400, f"`ignore_eos` must be a boolean, got {json.dumps(ignore_eos)[:80]}", "ignore_eos")
+        raise ApiError(400, f"`ignore_eos` must be a boolean, got {shown(ignore_eos)}", "ignore_eos")
     return Job(chat, prompt, max_tokens, stream, include_usage, seed, bool(ignore_eos))
 
 
@@ -194,7 +207,9 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
             raise ApiError(413, f"request body is larger than the limit of {limit} bytes")
     try:
         body = json.loads(bytes(buf))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except RecursionError:
+        raise ApiError(400, "the request body is not valid JSON: it is nested too deeply") from None
+    except ValueError as e:  # malformed, not UTF-8, or an integer of more than 4300 digits
         raise ApiError(400, f"the request body is not valid JSON: {e}") from None
     if not isinstance(body, dict):
         raise ApiError(400, f"the request body must be a JSON object, got {type(body).__name__}")
@@ -374,7 +389,7 @@ def create_app(opts: EmulatorOptions | None = None, **kwargs: Any) -> FastAPI:
     app.state.opts = opts
 
     @app.exception_handler(ApiError)
-    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+    async def _api_error(request: Request, exc: ApiError) -> Response:
         return exc.response()
 
     add_openai_routes(app, engine, opts)

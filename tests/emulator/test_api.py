@@ -123,6 +123,11 @@ BAD = [
     ({"model": MODEL, "prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream=True"),
     ({"model": MODEL, "prompt": "x", "n": 2}, 400, "`n` must be 1"),
     ({"model": MODEL, "prompt": list(range(600))}, 400, "maximum context length is 512 tokens"),
+    # a parser's limits are the client's error (400), never a 500 with a traceback
+    (b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
+    (b'{"model": "%s", "prompt": "x", "max_tokens": %s}' % (MODEL.encode(), b"9" * 5000), 400, "4300 digits"),
+    (b'{"model": "\\ud800", "prompt": "x"}', 404, "does not exist"),  # a lone surrogate quoted back
+    ({"model": MODEL, "prompt": "x", "max_tokens": [[[1]]]}, 400, "got a list of 1 items"),
 ]
 
 
