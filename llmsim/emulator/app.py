@@ -292,8 +292,8 @@ async def stream_tokens(engine: RealTimeEngine, t: Ticket, ans: Answer, include_
             if t.done:
                 break
         if t.error is not None:
-            yield sse_event({"error": {"message": t.error, "type": "InternalServerError", "param": None,
-                                         "code": 500}})
+            yield sse_event({"error": {"message": t.error, "type": ApiError.TYPES[t.error_status], "param": None,
+                                       "code": t.error_status}})
         else:
             yield ans.chunk(None if ans.chat else "", finish=t.finish_reason)
             if include_usage:
@@ -364,7 +364,7 @@ async def serve_job(engine: RealTimeEngine, opts: EmulatorOptions, job: Job, req
     if not await wait_done(engine, t, request):
         return Response(status_code=499)  # nobody is listening (nginx's "client closed request")
     if t.error is not None:
-        raise ApiError(500, t.error)
+        raise ApiError(t.error_status, t.error)
     n = t.available
     return JSONResponse(ans.whole("".join(SyntheticText(t.seed).take(n)), n))
 
@@ -437,8 +437,8 @@ def add_operations_routes(app: FastAPI, engine: RealTimeEngine, metrics: Emulato
 
     @app.get("/health")
     async def health() -> Response:
-        if engine.failed is not None:
-            return JSONResponse({"error": engine.failed}, status_code=503)
+        if engine.failed is not None or engine.stopped:
+            return JSONResponse({"error": engine.failed or "the emulator is shutting down"}, status_code=503)
         return Response(status_code=200)
 
     @app.get("/metrics")

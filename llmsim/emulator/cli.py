@@ -7,6 +7,7 @@ module loads without the serve extra (fastapi, uvicorn), so that ``--help`` work
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 from typing import NoReturn
@@ -104,10 +105,12 @@ def main(argv: list[str] | None = None) -> None:
                            output_len=args.output_len, seed=args.seed, chars_per_token=args.chars_per_token,
                            api_key=args.api_key)
     try:
-        import uvicorn  # optional: the serve extra
-
         from llmsim.emulator.app import create_app  # optional: the serve extra (fastapi, prometheus-client)
-        from llmsim.emulator.server_thread import listen_socket, server_config  # optional: the serve extra
+        from llmsim.emulator.server_thread import (  # optional: the serve extra
+            DrainingServer,
+            listen_socket,
+            server_config,
+        )
     except ImportError as e:
         _fail(f"{e.name} is missing; install the serve extra: {SERVE_EXTRA}")
     try:
@@ -124,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{eng.inst.block_size} tokens, max_model_len {eng.max_model_len}) at {args.speedup:g}x real time on "
           f"http://{args.host}:{port}", file=sys.stderr, flush=True)
     config = server_config(app, log_level=args.log_level, timeout_graceful_shutdown=2)  # the read deadlines too
-    uvicorn.Server(config).run(sockets=[sock])
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn re-raises it once shut down (quiet, as uvicorn.run)
+        DrainingServer(config, on_shutdown=eng.stop).run(sockets=[sock])
 
 
 def _fail(message: str) -> NoReturn:

@@ -150,6 +150,7 @@ class Ticket:
     aborted: bool = False
     prompt_counted: bool = False
     error: str | None = None
+    error_status: int = 500  # the HTTP status of ``error``: 500 the engine failed, 503 the emulator is stopping
 
     @property
     def finish_reason(self) -> str:
@@ -331,16 +332,24 @@ class RealTimeEngine:
             self._finished(t, "abort")
         self._replan()
 
+    @property
+    def stopped(self) -> bool:
+        """:meth:`stop` has been called: nothing more is served."""
+        return self._stopped
+
     def stop(self) -> None:
-        """Stop the timer and end every open stream (with an error): nothing is left waiting."""
+        """Stop the timer and end every open request with an error (HTTP 503: the server is going away; counted
+        as aborted): nothing is left waiting."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if not self._stopped:
+            self.advance()
             self._stopped = True
             for t in list(self.tickets.values()):
-                t.error = t.error or "the emulator stopped"
-                self._finished(t, None)
+                if t.error is None:
+                    t.error, t.error_status = "the emulator is shutting down", 503
+                self._finished(t, "abort")
 
     # ------------------------------------------------------------------ engine callbacks
     def _on_finish(self, r: Request) -> None:

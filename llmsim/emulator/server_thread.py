@@ -17,6 +17,7 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +134,20 @@ def server_config(app: Any, limits: ReadLimits | None = None, log_level: str = "
     limits = limits or ReadLimits()
     return uvicorn.Config(app, log_level=log_level, access_log=False, http=deadline_protocol(limits),
                           timeout_keep_alive=limits.idle_s, h11_max_incomplete_event_size=MAX_HEADER_BYTES, **kw)
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server that, told to stop (Ctrl-C, SIGTERM), first calls ``on_shutdown``: the emulator ends its
+    open requests there (a stream gets an error event and ``[DONE]``, a waiting request a 503), so in-flight answers
+    end at once and in order, instead of being cut, with a traceback per request, when the grace period runs out."""
+
+    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.on_shutdown = on_shutdown
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.on_shutdown()
+        await super().shutdown(sockets=sockets)
 
 
 class ServerThread:

@@ -35,7 +35,12 @@ def sse(lines: list[str]) -> list[Any]:
 
 def metrics(h: EmulatorHandle) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of /metrics, parsed by prometheus_client's parser."""
-    text = httpx.get(h.url + "/metrics", timeout=10).text
+    return scrape(h.url)
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of ``url``'s /metrics (an emulator in this process or another)."""
+    text = httpx.get(url + "/metrics", timeout=10).text
     out = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:

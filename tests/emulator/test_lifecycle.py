@@ -4,6 +4,8 @@ serve extra named when missing) and what ``import llmsim`` leaves out. Wall time
 
 from __future__ import annotations
 
+import json
+import signal
 import socket
 import subprocess
 import sys
@@ -14,7 +16,7 @@ import httpx
 import pytest
 
 from llmsim.emulator import EmulatorHandle, listen_socket, start_emulator
-from tests.emulator.helpers import MODEL, metrics, sample, wait_until_idle
+from tests.emulator.helpers import MODEL, metrics, sample, scrape, wait_until_idle
 from tests.helpers import REPO
 
 # runs llmsim-emulate with the serve extra's packages made unimportable, as in an install without it
@@ -142,6 +144,54 @@ def test_cli_serves() -> None:
     finally:
         p.terminate()
         p.wait(10)
+
+
+def test_cli_ctrl_c_ends_open_requests_with_an_error_and_exits_quietly() -> None:
+    """Ctrl-C with requests in flight: a stream ends with an error event and [DONE], a waiting request gets a 503
+    in OpenAI's shape, and the command exits 0 without a traceback (uvicorn alone let the grace period run out,
+    then cut the streams, answered 500 and logged a traceback per request and a KeyboardInterrupt)."""
+    p = subprocess.Popen([sys.executable, "-m", "llmsim.emulator.cli", "--model", MODEL, "--gpu", "a100-80gb",
+                          "--port", "0", "--speedup", "5"], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    got: dict[str, object] = {}
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 50000}
+    try:
+        url = p.stderr.readline().strip().rsplit(" ", 1)[-1]
+        lines: list[str] = []
+
+        def stream() -> None:
+            with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=30) as r:
+                for line in r.iter_lines():
+                    lines.append(line)
+
+        def whole() -> None:
+            got["whole"] = httpx.post(url + "/v1/completions", json=body, timeout=30)
+
+        while True:  # until it listens; a hang is bounded by pytest-timeout
+            try:
+                httpx.get(url + "/health")
+                break
+            except httpx.ConnectError:
+                time.sleep(0.05)
+        threads = [threading.Thread(target=f, daemon=True) for f in (stream, whole)]
+        for t in threads:
+            t.start()
+        while len(lines) < 6 or sample(scrape(url), "vllm:num_requests_running") < 2:
+            time.sleep(0.02)
+        p.send_signal(signal.SIGINT)
+        for t in threads:
+            t.join(30)
+        assert p.wait(30) == 0
+    finally:
+        p.kill()
+        p.wait(10)
+    err = p.stderr.read()
+    assert "Traceback" not in err and "Exception" not in err, err
+    events = [x for x in lines if x.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and json.loads(events[-2][6:])["error"]["code"] == 503, events[-3:]
+    w = got["whole"]
+    assert isinstance(w, httpx.Response) and w.status_code == 503, w
+    assert w.json()["error"] == {"message": "the emulator is shutting down", "type": "ServiceUnavailableError",
+                                 "param": None, "code": 503}
 
 
 def test_import_llmsim_does_not_import_fastapi() -> None:
