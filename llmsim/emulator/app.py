@@ -398,9 +398,16 @@ def create_app(opts: EmulatorOptions | None = None, **kwargs: Any) -> FastAPI:
 
 
 def check_auth(request: Request, opts: EmulatorOptions) -> None:
-    """401 unless the request carries ``Authorization: Bearer <api key>`` (when the emulator has a key)."""
-    got = request.headers.get("authorization", "").encode()
-    if opts.api_key is not None and not hmac.compare_digest(got, f"Bearer {opts.api_key}".encode()):
+    """401 unless the request carries exactly one ``Authorization: Bearer <api key>`` (when the emulator has a
+    key), compared in constant time as raw bytes. Several Authorization headers are refused whatever they hold:
+    servers and proxies disagree on which one counts."""
+    if opts.api_key is None:
+        return
+    got = [v for k, v in request.scope["headers"] if k == b"authorization"]
+    if len(got) > 1:
+        raise ApiError(401, f"Unauthorized: {len(got)} Authorization headers; send exactly one, "
+                            "`Authorization: Bearer <api key>`")
+    if not hmac.compare_digest(got[0] if got else b"", f"Bearer {opts.api_key}".encode("ascii")):
         raise ApiError(401, "Unauthorized: send the header `Authorization: Bearer <api key>`")
 
 

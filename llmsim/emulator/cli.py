@@ -16,6 +16,7 @@ from llmsim.emulator import SERVE_EXTRA
 from llmsim.emulator.engine import EmulatorOptions
 from llmsim.engine.config import EngineConfig
 from llmsim.errors import LLMSimError
+from llmsim.serving.config import read_secret
 
 PROG = "llmsim-emulate"
 
@@ -90,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_int(0), default=0, help="seed of the synthetic text and sampled lengths")
     p.add_argument("--chars-per-token", type=_positive_float("chars_per_token", "characters per token"),
                    default=4.0, help="text prompts count ceil(characters / this) tokens (default 4.0)")
-    p.add_argument("--api-key", default=None, help="require `Authorization: Bearer <key>` on /v1/*")
+    p.add_argument("--api-key", default=None, help="require `Authorization: Bearer <key>` on /v1/*; env:NAME "
+                   "reads the key from the environment variable NAME (kept out of the process list)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn log level (default warning)")
     return p
@@ -98,12 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    try:
+        api_key = read_secret(args.api_key, "--api-key")
+    except LLMSimError as e:
+        _fail(str(e))
     opts = EmulatorOptions(model=args.model, gpu=args.gpu, tp=args.tp, speedup=args.speedup,
                            expert_parallel=args.enable_expert_parallel,
                            max_num_seqs=args.max_num_seqs, engine=args.engine, max_model_len=args.max_model_len,
                            num_gpu_blocks=args.num_gpu_blocks, served_model_name=args.served_model_name,
                            output_len=args.output_len, seed=args.seed, chars_per_token=args.chars_per_token,
-                           api_key=args.api_key)
+                           api_key=api_key)
     try:
         from llmsim.emulator.app import create_app  # optional: the serve extra (fastapi, prometheus-client)
         from llmsim.emulator.server_thread import (  # optional: the serve extra

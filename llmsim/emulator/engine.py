@@ -35,6 +35,7 @@ from llmsim.errors import ConfigError
 from llmsim.event_loop import OBSERVE, ROUTE, SimEnv
 from llmsim.metrics.recorder import Recorder
 from llmsim.request import Request
+from llmsim.serving.config import check_key
 
 log = logging.getLogger("llmsim.emulator")
 
@@ -100,8 +101,7 @@ class EmulatorOptions:
             raise ConfigError(f"min_tick: expected wall seconds in (0, 1], got {self.min_tick!r}")
         if self.served_model_name is not None and not str(self.served_model_name).strip():
             raise ConfigError("--served-model-name: expected a non-empty name")
-        if self.api_key is not None and not self.api_key:
-            raise ConfigError("--api-key: expected a non-empty key (or leave the option out for no auth)")
+        check_key(self.api_key, "--api-key")  # never empty (no auth), visible ASCII as HTTP carries it
 
     def engine_config(self) -> EngineConfig:
         """llmsim's EngineConfig for these options (its own checks; errors renamed to the CLI flags)."""

@@ -174,12 +174,15 @@ def test_api_key() -> None:
             assert r.status_code == 401 and r.json()["error"]["type"] == "AuthenticationError"
         assert httpx.get(h.url + "/v1/models").status_code == 401
         assert post(h, "/v1/completions", body, authorization="Bearer s3cret").status_code == 200
+        two = httpx.post(h.url + "/v1/completions", content=json.dumps(body), timeout=30,
+                         headers=[("authorization", "Bearer s3cret"), ("authorization", "Bearer other")])
+        assert two.status_code == 401 and "2 Authorization headers" in two.json()["error"]["message"], two.text
         assert httpx.get(h.url + "/health").status_code == 200 and httpx.get(h.url + "/metrics").status_code == 200
 
 
 def test_bad_options_raise_config_error() -> None:
     for kw in ({"speedup": 0}, {"speedup": float("nan")}, {"model": "nope"}, {"engine": "fifo"},
-               {"output_len": "eos"}):
+               {"output_len": "eos"}, {"api_key": ""}, {"api_key": "clé"}, {"api_key": "a b"}):
         with pytest.raises(LLMSimError):
             start_emulator(**{"model": MODEL, "gpu": "a100-80gb", **kw})
 

@@ -5,6 +5,7 @@ serve extra named when missing) and what ``import llmsim`` leaves out. Wall time
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -107,6 +108,7 @@ def test_a_stopping_server_lets_no_new_connection_in() -> None:
     (["--model", MODEL, "--gpu", "a100-80gb", "--speedup", "fast"], "--speedup"),
     (["--model", MODEL, "--gpu", "a100-80gb", "--engine", "fifo"], "--engine"),
     (["--model", MODEL, "--gpu", "a100-80gb", "--max-model-len", "1000000"], "--max-model-len"),
+    (["--model", MODEL, "--gpu", "a100-80gb", "--api-key", "env:EMULATOR_TEST_UNSET_KEY"], "--api-key"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(args: list[str], flag: str) -> None:
     p = subprocess.run([sys.executable, "-m", "llmsim.emulator.cli", *args], cwd=REPO, capture_output=True,
@@ -128,15 +130,18 @@ def test_cli_an_unmodellable_config_is_named_as_the_model_flag(tmp_path) -> None
 
 
 def test_cli_serves() -> None:
+    """With its key read from the environment (``--api-key env:NAME``: the key stays out of the process list)."""
     p = subprocess.Popen([sys.executable, "-m", "llmsim.emulator.cli", "--model", MODEL, "--gpu", "a100-80gb",
-                          "--port", "0", "--speedup", "50"], cwd=REPO, stderr=subprocess.PIPE, text=True)
+                          "--port", "0", "--speedup", "50", "--api-key", "env:EMULATOR_TEST_KEY"], cwd=REPO,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "EMULATOR_TEST_KEY": "k3y"})
     try:
         line = p.stderr.readline()  # "llmsim-emulate: ... on http://127.0.0.1:PORT"
         url = line.strip().rsplit(" ", 1)[-1]
         assert url.startswith("http://127.0.0.1:"), line
         while True:  # until it listens; a hang is bounded by pytest-timeout
             try:
-                r = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 3})
+                r = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 3},
+                               headers={"authorization": "Bearer k3y"})
                 break
             except httpx.ConnectError:
                 time.sleep(0.05)
