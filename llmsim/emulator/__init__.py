@@ -2,8 +2,8 @@
 
 * :mod:`llmsim.emulator.engine`: the engine driven against the wall clock (:class:`RealTimeEngine`) and its
   options (:class:`EmulatorOptions`); plain llmsim, no web framework;
-* :mod:`llmsim.emulator.app`: the HTTP API (FastAPI), :mod:`llmsim.emulator.metrics`: ``/metrics`` under vLLM's
-  names;
+* :mod:`llmsim.emulator.app`: the HTTP API (FastAPI), :mod:`llmsim.emulator.body`: reading and checking a
+  request's body, :mod:`llmsim.emulator.metrics`: ``/metrics`` under vLLM's names;
 * :mod:`llmsim.emulator.handle`: :func:`start_emulator`, an emulator in a background thread (tests, notebooks);
 * :mod:`llmsim.emulator.cli`: ``llmsim-emulate``, the command.
 

@@ -2,8 +2,8 @@
 
 Endpoints as vLLM answers them: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streaming as SSE or one
 JSON), ``GET /v1/models``, ``GET /health``, ``GET /metrics``. Errors have OpenAI's shape
-``{"error": {"message", "type", "param", "code"}}``. Token counts are approximations without a tokenizer (see
-:func:`text_tokens` and docs/emulator.md); the generated text is synthetic words.
+``{"error": {"message", "type", "param", "code"}}``; bodies are read and checked in :mod:`llmsim.emulator.body`.
+The generated text is synthetic words.
 """
 
 from __future__ import annotations
@@ -11,209 +11,27 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import math
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
+from llmsim.emulator.body import ApiError, Job, parse_job, read_json
 from llmsim.emulator.engine import (
     EmulatorOptions,
     EngineFailed,
     RealTimeEngine,
     SyntheticText,
     Ticket,
-    request_seed,
     sampled_length,
 )
 from llmsim.emulator.metrics import EmulatorMetrics
 
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's (and OpenAI's) default for /v1/completions
-CHAT_TOKENS_PER_MESSAGE = 3  # role and separators of each chat message (OpenAI's documented count)
-CHAT_REPLY_PRIMING = 3  # the assistant header the template appends
 _MARK = "\u0000token\u0000"  # placeholder of a token's text in a chunk template (never a generated word)
-
-
-class ApiError(Exception):
-    """An error answered as ``{"error": {...}}`` with this HTTP status."""
-
-    TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 413: "RequestTooLargeError",
-             500: "InternalServerError", 503: "ServiceUnavailableError"}
-
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-
-    def response(self) -> Response:
-        body = {"error": {"message": self.message, "type": self.TYPES.get(self.status, "BadRequestError"),
-                          "param": self.param, "code": self.status}}
-        # ASCII JSON: a message quoting the client's text (a lone surrogate included) always encodes
-        return Response(json.dumps(body).encode("ascii"), status_code=self.status, media_type="application/json")
-
-
-def text_tokens(text: str, chars_per_token: float) -> int:
-    """Tokens of a text without a tokenizer: ceil(characters / chars_per_token)."""
-    return math.ceil(len(text) / chars_per_token)
-
-
-@dataclass
-class Job:
-    """A validated request: what to submit and how to answer."""
-
-    chat: bool
-    prompt_tokens: int
-    max_tokens: int | None
-    stream: bool
-    include_usage: bool
-    seed: int
-    ignore_eos: bool = False
-
-
-# ---------------------------------------------------------------------- parsing and validation
-def shown(v: Any) -> str:
-    """A client's value quoted in an error message: short, ASCII, and never recursing into a nested value (a
-    body may nest lists hundreds deep)."""
-    if isinstance(v, list):
-        return f"a list of {len(v)} items"
-    if isinstance(v, dict):
-        return "an object"
-    if isinstance(v, str) and len(v) > 80:
-        v = v[:80] + "..."
-    return json.dumps(v)[:100]
-
-
-def _int_or_none(body: dict[str, Any], key: str) -> int | None:
-    v = body.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ApiError(400, f"`{key}` must be a positive integer, got {shown(v)}", key)
-    return v
-
-
-def _common(body: dict[str, Any], served: str) -> tuple[bool, bool]:
-    """Check the fields both endpoints share; returns (stream, include_usage)."""
-    model = body.get("model")
-    if model is None:
-        raise ApiError(400, "`model` is required: the served model name, see GET /v1/models", "model")
-    if not isinstance(model, str):
-        raise ApiError(400, f"`model` must be a string, got {shown(model)}", "model")
-    if model != served:
-        raise ApiError(404, f"The model `{model[:200]}` does not exist.", "model")
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise ApiError(400, f"`stream` must be a boolean, got {shown(stream)}", "stream")
-    n = body.get("n")
-    if n is not None and n != 1:
-        raise ApiError(400, f"`n` must be 1 (the emulator returns one choice per request), got {shown(n)}",
-                       "n")
-    so = body.get("stream_options")
-    include_usage = False
-    if so is not None:
-        if not stream:
-            raise ApiError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
-        if not isinstance(so, dict) or not isinstance(so.get("include_usage", False), bool | None):
-            raise ApiError(400, "`stream_options` must be an object like {\"include_usage\": true}", "stream_options")
-        include_usage = bool(so.get("include_usage"))
-    return stream, include_usage
-
-
-def _prompt_tokens(prompt: Any, cpt: float) -> int:
-    """Token count of a completions prompt: token ids count exactly, text approximately."""
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str):
-        if not prompt:
-            raise ApiError(400, "`prompt` must not be empty", "prompt")
-        return text_tokens(prompt, cpt)
-    if isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
-                                                   for x in prompt):
-        return len(prompt)
-    if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(x, str | list) for x in prompt):
-        raise ApiError(400, "batched prompts (a list of several prompts) are not supported by the emulator; send "
-                       "one request per prompt", "prompt")
-    raise ApiError(400, "`prompt` must be a non-empty string or a non-empty list of token ids (integers >= 0)",
-                   "prompt")
-
-
-def _message_text(i: int, m: Any) -> str:
-    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-        raise ApiError(400, f"`messages[{i}]` must be an object with a string `role`", "messages")
-    c = m.get("content")
-    if c is None or isinstance(c, str):
-        return c or ""
-    if isinstance(c, list):
-        parts = []
-        for p in c:
-            if not isinstance(p, dict) or not isinstance(p.get("type"), str):
-                raise ApiError(400, f"`messages[{i}].content` parts must be objects with a `type`", "messages")
-            if p["type"] == "text":
-                if not isinstance(p.get("text"), str):
-                    raise ApiError(400, f"`messages[{i}].content` text parts need a string `text`", "messages")
-                parts.append(p["text"])
-        return "".join(parts)
-    raise ApiError(400, f"`messages[{i}].content` must be a string, a list of content parts or null", "messages")
-
-
-def parse_job(body: dict[str, Any], chat: bool, opts: EmulatorOptions) -> Job:
-    """Validate a completions or chat body (400 / 404 naming the field) into a :class:`Job`."""
-    stream, include_usage = _common(body, opts.name)
-    cpt = opts.chars_per_token
-    if chat:
-        msgs = body.get("messages")
-        if not isinstance(msgs, list) or not msgs:
-            raise ApiError(400, "`messages` is required: a non-empty list of {\"role\", \"content\"} objects",
-                           "messages")
-        texts = [_message_text(i, m) for i, m in enumerate(msgs)]
-        prompt = text_tokens("".join(texts), cpt) + CHAT_TOKENS_PER_MESSAGE * len(msgs) + CHAT_REPLY_PRIMING
-        max_tokens = _int_or_none(body, "max_completion_tokens")
-        if max_tokens is None:
-            max_tokens = _int_or_none(body, "max_tokens")
-        key: Any = texts
-    else:
-        if "prompt" not in body:
-            raise ApiError(400, "`prompt` is required: a string or a list of token ids", "prompt")
-        prompt = _prompt_tokens(body["prompt"], cpt)
-        max_tokens = _int_or_none(body, "max_tokens")
-        if max_tokens is None:
-            max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
-        key = body["prompt"]
-    user_seed = body.get("seed")
-    seed = request_seed(opts.seed, chat, key, max_tokens, user_seed if isinstance(user_seed, int) else None)
-    ignore_eos = body.get("ignore_eos", False)
-    if not isinstance(ignore_eos, bool | None):
-        raise ApiError(400, f"`ignore_eos` must be a boolean, got {shown(ignore_eos)}", "ignore_eos")
-    return Job(chat, prompt, max_tokens, stream, include_usage, seed, bool(ignore_eos))
-
-
-async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The body as a JSON object; 413 past ``limit`` bytes (checked while reading), 400 if not an object."""
-    cl = request.headers.get("content-length")
-    if cl is not None and cl.isdigit() and int(cl) > limit:
-        raise ApiError(413, f"request body of {cl} bytes is larger than the limit of {limit} bytes")
-    buf = bytearray()
-    async for chunk in request.stream():
-        buf += chunk
-        if len(buf) > limit:
-            raise ApiError(413, f"request body is larger than the limit of {limit} bytes")
-    try:
-        body = json.loads(bytes(buf))
-    except RecursionError:
-        raise ApiError(400, "the request body is not valid JSON: it is nested too deeply") from None
-    except ValueError as e:  # malformed, not UTF-8, or an integer of more than 4300 digits
-        raise ApiError(400, f"the request body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, f"the request body must be a JSON object, got {type(body).__name__}")
-    return body
 
 
 # ---------------------------------------------------------------------- answers
