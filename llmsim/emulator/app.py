@@ -170,7 +170,7 @@ async def serve_job(engine: RealTimeEngine, opts: EmulatorOptions, job: Job, req
     max_tokens = job.max_tokens or room
     out = max_tokens
     if opts.output_len == "sampled" and not job.ignore_eos:
-        out = min(max_tokens, sampled_length(job.seed))
+        out = min(max_tokens, max(job.min_tokens, sampled_length(job.seed)))
     try:
         t = engine.submit(job.prompt_tokens, out, max_tokens, job.seed)
     except EngineFailed as e:

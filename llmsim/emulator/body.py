@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,7 @@ class Job:
     include_usage: bool
     seed: int
     ignore_eos: bool = False
+    min_tokens: int = 0  # vLLM's min_tokens: no end of sequence before this many tokens
 
 
 # ---------------------------------------------------------------------- parsing and validation
@@ -67,6 +69,49 @@ def shown(v: Any) -> str:
     if isinstance(v, str) and len(v) > 80:
         v = v[:80] + "..."
     return json.dumps(v)[:100]
+
+
+# vLLM's ranges of the sampling options: the emulator does not sample, but refuses what vLLM refuses (400)
+SAMPLING_RANGES: tuple[tuple[str, Callable[[float], bool], str], ...] = (
+    ("temperature", lambda v: 0 <= v <= 2, "in [0, 2]"),
+    ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("min_p", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("presence_penalty", lambda v: -2 <= v <= 2, "in [-2, 2]"),
+    ("frequency_penalty", lambda v: -2 <= v <= 2, "in [-2, 2]"),
+    ("repetition_penalty", lambda v: v > 0, "greater than zero"),
+)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_sampling(body: dict[str, Any], max_tokens: int | None) -> tuple[int | None, int]:
+    """Check the sampling options as vLLM does (400 naming the field); returns (the client's seed or None,
+    ``min_tokens``: the least the answer has, whatever a sampled length says)."""
+    for key, ok, want in SAMPLING_RANGES:
+        v = body.get(key)
+        if v is not None and (not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v)
+                              or not ok(v)):
+            raise ApiError(400, f"`{key}` must be a number {want}, got {shown(v)}", key)
+    top_k = body.get("top_k")
+    if top_k is not None and (not _is_int(top_k) or top_k < -1):
+        raise ApiError(400, f"`top_k` must be 0 or -1 (disable), or at least 1, got {shown(top_k)}", "top_k")
+    stop = body.get("stop")
+    if stop is not None and not (isinstance(stop, str) and stop or isinstance(stop, list)
+                                 and all(isinstance(x, str) and x for x in stop)):
+        raise ApiError(400, f"`stop` must be a non-empty string or a list of non-empty strings, got {shown(stop)}",
+                       "stop")
+    seed = body.get("seed")
+    if seed is not None and (not _is_int(seed) or not -(2**63) <= seed < 2**63):
+        raise ApiError(400, f"`seed` must be a 64-bit integer, got {shown(seed)}", "seed")
+    min_tokens = body.get("min_tokens")
+    if min_tokens is None:
+        min_tokens = 0
+    if not _is_int(min_tokens) or min_tokens < 0 or max_tokens is not None and min_tokens > max_tokens:
+        cap = "" if max_tokens is None else f" and at most max_tokens={max_tokens}"
+        raise ApiError(400, f"`min_tokens` must be an integer >= 0{cap}, got {shown(min_tokens)}", "min_tokens")
+    return (None if seed == -1 else seed), min_tokens
 
 
 def _int_or_none(body: dict[str, Any], key: str) -> int | None:
@@ -167,12 +212,12 @@ def parse_job(body: dict[str, Any], chat: bool, opts: EmulatorOptions) -> Job:
         if max_tokens is None:
             max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
         key = body["prompt"]
-    user_seed = body.get("seed")
-    seed = request_seed(opts.seed, chat, key, max_tokens, user_seed if isinstance(user_seed, int) else None)
+    user_seed, min_tokens = check_sampling(body, max_tokens)
+    seed = request_seed(opts.seed, chat, key, max_tokens, user_seed)
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool | None):
         raise ApiError(400, f"`ignore_eos` must be a boolean, got {shown(ignore_eos)}", "ignore_eos")
-    return Job(chat, prompt, max_tokens, stream, include_usage, seed, bool(ignore_eos))
+    return Job(chat, prompt, max_tokens, stream, include_usage, seed, bool(ignore_eos), min_tokens)
 
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:

@@ -103,6 +103,12 @@ def test_sampled_output_length() -> None:
         assert capped["usage"]["completion_tokens"] == 2 and capped["choices"][0]["finish_reason"] == "length"
         full = post(h, "/v1/completions", {"model": MODEL, "prompt": "q0", "max_tokens": 900, "ignore_eos": True})
         assert full.json()["usage"]["completion_tokens"] == 900
+        least = post(h, "/v1/completions", {"model": MODEL, "prompt": "q0", "max_tokens": 5000,
+                                            "min_tokens": outs[0][0] + 7}).json()  # no end before min_tokens
+        assert least["usage"]["completion_tokens"] == outs[0][0] + 7
+        ok = {"temperature": 0, "top_p": 1, "top_k": -1, "stop": ["\n"], "seed": -1, "min_tokens": 0}
+        assert post(h, "/v1/completions", {"model": MODEL, "prompt": "q0", "max_tokens": 5000, **ok}).json()[
+            "usage"]["completion_tokens"] == outs[0][0]  # vLLM's defaults change nothing (seed -1: none)
 
 
 # ---------------------------------------------------------------------- errors and auth
@@ -128,6 +134,18 @@ BAD = [
     (b'{"model": "%s", "prompt": "x", "max_tokens": %s}' % (MODEL.encode(), b"9" * 5000), 400, "4300 digits"),
     (b'{"model": "\\ud800", "prompt": "x"}', 404, "does not exist"),  # a lone surrogate quoted back
     ({"model": MODEL, "prompt": "x", "max_tokens": [[[1]]]}, 400, "got a list of 1 items"),
+    # sampling options are not applied, but refused where vLLM refuses them (they were silently ignored)
+    ({"model": MODEL, "prompt": "x", "temperature": -1}, 400, "`temperature` must be a number in [0, 2], got -1"),
+    ({"model": MODEL, "prompt": "x", "temperature": "hot"}, 400, "`temperature` must be a number"),
+    ({"model": MODEL, "prompt": "x", "top_p": 0}, 400, "`top_p` must be a number in (0, 1]"),
+    ({"model": MODEL, "prompt": "x", "top_k": -2}, 400, "`top_k` must be 0 or -1"),
+    ({"model": MODEL, "prompt": "x", "presence_penalty": 3}, 400, "`presence_penalty` must be a number in [-2, 2]"),
+    ({"model": MODEL, "prompt": "x", "repetition_penalty": 0}, 400, "`repetition_penalty` must be a number grea"),
+    ({"model": MODEL, "prompt": "x", "stop": ""}, 400, "`stop` must be a non-empty string"),
+    ({"model": MODEL, "prompt": "x", "stop": ["a", 3]}, 400, "`stop` must be a non-empty string"),
+    ({"model": MODEL, "prompt": "x", "seed": "abc"}, 400, "`seed` must be a 64-bit integer, got \"abc\""),
+    ({"model": MODEL, "prompt": "x", "seed": 2**64}, 400, "`seed` must be a 64-bit integer"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": 4, "min_tokens": 5}, 400, "at most max_tokens=4, got 5"),
 ]
 
 
