@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=_int(2), default=None, help="context length (default: the model's)")
     p.add_argument("--num-gpu-blocks", type=_int(1), default=None,
                    help="KV-cache blocks, overriding what the profile's memory model gives")
+    p.add_argument("--gpu-memory-utilization", type=_positive_float("gpu_memory_utilization", "a fraction <= 1"),
+                   default=None, help=f"share of each GPU's memory the engine may use, weights and KV cache (default "
+                   f"{EngineConfig().gpu_memory_utilization})")
     p.add_argument("--engine", default=None,
                    help=f"llmsim batch policy (default {EngineConfig().policy}; see llmsim.engine.scheduling)")
     p.add_argument("--served-model-name", default=None, help="model id clients send (default: --model)")
@@ -107,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     opts = EmulatorOptions(model=args.model, gpu=args.gpu, tp=args.tp, speedup=args.speedup,
                            expert_parallel=args.enable_expert_parallel,
                            max_num_seqs=args.max_num_seqs, engine=args.engine, max_model_len=args.max_model_len,
-                           num_gpu_blocks=args.num_gpu_blocks, served_model_name=args.served_model_name,
+                           num_gpu_blocks=args.num_gpu_blocks, gpu_memory_utilization=args.gpu_memory_utilization,
+                           served_model_name=args.served_model_name,
                            output_len=args.output_len, seed=args.seed, chars_per_token=args.chars_per_token,
                            api_key=api_key)
     try:
@@ -148,8 +152,13 @@ def _flagged(msg: str) -> str:
     one = " ".join(msg.split())
     if "HF config " in one:  # the model's config.json: its message names the file and the key at fault
         return "--model: " + one.replace("cannot load a profile: ", "")
+    if " does not fit on " in one:  # the weights and the memory share: the model, GPU, tp and utilisation flags
+        return "--model/--gpu/--tp: " + one.replace("gpu_memory_utilization=", "--gpu-memory-utilization ")
+    if "expert parallelism" in one:
+        return "--enable-expert-parallel: " + one.replace("cannot load a profile: ", "")
     for key, flag in (("engine.policy", "--engine"), ("engine.max_num_seqs", "--max-num-seqs"),
                       ("engine.max_model_len", "--max-model-len"), ("engine.num_gpu_blocks", "--num-gpu-blocks"),
+                      ("engine.gpu_memory_utilization", "--gpu-memory-utilization"),
                       ("unknown model ", "--model: unknown model "), ("unknown GPU", "--gpu: unknown GPU")):
         if key in one:
             return one.replace(key, flag, 1) if key.startswith("engine.") else one.replace(

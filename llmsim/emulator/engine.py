@@ -67,6 +67,7 @@ class EmulatorOptions:
     engine: str | None = None  # llmsim batch policy; None = llmsim's default (EngineConfig.policy)
     max_model_len: int | None = None
     num_gpu_blocks: int | None = None
+    gpu_memory_utilization: float | None = None  # vLLM's --gpu-memory-utilization; None = llmsim's (0.9)
     served_model_name: str | None = None
     output_len: str = "max_tokens"
     seed: int = 0
@@ -107,7 +108,8 @@ class EmulatorOptions:
         """llmsim's EngineConfig for these options (its own checks; errors renamed to the CLI flags)."""
         fields: dict[str, Any] = {}
         for key, v in (("policy", self.engine), ("max_num_seqs", self.max_num_seqs),
-                       ("max_model_len", self.max_model_len), ("num_gpu_blocks", self.num_gpu_blocks)):
+                       ("max_model_len", self.max_model_len), ("num_gpu_blocks", self.num_gpu_blocks),
+                       ("gpu_memory_utilization", self.gpu_memory_utilization)):
             if v is not None:
                 fields[key] = v
         return EngineConfig.parse(fields, "engine")

@@ -35,6 +35,7 @@ def start_emulator(model: str = "llama-3.1-8b", gpu: str = "a100-80gb", speedup:
 
     ``opts`` are :class:`EmulatorOptions` fields (``max_num_seqs``, ``tp``, ``engine``, ``served_model_name``,
     ``output_len``, ``seed``, ``chars_per_token``, ``api_key``, ``max_model_len``, ``num_gpu_blocks``,
-    ``min_tick``...). Bad options raise :class:`llmsim.errors.ConfigError` before anything starts.
+    ``gpu_memory_utilization``, ``min_tick``...). Bad options raise :class:`llmsim.errors.ConfigError` before
+    anything starts.
     """
     return EmulatorHandle(EmulatorOptions(model=model, gpu=gpu, speedup=speedup, **opts), host, port).start()

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from llmsim.emulator import EmulatorHandle, listen_socket, start_emulator
+from llmsim.emulator.cli import main as cli_main
 from tests.emulator.helpers import MODEL, metrics, sample, scrape, wait_until_idle
 from tests.helpers import REPO
 
@@ -116,6 +117,24 @@ def test_cli_bad_input_is_one_line_and_exit_2(args: list[str], flag: str) -> Non
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0] and "Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--model", "llama-3.1-70b"], "--model/--gpu/--tp: model 'llama-3.1-70b' does not fit on 1 x a100-80gb: weights "
+     "need 141.1 GB per GPU plus 1.5 GB reserved, but --gpu-memory-utilization 0.9 x 85.9 GB"),
+    (["--model", MODEL, "--gpu-memory-utilization", "0.1"], "but --gpu-memory-utilization 0.1 x 85.9 GB"),
+    (["--model", MODEL, "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization: expected a value <= 1"),
+    (["--model", MODEL, "--tp", "2", "--enable-expert-parallel"], "--enable-expert-parallel: model 'llama-3.1-8b' "
+     "is dense"),
+])
+def test_cli_engine_build_errors_name_the_flags(args: list[str], words: str, capsys: pytest.CaptureFixture) -> None:
+    """Errors of the engine's builders name the command's flags (a GPU share the command could not set, or a
+    message naming no flag, before)."""
+    with pytest.raises(SystemExit) as e:
+        cli_main([*args, "--gpu", "a100-80gb", "--port", "0"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("llmsim-emulate: error: ") and words in err, err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_cli_an_unmodellable_config_is_named_as_the_model_flag(tmp_path) -> None:
