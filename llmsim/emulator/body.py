@@ -178,13 +178,15 @@ def _message_text(i: int, m: Any) -> str:
         return c or ""
     if isinstance(c, list):
         parts = []
-        for p in c:
+        for j, p in enumerate(c):
             if not isinstance(p, dict) or not isinstance(p.get("type"), str):
                 raise ApiError(400, f"`messages[{i}].content` parts must be objects with a `type`", "messages")
-            if p["type"] == "text":
-                if not isinstance(p.get("text"), str):
-                    raise ApiError(400, f"`messages[{i}].content` text parts need a string `text`", "messages")
-                parts.append(p["text"])
+            if p["type"] != "text":  # an image or audio would be prefilled too: not counted is not emulated
+                raise ApiError(400, f"`messages[{i}].content[{j}]` is of type {shown(p['type'])}: the emulator "
+                                    "serves text only (content parts of type \"text\")", "messages")
+            if not isinstance(p.get("text"), str):
+                raise ApiError(400, f"`messages[{i}].content` text parts need a string `text`", "messages")
+            parts.append(p["text"])
         return "".join(parts)
     raise ApiError(400, f"`messages[{i}].content` must be a string, a list of content parts or null", "messages")
 

@@ -163,6 +163,9 @@ def test_completions_bad_requests(small: EmulatorHandle, body: Any, status: int,
     ({"model": MODEL, "messages": []}, "`messages` is required"),
     ({"model": MODEL, "messages": [{"content": "x"}]}, "string `role`"),
     ({"model": MODEL, "messages": [{"role": "user", "content": 3}]}, "`messages[0].content` must be"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": [  # (an image was dropped silently, 0 tokens)
+        {"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "data:,"}}]}]},
+     "`messages[0].content[1]` is of type \"image_url\": the emulator serves text only"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, "positive integer"),
 ])
 def test_chat_bad_requests(small: EmulatorHandle, body: Any, words: str) -> None:
