@@ -171,6 +171,9 @@ async def serve_job(engine: RealTimeEngine, opts: EmulatorOptions, job: Job, req
     out = max_tokens
     if opts.output_len == "sampled" and not job.ignore_eos:
         out = min(max_tokens, max(job.min_tokens, sampled_length(job.seed)))
+    why = engine.fit_error(job.prompt_tokens, out)
+    if why:
+        raise ApiError(400, why, "max_tokens")
     try:
         t = engine.submit(job.prompt_tokens, out, max_tokens, job.seed)
     except EngineFailed as e:

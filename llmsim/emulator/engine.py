@@ -320,6 +320,19 @@ class RealTimeEngine:
                     f"{limits.max_servable_prompt()} prompt tokens). Please reduce the length of the prompt.")
         return ""
 
+    def fit_error(self, prompt_tokens: int, output_tokens: int) -> str:
+        """'' if a request of this length fits the whole KV cache; otherwise words for a 400. Only reachable when
+        max_model_len exceeds what the cache holds (vLLM refuses to start then): the engine would otherwise drop
+        the request once it has grown past the cache, mid-answer."""
+        inst = self.inst
+        usable = inst.limits.max_prompt_blocks()
+        if inst.kv.blocks_for(prompt_tokens + output_tokens) <= usable:
+            return ""
+        return (f"This request needs {prompt_tokens} + {output_tokens} tokens of KV cache, more than this engine's "
+                f"whole cache holds ({usable} usable blocks of {inst.block_size} tokens, i.e. "
+                f"{usable * inst.block_size} tokens, less than its max_model_len of {self.max_model_len}). Please "
+                "reduce max_tokens or the length of the prompt.")
+
     def abort(self, t: Ticket) -> None:
         """The client went away: a queued request leaves the queue now; a started one finishes at its next
         sampled token (at most one more iteration), which frees its KV blocks."""

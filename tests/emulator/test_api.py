@@ -179,6 +179,15 @@ def test_prompt_that_never_fits_the_kv_cache() -> None:
         assert r.status_code == 400 and "KV cache" in r.json()["error"]["message"]
         assert post(h, "/v1/completions", {"model": MODEL, "prompt": list(range(50)), "max_tokens": 2}).status_code \
             == 200
+        # a prompt that fits, with more output than the cache holds: refused before it starts (the engine dropped
+        # it once grown past the cache: a 500, or a stream's error event after its tokens, counted nowhere)
+        for stream in (False, True):
+            r = post(h, "/v1/completions", {"model": MODEL, "prompt": list(range(50)), "max_tokens": 200,
+                                            "stream": stream})
+            err = r.json()["error"]
+            assert r.status_code == 400 and err["param"] == "max_tokens", r.text
+            assert err["message"].startswith("This request needs 50 + 200 tokens of KV cache, more than this "
+                                             "engine's whole cache holds (8 usable blocks of 16 tokens"), r.text
 
 
 def test_body_size_limit(small: EmulatorHandle) -> None:
