@@ -86,6 +86,14 @@ class EmulatorOptions:
         def num(v: Any) -> bool:
             return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
+        for flag, v, optional in (("--model", self.model, False), ("--gpu", self.gpu, False),
+                                  ("--served-model-name", self.served_model_name, True),
+                                  ("--api-key", self.api_key, True)):
+            if not (isinstance(v, str) or optional and v is None):
+                shown = "a value of another type" if flag == "--api-key" else repr(v)  # (a key is never shown)
+                raise ConfigError(f"{flag}: expected a string, got {shown} ({type(v).__name__})")
+        if not isinstance(self.expert_parallel, bool):
+            raise ConfigError(f"--enable-expert-parallel: expected true or false, got {self.expert_parallel!r}")
         if not num(self.speedup) or not 0 < self.speedup <= MAX_SPEEDUP:
             raise ConfigError(f"--speedup: expected a number > 0 and <= {MAX_SPEEDUP:g} (times faster than real "
                               f"time), got {self.speedup!r}")

@@ -212,9 +212,13 @@ def test_api_key() -> None:
 
 def test_bad_options_raise_config_error() -> None:
     for kw in ({"speedup": 0}, {"speedup": float("nan")}, {"model": "nope"}, {"engine": "fifo"},
-               {"output_len": "eos"}, {"api_key": ""}, {"api_key": "clé"}, {"api_key": "a b"}):
+               {"output_len": "eos"}, {"api_key": ""}, {"api_key": "clé"}, {"api_key": "a b"}, {"model": 5},
+               {"gpu": None}, {"served_model_name": 5}, {"expert_parallel": "yes"}):  # (a TypeError before)
         with pytest.raises(LLMSimError):
             start_emulator(**{"model": MODEL, "gpu": "a100-80gb", **kw})
+    with pytest.raises(LLMSimError, match="^--api-key: expected a string") as e:
+        start_emulator(MODEL, "a100-80gb", api_key=987654321)
+    assert "987654321" not in str(e.value)  # a key is never shown
 
 
 def test_max_tokens_past_the_context_is_refused_as_vllm_does(small: EmulatorHandle) -> None:
