@@ -13,10 +13,9 @@ import sys
 from typing import NoReturn
 
 from llmsim.emulator import SERVE_EXTRA
-from llmsim.emulator.engine import EmulatorOptions
+from llmsim.emulator.engine import EmulatorOptions, read_key
 from llmsim.engine.config import EngineConfig
 from llmsim.errors import LLMSimError
-from llmsim.serving.config import read_secret
 
 PROG = "llmsim-emulate"
 
@@ -104,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
-        api_key = read_secret(args.api_key, "--api-key")
+        api_key = read_key(args.api_key, "--api-key")
     except LLMSimError as e:
         _fail(str(e))
     opts = EmulatorOptions(model=args.model, gpu=args.gpu, tp=args.tp, speedup=args.speedup,

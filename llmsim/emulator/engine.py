@@ -23,6 +23,7 @@ import asyncio
 import hashlib
 import logging
 import math
+import os
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -35,7 +36,6 @@ from llmsim.errors import ConfigError
 from llmsim.event_loop import OBSERVE, ROUTE, SimEnv
 from llmsim.metrics.recorder import Recorder
 from llmsim.request import Request
-from llmsim.serving.config import check_key
 
 log = logging.getLogger("llmsim.emulator")
 
@@ -166,6 +166,34 @@ class Ticket:
     def finish_reason(self) -> str:
         """'length' when max_tokens (or the context) ended it, 'stop' when a sampled length ended it sooner."""
         return "length" if self.req.target_tokens >= self.max_tokens else "stop"
+
+
+def check_key(v: str | None, flag: str) -> None:
+    """A bearer token as HTTP carries it: non-empty visible ASCII without spaces (ConfigError naming ``flag``, never
+    the value). An empty key would turn authentication off, so it is an error, not a way to say "none"."""
+    if v is None:
+        return
+    if not v:
+        raise ConfigError(f"{flag}: expected a non-empty key (an empty key would turn authentication off; leave "
+                          "the option out for none)")
+    if not all(33 <= ord(c) <= 126 for c in v):
+        raise ConfigError(f"{flag}: expected visible ASCII characters without spaces (a key of {len(v)} characters "
+                          "has others)")
+
+
+def read_key(v: str | None, flag: str) -> str | None:
+    """``v`` itself, or for ``env:NAME`` the environment variable NAME (a key kept out of the process list);
+    ConfigError naming ``flag`` if the variable is unset or empty, never showing a value."""
+    if v is None or not v.startswith("env:"):
+        return v
+    name = v[len("env:"):]
+    if not name:
+        raise ConfigError(f"{flag}: expected env:<variable name>, got 'env:'")
+    if not os.environ.get(name):
+        state = "empty" if name in os.environ else "not set"
+        raise ConfigError(f"{flag}: environment variable {name!r} is {state} (an empty key would turn "
+                          "authentication off; leave the option out for none)")
+    return os.environ[name]
 
 
 def request_seed(seed: int, *parts: object) -> int:
