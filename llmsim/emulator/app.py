@@ -122,6 +122,22 @@ async def stream_tokens(engine: RealTimeEngine, t: Ticket, ans: Answer, include_
             engine.abort(t)
 
 
+class TicketStream(StreamingResponse):
+    """The SSE answer of one request, which aborts the request however the response ends. The generator's own
+    ``finally`` is not enough: a client that leaves while the response head waits for a paused transport has
+    the response cancelled before the generator ever started, and it would then run in the engine to its end."""
+
+    def __init__(self, engine: RealTimeEngine, t: Ticket, content: AsyncIterator[str]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self.engine, self.ticket = engine, t
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.engine.abort(self.ticket)  # (nothing to do once it has finished)
+
+
 async def client_left(request: Request) -> None:
     """Return when the client disconnects (uvicorn says so as soon as the connection drops); call it only once
     the body has been read."""
@@ -180,8 +196,7 @@ async def serve_job(engine: RealTimeEngine, opts: EmulatorOptions, job: Job, req
         raise ApiError(503, str(e)) from None
     ans = Answer(t, job.chat, opts.name)
     if job.stream:
-        return StreamingResponse(stream_tokens(engine, t, ans, job.include_usage), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return TicketStream(engine, t, stream_tokens(engine, t, ans, job.include_usage))
     if not await wait_done(engine, t, request):
         return Response(status_code=499)  # nobody is listening (nginx's "client closed request")
     if t.error is not None:

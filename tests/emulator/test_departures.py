@@ -10,8 +10,8 @@ import socket
 import time
 
 from llmsim.emulator import EmulatorHandle, start_emulator
-from llmsim.emulator.app import Answer, stream_tokens
-from llmsim.emulator.engine import Ticket
+from llmsim.emulator.app import Answer, create_app, stream_tokens
+from llmsim.emulator.engine import EmulatorOptions, Ticket
 from llmsim.emulator.server_thread import CoalescingTransport
 from llmsim.request import Request
 from tests.emulator.helpers import MODEL, metrics, sample, wait_until_idle
@@ -105,3 +105,42 @@ def test_writes_of_one_loop_turn_leave_as_one_and_close_flushes_first() -> None:
 
     raw = asyncio.run(scenario())
     assert raw.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody", b"tail"] and raw.closed
+
+
+def test_a_stream_whose_client_left_before_its_first_byte_went_out_is_aborted() -> None:
+    """The response head waits for a paused transport (a client that stopped reading an earlier answer on the
+    same connection) and the client leaves: Starlette cancels the response before the token generator ever
+    started, so no ``finally`` of the generator can abort the request; the response itself must."""
+    async def scenario() -> tuple[int, int]:
+        app = create_app(EmulatorOptions(model=MODEL, gpu="a100-80gb", speedup=20.0))
+        engine = app.state.engine
+        body = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 100_000, "stream": True}).encode()
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+        gone = asyncio.Event()
+
+        async def receive() -> dict:
+            if messages:
+                return messages.pop(0)
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                gone.set()  # the client leaves while the head waits for the transport to drain
+                await asyncio.sleep(3600)  # (cancelled by the disconnect)
+
+        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": "/v1/completions", "raw_path": b"/v1/completions",
+                 "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")],
+                 "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2)}
+        await app(scope, receive, send)
+        for _ in range(500):  # an aborted running request leaves at its next token: a few driver wake-ups
+            if not engine.tickets:
+                break
+            await asyncio.sleep(0.01)
+        left, aborted = len(engine.tickets), engine.success["abort"]
+        engine.stop()
+        return left, aborted
+
+    left, aborted = asyncio.run(scenario())
+    assert left == 0 and aborted == 1, (left, aborted)
