@@ -395,7 +395,8 @@ class RealTimeEngine:
             self._timer.cancel()
             self._timer = None
         if not self._stopped:
-            self.advance()
+            if self._loop is not None:  # (never started: nothing to bring up to date)
+                self.advance()
             self._stopped = True
             for t in list(self.tickets.values()):
                 if t.error is None:

@@ -11,7 +11,7 @@ import time
 
 from llmsim.emulator import EmulatorHandle, start_emulator
 from llmsim.emulator.app import Answer, create_app, stream_tokens
-from llmsim.emulator.engine import EmulatorOptions, Ticket
+from llmsim.emulator.engine import EmulatorOptions, RealTimeEngine, Ticket
 from llmsim.emulator.server_thread import CoalescingTransport
 from llmsim.request import Request
 from tests.emulator.helpers import MODEL, metrics, sample, wait_until_idle
@@ -144,3 +144,9 @@ def test_a_stream_whose_client_left_before_its_first_byte_went_out_is_aborted() 
 
     left, aborted = asyncio.run(scenario())
     assert left == 0 and aborted == 1, (left, aborted)
+
+
+def test_an_engine_never_started_stops_outside_an_event_loop() -> None:
+    engine = RealTimeEngine(EmulatorOptions(model=MODEL, gpu="a100-80gb"))
+    engine.stop()  # (it brought the engine up to date first, which needs the loop it never had)
+    assert engine.stopped
