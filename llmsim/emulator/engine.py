@@ -72,7 +72,7 @@ class EmulatorOptions:
     output_len: str = "max_tokens"
     seed: int = 0
     chars_per_token: float = 4.0
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # a secret: never in a repr or a log line
     max_body_bytes: int = 4 * 1024 * 1024
     min_tick: float = 0.002  # wall seconds: the driver never wakes more often than this
 

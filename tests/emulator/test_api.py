@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmsim.emulator import EmulatorHandle, start_emulator
+from llmsim.emulator import EmulatorHandle, EmulatorOptions, start_emulator
 from llmsim.errors import LLMSimError
 from tests.emulator.helpers import MODEL, post, sse
 
@@ -219,6 +219,8 @@ def test_bad_options_raise_config_error() -> None:
     with pytest.raises(LLMSimError, match="^--api-key: expected a string") as e:
         start_emulator(MODEL, "a100-80gb", api_key=987654321)
     assert "987654321" not in str(e.value)  # a key is never shown
+    opts = EmulatorOptions(api_key="s3cret-key")
+    assert "s3cret-key" not in repr(opts) and "s3cret-key" not in str(opts)
 
 
 def test_max_tokens_past_the_context_is_refused_as_vllm_does(small: EmulatorHandle) -> None:
