@@ -228,30 +228,49 @@ def create_app(opts: EmulatorOptions | None = None, **kwargs: Any) -> FastAPI:
     async def _api_error(request: Request, exc: ApiError) -> Response:
         return exc.response()
 
+    if opts.api_key is not None:
+        app.add_middleware(RequireKey, api_key=opts.api_key)
     add_openai_routes(app, engine, opts)
     add_operations_routes(app, engine, metrics)
     return app
 
 
-def check_auth(request: Request, opts: EmulatorOptions) -> None:
-    """401 unless the request carries exactly one ``Authorization: Bearer <api key>`` (when the emulator has a
-    key), compared in constant time as raw bytes. Several Authorization headers are refused whatever they hold:
-    servers and proxies disagree on which one counts."""
-    if opts.api_key is None:
-        return
-    got = [v for k, v in request.scope["headers"] if k == b"authorization"]
+OPEN_PATHS = ("/health",)  # what answers without the api key (liveness probes and load balancers poll it)
+
+
+def auth_problem(scope: Any, expected: bytes) -> str:
+    """Why a request's credentials are refused ("" if they are not): it must carry exactly one
+    ``Authorization: Bearer <api key>``, compared in constant time as raw bytes. Several Authorization headers are
+    refused whatever they hold: servers and proxies disagree on which one counts."""
+    got = [v for k, v in scope["headers"] if k == b"authorization"]
     if len(got) > 1:
-        raise ApiError(401, f"Unauthorized: {len(got)} Authorization headers; send exactly one, "
-                            "`Authorization: Bearer <api key>`")
-    if not hmac.compare_digest(got[0] if got else b"", f"Bearer {opts.api_key}".encode("ascii")):
-        raise ApiError(401, "Unauthorized: send the header `Authorization: Bearer <api key>`")
+        return (f"Unauthorized: {len(got)} Authorization headers; send exactly one, "
+                "`Authorization: Bearer <api key>`")
+    if not hmac.compare_digest(got[0] if got else b"", expected):
+        return "Unauthorized: send the header `Authorization: Bearer <api key>`"
+    return ""
+
+
+class RequireKey:
+    """ASGI middleware: with an api key, every route but ``/health`` needs it (``/metrics`` and unknown paths
+    included: a 401 comes before a 404 or 405), checked before anything of the request is read."""
+
+    def __init__(self, app: Any, api_key: str) -> None:
+        self.app, self.expected = app, f"Bearer {api_key}".encode("ascii")
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+            problem = auth_problem(scope, self.expected)
+            if problem:
+                await ApiError(401, problem).response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def add_openai_routes(app: FastAPI, engine: RealTimeEngine, opts: EmulatorOptions) -> None:
-    """What clients call, behind the API key: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``."""
+    """What clients call: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``."""
 
     async def generate(request: Request, chat: bool) -> Response:
-        check_auth(request, opts)
         try:
             body = await read_json(request, opts.max_body_bytes)
         except ClientDisconnect:  # gone while sending its body: nobody to answer (nginx's 499)
@@ -268,7 +287,6 @@ def add_openai_routes(app: FastAPI, engine: RealTimeEngine, opts: EmulatorOption
 
     @app.get("/v1/models")
     async def models(request: Request) -> JSONResponse:
-        check_auth(request, opts)
         card = {"id": opts.name, "object": "model", "created": int(time.time()), "owned_by": "llmsim",
                 "root": opts.model, "parent": None, "max_model_len": engine.max_model_len,
                 "permission": []}
@@ -276,7 +294,7 @@ def add_openai_routes(app: FastAPI, engine: RealTimeEngine, opts: EmulatorOption
 
 
 def add_operations_routes(app: FastAPI, engine: RealTimeEngine, metrics: EmulatorMetrics) -> None:
-    """What operators and routers poll, without the API key (as vLLM): ``/health`` and ``/metrics``."""
+    """What operators and routers poll: ``/health`` (never behind the API key) and ``/metrics``."""
 
     @app.get("/health")
     async def health() -> Response:

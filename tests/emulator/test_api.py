@@ -207,7 +207,43 @@ def test_api_key() -> None:
         two = httpx.post(h.url + "/v1/completions", content=json.dumps(body), timeout=30,
                          headers=[("authorization", "Bearer s3cret"), ("authorization", "Bearer other")])
         assert two.status_code == 401 and "2 Authorization headers" in two.json()["error"]["message"], two.text
-        assert httpx.get(h.url + "/health").status_code == 200 and httpx.get(h.url + "/metrics").status_code == 200
+        assert httpx.get(h.url + "/health").status_code == 200
+
+
+KEY = "s3cret"
+# (method, path, status with the key): every route but /health needs the key, unknown paths and methods included
+ROUTES = [
+    ("POST", "/v1/completions", 200), ("POST", "/v1/chat/completions", 200), ("GET", "/v1/models", 200),
+    ("GET", "/metrics", 200), ("POST", "/metrics", 405), ("GET", "/v1/completions", 405),
+    ("GET", "/nothing-here", 404), ("DELETE", "/v1/models", 405), ("GET", "/docs", 404),
+    ("GET", "/openapi.json", 404), ("GET", "/health/", 307), ("GET", "/Health", 404),
+]
+
+
+@pytest.fixture(scope="module")
+def keyed() -> Any:
+    with start_emulator(MODEL, "a100-80gb", speedup=50.0, api_key=KEY) as h:
+        yield h
+
+
+@pytest.mark.parametrize("method,path,with_key", ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
+def test_every_route_but_health_needs_the_key(keyed: EmulatorHandle, method: str, path: str, with_key: int) -> None:
+    """Authentication, when configured, covers every route but /health (/metrics was open: it showed the load and
+    the served model to anyone); a 401 comes before a 404 or 405, so no path answers without the key."""
+    chat = path == "/v1/chat/completions"
+    body = {"model": MODEL, "max_tokens": 1, **({"messages": [{"role": "user", "content": "x"}]} if chat
+                                                 else {"prompt": "x"})}
+    kw: dict[str, Any] = {"json": body} if method == "POST" else {}
+    for hdr in ({}, {"authorization": "Bearer nope"}, {"authorization": "Basic czNjcmV0"}):
+        r = httpx.request(method, keyed.url + path, headers=hdr, timeout=30, **kw)
+        assert r.status_code == 401 and r.json()["error"]["type"] == "AuthenticationError", (hdr, r.text)
+    r = httpx.request(method, keyed.url + path, headers={"authorization": f"Bearer {KEY}"}, timeout=30, **kw)
+    assert r.status_code == with_key, r.text
+
+
+def test_health_needs_no_key(keyed: EmulatorHandle) -> None:
+    assert httpx.get(keyed.url + "/health").status_code == 200
+    assert httpx.get(keyed.url + "/health", headers={"authorization": "Bearer nope"}).status_code == 200
 
 
 def test_bad_options_raise_config_error() -> None:
