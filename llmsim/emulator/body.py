@@ -125,12 +125,10 @@ def _int_or_none(body: dict[str, Any], key: str) -> int | None:
 
 def _common(body: dict[str, Any], served: str) -> tuple[bool, bool]:
     """Check the fields both endpoints share; returns (stream, include_usage)."""
-    model = body.get("model")
-    if model is None:
-        raise ApiError(400, "`model` is required: the served model name, see GET /v1/models", "model")
-    if not isinstance(model, str):
+    model = body.get("model")  # optional, as in vLLM: missing, null or "" means the served model
+    if model is not None and not isinstance(model, str):
         raise ApiError(400, f"`model` must be a string, got {shown(model)}", "model")
-    if model != served:
+    if model and model != served:
         raise ApiError(404, f"The model `{model[:200]}` does not exist.", "model")
     stream = body.get("stream", False)
     if stream is None:

@@ -115,7 +115,6 @@ def test_sampled_output_length() -> None:
 BAD = [
     (b"{not json", 400, "not valid JSON"),
     (b"[1, 2]", 400, "must be a JSON object"),
-    ({"prompt": "x"}, 400, "`model` is required"),
     ({"model": 7, "prompt": "x"}, 400, "`model` must be a string"),
     ({"model": "gpt-5", "prompt": "x"}, 404, "The model `gpt-5` does not exist."),
     ({"model": MODEL}, 400, "`prompt` is required"),
@@ -171,6 +170,19 @@ def test_completions_bad_requests(small: EmulatorHandle, body: Any, status: int,
 def test_chat_bad_requests(small: EmulatorHandle, body: Any, words: str) -> None:
     r = post(small, "/v1/chat/completions", body)
     assert r.status_code == 400 and words in r.json()["error"]["message"], r.text
+
+
+@pytest.mark.parametrize("model", ["absent", None, ""])
+def test_a_request_without_model_is_served_by_the_served_model(small: EmulatorHandle, model: Any) -> None:
+    """As vLLM: ``model`` is optional (``str | None``), and a missing, null or empty one means the first served model
+    (the emulator answered 400 "`model` is required"). The answer names the served model."""
+    for path, body in (("/v1/completions", {"prompt": "x", "max_tokens": 2}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2})):
+        if model != "absent":
+            body["model"] = model
+        r = post(small, path, body)
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == MODEL and r.json()["usage"]["completion_tokens"] == 2
 
 
 def test_prompt_that_never_fits_the_kv_cache() -> None:
