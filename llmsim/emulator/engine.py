@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import random
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,8 +151,8 @@ class StreamingRecorder(Recorder):
 class Ticket:
     """One HTTP request's view of its engine request: tokens available so far, and how it ended."""
 
-    id: str
-    req: Request
+    id: str  # random (vLLM's answers are ``cmpl-<uuid4 hex>``): unique across emulators and restarts; read by nothing
+    req: Request  # ... in the simulation, whose requests are numbered in arrival order
     max_tokens: int  # what the client asked for (after the context cap)
     seed: int
     event: asyncio.Event = field(default_factory=asyncio.Event)
@@ -335,7 +336,7 @@ class RealTimeEngine:
         rid = self._next_id
         r = Request(rid, now, prompt_tokens, max(1, output_tokens))
         r.routed_time = now
-        t = Ticket(f"{rid}", r, max_tokens=min(max_tokens, self.max_model_len - prompt_tokens), seed=seed)
+        t = Ticket(uuid.uuid4().hex, r, max_tokens=min(max_tokens, self.max_model_len - prompt_tokens), seed=seed)
         self.tickets[rid] = t
         self.inst.submit(r, now, ROUTE)
         self._replan()

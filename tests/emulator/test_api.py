@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import httpx
 import pytest
 
 from llmsim.emulator import EmulatorHandle, EmulatorOptions, start_emulator
+from llmsim.emulator.engine import RealTimeEngine
 from llmsim.errors import LLMSimError
-from tests.emulator.helpers import MODEL, post, sse
+from tests.emulator.helpers import MODEL, VirtualLoop, post, sse
 
 
 # ---------------------------------------------------------------------- the API
@@ -88,6 +90,27 @@ def test_streaming_chat(emu: EmulatorHandle) -> None:
     assert chunks[0]["object"] == "chat.completion.chunk" and chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert [bool(c["choices"][0]["delta"].get("content")) for c in chunks[1:5]] == [True] * 4
     assert chunks[5]["choices"][0]["finish_reason"] == "length" and chunks[6] == "[DONE]"
+
+
+def test_response_ids_are_random_as_vllm_makes_them(emu: EmulatorHandle) -> None:
+    """``cmpl-`` / ``chatcmpl-`` and 32 hex digits (a random UUID, as vLLM): sequential ids (``cmpl-1``) repeated
+    across emulators and restarts, so a client or router keyed on them mixed answers up. Identical requests get
+    distinct ids and the same text (the simulation does not depend on ids); a stream's chunks share one id."""
+    body = {"model": MODEL, "prompt": "same", "max_tokens": 3}
+    a, b = post(emu, "/v1/completions", body).json(), post(emu, "/v1/completions", body).json()
+    assert re.fullmatch(r"cmpl-[0-9a-f]{32}", a["id"]) and re.fullmatch(r"cmpl-[0-9a-f]{32}", b["id"]), (a, b)
+    assert a["id"] != b["id"] and a["choices"] == b["choices"]
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True}
+    with httpx.stream("POST", emu.url + "/v1/chat/completions", json=chat, timeout=30) as r:
+        ids = {c["id"] for c in sse(list(r.iter_lines())) if c != "[DONE]"}
+    assert len(ids) == 1 and re.fullmatch(r"chatcmpl-[0-9a-f]{32}", ids.pop())
+
+    def first_ticket_id() -> str:  # a fresh engine, as after a restart or in a second emulator
+        engine = RealTimeEngine(EmulatorOptions(model=MODEL, gpu="a100-80gb"))
+        engine.start(VirtualLoop())  # type: ignore[arg-type]
+        return engine.submit(10, 2, 2, seed=0).id
+
+    assert first_ticket_id() != first_ticket_id()
 
 
 def test_sampled_output_length() -> None:
