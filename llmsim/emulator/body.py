@@ -12,12 +12,14 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.responses import Response
+from pydantic import TypeAdapter, ValidationError
 
 from llmsim.emulator.engine import EmulatorOptions, request_seed
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's (and OpenAI's) default for /v1/completions
 CHAT_TOKENS_PER_MESSAGE = 3  # role and separators of each chat message (OpenAI's documented count)
 CHAT_REPLY_PRIMING = 3  # the assistant header the template appends
+LAX_INT = TypeAdapter(int)  # pydantic's lax int, as vLLM's request models read their integer fields
 
 
 class ApiError(Exception):
@@ -123,7 +125,23 @@ def _int_or_none(body: dict[str, Any], key: str) -> int | None:
     return v
 
 
-def _common(body: dict[str, Any], served: str) -> tuple[bool, bool]:
+def check_n(n: Any, chat: bool) -> None:
+    """``n`` as vLLM takes it: its pydantic models declare ``n: int`` (completions; null refused) and
+    ``n: int | None`` (chat; null is 1), validated in pydantic's lax mode (true, 1.0 and "1" are 1), then at least 1.
+    The emulator serves one choice only, so anything else than 1 is a 400."""
+    if n is None and chat:
+        return
+    try:
+        v = LAX_INT.validate_python(n)
+    except ValidationError:
+        raise ApiError(400, f"`n` must be an integer, got {shown(n)}", "n") from None
+    if v < 1:
+        raise ApiError(400, f"`n` must be at least 1, got {v}", "n")
+    if v != 1:
+        raise ApiError(400, f"`n` must be 1 (the emulator returns one choice per request), got {shown(n)}", "n")
+
+
+def _common(body: dict[str, Any], served: str, chat: bool) -> tuple[bool, bool]:
     """Check the fields both endpoints share; returns (stream, include_usage)."""
     model = body.get("model")  # optional, as in vLLM: missing, null or "" means the served model
     if model is not None and not isinstance(model, str):
@@ -135,10 +153,8 @@ def _common(body: dict[str, Any], served: str) -> tuple[bool, bool]:
         stream = False
     if not isinstance(stream, bool):
         raise ApiError(400, f"`stream` must be a boolean, got {shown(stream)}", "stream")
-    n = body.get("n")
-    if n is not None and n != 1:
-        raise ApiError(400, f"`n` must be 1 (the emulator returns one choice per request), got {shown(n)}",
-                       "n")
+    if "n" in body:
+        check_n(body["n"], chat)
     so = body.get("stream_options")
     include_usage = False
     if so is not None:
@@ -191,7 +207,7 @@ def _message_text(i: int, m: Any) -> str:
 
 def parse_job(body: dict[str, Any], chat: bool, opts: EmulatorOptions) -> Job:
     """Validate a completions or chat body (400 / 404 naming the field) into a :class:`Job`."""
-    stream, include_usage = _common(body, opts.name)
+    stream, include_usage = _common(body, opts.name, chat)
     cpt = opts.chars_per_token
     if chat:
         msgs = body.get("messages")

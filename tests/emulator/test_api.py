@@ -208,6 +208,32 @@ def test_a_request_without_model_is_served_by_the_served_model(small: EmulatorHa
         assert r.json()["model"] == MODEL and r.json()["usage"]["completion_tokens"] == 2
 
 
+# `n` as vLLM's pydantic model takes it: an int in pydantic's lax mode (true, 1.0 and "1" are 1), then at least 1;
+# completions declare `n: int` (null refused), chat `n: int | None` (null is 1). Only 1 is served.
+N_VALUES = [(True, "both", 200, ""), (1.0, "both", 200, ""), ("1", "both", 200, ""), (" 1 ", "both", 200, ""),
+            (None, "chat", 200, ""), (None, "completions", 400, "`n` must be an integer, got null"),
+            (1.5, "both", 400, "`n` must be an integer, got 1.5"), ("one", "both", 400, "`n` must be an integer"),
+            ([1], "both", 400, "`n` must be an integer, got a list of 1 items"),
+            (0, "both", 400, "`n` must be at least 1, got 0"), (False, "both", 400, "`n` must be at least 1, got 0"),
+            (2, "both", 400, "`n` must be 1 (the emulator returns one choice per request), got 2")]
+
+
+@pytest.mark.parametrize("n,where,status,words", N_VALUES, ids=[f"{n!r}-{w}" for n, w, _, _ in N_VALUES])
+def test_n_is_taken_as_vllm_takes_it(small: EmulatorHandle, n: Any, where: str, status: int, words: str) -> None:
+    for path, body in (("/v1/completions", {"prompt": "x"}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})):
+        if where != "both" and path != {"chat": "/v1/chat/completions", "completions": "/v1/completions"}[where]:
+            continue
+        r = post(small, path, {"model": MODEL, "max_tokens": 1, "n": n, **body})
+        assert r.status_code == status, (path, r.text)
+        if status == 400:
+            err = r.json()["error"]
+            assert err["message"] == words or err["message"].startswith(words + ","), (path, err)
+            assert err["param"] == "n"
+        else:
+            assert len(r.json()["choices"]) == 1
+
+
 def test_prompt_that_never_fits_the_kv_cache() -> None:
     with start_emulator(MODEL, "a100-80gb", speedup=50.0, num_gpu_blocks=8) as h:
         r = post(h, "/v1/completions", {"model": MODEL, "prompt": list(range(200)), "max_tokens": 2})
