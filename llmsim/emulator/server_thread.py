@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -27,7 +28,10 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
+CUT_BACKSTOP_S = 1.0  # DrainingServer: uvicorn's own grace timeout is this much longer than the cut
 MAX_HEADER_BYTES = 16 * 1024  # h11's default limit on a request's head, set explicitly
+
+log = logging.getLogger("llmsim.emulator")
 
 
 @dataclass(frozen=True)
@@ -139,15 +143,44 @@ def server_config(app: Any, limits: ReadLimits | None = None, log_level: str = "
 class DrainingServer(uvicorn.Server):
     """uvicorn's server that, told to stop (Ctrl-C, SIGTERM), first calls ``on_shutdown``: the emulator ends its
     open requests there (a stream gets an error event and ``[DONE]``, a waiting request a 503), so in-flight answers
-    end at once and in order, instead of being cut, with a traceback per request, when the grace period runs out."""
+    end at once and in order, instead of being cut, with a traceback per request, when the grace period runs out.
+
+    The grace period is the config's ``timeout_graceful_shutdown``: a connection still open when it is over (a
+    client that stopped reading its answer, or one still sending its body) is cut, and one log line counts them.
+    uvicorn's own timeout is moved past it, as a backstop only: it cancels the response tasks, which logs an error
+    and a traceback per request."""
 
     def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None]) -> None:
         super().__init__(config)
         self.on_shutdown = on_shutdown
+        self.grace_s: float | None = config.timeout_graceful_shutdown
+        if self.grace_s is not None:
+            config.timeout_graceful_shutdown = self.grace_s + CUT_BACKSTOP_S
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.on_shutdown()
-        await super().shutdown(sockets=sockets)
+        cutter = None
+        if self.grace_s is not None:
+            cutter = asyncio.get_running_loop().call_later(self.grace_s, self.cut_open_connections)
+        try:
+            await super().shutdown(sockets=sockets)
+        finally:
+            if cutter is not None:
+                cutter.cancel()
+
+    def cut_open_connections(self) -> None:
+        """The grace period is over: cut what is still open (its response ends quietly, as after a disconnect)."""
+        conns = list(self.server_state.connections)
+        if not conns:
+            return
+        for conn in conns:
+            transport = getattr(conn, "transport", None)
+            if transport is not None:
+                transport.abort()
+        n = len(conns)
+        log.warning("shutdown: cut %d connection%s still open after the %g s grace (clients not reading their answers "
+                    "or still sending); requests in the engine were ended when the shutdown began, counted as "
+                    "finished_reason=\"abort\"", n, "" if n == 1 else "s", self.grace_s)
 
 
 class ServerThread:

@@ -5,6 +5,7 @@ serve extra named when missing) and what ``import llmsim`` leaves out. Wall time
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -16,8 +17,9 @@ import time
 import httpx
 import pytest
 
-from llmsim.emulator import EmulatorHandle, listen_socket, start_emulator
+from llmsim.emulator import EmulatorHandle, EmulatorOptions, create_app, listen_socket, start_emulator
 from llmsim.emulator.cli import main as cli_main
+from llmsim.emulator.server_thread import DrainingServer, server_config
 from tests.emulator.helpers import MODEL, metrics, sample, scrape, wait_until_idle
 from tests.helpers import REPO
 
@@ -99,6 +101,60 @@ def test_a_stopping_server_lets_no_new_connection_in() -> None:
         release.set()
         stopper.join(10)
     assert not stopper.is_alive()
+
+
+class Records(logging.Handler):
+    """Every log record of the loggers it is attached to."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_shutdown_cuts_a_client_that_stopped_reading_in_one_log_line() -> None:
+    """Ctrl-C / SIGTERM while a client reads nothing of its stream (the server's writes to it paused): once the
+    grace period is over its connection is cut and one line says so, its request counted as aborted (uvicorn
+    cancelled the response task instead, logging an error, then a traceback per request). The grace is short here
+    (0.2 s); nothing is timed: a hang is bounded by the join and pytest-timeout."""
+    app = create_app(EmulatorOptions(model=MODEL, gpu="a100-80gb", speedup=1000.0))
+    engine = app.state.engine
+    sock = listen_socket("127.0.0.1", 0)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # (accepted connections inherit it: paused sooner)
+    server = DrainingServer(server_config(app, lifespan="on", timeout_graceful_shutdown=0.2), on_shutdown=engine.stop)
+    seen = Records()
+    loggers = [logging.getLogger(name) for name in ("uvicorn", "llmsim")]
+    for lg in loggers:
+        lg.addHandler(seen)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        thread.start()
+        while not server.started:
+            time.sleep(0.01)
+        client.connect(sock.getsockname())
+        body = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 100000, "stream": True}).encode()
+        client.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n"
+                       b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        while not any(c.flow is not None and c.flow.write_paused for c in list(server.server_state.connections)):
+            time.sleep(0.01)  # until the stream's writes wait for the client (who reads nothing)
+        server.should_exit = True  # what Ctrl-C and SIGTERM do
+        thread.join(30)
+        assert not thread.is_alive(), "the server hung on a client that reads nothing"
+    finally:
+        for lg in loggers:
+            lg.removeHandler(seen)
+        client.close()
+        sock.close()
+    said = [r for r in seen.records if r.levelno >= logging.WARNING]
+    assert not [r for r in seen.records if r.exc_info], [r.getMessage() for r in said]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert said[0].getMessage().startswith("shutdown: cut 1 connection still open after the 0.2 s grace"), \
+        said[0].getMessage()
+    assert engine.success["abort"] == 1 and not engine.tickets
 
 
 # ---------------------------------------------------------------------- the CLI
