@@ -93,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_int(0), default=0, help="seed of the synthetic text and sampled lengths")
     p.add_argument("--chars-per-token", type=_positive_float("chars_per_token", "characters per token"),
                    default=4.0, help="text prompts count ceil(characters / this) tokens (default 4.0)")
-    p.add_argument("--api-key", default=None, help="require `Authorization: Bearer <key>` on /v1/*; env:NAME "
-                   "reads the key from the environment variable NAME (kept out of the process list)")
+    p.add_argument("--api-key", default=None, help="require `Authorization: Bearer <key>` on every route but "
+                   "/health; env:NAME reads the key from the environment variable NAME (kept out of the process list)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn log level (default warning)")
     return p
