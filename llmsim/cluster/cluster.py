@@ -48,7 +48,7 @@ from llmsim.engine.instance import Instance
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.event_loop import ARRIVAL, MAX_EVENTS_PER_INSTANT, ROUTE, SimEnv
 from llmsim.metrics.recorder import Recorder
-from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, NOT_SET, Request, check_request, iter_workload
+from llmsim.request import MAX_SIM_TIME, MAX_TOKENS, NOT_SET, Request, SeenIds, check_request, iter_workload
 from llmsim.routing.base import DEFER, DROP, WAIT, Router, default_decode_choice
 from llmsim.schema import SimConfig
 
@@ -118,6 +118,7 @@ class Cluster:
         self._source: Iterator[Request] | None = None
         self._arrivals_done = True
         self._num_arrived = 0
+        self._ids = SeenIds()  # a second request with an arrived one's id is refused (results are keyed by id)
         self._last_arrival = -_INF
         self._first_arrival = True
         self._out_sum = 0
@@ -329,6 +330,7 @@ class Cluster:
         # (one that never was routed, dropped or capped is as its constructor left it: routing, a drop or a router's
         # cap comes before anything else writes into a request)
         self._num_arrived += 1
+        self._ids.add(r.id, self._num_arrived)
         self._schedule_next_arrival()
         clock = self.clock
         if clock.tick_asleep and self.central:

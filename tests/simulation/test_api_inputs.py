@@ -69,3 +69,26 @@ def test_build_workload_refuses_a_seed_it_would_cut_or_crash_on(seed) -> None:
     with pytest.raises(ConfigError) as e:
         build_workload(cfg, seed=seed)
     assert str(e.value) == f"seed: expected an integer in [0, 2**63), got {seed!r}"
+
+
+@pytest.mark.parametrize("ids, dup, position", [
+    ([0, 0, 1], 0, 2),  # the same id twice in a row
+    ([0, 1, 2, 1], 1, 4),  # an id of the consecutive run, again
+    ([7, 3, 9, 3], 3, 4),  # ids in no order
+    ([5, 9, 6, 7, 8, 9], 9, 6),  # a run that grows into an id seen out of order
+])
+def test_a_duplicate_request_id_is_refused_naming_it(ids, dup, position) -> None:
+    reqs = [Request(i, 0.1 * k, 10, 5) for k, i in enumerate(ids)]
+    with pytest.raises(ConfigError) as e:
+        simulate([InstanceConfig("llama-3-8b", "h100")], reqs)
+    msg = str(e.value)
+    assert msg.startswith(f"request {dup}: duplicate id (arrival #{position} ") and "\n" not in msg
+
+
+def test_the_same_request_object_twice_is_a_duplicate_and_distinct_odd_ids_run() -> None:
+    r = Request(4, 0.0, 10, 5)
+    with pytest.raises(ConfigError, match="request 4: duplicate id"):
+        simulate([InstanceConfig("llama-3-8b", "h100")], [r, r])
+    ids = [10, -3, 11, 4, 12, 2**40]
+    res = simulate([InstanceConfig("llama-3-8b", "h100")], [Request(i, 0.1 * k, 10, 5) for k, i in enumerate(ids)])
+    assert sorted(res.requests["id"]) == sorted(ids)
