@@ -37,6 +37,9 @@ class StreamedRecorder(Recorder):
     def __init__(self, path: str | Path, row_group: int = ROW_GROUP, key: str = "output.stream") -> None:
         super().__init__()
         self.path = Path(path)
+        if self.path.suffix.lower() != ".parquet":  # what the name says is what a reader expects to find there
+            raise ConfigError(f"{key}: {str(self.path)!r}: streamed requests are written as Parquet only; name the "
+                              f"file *.parquet (got {self.path.suffix or 'no suffix'!r})")
         self.row_group = int(row_group)
         try:
             import pyarrow.parquet  # noqa: F401  (optional dependency: only streamed runs need it)

@@ -41,7 +41,8 @@ def simulate(
 
     ``progress=True`` shows completed requests on stderr (a bar on a terminal, a line every 5 s elsewhere);
     pass a :class:`llmsim.metrics.progress.SimProgress` to choose the stream and intervals. ``total`` (the
-    expected request count, when known) gives the bar its end. ``stream_to`` (a ``.parquet`` path) writes the
+    expected request count, when known) gives the bar its end. ``stream_to`` (a path ending ``.parquet``; another
+    suffix is refused, the file is always Parquet) writes the
     completed requests there as they finish, in bounded memory (:mod:`llmsim.metrics.stream`); the result's
     ``requests`` table is then empty and ``requests_path`` names the file.
     """

@@ -101,3 +101,20 @@ def test_output_stream_writes_requests_parquet_in_the_run_directory(tmp_path) ->
 def test_output_stream_needs_an_output_directory() -> None:
     with pytest.raises(ConfigError, match=r"^output.stream: .*output.save: true"):
         run_from_config(composed(["workload.num_requests=10", "output.stream=parquet"]), None)
+
+
+@pytest.mark.parametrize("name, suffix", [("requests.csv", "'.csv'"), ("requests", "'no suffix'"),
+                                          ("requests.parquet.gz", "'.gz'")])
+def test_a_stream_path_not_named_parquet_is_refused_before_the_run(tmp_path, name, suffix) -> None:
+    path = tmp_path / name
+    with pytest.raises(ConfigError) as e:
+        simulate([InstanceConfig(profile=LinearProfile())], requests(_rows(5)), "round_robin", stream_to=path)
+    msg = str(e.value)
+    assert msg.startswith("stream_to: ") and name in msg and "Parquet only" in msg and suffix in msg
+    assert "\n" not in msg and not path.exists()
+
+
+def test_a_stream_path_with_an_upper_case_suffix_is_parquet(tmp_path) -> None:
+    path = tmp_path / "requests.PARQUET"
+    res = simulate([InstanceConfig(profile=LinearProfile())], requests(_rows(5)), "round_robin", stream_to=path)
+    assert len(pd.read_parquet(path)) == res.summary["completed"] == 5
