@@ -292,11 +292,9 @@ def summarise(
     s["duration"] = duration = run_duration(lat, recorder)
     s["total_input_tokens"] = lat.input_tokens
     s["total_output_tokens"] = lat.output_tokens
-    s["request_throughput"] = n_done / duration if duration > 0 else float("nan")
-    s["output_throughput"] = s["total_output_tokens"] / duration if duration > 0 else float("nan")
-    s["total_token_throughput"] = (
-        (s["total_input_tokens"] + s["total_output_tokens"]) / duration if duration > 0 else float("nan")
-    )
+    s["request_throughput"] = per_second(n_done, duration)
+    s["output_throughput"] = per_second(s["total_output_tokens"], duration)
+    s["total_token_throughput"] = per_second(s["total_input_tokens"] + s["total_output_tokens"], duration)
     s.update(_stats("ttft", lat.ttft_ms))
     tpot = lat.tpot_ms
     s.update(_stats("tpot", tpot[~np.isnan(tpot)]))
@@ -336,29 +334,37 @@ def slo_summary(lat: Latencies, recorder: Recorder, num_requests: int, slo: SLO,
         out[f"slo_{key.removesuffix('_ms')}_attainment"] = float(met.sum() / num_requests) if num_requests else 0.0
         ok &= met
     out["slo_attainment"] = float(ok.sum() / num_requests) if num_requests else 0.0
-    out["request_goodput"] = float(ok.sum() / duration) if duration > 0 else float("nan")
+    out["request_goodput"] = per_second(float(ok.sum()), duration)
     for name in sorted(slo.classes or {}):
         mine = classes == name
         total = int(mine.sum()) + sum(1 for c in recorder.dropped_classes.values() if c == name)
         met = int((ok & mine).sum())
         out[f"slo_attainment_{name}"] = met / total if total else float("nan")
-        out[f"request_goodput_{name}"] = met / duration if duration > 0 else float("nan")
+        out[f"request_goodput_{name}"] = per_second(met, duration)
     return out
 
 
 def run_duration(df: pd.DataFrame | Latencies, recorder: Recorder) -> float:
-    """First arrival (dropped requests included) to last completion, in simulated seconds; 0 with no completion.
+    """First arrival to last outcome (a completion or a drop), in simulated seconds; 0 with no request at all.
 
-    ``vllm bench serve``'s benchmark duration: the throughputs divide by it, and so does ``busy_fraction``, so
-    that an engine busy from the first to the last request reads 1.
+    ``vllm bench serve``'s benchmark duration: it starts before the first request is sent and ends when every request
+    has answered, failed ones included (``asyncio.gather`` over all of them), so a drop after the last completion
+    (a request given up at the end of the run) lengthens it. The throughputs and goodput divide by it, and so does
+    ``busy_fraction``, so that an engine busy from the first to the last request reads 1.
     """
     lat = df if isinstance(df, Latencies) else latencies_of(df)
-    if not lat.n_done:
-        return 0.0
-    start = float(min(lat.start, min((d[1] for d in recorder.dropped), default=np.inf)))
-    return float(lat.end - start)
+    drops = recorder.dropped
+    start = min(lat.start, min((d[1] for d in drops), default=math.inf))
+    end = max(lat.end, max((d[5] for d in drops), default=-math.inf))
+    return float(end - start) if end >= start else 0.0
 
 
+def per_second(count: float, duration: float) -> float:
+    """``count`` a second of the run: 0 when nothing was counted (a run with no completion, whatever its length),
+    NaN only for a count over no time (which no run produces: a completion takes time)."""
+    if duration > 0:
+        return count / duration
+    return 0.0 if count == 0 else float("nan")
 
 
 # ---------------------------------------------------------------------- per-instance table (instances.csv)
@@ -414,8 +420,8 @@ INSTANCE_COLUMNS: dict[str, str] = {
     "finished": "requests completed on it",
     "iterations": "engine iterations run",
     "busy_time_s": "simulated seconds with a batch running",
-    "busy_fraction": "busy_time_s / run duration (first arrival to last completion): near 1 whenever requests "
-                     "are always in flight, even at light load",
+    "busy_fraction": "busy_time_s / run duration (first arrival to last answer, drops included): near 1 whenever "
+                     "requests are always in flight, even at light load",
     "prefill_tokens": "prompt tokens computed (recomputation after preemption included)",
     "output_tokens": "tokens generated",
     "token_throughput": "(prefill_tokens + output_tokens) / run duration, tokens/s",

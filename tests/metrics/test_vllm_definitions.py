@@ -78,3 +78,37 @@ def test_the_summary_table_labels_llmsim_attainment_apart_from_vllm_goodput():
     labels = dict(summary_rows(s))
     assert labels["SLO attainment (all requests; drops miss)"] == "0.500"
     assert labels["Request goodput (req/s)"] == "1.33"
+
+
+def _drop(rec: Recorder, rid: int, arrival: float, at: float) -> None:
+    rec.dropped.append((rid, arrival, 10, 5, "timeout", at, -1))
+
+
+def test_the_duration_ends_at_the_last_answer_drops_included_as_vllm_bench_serve():
+    # vLLM times the benchmark until every request has answered, failed ones included (asyncio.gather): a request
+    # given up at 5.0 s, after the last completion at 2.4 s, ends the run; the rates divide by 5.0 s, not 2.4 s
+    df = _requests([(0.0, 0.5, 1.5, 5), (1.0, 1.1, 1.3, 2), (2.0, 2.4, 2.4, 1)])
+    rec = Recorder()
+    _drop(rec, 3, 2.5, 5.0)
+    s = summarise(df, rec, 4, SLO(tpot_ms=220))
+    assert s["duration"] == pytest.approx(5.0)
+    assert s["request_throughput"] == pytest.approx(3 / 5.0)
+    assert s["output_throughput"] == pytest.approx(8 / 5.0)
+    assert s["request_goodput"] == pytest.approx(2 / 5.0)
+    # a drop before the last completion changes nothing; one before the first arrival moves the start
+    early = Recorder()
+    _drop(early, 3, 1.0, 1.2)
+    assert summarise(df, early, 4, SLO())["duration"] == pytest.approx(2.4)
+
+
+def test_a_run_with_no_completion_has_zero_throughput_not_nan():
+    rec = Recorder()
+    _drop(rec, 0, 1.0, 1.0)
+    _drop(rec, 1, 2.0, 4.0)
+    s = summarise(_requests([(0.0, 0.5, 1.5, 5)]).iloc[:0], rec, 2, SLO(ttft_ms=100))
+    assert s["duration"] == pytest.approx(3.0)
+    for key in ("request_throughput", "output_throughput", "total_token_throughput", "request_goodput"):
+        assert s[key] == 0.0, key
+    empty = summarise(_requests([(0.0, 0.5, 1.5, 5)]).iloc[:0], Recorder(), 0, SLO(ttft_ms=100))
+    assert empty["duration"] == 0.0 and empty["num_requests"] == 0
+    assert [empty[k] for k in ("request_throughput", "output_throughput", "request_goodput")] == [0.0, 0.0, 0.0]
