@@ -17,6 +17,9 @@ from llmsim.request import Request
 from llmsim.routing import Router, make_router
 from llmsim.schema import SLO, check_seed
 
+EMPTY_WORKLOAD = ("no request to simulate: the workload yielded none (num_requests 0: throughputs 0, latency "
+                  "statistics NaN for want of a sample)")
+
 
 def simulate(
     instances: list[InstanceConfig],
@@ -71,7 +74,10 @@ def simulate(
         if reporter is not None:
             reporter.close()
     wall = time.perf_counter() - t0
-    return collect(cluster, slo, wall)
+    res = collect(cluster, slo, wall)
+    if not res.summary["num_requests"]:
+        res.notes.append(EMPTY_WORKLOAD)
+    return res
 
 
 def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:

@@ -92,3 +92,12 @@ def test_the_same_request_object_twice_is_a_duplicate_and_distinct_odd_ids_run()
     ids = [10, -3, 11, 4, 12, 2**40]
     res = simulate([InstanceConfig("llama-3-8b", "h100")], [Request(i, 0.1 * k, 10, 5) for k, i in enumerate(ids)])
     assert sorted(res.requests["id"]) == sorted(ids)
+
+
+def test_an_empty_workload_gives_a_defined_empty_summary_and_says_so() -> None:
+    res = simulate([InstanceConfig("llama-3-8b", "h100")], [])
+    s = res.summary
+    assert (s["num_requests"], s["completed"], s["dropped"], s["duration"]) == (0, 0, 0, 0.0)
+    assert [s[k] for k in ("request_throughput", "output_throughput", "total_token_throughput")] == [0.0, 0.0, 0.0]
+    assert [n for n in res.notes if n.startswith("no request to simulate: the workload yielded none")]
+    assert len(res.requests) == 0 and len(res.dropped) == 0
