@@ -35,16 +35,30 @@ F = TypeVar("F", bound=Callable[..., Any])
 MAX_TOKENS = 10**8  # no prompt, output or context length is larger (a guard against 1e30 in a trace)
 
 
+def refuse_string(v: Any, kind: str) -> None:
+    """A number must not come as a string: pydantic's lax mode would read ``'5'`` as 5. YAML, JSON and Hydra overrides
+    give numbers typed, so a quoted one in a config is a mistake, reported rather than guessed at."""
+    if isinstance(v, str | bytes):
+        try:
+            quoted = math.isfinite(float(v))
+        except ValueError:
+            quoted = False
+        raise PydanticCustomError(f"{kind}_quoted" if quoted else f"{kind}_str", "a string, not a number")
+
+
 def not_bool(v: Any) -> Any:
-    """Numbers must be numbers: pydantic's lax mode would read ``true`` as 1."""
+    """Integers must be integers: pydantic's lax mode would read ``true`` as 1 (and ``'5'`` as 5)."""
     if isinstance(v, bool):
         raise PydanticCustomError("bool_not_number", "a number, not a boolean")
+    refuse_string(v, "int")
     return v
 
 
 def finite_float(v: Any) -> Any:
-    v = not_bool(v)
-    if isinstance(v, int | float) and not isinstance(v, bool) and not math.isfinite(float(v)):
+    refuse_string(v, "float")
+    if isinstance(v, bool):
+        raise PydanticCustomError("bool_not_number", "a number, not a boolean")
+    if isinstance(v, int | float) and not math.isfinite(float(v)):
         raise PydanticCustomError("finite_number", "a finite number")
     return v
 
@@ -116,6 +130,10 @@ _EXPECTED = {
     "model_type": "a mapping",
     "model_attributes_type": "a mapping",
     "bool_not_number": "a number, not a boolean",
+    "int_str": "an integer",
+    "int_quoted": "an integer, not a string (write it unquoted)",
+    "float_str": "a number",
+    "float_quoted": "a number, not a string (write it unquoted)",
     "missing": "a value (this key is required)",
     "tuple_type": "a list",
     "sequence_str": "a list of strings, not one string",
@@ -202,7 +220,7 @@ _UNKNOWN = ("extra_forbidden", "unexpected_keyword_argument")
 _MEMBER_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "tuple", "set", "bytes"})
 _TYPE_ERRORS = frozenset({"int_type", "int_parsing", "float_type", "float_parsing", "bool_type", "bool_parsing",
                           "string_type", "list_type", "dict_type", "model_type", "tuple_type", "is_instance_of",
-                          "bool_not_number"})
+                          "bool_not_number", "int_str", "int_quoted", "float_str", "float_quoted"})
 
 
 def _is_member_tag(part: Any) -> bool:

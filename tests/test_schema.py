@@ -64,6 +64,14 @@ BAD = [
     ("slo.ttft_ms", -5, r"slo.ttft_ms: expected a value > 0, got -5"),
     ("output.format", "xlsx", r"output.format: expected one of csv, parquet, got 'xlsx'"),
     ("policy.nme", "jsq", r"policy: unknown key 'nme' \(did you mean 'name'\?\)"),
+    # a quoted number in a YAML / JSON config is a mistake, not read as the number (pydantic's lax mode did)
+    ("engine.max_num_seqs", "5", r"engine.max_num_seqs: expected an integer, not a string \(write it unquoted\), "
+                                 r"got '5'$"),
+    ("workload.num_requests", "100", r"^workload.num_requests: expected an integer, not a string"),
+    ("slo.ttft_ms", "500", r"^slo.ttft_ms: expected a number, not a string \(write it unquoted\), got '500'$"),
+    ("sim.metrics_interval", "2.5", r"^sim.metrics_interval: expected a number, not a string"),
+    ("workload.arrival", {"process": "poisson", "rate": "5"}, r"^workload.arrival.rate: expected a number, not a str"),
+    ("slo.e2el_ms", "fast", r"^slo.e2el_ms: expected a number, got 'fast'$"),
 ]
 
 
