@@ -15,7 +15,6 @@ from llmsim.resources import repo_root
 from llmsim.schema import RunConfig
 from llmsim.simulation.run import simulate
 from llmsim.workload import build_workload
-from llmsim.workload.lengths import table_rows_skipped
 
 
 def resolve_workload_path(workload: dict[str, Any]) -> dict[str, Any]:
@@ -59,16 +58,6 @@ def run_from_config(cfg: dict[str, Any], out_dir: str | Path | None = None, prog
         progress=progress, total=total, policy_kwargs=dict(run.policy.kwargs), **run.sim.model_dump(),
         stream_to=stream_path(run, out_dir),
     )
-    stats = getattr(workload, "stats", None)
-    if stats is not None:
-        skipped = dict(getattr(stats, "skipped", {}) or {})
-        res.summary["workload_skipped"] = skipped
-        if skipped:
-            res.notes.append(f"workload rows skipped (counted, not simulated): {skipped}")
-    table_skipped = table_rows_skipped(workload.describe())
-    if table_skipped:
-        res.summary["lengths_skipped"] = table_skipped
-        res.notes.append(f"length table rows skipped (counted, not sampled): {table_skipped}")
     out = run.output
     if out_dir is not None and out.save:
         res.save(out_dir, out.format)

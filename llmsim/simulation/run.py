@@ -16,6 +16,8 @@ from llmsim.metrics.stream import StreamedRecorder
 from llmsim.request import Request
 from llmsim.routing import Router, make_router
 from llmsim.schema import SLO, check_seed
+from llmsim.workload.base import Workload, WorkloadStats
+from llmsim.workload.lengths import table_rows_skipped
 
 EMPTY_WORKLOAD = ("no request to simulate: the workload yielded none (num_requests 0: throughputs 0, latency "
                   "statistics NaN for want of a sample)")
@@ -77,7 +79,24 @@ def simulate(
     res = collect(cluster, slo, wall)
     if not res.summary["num_requests"]:
         res.notes.append(EMPTY_WORKLOAD)
+    report_skipped(res, requests)
     return res
+
+
+def report_skipped(res: SimResult, workload: object) -> None:
+    """What a built workload left out, counted in the summary and said in the notes (nothing is dropped in
+    silence): trace rows skipped (``workload_skipped``, by reason) and empirical length-table rows skipped
+    (``lengths_skipped``). A plain list of requests has neither."""
+    stats = getattr(workload, "stats", None)
+    if isinstance(stats, WorkloadStats):
+        skipped = dict(stats.skipped)
+        res.summary["workload_skipped"] = skipped
+        if skipped:
+            res.notes.append(f"workload rows skipped (counted, not simulated): {skipped}")
+    table_skipped = table_rows_skipped(workload.describe()) if isinstance(workload, Workload) else {}
+    if table_skipped:
+        res.summary["lengths_skipped"] = table_skipped
+        res.notes.append(f"length table rows skipped (counted, not sampled): {table_skipped}")
 
 
 def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:

@@ -101,3 +101,13 @@ def test_an_empty_workload_gives_a_defined_empty_summary_and_says_so() -> None:
     assert [s[k] for k in ("request_throughput", "output_throughput", "total_token_throughput")] == [0.0, 0.0, 0.0]
     assert [n for n in res.notes if n.startswith("no request to simulate: the workload yielded none")]
     assert len(res.requests) == 0 and len(res.dropped) == 0
+
+
+def test_simulate_reports_the_trace_rows_a_built_workload_skipped(tmp_path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("t,p,o\n0,10,5\n1,10,0\n2,10,5\n")
+    cols = {"arrival": "t", "prompt": "p", "output": "o"}
+    wl = build_workload({"kind": "csv", "path": str(path), "columns": cols}, 0)
+    res = simulate([InstanceConfig("llama-3-8b", "h100")], wl)
+    assert res.summary["completed"] == 2 and res.summary["workload_skipped"] == {"zero_output_tokens": 1}
+    assert "workload rows skipped (counted, not simulated): {'zero_output_tokens': 1}" in res.notes
