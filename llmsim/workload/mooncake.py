@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from llmsim.errors import ConfigError, DuplicateJSONKey
-from llmsim.request import Request
+from llmsim.request import MAX_SIM_TIME, Request
 from llmsim.workload.base import MAX_TOKENS, Workload, WorkloadStats, check_float, check_int, check_on_error
 from llmsim.workload.trace_io import (
     DECODE_ERRORS,
@@ -31,7 +31,8 @@ from llmsim.workload.trace_values import TOKENS_EXPECTED, reject, require_reques
 
 MOONCAKE_BUCKET_S = 3.0
 MOONCAKE_HASH_BLOCK = 512  # tokens per id (FAST25 README; every row of both traces has ceil(input / 512) ids)
-MAX_TIMESTAMP_MS = 2**53  # integers above this are not exact as floats (and 1e400 would overflow)
+# the simulated horizon in ms (llmsim.request.MAX_SIM_TIME), below 2**53: every such integer is exact as a float
+MAX_TIMESTAMP_MS = int(MAX_SIM_TIME * 1000)
 TIMESTAMP_EXPECTED = f"an integer number of ms in [0, {MAX_TIMESTAMP_MS}]"
 LENGTH_KEYS = (("input_length", "zero_prompt_tokens"), ("output_length", "zero_output_tokens"))
 

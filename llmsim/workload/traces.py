@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from llmsim.errors import ConfigError, TraceError
-from llmsim.request import Request
+from llmsim.request import MAX_SIM_TIME, Request
 from llmsim.workload.base import Workload, WorkloadStats, check_int, check_on_error
 from llmsim.workload.mooncake import MooncakeTrace
 from llmsim.workload.sessions import DEFAULT_HASH_BLOCK, DEFAULT_MAX_SESSIONS, SessionIds, check_hash_block
@@ -200,11 +200,13 @@ class CsvTrace(Workload):
                 arrival = (raw - base).astype(np.float64) / 1e9
             else:
                 arrival = (raw - base) * ARRIVAL_UNITS[self.arrival_unit]
-        bad_t = ~np.isfinite(arrival) & ~bad_a
+            far = np.isfinite(arrival) & (arrival > MAX_SIM_TIME) & ~bad_a  # past the simulated horizon
+        bad_t = ~np.isfinite(arrival) & ~bad_a | far
         errors = []
         for i in np.flatnonzero(bad_a | bad_p | bad_o | bad_t).tolist():
             if bad_a[i] or bad_t[i]:
-                expected = time_expected if bad_a[i] else "a time within the float range of the trace start"
+                expected = (time_expected if bad_a[i] else f"a time at most {MAX_SIM_TIME:g} s after the trace start "
+                            "(the simulated horizon)" if far[i] else "a time within the float range of the trace start")
                 errors.append(RowError(i, self.arrival, expected, cols[self.arrival][i]))
             else:
                 col = self.prompt if bad_p[i] else self.output

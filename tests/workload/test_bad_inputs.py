@@ -269,6 +269,18 @@ def test_bad_arrival_time(tmp_path: Path, fmt: Fmt, case: str, text: str, json_t
         list(fmt.reader(path))
 
 
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f.name in ("burstgpt_csv", "generic_csv", "generic_parquet",
+                                                                    "mooncake_jsonl")],
+                         ids=["burstgpt_csv", "generic_csv", "generic_parquet", "mooncake_jsonl"])
+def test_arrival_past_the_simulated_horizon_names_the_row(tmp_path: Path, fmt: Fmt) -> None:
+    # 1e300 s after the first row: no float64 clock resolves a step there; the reader says which row, not the cluster
+    # (a Mooncake timestamp is in ms: 2e15 ms is 2e12 s, past the horizon yet exact as a float)
+    path = write(tmp_path, fmt, [GOOD[0], ("1e300" if fmt in CSV_LIKE else "2000000000000000", "20", "6"), GOOD[2]])
+    horizon = "simulated horizon" if fmt in CSV_LIKE else "in [0, 1000000000000000]"
+    with one_clear_line(path, fmt.pos(1), f"column {fmt.arrival!r}", horizon):
+        list(fmt.reader(path))
+
+
 @pytest.mark.parametrize("fmt", FORMATS, ids=IDS)
 def test_arrival_before_the_previous_row(tmp_path: Path, fmt: Fmt) -> None:
     path = write(tmp_path, fmt, [GOOD[0], (3, "20", "6"), (1, "30", "7")])
