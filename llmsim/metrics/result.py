@@ -51,10 +51,10 @@ class SimResult:
     def save(self, out_dir: str | Path, fmt: str = "csv") -> Path:
         """Write per-request table, drops, timeline, per-instance stats and summary.json (a streamed run's
         requests are already in ``requests_path``)."""
+        if fmt not in ("csv", "parquet"):  # before the directory is made: a refused save leaves nothing behind
+            raise ConfigError(f"output.format: expected 'csv' or 'parquet', got {fmt!r}")
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        if fmt not in ("csv", "parquet"):
-            raise ConfigError(f"output.format must be 'csv' or 'parquet', got {fmt!r}")
         if self.requests_path is None and fmt == "parquet":
             self.requests.to_parquet(out / "requests.parquet", index=False)
         elif self.requests_path is None:

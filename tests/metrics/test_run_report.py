@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from llmsim import EngineConfig, InstanceConfig, simulate
+from llmsim.errors import ConfigError
 from llmsim.metrics.plots import latency_cdf_figure, save_plots, timeline_figure
 from llmsim.metrics.report import empty_result_reason, outcome_rows
 from llmsim.schema import SLO
@@ -111,3 +112,10 @@ def test_cli_summary_shows_outcome_counts(tmp_path):
         assert label in out, label
     assert re.search(rf"Preempted \(requests\)\s*│\s*{s['preempted_requests']} \(", out)
     assert "utilisation" not in out.lower() and "(measured)" not in out
+
+
+def test_a_save_in_an_unknown_format_is_refused_and_leaves_no_directory(small_result, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError) as e:
+        small_result.save(out, "xlsx")
+    assert str(e.value) == "output.format: expected 'csv' or 'parquet', got 'xlsx'" and not out.exists()
