@@ -154,26 +154,28 @@ class Request:
 
 
 class SeenIds:
-    """The ids of the requests arrived so far, to refuse a second request with one of them: every result (the
+    """How many requests arrived and their ids, to refuse a second request with one of them: every result (the
     requests and dropped tables, routers' and engines' bookkeeping) is keyed by id, so two requests sharing one
     would be mixed. A workload numbered ``k, k + 1, k + 2, ...`` (every built-in one) costs two integers; other ids
     are kept in a set."""
 
-    __slots__ = ("first", "next", "others")
+    __slots__ = ("count", "first", "next", "others")
 
     def __init__(self) -> None:
+        self.count = 0
         self.first: int | None = None
         self.next: int | None = None  # ids [first, next) have arrived, and those in ``others``
         self.others: set[int] = set()
 
-    def add(self, rid: int, position: int) -> None:
-        """Record id ``rid`` of the ``position``-th arriving request (1-based); ConfigError if an earlier one had it."""
+    def add(self, rid: int) -> None:
+        """Record the id of the next arriving request; ConfigError if an earlier one had it."""
+        self.count += 1
         if rid == self.next and rid not in self.others:
             self.next = rid + 1
         elif self.first is None or self.next is None:
             self.first, self.next = rid, rid + 1
         elif self.first <= rid < self.next or rid in self.others:
-            raise ConfigError(f"request {rid}: duplicate id (arrival #{position} has the id of an earlier request); "
+            raise ConfigError(f"request {rid}: duplicate id (arrival #{self.count} has the id of an earlier request); "
                               "results are keyed by id, so give every request its own (e.g. number them in order)")
         else:
             self.others.add(rid)

@@ -117,8 +117,7 @@ class Cluster:
         self._retry_at = -1.0
         self._source: Iterator[Request] | None = None
         self._arrivals_done = True
-        self._num_arrived = 0
-        self._ids = SeenIds()  # a second request with an arrived one's id is refused (results are keyed by id)
+        self._arrived = SeenIds()  # the arrivals' count and ids: a second request with one of them is refused
         self._last_arrival = -_INF
         self._first_arrival = True
         self._out_sum = 0
@@ -228,7 +227,7 @@ class Cluster:
     @property
     def num_arrived(self) -> int:
         """Requests that have arrived so far (routed, held, deferred or dropped)."""
-        return self._num_arrived
+        return self._arrived.count
 
     @property
     def done(self) -> bool:
@@ -329,8 +328,7 @@ class Cluster:
             r.reset_lifecycle()  # a request object replayed in a second simulation starts afresh
         # (one that never was routed, dropped or capped is as its constructor left it: routing, a drop or a router's
         # cap comes before anything else writes into a request)
-        self._num_arrived += 1
-        self._ids.add(r.id, self._num_arrived)
+        self._arrived.add(r.id)
         self._schedule_next_arrival()
         clock = self.clock
         if clock.tick_asleep and self.central:
