@@ -5,6 +5,7 @@ they are saved (``requests.csv`` or ``.parquet``, ``dropped.csv``, ``timeline.cs
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -49,15 +50,19 @@ class SimResult:
                 f"wall_s={self.wall_s!r}, requests_path={self.requests_path!r})")
 
     def save(self, out_dir: str | Path, fmt: str = "csv") -> Path:
-        """Write per-request table, drops, timeline, per-instance stats and summary.json (a streamed run's
-        requests are already in ``requests_path``)."""
+        """Write per-request table, drops, timeline, per-instance stats and summary.json. A streamed run's requests
+        are in ``requests_path`` (Parquet, whatever ``fmt``): copied to ``requests.parquet`` unless they are there."""
         if fmt not in ("csv", "parquet"):  # before the directory is made: a refused save leaves nothing behind
             raise ConfigError(f"output.format: expected 'csv' or 'parquet', got {fmt!r}")
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        if self.requests_path is None and fmt == "parquet":
+        if self.requests_path is not None:
+            dest = out / "requests.parquet"
+            if not (dest.exists() and dest.samefile(self.requests_path)):
+                shutil.copyfile(self.requests_path, dest)
+        elif fmt == "parquet":
             self.requests.to_parquet(out / "requests.parquet", index=False)
-        elif self.requests_path is None:
+        else:
             self.requests.to_csv(out / "requests.csv", index=False)
         self.dropped.to_csv(out / "dropped.csv", index=False)
         self.timeline.to_csv(out / "timeline.csv", index=False)

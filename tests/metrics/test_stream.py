@@ -118,3 +118,12 @@ def test_a_stream_path_with_an_upper_case_suffix_is_parquet(tmp_path) -> None:
     path = tmp_path / "requests.PARQUET"
     res = simulate([InstanceConfig(profile=LinearProfile())], requests(_rows(5)), "round_robin", stream_to=path)
     assert len(pd.read_parquet(path)) == res.summary["completed"] == 5
+
+
+def test_saving_a_run_streamed_elsewhere_puts_its_requests_in_the_output_directory(tmp_path) -> None:
+    path = tmp_path / "elsewhere.parquet"
+    res = simulate([InstanceConfig(profile=LinearProfile())], requests(_rows(5)), "round_robin", stream_to=path)
+    out = res.save(tmp_path / "run", "csv")
+    assert sorted(p.name for p in out.iterdir()) == ["dropped.csv", "instances.csv", "requests.parquet",
+                                                     "summary.json", "timeline.csv"]
+    assert pd.read_parquet(out / "requests.parquet").equals(pd.read_parquet(path))
