@@ -62,8 +62,8 @@ def goodput_note(row: dict[str, Any]) -> str:
     """Why "goodput at capacity" reads below the capacity, with this row's numbers (empty if it has none).
 
     Capacity is an arrival rate; goodput (as ``vllm bench serve`` reports it) divides the requests that met every
-    SLO by the whole run, first arrival to last completion, and a run outlasts its arrivals by the time its
-    longest responses take to finish."""
+    SLO by the whole run, first arrival to last answer (drops included), and a run outlasts its arrivals by the time
+    its longest responses take to finish."""
     good, run_s, cap = row.get("goodput_at_capacity"), row.get("run_s_at_capacity"), row["capacity_rps"]
     if good is None or run_s is None or not (math.isfinite(run_s) and run_s > 0 and cap > 0):
         return ""

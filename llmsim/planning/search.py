@@ -69,7 +69,7 @@ class Point:
     throughput: float
     p99_ttft_ms: float
     p99_tpot_ms: float
-    duration_s: float = math.nan  # first arrival to last completion (the runs' mean): what throughputs divide by
+    duration_s: float = math.nan  # first arrival to last answer, drops included (the runs' mean): throughputs' divisor
 
 
 def make_point(rate: float, results: list[dict[str, Any]], metric: str) -> Point:
