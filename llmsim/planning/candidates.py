@@ -16,6 +16,7 @@ from pydantic import Field
 from llmsim.engine.config import EngineConfig
 from llmsim.errors import ConfigError
 from llmsim.perf.hardware import get_gpu
+from llmsim.perf.kv_cache_dtype import kv_value_bytes
 from llmsim.perf.models import get_model
 from llmsim.perf.parallel import check_degrees
 from llmsim.perf.profile import load_profile
@@ -77,6 +78,7 @@ class Candidate:
     engine_name: str
     engine: dict[str, Any]
     price: float  # per GPU-hour
+    kv_cache_dtype: str = "auto"  # an instance key (vLLM's --kv-cache-dtype), given with the engine variant
     prior_rps: float = 0.0  # analytic throughput estimate of one replica
     estimated_profile: bool = False
     job: Job | None = None
@@ -101,7 +103,7 @@ class Candidate:
 
     def cluster(self, model: str, n: int) -> dict[str, Any]:
         return {"instances": [{"model": model, "gpu": self.gpu, "tp": self.tp, "count": n,
-                               "engine": dict(self.engine)}]}
+                               "kv_cache_dtype": self.kv_cache_dtype, "engine": dict(self.engine)}]}
 
 
 def enumerate_candidates(dcfg: DeployConfig, prices: dict[str, float], base: dict[str, Any],
@@ -118,9 +120,14 @@ def enumerate_candidates(dcfg: DeployConfig, prices: dict[str, float], base: dic
         if not isinstance(name, str) or not name or name in engines:
             raise ConfigError(f"deploy.engines[{k}].name: expected a unique non-empty name for the engine variant, "
                               f"got {name!r}")
+        kv_dtype = over.pop("kv_cache_dtype", "auto")  # the instance's cache dtype, varied like an engine key
+        try:
+            kv_value_bytes(kv_dtype)
+        except ConfigError as e:
+            raise ConfigError(f"deploy.engines[{k}].{e}") from None
         eng = EngineConfig.parse({**(base.get("engine") or {}), **over}, f"deploy.engines[{k}]")
         try:
-            engines[name] = (over, eng.resolved(model.max_position, model.name))
+            engines[name] = (over, str(kv_dtype).lower(), eng.resolved(model.max_position, model.name))
         except ConfigError as e:
             raise ConfigError(f"deploy.engines[{k}] ({name}): {e}") from None
     keep, skipped = [], []
@@ -130,8 +137,8 @@ def enumerate_candidates(dcfg: DeployConfig, prices: dict[str, float], base: dic
         except ConfigError as e:
             raise ConfigError(f"deploy.gpus[{k}]: {e}") from None
         for tp in sorted(set(dcfg.tp)):
-            for ename, (over, eng) in engines.items():
-                cand = Candidate(gpu, tp, ename, over, prices.get(gpu, 0.0))
+            for ename, (over, kv_dtype, eng) in engines.items():
+                cand = Candidate(gpu, tp, ename, over, prices.get(gpu, 0.0), kv_cache_dtype=kv_dtype)
                 # the model as the user gave it (a config path resolves to its own spec; its registered name
                 # would give the registry's, e.g. another context length)
                 reason, detail = check_candidate(cand, dcfg.model, eng, dcfg)
@@ -152,7 +159,7 @@ def check_candidate(cand: Candidate, model: str, eng: Any, dcfg: DeployConfig) -
         check_degrees(get_model(model), cand.tp)
     except ConfigError as e:
         return "does_not_split", str(e)  # vLLM refuses to start (the heads do not split over tp)
-    prof = load_profile(model, cand.gpu, cand.tp, "auto")
+    prof = load_profile(model, cand.gpu, cand.tp, "auto", kv_cache_dtype=cand.kv_cache_dtype)
     # measured: its own file or that of a registered model of the same architecture (llmsim.perf.profile_table)
     measured = prof.describe().get("kind") == "measured"
     if not measured and not dcfg.allow_estimated_profiles:

@@ -124,6 +124,7 @@ def _candidate_row(c: Candidate, target: float) -> dict[str, Any]:
     need = c.replicas_for(target)
     return {
         "candidate": c.name, "gpu": c.gpu, "tp": c.tp, "engine": c.engine_name, "engine_overrides": c.engine,
+        "kv_cache_dtype": c.kv_cache_dtype,
         "price_per_gpu_hour": c.price, "replica_cost_per_hour": c.replica_cost, "prior_rps": c.prior_rps,
         "estimated_profile": c.estimated_profile, "kv_tokens": c.info.get("kv_tokens"),
         "capacity_per_replica": c.capacity, "bracket": [lo, hi], "status": c.status,

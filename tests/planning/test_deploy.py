@@ -44,6 +44,7 @@ def test_memory_check_on_the_roofline_when_allowed() -> None:
     ({"gpus": ["a100-80gb", "b300"]}, "deploy.gpus[1]: unknown GPU 'b300'"),
     ({"engines": [{"name": "x", "max_num_seqs": 0}]}, "deploy.engines[0].max_num_seqs: expected a value >= 1"),
     ({"engines": [{"policy": "chunked"}]}, "deploy.engines[0].name: expected a unique non-empty name"),
+    ({"engines": [{"name": "x", "kv_cache_dtype": "fp4"}]}, "deploy.engines[0].kv_cache_dtype must be one of auto,"),
     ({"target_rate": -1}, "deploy.target_rate: expected a value > 0"),
     ({"tp": []}, "deploy.tp: expected a list of at least 1 item, got []"),
     ({"model": "gpt-9"}, "deploy.model: unknown model"),
@@ -188,3 +189,21 @@ def test_a_tp_that_does_not_split_the_heads_is_skipped(tmp_path) -> None:
     assert "28 attention heads do not split over tp=8" in skipped[0]["detail"]
     with pytest.raises(ProfileError, match="28 attention heads do not split over tp=8"):
         load_profile("qwen2.5-7b", "a100-80gb", 8)
+
+
+def test_an_engine_variant_may_set_an_fp8_kv_cache() -> None:
+    """``kv_cache_dtype`` in a ``deploy.engines`` entry (an instance key, vLLM's --kv-cache-dtype): the fp8
+    candidate's profile caches one byte per value, so its KV cache holds twice the tokens of the 16-bit one, and
+    its clusters run with that cache."""
+    d = DeployConfig(model="llama-3.1-8b", gpus=["a100-80gb"], tp=[1],
+                     engines=[{"name": "bf16"}, {"name": "fp8kv", "kv_cache_dtype": "FP8", "max_num_seqs": 64}])
+    keep, skipped = enumerate_candidates(d, PRICES, {"engine": {}})
+    assert [c.name for c in keep] == ["a100-80gb tp1 bf16", "a100-80gb tp1 fp8kv"] and not skipped
+    bf16, fp8 = keep
+    assert (bf16.kv_cache_dtype, fp8.kv_cache_dtype) == ("auto", "fp8")
+    assert fp8.info["profile"].model.kv_bytes_per_token * 2 == bf16.info["profile"].model.kv_bytes_per_token
+    assert fp8.info["kv_tokens"] > 1.9 * bf16.info["kv_tokens"]
+    assert fp8.engine == {"max_num_seqs": 64}  # the engine group gets only engine keys
+    inst = fp8.cluster("llama-3.1-8b", 2)["instances"][0]
+    assert inst["kv_cache_dtype"] == "fp8" and inst["count"] == 2
+    assert bf16.cluster("llama-3.1-8b", 1)["instances"][0]["kv_cache_dtype"] == "auto"
