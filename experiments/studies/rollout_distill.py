@@ -39,6 +39,7 @@ from llmsim.agents.episodes import evaluate
 from llmsim.agents.nets import SPILL_GUIDE, SetQNetwork, Spill
 from llmsim.agents.policy import run_episode
 from llmsim.agents.suite_config import load_suite_file
+from llmsim.state.cluster_state import LAYOUT_VERSION
 
 N_MAX = int(OBSERVATION["n_max"])
 GUIDE_SPILL = Spill(1.0, load=1.5, min_group=2)  # dedicated_split_spill_by_size, the labels' base
@@ -145,7 +146,7 @@ def save(net: SetQNetwork, out: Path, margin: float, info: dict[str, Any]) -> Pa
     net.fallback_margin.fill_(float(margin))
     env_cfg = {**label_env(), "num_requests": 1000}
     meta = {"agent": "ddqn", "label": f"rollout_distilled_m{margin:g}", "observation":
-            {"kind": "instance_set", "shape": [net.obs_dim], "state_layout_version": 1},
+            {"kind": "instance_set", "shape": [net.obs_dim], "state_layout_version": LAYOUT_VERSION},
             "actions": ACTIONS, "env": env_cfg, "fallback_margin": float(margin), "updates": int(info["steps"]),
             "distilled": info}
     return save_checkpoint(out / f"margin_{margin:g}", net, meta)

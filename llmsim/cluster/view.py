@@ -51,9 +51,10 @@ class ClusterView:
         # disaggregated clusters (llmsim.cluster.disagg): which stage is being routed, and each instance's role
         self.stage = "prefill"
         self._roles = None if cluster.transfers is None else [i.role for i in cluster.instances]
-        # per instance, the fields of InstanceState that never change (and the engine)
+        # per instance, the fields of InstanceState that never change (and the engine, and the model as loaded)
         self._static = [(i.idx, i.name, i.profile.model.name, i.profile.gpu.name, i.block_size, i.max_seqs,
-                         i.max_model_len, i.limits.max_servable_prompt(), i) for i in cluster.instances]
+                         i.max_model_len, i.limits.max_servable_prompt(), i, i.profile.model)
+                        for i in cluster.instances]
         self._cache: list[tuple[tuple[int, ...], InstanceState] | None] = [None] * self.num_instances
         self._queued: list[list[Any]] = [new_queued() for _ in range(self.num_instances)]  # see LiveRequests
         # per instance, the Instance.changes its cached state was checked at, and until when it holds
@@ -75,7 +76,7 @@ class ClusterView:
         """Instance ``k`` now serves another model (a model swap ended): its fixed fields change."""
         i = self._c.instances[k]
         self._static[k] = (i.idx, i.name, i.profile.model.name, i.profile.gpu.name, i.block_size, i.max_seqs,
-                           i.max_model_len, i.limits.max_servable_prompt(), i)
+                           i.max_model_len, i.limits.max_servable_prompt(), i, i.profile.model)
         self._cache[k] = None
         self._tokens[k] = -1
 
@@ -234,7 +235,7 @@ class ClusterView:
         self._order = order
         cache, tokens, until = self._cache, self._tokens, self._until
         out = []
-        for k, (idx, name, model, gpu, bs, ms, mml, mpt, inst) in enumerate(self._static):
+        for k, (idx, name, model, gpu, bs, ms, mml, mpt, inst, spec) in enumerate(self._static):
             if tokens[k] == inst.changes and now < until[k]:
                 st = cache[k][1]  # type: ignore[index]  # a matching token means a kept entry
                 if st.throughput == thr[k]:
@@ -269,7 +270,7 @@ class ClusterView:
                 used = (inst.kv_total - inst.kv.free if it == inst.iterations
                         else run.used_blocks(j, bs) - inst.kv.shared + inst.kv.outside)  # (llmsim.engine.kv.settle)
             st = new_tuple(InstanceState, (idx, name, model, gpu, True, key[1], key[2], key[3], used,
-                                           inst.kv_total, bs, ms, mml, mpt, step, thr[k], detail))
+                                           inst.kv_total, bs, ms, mml, mpt, step, thr[k], detail, spec))
             cache[k] = (key, st)
             out.append(st)
         return tuple(out)
@@ -278,11 +279,11 @@ class ClusterView:
         """Every instance's state now with its requests copied (stale snapshots; engines synced by the caller)."""
         thr = self.throughput()
         out = []
-        for k, (idx, name, model, gpu, bs, ms, mml, mpt, inst) in enumerate(self._static):
+        for k, (idx, name, model, gpu, bs, ms, mml, mpt, inst, spec) in enumerate(self._static):
             detail = InstanceRequests(records(inst.running), records(inst.waiting), records(inst.swapped))
             out.append(new_tuple(InstanceState, (idx, name, model, gpu, True, len(inst.running), len(inst.waiting),
                                                  len(inst.swapped), inst.kv_total - inst.kv.free, inst.kv_total, bs,
-                                                 ms, mml, mpt, inst.step_time, thr[k], detail)))
+                                                 ms, mml, mpt, inst.step_time, thr[k], detail, spec)))
         return tuple(out)
 
     # ------------------------------------------------------------------ list helpers of the heuristic routers

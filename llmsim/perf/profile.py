@@ -215,16 +215,17 @@ def register_profile_loader(loader) -> None:
     _PROFILE_LOADERS.append(loader)
 
 
-def load_profile(model: str, gpu: str, tp: int = 1, kind: str = "auto", ep: int = 1,
+def load_profile(model: str | ModelSpec, gpu: str, tp: int = 1, kind: str = "auto", ep: int = 1,
                  kv_cache_dtype: str = "auto") -> Profile:
     """Measured profile when one exists (``kind='auto'`` or ``'measured'``), else the roofline.
 
     ``model`` is anything :func:`llmsim.perf.models.get_model` resolves: a registered name, a Hugging Face id or a
-    ``config.json`` path. ``ep`` > 1 spreads a MoE model's experts over that many GPUs (the roofline prices it; a
-    measured profile reads its experts' curves at one GPU's share, llmsim.perf.expert_parallel).
+    ``config.json`` path; or a ModelSpec itself (an instance's model as loaded, which its name may not give).
+    ``ep`` > 1 spreads a MoE model's experts over that many GPUs (the roofline prices it; a measured profile reads
+    its experts' curves at one GPU's share, llmsim.perf.expert_parallel).
     ``kv_cache_dtype`` is vLLM's (``fp8``: one byte per cached value; llmsim.perf.kv_cache_dtype)."""
     try:
-        m = get_model(model)
+        m = model if isinstance(model, ModelSpec) else get_model(model)
         g = get_gpu(gpu)
         check_degrees(m, tp, ep)  # (vLLM refuses a tp that does not divide the heads)
         kv_value_bytes(kv_cache_dtype)
@@ -266,10 +267,14 @@ def _load(m: ModelSpec, g: GpuSpec, tp: int, kind: str, ep: int) -> Profile:
     return RooflineProfile(m, g, tp, ep=ep)
 
 
-def profile_for_instance(model: str, gpu: str, kv_blocks: int = 0, block_size: int = 16) -> Profile:
+def profile_for_instance(model: str | ModelSpec, gpu: str, kv_blocks: int = 0, block_size: int = 16) -> Profile:
     """The profile of an instance a router knows only by its public state (model, GPU, KV blocks): its tensor
     parallelism is not reported, so among the degrees the model loads at (1, 2, 4, 8) take the one whose KV cache
-    (at the default 0.9 memory use) is closest to ``kv_blocks`` (the smallest when ``kv_blocks`` is 0)."""
+    (at the default 0.9 memory use) is closest to ``kv_blocks`` (the smallest when ``kv_blocks`` is 0).
+
+    ``model``: the state's ``model_spec`` when it has one (``llmsim.routing.base.instance_model``), else its model
+    name: a config that reuses a registered name (another context length, an fp8 KV cache) is then priced as
+    itself, not as the registry's model of that name."""
     found: list[tuple[float, int, Profile]] = []
     last: ProfileError | None = None
     for tp in (1, 2, 4, 8):
@@ -283,7 +288,8 @@ def profile_for_instance(model: str, gpu: str, kv_blocks: int = 0, block_size: i
             continue
         found.append((abs(blocks - kv_blocks) if kv_blocks else 0.0, tp, p))
     if not found:
-        raise last or ProfileError(f"no profile for model {model!r} on {gpu} at tensor parallelism 1, 2, 4 or 8")
+        name = model.name if isinstance(model, ModelSpec) else model
+        raise last or ProfileError(f"no profile for model {name!r} on {gpu} at tensor parallelism 1, 2, 4 or 8")
     return min(found, key=lambda x: (x[0], x[1]))[2]
 
 

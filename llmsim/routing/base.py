@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from llmsim.errors import ConfigError
+from llmsim.perf.models import ModelSpec
 from llmsim.registry import Registry
 
 if TYPE_CHECKING:
     from llmsim.request import Request
+    from llmsim.state.cluster_state import InstanceState
     from llmsim.state.view import SimulatorView
 
 WAIT = -1  # keep the request in the central queue; it is decided again later
@@ -90,3 +92,19 @@ def kwarg_flag(name: str, value: Any) -> bool:
 def make_router(name: str, seed: int = 0, **kwargs: Any) -> Router:
     """A router by registered name (``policy.name``) with its options (``policy.kwargs``)."""
     return ROUTERS.get(name, "policy.name")(seed=seed, **kwargs)
+
+
+def instance_model(inst: InstanceState) -> str | ModelSpec:
+    """The model an instance serves as loaded (its state's ``model_spec``; rebuilt from ``ClusterState.to_dict``'s
+    fields), else its name: a config that reuses a registered name with another context length or KV cache is
+    priced as itself, never as the registry's model of that name. Hashable: routers key their caches by it."""
+    spec = inst.model_spec
+    if spec is None:
+        return inst.model
+    if isinstance(spec, dict):
+        try:
+            return ModelSpec(**{**spec, "aliases": tuple(spec.get("aliases", ()))})
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"instance {inst.idx} ({inst.name}) model_spec: expected the fields of "
+                              f"llmsim.perf.models.ModelSpec ({e})") from None
+    return spec

@@ -32,7 +32,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.perf.profile import Profile, profile_for_instance
-from llmsim.routing.base import WAIT, Router, register_router
+from llmsim.routing.base import WAIT, Router, instance_model, register_router
 from llmsim.routing.base import kwarg_number as _num
 
 if TYPE_CHECKING:
@@ -374,11 +374,12 @@ class ShepherdRouter(_SLORouter):
 
     # ------------------------------------------------------------------ T_i(b) from the profile
     def _profile(self, inst: InstanceState) -> Profile:
-        key = (inst.model, inst.gpu, inst.kv_blocks_total)
+        model = instance_model(inst)  # (as loaded: its own context length and KV cache, not the registry's)
+        key = (model, inst.gpu, inst.kv_blocks_total)
         p = self._profiles.get(key)
         if p is None:
             try:
-                p = self._profiles[key] = profile_for_instance(inst.model, inst.gpu, inst.kv_blocks_total,
+                p = self._profiles[key] = profile_for_instance(model, inst.gpu, inst.kv_blocks_total,
                                                                inst.block_size)
             except LLMSimError as e:
                 raise ConfigError(f"policy shepherd: no profile for instance {inst.idx}'s batch times: {e}") from e

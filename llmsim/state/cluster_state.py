@@ -11,9 +11,10 @@ One type, three producers:
   in-flight bookkeeping (see the table below), so a policy trained on the envs runs unchanged in front of
   real backends.
 
-Layout (``LAYOUT_VERSION = 1``): three named tuples (immutable; a tuple costs a tenth of a frozen dataclass
-to build, which matters at tens of thousands of states per simulated minute). Add fields only at the end
-and bump ``LAYOUT_VERSION`` on any change, so a saved policy can refuse a layout it was not trained on.
+Layout (``LAYOUT_VERSION = 2``; version 2 appended ``InstanceState.model_spec``): three named tuples (immutable;
+a tuple costs a tenth of a frozen dataclass to build, which matters at tens of thousands of states per simulated
+minute). Add fields only at the end and bump ``LAYOUT_VERSION`` on any change, so a saved policy can refuse a
+layout it was not trained on.
 Per-request data hangs off each instance as an :class:`InstanceRequests` (its running, waiting and swapped
 requests, and sums over them); the simulator's is filled lazily from the engine at the instant the state
 describes, and reading it after the simulation has moved on raises :class:`StaleStateError` (the stale
@@ -41,6 +42,10 @@ InstanceState (one engine; the per-request part comes from the router's in-fligh
   ``step_time``      duration of the engine iteration in progress, 0 when idle <- mean of
                      ``vllm:time_per_output_token_seconds`` over the scrape window
   ``throughput``     output tokens/s over the last scrape interval <- rate of ``vllm:generation_tokens_total``
+  ``model_spec``     the model the instance serves, as loaded (a ``llmsim.perf.models.ModelSpec``: its own config's
+                     context length and KV bytes per token, its kv_cache_dtype applied), so a router never takes
+                     the registry's model of the same name for it; None when unknown (routers then look
+                     ``model`` up by name) <- the deployment's config.json (``llmsim.perf.models.get_model``)
   ``detail``         an :class:`InstanceRequests`: ``running``, ``waiting``, ``swapped`` (tuples of
                      RequestState; the queue a request is in is its state) <- its bookkeeping ("waiting"
                      until the first token streams back, then "running")
@@ -59,13 +64,14 @@ RequestState (what a router may know of a request; never its true output length)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from bisect import bisect_right
 from typing import Any, NamedTuple
 
 from llmsim.errors import ConfigError, LLMSimError
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 
 
 class StaleStateError(LLMSimError):
@@ -313,6 +319,7 @@ class InstanceState(NamedTuple):
     step_time: float
     throughput: float
     detail: InstanceRequests = NO_REQUESTS
+    model_spec: Any = None  # a llmsim.perf.models.ModelSpec (typed loosely: the state sits beside perf, not above)
 
     @property
     def running(self) -> tuple[RequestState, ...]:
@@ -364,6 +371,8 @@ class InstanceState(NamedTuple):
     def to_dict(self) -> dict[str, Any]:
         """The instance's fields and its request rows as plain dicts (``detail`` stays out: it is the lazy source)."""
         d = {k: v for k, v in self._asdict().items() if k != "detail"}
+        if dataclasses.is_dataclass(self.model_spec):  # (its fields; ModelSpec(**them) rebuilds it)
+            d["model_spec"] = dataclasses.asdict(self.model_spec)
         d.update({q: [r.to_dict() for r in getattr(self, q)] for q in ("running", "waiting", "swapped")})
         return d
 

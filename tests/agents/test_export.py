@@ -34,6 +34,7 @@ from llmsim.envs.exported import ExportedPolicy, read_manifest  # noqa: E402
 from llmsim.envs.policy_router import ExportedRouter, check_backends  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.routing import Router, make_router  # noqa: E402
+from llmsim.state.cluster_state import LAYOUT_VERSION  # noqa: E402
 from tests.helpers import REPO  # noqa: E402
 
 ROOT = REPO
@@ -68,7 +69,7 @@ def test_exported_policy_acts_like_the_checkpoint_on_recorded_observations(expor
     """1,000 observations of random valid routing: identical greedy actions, scores within SCORE_ATOL."""
     ckpt, out = exports[kind]
     m = read_manifest(out)
-    assert m["policy"]["type"] == kind and m["observation"]["state_layout_version"] == 1
+    assert m["policy"]["type"] == kind and m["observation"]["state_layout_version"] == LAYOUT_VERSION
     env = make_env(ENVS[kind])
     obs, masks = rollout(env, N_OBS, seed=11)
     ref_pol, pol = CheckpointPolicy(ckpt), ExportedPolicy.load(out)
@@ -178,9 +179,9 @@ def test_manifest_mismatches_are_refused_with_both_sides(exports, tmp_path):
     check_backends(m, list(EXPERTS))
     d = _copy(out, tmp_path)
     _edit(d, lambda m: m["observation"].__setitem__("state_layout_version", 99))
-    with pytest.raises(ConfigError, match=r"state_layout_version 99 .*LAYOUT_VERSION is 1"):
+    with pytest.raises(ConfigError, match=rf"state_layout_version 99 .*LAYOUT_VERSION is {LAYOUT_VERSION}"):
         ExportedPolicy.load(d)
-    _edit(d, lambda m: (m["observation"].__setitem__("state_layout_version", 1),
+    _edit(d, lambda m: (m["observation"].__setitem__("state_layout_version", LAYOUT_VERSION),
                         m["observation"]["builder"].__setitem__("cap_running", 5)))
     with pytest.raises(ConfigError, match=r"observation 'graph' has shape .*\[30, 6\].* gives .*\[15, 6\]"):
         ExportedRouter(path=str(d))

@@ -20,6 +20,7 @@ from llmsim.envs.observations.instance_set import layout_size  # noqa: E402
 from llmsim.envs.randomize import SlotEnv  # noqa: E402
 from llmsim.envs.testbeds import make_from_config  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
+from llmsim.state.cluster_state import LAYOUT_VERSION  # noqa: E402
 
 N_MAX = 8
 ENV = {"id": "workload_router", "num_requests": 120, "observation": {"kind": "instance_set", "n_max": N_MAX},
@@ -117,7 +118,7 @@ def test_a_no_hold_network_that_prefers_to_wait_is_not_counted_as_falling_back()
 
 
 def checkpoint(net: SetQNetwork, path: Path) -> Path:
-    obs = {"kind": "instance_set", "shape": [net.obs_dim], "state_layout_version": 1}
+    obs = {"kind": "instance_set", "shape": [net.obs_dim], "state_layout_version": LAYOUT_VERSION}
     actions = {"n": N_MAX + 2, "kind": "instance_wait", "choices": N_MAX, "wait": N_MAX, "drop": N_MAX + 1}
     return save_checkpoint(path, net, {"agent": "ddqn", "label": path.name, "observation": obs, "actions": actions,
                                        "env": {**ENV, "num_instances": 4}})

@@ -23,6 +23,7 @@ from llmsim.agents.scoring import eval_score, evaluate_greedy  # noqa: E402
 from llmsim.agents.train import agent_config, check_setup, train  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.resources import conf_dir  # noqa: E402
+from llmsim.state.cluster_state import LAYOUT_VERSION  # noqa: E402
 from tests.helpers import REPO as ROOT  # noqa: E402
 
 SMALL_ENV = {"id": "workload_router", "num_requests": 40, "rate": 20.0,
@@ -62,7 +63,7 @@ def test_run_directory_and_checkpoint(trained):
     assert list((run / "tensorboard").glob("**/events.out.tfevents.*"))
     m = read_meta(run / "last")
     assert m["steps"] >= 800 and m["episodes"] >= 1
-    assert m["observation"] == {"kind": "flat", "shape": [27], "state_layout_version": 1}
+    assert m["observation"] == {"kind": "flat", "shape": [27], "state_layout_version": LAYOUT_VERSION}
     assert m["actions"]["n"] == 6 and m["actions"]["wait"] == 4
     assert [e["step"] for e in meta["evaluations"]] == sorted(e["step"] for e in meta["evaluations"])
 

@@ -192,7 +192,7 @@ def test_plain_values_round_trip_and_version():
     d = json.loads(json.dumps(s.to_dict()))
     back = ClusterState.from_dict(d)
     assert back == s and back.instances[0].running == (r,)
-    with pytest.raises(ConfigError, match="layout version 99; this code reads version 1"):
+    with pytest.raises(ConfigError, match=f"layout version 99; this code reads version {LAYOUT_VERSION}"):
         ClusterState.from_dict({**d, "version": 99})
     with pytest.raises(ConfigError, match="ClusterState.from_dict"):
         ClusterState.from_dict({k: v for k, v in d.items() if k != "now"})

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from llmsim.engine.config import EngineConfig
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.perf.profile import profile_for_instance
-from llmsim.routing.base import WAIT, Router, register_router
+from llmsim.routing.base import WAIT, Router, instance_model, register_router
 from llmsim.routing.base import kwarg_number as _num
 from llmsim.routing.qlm.estimator import EngineRates, OutputLengthModel, estimate_completion, rates_from_profile
 from llmsim.routing.qlm.milp import solve_plan
@@ -336,12 +336,13 @@ class QLMRouter(QLMOperations, Router):
         ``model``: another model the instance could load (its KV cache then sized from the profile)."""
         other = model is not None and model != inst.model
         name = model if other else inst.model
+        spec = model if other else instance_model(inst)  # (as loaded, not the registry's model of its name)
         blocks = 0 if other else inst.kv_blocks_total
-        key = (name, inst.gpu, inst.max_num_seqs, blocks, inst.block_size)
+        key = (name, inst.gpu, inst.max_num_seqs, blocks, inst.block_size, spec)
         r = self._rates.get(key)
         if r is None:
             try:
-                profile = profile_for_instance(name, inst.gpu, blocks, inst.block_size)  # (tp not in the state)
+                profile = profile_for_instance(spec, inst.gpu, blocks, inst.block_size)  # (tp not in the state)
             except LLMSimError as e:
                 raise ConfigError(f"policy qlm: no profile for the estimator of instance {inst.idx}: {e}") from e
             cfg = EngineConfig(max_num_seqs=max(1, inst.max_num_seqs), block_size=max(1, inst.block_size),

@@ -21,7 +21,7 @@ from typing import Any
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.perf.profile import profile_for_instance
 from llmsim.registry import Registry
-from llmsim.routing.base import kwarg_number
+from llmsim.routing.base import instance_model, kwarg_number
 from llmsim.state.cluster_state import InstanceState
 
 # nominal TPOT, ms/token: the paper's "static per-tier prior" of its isolation arm 4 (the testbed's low-load medians)
@@ -113,7 +113,7 @@ class TpotPriors:
         self._cache: dict[tuple[str, str, str], float] = {}
 
     def prior_s(self, inst: InstanceState) -> float:
-        key = (inst.model, inst.gpu, inst.name)
+        key = (inst.model, inst.gpu, inst.name, instance_model(inst))
         v = self._cache.get(key)
         if v is None:
             if self.source == "table" and inst.model in self.table_ms:
@@ -126,7 +126,7 @@ class TpotPriors:
     @staticmethod
     def _from_profile(inst: InstanceState) -> float:
         try:
-            prof = profile_for_instance(inst.model, inst.gpu, inst.kv_blocks_total, inst.block_size)
+            prof = profile_for_instance(instance_model(inst), inst.gpu, inst.kv_blocks_total, inst.block_size)
         except (LLMSimError, OSError, ValueError) as e:
             raise ConfigError(f"policy.kwargs.static_tpot_ms: no prior for model {inst.model!r} on {inst.gpu} "
                               f"(instance {inst.name}) and its profile does not load ({e}); add "
