@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from llmsim.cluster.view import kv_format
 from llmsim.engine.handoff import DECODE, PREFILL
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.event_loop import ENGINE
@@ -75,11 +76,13 @@ class KVTransfers:
 
     def _check_roles(self) -> None:
         insts = self.cluster.instances
-        takers = {i.profile.model.name for i in insts if i.role != PREFILL}
+        takers = {kv_format(i) for i in insts if i.role != PREFILL}
         for i in insts:
-            if i.role == PREFILL and i.profile.model.name not in takers:
+            if i.role == PREFILL and kv_format(i) not in takers:
                 raise ConfigError(f"cluster.instances[{i.idx}] ({i.name}): a prefill instance of "
-                                  f"{i.profile.model.name} needs a decode or mixed instance of the same model")
+                                  f"{i.profile.model.name} needs a decode or mixed instance of the same model with "
+                                  f"the same KV cache dtype ({i.profile.model.kv_bytes_per_token} bytes per token; "
+                                  "vLLM's KV transfer refuses another)")
             if i.role == PREFILL and i.host is not None:
                 raise ConfigError(f"cluster.instances[{i.idx}] ({i.name}): a prefill instance cannot load other "
                                   "models (models: [...]); give it one model")

@@ -94,7 +94,7 @@ class ClusterView:
     def candidates(self, req: Request) -> list[int]:
         """Instances that can ever serve ``req`` (prompt fits max_model_len and the KV cache); in a disaggregated
         cluster, of the stage being routed (``stage``): prefill and mixed instances for a new request, decode and
-        mixed instances of its model for a prefilled one."""
+        mixed instances of its model and KV cache dtype (:func:`kv_format`) for a prefilled one."""
         if self._roles is not None:
             return self._stage_candidates(req)
         model = req.model
@@ -127,13 +127,13 @@ class ClusterView:
     def _stage_candidates(self, req: Request) -> list[int]:
         insts = self._c.instances
         decode = self.stage == "decode"
-        model = insts[req.instance].profile.model.name if decode else req.model
+        model = kv_format(insts[req.instance]) if decode else req.model
         key = (req.prompt_tokens, model, decode)
         c = self._cand_cache.get(key)
         if c is None:
             skip = "prefill" if decode else "decode"
             mine = [i for i, role in enumerate(self._roles or ()) if role != skip
-                    and (not decode or insts[i].profile.model.name == model)]
+                    and (not decode or kv_format(insts[i]) == model)]
             c = [i for i in mine if not insts[i].can_ever_serve(req)] or mine
             if len(self._cand_cache) < 65536:
                 self._cand_cache[key] = c
@@ -362,6 +362,13 @@ class ClusterView:
         }
         self._snap_instances = self._snapshot_states()
         self._snap_at = c.env.now
+
+
+def kv_format(inst: Any) -> tuple[str, int]:
+    """What a prefill instance's KV copy needs of its decode instance: the same model and the same KV bytes per
+    token (the cache dtype; vLLM's KV connector refuses a peer whose model or cache dtype differs)."""
+    m = inst.profile.model
+    return m.name, m.kv_bytes_per_token
 
 
 def _kv_demand(inst: Any) -> float:

@@ -196,3 +196,16 @@ def test_landed_copies_are_not_locked_out_by_a_preempted_head(policy, monkeypatc
                    requests(rows), "round_robin")
     s = res.summary
     assert s["completed"] == 80 and s["kv_transfers"] == 80 and s["preemptions"] > 0
+
+
+def test_a_kv_copy_goes_only_to_an_instance_with_the_same_kv_cache_dtype():
+    """vLLM's KV connector refuses a peer whose cache dtype differs: an fp8-KV prefill instance with only a 16-bit
+    decode instance is one line at build time, and with both kinds its copies land only on the fp8 one."""
+    fp8 = InstanceConfig(model="llama-3.1-8b", gpu="a100-80gb", kv_cache_dtype="fp8", role="prefill")
+    bf16 = InstanceConfig(model="llama-3.1-8b", gpu="a100-80gb", role="decode")
+    with pytest.raises(ConfigError, match=r"instances\[0\].*same model with the same KV cache dtype \(65536 bytes"):
+        simulate([fp8, bf16], requests([(0.0, 100, 4)]))
+    fp8_decode = InstanceConfig(model="llama-3.1-8b", gpu="a100-80gb", kv_cache_dtype="fp8", role="decode")
+    cl = _cluster([fp8, bf16, fp8_decode], "round_robin")
+    cl.run(requests([(0.01 * i, 100, 4) for i in range(12)]))
+    assert len(cl.transfers.log["dst"]) == 12 and set(cl.transfers.log["dst"]) == {2}
