@@ -7,18 +7,23 @@ with the config's read deadlines for clients (``limits.header_read_s``, ``body_r
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
 import sys
 from typing import Any
 
-import uvicorn
-
-from llmsim.emulator.server_thread import ReadLimits, ServerThread, listen_socket, server_config
+from llmsim.emulator.server_thread import DrainingServer, ReadLimits, ServerThread, listen_socket, server_config
 from llmsim.errors import LLMSimError
 from llmsim.serving.app import create_app
 from llmsim.serving.config import RouterConfig, parse_config
 from llmsim.serving.decider import Decider
 from llmsim.serving.departure import DepartureWatch
 from llmsim.serving.gateway import Gateway
+
+GRACE_S = 2.0  # on Ctrl-C / SIGTERM: how long requests in flight may take to end before their connections are cut
+# what the shutdown's line about cut connections adds: what became of their requests
+CUT_NOTE = "their upstream requests were cancelled, counted as llmsim_router_aborted_total{reason=\"client_gone\"}"
+log = logging.getLogger(__name__)
 
 
 def read_limits(cfg: RouterConfig) -> ReadLimits:
@@ -64,13 +69,24 @@ def serve(cfg: RouterConfig, log_level: str = "warning") -> None:
     """Check the policy fits the backends (ConfigError), bind the port (LLMSimError naming it), announce the
     router on stderr in one line, then serve until interrupted."""
     down = asyncio.run(preflight(cfg))
-    try:
-        sock = listen_socket(cfg.host, cfg.port)
-    except OSError as e:
-        raise LLMSimError(f"host, port: cannot listen on {cfg.host}:{cfg.port}: {e}") from None
+    server, sock = router_server(cfg, log_level)
     port = sock.getsockname()[1]
     note = f"; not answering yet (ejected until healthy): {down}" if down else ""
     print(f"llmsim-router: {len(cfg.backends)} backends, policy {cfg.policy.heuristic or cfg.policy.onnx}, on "
           f"http://{cfg.host}:{port}{note}", file=sys.stderr, flush=True)
-    config = server_config(DepartureWatch(create_app(cfg)), read_limits(cfg), log_level, timeout_graceful_shutdown=2)
-    uvicorn.Server(config).run(sockets=[sock])
+    server.run(sockets=[sock])
+
+
+def router_server(cfg: RouterConfig, log_level: str = "warning",
+                  grace_s: float = GRACE_S) -> tuple[DrainingServer, socket.socket]:
+    """The router's server and its bound socket (LLMSimError naming the address if it cannot listen), not yet
+    running: ``server.run(sockets=[sock])`` serves until Ctrl-C or SIGTERM (``server.should_exit``). Told to stop,
+    it takes no new connection, lets requests in flight end for ``grace_s``, then cuts what is still open (a
+    client not reading its answer) in one log line."""
+    try:
+        sock = listen_socket(cfg.host, cfg.port)
+    except OSError as e:
+        raise LLMSimError(f"host, port: cannot listen on {cfg.host}:{cfg.port}: {e}") from None
+    config = server_config(DepartureWatch(create_app(cfg)), read_limits(cfg), log_level,
+                           timeout_graceful_shutdown=grace_s)
+    return DrainingServer(config, cut_note=CUT_NOTE, logger=log), sock

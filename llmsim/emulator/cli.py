@@ -18,6 +18,8 @@ from llmsim.engine.config import EngineConfig
 from llmsim.errors import LLMSimError
 
 PROG = "llmsim-emulate"
+# what the shutdown's line about cut connections adds: their requests were ended already
+CUT_NOTE = "requests in the engine were ended when the shutdown began, counted as finished_reason=\"abort\""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
           f"http://{args.host}:{port}", file=sys.stderr, flush=True)
     config = server_config(app, log_level=args.log_level, timeout_graceful_shutdown=2)  # the read deadlines too
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn re-raises it once shut down (quiet, as uvicorn.run)
-        DrainingServer(config, on_shutdown=eng.stop).run(sockets=[sock])
+        DrainingServer(config, on_shutdown=eng.stop, cut_note=CUT_NOTE).run(sockets=[sock])
 
 
 def _fail(message: str) -> NoReturn:

@@ -141,24 +141,28 @@ def server_config(app: Any, limits: ReadLimits | None = None, log_level: str = "
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn's server that, told to stop (Ctrl-C, SIGTERM), first calls ``on_shutdown``: the emulator ends its
-    open requests there (a stream gets an error event and ``[DONE]``, a waiting request a 503), so in-flight answers
-    end at once and in order, instead of being cut, with a traceback per request, when the grace period runs out.
+    """uvicorn's server that, told to stop (Ctrl-C, SIGTERM), first calls ``on_shutdown`` (the emulator ends its
+    open requests there: a stream gets an error event and ``[DONE]``, a waiting request a 503; the router lets its
+    requests in flight run), then cuts what is still open once the grace period is over, in one log line, instead
+    of uvicorn cancelling the response tasks with an error and a traceback per request.
 
     The grace period is the config's ``timeout_graceful_shutdown``: a connection still open when it is over (a
-    client that stopped reading its answer, or one still sending its body) is cut, and one log line counts them.
-    uvicorn's own timeout is moved past it, as a backstop only: it cancels the response tasks, which logs an error
-    and a traceback per request."""
+    client that stopped reading its answer, or one still sending its body) is cut, and one log line counts them,
+    ending with ``cut_note`` (what became of their requests). uvicorn's own timeout is moved past it, as a backstop
+    only."""
 
-    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None]) -> None:
+    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None] | None = None,
+                 cut_note: str = "", logger: logging.Logger = log) -> None:
         super().__init__(config)
         self.on_shutdown = on_shutdown
+        self.cut_note, self.log = cut_note, logger
         self.grace_s: float | None = config.timeout_graceful_shutdown
         if self.grace_s is not None:
             config.timeout_graceful_shutdown = self.grace_s + CUT_BACKSTOP_S
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self.on_shutdown()
+        if self.on_shutdown is not None:
+            self.on_shutdown()
         cutter = None
         if self.grace_s is not None:
             cutter = asyncio.get_running_loop().call_later(self.grace_s, self.cut_open_connections)
@@ -178,9 +182,9 @@ class DrainingServer(uvicorn.Server):
             if transport is not None:
                 transport.abort()
         n = len(conns)
-        log.warning("shutdown: cut %d connection%s still open after the %g s grace (clients not reading their answers "
-                    "or still sending); requests in the engine were ended when the shutdown began, counted as "
-                    "finished_reason=\"abort\"", n, "" if n == 1 else "s", self.grace_s)
+        note = f"; {self.cut_note}" if self.cut_note else ""
+        self.log.warning("shutdown: cut %d connection%s still open after the %g s grace (clients not reading their "
+                         "answers or still sending)%s", n, "" if n == 1 else "s", self.grace_s, note)
 
 
 class ServerThread:

@@ -1,20 +1,28 @@
 """``llmsim-router`` as a user runs it: ``--help``, a missing serve extra named, bad input as one line and exit
-code 2, and serving in front of an emulated backend."""
+code 2, serving in front of an emulated backend, and its shutdown."""
 
 from __future__ import annotations
 
+import json
+import logging
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 pytest.importorskip("fastapi", reason="the serving extra is not installed: pip install 'llmsim[serve]'")
 
 import httpx  # noqa: E402
+from prometheus_client import generate_latest  # noqa: E402
 
 from llmsim.emulator import start_emulator  # noqa: E402
 from llmsim.serving.cli import main  # noqa: E402
-from tests.serving.helpers import SPEEDUP  # noqa: E402
+from llmsim.serving.config import parse_config  # noqa: E402
+from llmsim.serving.runner import router_server  # noqa: E402
+from tests.serving.helpers import SPEEDUP, router_cfg, samples  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -154,3 +162,60 @@ def test_an_address_that_cannot_be_listened_on_names_host_and_port(tmp_path, cap
     assert main(["--config", str(cfg), "--port", "0"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and f"{cfg}: host, port: cannot listen on 999.1.1.1:0" in lines[0], lines
+
+
+class Records(logging.Handler):
+    """Every log record of the loggers it is attached to."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_shutdown_cuts_a_client_that_stopped_reading_in_one_log_line() -> None:
+    """Ctrl-C / SIGTERM while a client reads nothing of its relayed stream (the router's writes to it paused): once
+    the grace period is over its connection is cut and one line says so, the upstream request cancelled as for a
+    client that left (uvicorn cancelled the response task instead, logging an error, then a traceback). The grace
+    is short here (0.2 s); nothing is timed: a hang is bounded by the join and pytest-timeout."""
+    h = start_emulator("llama-3.1-8b", "a100-80gb", speedup=1000.0)
+    server, sock = router_server(parse_config(router_cfg([h.url], {"heuristic": "jsq"})), grace_s=0.2)
+    gateway = server.config.app.state.gateway
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # (accepted connections inherit it: paused sooner)
+    seen = Records()
+    loggers = [logging.getLogger(name) for name in ("uvicorn", "llmsim")]
+    for lg in loggers:
+        lg.addHandler(seen)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        thread.start()
+        while not server.started:
+            assert thread.is_alive(), "the router did not start"
+            time.sleep(0.01)
+        client.connect(sock.getsockname())
+        body = json.dumps({"model": "llmsim-router", "prompt": "x", "max_tokens": 100000, "stream": True}).encode()
+        client.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n"
+                       b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        while not any(c.flow is not None and c.flow.write_paused for c in list(server.server_state.connections)):
+            assert thread.is_alive(), "the router stopped"
+            time.sleep(0.01)  # until the stream's writes wait for the client (who reads nothing)
+        server.should_exit = True  # what Ctrl-C and SIGTERM do
+        thread.join(30)
+        assert not thread.is_alive(), "the router hung on a client that reads nothing"
+    finally:
+        for lg in loggers:
+            lg.removeHandler(seen)
+        client.close()
+        sock.close()
+        h.stop()
+    said = [r for r in seen.records if r.levelno >= logging.WARNING]
+    assert not [r for r in seen.records if r.exc_info], [r.getMessage() for r in said]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert said[0].getMessage().startswith("shutdown: cut 1 connection still open after the 0.2 s grace"), \
+        said[0].getMessage()
+    aborted = samples(generate_latest(gateway.metrics.registry).decode(), "llmsim_router_aborted_total")
+    assert aborted == {(("reason", "client_gone"),): 1.0}, aborted
