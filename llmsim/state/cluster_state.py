@@ -67,7 +67,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from bisect import bisect_right
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
 from llmsim.errors import ConfigError, LLMSimError
 
@@ -212,7 +212,13 @@ def sum_context(*queues: Any, shift: int = 0) -> int:
     return n + shift * len(queues[0]) if queues else n
 
 
+# this module compiled (llmsim/compiled.py; its functions are then not Python's): the typed native_* variants run
+NATIVE: Final = type(sum_context).__name__ != "function"
+
+
 def sum_progress(*queues: Any, shift: int = 0) -> float:
+    if NATIVE:
+        return native_sum_progress(queues, shift)
     x = 0.0
     s = shift
     for q in queues:
@@ -222,6 +228,28 @@ def sum_progress(*queues: Any, shift: int = 0) -> float:
                 d = r.predicted_output
                 if d:
                     x += g / d if g < d else 1.0
+        s = 0
+    return x
+
+
+def native_sum_progress(queues: tuple[Any, ...], shift: int) -> float:
+    """:func:`sum_progress` compiled: a row with int counts and a float prediction (the engine's) takes a typed branch,
+    machine numbers (compiled loops over objects run slower than CPython's); other rows the generic one. Same bits."""
+    x = 0.0
+    s = shift
+    for q in queues:
+        for r in q:
+            g0: Any = r.generated
+            d0: Any = r.predicted_output
+            if type(g0) is int and type(d0) is float:
+                g = cast(int, g0) + s
+                d = cast(float, d0)
+                if g and d:
+                    x += g / d if g < d else 1.0
+                continue
+            ga = g0 + s
+            if ga and d0:
+                x += ga / d0 if ga < d0 else 1.0
         s = 0
     return x
 
@@ -263,6 +291,8 @@ def phase_summary_of(running: Any, waiting: Any, swapped: Any, edges: tuple[floa
 def two_edge_summary(running: Any, pre: int, swapped: Any, e0: float, e1: float, default: float,
                      shift: int) -> tuple[int, list[int], float, int]:
     """:func:`phase_summary_of` with ``edges = (e0, e1)`` (``bisect_right``'s bins: a NaN prediction goes last)."""
+    if NATIVE:
+        return native_two_edge_summary(running, pre, swapped, e0, e1, default, shift)
     n0 = n1 = n2 = resident = 0
     left = math.inf
     s = shift
@@ -282,6 +312,53 @@ def two_edge_summary(running: Any, pre: int, swapped: Any, e0: float, e1: float,
                 n2 += 1
             if d - g < left:
                 left = d - g
+        s = 0
+        if not swapped:
+            break
+    return pre, [n0, n1, n2], left, resident
+
+
+def native_two_edge_summary(running: Any, pre: int, swapped: Any, e0: float, e1: float, default: float,
+                            shift: int) -> tuple[int, list[int], float, int]:
+    """:func:`two_edge_summary` for the compiled build, typed for the engine's rows as :func:`native_sum_progress`."""
+    n0 = n1 = n2 = resident = 0
+    left = math.inf
+    s = shift
+    for q in (running, swapped):
+        for r in q:
+            g0: Any = r.generated
+            p0: Any = r.prompt_tokens
+            d0: Any = r.predicted_output
+            if type(g0) is int and type(p0) is int and type(d0) is float:
+                g = cast(int, g0) + s
+                resident += cast(int, p0) + g
+                if not g:
+                    pre += 1
+                    continue
+                d = cast(float, d0) or default
+                if d < e0:
+                    n0 += 1
+                elif d < e1:
+                    n1 += 1
+                else:
+                    n2 += 1
+                if d - g < left:
+                    left = d - g
+                continue
+            ga = g0 + s
+            resident += p0 + ga
+            if not ga:
+                pre += 1
+                continue
+            da = d0 or default
+            if da < e0:
+                n0 += 1
+            elif da < e1:
+                n1 += 1
+            else:
+                n2 += 1
+            if da - ga < left:
+                left = da - ga
         s = 0
         if not swapped:
             break
