@@ -33,6 +33,7 @@ MODULES = (
     "llmsim.engine.instance",
     "llmsim.engine.iteration",
     "llmsim.event_loop",
+    "llmsim.state.request_sums",
     "llmsim.state.cluster_state",
     "llmsim.cluster.live_requests",
     "llmsim.cluster.view",

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmsim.state.cluster_state import (
-    InstanceRequests,
-    RequestState,
-    StaleStateError,
+from llmsim.state.cluster_state import InstanceRequests, RequestState, StaleStateError
+from llmsim.state.request_sums import (
     decode_terms,
     phase_summary_of,
     progress_terms,

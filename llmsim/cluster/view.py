@@ -18,14 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from llmsim.cluster.live_requests import LiveRequests, new_queued, new_tuple, queued_progress_terms, records
 from llmsim.event_loop import ARRIVAL
-from llmsim.state.cluster_state import (
-    LAYOUT_VERSION,
-    ClusterState,
-    InstanceRequests,
-    InstanceState,
-    request_rows,
-    sum_progress,
-)
+from llmsim.state.cluster_state import LAYOUT_VERSION, ClusterState, InstanceRequests, InstanceState
+from llmsim.state.request_sums import request_rows, sum_progress
 
 if TYPE_CHECKING:
     from llmsim.request import Request

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from llmsim.state.cluster_state import ClusterState, request_rows
+from llmsim.state.cluster_state import ClusterState
+from llmsim.state.request_sums import request_rows
 
 if TYPE_CHECKING:
     from llmsim.request import Request

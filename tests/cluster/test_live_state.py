@@ -24,7 +24,8 @@ from llmsim.engine.fastpath import DecodeRun
 from llmsim.event_loop import ARRIVAL, ROUTE
 from llmsim.request import Request
 from llmsim.routing import Router
-from llmsim.state.cluster_state import StaleStateError, sum_context, sum_pending_prefill
+from llmsim.state.cluster_state import StaleStateError
+from llmsim.state.request_sums import sum_context, sum_pending_prefill
 
 EDGES = ((64.0, 256.0), (10.0, 50.0, 150.0))
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from llmsim.state.cluster_state import phase_summary_of
+from llmsim.state.request_sums import phase_summary_of
 
 
 def _reference(running, waiting, swapped, edges, default, shift):
@@ -60,7 +60,7 @@ def test_rows_of_any_number_types_sum_alike() -> None:
     """The compiled build's typed variants (native_*): the engine's rows (int counts, float predictions) take a typed
     branch, any other row the generic one; mixed in one queue, they give the reference's numbers bit for bit (int or
     numpy predictions, numpy counts, None), as the plain functions do."""
-    from llmsim.state.cluster_state import native_sum_progress, native_two_edge_summary, sum_progress
+    from llmsim.state.request_sums import native_sum_progress, native_two_edge_summary, sum_progress
 
     rng = np.random.default_rng(1)
     kinds = [lambda v: float(v), lambda v: int(v), lambda v: np.float64(v), lambda v: np.int64(v), lambda v: None,
