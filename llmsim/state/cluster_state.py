@@ -255,8 +255,9 @@ class InstanceState(NamedTuple):
     def to_dict(self) -> dict[str, Any]:
         """The instance's fields and its request rows as plain dicts (``detail`` stays out: it is the lazy source)."""
         d = {k: v for k, v in self._asdict().items() if k != "detail"}
-        if dataclasses.is_dataclass(self.model_spec):  # (its fields; ModelSpec(**them) rebuilds it)
-            d["model_spec"] = dataclasses.asdict(self.model_spec)
+        spec = self.model_spec
+        if dataclasses.is_dataclass(spec) and not isinstance(spec, type):  # (its fields; ModelSpec(**them) rebuilds it)
+            d["model_spec"] = dataclasses.asdict(spec)
         d.update({q: [r.to_dict() for r in getattr(self, q)] for q in ("running", "waiting", "swapped")})
         return d
 
