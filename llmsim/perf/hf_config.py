@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -230,14 +231,23 @@ def dense_fields(c: HFConfig) -> dict[str, Any]:
     }
 
 
+# the keys vLLM reads a model's length from (each family names it its own way), and its length when none is there
+LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+               "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+DEFAULT_CONTEXT = 2048
 # rope scalings whose config already states the extended length in max_position_embeddings (as vLLM reads them)
 ROPE_STATED_LENGTH = ("su", "longrope", "llama3", "default", "mrope")
 
 
 def context_length(c: HFConfig) -> int:
-    """Positions the model takes, derived as vLLM does: ``max_position_embeddings`` times a linear, dynamic or
+    """Positions the model takes, derived as vLLM does: the smallest of the length keys the config has (Command-R
+    states 8,192 positions and a 131,072-token ``model_max_length``: vLLM serves 8,192) times a linear, dynamic or
     YaRN ``rope_scaling`` factor (YaRN's from its ``original_max_position_embeddings``)."""
-    positions = c.num("max_position_embeddings", "max_seq_len", "seq_length", "n_positions", default=4096)
+    present = [c.checked(k, c.cfg[k], 0, True, positive=True) for k in LENGTH_KEYS if c.cfg.get(k) is not None]
+    if not present:
+        warnings.warn(f"HF config {c.path}: no context length key ({', '.join(LENGTH_KEYS)}); assumed "
+                      f"{DEFAULT_CONTEXT} positions, as vLLM does", stacklevel=3)
+    positions = min(present, default=DEFAULT_CONTEXT)
     rope = c.cfg.get("rope_scaling")
     if rope is None:
         return positions

@@ -166,3 +166,23 @@ def test_opt_350m_narrow_embeddings_and_their_projections_are_modelled(tmp_path)
     assert m.lm_head_params == 50272 * 512 + 1024 * 512
     wide = from_hf_config(write(tmp_path, {**OPT_350M, "word_embed_proj_dim": 1024}, "wide.json"))
     assert wide.embed_dim == 0 and wide.lm_head_params == 50272 * 1024  # equal to hidden: no projection
+
+
+@pytest.mark.parametrize(("lengths", "positions"), [
+    ({"max_position_embeddings": 8192, "model_max_length": 131072}, 8192),  # Command-R's two keys: the smaller
+    ({"max_position_embeddings": 131072, "seq_length": 32768}, 32768),
+    ({"n_positions": 1024}, 1024),  # GPT-2's key
+    ({"max_sequence_length": 4096, "max_seq_len": 2048}, 2048),
+])
+def test_the_context_length_is_the_smallest_length_key_as_vllm_takes_it(tmp_path, lengths, positions):
+    base = {k: v for k, v in BASE.items() if k != "max_position_embeddings"}
+    m = from_hf_config(write(tmp_path, {**base, "model_type": "llama", **lengths}))
+    assert m.max_position == positions
+
+
+def test_a_config_without_a_length_key_assumes_vllms_2048_and_says_so(tmp_path):
+    base = {k: v for k, v in BASE.items() if k != "max_position_embeddings"}
+    path = write(tmp_path, {**base, "model_type": "llama"})
+    with pytest.warns(UserWarning, match=r"no context length key .*assumed 2048 positions, as vLLM does"):
+        m = from_hf_config(path)
+    assert m.max_position == 2048
