@@ -19,7 +19,11 @@ from llmsim.emulator.engine import EmulatorOptions, request_seed
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's (and OpenAI's) default for /v1/completions
 CHAT_TOKENS_PER_MESSAGE = 3  # role and separators of each chat message (OpenAI's documented count)
 CHAT_REPLY_PRIMING = 3  # the assistant header the template appends
-LAX_INT = TypeAdapter(int)  # pydantic's lax int, as vLLM's request models read their integer fields
+# pydantic's lax mode, as vLLM's request models read their fields: "5", 5.0 and true are the int 5, 5 and 1; "0.5"
+# the float 0.5; "true", "yes", "1", 1 and 1.0 the bool true ("abc", 5.5 and 2 are refused)
+LAX_INT = TypeAdapter(int)
+LAX_FLOAT = TypeAdapter(float)
+LAX_BOOL = TypeAdapter(bool)
 
 
 class ApiError(Exception):
@@ -84,44 +88,51 @@ SAMPLING_RANGES: tuple[tuple[str, Callable[[float], bool], str], ...] = (
 )
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def lax(body: dict[str, Any], key: str, adapter: TypeAdapter[Any], want: str, nullable: bool = True) -> Any:
+    """``body[key]`` read as vLLM's pydantic model reads it (lax mode); None when missing, or null where vLLM's
+    field is optional (``nullable``); else a 400 naming the field and what it must be."""
+    v = body.get(key)
+    if key not in body or v is None and nullable:
+        return None
+    try:
+        return adapter.validate_python(v)
+    except ValidationError:
+        raise ApiError(400, f"`{key}` must be {want}, got {shown(v)}", key) from None
 
 
 def check_sampling(body: dict[str, Any], max_tokens: int | None) -> tuple[int | None, int]:
     """Check the sampling options as vLLM does (400 naming the field); returns (the client's seed or None,
     ``min_tokens``: the least the answer has, whatever a sampled length says)."""
     for key, ok, want in SAMPLING_RANGES:
-        v = body.get(key)
-        if v is not None and (not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v)
-                              or not ok(v)):
-            raise ApiError(400, f"`{key}` must be a number {want}, got {shown(v)}", key)
-    top_k = body.get("top_k")
-    if top_k is not None and (not _is_int(top_k) or top_k < -1):
-        raise ApiError(400, f"`top_k` must be 0 or -1 (disable), or at least 1, got {shown(top_k)}", "top_k")
+        v = lax(body, key, LAX_FLOAT, f"a number {want}")
+        if v is not None and (not math.isfinite(v) or not ok(v)):
+            raise ApiError(400, f"`{key}` must be a number {want}, got {shown(body[key])}", key)
+    want = "0 or -1 (disable), or at least 1"
+    top_k = lax(body, "top_k", LAX_INT, want)
+    if top_k is not None and top_k < -1:
+        raise ApiError(400, f"`top_k` must be {want}, got {shown(body['top_k'])}", "top_k")
     stop = body.get("stop")
     if stop is not None and not (isinstance(stop, str) and stop or isinstance(stop, list)
                                  and all(isinstance(x, str) and x for x in stop)):
         raise ApiError(400, f"`stop` must be a non-empty string or a list of non-empty strings, got {shown(stop)}",
                        "stop")
-    seed = body.get("seed")
-    if seed is not None and (not _is_int(seed) or not -(2**63) <= seed < 2**63):
-        raise ApiError(400, f"`seed` must be a 64-bit integer, got {shown(seed)}", "seed")
-    min_tokens = body.get("min_tokens")
+    seed = lax(body, "seed", LAX_INT, "a 64-bit integer")
+    if seed is not None and not -(2**63) <= seed < 2**63:
+        raise ApiError(400, f"`seed` must be a 64-bit integer, got {shown(body['seed'])}", "seed")
+    cap = "" if max_tokens is None else f" and at most max_tokens={max_tokens}"
+    want = f"an integer >= 0{cap}"
+    min_tokens = lax(body, "min_tokens", LAX_INT, want, nullable=False)  # vLLM's `min_tokens: int = 0`
     if min_tokens is None:
         min_tokens = 0
-    if not _is_int(min_tokens) or min_tokens < 0 or max_tokens is not None and min_tokens > max_tokens:
-        cap = "" if max_tokens is None else f" and at most max_tokens={max_tokens}"
-        raise ApiError(400, f"`min_tokens` must be an integer >= 0{cap}, got {shown(min_tokens)}", "min_tokens")
+    if min_tokens < 0 or max_tokens is not None and min_tokens > max_tokens:
+        raise ApiError(400, f"`min_tokens` must be {want}, got {shown(body['min_tokens'])}", "min_tokens")
     return (None if seed == -1 else seed), min_tokens
 
 
 def _int_or_none(body: dict[str, Any], key: str) -> int | None:
-    v = body.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ApiError(400, f"`{key}` must be a positive integer, got {shown(v)}", key)
+    v = lax(body, key, LAX_INT, "a positive integer")
+    if v is not None and v < 1:
+        raise ApiError(400, f"`{key}` must be a positive integer, got {shown(body[key])}", key)
     return v
 
 
@@ -148,11 +159,7 @@ def _common(body: dict[str, Any], served: str, chat: bool) -> tuple[bool, bool]:
         raise ApiError(400, f"`model` must be a string, got {shown(model)}", "model")
     if model and model != served:
         raise ApiError(404, f"The model `{model[:200]}` does not exist.", "model")
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise ApiError(400, f"`stream` must be a boolean, got {shown(stream)}", "stream")
+    stream = bool(lax(body, "stream", LAX_BOOL, "a boolean"))
     if "n" in body:
         check_n(body["n"], chat)
     so = body.get("stream_options")
@@ -160,9 +167,13 @@ def _common(body: dict[str, Any], served: str, chat: bool) -> tuple[bool, bool]:
     if so is not None:
         if not stream:
             raise ApiError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
-        if not isinstance(so, dict) or not isinstance(so.get("include_usage", False), bool | None):
-            raise ApiError(400, "`stream_options` must be an object like {\"include_usage\": true}", "stream_options")
-        include_usage = bool(so.get("include_usage"))
+        bad = ApiError(400, "`stream_options` must be an object like {\"include_usage\": true}", "stream_options")
+        if not isinstance(so, dict):
+            raise bad
+        try:
+            include_usage = bool(lax(so, "include_usage", LAX_BOOL, "a boolean"))
+        except ApiError:
+            raise bad from None
     return stream, include_usage
 
 
@@ -230,10 +241,8 @@ def parse_job(body: dict[str, Any], chat: bool, opts: EmulatorOptions) -> Job:
         key = body["prompt"]
     user_seed, min_tokens = check_sampling(body, max_tokens)
     seed = request_seed(opts.seed, chat, key, max_tokens, user_seed)
-    ignore_eos = body.get("ignore_eos", False)
-    if not isinstance(ignore_eos, bool | None):
-        raise ApiError(400, f"`ignore_eos` must be a boolean, got {shown(ignore_eos)}", "ignore_eos")
-    return Job(chat, prompt, max_tokens, stream, include_usage, seed, bool(ignore_eos), min_tokens)
+    ignore_eos = bool(lax(body, "ignore_eos", LAX_BOOL, "a boolean", nullable=False))  # vLLM's `ignore_eos: bool`
+    return Job(chat, prompt, max_tokens, stream, include_usage, seed, ignore_eos, min_tokens)
 
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:

@@ -145,9 +145,9 @@ BAD = [
     ({"model": MODEL, "prompt": [True, 2]}, 400, "list of token ids"),
     ({"model": MODEL, "prompt": ["a", "b"]}, 400, "batched prompts"),
     ({"model": MODEL, "prompt": "x", "max_tokens": 0}, 400, "`max_tokens` must be a positive integer"),
-    ({"model": MODEL, "prompt": "x", "max_tokens": "5"}, 400, "`max_tokens` must be a positive integer"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": "five"}, 400, "`max_tokens` must be a positive integer"),
     ({"model": MODEL, "prompt": "x", "max_tokens": 1.5}, 400, "`max_tokens` must be a positive integer"),
-    ({"model": MODEL, "prompt": "x", "stream": "yes"}, 400, "`stream` must be a boolean"),
+    ({"model": MODEL, "prompt": "x", "stream": "maybe"}, 400, "`stream` must be a boolean"),
     ({"model": MODEL, "prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream=True"),
     ({"model": MODEL, "prompt": "x", "n": 2}, 400, "`n` must be 1"),
     ({"model": MODEL, "prompt": list(range(600))}, 400, "maximum context length is 512 tokens"),
@@ -332,3 +332,55 @@ def test_max_tokens_past_the_context_is_refused_as_vllm_does(small: EmulatorHand
     d = post(small, "/v1/completions", {"model": MODEL, "prompt": list(range(500)), "max_tokens": 12}).json()
     assert d["usage"]["completion_tokens"] == 12 and d["choices"][0]["finish_reason"] == "length"
     assert math.isclose(d["usage"]["total_tokens"], 512)
+
+
+# Every number and boolean the emulator reads, as vLLM's pydantic models read them (lax mode), then vLLM's range:
+# (field, value, status, for a 200: the completion tokens or whether the answer streams; for a 400: the message)
+LAX_VALUES: list[tuple[str, Any, int, Any]] = [
+    ("max_tokens", "5", 200, 5), ("max_tokens", " 5 ", 200, 5), ("max_tokens", 5.0, 200, 5),
+    ("max_tokens", True, 200, 1),
+    ("max_tokens", "abc", 400, '`max_tokens` must be a positive integer, got "abc"'),
+    ("max_tokens", 5.5, 400, "`max_tokens` must be a positive integer, got 5.5"),
+    ("max_tokens", "5.5", 400, "`max_tokens` must be a positive integer"),
+    ("max_tokens", False, 400, "`max_tokens` must be a positive integer, got false"),
+    ("max_completion_tokens", "3", 200, 3), ("max_completion_tokens", 2.5, 400, "`max_completion_tokens` must be a"),
+    ("min_tokens", "1", 200, 2), ("min_tokens", 1.0, 200, 2),
+    ("min_tokens", None, 400, "`min_tokens` must be an integer >= 0 and at most max_tokens=2, got null"),
+    ("min_tokens", "3", 400, "`min_tokens` must be an integer >= 0 and at most max_tokens=2, got \"3\""),
+    ("seed", "7", 200, 2), ("seed", 7.0, 200, 2), ("seed", 7.5, 400, "`seed` must be a 64-bit integer, got 7.5"),
+    ("seed", str(2**64), 400, "`seed` must be a 64-bit integer"),
+    ("top_k", "-1", 200, 2), ("top_k", 1.0, 200, 2), ("top_k", "1.5", 400, "`top_k` must be 0 or -1"),
+    ("top_k", -2.0, 400, "`top_k` must be 0 or -1 (disable), or at least 1, got -2.0"),
+    ("temperature", "0.5", 200, 2), ("temperature", True, 200, 2), ("temperature", "1e0", 200, 2),
+    ("temperature", "warm", 400, '`temperature` must be a number in [0, 2], got "warm"'),
+    ("temperature", "nan", 400, "`temperature` must be a number in [0, 2]"),
+    ("temperature", "3", 400, "`temperature` must be a number in [0, 2]"),
+    ("top_p", "0.9", 200, 2), ("top_p", False, 400, "`top_p` must be a number in (0, 1], got false"),
+    ("min_p", "0.1", 200, 2), ("presence_penalty", "-2", 200, 2), ("repetition_penalty", "1.1", 200, 2),
+    ("frequency_penalty", "2.5", 400, "`frequency_penalty` must be a number in [-2, 2]"),
+    ("stream", "true", 200, True), ("stream", 1, 200, True), ("stream", "off", 200, False),
+    ("stream", None, 200, False),
+    ("stream", 2, 400, "`stream` must be a boolean, got 2"), ("stream", "maybe", 400, "`stream` must be a boolean"),
+    ("ignore_eos", "yes", 200, 2), ("ignore_eos", 0, 200, 2),
+    ("ignore_eos", None, 400, "`ignore_eos` must be a boolean, got null"),
+    ("ignore_eos", "sure", 400, "`ignore_eos` must be a boolean"),
+]
+
+
+@pytest.mark.parametrize("field,value,status,want", LAX_VALUES, ids=[f"{f}={v!r}" for f, v, _, _ in LAX_VALUES])
+def test_numbers_and_booleans_are_read_as_vllm_reads_them(small: EmulatorHandle, field: str, value: Any,
+                                                          status: int, want: Any) -> None:
+    """vLLM serves ``max_tokens: "5"`` (pydantic's lax int) where the emulator answered 400; a value vLLM refuses
+    stays a 400 naming the field."""
+    chat = field == "max_completion_tokens"
+    body: dict[str, Any] = {"model": MODEL, "max_tokens": 2, field: value,
+                            **({"messages": [{"role": "user", "content": "x"}]} if chat else {"prompt": "x"})}
+    r = post(small, "/v1/chat/completions" if chat else "/v1/completions", body)
+    assert r.status_code == status, r.text
+    if status == 400:
+        err = r.json()["error"]
+        assert want in err["message"] and err["param"] == field, err
+    elif field == "stream":
+        assert r.headers["content-type"].startswith("text/event-stream") is want
+    else:
+        assert r.json()["usage"]["completion_tokens"] == want
