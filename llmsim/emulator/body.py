@@ -163,15 +163,15 @@ def _common(body: dict[str, Any], served: str, chat: bool) -> tuple[bool, bool]:
     if "n" in body:
         check_n(body["n"], chat)
     so = body.get("stream_options")
+    if so and not body.get("stream"):  # vLLM tests the raw values: `{}` passes, and so does `"stream": "false"`
+        raise ApiError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
     include_usage = False
     if so is not None:
-        if not stream:
-            raise ApiError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
         bad = ApiError(400, "`stream_options` must be an object like {\"include_usage\": true}", "stream_options")
         if not isinstance(so, dict):
             raise bad
-        try:
-            include_usage = bool(lax(so, "include_usage", LAX_BOOL, "a boolean"))
+        try:  # vLLM's StreamOptions: `include_usage: bool | None = True`, so `{}` asks for usage
+            include_usage = stream and ("include_usage" not in so or bool(lax(so, "include_usage", LAX_BOOL, "")))
         except ApiError:
             raise bad from None
     return stream, include_usage

@@ -384,3 +384,19 @@ def test_numbers_and_booleans_are_read_as_vllm_reads_them(small: EmulatorHandle,
         assert r.headers["content-type"].startswith("text/event-stream") is want
     else:
         assert r.json()["usage"]["completion_tokens"] == want
+
+
+@pytest.mark.parametrize("options,usage", [({}, True), ({"continuous_usage_stats": False}, True),
+                                           ({"include_usage": "yes"}, True), ({"include_usage": None}, False),
+                                           ({"include_usage": "0"}, False)])
+def test_stream_options_are_read_as_vllm_reads_them(small: EmulatorHandle, options: dict[str, Any],
+                                                    usage: bool) -> None:
+    """vLLM's ``StreamOptions`` declares ``include_usage: bool | None = True``: ``{}`` asks for the usage chunk (the
+    emulator sent none), and a boolean is read in pydantic's lax mode (``"yes"`` was a 400)."""
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 2, "stream": True, "stream_options": options}
+    with httpx.stream("POST", small.url + "/v1/completions", json=body, timeout=30) as r:
+        assert r.status_code == 200, r.read()
+        chunks = sse(list(r.iter_lines()))
+    assert ("usage" in chunks[-2] and chunks[-2]["usage"]["completion_tokens"] == 2) is usage, chunks[-2:]
+    # and, as vLLM, empty options without `stream` are no error (its check tests the raw value's truth)
+    assert post(small, "/v1/completions", {**body, "stream": False, "stream_options": {}}).status_code == 200
