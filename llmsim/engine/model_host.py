@@ -193,7 +193,8 @@ class ModelHost:
         self._settle(now)
         return ModelHostState(self.engine.idx, self.loaded, tuple(self.profiles), tuple(self.cache),
                               self.swapping_to, self.swap_ends, len(self.held), self.cache_capacity,
-                              tuple(self.swap_time(m, now)[0] for m in self.profiles))
+                              tuple(self.swap_time(m, now)[0] for m in self.profiles),
+                              tuple(p.model for p in self.profiles.values()))
 
     def stats(self) -> dict[str, Any]:
         return {"model_swaps": self.swaps, "warm_swaps": self.warm_swaps, "swap_seconds": self.swap_seconds}

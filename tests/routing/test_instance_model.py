@@ -37,6 +37,18 @@ class _Record(Router):
         return 0
 
 
+class _Hosts(Router):
+    name = "hosts"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hosts: list = []
+
+    def route(self, req, view) -> int:
+        self.hosts.append(view.model_hosts())
+        return 0
+
+
 @pytest.fixture(scope="module")
 def states(tmp_path_factory) -> tuple[InstanceState, InstanceState]:
     """The state of a long-context Llama-3-8B config and of an fp8-KV Llama-3.1-8B, both at tp 1 on an A100."""
@@ -83,3 +95,21 @@ def test_qlm_and_shepherd_price_the_instance_not_its_name(states, which) -> None
                                                      typical_output=int(qlm.output_prior[0]))
     shepherd = make_router("shepherd")
     assert shepherd._profile(inst).model == inst.model_spec and shepherd._profile(inst).tp == 1
+
+
+def test_a_multi_model_instance_publishes_and_qlm_prices_its_other_models_as_the_engine_loads_them() -> None:
+    """An fp8-KV host's other model is loaded with an fp8 cache: the catalog's specs say so and QLM's estimator of
+    swapping to it reads that spec (by name it was the registry's 16-bit model: half the KV tokens)."""
+    a, b, gpu = "mistral-7b", "vicuna-13b", "a100-80gb"
+    rec = _Hosts()
+    inst = InstanceConfig(model=a, gpu=gpu, models=(b,), kv_cache_dtype="fp8")
+    simulate([inst], [Request(0, 0.0, 100, 4, model=a)], rec)
+    h = rec.hosts[0][0]
+    assert h.catalog == (a, b)
+    assert h.specs == tuple(load_profile(m, gpu, kv_cache_dtype="fp8").model for m in (a, b))
+    assert h.specs[1].kv_dtype_bytes == 1
+    qlm = make_router("qlm", slo_s={"batch": 60})
+    reqs = [Request(i, 0.1 * i, 200, 20, slo_class="batch", model=(a, b)[i % 2]) for i in range(6)]
+    assert len(simulate([inst, inst], reqs, qlm).requests) == 6
+    other = [key[-1] for key in qlm._rates if key[0] == b]
+    assert other and all(spec == h.specs[1] for spec in other)

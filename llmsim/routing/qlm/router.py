@@ -51,6 +51,7 @@ from llmsim.routing.qlm.ops import QLMOperations
 from llmsim.routing.qlm.plan import Plan, PlanProblem, RequestGroup, VirtualQueue, edf_plan, evaluate
 
 if TYPE_CHECKING:
+    from llmsim.perf.models import ModelSpec
     from llmsim.request import Request
     from llmsim.state.cluster_state import ClusterState, InstanceState
     from llmsim.state.model_host import ModelHostState
@@ -333,10 +334,11 @@ class QLMRouter(QLMOperations, Router):
     # ------------------------------------------------------------------ estimator and plan generator
     def _rates_of(self, inst: InstanceState, model: str | None = None) -> EngineRates:
         """Theta, eps, d, P of the instance's (model, GPU, engine limits) from the profile table, cached.
-        ``model``: another model the instance could load (its KV cache then sized from the profile)."""
+        ``model``: another model the instance could load (its KV cache then sized from the profile), priced as
+        its host would load it (the catalog's spec: its kv_cache_dtype applied), else by name."""
         other = model is not None and model != inst.model
         name = model if other else inst.model
-        spec = model if other else instance_model(inst)  # (as loaded, not the registry's model of its name)
+        spec = self._catalog_spec(inst.idx, model) if other else instance_model(inst)  # (as loaded, not by name)
         blocks = 0 if other else inst.kv_blocks_total
         key = (name, inst.gpu, inst.max_num_seqs, blocks, inst.block_size, spec)
         r = self._rates.get(key)
@@ -350,6 +352,14 @@ class QLMRouter(QLMOperations, Router):
             r = self._rates[key] = rates_from_profile(profile, cfg, typical_prompt=self.typical_prompt,
                                                       typical_output=int(max(1.0, self.output_prior[0])))
         return r
+
+    def _catalog_spec(self, q: int, model: str) -> str | ModelSpec:
+        """``model`` as instance ``q``'s host would load it (its catalog's spec), else its name (no host, or a host
+        that does not publish specs)."""
+        h = self._hosts[q] if q < len(self._hosts) else None
+        if h is None or model not in h.catalog or len(h.specs) != len(h.catalog):
+            return model
+        return h.specs[h.catalog.index(model)]
 
     def _output(self, g: _Group) -> OutputLengthModel:
         m = self.class_output.get(g.key[1]) if g.key[1] is not None else None
