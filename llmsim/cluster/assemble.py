@@ -36,7 +36,7 @@ def _build_engine(idx: int, ic: InstanceConfig, env: SimEnv, recorder: Recorder,
     if not ic.models:
         return Instance(idx, env, ic.build_profile(), ic.engine, recorder, ic.name)
     profiles, engine = catalog_profiles(ic)
-    inst = Instance(idx, env, profiles[ic.model], engine, recorder, ic.name)
+    inst = Instance(idx, env, next(iter(profiles.values())), engine, recorder, ic.name)  # (the loaded one first)
     attach_host(inst, profiles, ic).on_model_change = on_model_change
     return inst
 

@@ -202,11 +202,19 @@ class ModelHost:
 
 def catalog_profiles(ic: Any) -> tuple[dict[str, Profile], Any]:
     """The profiles of a multi-model instance config's catalog (its loaded ``model`` first) and its engine config
-    with the catalog's common ``max_model_len`` (the smallest context window; module docstring)."""
+    with the catalog's common ``max_model_len`` (the smallest context window; module docstring). Keyed by each
+    model's name as loaded (a config.json's or alias's resolved name), as a single-model instance is known, so the
+    loaded model is in its catalog and requests name models alike on both; two entries that resolve to one name
+    with different specs are refused."""
     names = list(dict.fromkeys([ic.model, *ic.models]))
-    profiles = {ic.model: ic.build_profile()}
-    for m in names[1:]:
-        profiles[m] = load_profile(m, ic.gpu, ic.tp, ic.profile_kind, kv_cache_dtype=ic.kv_cache_dtype)
+    profiles = {}
+    for k, m in enumerate(names):
+        p = ic.build_profile() if k == 0 else load_profile(m, ic.gpu, ic.tp, ic.profile_kind,
+                                                           kv_cache_dtype=ic.kv_cache_dtype)
+        seen = profiles.setdefault(p.model.name, p)
+        if seen.model != p.model:
+            raise ConfigError(f"models: {m!r} is model {p.model.name!r}, which the catalog already holds with "
+                              f"another spec (context, layers or KV cache); give each model its own name")
     cap = ic.engine.max_model_len
     common = min(p.model.max_position for p in profiles.values())
     if cap is not None and cap > common:

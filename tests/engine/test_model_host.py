@@ -4,6 +4,7 @@ served in arrival order per instance, and random multi-model runs conserve token
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -22,6 +23,7 @@ from llmsim.routing import Router, make_router
 from llmsim.schema import SLO
 from llmsim.simulation.run import collect, simulate
 from tests.helpers import examples
+from tests.routing.test_instance_model import LONG
 
 A, B = "mistral-7b", "vicuna-13b"
 GPU = "a100-80gb"
@@ -190,3 +192,18 @@ def test_the_terminal_report_shows_model_swaps() -> None:
     assert rows["Model swaps (warm)"] == "2 (1)"
     plain = dict(outcome_rows(simulate([InstanceConfig(model=A, gpu=GPU)], [Request(0, 0.0, 10, 10)]).summary))
     assert "Model swaps (warm)" not in plain
+
+
+def test_a_config_json_model_is_in_its_catalog_by_its_name_as_loaded(tmp_path) -> None:
+    """A multi-model instance whose loaded model is a config.json: its catalog names it as the instance does
+    (the config's model name), so it builds and serves both models; two entries of one name and different specs
+    are refused by key."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LONG))
+    inst = InstanceConfig(model=str(path), gpu=GPU, models=(A,))
+    reqs = [Request(i, 0.1 * i, 200, 20, model=("llama-3-8b", A)[i % 2]) for i in range(4)]
+    res = simulate([inst], reqs, make_router("round_robin"))
+    assert len(res.requests) == 4 and res.summary["model_swaps"] >= 1
+    with pytest.raises(ConfigError, match=r"models: 'llama-3-8b' is model 'llama-3-8b', which the catalog already"):
+        simulate([InstanceConfig(model=str(path), gpu=GPU, models=("llama-3-8b",))], reqs[:1],
+                 make_router("round_robin"))
