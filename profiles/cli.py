@@ -8,6 +8,7 @@ Each verb is a module of this package with ``add_arguments(parser)`` and ``run(a
 from __future__ import annotations
 
 import argparse
+import sys
 from types import ModuleType
 
 from llmsim.profiles import build, calibrate, estimate_report, measure, replay, validate
@@ -53,4 +54,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the verb; its exit status (0 ok, 1 check found a difference, 2 bad input)."""
     args = parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except OSError as e:  # an unreadable input or unwritable output: one line naming the path, not a traceback
+        print(f"{args.prog}: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 2

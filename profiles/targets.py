@@ -88,10 +88,20 @@ def fits_gpu(model: str, gpu: str, tp: int, util: float = 0.9) -> bool:
     return True
 
 
-def check_raw_dir(raw: Path) -> None:
-    """A one-line ProfileError when the raw measurements are absent (they are not shipped with llmsim)."""
+BUILD_SOURCES = ("vidur", "aiconfigurator", "llmservingsim", "apex_plus")  # what build and estimate read
+HELD_OUT_SOURCES = ("llm-inference-bench", "splitwise-sim", "distserve")  # what validate reads as well
+
+
+def check_raw_dir(raw: Path, sources: tuple[str, ...] = BUILD_SOURCES) -> None:
+    """A one-line ProfileError when the raw measurements, or a source folder of them, are absent (not shipped)."""
     if not Path(raw).is_dir():
         raise ProfileError(
             f"--raw {raw}: not a directory; the public measurements the profiles are derived from live in "
             "../shared/profiles_raw (the dev workspace), pass --raw DIR to use another copy"
+        )
+    missing = [s for s in sources if not (Path(raw) / s).is_dir()]
+    if missing:
+        raise ProfileError(
+            f"--raw {raw}: source folder(s) {', '.join(missing)} missing; expected a copy of "
+            "../shared/profiles_raw (the dev workspace)"
         )

@@ -35,7 +35,7 @@ from llmsim.profiles.estimate_report import section
 from llmsim.profiles.providers.dense import vidur_dense
 from llmsim.profiles.providers.fits import TOKEN_GRID, elementwise_roofline, gemm_layer
 from llmsim.profiles.providers.raw import Raw
-from llmsim.profiles.targets import DEFAULT_RAW, PACKAGE, check_raw_dir
+from llmsim.profiles.targets import BUILD_SOURCES, DEFAULT_RAW, HELD_OUT_SOURCES, PACKAGE, check_raw_dir
 
 DEFAULT_REPORT = PACKAGE / "VALIDATION.md"
 
@@ -386,7 +386,7 @@ def run(a: argparse.Namespace) -> int:
     committed = Path(DEFAULT_REPORT)
     out = a.out if a.out is not None else committed
     try:
-        check_raw_dir(a.raw)
+        check_raw_dir(a.raw, BUILD_SOURCES + HELD_OUT_SOURCES)
     except ProfileError as e:
         print(f"{a.prog}: error: {e}", file=sys.stderr)
         return 2

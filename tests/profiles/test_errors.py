@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 import yaml
@@ -104,6 +105,29 @@ def test_absent_raw_data_is_one_line(verb, tmp_path, capsys) -> None:
     """Outside the dev workspace ../shared/profiles_raw is absent: the verbs that derive from it say so."""
     assert main([verb, "--raw", str(tmp_path / "nope")]) == 2
     _one_clear_line(capsys.readouterr().err, f"python -m llmsim.profiles {verb}: error: --raw {tmp_path / 'nope'}")
+
+
+@pytest.mark.parametrize("verb,missing", [("build", "vidur"), ("validate", "llm-inference-bench"),
+                                          ("estimate", "aiconfigurator")])
+def test_incomplete_raw_data_is_one_line(verb, missing, tmp_path, capsys) -> None:
+    """An empty or partial copy of profiles_raw names the missing source folder instead of a FileNotFoundError."""
+    assert main([verb, "--raw", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    _one_clear_line(err, f"python -m llmsim.profiles {verb}: error: --raw {tmp_path}: source folder(s) ")
+    assert missing in err
+
+
+def test_unwritable_output_is_one_line(tmp_path, capsys) -> None:
+    """An output path under a file (or without permission) is one line naming the path, exit 2."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    out = blocker / "profiles"
+    argv = ["estimate", "--raw", str(DATA), "--profile-out", str(out), "--model", "llama-3.1-8b", "--gpu", "a10"]
+    with patch("llmsim.profiles.estimate_report.check_raw_dir"), \
+            patch("llmsim.profiles.estimate_report.calibrated_doc", return_value={}):
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    _one_clear_line(err, f"python -m llmsim.profiles estimate: error: {out / 'a10'}: Not a directory")
 
 
 # ---------------------------------------------------------------------------------- profile YAML values
