@@ -134,6 +134,7 @@ def _vllm_result(p: Path, obj: dict) -> Recorded:
     arr = _column(p, df, "start_times", False, where)
     ttft, e2e = _column(p, df, "ttfts", False, where), _column(p, df, "latencies", False, where)
     prompt, output = _column(p, df, "input_lens", True, where), _column(p, df, "output_lens", True, where)
+    _check_latencies(p, df.index, ttft, e2e, where)
     return _recorded(arr, prompt, output, ttft, e2e, failed=len(ok) - int(df.shape[0]))
 
 
@@ -187,7 +188,20 @@ def read_requests(path: str | Path) -> Recorded:
             ttft = _column(p, df, "first_token", False, where) - arr
             e2e = _column(p, df, "finish", False, where) - arr
         prompt, output = _column(p, df, "prompt_tokens", True, where), _column(p, df, "output_tokens", True, where)
+    _check_latencies(p, df.index, ttft, e2e, where)
     return _recorded(arr, prompt, output, ttft, e2e)
+
+
+def _check_latencies(p: Path, index: pd.Index, ttft: np.ndarray | None, e2e: np.ndarray | None, where: str) -> None:
+    """Measured latencies must be causal (arrival <= first token <= last token): a clock mix-up would otherwise
+    turn into negative measured TTFTs and a comparison against nonsense."""
+    if ttft is None or e2e is None:
+        return
+    bad = (ttft < 0) | (e2e < ttft)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise TraceError(f"{p}: {where} {index[i]}: measured TTFT {ttft[i]:.6g} s, E2E {e2e[i]:.6g} s: expected "
+                         f"0 <= TTFT <= E2E (first token after the arrival, last token after the first)")
 
 
 def _recorded(arr: np.ndarray, prompt: np.ndarray, output: np.ndarray, ttft: np.ndarray | None,

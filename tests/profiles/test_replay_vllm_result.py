@@ -64,3 +64,19 @@ def test_a_result_without_per_request_records_is_one_clear_line(tmp_path):
         read_requests(_write(tmp_path, _result(input_lens=6)))
     with pytest.raises(TraceError, match=r"request index 1: output_lens: expected an integer"):
         read_requests(_write(tmp_path, _result(output_lens=[20, -3, 0, 10, 1, 25])))
+
+
+def test_non_causal_measured_latencies_are_one_clear_line(tmp_path):
+    """A first token before the arrival (or a last before the first) is a clock mix-up: named, never averaged."""
+    with pytest.raises(TraceError, match=r"request index 1: measured TTFT -0.06 s.*expected 0 <= TTFT <= E2E"):
+        read_requests(_write(tmp_path, _result(ttfts=[0.05, -0.06, 0.0, 0.04, 0.03, 0.05])))
+    rows = [{"queued_ts": 10.0, "first_token_ts": 10.1, "last_token_ts": 11.0, "input_toks": 9, "output_toks": 5},
+            {"queued_ts": 11.0, "first_token_ts": 10.0, "last_token_ts": 12.0, "input_toks": 9, "output_toks": 5}]
+    jl = tmp_path / "requests.jsonl"
+    jl.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with pytest.raises(TraceError, match=r"requests.jsonl: line 2: measured TTFT -1 s, E2E 1 s"):
+        read_requests(jl)
+    csv = tmp_path / "run.csv"
+    csv.write_text("arrival,prompt_tokens,output_tokens,ttft,e2e\n0,9,5,0.1,1\n1,9,5,0.5,0.2\n")
+    with pytest.raises(TraceError, match=r"run.csv: line 3: measured TTFT 0.5 s, E2E 0.2 s"):
+        read_requests(csv)
