@@ -83,6 +83,8 @@ def meta_setting(f: Path, name: str, key: str, v: Any) -> Any:
         got, what = as_number(v), "a finite number" if fraction else "a whole number"
         if got is not None and not fraction:
             got = int(got) if got == int(got) else None
+        if got is not None and not (0 < got <= 1 if fraction else got >= 1):
+            got, what = None, "a number in (0, 1]" if fraction else "a whole number >= 1"
     if got is None:
         raise TraceError(f"{f}: {key}: expected {what}, got {v!r}; fix it or pass the setting as a flag")
     return got

@@ -142,6 +142,9 @@ def test_kv_cache_dtype_comes_from_meta_and_reaches_the_profile(tmp_path, capsys
     ({"engine_kwargs": {"gpu_memory_utilization": "high"}}, "gpu_memory_utilization"),
     ({"engine_kwargs": {"kv_cache_dtype": 8}}, "kv_cache_dtype"),
     ({"engine_kwargs": {"block_size": float("inf")}}, "block_size"),
+    ({"tensor_parallel_size": -1}, "tensor_parallel_size"),  # out of range: the file and key, not a bare "tp"
+    ({"engine_args": {"max_num_seqs": 0}}, "max_num_seqs"),
+    ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
 ])
 def test_a_bad_meta_value_is_one_line_naming_the_file_and_key(tmp_path, capsys, meta, key):
     req = write_run(tmp_path, meta)
