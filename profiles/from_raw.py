@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from llmsim.errors import ProfileError, load_yaml_file
@@ -19,9 +20,39 @@ from llmsim.profiles.document import Built, Part, render
 from llmsim.profiles.providers.experts import moe_curves
 from llmsim.profiles.providers.fits import lss_attention, lss_dense, lss_lm_head
 from llmsim.profiles.providers.overhead import MODERN_OVERHEAD
-from llmsim.profiles.providers.raw import lss_tables
 
 MEASURE_HINT = "expected the output of python -m llmsim.profiles measure"
+# table -> (text columns, numeric columns): what python -m llmsim.profiles measure writes
+TABLES = {
+    "dense.csv": (("layer",), ("tokens", "time_us")),
+    "attention.csv": ((), ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us")),
+    "per_sequence.csv": (("layer",), ("sequences", "time_us")),
+    "moe.csv": ((), ("tokens", "activated_experts", "time_us")),
+}
+
+
+def read_table(f: Path) -> pd.DataFrame:
+    """One measured table, checked: its columns present, every cell of a numeric column a finite number >= 0;
+    else one line naming the file, the line and the column (a NaN or negative time would be built in silence)."""
+    text_cols, num_cols = TABLES[f.name]
+    try:
+        df = pd.read_csv(f, dtype=str, keep_default_na=False)
+    except (ValueError, UnicodeDecodeError) as e:  # EmptyDataError / ParserError are ValueErrors
+        raise ProfileError(f"{f}: not a readable CSV ({' '.join(str(e).split())})") from None
+    missing = [c for c in (*text_cols, *num_cols) if c not in df.columns]
+    if missing:
+        raise ProfileError(f"{f}: cannot build a profile: missing column(s) {missing} (have {list(df.columns)}; "
+                           f"{MEASURE_HINT})")
+    if df.empty:
+        raise ProfileError(f"{f}: no rows after the header ({MEASURE_HINT})")
+    for c in num_cols:
+        vals = pd.to_numeric(df[c], errors="coerce").to_numpy(float)
+        bad = ~np.isfinite(vals) | (vals < 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ProfileError(f"{f}: line {i + 2}: {c}: expected a finite number >= 0, got {df[c].iloc[i]!r}")
+        df[c] = vals
+    return df
 
 
 def read_meta(d: Path) -> dict:
@@ -81,10 +112,12 @@ def build_from_raw(d: Path) -> tuple[dict, str, str, int]:
     """``(document, model, gpu, tp)`` of the profile measured in directory ``d``."""
     meta = read_meta(d)
     m = raw_model(meta, d / "meta.yaml")
+    dn, att, ps = (read_table(d / name) for name in ("dense.csv", "attention.csv", "per_sequence.csv"))
+    if "lm_head" not in set(ps["layer"]):
+        raise ProfileError(f"{d / 'per_sequence.csv'}: no 'lm_head' row (layer column; {MEASURE_HINT})")
     try:
         gpu = get_gpu(meta["gpu"]).name
         tp = int(meta.get("tp", 1))
-        dn, att, ps = lss_tables(d)
         dense = lss_dense(dn, m)
         prefill, decode = lss_attention(att, m.n_layers)
         lm_head = lss_lm_head(ps)
@@ -97,7 +130,7 @@ def build_from_raw(d: Path) -> tuple[dict, str, str, int]:
     optional = {}
     if m.is_moe and (d / "moe.csv").is_file():  # LLMServingSim's moe.csv layout: tokens, activated_experts, time_us
         optional["moe"] = {"n_experts": m.n_experts, "experts_per_token": m.experts_per_token,
-                           "layers": m.n_moe_layers, **moe_curves(pd.read_csv(d / "moe.csv"), m.n_moe_layers)}
+                           "layers": m.n_moe_layers, **moe_curves(read_table(d / "moe.csv"), m.n_moe_layers)}
         parts["moe"] = Part("measured", src + "; moe.csv at the expected distinct experts of the batch")
     b = Built(dense, lm_head, prefill, decode, dict(MODERN_OVERHEAD), parts, [], [f"raw dir {d.name}"],
               optional=optional)

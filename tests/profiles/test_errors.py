@@ -65,6 +65,13 @@ def test_measure_without_torch_or_bad_model(monkeypatch, capsys, tmp_path) -> No
 
 
 # ----------------------------------------------------------------------------------- build --from-raw
+def _edit(f: Path, old: str, new: str) -> None:
+    """Replace the first ``old`` of a table (it must be there, or the test would check nothing)."""
+    text = f.read_text()
+    assert old in text, (f, old)
+    f.write_text(text.replace(old, new, 1))
+
+
 def _meta_missing(d: Path) -> None:
     (d / "meta.yaml").unlink()
 
@@ -80,6 +87,16 @@ def _meta_missing(d: Path) -> None:
         ("no_shape", lambda d: (d / "meta.yaml").write_text("model: my-model\ngpu: a10\n"), "no complete 'shape'"),
         ("no_csv", lambda d: (d / "attention.csv").unlink(), "attention.csv is missing"),
         ("bad_csv", lambda d: (d / "dense.csv").write_text("a,b\n1,2\n"), "cannot build a profile"),
+        ("nan_time", lambda d: _edit(d / "dense.csv", ",5.1\n", ",nan\n"),
+         "dense.csv: line 2: time_us: expected a finite"),
+        ("neg_time", lambda d: _edit(d / "attention.csv", "0,0,1,16,", "0,0,1,16,-"), "attention.csv: line 8: time_us"),
+        ("cut_row", lambda d: _edit(d / "dense.csv", "layer,tokens,time_us\n", "layer,tokens,time_us\nembedding,4\n"),
+         "dense.csv: line 2: time_us: expected a finite number >= 0, got ''"),
+        ("empty_csv", lambda d: (d / "dense.csv").write_text(""), "dense.csv: not a readable CSV"),
+        ("header_only", lambda d: (d / "per_sequence.csv").write_text("layer,sequences,time_us\n"),
+         "per_sequence.csv: no rows after the header"),
+        ("no_lm_head", lambda d: (d / "per_sequence.csv").write_text("layer,sequences,time_us\nsampler,1,3\n"),
+         "per_sequence.csv: no 'lm_head' row"),
     ],
 )
 def test_from_raw_bad_input_is_one_line(name, breakit, needle, tmp_path, capsys) -> None:
