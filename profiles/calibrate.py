@@ -74,7 +74,11 @@ def fit_overhead(requests: str | Path, model: str, gpu: str, fit_until: float | 
         raise TraceError(f"{requests}: the requests carry no measured latencies")
     measured, offset = got
     deployment, _ = recorded_deployment(requests, model)
-    lo_hi = float(measured.t.max()) / 2 if fit_until is None else float(fit_until)
+    t_end = float(measured.t.max())
+    lo_hi = t_end / 2 if fit_until is None else float(fit_until)
+    if not 0 < lo_hi < t_end:  # an empty fit window (or no held-out seconds) would report a fit made of nothing
+        raise TraceError(f"--fit-until {lo_hi:g}: expected seconds in (0, {t_end:g}), the timeseries.csv's last t, "
+                         f"so that both the fit window and the held-out seconds hold rows")
     meas = stats(rec.ttft, rec.e2e, rec.output)
 
     def loss(us: float) -> tuple[float, dict, object]:

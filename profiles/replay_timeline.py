@@ -32,9 +32,14 @@ def read_timeseries(requests_path: str | Path) -> tuple[pd.DataFrame, float] | N
     missing = [c for c in ("t", "running", "waiting") if c not in df.columns]
     if missing:
         raise TraceError(f"{p}: needs columns t, running, waiting (missing {missing})")
+    if df.empty:
+        raise TraceError(f"{p}: no rows after the header; expected one row per second of the run")
     for c in ("t", "running", "waiting"):
-        if not np.isfinite(pd.to_numeric(df[c], errors="coerce")).all():
-            raise TraceError(f"{p}: column {c!r} must hold numbers on every row")
+        vals = pd.to_numeric(df[c], errors="coerce").to_numpy(float)
+        bad = ~np.isfinite(vals) | (vals < 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise TraceError(f"{p}: line {i + 2}: column {c!r}: expected a finite number >= 0, got {df[c].iloc[i]!r}")
     return df, _first_arrival_offset(Path(requests_path))
 
 

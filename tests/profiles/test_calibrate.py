@@ -103,3 +103,26 @@ def test_calibrate_refuses_a_bad_meta_setting_in_one_line(tmp_path, capsys) -> N
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert "meta.json: block_size: expected a whole number, got 'big'" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("flag", "needle"), [("-1", "--fit-until -1: expected seconds in (0, "),
+                                              ("nan", "--fit-until nan: expected seconds in (0, "),
+                                              ("1e9", "--fit-until 1e+09: expected seconds in (0, ")])
+def test_calibrate_refuses_an_empty_fit_window(tmp_path, capsys, flag, needle) -> None:
+    """A window with no second of the run used to print a fit (RMSE nan) made of nothing."""
+    req = record_run(tmp_path, TRUE_PER_SEQ, n=30)
+    assert main(["calibrate", "--requests", str(req), "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000",
+                 "--fit-until", flag]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("text", "needle"), [("t,running,waiting\n", "timeseries.csv: no rows after the header"),
+                                              ("t,running,waiting\n0,1,0\n1,-3,0\n",
+                                               "timeseries.csv: line 3: column 'running': expected a finite number")])
+def test_calibrate_refuses_a_bad_timeseries_in_one_line(tmp_path, capsys, text, needle) -> None:
+    req = record_run(tmp_path, TRUE_PER_SEQ, n=30)
+    (tmp_path / "timeseries.csv").write_text(text)
+    assert main(["calibrate", "--requests", str(req), "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
