@@ -343,6 +343,17 @@ def resolve_model(spec: str) -> ModelSpec:
     return get_model(spec)
 
 
+def positive_int(text: str) -> int:
+    """A grid size or count flag: 0 or a negative would time nothing (or silently fall back to the default)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return v
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The ``measure`` verb's flags."""
     ap.add_argument("--model", required=True, help="registry name or HF config.json")
@@ -350,12 +361,14 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--gpu-name", help="llmsim GPU name to file the profile under (default: from the device)")
     ap.add_argument("--out", type=Path, help="output dir (default: profiles/raw_local/<gpu>/<model>)")
     ap.add_argument("--quick", action="store_true", help="coarse grid")
-    ap.add_argument("--max-tokens", type=int, default=2048)
-    ap.add_argument("--max-ctx", type=int, default=None, help="default 16384 (2048 for --device cpu --quick)")
-    ap.add_argument("--max-batch", type=int, default=None, help="default 256 (32 for --device cpu --quick)")
-    ap.add_argument("--iters", type=int, default=None, help="timed calls per repeat (default 10; 2 for --device cpu "
-                    "--quick)")
-    ap.add_argument("--repeats", type=int, default=None, help="repeats, median taken (default 3; 1 for cpu --quick)")
+    ap.add_argument("--max-tokens", type=positive_int, default=2048)
+    ap.add_argument("--max-ctx", type=positive_int, default=None,
+                    help="default 16384 (2048 for --device cpu --quick)")
+    ap.add_argument("--max-batch", type=positive_int, default=None, help="default 256 (32 for --device cpu --quick)")
+    ap.add_argument("--iters", type=positive_int, default=None,
+                    help="timed calls per repeat (default 10; 2 for --device cpu --quick)")
+    ap.add_argument("--repeats", type=positive_int, default=None,
+                    help="repeats, median taken (default 3; 1 for cpu --quick)")
 
 
 def run(a: argparse.Namespace) -> int:

@@ -64,6 +64,17 @@ def test_measure_without_torch_or_bad_model(monkeypatch, capsys, tmp_path) -> No
     _one_clear_line(capsys.readouterr().err, "config.json")
 
 
+@pytest.mark.parametrize("flag,value", [("--iters", "0"), ("--repeats", "-2"), ("--max-tokens", "-5"),
+                                        ("--max-batch", "x")])
+def test_measure_refuses_a_count_below_one(flag, value, tmp_path, capsys) -> None:
+    """0 silently became the default and a negative count timed nothing; both are a usage error naming the flag."""
+    with pytest.raises(SystemExit) as e:
+        main(["measure", "--model", "opt-125m", "--device", "cpu", "--out", str(tmp_path / "x"), flag, value])
+    assert e.value.code == 2
+    assert f"argument {flag}: expected an integer >= 1, got '{value}'" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
 # ----------------------------------------------------------------------------------- build --from-raw
 def _edit(f: Path, old: str, new: str) -> None:
     """Replace the first ``old`` of a table (it must be there, or the test would check nothing)."""
