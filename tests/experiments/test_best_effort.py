@@ -113,3 +113,12 @@ def test_tiny_end_to_end(tmp_path) -> None:
     assert rep["same_requests"] is True
     assert (tmp_path / "results.md").is_file() and (tmp_path / "availability.png").is_file()
     assert (tmp_path / "train_soft" / "best" / "checkpoint.json").is_file()
+
+
+@pytest.mark.parametrize("value", ["garbage", {"hard": "a"}, {"hard": "a", "soft": "b", "x": "c"}])
+def test_from_runs_must_name_hard_and_soft(tmp_path, value):
+    """A --from-runs that is not exactly hard=DIR,soft=DIR is one ConfigError naming the option, not a crash."""
+    from llmsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"--from-runs: best_effort expects hard=DIR,soft=DIR"):
+        run(False, tmp_path, from_runs=value, size="tiny")

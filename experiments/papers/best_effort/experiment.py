@@ -23,6 +23,7 @@ from experiments.harness.zoo_routers import instead_of, policy_lines, shipped
 from experiments.papers.best_effort import claims as C
 from experiments.papers.best_effort.page import markdown, plot_sweep
 from experiments.papers.best_effort.setup import SIZES, make_cells, simulate_cells, train_both
+from llmsim.errors import ConfigError
 
 
 def same_requests(results: list[dict[str, Any]]) -> bool:
@@ -33,6 +34,14 @@ def same_requests(results: list[dict[str, Any]]) -> bool:
         if first.setdefault(key, (c["arrival0"], c["task"])) != (c["arrival0"], c["task"]):
             return False
     return True
+
+
+def given_runs(from_runs: Any) -> dict[str, Path]:
+    """The two runs of ``--from-runs``: exactly hard and soft, so a typo or a missing one is not a crash later."""
+    if not isinstance(from_runs, dict) or set(from_runs) != {"hard", "soft"}:
+        shown = ",".join(f"{k}={v}" for k, v in from_runs.items()) if isinstance(from_runs, dict) else from_runs
+        raise ConfigError(f"--from-runs: best_effort expects hard=DIR,soft=DIR, got {shown!r}")
+    return {k: Path(v) for k, v in from_runs.items()}
 
 
 def use_zoo(ckpts: dict[str, Path], runs: dict[str, Path], size: str) -> dict[str, str]:
@@ -57,7 +66,7 @@ def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True, from_r
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
     if from_runs:
-        runs = {k: Path(v) for k, v in from_runs.items()}
+        runs = given_runs(from_runs)
     else:
         say("best_effort", f"size {name}: training the hard-deadline router, then the soft one", progress)
         runs = train_both(sz, out_dir, progress)
