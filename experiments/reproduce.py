@@ -129,6 +129,8 @@ def _check_mode(a: argparse.Namespace) -> None:
         fail("--report is for all and report")
     if a.resume and (a.experiment != "all" or a.out is None):
         fail("--resume is for all, with the --out directory of the run to resume")
+    if a.resume and not a.out.is_dir():
+        fail(f"--resume: {a.out}: no such directory, nothing to resume (drop --resume to start a new run there)")
 
 
 def runs_option(value: str | None) -> str | dict[str, str] | None:

@@ -84,3 +84,13 @@ def test_missing_module_is_one_line_exit_2(monkeypatch: pytest.MonkeyPatch,
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "best_effort" in err
+
+
+def test_resume_of_a_missing_out_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--resume with an --out that does not exist (a typo) would start every experiment afresh: refused instead."""
+    with pytest.raises(SystemExit) as e:
+        reproduce.main(["all", "--size", "tiny", "--out", str(tmp_path / "typo"), "--resume", "--no-progress"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert f"--resume: {tmp_path / 'typo'}: no such directory, nothing to resume" in err
+    assert not (tmp_path / "typo").exists()
