@@ -14,7 +14,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from experiments.harness.timing import print_json
+from experiments.harness.timing import positive_int, print_json
 from llmsim import envs  # registers the ids
 from llmsim.compiled import engine_name
 
@@ -45,10 +45,13 @@ def bench_env(env_id: str, steps: int, seed: int = 0, **kwargs) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.bench env", description=__doc__.splitlines()[0])
     ap.add_argument("--ids", nargs="*", default=list(envs.ENV_IDS), help="env ids (default: all registered)")
-    ap.add_argument("--steps", type=int, default=10_000, help="env steps per id (default 10000)")
+    ap.add_argument("--steps", type=positive_int, default=10_000, help="env steps per id (default 10000)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="one JSON object per env id")
     args = ap.parse_args(argv)
+    unknown = [i for i in args.ids if i not in envs.ENV_IDS]
+    if unknown:
+        ap.error(f"--ids: unknown env id {unknown[0]!r}; expected one of {', '.join(envs.ENV_IDS)}")
     for env_id in args.ids:
         r = bench_env(env_id, args.steps, args.seed)
         if args.json:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.harness.timing import print_json
+from experiments.harness.timing import positive_int, print_json
 from llmsim.cluster import InstanceConfig
 from llmsim.compiled import engine_name
 from llmsim.engine.config import EngineConfig
@@ -196,7 +196,7 @@ def _parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
     ap.add_argument("--case", choices=sorted(CASES), action="append", help="run only these cases")
-    ap.add_argument("--requests", type=int, help="override the request count (quick checks)")
+    ap.add_argument("--requests", type=positive_int, help="override the request count (quick checks)")
     ap.add_argument("--prefix", choices=["none", "unique", "off"], default="none",
                     help="prefix-block ids: none (default), unique per request (caching on, no reuse), or unique "
                          "with caching off")

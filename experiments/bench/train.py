@@ -34,7 +34,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from experiments.harness.timing import print_json, timed
+from experiments.harness.timing import positive_int, print_json, timed
 from llmsim.agents.base import LoopState
 from llmsim.agents.buffer import ReplayBuffer
 from llmsim.agents.ddqn import DDQNConfig, DoubleDQN
@@ -243,7 +243,7 @@ def _scaling(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.bench train", description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="workload_router", help="a conf/env preset (flat observation)")
-    ap.add_argument("--steps", type=int, default=30_000)
+    ap.add_argument("--steps", type=positive_int, default=30_000)
     ap.add_argument("--num-envs", type=_int_list, default=[1],
                     help="parallel envs (trainer.num_envs); a list such as 1,2,4 runs each in turn and ends with "
                          "a table of training steps/s and speed-up over the first, with the load average")
@@ -253,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--encoder", action="store_true", help="benchmark the graph encoder (agents/han.py) instead")
     ap.add_argument("--heads", type=int, default=4, help="--encoder: attention heads")
     args = ap.parse_args(argv)
+    for group in ("env", "agent"):
+        known = sorted(f.stem for f in (conf_dir() / group).glob("*.yaml"))
+        if getattr(args, group) not in known:
+            ap.error(f"--{group}: no conf/{group} preset {getattr(args, group)!r}; expected one of {', '.join(known)}")
     if args.encoder:
         r = bench_encoder(heads=args.heads, seed=args.seed)
         if args.json:

@@ -97,3 +97,23 @@ def test_decisions_benchmark_times_a_heuristic():
     (row,) = json.loads(p.stdout)
     assert row["policy"] and row["backends"] == 4 and row["iters"] == 60 and sum(row["decisions"]) == 60
     assert 0 < row["median_ms"] <= row["p99_ms"]
+
+
+def _run(bench: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "experiments.bench", bench, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=100)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("bench, args, message", [
+    ("sim", ["--requests", "0"], "argument --requests: expected a positive integer, got '0'"),
+    ("sim", ["--requests", "-5"], "argument --requests: expected a positive integer, got '-5'"),
+    ("env", ["--steps", "0"], "argument --steps: expected a positive integer, got '0'"),
+    ("env", ["--ids", "nosuch"], "--ids: unknown env id 'nosuch'; expected one of"),
+    ("train", ["--steps", "-1"], "argument --steps: expected a positive integer, got '-1'"),
+    ("train", ["--env", "nosuch"], "--env: no conf/env preset 'nosuch'; expected one of")])
+def test_benches_refuse_bad_counts_and_names_in_one_line(bench, args, message):
+    """A zero or negative count, or an unknown env, is one line naming the option (silence or a traceback before)."""
+    p = _run(bench, *args)
+    assert p.returncode == 2 and message in p.stderr.strip().splitlines()[-1], p.stderr[-500:]
+    assert "Traceback" not in p.stderr and p.stdout == ""
