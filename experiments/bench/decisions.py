@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from experiments.harness.timing import positive_int
+from llmsim.errors import ConfigError
 from llmsim.request import Request
 from llmsim.serving.config import BackendConfig, PolicyConfig
 from llmsim.serving.decider import Decider
@@ -111,15 +113,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="also build and time full-size exports of the three policy types (the rl extra)")
     ap.add_argument("--heuristic", action="append", default=None, help="llmsim routers to time (repeat; default "
                                                                        "jsq, least_work_left, qos_lookahead)")
-    ap.add_argument("--backends", type=int, default=4, help="backends for the heuristics")
-    ap.add_argument("--iters", type=int, default=2000, help="decisions timed per policy")
+    ap.add_argument("--backends", type=positive_int, default=4, help="backends for the heuristics")
+    ap.add_argument("--iters", type=positive_int, default=2000, help="decisions timed per policy")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     heur = args.heuristic if args.heuristic is not None else ["jsq", "least_work_left", "qos_lookahead"]
     with tempfile.TemporaryDirectory() as tmp:
         exports = args.export + (demo_exports(tmp) if args.demo_exports else [])
-        rows = bench_decisions(heur, exports, args.backends, args.iters, args.seed)
+        try:
+            rows = bench_decisions(heur, exports, args.backends, args.iters, args.seed)
+        except ConfigError as e:  # an unknown router or a directory that is no export: the message names it
+            ap.error(str(e))
     if args.json:
         print(json.dumps(rows))
     else:

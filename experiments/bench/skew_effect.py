@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments.harness.timing import positive_int
 from llmsim.profiles.replay import add_arguments, replay_from_args
 
 LENGTHS = Path(__file__).resolve().parents[2].parent / "shared/traces/sharegpt_lengths" / \
@@ -50,14 +51,17 @@ def replay(csv: Path, model: str, gpu: str, tp: int, skew: bool) -> dict[str, fl
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.bench skew", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--requests", type=positive_int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="directory for the workload CSVs (default: temporary)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         out = a.out or Path(tmp)
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            ap.error(f"--out {out}: not a directory we can write ({e.strerror})")
         for model, gpu, tp, rates in CASES:
             for rate in rates:
                 csv = workload(out / f"sharegpt-{a.requests}-{rate:g}rps-seed{a.seed}.csv", a.requests, rate, a.seed)

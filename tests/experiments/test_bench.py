@@ -117,3 +117,18 @@ def test_benches_refuse_bad_counts_and_names_in_one_line(bench, args, message):
     p = _run(bench, *args)
     assert p.returncode == 2 and message in p.stderr.strip().splitlines()[-1], p.stderr[-500:]
     assert "Traceback" not in p.stderr and p.stdout == ""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("bench, args, message", [
+    ("decisions", ["--iters", "0"], "argument --iters: expected a positive integer, got '0'"),
+    ("decisions", ["--backends", "0"], "argument --backends: expected a positive integer, got '0'"),
+    ("decisions", ["--heuristic", "nosuch"], "policy.heuristic: unknown routing policy 'nosuch'"),
+    ("decisions", ["--export", "/nonexistent"], "policy.onnx: /nonexistent: not a policy export"),
+    ("skew", ["--requests", "0"], "argument --requests: expected a positive integer, got '0'"),
+    ("skew", ["--requests", "5", "--out", "/dev/null"], "--out /dev/null: not a directory we can write")])
+def test_decisions_and_skew_refuse_bad_options_in_one_line(bench, args, message):
+    """Counts below one and unknown routers or exports are one line naming them (tracebacks before)."""
+    p = _run(bench, *args)
+    assert p.returncode == 2 and message in p.stderr.strip().splitlines()[-1], p.stderr[-500:]
+    assert "Traceback" not in p.stderr and p.stdout == ""
