@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from experiments.harness.pages import write_text
+from experiments.harness.timing import positive_int
 from experiments.studies.validation import check_validation_seeds, seed_drawn
 from llmsim.agents.episodes import evaluate
 from llmsim.agents.nets import SPILL, SPLIT_GUIDES, Spill
@@ -164,8 +165,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--guides", nargs="+", default=[], metavar="GUIDE[:RATIO[:FEATURE[:LOAD[:LIGHT_LOAD]]]]",
                     help="observation guides acting alone (agents/nets.py), compared with the heuristics")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002, 1003])
-    ap.add_argument("--requests", type=int, default=1000, help="per episode at 4 instances (scaled as the suite)")
-    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--requests", type=positive_int, default=1000,
+                    help="per episode at 4 instances (scaled as the suite)")
+    ap.add_argument("--jobs", type=positive_int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here, and\
  the numbers to <out>.json")
     a = ap.parse_args(argv)

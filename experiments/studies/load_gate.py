@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from experiments.harness.pages import write_text
+from experiments.harness.timing import positive_int
 from experiments.studies.validation import check_validation_seeds, seed_drawn, suite_traces, testbed_env
 from llmsim.agents.episodes import evaluate
 from llmsim.agents.suite_config import load_suite_file, merge
@@ -135,14 +136,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--informed", type=int, nargs="+", choices=(0, 1), default=[0],
                     help="1: the heuristic is told every decision (costless implies it)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002, 1003])
-    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--requests", type=positive_int, default=1000)
     ap.add_argument("--trace", type=Path, default=None, help="a held-out Mooncake JSONL trace (arrival times)")
     ap.add_argument("--windows", type=float, nargs="+", default=[0.0, 340.0, 680.0, 1023.0],
                     help="edges (s) of the --trace windows")
     ap.add_argument("--bucket-s", type=float, nargs="+", default=[0.0, 3.0],
                     help="arrival buckets of the --trace windows (0: as recorded)")
     ap.add_argument("--metric", default="avg_qos", help="the primary metric (higher is better)")
-    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--jobs", type=positive_int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
     a = ap.parse_args(argv)
     check_validation_seeds(a.seeds)

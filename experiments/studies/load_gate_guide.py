@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.harness.pages import write_text
+from experiments.harness.timing import positive_int
 from experiments.studies.guide_choice import markdown, run
 from experiments.studies.spill_load import REFERENCES, SCENARIOS, choose
 from experiments.studies.validation import check_validation_seeds
@@ -39,9 +40,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.load_gate_guide",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
-    ap.add_argument("--requests", type=int, nargs="+", default=[400, 1000])
+    ap.add_argument("--requests", type=positive_int, nargs="+", default=[400, 1000])
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
-    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--jobs", type=positive_int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="also write the tables (markdown) here")
     args = ap.parse_args(argv)
     check_validation_seeds(args.seeds)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from experiments.harness.pages import write_text
+from experiments.harness.timing import positive_int
 from experiments.studies.guide_choice import HOLDING
 from experiments.studies.validation import check_validation_seeds, seed_drawn
 from llmsim.agents.accounting import env_latency_stats
@@ -173,12 +174,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--base", default=None, help="the base heuristic's label in the suite's list (default: each "
                     "scenario's best non-holding heuristic on these seeds)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001])
-    ap.add_argument("--requests", type=int, default=200, help="per episode at 4 instances (scaled as the suite)")
+    ap.add_argument("--requests", type=positive_int, default=200,
+                    help="per episode at 4 instances (scaled as the suite)")
     ap.add_argument("--every", type=int, default=1, help="try only every N-th decision (default 1: all of them); "
                     "a lower bound on the full rollout's gain, for the suite's full-size episodes")
     ap.add_argument("--sensitivity", type=int, default=0, metavar="POINTS",
                     help="instead of the rollout: how much one changed decision moves the episode, at POINTS decisions")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=positive_int, default=2)
     ap.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON)")
     ap.add_argument("--explain", type=Path, default=None, metavar="ROWS_JSON",
                     help="instead: which decisions the rollout of an --out file changed (with its --requests)")

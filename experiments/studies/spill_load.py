@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from experiments.harness.pages import write_text
+from experiments.harness.timing import positive_int
 from experiments.studies.guide_choice import LEARNED, markdown, run
 from experiments.studies.validation import PROXY_RATES, check_validation_seeds
 from llmsim.errors import ConfigError
@@ -129,10 +130,10 @@ def choose(tables: dict[int, dict[str, dict[str, dict[str, float]]]],
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.spill_load", description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
-    ap.add_argument("--requests", type=int, nargs="+", default=[400, 1000])
+    ap.add_argument("--requests", type=positive_int, nargs="+", default=[400, 1000])
     ap.add_argument("--scenarios", nargs="+", default=None, help="default: the seed-drawn ones (--by-size: "
                     f"{', '.join(BY_SIZE_SCENARIOS)})")
-    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--jobs", type=positive_int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="also write the tables (markdown) here")
     ap.add_argument("--light-only", action="store_true",
                     help="the shipped rule against rules that let only the light requests spill")

@@ -132,3 +132,15 @@ def test_decisions_and_skew_refuse_bad_options_in_one_line(bench, args, message)
     p = _run(bench, *args)
     assert p.returncode == 2 and message in p.stderr.strip().splitlines()[-1], p.stderr[-500:]
     assert "Traceback" not in p.stderr and p.stdout == ""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("study, option", [("guide_choice", "--requests"), ("load_gate", "--jobs"),
+                                           ("rollout_headroom", "--jobs"), ("load_gate_guide", "--requests"),
+                                           ("spill_load", "--jobs")])
+def test_studies_refuse_counts_below_one_in_one_line(study, option):
+    """A study run with zero requests printed a verdict table; a negative --jobs was a traceback."""
+    p = subprocess.run([sys.executable, "-m", f"experiments.studies.{study}", option, "0"], cwd=REPO,
+                       capture_output=True, text=True, timeout=100)
+    assert p.returncode == 2, p.stderr[-500:]
+    assert f"argument {option}: expected a positive integer, got '0'" in p.stderr.strip().splitlines()[-1]
