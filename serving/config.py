@@ -37,6 +37,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from llmsim.emulator.engine import check_key as check_bearer_key
 from llmsim.errors import ConfigError, load_yaml_file
 from llmsim.schema import Int, NonNegInt, PosFloat, PosInt, Schema
 
@@ -96,16 +97,8 @@ def non_empty(v: str | None) -> str | None:
 
 
 def check_key(v: str | None, key: str) -> str | None:
-    """A bearer token as HTTP carries it: non-empty visible ASCII without spaces (ConfigError naming ``key``, never
-    the value). An empty key would turn authentication off, so it is an error, not a way to say "none"."""
-    if v is None:
-        return None
-    if not v:
-        raise ConfigError(f"{key}: expected a non-empty key (an empty key would turn authentication off; leave "
-                          "the key out for none)")
-    if not all(33 <= ord(c) <= 126 for c in v):
-        raise ConfigError(f"{key}: expected visible ASCII characters without spaces (a key of {len(v)} characters "
-                          "has others)")
+    """``v`` if it is a key HTTP can carry (:func:`llmsim.emulator.engine.check_key`: ConfigError naming ``key``)."""
+    check_bearer_key(v, key)
     return v
 
 

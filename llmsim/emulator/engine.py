@@ -171,12 +171,13 @@ class Ticket:
 
 def check_key(v: str | None, flag: str) -> None:
     """A bearer token as HTTP carries it: non-empty visible ASCII without spaces (ConfigError naming ``flag``, never
-    the value). An empty key would turn authentication off, so it is an error, not a way to say "none"."""
+    the value). An empty key would turn authentication off, so it is an error, not a way to say "none". The live
+    router's config checks its keys with it too."""
     if v is None:
         return
     if not v:
         raise ConfigError(f"{flag}: expected a non-empty key (an empty key would turn authentication off; leave "
-                          "the option out for none)")
+                          "it out for none)")
     if not all(33 <= ord(c) <= 126 for c in v):
         raise ConfigError(f"{flag}: expected visible ASCII characters without spaces (a key of {len(v)} characters "
                           "has others)")
