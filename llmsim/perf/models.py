@@ -333,8 +333,7 @@ def get_model(name: str) -> ModelSpec:
             return spec
     if name in _FROM_FILES:
         return _FROM_FILES[name]
-    path = Path(name).expanduser()
-    found = path if path.exists() else hub_cache_config(name)
+    found = config_path(name)
     if found is None:
         raise ConfigError(
             f"unknown model {name!r}: give a registered name ({', '.join(sorted(MODELS))}), a Hugging Face id "
@@ -345,6 +344,16 @@ def get_model(name: str) -> ModelSpec:
     if spec.name.lower() not in MODELS:  # its name now resolves too (planning and profiles pass names on)
         register_model(spec)
     return spec
+
+
+def config_path(name: str) -> Path | None:
+    """The file or folder ``name`` gives a config by: a path, else a Hugging Face id in the hub cache; None when
+    there is none, a name the file system cannot even look up included (a routed backend may name its model so)."""
+    try:
+        path = Path(name).expanduser()
+        return path if path.exists() else hub_cache_config(name)
+    except (OSError, RuntimeError):  # (a file name over NAME_MAX: ENAMETOOLONG; ~user of no such user)
+        return None
 
 
 # fields that do not change what a step costs: names, and the context length (a limit, not a shape)

@@ -99,3 +99,11 @@ def test_a_resolved_config_is_known_by_its_name_afterwards():
     spec = get_model(tiny("tiny-deepseek-moe"))
     assert get_model("tiny-deepseek-moe") is spec  # planning and the profiles pass the name on
     assert load_profile("tiny-deepseek-moe", "a10", kind="roofline").model is spec
+
+
+@pytest.mark.parametrize("name", ["m" * 300, "acme/" + "m" * 300, "~no-such-user-here/model"])
+def test_a_name_the_file_system_cannot_look_up_is_an_unknown_model(name):
+    """A name is tried as a path: one over the file name limit (or of an unknown ~user) was an OSError (a
+    RuntimeError) out of every caller, the live router's pricing of a backend by its served name included."""
+    with pytest.raises(ConfigError, match="unknown model"):
+        get_model(name)
