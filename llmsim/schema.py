@@ -71,6 +71,8 @@ Float = Annotated[float, BeforeValidator(finite_float)]
 PosFloat = Annotated[float, BeforeValidator(finite_float), Field(gt=0)]
 NonNegFloat = Annotated[float, BeforeValidator(finite_float), Field(ge=0)]
 Fraction = Annotated[float, BeforeValidator(finite_float), Field(gt=0, le=1)]
+# vLLM's --kv-cache-dtype (llmsim.perf.kv_cache_dtype): a simulated instance's, and a live router backend's
+KvCacheDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"]
 
 
 class _SchemaMeta(type(BaseModel)):  # type: ignore[misc]
@@ -371,7 +373,7 @@ class InstanceSpec(Schema):
     gpu: Annotated[str, Field(min_length=1)] = "a100-80gb"
     tp: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=64)] = 1
     ep: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=64)] = 1  # expert parallelism (docs/models.md)
-    kv_cache_dtype: Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"] = "auto"
+    kv_cache_dtype: KvCacheDtype = "auto"
     count: NonNegInt = 1
     name: str | None = None
     engine: dict[str, Any] | None = None

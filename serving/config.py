@@ -5,6 +5,8 @@ http:// or https:// URL, got 'ftp://x'``.
     backends:                      # the OpenAI-compatible servers (vLLM, llmsim-emulate, ...) it routes over
       - {name: a100-0, url: http://10.0.0.5:8000, model: llama-3.1-8b, gpu: a100-80gb}
       - {name: a100-1, url: http://10.0.0.6:8000, model: meta-llama/Llama-3.1-8B-Instruct, policy_model: llama-3.1-8b}
+      - {name: h100-0, url: http://10.0.0.7:8000, model: my-finetune, gpu: h100,
+         llmsim_model: /models/my-finetune/config.json, kv_cache_dtype: fp8}  # what model-aware policies price
     policy: {heuristic: jsq}       # any llmsim router (kwargs: {...}), {onnx: <export dir>} (llmsim-export) or
                                    # {onnx: zoo:<name>} (a router of llmsim's zoo, docs/zoo.md)
     scrape_interval_s: 0.5
@@ -39,7 +41,10 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from llmsim.emulator.engine import check_key as check_bearer_key
 from llmsim.errors import ConfigError, load_yaml_file
-from llmsim.schema import Int, NonNegInt, PosFloat, PosInt, Schema
+from llmsim.perf.hardware import get_gpu
+from llmsim.perf.kv_cache_dtype import model_with_kv_cache_dtype
+from llmsim.perf.models import ModelSpec, config_path, get_model
+from llmsim.schema import Int, KvCacheDtype, NonNegInt, PosFloat, PosInt, Schema
 
 SECRET_PREFIX = "env:"  # an api_key of the form env:NAME is read from the environment
 HIDDEN = "***"
@@ -96,6 +101,11 @@ def non_empty(v: str | None) -> str | None:
     return v
 
 
+def looks_like_path(name: str) -> bool:
+    """A model given by a file system path rather than by a name or a Hugging Face id (``org/name``)."""
+    return name.startswith(("/", "./", "../", "~")) or name.endswith(".json") or name.count("/") > 1
+
+
 def check_key(v: str | None, key: str) -> str | None:
     """``v`` if it is a key HTTP can carry (:func:`llmsim.emulator.engine.check_key`: ConfigError naming ``key``)."""
     check_bearer_key(v, key)
@@ -114,7 +124,11 @@ class BackendConfig(Schema):
     gpu: str | None = None
     api_key: str | None = Field(default=None, repr=False)
     max_num_seqs: PosInt = 256  # vLLM's default; the engine argument is not in /metrics
+    # what model-aware policies price it as (InstanceState.model_spec), as cluster.instances[].model / kv_cache_dtype
+    llmsim_model: Annotated[str, Field(min_length=1)] | None = None  # registered name, HF id or config.json path
+    kv_cache_dtype: KvCacheDtype = "auto"  # vLLM's --kv-cache-dtype of the backend
     _basic: str | None = PrivateAttr(default=None)  # base64 "user:password" from the URL, for the basic auth header
+    _spec: ModelSpec | None = PrivateAttr(default=None)  # llmsim_model / kv_cache_dtype resolved (load_model_spec)
 
     @field_validator("api_key")
     @classmethod
@@ -150,6 +164,42 @@ class BackendConfig(Schema):
             return (self.api_key,) if self.api_key else ()
         password = base64.b64decode(self._basic).decode().partition(":")[2]
         return tuple(s for s in (self.api_key, password, self._basic) if s)
+
+    @property
+    def model_spec(self) -> ModelSpec | None:
+        """The model as llmsim prices this backend (its ``InstanceState.model_spec``); None: policies look its
+        model name up in llmsim's registry."""
+        return self._spec
+
+    def load_model_spec(self, where: str, key: str) -> None:
+        """Resolve ``llmsim_model`` (else, for a ``kv_cache_dtype``, the configured model name) as the simulator
+        resolves ``cluster.instances[].model``, its kv_cache_dtype applied; a model, GPU or dtype that cannot be
+        priced is one ConfigError line naming the file (``where``), the backend (``key``: ``backends[i]``) and the
+        key."""
+        if self.llmsim_model is None and self.kv_cache_dtype == "auto":
+            return
+        at = f"{where}: {key}"
+        tag = f" (backend {self.name!r})"
+        name = self.llmsim_model or self.policy_model or self.model
+        if name is None:
+            raise ConfigError(f"{at}.kv_cache_dtype{tag}: expected llmsim_model (or model) beside it: the model "
+                              f"whose KV cache is {self.kv_cache_dtype}")
+        if self.llmsim_model is not None and looks_like_path(name) and config_path(name) is None:
+            raise ConfigError(f"{at}.llmsim_model{tag}: {name}: no such file or folder (expected a config.json or "
+                              "the folder holding one; relative paths start at the working directory)")
+        try:
+            spec = get_model(name)
+        except ConfigError as e:
+            if self.llmsim_model is not None:
+                raise ConfigError(f"{at}.llmsim_model{tag}: {e}") from None
+            raise ConfigError(f"{at}.kv_cache_dtype{tag}: its model {name!r} is not one llmsim knows; give "
+                              f"{key}.llmsim_model (a registered name or the path of its config.json)") from None
+        try:
+            get_gpu(self.gpu or "")
+        except ConfigError as e:
+            raise ConfigError(f"{at}.gpu{tag}: expected the GPU it runs on, to price its llmsim_model / "
+                              f"kv_cache_dtype on ({e})") from None
+        self._spec = model_with_kv_cache_dtype(spec, self.kv_cache_dtype)
 
     def auth_headers(self) -> dict[str, str]:
         """What authenticates the router to this backend: its bearer ``api_key``, or the URL's basic credentials."""
@@ -322,6 +372,7 @@ def parse_config(data: Any, where: str = "router config") -> RouterConfig:
         if key is not None and b.has_url_credentials:
             raise ConfigError(f"{where}: backends[{i}]: expected either an api_key or user:password@ in the url, "
                               "not both (each is an Authorization header)")
+        b.load_model_spec(where, f"backends[{i}]")
         backends.append(b.model_copy(update={"api_key": key}))
     return cfg.model_copy(update={"backends": backends, "api_key": read_secret(cfg.api_key, f"{where}: api_key")})
 

@@ -137,7 +137,8 @@ class Backend:
         max_prompt = max(0, min(self.max_model_len, total_blocks * bs) - 1)
         return InstanceState(self.idx, self.name, self.policy_model, self.cfg.gpu or "", self.up, running, waiting,
                              swapped, used, total_blocks, bs, self.cfg.max_num_seqs, self.max_model_len, max_prompt,
-                             self.step_time, self.throughput, InstanceRequests(tuple(started), tuple(queued), ()))
+                             self.step_time, self.throughput, InstanceRequests(tuple(started), tuple(queued), ()),
+                             self.cfg.model_spec)
 
 
 def cluster_state(backends: list[Backend], now: float, central_queue: int, num_arrived: int,

@@ -4,13 +4,24 @@ model name looked up in llmsim's registry, or what its config says it serves (``
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
+import yaml
 
 pytest.importorskip("fastapi", reason="the serving extra is not installed: pip install 'llmsim[serve]'")
 
+from llmsim.errors import ConfigError  # noqa: E402
+from llmsim.perf.kv_cache_dtype import model_with_kv_cache_dtype  # noqa: E402
+from llmsim.perf.models import get_model  # noqa: E402
 from llmsim.request import Request  # noqa: E402
-from llmsim.serving.config import parse_config  # noqa: E402
+from llmsim.routing.base import instance_model  # noqa: E402
+from llmsim.serving.config import load_config, parse_config  # noqa: E402
 from llmsim.serving.gateway import Gateway  # noqa: E402
+from llmsim.serving.tracker import Backend  # noqa: E402
+from tests.perf.helpers import tiny  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,3 +48,68 @@ def test_a_backend_model_name_no_file_system_takes_is_a_counted_policy_error_not
     gw = gateway(config({}, {}, policy=policy), [TOO_LONG, TOO_LONG])
     assert gw.decide(Request(0, 0.0, 100, 10), [0, 1], held=False) in (0, 1)
     assert gw.metrics.registry.get_sample_value("llmsim_router_policy_errors_total") == 1
+
+
+def test_an_unregistered_model_priced_by_its_config_is_decided_by_the_policy(tmp_path) -> None:
+    """A fine-tune served under its own name: by name, qlm cannot price it (every decision a counted policy error,
+    sent to the least loaded backend); given its config.json, the policy decides on it."""
+    cfg_json = tmp_path / "config.json"
+    cfg_json.write_text(Path(tiny("tiny-llama")).read_text())
+    by_name = gateway(config({}, {}), ["my-finetune", "my-finetune"])
+    by_name.decide(Request(0, 0.0, 100, 10), [0, 1], held=False)
+    assert by_name.metrics.registry.get_sample_value("llmsim_router_policy_errors_total") == 1
+    by_config = gateway(config({"llmsim_model": str(cfg_json)}, {"llmsim_model": str(tmp_path)}),
+                        ["my-finetune", "my-finetune"])
+    by_config.decide(Request(0, 0.0, 100, 10), [0, 1], held=False)
+    assert by_config.metrics.registry.get_sample_value("llmsim_router_policy_errors_total") == 0
+    specs = [b.instance_state().model_spec for b in by_config.backends]
+    assert specs[0] == specs[1] and specs[0].hidden == 64 and specs[0].max_position == 512
+
+
+def test_an_fp8_kv_cache_and_a_longer_context_are_the_backends_own(tmp_path) -> None:
+    """The simulator prices an instance as loaded (its config's context length, its kv_cache_dtype): so does the
+    live router, in the model_spec of each backend's state, never the registry's model of the same name."""
+    hf = json.loads(Path(tiny("tiny-llama")).read_text())
+    hf["max_position_embeddings"] = 4096
+    (tmp_path / "long.json").write_text(json.dumps(hf))
+    cfg = parse_config(config({"model": "llama-3.1-8b", "kv_cache_dtype": "fp8"},
+                              {"llmsim_model": "Qwen/Qwen3-32B", "kv_cache_dtype": "fp8_e5m2"},
+                              {"llmsim_model": str(tmp_path / "long.json")}, {"model": "llama-3.1-8b"}))
+    states = [Backend(i, b, up=True).instance_state() for i, b in enumerate(cfg.backends)]
+    assert states[0].model_spec == model_with_kv_cache_dtype(get_model("llama-3.1-8b"), "fp8")
+    assert states[0].model_spec.kv_bytes_per_token * 2 == get_model("llama-3.1-8b").kv_bytes_per_token
+    assert states[1].model_spec == model_with_kv_cache_dtype(get_model("qwen3-32b"), "fp8_e5m2")
+    assert states[2].model_spec.max_position == 4096 and states[2].model_spec.kv_dtype_bytes == 0
+    assert states[3].model_spec is None  # nothing said: policies look its name up, as before
+    assert instance_model(states[0]) == states[0].model_spec and instance_model(states[3]) == "llama-3.1-8b"
+
+
+@pytest.mark.parametrize(("backend", "want"), [
+    ({"llmsim_model": "models/ft/config.json"}, r"backends\[1\]\.llmsim_model \(backend 'b1'\): "
+                                                r"models/ft/config.json: no such file or folder"),
+    ({"llmsim_model": "no-such-model"}, r"backends\[1\]\.llmsim_model \(backend 'b1'\): unknown model "
+                                        r"'no-such-model': give a registered name"),
+    ({"llmsim_model": "BAD_JSON"}, r"backends\[1\]\.llmsim_model \(backend 'b1'\): HF config .*: not JSON"),
+    ({"kv_cache_dtype": "fp8"}, r"backends\[1\]\.kv_cache_dtype \(backend 'b1'\): expected llmsim_model \(or "
+                                r"model\) beside it"),
+    ({"kv_cache_dtype": "fp8", "model": "my-finetune"}, r"backends\[1\]\.kv_cache_dtype \(backend 'b1'\): its "
+                                                        r"model 'my-finetune' is not one llmsim knows; give "
+                                                        r"backends\[1\]\.llmsim_model"),
+    ({"kv_cache_dtype": "fp4", "model": "llama-3.1-8b"}, r"backends\[1\]\.kv_cache_dtype: expected one of auto, "
+                                                         r"bfloat16, float16, fp8"),
+    ({"llmsim_model": "llama-3.1-8b", "gpu": None}, r"backends\[1\]\.gpu \(backend 'b1'\): expected the GPU it "
+                                                    r"runs on.*unknown GPU ''"),
+    ({"llmsim_model": "llama-3.1-8b", "gpu": "gtx-9"}, r"backends\[1\]\.gpu \(backend 'b1'\): .*unknown GPU 'gtx-9'"),
+    ({"llmsim_modl": "llama-3.1-8b"}, r"backends\[1\]: unknown key 'llmsim_modl' \(did you mean 'llmsim_model'\?\)"),
+])
+def test_what_a_backend_is_priced_as_is_checked_in_one_line_naming_it(tmp_path, monkeypatch, backend, want) -> None:
+    monkeypatch.chdir(tmp_path)  # (relative paths start at the working directory)
+    (tmp_path / "bad.json").write_text("{not json")
+    if backend.get("llmsim_model") == "BAD_JSON":
+        backend = {"llmsim_model": str(tmp_path / "bad.json")}
+    path = tmp_path / "router.yaml"
+    path.write_text(yaml.safe_dump(config({}, backend)))
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert re.match(f"{re.escape(str(path))}: {want}", str(e.value)), str(e.value)
+    assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
