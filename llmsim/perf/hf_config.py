@@ -43,6 +43,8 @@ ENCODER_DECODER_TYPES = ("t5", "mt5", "bart", "mbart", "whisper", "pegasus", "ma
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 2, "fp16": 2, "bf16": 2, "float8": 1, "int8": 1}
 LAYER_KEYS = ("num_hidden_layers", "n_layers", "num_layers", "n_layer")
 MAX_NUMBER = 2 ** 53  # every size and factor is below it (and so finite)
+# a config.json is kilobytes; anything far larger is another file (a GGUF model, a log), refused before reading it
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
 SUPPORTED = f"dense: {', '.join(DENSE_TYPES)}; mixture-of-experts: {', '.join(MOE_TYPES)}"
 
 
@@ -55,6 +57,10 @@ def read_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
         p = p / "config.json"
     if not p.is_file():
         raise ConfigError(f"HF config {p}: no such file")
+    size = p.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"HF config {p}: {size / 2**20:.0f} MiB, not a config.json (expected a JSON file of at "
+                          f"most {MAX_CONFIG_BYTES // 2**20} MiB)")
     text = read_text_file(p)  # its own one line: missing, unreadable or not UTF-8
     try:
         cfg = json.loads(text)

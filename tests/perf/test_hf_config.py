@@ -163,3 +163,15 @@ def test_fp8_weights_are_one_byte_and_their_kv_cache_sixteen_bits(tmp_path):
     # the linear layers in one byte; the embeddings and the LM head stay 16-bit (vLLM's fp8 covers linear layers)
     assert m.weight_bytes == plain.n_params - plain.vocab_params + 2 * plain.vocab_params < plain.weight_bytes
     assert m.kv_bytes_per_token == plain.kv_bytes_per_token
+
+
+def test_a_file_far_larger_than_a_config_is_refused_unread(tmp_path):
+    """A model served from one file (``vllm serve /models/llama.gguf``) is named by its path: a router pricing
+    the backend by that name read gigabytes at every decision (24 s and 6 GB of memory for 3 GB) to say
+    'not JSON'."""
+    big = tmp_path / "llama.gguf"
+    with big.open("wb") as f:
+        f.truncate(3 * 2**30)  # sparse: no disk used
+    with pytest.raises(ConfigError, match=r"llama.gguf: 3072 MiB, not a config.json \(expected a JSON file of "
+                                          r"at most 16 MiB\)"):
+        get_model(str(big))
