@@ -46,6 +46,10 @@ from llmsim.serving.upstream import BackendBusy, BackendFailed, Upstream, count_
 HOLD_TICK_S = 0.05  # a held (WAIT) request is decided again at least this often
 POLICY_ERRORS_LOGGED = 20  # distinct policy error messages logged (each once); the counter counts them all
 log = logging.getLogger(__name__)
+# a policy that prices backends by their model (qlm, shepherd, routebalance) could not load one's profile
+UNPRICED = re.compile(r"\bno (profile|prior)\b")
+PRICING_HINT = ("; give each backend the gpu it runs on and, for a model llmsim does not know by its name, its "
+                "llmsim_model (docs/serving.md, 'What a backend is priced as')")
 CLIENT_GONE = 499  # nginx's status for a client that left before its answer
 
 __all__ = ["BackendFailed", "ClientGone", "Gateway", "Interrupt", "RelayResponse"]
@@ -232,8 +236,9 @@ class Gateway:
         kind = re.sub(r"\d+", "#", text)  # the same failure of another request (its id) is not logged again
         if kind not in self.policy_errors_seen and len(self.policy_errors_seen) < POLICY_ERRORS_LOGGED:
             self.policy_errors_seen.add(kind)
+            hint = PRICING_HINT if UNPRICED.search(text) else ""
             log.warning("the routing policy failed (%s: %s); such decisions go to the least loaded healthy backend, "
-                        "counted in llmsim_router_policy_errors_total", type(e).__name__, text[:300])
+                        "counted in llmsim_router_policy_errors_total%s", type(e).__name__, text[:300], hint)
 
     async def handle(self, inbound: Inbound, path: str) -> Response:
         """Route and forward one validated client request; the response (streaming or not) or a BadRequest. A

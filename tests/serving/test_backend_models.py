@@ -50,14 +50,16 @@ def test_a_backend_model_name_no_file_system_takes_is_a_counted_policy_error_not
     assert gw.metrics.registry.get_sample_value("llmsim_router_policy_errors_total") == 1
 
 
-def test_an_unregistered_model_priced_by_its_config_is_decided_by_the_policy(tmp_path) -> None:
+def test_an_unregistered_model_priced_by_its_config_is_decided_by_the_policy(tmp_path, caplog) -> None:
     """A fine-tune served under its own name: by name, qlm cannot price it (every decision a counted policy error,
-    sent to the least loaded backend); given its config.json, the policy decides on it."""
+    sent to the least loaded backend, logged once with the key that fixes it); given its config.json, the policy
+    decides on it."""
     cfg_json = tmp_path / "config.json"
     cfg_json.write_text(Path(tiny("tiny-llama")).read_text())
     by_name = gateway(config({}, {}), ["my-finetune", "my-finetune"])
     by_name.decide(Request(0, 0.0, 100, 10), [0, 1], held=False)
     assert by_name.metrics.registry.get_sample_value("llmsim_router_policy_errors_total") == 1
+    assert "unknown model 'my-finetune'" in caplog.text and "its llmsim_model (docs/serving.md" in caplog.text
     by_config = gateway(config({"llmsim_model": str(cfg_json)}, {"llmsim_model": str(tmp_path)}),
                         ["my-finetune", "my-finetune"])
     by_config.decide(Request(0, 0.0, 100, 10), [0, 1], held=False)
