@@ -45,7 +45,8 @@ InstanceState (one engine; the per-request part comes from the router's in-fligh
   ``model_spec``     the model the instance serves, as loaded (a ``llmsim.perf.models.ModelSpec``: its own config's
                      context length and KV bytes per token, its kv_cache_dtype applied), so a router never takes
                      the registry's model of the same name for it; None when unknown (routers then look
-                     ``model`` up by name) <- the deployment's config.json (``llmsim.perf.models.get_model``)
+                     ``model`` up by name) <- the backend's ``llmsim_model`` (its config.json,
+                     ``llmsim.perf.models.get_model``) and ``kv_cache_dtype`` in the router config
   ``detail``         an :class:`InstanceRequests`: ``running``, ``waiting``, ``swapped`` (tuples of
                      RequestState; the queue a request is in is its state) <- its bookkeeping ("waiting"
                      until the first token streams back, then "running")
