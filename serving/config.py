@@ -365,7 +365,6 @@ def parse_config(data: Any, where: str = "router config") -> RouterConfig:
         cfg = RouterConfig.parse(data)
     except ConfigError as e:
         raise ConfigError(redact(f"{where}: {e}", raw_secrets(data))) from None
-    check_static_tpot(cfg.policy, [b.policy_model or b.model for b in cfg.backends], where)
     backends = []
     for i, b in enumerate(cfg.backends):
         key = read_secret(b.api_key, f"{where}: backends[{i}].api_key")
@@ -374,21 +373,26 @@ def parse_config(data: Any, where: str = "router config") -> RouterConfig:
                               "not both (each is an Authorization header)")
         b.load_model_spec(where, f"backends[{i}]")
         backends.append(b.model_copy(update={"api_key": key}))
+    check_static_tpot(cfg.policy, [b.policy_model or b.model for b in backends if b.model_spec is None], where)
     return cfg.model_copy(update={"backends": backends, "api_key": read_secret(cfg.api_key, f"{where}: api_key")})
 
 
 def check_static_tpot(policy: PolicyConfig, models: list[str | None], where: str = "router config") -> None:
     """RouteBalance behind the live router needs ``policy.kwargs.static_tpot_ms``: a finite decode time per token
-    (ms, > 0) for every backend's model. The router knows no backend's GPU, so it cannot fall back to a profile,
-    and an idle backend has no step time yet. Models not yet known (read from /v1/models at start) are None
-    here (or ""); the gateway checks them again after discovery (``Decider.check_backends``)."""
+    (ms, > 0) for the model of every backend in ``models``: those not priced from their profile (a backend's
+    ``llmsim_model`` / ``kv_cache_dtype`` with its ``gpu``): an idle backend has no step time yet, and a model
+    name alone may price the wrong model. Models not yet known (read from /v1/models at start) are None here
+    (or ""); the gateway checks them again after discovery (``Decider.check_backends``)."""
     if policy.heuristic != "routebalance":
         return
     key = f"{where}: policy.kwargs.static_tpot_ms"
     table = policy.kwargs.get("static_tpot_ms")
+    if table is None and not models:  # every backend priced from its profile
+        return
     if table is None:
         raise ConfigError(f"{key}: missing; policy routebalance needs the decode time per token (ms, > 0) of every "
-                          "backend model, e.g. static_tpot_ms: {llama-3.1-8b: 8.0}")
+                          "backend model, e.g. static_tpot_ms: {llama-3.1-8b: 8.0} (or the backend's llmsim_model "
+                          "and gpu, to price it from its profile)")
     if not isinstance(table, dict) or not table:
         raise ConfigError(f"{key}: expected a mapping of model name to ms per token (> 0), got {table!r}")
     for k, v in table.items():

@@ -43,10 +43,11 @@ class Decider:
             return key + message[len("policy.name"):]
         return message if message.startswith("policy.") else f"{key}: {message}"
 
-    def check_backends(self, models: list[str]) -> None:
+    def check_backends(self, models: list[str], unpriced: list[str] | None = None) -> None:
         """An exported policy refuses backends that are not the ones it was trained for, RouteBalance backends whose
-        model has no ``static_tpot_ms`` entry (ConfigError)."""
-        check_static_tpot(self.cfg, list(models))
+        model has no ``static_tpot_ms`` entry (ConfigError). ``unpriced``: the models of the backends without a
+        ``model_spec`` (default: all), the ones that need a table entry."""
+        check_static_tpot(self.cfg, list(models if unpriced is None else unpriced))
         check = getattr(self.router, "check_backends", None)
         if check is not None:
             try:

@@ -146,7 +146,8 @@ class Gateway:
         if missing and self.cfg.policy.onnx is not None:
             raise ConfigError(f"backends {missing}: model unknown (down at start and no 'model' in the config); an "
                               "exported policy needs every backend's model to check it was trained for them")
-        self.decider.check_backends([b.policy_model for b in self.backends])
+        self.decider.check_backends([b.policy_model for b in self.backends],
+                                    [b.policy_model for b in self.backends if b.cfg.model_spec is None])
         self.monitor.watch()
 
     async def stop(self) -> None:

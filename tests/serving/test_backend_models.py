@@ -115,3 +115,20 @@ def test_what_a_backend_is_priced_as_is_checked_in_one_line_naming_it(tmp_path, 
         load_config(path)
     assert re.match(f"{re.escape(str(path))}: {want}", str(e.value)), str(e.value)
     assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
+
+
+def test_routebalance_prices_backends_with_a_model_from_their_profile_without_a_table() -> None:
+    """RouteBalance needs a decode time per token for every backend: a hand-written static_tpot_ms entry, or
+    (now that the router knows what a backend serves and on which GPU) its profile."""
+    priced = {"model": "my-finetune", "llmsim_model": "llama-3.1-8b", "kv_cache_dtype": "fp8"}
+    gw = gateway(config(priced, priced, policy="routebalance"), ["my-finetune", "my-finetune"])
+    gw.decider.check_backends(["my-finetune"] * 2, [])  # (what the gateway's start checks after discovery)
+    gw.decide(Request(0, 0.0, 100, 10), [0, 1], held=False)
+    assert gw.metrics.registry.get_sample_value("llmsim_router_policy_errors_total") == 0
+    assert gw.decider.router.priors.prior_s(gw.backends[0].instance_state()) > 0
+    mixed = config(priced, {"model": "other-finetune"}, policy="routebalance")
+    with pytest.raises(ConfigError, match=r"static_tpot_ms: missing; .* \(or the backend's llmsim_model and gpu"):
+        parse_config(mixed)
+    mixed["policy"]["kwargs"] = {"static_tpot_ms": {"llama-3.1-8b": 8.0}}
+    with pytest.raises(ConfigError, match=r"no entry for backend model\(s\) \['other-finetune'\]"):
+        parse_config(mixed)
