@@ -21,6 +21,7 @@ from llmsim.routing.base import instance_model  # noqa: E402
 from llmsim.serving.config import load_config, parse_config  # noqa: E402
 from llmsim.serving.gateway import Gateway  # noqa: E402
 from llmsim.serving.tracker import Backend  # noqa: E402
+from tests.helpers import REPO  # noqa: E402
 from tests.perf.helpers import tiny  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -132,3 +133,15 @@ def test_routebalance_prices_backends_with_a_model_from_their_profile_without_a_
     mixed["policy"]["kwargs"] = {"static_tpot_ms": {"llama-3.1-8b": 8.0}}
     with pytest.raises(ConfigError, match=r"no entry for backend model\(s\) \['other-finetune'\]"):
         parse_config(mixed)
+
+
+def test_the_docs_example_prices_its_backend_as_it_says(tmp_path) -> None:
+    """docs/serving.md's example backend, its config.json folder made real: an fp8-cache spec of that config."""
+    text = (REPO / "docs" / "serving.md").read_text()
+    sec = text[text.index("**What a backend is priced as.**"):]
+    block = re.search(r"```yaml\n(.*?)```", sec, re.S).group(1)
+    (tmp_path / "config.json").write_text(Path(tiny("tiny-llama")).read_text())
+    data = yaml.safe_load(block.replace("/models/my-finetune", str(tmp_path)))
+    cfg = parse_config({**data, "policy": {"heuristic": "qlm"}})
+    spec = Backend(0, cfg.backends[0]).instance_state().model_spec
+    assert spec == model_with_kv_cache_dtype(get_model(tiny("tiny-llama")), "fp8") and spec.kv_dtype_bytes == 1
