@@ -44,6 +44,14 @@ def _gaps(rng: np.random.Generator, rate: float, cv: float, n: int) -> np.ndarra
     return rng.gamma(shape, 1.0 / (rate * shape), size=n)
 
 
+def _stationary_gap(rng: np.random.Generator, rate: float, cv: float) -> float:
+    """The first gap of a stationary Gamma renewal process (the forward-recurrence time: a length-biased gap,
+    Gamma(shape + 1), times U(0, 1)), so a phase of ``d`` seconds expects exactly ``rate * d`` arrivals; a full
+    first gap would add ``(cv^2 - 1) / 2`` arrivals to every phase."""
+    shape = 1.0 / (cv * cv)
+    return float(rng.gamma(shape + 1.0, 1.0 / (rate * shape)) * rng.random())
+
+
 def _rate(name: str, value: Any, allow_zero: bool = False) -> float:
     """A rate in req/s whose mean gap ``1/rate`` is a finite float (1e-310 would make it inf)."""
     v = check_float(name, value, ge=0.0) if allow_zero else check_float(name, value, gt=0.0)
@@ -152,7 +160,8 @@ class Phase:
 
 @dataclass
 class PhasedArrivals(ArrivalProcess):
-    """Piecewise-constant rate: each phase is its own renewal process restarted at the phase start.
+    """Piecewise-constant rate: each phase is its own stationary renewal process, restarted at the phase start
+    with a forward-recurrence first gap, so a phase expects ``rate * duration`` arrivals whatever its ``cv``.
 
     With ``repeat`` the schedule cycles forever (e.g. a square wave); otherwise the stream ends
     with the last phase. Rates may be 0 (a silent phase).
@@ -199,7 +208,7 @@ class PhasedArrivals(ArrivalProcess):
                 if not math.isfinite(end) or end <= start:
                     raise ConfigError(f"arrival.phases: the schedule time ran past the float range at {start:.6g} s")
                 if ph.rate > 0:
-                    for times in phase_batches(rng, start, end, ph.rate, ph.cv, batch):
+                    for times in phase_batches(rng, start, end, ph.rate, ph.cv, batch, stationary=True):
                         produced = True
                         yield times
                 start = end
@@ -232,16 +241,25 @@ class PhasedArrivals(ArrivalProcess):
 
 
 def phase_batches(
-    rng: np.random.Generator, start: float, end: float, rate: float, cv: float, batch: int
+    rng: np.random.Generator, start: float, end: float, rate: float, cv: float, batch: int,
+    stationary: bool = False,
 ) -> Iterator[np.ndarray]:
     """Arrivals of a Gamma renewal process (``rate``, ``cv``) started at ``start`` and truncated at ``end``, in
     numpy batches of at most ``batch``: one phase of a schedule (and a refitted period of
-    :mod:`llmsim.workload.burstgpt_like`)."""
+    :mod:`llmsim.workload.burstgpt_like`, which starts each period with a full gap). ``stationary`` draws the
+    first gap from the forward-recurrence distribution, so the phase holds ``rate`` req/s on average whatever
+    its ``cv`` (cv = 1 draws as before: an exponential gap is already stationary)."""
     t = start
+    lead = stationary and cv != 1.0
     while True:
         expected = (end - t) * rate
         n = int(min(batch, expected + 4.0 * np.sqrt(expected + 1.0) * max(cv, 1.0) + 8))
-        times = _cumsum(t, _gaps(rng, rate, cv, n))
+        if lead:
+            gaps = np.concatenate(([_stationary_gap(rng, rate, cv)], _gaps(rng, rate, cv, n - 1)))
+            lead = False
+        else:
+            gaps = _gaps(rng, rate, cv, n)
+        times = _cumsum(t, gaps)
         inside = times[times < end]  # an overflow to inf is past ``end``: the phase just ends
         if inside.size < times.size:
             if inside.size:

@@ -98,6 +98,37 @@ def test_square_wave_alternates() -> None:
     assert t[-1] < 2000.0 and wl.stats.stopped == "duration"
 
 
+@pytest.mark.parametrize("phases,rate,rel", [
+    ([Phase(2.0, 5.0, 4.0)], 5.0, 0.025),  # a stationary schedule, like gamma rate 5 cv 4: it gave 8.4 req/s
+    ([Phase(10.0, 5.0, 3.0)], 5.0, 0.025),  # 5.4 req/s
+    ([Phase(10.0, 5.0, 0.2)], 5.0, 0.003),  # 4.95 req/s (a regular process started at a full gap loses arrivals)
+    ([Phase(15.0, 20.0, 4.0), Phase(45.0, 1.0, 4.0)], 5.75, 0.025),  # square_wave(1, 20, 60, 0.25, cv=4): 6.0
+])
+def test_phases_with_cv_keep_the_configured_rate(phases: list[Phase], rate: float, rel: float) -> None:
+    """Each phase is a stationary renewal process (its first arrival a forward-recurrence time), so a phase of d
+    seconds expects rate * d arrivals whatever its cv; an ordinary renewal process restarted at every phase start
+    added (cv^2 - 1) / 2 arrivals per phase. ``rel`` is about 4 sd of the count (var ~ cv^2 n) and well below
+    that bias."""
+    proc = PhasedArrivals(phases, repeat=True)
+    period = sum(p.duration for p in phases)
+    t = proc.first(np.random.default_rng(11), 400_000)
+    whole = np.floor(t[-1] / period) * period  # whole cycles only: the rate varies within one
+    assert np.sum(t < whole) / whole == pytest.approx(rate, rel=rel)
+
+
+def test_square_wave_with_cv_keeps_its_mean_rate() -> None:
+    t = square_wave(low=1.0, high=20.0, period=60.0, duty=0.25, cv=4.0).first(np.random.default_rng(12), 400_000)
+    whole = np.floor(t[-1] / 60.0) * 60.0
+    assert np.sum(t < whole) / whole == pytest.approx(5.75, rel=0.025)
+
+
+def test_poisson_phases_draw_as_before() -> None:
+    """cv = 1 phases are unchanged draw for draw (an exponential first gap is already stationary)."""
+    rng = np.random.default_rng(13)
+    t = PhasedArrivals([Phase(5.0, 3.0)]).first(np.random.default_rng(13), 10)
+    assert t.tolist() == (np.cumsum(rng.exponential(1 / 3.0, size=23))[:10]).tolist()
+
+
 def test_mmpp_preset_rates_and_phase_lengths() -> None:
     wl = build_workload(
         {
