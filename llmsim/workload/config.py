@@ -150,15 +150,30 @@ def _build_source(src: Any, seed: int) -> Workload:
     )
 
 
+def _generator_bound(src: BurstGPTLikeSource | SharedPrefixSource) -> tuple[int | None, float | None]:
+    """(num_requests, duration) of a generator: its own, or, when only ``max_requests`` bounds it, a bound that
+    leaves ``max_requests`` requests after the window: the window's end (the source runs that long), or, with no
+    window, ``max_requests`` itself. An open-ended window needs the source's own bound."""
+    if src.num_requests is not None or src.duration is not None or src.max_requests is None:
+        return src.num_requests, src.duration
+    if src.window is None:
+        return src.max_requests, None
+    start, end = src.window
+    if end is None:
+        raise ConfigError(f"workload: max_requests alone cannot bound a {src.kind} stream cut by the open window "
+                          f"[{start:g}, null): expected a window end, 'num_requests' or 'duration' (the source's own "
+                          f"bound; max_requests counts requests after the window)")
+    return None, end
+
+
 def _burstgpt_like(src: BurstGPTLikeSource, seed: int) -> Workload:
     """``log_type`` is the one-service shortcut of ``mix``; ``max_requests`` alone also bounds the stream."""
     mix = src.mix if src.log_type is None else {LOG_TYPES[src.log_type]: 1.0}
-    bounded = src.num_requests is not None or src.duration is not None
+    num_requests, duration = _generator_bound(src)
     overrides = {name: spec.model_dump(exclude_none=True) for name in ("conversation", "api")
                  if (spec := getattr(src, name)) is not None}
     return GENERATORS.get("burstgpt_like")(
-        rate=src.rate, model=src.model, mix=mix, seed=seed,
-        num_requests=src.num_requests if bounded else src.max_requests, duration=src.duration,
+        rate=src.rate, model=src.model, mix=mix, seed=seed, num_requests=num_requests, duration=duration,
         start_hour=src.start_hour, period_s=src.period_s, diurnal=src.diurnal, overrides=overrides,
         max_prompt=src.max_prompt, max_output=src.max_output,
     )
@@ -173,11 +188,11 @@ def _shared_prefix(src: SharedPrefixSource, seed: int) -> Workload:
         lengths = build_lengths({"lengths": src.lengths})
     else:
         lengths = Independent(build_length(src.user, "workload.user"), build_length(src.output, "workload.output"))
-    bounded = src.num_requests is not None or src.duration is not None
+    num_requests, duration = _generator_bound(src)
     pools = [None if p is None else PromptPool(p.count, p.tokens, p.zipf, p.prob) for p in (src.system, src.fewshot)]
     return SharedPrefixWorkload(
-        build_arrival(arrival_cfg), lengths, seed=seed, num_requests=src.num_requests if bounded else src.max_requests,
-        duration=src.duration, reuse=src.reuse, system=pools[0], fewshot=pools[1],
+        build_arrival(arrival_cfg), lengths, seed=seed, num_requests=num_requests,
+        duration=duration, reuse=src.reuse, system=pools[0], fewshot=pools[1],
         turns=build_length(src.turns, "workload.turns"), think_time=src.think_time, max_prompt=src.max_prompt,
         hash_block=src.hash_block,
     )

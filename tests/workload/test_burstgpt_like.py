@@ -197,3 +197,22 @@ def test_clipping_and_config_errors() -> None:
         BurstGPTLike(rate=1e6, duration=1e6)
     with pytest.raises(ConfigError, match=r"expected at least one request before duration=0.001 s"):
         list(BurstGPTLike(rate=0.01, duration=0.001))
+
+
+@pytest.mark.parametrize("kind", ["burstgpt_like", "shared_prefix"])
+def test_max_requests_alone_counts_requests_after_the_window(kind: str) -> None:
+    """``max_requests`` counts simulated requests, after the window: bounding the generator by it gave fewer (74 of
+    100 with a window from 60 s) or an empty window (from 3600 s) once it also bounded the source."""
+    cfg = {"kind": kind, "max_requests": 100}
+    if kind == "shared_prefix":
+        cfg |= {"arrival": {"process": "poisson", "rate": 1.0}, "user": {"dist": "fixed", "value": 5},
+                "output": {"dist": "fixed", "value": 5}}
+    for window in ([60, 7200], [3600, 7200]):
+        wl = build_workload({**cfg, "window": window}, seed=0)
+        reqs = list(wl)
+        assert len(reqs) == 100 and wl.stats.stopped == "max_requests"
+        assert [r.id for r in reqs] == list(range(100)) and reqs[-1].arrival < window[1] - window[0]
+    assert len(list(build_workload(cfg, seed=0))) == 100  # no window: max_requests bounds the source, as before
+    with pytest.raises(ConfigError, match=rf"^workload: max_requests alone cannot bound a {kind} stream cut by the "
+                                          r"open window \[60, null\): expected a window end, 'num_requests' or "):
+        build_workload({**cfg, "window": [60, None]}, seed=0)
