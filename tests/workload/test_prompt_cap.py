@@ -126,3 +126,12 @@ def test_a_length_table_s_skipped_rows_are_in_the_summary_and_the_note(tmp_path:
     assert res.summary["workload_skipped"] == {}  # every request drawn was simulated
     assert ("length table rows skipped (counted, not sampled): {'zero_prompt_tokens': 1, 'zero_output_tokens': 1}"
             in res.notes)
+
+
+@pytest.mark.parametrize("preset", ["azure_conv", "azure_code", "mooncake", "burstgpt"])
+def test_trace_presets_take_the_common_keys_as_plain_overrides(preset: str) -> None:
+    """``llmsim workload=mooncake workload.window=[0,1200]`` as for the Azure presets: the mooncake preset lacked
+    ``window`` and ``rate_scale``, so Hydra refused the override (``+workload.window`` was needed)."""
+    cfg = _compose([f"workload={preset}", "workload.window=[0,1200]", "workload.rate_scale=2",
+                    "workload.max_requests=5"])["workload"]
+    assert (cfg["window"], cfg["rate_scale"], cfg["max_requests"]) == ([0, 1200], 2, 5)
