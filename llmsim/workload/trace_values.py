@@ -39,8 +39,11 @@ class RowError(Exception):
 
 
 def show(value: Any) -> str:
-    """``repr`` of a bad value for a message: numpy scalars as Python ones, long strings cut."""
-    if isinstance(value, np.generic):
+    """``repr`` of a bad value for a message: numpy scalars as Python ones (a Parquet timestamp as its ISO text, not
+    the nanosecond count ``.item()`` gives), long strings cut."""
+    if isinstance(value, np.datetime64):
+        value = None if np.isnat(value) else str(value)
+    elif isinstance(value, np.generic):
         value = value.item()
     if value is None:
         return "an empty value (null)"

@@ -446,6 +446,17 @@ def test_parquet_bad_value_names_row_and_column(tmp_path: Path) -> None:
         list(CsvTrace(tmp_path / "n.parquet", "t", "p", "o"))
 
 
+
+def test_parquet_timestamp_out_of_order_is_shown_as_a_time(tmp_path: Path) -> None:
+    """A Parquet timestamp column's bad value is quoted as a time, not as nanoseconds since 1970."""
+    times = pd.to_datetime(["2024-05-10 00:00:01", "2024-05-10 00:00:00.009930"], format="ISO8601", utc=True)
+    pd.DataFrame({"TIMESTAMP": times, "ContextTokens": [10, 20], "GeneratedTokens": [1, 2]}).to_parquet(
+        tmp_path / "u.parquet")
+    with pytest.raises(TraceError) as e:
+        list(AzureTrace(tmp_path / "u.parquet"))
+    assert str(e.value).endswith("row 2, column 'TIMESTAMP': expected a time >= the previous row's (0.000000 s after "
+                                 "trace start), got '2024-05-10T00:00:00.009930000'"), str(e.value)
+
 # -- zero-length requests: skipped and counted by every reader -----------------------------------
 
 
