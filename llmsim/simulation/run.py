@@ -85,18 +85,24 @@ def simulate(
 
 def report_skipped(res: SimResult, workload: object) -> None:
     """What a built workload left out, counted in the summary and said in the notes (nothing is dropped in
-    silence): trace rows skipped (``workload_skipped``, by reason) and empirical length-table rows skipped
-    (``lengths_skipped``). A plain list of requests has neither."""
+    silence): trace rows skipped (``workload_skipped``, by reason), empirical length-table rows skipped
+    (``lengths_skipped``) and those sampled at a bound (``lengths_clipped``). A plain list of requests has none."""
     stats = getattr(workload, "stats", None)
     if isinstance(stats, WorkloadStats):
         skipped = dict(stats.skipped)
         res.summary["workload_skipped"] = skipped
         if skipped:
             res.notes.append(f"workload rows skipped (counted, not simulated): {skipped}")
-    table_skipped = table_rows_skipped(workload.describe()) if isinstance(workload, Workload) else {}
+    described = workload.describe() if isinstance(workload, Workload) else {}
+    table_skipped = table_rows_skipped(described)
     if table_skipped:
         res.summary["lengths_skipped"] = table_skipped
         res.notes.append(f"length table rows skipped (counted, not sampled): {table_skipped}")
+    table_clipped = table_rows_skipped(described, "clipped")
+    if table_clipped:
+        res.summary["lengths_clipped"] = table_clipped
+        rows = table_rows_skipped(described, "rows").get("rows", 0)
+        res.notes.append(f"length table rows beyond its bounds (sampled at the bound): {table_clipped} of {rows} rows")
 
 
 def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:

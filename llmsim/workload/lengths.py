@@ -8,7 +8,7 @@ All samples are rounded to integers and clipped to ``[min, max]``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,6 +202,11 @@ class Empirical(PairModel):
         self.dropped_rows = int((~keep).sum())
         self.prompt = prompt[keep]
         self.output = output[keep]
+        # rows outside the bounds are sampled at the bound: counted, so a run can say how much of the table it bent
+        self.clipped = {f"{dim}_{side}": n for dim, x, lo, hi in (
+            ("prompt", self.prompt, self.prompt_min, self.prompt_max),
+            ("output", self.output, self.output_min, self.output_max))
+            for side, n in (("min", int((x < lo).sum())), ("max", 0 if hi is None else int((x > hi).sum()))) if n}
         if self.prompt.size == 0:
             raise TraceError(
                 f"{self.source}: expected at least one row with prompt and output > 0 for empirical lengths, "
@@ -227,26 +232,34 @@ class Empirical(PairModel):
             "prompt_clip": [self.prompt_min, self.prompt_max],
             "output_clip": [self.output_min, self.output_max],
             "skipped": dict(self.skipped),
+            "clipped": dict(self.clipped),
         }
 
 
-def table_rows_skipped(described: Any) -> dict[str, int]:
+def table_rows_skipped(described: Any, key: str = "skipped") -> dict[str, int]:
     """The rows every empirical length table in a workload's ``describe()`` left out, by reason: they are no
-    request (the table is resampled), so they are not in ``stats.skipped``, but a run says how many there were."""
+    request (the table is resampled), so they are not in ``stats.skipped``, but a run says how many there were.
+    ``key="clipped"``: the rows sampled at a bound instead, by bound; ``key="rows"``: ``{"rows": rows used}``."""
     out: dict[str, int] = {}
+    for table in _empirical_tables(described):
+        counts = {"rows": table.get("rows") or 0} if key == "rows" else table.get(key) or {}
+        for k, v in counts.items():
+            out[k] = out.get(k, 0) + int(v)
+    return out
+
+
+def _empirical_tables(described: Any) -> Iterator[Mapping[str, Any]]:
+    """Every empirical length table's ``describe()`` inside a workload's."""
     if isinstance(described, Mapping):
         if described.get("dist") == "empirical":
-            for k, v in (described.get("skipped") or {}).items():
-                out[k] = out.get(k, 0) + int(v)
+            yield described
         parts: Any = described.values()
     elif isinstance(described, list | tuple):
         parts = described
     else:
-        return out
+        return
     for part in parts:
-        for k, v in table_rows_skipped(part).items():
-            out[k] = out.get(k, 0) + v
-    return out
+        yield from _empirical_tables(part)
 
 
 def _pick_columns(

@@ -14,7 +14,7 @@ from llmsim.errors import ConfigError
 from llmsim.perf.models import get_model
 from llmsim.resources import conf_dir
 from llmsim.simulation.from_config import run_from_config
-from llmsim.workload import AzureTrace, PromptCapped, build_workload
+from llmsim.workload import AzureTrace, Empirical, PromptCapped, build_workload
 from llmsim.workload.transforms import PROMPT_OVER_MAX
 from tests.helpers import SHARED, shared_present
 
@@ -135,3 +135,23 @@ def test_trace_presets_take_the_common_keys_as_plain_overrides(preset: str) -> N
     cfg = _compose([f"workload={preset}", "workload.window=[0,1200]", "workload.rate_scale=2",
                     "workload.max_requests=5"])["workload"]
     assert (cfg["window"], cfg["rate_scale"], cfg["max_requests"]) == ([0, 1200], 2, 5)
+
+
+def test_a_length_table_s_clipped_rows_are_counted_and_said(tmp_path: Path) -> None:
+    """Empirical lengths clip a table's values to prompt/output min/max: a ShareGPT table with prompt_max 4096 samples
+    a fifth of its prompts at exactly 4,096 tokens, and the run said nothing of it."""
+    table = tmp_path / "lengths.csv"
+    table.write_text("num_prefill_tokens,num_decode_tokens\n5,5\n9000,4\n7,3\n6,600\n8000,2\n")
+    emp = Empirical(table, prompt_max=4000, output_min=3, output_max=500)
+    assert emp.clipped == {"prompt_max": 2, "output_min": 1, "output_max": 1}
+    assert emp.describe()["clipped"] == emp.clipped
+    cfg = _compose(["output.plots=false", "output.progress=false", "output.save=false", "workload.num_requests=8",
+                    "~workload.prompt", "~workload.output",
+                    f"+workload.lengths={{dist: empirical, path: {table}, prompt_max: 4000}}"])
+    res = run_from_config(cfg)
+    assert res.summary["lengths_clipped"] == {"prompt_max": 2}
+    assert ("length table rows beyond its bounds (sampled at the bound): {'prompt_max': 2} of 5 rows"
+            in res.notes), res.notes
+    assert "lengths_clipped" not in run_from_config(_compose(["output.save=false", "output.plots=false",
+                                                              "output.progress=false",
+                                                              "workload.num_requests=8"])).summary
