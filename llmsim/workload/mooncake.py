@@ -130,6 +130,8 @@ class MooncakeTrace(Workload):
             return _BadLine(undecodable_message(self.path, where, "(JSON text)", bad_bytes[1]))
         if isinstance(obj, json.JSONDecodeError | RecursionError):
             detail = obj.msg if isinstance(obj, json.JSONDecodeError) else "nested too deeply"
+            if line_no == 1 and "," in line and not line.lstrip().startswith(("{", "[")):
+                detail += "; the first line looks like a CSV header: CSV traces are read by kind azure, burstgpt or csv"
             return _BadLine(f"{self.path}: {where}, column '*': expected a JSON object, got invalid JSON ({detail})")
         return _BadLine(row_message(self.path, where, "*", "a JSON object", obj))
 

@@ -54,6 +54,10 @@ def missing_columns_error(path: Path, where: str, wanted: Sequence[str], names: 
     def norm(name: str) -> str:
         return "".join(ch for ch in name.lower() if ch.isalnum())
 
+    if names and isinstance(names[0], str) and names[0].lstrip().startswith("{"):
+        return TraceError(f"{path}: {where}: expected a CSV header with columns {sorted(set(wanted))}, got a JSON "
+                          f"line ({names[0][:40]!r}, ...); JSON Lines traces (Mooncake's) are read by kind: mooncake")
+
     for col in wanted:
         if col not in names:
             same = [n for n in names if isinstance(n, str) and norm(n) == norm(col)]

@@ -310,3 +310,20 @@ def test_damaged_parquet(tmp_path: Path, damage: str) -> None:
     path.write_bytes(data[: len(data) // 2] if damage == "truncated" else data[:8] + b"\0" * 200 + data[208:])
     with one_clear_line(path, "row 1", "Parquet"):
         list(fmt.reader(path))
+
+
+def test_a_jsonl_trace_given_to_a_csv_reader_says_so(tmp_path: Path) -> None:
+    """A Mooncake JSONL file passed as an Azure trace: the header error listed the JSON line split at its commas."""
+    path = tmp_path / "conversation_trace.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2, 3]}\n')
+    with one_clear_line(path, "line 1 (header)", "expected a CSV header with columns ['ContextTokens', "
+                        "'GeneratedTokens', 'TIMESTAMP'], got a JSON line", "kind: mooncake"):
+        list(AzureTrace(path))
+
+
+def test_a_csv_trace_given_to_the_jsonl_reader_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "conv.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n")
+    with one_clear_line(path, "line 1, column '*': expected a JSON object", "looks like a CSV header",
+                        "kind azure, burstgpt or csv"):
+        list(MooncakeTrace(path))
