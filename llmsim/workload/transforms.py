@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from llmsim.errors import ConfigError
-from llmsim.request import Request
+from llmsim.request import MAX_SIM_TIME, Request
 from llmsim.workload.base import Workload, WorkloadStats, check_float, check_int
 
 
@@ -55,10 +55,15 @@ class RateScaled(_Wrapper):
     def _iter(self, stats: WorkloadStats) -> Iterator[Request]:
         inv = 1.0 / self.factor
         for r in self.inner:
+            source = r.arrival
             r.arrival *= inv
             if r.arrival == math.inf:
                 raise ConfigError(f"rate_scale: {self.factor!r} puts request {r.id}'s arrival at inf; expected a "
                                   f"factor that keeps arrival times finite")
+            if r.arrival > MAX_SIM_TIME >= source:  # the factor's doing: name it, not the request
+                raise ConfigError(f"rate_scale: {self.factor!r} puts request {r.id}'s arrival at {r.arrival:g} s, "
+                                  f"past the simulated horizon of {MAX_SIM_TIME:g} s; expected a larger factor "
+                                  f"(at least {source / MAX_SIM_TIME:.3g} for this request)")
             stats.yielded += 1
             yield r
 

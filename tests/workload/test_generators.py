@@ -16,6 +16,7 @@ import pytest
 from llmsim.errors import ConfigError, TraceError
 from llmsim.workload import (
     AzureTrace,
+    CsvTrace,
     Empirical,
     Fixed,
     GammaArrivals,
@@ -168,6 +169,19 @@ def test_rate_scale_overflow_is_named() -> None:
     wl = RateScaled(SyntheticWorkload(GammaArrivals(1e-290), ONE, num_requests=3), 1e-30)
     with pytest.raises(ConfigError, match=r"^rate_scale: .* at inf"):
         list(wl)
+
+
+def test_rate_scale_past_the_horizon_is_named(tmp_path: Path) -> None:
+    """A factor that pushes a trace's arrivals past the simulated horizon names rate_scale (the cluster then said
+    'request N ... a tiny workload.rate?', and a trace's own times are checked by its reader)."""
+    path = tmp_path / "t.csv"
+    path.write_text("t,p,o\n0,5,5\n10,5,5\n2000,5,5\n")
+    wl = RateScaled(CsvTrace(path, "t", "p", "o"), 1e-9)
+    with pytest.raises(ConfigError, match=r"^rate_scale: 1e-09 puts request 2's arrival at 2e\+12 s, past the "
+                                          r"simulated horizon of 1e\+12 s; expected a larger factor "
+                                          r"\(at least 2e-09 for this request\)$"):
+        list(wl)
+    assert [r.arrival for r in RateScaled(CsvTrace(path, "t", "p", "o"), 2e-9)][-1] == pytest.approx(1e12)
 
 
 def test_length_samples_never_zero_nor_past_the_bound() -> None:
