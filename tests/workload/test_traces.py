@@ -11,6 +11,7 @@ import json
 import lzma
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -365,6 +366,43 @@ def test_real_mooncake_conversation(shared_dir: Path) -> None:
     assert all(r.hash_ids is not None and len(r.hash_ids) * 512 >= r.prompt_tokens for r in reqs)
     assert sum(r.prompt_tokens for r in reqs) / len(reqs) == pytest.approx(12035.1, abs=0.1)
 
+
+@pytest.mark.parametrize("kind,rel,rows", [
+    ("azure", "azure_llm_2023/AzureLLMInferenceTrace_conv.csv", 19_366),
+    ("azure", "azure_llm_2023/AzureLLMInferenceTrace_code.csv", 8_819),
+    ("mooncake", "mooncake/conversation_trace.jsonl", 12_031),
+    ("mooncake", "mooncake/synthetic_trace.jsonl", 3_993),
+])
+def test_real_twenty_minute_windows_partition_the_trace(shared_dir: Path, kind: str, rel: str, rows: int) -> None:
+    """Every row is read once: 20-minute windows of a real trace hold all its rows between them, each starts at its
+    own 0 (ids from 0), and rate_scale 2 halves every arrival (so the window's rate doubles)."""
+    path = str(_real(shared_dir, rel))
+    whole = [r.arrival for r in build_workload({"kind": kind, "path": path}, 0)]
+    assert len(whole) == rows and whole[0] == 0.0 and all(b >= a for a, b in zip(whole, whole[1:]))
+    total = 0
+    for start in range(0, int(whole[-1]) + 1, 1200):  # the synthetic Mooncake trace spans 1,022 s: one window
+        cut = build_workload({"kind": kind, "path": path, "window": [start, start + 1200]}, 0)
+        reqs = list(cut)
+        expected = [t - start for t in whole if start <= t < start + 1200]
+        assert [r.arrival for r in reqs] == pytest.approx(expected, abs=1e-9)
+        assert [r.id for r in reqs] == list(range(len(reqs)))
+        fast = build_workload({"kind": kind, "path": path, "window": [start, start + 1200], "rate_scale": 2.0}, 0)
+        assert [r.arrival for r in fast] == pytest.approx([t / 2 for t in expected], abs=1e-9)
+        total += len(reqs)
+    assert total == rows
+
+
+def test_real_mooncake_jitter_spreads_the_buckets(shared_dir: Path) -> None:
+    """jitter_s 3 spreads the conversation trace's ~3 s buckets (~10 requests at one timestamp) within the bucket:
+    the same requests, sorted, each within 3 s of its own timestamp and before the next bucket."""
+    path = _real(shared_dir, "mooncake/conversation_trace.jsonl")
+    plain, spread = list(MooncakeTrace(path)), list(MooncakeTrace(path, jitter_s=3.0, seed=1))
+    assert [(r.id, r.prompt_tokens, r.hash_ids) for r in spread] == [(r.id, r.prompt_tokens, r.hash_ids)
+                                                                      for r in plain]
+    a = np.array([r.arrival for r in spread])
+    t = np.array([r.arrival for r in plain])
+    assert np.all(np.diff(a) >= 0) and np.all(a >= t) and np.all(a - t < 3.0)
+    assert len(np.unique(t)) == 1_180 and len(np.unique(a)) > 12_000
 
 def test_limit_stops_reading_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, "a.csv", AZURE_2023)
