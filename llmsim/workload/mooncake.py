@@ -96,8 +96,9 @@ class MooncakeTrace(Workload):
             "on_error": self.on_error,
         }
 
-    def _parse(self, line: str, line_no: int, last: int | None) -> Row:
-        """One line -> (timestamp ms, input, output, hash_ids); raises _BadLine."""
+    def _parse(self, line: str, line_no: int, last: int | None, ids_from: int | None = None) -> Row:
+        """One line -> (timestamp ms, input, output, hash_ids); raises _BadLine. ``ids_from``: the line of the first
+        row with ``hash_ids``, after which every row needs them (a row without would share nothing, silently)."""
         try:
             obj = json_line(line)
         except DuplicateJSONKey as e:
@@ -115,6 +116,10 @@ class MooncakeTrace(Workload):
             raise _BadLine(row_message(self.path, f"line {line_no}", "timestamp",
                                        f"a time >= the previous row's ({last} ms)", ts), reason="out_of_order")
         hashes = obj.get("hash_ids")
+        if hashes is None and ids_from is not None:
+            raise _BadLine(f"{self.path}: line {line_no}, column 'hash_ids': expected the prefix-block ids every "
+                           f"earlier row has (line {ids_from} has them), got "
+                           f"{'no such key' if 'hash_ids' not in obj else 'null'}")
         if hashes is not None and not _is_int_list(hashes):
             raise _BadLine(row_message(self.path, f"line {line_no}", "hash_ids", "a list of integers", hashes))
         if hashes is not None and len(hashes) * MOONCAKE_HASH_BLOCK < p:  # Mooncake: an id per block, the last partial
@@ -156,7 +161,7 @@ class MooncakeTrace(Workload):
 
     def _rows(self, stats: WorkloadStats) -> Iterator[Row]:
         """Validated rows with prompt and output >= 1, in file order."""
-        last = None
+        last = ids_from = None
         with open_text(self.path) as (f, fmt):
             line_no = 0
             try:
@@ -166,7 +171,7 @@ class MooncakeTrace(Workload):
                         continue
                     stats.rows_read += 1
                     try:
-                        row = self._parse(line, line_no, last)
+                        row = self._parse(line, line_no, last, ids_from)
                     except _BadLine as e:
                         bad = e
                     else:
@@ -175,6 +180,8 @@ class MooncakeTrace(Workload):
                         reject(stats, self.on_error, bad.message, bad.reason)
                         continue
                     last = row[0]
+                    if ids_from is None and row[3] is not None:
+                        ids_from = line_no
                     if row[1] == 0 or row[2] == 0:
                         stats.skip(LENGTH_KEYS[0][1] if row[1] == 0 else LENGTH_KEYS[1][1])
                         continue

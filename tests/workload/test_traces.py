@@ -231,6 +231,19 @@ def test_mooncake_malformed(tmp_path: Path, bad: dict, column: str) -> None:
     assert len(list(wl)) == 2 and wl.stats.total_skipped == 1
 
 
+def test_mooncake_row_without_the_ids_of_the_rows_before_is_malformed(tmp_path: Path) -> None:
+    """A row lacking ``hash_ids`` in a trace whose rows carry them silently shared nothing with the prefix cache; a
+    trace with no ids at all still reads (every request shares nothing)."""
+    rows = [MOONCAKE_ROWS[3], {"timestamp": 3500, "input_length": 12, "output_length": 3}, MOONCAKE_ROWS[4]]
+    path = write_jsonl(tmp_path, rows)
+    with pytest.raises(TraceError, match=r"line 2, column 'hash_ids': expected the prefix-block ids every earlier "
+                                         r"row has \(line 1 has them\), got no such key$"):
+        list(MooncakeTrace(path))
+    wl = MooncakeTrace(path, on_error="skip")
+    assert len(list(wl)) == 2 and wl.stats.skipped == {"malformed": 1}
+    bare = write_jsonl(tmp_path, [{k: v for k, v in r.items() if k != "hash_ids"} for r in rows], "bare.jsonl")
+    assert [r.hash_ids for r in MooncakeTrace(bare)] == [None, None, None]
+
 def test_mooncake_invalid_json_line(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path, [MOONCAKE_ROWS[0], '{"timestamp": 1, "input_'])
     with pytest.raises(TraceError, match=r"line 2, column '\*': expected a JSON object, got invalid JSON"):
