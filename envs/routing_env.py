@@ -419,7 +419,6 @@ class RoutingEnv(gym.Env):
         info: dict[str, Any] = {
             "reward_components": comps,  # (a fresh dict: the reward starts a new one each step)
             "request_rewards": self.reward_fn.take_credits(),  # each request's own part of the reward, by id
-            "decided": self._decided,
             "dt": dt,
             "time": drv.now,
             "decisions": self.num_decisions,
@@ -431,6 +430,8 @@ class RoutingEnv(gym.Env):
             "central_queue": len(drv.held),
             "action_mask": self.action_masks(),
         }
+        if self._decided is not None:  # absent, not None, otherwise: vector envs stack a key's values in an array
+            info["decided"] = self._decided
         if final:
             info["episode_reward"] = self._episode_reward
             info["episode_components"] = dict(self._episode_components)

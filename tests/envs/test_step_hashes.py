@@ -1,6 +1,8 @@
 """The envs' trajectories, pinned: a fixed-seed rollout under a random mask-respecting policy hashes its observations,
 rewards, episode ends and infos to the values recorded before the per-step speed work (the arrival env, the tick
-env with the workload-aware reward, and a noisy predictor's tick env). A shortcut that changes a bit fails here."""
+env with the workload-aware reward, and a noisy predictor's tick env). A shortcut that changes a bit fails here.
+Re-recorded when ``info["decided"]`` became absent on steps that place no request (it was None, which vector envs
+cannot stack), after checking that the rollouts' observations, rewards, ends and other info keys were unchanged."""
 
 from __future__ import annotations
 
@@ -13,12 +15,12 @@ import pytest
 import llmsim.envs  # noqa: F401  (registers the ids)
 
 RECORDED = [
-    ("llmsim/Routing-v0", {}, "030b88482a245fd7c95da8efb1b8de8d0a429e9e112f8868eb12e7e7338feb74"),
+    ("llmsim/Routing-v0", {}, "815413441e3c5be033be31b7870ff7cef389003a112c9699167f35c4856afa68"),
     ("llmsim/WorkloadRouter-v0", {"num_requests": 300},
-     "919f591af1f0dd8eab706cf32aa78c5eedd0a0155bbc02e853e01f6ec95c1161"),
+     "fd157695da31863c9fe74b0dccbe63ae546fb661c65eb0517e22833747380aae"),
     ("llmsim/Routing-v0", {"decision": "tick", "action": "instance_wait", "reward": "workload_aware",
                            "predictor": "noisy", "num_requests": 200},
-     "8f7ddd962b9c7251657c9efdde83d3cb595ba6e133f3b39847931006c430aa6a"),
+     "d3f22b0216fcc5ae38e1ca3a2e1ecfc1d0730cd831fe4e0f27183d1660c42758"),
 ]
 
 
