@@ -42,8 +42,7 @@ class LatencyReward(Reward):
                 ok = False
         if self.e2el_ms is not None and e2e * 1e3 > self.e2el_ms:
             ok = False
-        a = self._acc
-        if ok:
-            a["slo_met"] += 1.0
-        a["latency"] -= e2e / self.latency_scale
-        a["ttft"] -= ttft / self.latency_scale
+        if ok:  # credited: each term is the request's own (info["request_rewards"], agents' request credit)
+            self.credit(req, "slo_met", 1.0)
+        self.credit(req, "latency", -e2e / self.latency_scale)
+        self.credit(req, "ttft", -ttft / self.latency_scale)

@@ -71,12 +71,10 @@ class UtilityReward(Reward):
         cost_term = 1.0 - c / (cmax + 1e-12)
         lat_term = 1.0 - min(1.0, (req.finish - req.arrival) / self.latency_ref)
         wq, wc, wl = self.w
-        a = self._acc
-        a["quality"] += qual
-        a["cost"] += cost_term
-        a["latency"] += lat_term
-        a["utility"] += wq * qual + wc * cost_term + wl * lat_term
+        for key, value in (("quality", qual), ("cost", cost_term), ("latency", lat_term),
+                           ("utility", wq * qual + wc * cost_term + wl * lat_term)):
+            self.credit(req, key, value)  # the request's own terms (info["request_rewards"])
 
     def on_drop(self, req: Request, reason: str) -> None:
         super().on_drop(req, reason)
-        self._acc["utility"] -= self.drop_penalty
+        self.credit(req, "utility", -self.drop_penalty)

@@ -2,7 +2,8 @@
 rewards, episode ends and infos to the values recorded before the per-step speed work (the arrival env, the tick
 env with the workload-aware reward, and a noisy predictor's tick env). A shortcut that changes a bit fails here.
 Re-recorded when ``info["decided"]`` became absent on steps that place no request (it was None, which vector envs
-cannot stack), after checking that the rollouts' observations, rewards, ends and other info keys were unchanged."""
+cannot stack), and when the latency reward credited its completions in ``info["request_rewards"]``, each time after
+checking that the rollouts' observations, rewards, ends and other info keys were unchanged."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 import llmsim.envs  # noqa: F401  (registers the ids)
 
 RECORDED = [
-    ("llmsim/Routing-v0", {}, "815413441e3c5be033be31b7870ff7cef389003a112c9699167f35c4856afa68"),
+    ("llmsim/Routing-v0", {}, "6748d9e1fa4c2589e7a01b3695b365399945c3327412e6876b3ee7b603800d58"),
     ("llmsim/WorkloadRouter-v0", {"num_requests": 300},
      "fd157695da31863c9fe74b0dccbe63ae546fb661c65eb0517e22833747380aae"),
     ("llmsim/Routing-v0", {"decision": "tick", "action": "instance_wait", "reward": "workload_aware",
