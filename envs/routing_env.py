@@ -37,7 +37,7 @@ from llmsim.schema import SLO
 from llmsim.state.cluster_state import ClusterState
 from llmsim.workload.base import check_int
 
-__all__ = ["ACTIONS", "WAIT_TIMEOUT_REASON", "InvalidAction", "RoutingEnv", "RoutingEnvConfig"]
+__all__ = ["ACTIONS", "WAIT_TIMEOUT_REASON", "InvalidAction", "RoutingEnv", "RoutingEnvConfig", "UnsupportedRenderMode"]
 
 
 RESET_OPTIONS = ("workload_seed",)
@@ -54,6 +54,18 @@ def reset_workload_seed(options: Mapping[str, Any] | None, fixed: int | None) ->
                               f"allowed keys: {list(RESET_OPTIONS)}")
     wseed = opts.get("workload_seed", fixed)
     return None if wseed is None else check_int("reset options.workload_seed", wseed, ge=0)
+
+
+class UnsupportedRenderMode(ConfigError, TypeError):
+    """A ``render_mode`` the envs do not have. A TypeError too, as for an unknown keyword: tools that try a render
+    mode and fall back without it on TypeError (stable-baselines3's ``make_vec_env``) still build the env."""
+
+
+def check_render_mode(render_mode: object) -> None:
+    """Gymnasium's ``render_mode`` keyword: only None (no rendering), which ``gym.make``/``make_vec`` may pass."""
+    if render_mode is not None:
+        raise UnsupportedRenderMode(f"env.render_mode: {render_mode!r} is not supported: these envs do not render "
+                                    "(metadata['render_modes'] is empty); leave it unset or None")
 
 
 def with_profiles(configs: list[InstanceConfig]) -> list[InstanceConfig]:
@@ -126,13 +138,16 @@ class RoutingEnv(gym.Env):
     ``decision``, ``tick`` (0.02 s), ``tick_when_empty``, ``action``, ``time_limit``, ``drain_time`` (600 s),
     ``max_wait_s`` (10 s), ``wait_fallback`` (``least_loaded`` or ``drop``), ``view_staleness``, ``max_waiting``,
     ``fixed_workload_seed``, ``metrics_interval``, ``on_unservable``, ``colocation_interference``, ``stage``,
-    ``first_stage``, ``kv_link``, ``kv_transfer``. A bad value fails with one line naming it (``env.tick: ...``).
+    ``first_stage``, ``kv_link``, ``kv_transfer``; and Gymnasium's ``render_mode`` (None only: nothing renders). A bad
+    value fails with one line naming it (``env.tick: ...``).
     """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, config: RoutingEnvConfig | Mapping[str, Any] | None = None, **options: Any) -> None:
+    def __init__(self, config: RoutingEnvConfig | Mapping[str, Any] | None = None, render_mode: str | None = None,
+                 **options: Any) -> None:
         super().__init__()
+        check_render_mode(render_mode)
         cfg = self.config = RoutingEnvConfig.of(config, **options)
         # profiles are built once and shared by every episode's cluster
         self.instance_configs = with_profiles(instances_from_specs(cfg.instances, "env.instances"))
@@ -437,6 +452,10 @@ class RoutingEnv(gym.Env):
             info["episode_components"] = dict(self._episode_components)
             info["summary"] = summary_of(c, self.slo)
         return info
+
+    def render(self) -> None:
+        """Nothing to draw: ``render_mode`` is None, for which Gymnasium's ``render`` returns None."""
+        return None
 
     def summary(self) -> dict[str, Any]:
         """The episode's summary so far (the CLI's numbers: ``collect``'s summary, without its tables)."""

@@ -182,7 +182,7 @@ class QoSEdgeEnv(RoutingEnv):
                  intercept: NonNegFloat | None = None, drain_time: NonNegFloat = QOS_EDGE_DRAIN_S,
                  arrival: dict[str, Any] | None = None,
                  lengths: Literal["short", "long", "bimodal"] | None = None, max_experts: PosInt | None = None,
-                 **options: Any) -> None:
+                 render_mode: str | None = None, **options: Any) -> None:
         names = qos_edge_names(experts, timing)
         graph = {"kind": "graph", "cap_running": cap, "cap_waiting": cap, "latency_scale": latency_limit}
         if max_experts is not None:  # expert blocks padded to max_experts slots with a mask of the present ones
@@ -196,7 +196,7 @@ class QoSEdgeEnv(RoutingEnv):
         super().__init__(testbed_config(
             qos_edge_instances(names, gpu, timing, intercept), defaults, options,
             lambda: MixtureWorkload(scale_lengths(qos_edge_mixture(names), lengths),
-                                    arrival or {"kind": "poisson", "rate": rate})))
+                                    arrival or {"kind": "poisson", "rate": rate})), render_mode=render_mode)
 
 
 class WorkloadRouterEnv(RoutingEnv):
@@ -244,7 +244,7 @@ class WorkloadRouterEnv(RoutingEnv):
                  gpu_memory_utilization: PosFloat = WORKLOAD_ROUTER_MEMORY, step_time_scale: PosFloat = 1.0,
                  task_weights: str | Mapping[str, NonNegFloat] | None = None,
                  drain_time: NonNegFloat = WORKLOAD_ROUTER_DRAIN_S, arrival: dict[str, Any] | None = None,
-                 **options: Any) -> None:
+                 render_mode: str | None = None, **options: Any) -> None:
         instances = workload_router_instances(num_instances, gpu, max_num_seqs, gpu_memory_utilization,
                                               step_time_scale)
         defaults = dict(
@@ -254,7 +254,7 @@ class WorkloadRouterEnv(RoutingEnv):
         super().__init__(testbed_config(
             instances, defaults, options,
             lambda: MixtureWorkload(workload_router_mixture(weights=task_weights),
-                                    arrival or {"kind": "poisson", "rate": rate})))
+                                    arrival or {"kind": "poisson", "rate": rate})), render_mode=render_mode)
 
 
 class BestEffortEnv(RoutingEnv):
@@ -302,7 +302,7 @@ class BestEffortEnv(RoutingEnv):
                  deadline: PosFloat = 0.04, soft: bool = False, task_deadlines: Mapping[str, PosFloat] | None = None,
                  tasks: Sequence[str] | None = None, out_mean: PosFloat | None = None,
                  step_time_scale: PosFloat = BEST_EFFORT_STEP_SCALE, drain_time: NonNegFloat = BEST_EFFORT_DRAIN_S,
-                 **options: Any) -> None:
+                 render_mode: str | None = None, **options: Any) -> None:
         tasks = best_effort_tasks(tasks, task_deadlines)
         defaults = dict(
             num_requests=num_requests, decision="arrival", action="model",
@@ -314,7 +314,7 @@ class BestEffortEnv(RoutingEnv):
         arrival = {"kind": schedule} if rate is None else {"kind": schedule, "rate": rate}
         super().__init__(testbed_config(
             best_effort_instances(num_gpus, gpu, step_time_scale), defaults, options,
-            lambda: MixtureWorkload(best_effort_mixture(tasks, out_mean), arrival)))
+            lambda: MixtureWorkload(best_effort_mixture(tasks, out_mean), arrival)), render_mode=render_mode)
 
 
 # conf/env's ``id``: the testbed each name builds
