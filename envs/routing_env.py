@@ -250,6 +250,11 @@ class RoutingEnv(gym.Env):
         if not self._has_episode:
             raise RuntimeError("step() called before reset(); call reset() first")
         if pts.terminated or pts.truncated:
+            if self.steps == 0:  # reset() again would end the same way: say why
+                why = (f"its time limit ({pts.limit:g} s of simulated time) comes before the first decision; raise "
+                       "env.time_limit" if pts.truncated else "every request was dropped before the first decision "
+                       "(reset's info['summary']['dropped_by_reason'] says why)")
+                raise RuntimeError(f"step() called on an episode that ended at reset: {why}")
             raise RuntimeError("step() called after the episode ended; call reset()")
         action = check_action(action, int(self.action_space.n))
         req = pts.pending
