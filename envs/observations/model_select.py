@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import numpy as np
 
-from llmsim.envs.observations.base import ObsBuilder
+from llmsim.envs.observations.base import ObsBuilder, positive
+from llmsim.schema import check_choice
 
 if TYPE_CHECKING:
     from llmsim.envs.context import ObservationContext
@@ -29,14 +30,12 @@ class ModelSelectObs(ObsBuilder):
 
     def __init__(self, tasks: list[str] | None = None, per_replica: bool = False, rate: str = "estimate",
                  window: int = 5, batch_scale: float = 64.0, rate_scale: float = 48.0) -> None:
-        if rate not in ("true", "estimate"):
-            raise ValueError(f"rate must be 'true' or 'estimate', got {rate!r}")
         self.tasks = list(tasks or [])
         self.per_replica = per_replica
-        self.rate_mode = rate
-        self.window = window
-        self.batch_scale = batch_scale
-        self.rate_scale = rate_scale
+        self.rate_mode = check_choice(rate, ("true", "estimate"), "observation.rate")
+        self.window = positive("window", window, integer=True)
+        self.batch_scale = positive("batch_scale", batch_scale)
+        self.rate_scale = positive("rate_scale", rate_scale)
 
     def bind(self, env: ObservationContext) -> gym.Space:
         if not self.tasks:
