@@ -8,11 +8,7 @@ bookkeeping (:class:`~llmsim.envs.context.ObservationContext`), plus any history
 
 from __future__ import annotations
 
-import math
-from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
-
-from llmsim.errors import ConfigError
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -20,15 +16,6 @@ if TYPE_CHECKING:
     from llmsim.envs.context import ObservationContext
     from llmsim.request import Request
     from llmsim.state.cluster_state import ClusterState
-
-
-def positive(key: str, value: Any, integer: bool = False) -> Any:
-    """``value`` unchanged if it is a positive (integer) number; else one line naming ``observation.<key>``: a zero
-    scale or cap would otherwise divide by zero, or build an empty space, deep in the first reset."""
-    kind = Integral if integer else Real
-    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or not value > 0:
-        raise ConfigError(f"observation.{key}: expected a positive {'integer' if integer else 'number'}, got {value!r}")
-    return value
 
 
 class ObsBuilder:

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import numpy as np
 
-from llmsim.envs.observations.base import ObsBuilder, positive
+from llmsim.envs.observations.base import ObsBuilder
 from llmsim.envs.observations.graph import FEAT_HIGH
+from llmsim.envs.options import positive
 
 if TYPE_CHECKING:
     from llmsim.envs.context import ObservationContext
@@ -36,10 +37,10 @@ class ExpertFlatObs(ObsBuilder):
     def __init__(self, cap_running: int = 10, cap_waiting: int = 10, prompt_scale: float = 1000.0,
                  out_scale: float = 300.0, request_features: bool = False) -> None:
         self.request = bool(request_features)
-        self.cap_r = positive("cap_running", cap_running, integer=True)
-        self.cap_w = positive("cap_waiting", cap_waiting, integer=True)
-        self.ps = positive("prompt_scale", prompt_scale)
-        self.os = positive("out_scale", out_scale)
+        self.cap_r = positive("observation.cap_running", cap_running, integer=True)
+        self.cap_w = positive("observation.cap_waiting", cap_waiting, integer=True)
+        self.ps = positive("observation.prompt_scale", prompt_scale)
+        self.os = positive("observation.out_scale", out_scale)
 
     def bind(self, env: ObservationContext) -> gym.Space:
         self.n = env.num_instances

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import numpy as np
 
-from llmsim.envs.observations.base import ObsBuilder, positive
+from llmsim.envs.observations.base import ObsBuilder
+from llmsim.envs.options import positive
 from llmsim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -63,16 +64,16 @@ class FlatObs(ObsBuilder):
         if not isinstance(prefix_hit, bool):
             raise ConfigError(f"observation.prefix_hit: expected true or false, got {prefix_hit!r}")
         self.prefix_hit = prefix_hit
-        self.queue_cap = positive("queue_cap", queue_cap, integer=True)
-        self.prompt_scale = positive("prompt_scale", prompt_scale)
+        self.queue_cap = positive("observation.queue_cap", queue_cap, integer=True)
+        self.prompt_scale = positive("observation.prompt_scale", prompt_scale)
         if not isinstance(buckets, tuple | list) or len(buckets) != 2:
             raise ConfigError(f"observation.buckets: expected two output-token bounds [low, high], got {buckets!r}")
-        self.b0, self.b1 = (positive("buckets", b, integer=True) for b in buckets)
+        self.b0, self.b1 = (positive("observation.buckets", b, integer=True) for b in buckets)
         if self.b0 >= self.b1:
             raise ConfigError(f"observation.buckets: expected increasing bounds [low, high], got {buckets!r}")
-        self.grad_d = positive("grad_d", grad_d)
-        self.min_dec = positive("min_decode_time", min_decode_time)
-        self.time_scale = positive("time_scale", time_scale)
+        self.grad_d = positive("observation.grad_d", grad_d)
+        self.min_dec = positive("observation.min_decode_time", min_decode_time)
+        self.time_scale = positive("observation.time_scale", time_scale)
 
     def bind(self, env: ObservationContext) -> gym.Space:
         n = env.num_instances

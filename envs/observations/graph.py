@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from llmsim.envs.observations.base import ObsBuilder, positive
+from llmsim.envs.observations.base import ObsBuilder
+from llmsim.envs.options import positive
 from llmsim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -52,11 +53,11 @@ class GraphObs(ObsBuilder):
                                         or max_experts < 1):
             raise ConfigError(f"observation.max_experts: expected a positive integer or null, got {max_experts!r}")
         self.max_experts = max_experts
-        self.cap_r = positive("cap_running", cap_running, integer=True)
-        self.cap_w = positive("cap_waiting", cap_waiting, integer=True)
-        self.ps = positive("prompt_scale", prompt_scale)
-        self.os = positive("out_scale", out_scale)
-        self.ls = positive("latency_scale", latency_scale)
+        self.cap_r = positive("observation.cap_running", cap_running, integer=True)
+        self.cap_w = positive("observation.cap_waiting", cap_waiting, integer=True)
+        self.ps = positive("observation.prompt_scale", prompt_scale)
+        self.os = positive("observation.out_scale", out_scale)
+        self.ls = positive("observation.latency_scale", latency_scale)
 
     def bind(self, env: ObservationContext) -> gym.Space:
         n = env.num_instances

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import numpy as np
 
-from llmsim.envs.observations.base import ObsBuilder, positive
+from llmsim.envs.observations.base import ObsBuilder
+from llmsim.envs.options import positive
 from llmsim.schema import check_choice
 
 if TYPE_CHECKING:
@@ -33,9 +34,9 @@ class ModelSelectObs(ObsBuilder):
         self.tasks = list(tasks or [])
         self.per_replica = per_replica
         self.rate_mode = check_choice(rate, ("true", "estimate"), "observation.rate")
-        self.window = positive("window", window, integer=True)
-        self.batch_scale = positive("batch_scale", batch_scale)
-        self.rate_scale = positive("rate_scale", rate_scale)
+        self.window = positive("observation.window", window, integer=True)
+        self.batch_scale = positive("observation.batch_scale", batch_scale)
+        self.rate_scale = positive("observation.rate_scale", rate_scale)
 
     def bind(self, env: ObservationContext) -> gym.Space:
         if not self.tasks:

@@ -32,6 +32,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from llmsim.envs.options import non_negative, positive
+from llmsim.errors import ConfigError
+
 if TYPE_CHECKING:
     from llmsim.envs.context import RewardContext
     from llmsim.request import Request
@@ -59,12 +62,12 @@ class Reward:
         if weights:
             unknown = set(weights) - set(self.components)
             if unknown:
-                raise ValueError(f"reward {self.name!r}: unknown component(s) {sorted(unknown)}; "
-                                 f"components are {list(self.components)}")
+                raise ConfigError(f"reward.weights: reward {self.name!r} has no component(s) {sorted(unknown)}; "
+                                  f"components are {list(self.components)}")
             w.update(weights)
         self.weights = w
-        self.scale = float(self.default_scale if scale is None else scale)
-        self.wait_cost = float(wait_cost)
+        self.scale = float(self.default_scale if scale is None else positive("reward.scale", scale))
+        self.wait_cost = float(non_negative("reward.wait_cost", wait_cost))
         self._acc = dict.fromkeys(self.components, 0.0)
         self._credits: dict[int, float] = {}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llmsim.envs.options import positive
 from llmsim.envs.rewards.base import Reward
 
 if TYPE_CHECKING:
@@ -50,8 +51,8 @@ class BestEffortReward(Reward):
         super().__init__(weights, scale, wait_cost)
         if soft_violation not in ("total", "per_token"):
             raise ValueError(f"soft_violation must be 'total' or 'per_token', got {soft_violation!r}")
-        self.deadline = float(deadline)
-        self.task_deadlines = dict(task_deadlines or {})
+        self.deadline = float(positive("reward.deadline", deadline))
+        self.task_deadlines = {t: positive(f"reward.task_deadlines.{t}", d) for t, d in (task_deadlines or {}).items()}
         self.soft = soft
         self.soft_violation = soft_violation
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llmsim.envs.options import positive
 from llmsim.envs.rewards.base import Reward
 
 if TYPE_CHECKING:
@@ -22,12 +23,15 @@ class LatencyReward(Reward):
     def __init__(self, ttft_ms: float | None = None, tpot_ms: float | None = None,
                  e2el_ms: float | None = None, latency_scale: float = 10.0,
                  weights: dict[str, float] | None = None, scale: float | None = None, wait_cost: float = 0.1) -> None:
+        for key, target in (("ttft_ms", ttft_ms), ("tpot_ms", tpot_ms), ("e2el_ms", e2el_ms)):
+            if target is not None:
+                positive(f"reward.{key}", target)
         self.ttft_ms, self.tpot_ms, self.e2el_ms = ttft_ms, tpot_ms, e2el_ms
         has_slo = any(v is not None for v in (ttft_ms, tpot_ms, e2el_ms))
         main = "slo_met" if has_slo else "latency"
         self.default_weights = {main: 1.0}
         super().__init__(weights, scale, wait_cost)
-        self.latency_scale = float(latency_scale)
+        self.latency_scale = float(positive("reward.latency_scale", latency_scale))
 
     def on_finish(self, req: Request, k: int) -> None:
         super().on_finish(req, k)

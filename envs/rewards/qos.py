@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from llmsim.envs.options import positive
 from llmsim.envs.rewards.base import Reward
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class QoSReward(Reward):
                  k2: float | dict[str, float] | None = None, code_compat: bool = False,
                  weights: dict[str, float] | None = None, scale: float | None = None, wait_cost: float = 0.1) -> None:
         super().__init__(weights, scale, wait_cost)
-        self.limit = float(latency_limit)
+        self.limit = float(positive("reward.latency_limit", latency_limit))
         self.k1 = k1
         self.k2 = k2
         self.code_compat = code_compat

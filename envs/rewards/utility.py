@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llmsim.envs.options import positive
 from llmsim.envs.rewards.base import Reward
+from llmsim.schema import check_choice
 
 if TYPE_CHECKING:
     from llmsim.envs.context import RewardContext
@@ -39,10 +41,10 @@ class UtilityReward(Reward):
                  prices: dict[str, float] | None = None, drop_penalty: float = 0.0,
                  weights: dict[str, float] | None = None, scale: float | None = None, wait_cost: float = 0.1) -> None:
         super().__init__(weights, scale, wait_cost)
-        wq, wc, wl = PRESETS[preset]
+        wq, wc, wl = PRESETS[check_choice(preset, PRESETS, "reward.preset")]
         self.w = (wq if w_qual is None else w_qual, wc if w_cost is None else w_cost,
                   wl if w_lat is None else w_lat)
-        self.latency_ref = float(latency_ref)
+        self.latency_ref = float(positive("reward.latency_ref", latency_ref))
         self.prices = dict(prices or {})
         self.drop_penalty = float(drop_penalty)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from llmsim.envs.options import positive
 from llmsim.envs.rewards.base import Reward
 from llmsim.errors import ConfigError
 
@@ -54,6 +55,7 @@ class WorkloadAwareReward(Reward):
                  eps: float = 5.0, alpha: float = 0.5, guidance: float = 1.0,
                  weights: dict[str, float] | None = None, scale: float | None = None, wait_cost: float = 0.1,
                  backlog: str = "progress") -> None:
+        positive("reward.completion_reward", completion_reward)
         super().__init__(weights, 1.0 / float(completion_reward) if scale is None else scale, wait_cost)
         if backlog not in ("progress", "requests"):
             raise ConfigError(f"reward.backlog: expected progress or requests, got {backlog!r}")
@@ -62,7 +64,7 @@ class WorkloadAwareReward(Reward):
         for k in ("dropped", "cut_off", "truncated", "timeouts"):  # losing a request costs what serving it earns
             if not weights or k not in weights:
                 self.weights[k] = self.r_c
-        self.grad_p, self.grad_d, self.eps, self.alpha = grad_p, grad_d, eps, alpha
+        self.grad_p, self.grad_d, self.eps, self.alpha = grad_p, grad_d, positive("reward.eps", eps), alpha
         if weights is None or "heuristic" not in weights:
             self.weights["heuristic"] = float(guidance)
 
