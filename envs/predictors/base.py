@@ -11,9 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from numbers import Integral
 
 import numpy as np
 
+from llmsim.envs.options import non_negative, positive
+from llmsim.errors import ConfigError
 from llmsim.registry import Registry
 from llmsim.request import Request
 
@@ -76,6 +79,15 @@ class NoisyOraclePredictor(Predictor):
     seed: int = 0
 
     def __post_init__(self) -> None:
+        # a NaN noise scale made NaN predictions (observations outside their space), a zero bucket range divided by 0
+        for key in ("len_sigma", "q_sd"):
+            non_negative(f"predictor.{key}", getattr(self, key))
+        for key in ("len_max", "q_max"):
+            positive(f"predictor.{key}", getattr(self, key))
+        for key in ("len_buckets", "q_buckets"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, Integral) or v < 0:
+                raise ConfigError(f"predictor.{key}: expected an integer >= 0 (0: no buckets), got {v!r}")
         self.reset(self.seed)
 
     def reset(self, seed: int | None) -> None:
