@@ -9,6 +9,8 @@ takes its testbed's options (checked like a config group: ``QoSEdge-v0.rate: exp
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -122,6 +124,18 @@ def best_effort_tasks(tasks: Sequence[str] | None, task_deadlines: Mapping[str, 
     return names
 
 
+def check_testbed_keys(where: str, cls: type, options: Mapping[str, Any]) -> None:
+    """Each extra option must be an env key; a misspelt one is matched against the testbed's own options too (the
+    env's keys alone suggested ``time_limit`` for ``latency_limt`` and listed none of the testbed's options)."""
+    env_keys = sorted(RoutingEnvConfig.model_fields)
+    own = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "options")]
+    for key in options:
+        if key not in RoutingEnvConfig.model_fields:
+            hint = difflib.get_close_matches(str(key), [*own, *env_keys], n=1)
+            raise ConfigError(f"{where}: unknown key {key!r}{f' (did you mean {hint[0]!r}?)' if hint else ''}; "
+                              f"its options: {own}; env keys: {env_keys}")
+
+
 def testbed_config(instances: list[InstanceConfig], defaults: dict[str, Any], options: dict[str, Any],
                    default_workload: Any) -> RoutingEnvConfig:
     """A testbed's config: its ``defaults`` with the caller's ``options`` on top; its own workload (built only
@@ -183,6 +197,7 @@ class QoSEdgeEnv(RoutingEnv):
                  arrival: dict[str, Any] | None = None,
                  lengths: Literal["short", "long", "bimodal"] | None = None, max_experts: PosInt | None = None,
                  render_mode: str | None = None, **options: Any) -> None:
+        check_testbed_keys("QoSEdge-v0", QoSEdgeEnv, options)
         names = qos_edge_names(experts, timing)
         graph = {"kind": "graph", "cap_running": cap, "cap_waiting": cap, "latency_scale": latency_limit}
         if max_experts is not None:  # expert blocks padded to max_experts slots with a mask of the present ones
@@ -245,6 +260,7 @@ class WorkloadRouterEnv(RoutingEnv):
                  task_weights: str | Mapping[str, NonNegFloat] | None = None,
                  drain_time: NonNegFloat = WORKLOAD_ROUTER_DRAIN_S, arrival: dict[str, Any] | None = None,
                  render_mode: str | None = None, **options: Any) -> None:
+        check_testbed_keys("WorkloadRouter-v0", WorkloadRouterEnv, options)
         instances = workload_router_instances(num_instances, gpu, max_num_seqs, gpu_memory_utilization,
                                               step_time_scale)
         defaults = dict(
@@ -303,6 +319,7 @@ class BestEffortEnv(RoutingEnv):
                  tasks: Sequence[str] | None = None, out_mean: PosFloat | None = None,
                  step_time_scale: PosFloat = BEST_EFFORT_STEP_SCALE, drain_time: NonNegFloat = BEST_EFFORT_DRAIN_S,
                  render_mode: str | None = None, **options: Any) -> None:
+        check_testbed_keys("BestEffort-v0", BestEffortEnv, options)
         tasks = best_effort_tasks(tasks, task_deadlines)
         defaults = dict(
             num_requests=num_requests, decision="arrival", action="model",
