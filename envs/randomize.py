@@ -177,7 +177,7 @@ class SlotEnv(gym.Env):
 
     def slot_info(self, info: dict[str, Any]) -> dict[str, Any]:
         info["action_mask"] = slot_mask(info["action_mask"], self.n_max)
-        info["scenario"] = self.scenario
+        info["scenario"] = copy.deepcopy(self.scenario)  # a fresh copy each step: the caller keeps what it is given
         return info
 
     def action_masks(self) -> np.ndarray:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import check_env
 
 from llmsim.envs.actions import InvalidAction, env_action, slot_action, slot_columns, slot_mask
 from llmsim.envs.randomize import RandomizeConfig, SlotEnv, draw_scenario
@@ -125,3 +127,15 @@ def test_slot_env_checks_its_reset_options():
     env = SlotEnv(BASE, scenarios=[{"num_instances": 2}])
     with pytest.raises(ConfigError, match=r"^reset options.workload_seed: expected an integer >= 0, got 'a'$"):
         env.reset(seed=0, options={"workload_seed": "a"})
+
+
+def test_gymnasium_check_env_passes_and_each_info_has_its_own_scenario():
+    """The info's ``scenario`` was the env's own dict on every step: a caller editing one info edited them all (and
+    Gymnasium's checker refused the env)."""
+    env = SlotEnv({**BASE, "num_requests": 10}, {"curriculum_episodes": 0, "sizes": [2, 4], "start_size": 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its note that a spec-less env's render modes cannot be tried
+        check_env(env)
+    _, first = env.reset(seed=0)
+    _, _, _, _, second = env.step(int(np.flatnonzero(env.action_masks())[0]))
+    assert first["scenario"] == second["scenario"] and first["scenario"] is not second["scenario"]
