@@ -201,15 +201,24 @@ class Recorder:
         a, b = self._itl_at(lo), self._itl_at(hi)
         return a + (h - lo) * (b - a)
 
+    def itl_std(self) -> float:
+        """Population standard deviation (seconds) of every ITL, numpy's ``std`` as ``vllm bench serve``'s
+        ``std_itl_ms``, from the bins' centres: to within a bin."""
+        if self.itl_count == 0:
+            return float("nan")
+        bins = self._itl_nonzero()
+        x = np.array([_bin_centre(b) for b, _ in bins])
+        w = np.array([n for _, n in bins], dtype=float)
+        mean = float(x @ w) / self.itl_count
+        return math.sqrt(float(((x - mean) ** 2) @ w) / self.itl_count)
+
     def _itl_at(self, k: int) -> float:
         """The ITL (seconds) of 0-based rank ``k`` in sorted order: its bin's centre."""
         seen = 0
         for b, n in self._itl_nonzero():
             seen += n
             if seen > k:
-                if b == 0:
-                    return _ITL_MIN
-                return math.exp((b - _ITL_OFFSET) / _ITL_INV) * (1 + 0.5 * _ITL_STEP)
+                return _bin_centre(b)
         return float("nan")
 
     def _itl_nonzero(self) -> list[tuple[int, int]]:
@@ -227,6 +236,11 @@ class Recorder:
                     nonzero += [(b, hist[b]) for b in compress(range(lo, lo + len(chunk)), chunk)]
             memo = self._itl_memo = (self.itl_count, nonzero)
         return memo[1]
+
+
+def _bin_centre(b: int) -> float:
+    """The ITL (seconds) a histogram bin stands for (bin 0, everything below ``_ITL_MIN``: that bound)."""
+    return _ITL_MIN if b == 0 else math.exp((b - _ITL_OFFSET) / _ITL_INV) * (1 + 0.5 * _ITL_STEP)
 
 
 def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:
@@ -298,9 +312,10 @@ def summarise(
     s.update(_stats("ttft", lat.ttft_ms))
     tpot = lat.tpot_ms
     s.update(_stats("tpot", tpot[~np.isnan(tpot)]))
-    # ITL: exact mean (telescoping sums), percentiles from the histogram
+    # ITL: exact mean (telescoping sums), std and percentiles from the histogram
     s["mean_itl_ms"] = lat.itl_sum_s * 1e3 / lat.n_itl if lat.n_itl else float("nan")
     s["median_itl_ms"] = recorder.itl_percentile(50) * 1e3
+    s["std_itl_ms"] = recorder.itl_std() * 1e3
     for p in PERCENTILES:
         if p != 50:
             s[f"p{p}_itl_ms"] = recorder.itl_percentile(p) * 1e3
