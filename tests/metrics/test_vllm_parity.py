@@ -8,9 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from llmsim import InstanceConfig, simulate
 from llmsim.metrics.recorder import Recorder, summarise
 from llmsim.metrics.table import with_latencies
 from llmsim.schema import SLO
+from llmsim.testing import LinearProfile, requests
 
 PERCENTILES = (90, 99)
 
@@ -130,3 +132,18 @@ def test_itl_std_is_numpys_population_std_of_every_gap():
     assert rec.itl_std() == pytest.approx(np.std(gaps), rel=2e-4)
     assert math.isnan(Recorder().itl_std())
 
+
+def test_a_run_says_when_its_itl_percentiles_hold_gaps_of_dropped_requests():
+    # one KV cache of 500 tokens: the first request (300 + 400 tokens) grows past it after ~200 tokens of 11 ms
+    # gaps and is dropped; the second, the only one completed, has 12 ms gaps (two requests a batch, then alone)
+    inst = InstanceConfig(profile=LinearProfile(base=0.01, per_token=0.001, kv_tokens=500))
+    res = simulate([inst], requests([(0.0, 300, 400), (0.5, 10, 20)]), "round_robin")
+    s = res.summary
+    assert s["completed"] == 1 and list(res.dropped.reason) == ["exceeds_kv_capacity"]
+    assert s["mean_itl_ms"] == pytest.approx(12.0)  # the completed request's 19 gaps
+    assert s["median_itl_ms"] == pytest.approx(11.0, rel=2e-4)  # vLLM would say 12: the dropped gaps are in it
+    notes = [n for n in res.notes if "ITL" in n]
+    assert len(notes) == 1 and "gaps of dropped requests" in notes[0] and "mean_itl_ms" in notes[0]
+    # a run whose every request completes has no such note
+    clean = simulate([inst], requests([(0.5, 10, 20)]), "round_robin")
+    assert not [n for n in clean.notes if "ITL" in n]
