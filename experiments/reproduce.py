@@ -42,9 +42,11 @@ from experiments.harness.pages import learned_lines, text_table, write_claims
 from experiments.harness.pool import say
 from experiments.harness.registry import ALIASES, ORDER, load, resolve
 from experiments.harness.sizes import SIZE_NAMES
+from experiments.harness.timing import positive_int
 from experiments.harness.zoo_report import write_zoo_report
 from experiments.harness.zoo_routers import in_repo
 from llmsim.errors import ConfigError, LLMSimError
+from llmsim.planning.runner import cpu_count
 
 MODES = ("all", "report")  # not experiments: every experiment in turn, and the report from existing outputs
 RUN_OPTIONS = ("from_runs", "from_runs_8", "seeds", "scale8", "size", "sections")  # what a run may take
@@ -72,8 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="the same as --size quick")
     p.add_argument("--json", action="store_true", help="one JSON object per claim on stdout")
     p.add_argument("--out", type=Path, help="output directory (default outputs/reproduce/<name>/<timestamp>)")
-    p.add_argument("--jobs", type=int, default=1, help="worker processes for training and evaluation")
-    p.add_argument("--seeds", type=int, help="held-out evaluation seeds from 1000 (default 5; --quick 2)")
+    p.add_argument("--jobs", type=positive_int, default=1, help="worker processes for training and evaluation "
+                                                                "(at most the CPUs this process may use)")
+    p.add_argument("--seeds", type=positive_int, help="held-out evaluation seeds from 1000 (default 5; --quick 2)")
     p.add_argument("--from-runs", help="existing training runs, skipping training; intelligent_router: "
                                        "BASELINE,AWARE,GUIDED run (or checkpoint) directories; best_effort: "
                                        "hard=DIR,soft=DIR; qos_edge: sac_han=DIR[,baseline_rl=DIR,dsa=DIR,no_pred=DIR]")
@@ -99,11 +102,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             a.experiment = resolve(a.experiment)
         except ConfigError as e:
             fail(str(e).replace("experiment: unknown", "unknown", 1))
-    if a.jobs < 1 or (a.seeds is not None and a.seeds < 1):
-        fail("--jobs and --seeds must be positive integers")
     if a.quick and a.size not in (None, "quick"):
         fail(f"--quick means --size quick; it does not go with --size {a.size}")
     _check_mode(a)
+    cpus = cpu_count()
+    if a.jobs > cpus:  # more workers than CPUs only adds processes (each with its own memory), never speed
+        print(f"{PROG}: note: --jobs {a.jobs} is more than the {cpus} CPU(s) this process may use; running {cpus}",
+              file=sys.stderr)
+        a.jobs = cpus
     return a
 
 

@@ -35,6 +35,27 @@ def test_bad_option_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> No
     assert e.value.code == 2 and "--quick means --size quick" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("jobs", ["0", "-3"])
+def test_jobs_below_one_names_the_option_and_value(jobs: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        reproduce.main(["qlm", "--size", "tiny", "--jobs", jobs])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"llmsim-reproduce: error: argument --jobs: expected a positive integer, got '{jobs}'")
+
+
+def test_jobs_above_the_cpus_is_capped_with_a_note(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """--jobs 1000 on a small machine started one process per cell (31 for qlm), each with its own memory."""
+    monkeypatch.setattr(reproduce, "cpu_count", lambda: 2)
+    a = reproduce.parse_args(["qlm", "--size", "tiny", "--jobs", "1000"])
+    assert a.jobs == 2
+    assert capsys.readouterr().err == ("llmsim-reproduce: note: --jobs 1000 is more than the 2 CPU(s) this process "
+                                       "may use; running 2\n")
+    assert reproduce.parse_args(["qlm", "--size", "tiny", "--jobs", "2"]).jobs == 2
+    assert capsys.readouterr().err == ""
+
+
 def test_names_and_old_spec_ids() -> None:
     assert ORDER == ("qos_edge", "intelligent_router", "best_effort", "qlm", "routebalance", "prefix", "disagg")
     assert {a: resolve(a) for a in ALIASES} == {"spec000": "qos_edge", "spec001": "intelligent_router",
