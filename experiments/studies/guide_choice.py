@@ -32,7 +32,7 @@ import numpy as np
 
 from experiments.harness.pages import write_text
 from experiments.harness.timing import positive_int
-from experiments.studies.validation import check_validation_seeds, seed_drawn
+from experiments.studies.validation import seed_drawn, usage_errors, validation_seed
 from llmsim.agents.episodes import evaluate
 from llmsim.agents.nets import SPILL, SPLIT_GUIDES, Spill
 from llmsim.agents.suite_config import load_suite_file
@@ -164,20 +164,17 @@ def main(argv: list[str] | None = None) -> None:
                     help="learned routers to compare with the heuristics (gap to the best heuristic; never a guide)")
     ap.add_argument("--guides", nargs="+", default=[], metavar="GUIDE[:RATIO[:FEATURE[:LOAD[:LIGHT_LOAD]]]]",
                     help="observation guides acting alone (agents/nets.py), compared with the heuristics")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002, 1003])
+    ap.add_argument("--seeds", type=validation_seed, nargs="+", default=[1000, 1001, 1002, 1003])
     ap.add_argument("--requests", type=positive_int, default=1000,
                     help="per episode at 4 instances (scaled as the suite)")
     ap.add_argument("--jobs", type=positive_int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here, and\
  the numbers to <out>.json")
     a = ap.parse_args(argv)
-    check_validation_seeds(a.seeds)
-    try:
+    with usage_errors(ap):
         ckpts = dict(c.split("=", 1) for c in a.checkpoints)
         table = run(a.env, a.scenarios, a.seeds, a.requests, a.jobs, a.heuristics, ckpts,
                     None if a.out is None else a.out.with_suffix(".json"), a.guides)
-    except ConfigError as e:
-        raise SystemExit(f"guide_choice: {e}") from None
     text = markdown(table)
     stateless = {n: {p: v for p, v in t.items() if kind(p) == "stateless"} for n, t in table.items()}
     text += (f"\n\nbest single guide (worst-case mean gap, then mean gap): {choose(table)}; "

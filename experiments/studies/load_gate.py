@@ -30,34 +30,49 @@ import numpy as np
 
 from experiments.harness.pages import write_text
 from experiments.harness.timing import positive_int
-from experiments.studies.validation import check_validation_seeds, seed_drawn, suite_traces, testbed_env
+from experiments.studies.validation import seed_drawn, suite_traces, testbed_env, usage_errors, validation_seed
 from llmsim.agents.episodes import evaluate
 from llmsim.agents.suite_config import load_suite_file, merge
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, TraceError
 
 # below, smooth_s, margin, margin_below, margin_burst, costless, informed
 Candidate = tuple[float, float, float, float | None, float | None, bool, bool]
 
 
 def bucketed(path: Path, bucket_s: float, into: Path) -> Path:
-    """A copy of the Mooncake JSONL trace ``path`` whose timestamps are floored to ``bucket_s`` (0: ``path``)."""
+    """A copy of the Mooncake JSONL trace ``path`` whose timestamps are floored to ``bucket_s`` (0: ``path``); a file
+    that cannot be read, or a row that is not a JSON object with a numeric ``timestamp``, is a TraceError naming it."""
     if bucket_s <= 0.0:
         return path
     out = into / f"{path.stem}_bucket{bucket_s:g}s.jsonl"
     step = round(bucket_s * 1000)
-    with path.open() as src, out.open("w") as dst:
-        for line in src:
-            if line.strip():
-                row = json.loads(line)
-                dst.write(json.dumps({**row, "timestamp": row["timestamp"] // step * step}) + "\n")
+    try:
+        with path.open() as src, out.open("w") as dst:
+            for n, line in enumerate(src, 1):
+                if line.strip():
+                    dst.write(json.dumps(bucketed_row(line, step, path, n)) + "\n")
+    except OSError as e:
+        raise TraceError(f"--trace {path}: cannot be read ({e.strerror or e})") from None
     return out
+
+
+def bucketed_row(line: str, step: int, path: Path, n: int) -> dict[str, Any]:
+    """One row of :func:`bucketed`, its timestamp (ms) floored to ``step``."""
+    try:
+        row = json.loads(line)
+        return {**row, "timestamp": row["timestamp"] // step * step}
+    except (ValueError, TypeError, KeyError) as e:
+        raise TraceError(f"--trace {path} line {n}: expected a JSON object with a numeric 'timestamp' "
+                         f"({type(e).__name__}: {e})") from None
 
 
 def trace_scenarios(path: Path, windows: list[float], buckets: list[float], testbed: str,
                     into: Path) -> dict[str, dict[str, Any]]:
     """Env overrides of each window (consecutive edges in s) of a held-out Mooncake trace at each bucket size."""
     if path.name in suite_traces(testbed):
-        raise SystemExit(f"--trace {path}: the suite's windows of this trace are test data; use a held-out trace")
+        raise ConfigError(f"--trace {path}: the suite's windows of this trace are test data; use a held-out trace")
+    if not path.is_file():
+        raise TraceError(f"--trace {path}: no such file (expected a held-out Mooncake JSONL trace)")
     out: dict[str, dict[str, Any]] = {}
     for b in buckets:
         src = bucketed(path, b, into)
@@ -119,7 +134,7 @@ def markdown(table: dict[str, dict[str, float]], router: str) -> str:
     return "\n".join(lines)
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.load_gate", description=__doc__.split("\n")[0])
     ap.add_argument("--env", default="qos_edge", help="testbed (conf/env/<name>.yaml, conf/suite/<name>.yaml)")
     ap.add_argument("--checkpoint", default="zoo:qos_edge")
@@ -135,7 +150,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="1: the heuristic also decides wherever its choice costs nothing by its own estimate")
     ap.add_argument("--informed", type=int, nargs="+", choices=(0, 1), default=[0],
                     help="1: the heuristic is told every decision (costless implies it)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002, 1003])
+    ap.add_argument("--seeds", type=validation_seed, nargs="+", default=[1000, 1001, 1002, 1003])
     ap.add_argument("--requests", type=positive_int, default=1000)
     ap.add_argument("--trace", type=Path, default=None, help="a held-out Mooncake JSONL trace (arrival times)")
     ap.add_argument("--windows", type=float, nargs="+", default=[0.0, 340.0, 680.0, 1023.0],
@@ -145,30 +160,26 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--metric", default="avg_qos", help="the primary metric (higher is better)")
     ap.add_argument("--jobs", type=positive_int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
-    a = ap.parse_args(argv)
-    check_validation_seeds(a.seeds)
-    return a
+    return ap
 
 
 def main(argv: list[str] | None = None) -> None:
-    a = parse(argv)
+    ap = parser()
+    a = ap.parse_args(argv)
     candidates = list(dict.fromkeys((b, s, m, (mb or None) if m else None, (mr or None) if m else None, bool(c),
                                      bool(i) or bool(c))
                                     for b in a.below for s in a.smooth_s for m in a.margin for mb in a.margin_below
                                     for mr in a.margin_burst for c in a.costless for i in a.informed))
     table: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, usage_errors(ap):
         scen = seed_drawn(a.env, requests=a.requests)
         if a.trace is not None:
             base = testbed_env(a.env, load_suite_file(a.env))
             scen |= {name: merge(base, {"num_requests": a.requests, **over})
                      for name, over in trace_scenarios(a.trace, a.windows, a.bucket_s, a.env, Path(tmp)).items()}
-        try:
-            for name, env in scen.items():
-                table[name] = gains(env, a.checkpoint, a.router, candidates, a.seeds, a.jobs, a.metric)
-                print(name, {k: f"{v:+.1f}" for k, v in table[name].items()}, flush=True)
-        except ConfigError as e:
-            raise SystemExit(f"load_gate: {e}") from None
+        for name, env in scen.items():
+            table[name] = gains(env, a.checkpoint, a.router, candidates, a.seeds, a.jobs, a.metric)
+            print(name, {k: f"{v:+.1f}" for k, v in table[name].items()}, flush=True)
     text = markdown(table, a.router) + f"\n\nchosen: {choose(table)} (seeds {a.seeds}, {a.requests} requests)\n"
     print(text)
     if a.out:

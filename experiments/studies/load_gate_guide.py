@@ -21,7 +21,7 @@ from experiments.harness.pages import write_text
 from experiments.harness.timing import positive_int
 from experiments.studies.guide_choice import markdown, run
 from experiments.studies.spill_load import REFERENCES, SCENARIOS, choose
-from experiments.studies.validation import check_validation_seeds
+from experiments.studies.validation import usage_errors, validation_seed
 
 SPLIT = {"name": "dedicated_small_large", "kwargs": {"within": "least_latency", "spill": 1.0, "spill_load": 1.5}}
 LIGHT = ("least_work_left", "min_min")  # the balancers the observation carries a pick of (GUIDE_COLUMNS)
@@ -39,15 +39,15 @@ def candidates() -> list[Any]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.load_gate_guide",
                                  description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
+    ap.add_argument("--seeds", type=validation_seed, nargs="+", default=[1000, 1001, 1002])
     ap.add_argument("--requests", type=positive_int, nargs="+", default=[400, 1000])
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
     ap.add_argument("--jobs", type=positive_int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="also write the tables (markdown) here")
     args = ap.parse_args(argv)
-    check_validation_seeds(args.seeds)
-    tables = {n: run("workload_router", args.scenarios, args.seeds, n, args.jobs, candidates())
-              for n in args.requests}
+    with usage_errors(ap):
+        tables = {n: run("workload_router", args.scenarios, args.seeds, n, args.jobs, candidates())
+                  for n in args.requests}
     text = "\n\n".join(f"### {n} requests per episode\n\n{markdown(t)}" for n, t in tables.items())
     text += "\n\n| gate | worst mean gap (both lengths) | mean gap |\n|---|---|---|\n" + "\n".join(
         f"| {p} | {w:+.1f} | {m:+.1f} |" for p, w, m in choose(tables, prefix="gate "))

@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from experiments.harness.pages import write_text
+from experiments.harness.timing import positive_int
 from experiments.studies.rollout_headroom import base_router, best_and_base, label_of
-from experiments.studies.validation import check_validation_seeds, seed_drawn
+from experiments.studies.validation import seed_drawn, usage_errors, validation_seed
 from llmsim.agents.accounting import env_latency_stats, request_latencies
 from llmsim.agents.env_setup import make_env
 from llmsim.agents.suite_config import load_suite_file
@@ -122,35 +123,36 @@ def main(argv: list[str] | None = None) -> None:
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--env", default="workload_router")
     ap.add_argument("--scenarios", nargs="+", default=["training", "long"])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001])
-    ap.add_argument("--requests", type=int, default=400, help="per episode at 4 instances (scaled as the suite)")
+    ap.add_argument("--seeds", type=validation_seed, nargs="+", default=[1000, 1001])
+    ap.add_argument("--requests", type=positive_int, default=400,
+                    help="per episode at 4 instances (scaled as the suite)")
     ap.add_argument("--samples", type=int, default=4, help="sampled futures per tried decision")
     ap.add_argument("--every", type=int, default=1, help="try only every N-th decision (default 1: all of them)")
     ap.add_argument("--horizon", type=int, default=None, help="price each decision by the requests arrived and the "
                     "next HORIZON ones only (default: the whole episode)")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=positive_int, default=2)
     ap.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON)")
     a = ap.parse_args(argv)
-    check_validation_seeds(a.seeds)
     if a.every < 1 or a.samples < 1 or (a.horizon is not None and a.horizon < 1):
-        raise SystemExit(f"--every {a.every} / --samples {a.samples} / --horizon {a.horizon}: expected >= 1")
-    heuristics = {label_of(h): h for h in load_suite_file(a.env).heuristics}
-    rows = []
-    for name, env_cfg in seed_drawn(a.env, a.scenarios, a.requests).items():
-        means, best, base = best_and_base(env_cfg, heuristics, a.seeds, a.jobs)
-        n = len(a.seeds)
-        with ProcessPoolExecutor(a.jobs) as pool:
-            outs = list(pool.map(past_only_rollout, [env_cfg] * n, [heuristics[base]] * n, a.seeds,
-                                 [a.samples] * n, [a.every] * n, [a.horizon] * n))
-        ro = float(np.mean([o["rollout_ms"] for o in outs]))
-        row = {"scenario": name, "requests": a.requests, "samples": a.samples, "every": a.every,
-               "horizon": a.horizon, "best": best,
-               "best_ms": means[best], "base": base, "base_ms": means[base], "rollout_ms": ro,
-               "gain_vs_best_pct": 100.0 * (1.0 - ro / means[best]), "episodes": outs}
-        rows.append(row)
-        print(json.dumps({k: v for k, v in row.items() if k != "episodes"}), flush=True)
-        if a.out is not None:
-            write_text(a.out, json.dumps(rows, indent=1))
+        ap.error(f"--every {a.every} / --samples {a.samples} / --horizon {a.horizon}: expected >= 1")
+    with usage_errors(ap):
+        heuristics = {label_of(h): h for h in load_suite_file(a.env).heuristics}
+        rows = []
+        for name, env_cfg in seed_drawn(a.env, a.scenarios, a.requests).items():
+            means, best, base = best_and_base(env_cfg, heuristics, a.seeds, a.jobs)
+            n = len(a.seeds)
+            with ProcessPoolExecutor(a.jobs) as pool:
+                outs = list(pool.map(past_only_rollout, [env_cfg] * n, [heuristics[base]] * n, a.seeds,
+                                     [a.samples] * n, [a.every] * n, [a.horizon] * n))
+            ro = float(np.mean([o["rollout_ms"] for o in outs]))
+            row = {"scenario": name, "requests": a.requests, "samples": a.samples, "every": a.every,
+                   "horizon": a.horizon, "best": best,
+                   "best_ms": means[best], "base": base, "base_ms": means[base], "rollout_ms": ro,
+                   "gain_vs_best_pct": 100.0 * (1.0 - ro / means[best]), "episodes": outs}
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "episodes"}), flush=True)
+            if a.out is not None:
+                write_text(a.out, json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

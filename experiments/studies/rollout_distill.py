@@ -29,9 +29,10 @@ import numpy as np
 import torch
 
 from experiments.harness.pages import study_out, write_text
+from experiments.harness.timing import positive_int
 from experiments.studies.rollout_headroom import label_of
 from experiments.studies.rollout_labels import OBSERVATION, TESTBED, label_env
-from experiments.studies.validation import check_validation_seeds, seed_drawn
+from experiments.studies.validation import seed_drawn, usage_errors, validation_seed
 from llmsim.agents.accounting import request_latencies
 from llmsim.agents.checkpoint import CheckpointPolicy, save_checkpoint
 from llmsim.agents.env_setup import make_env
@@ -39,6 +40,7 @@ from llmsim.agents.episodes import evaluate
 from llmsim.agents.nets import SPILL_GUIDE, SetQNetwork, Spill
 from llmsim.agents.policy import run_episode
 from llmsim.agents.suite_config import load_suite_file
+from llmsim.errors import ConfigError
 from llmsim.state.cluster_state import LAYOUT_VERSION
 
 N_MAX = int(OBSERVATION["n_max"])
@@ -50,7 +52,7 @@ def load_labels(folder: Path) -> dict[str, np.ndarray]:
     """Every ``labels_<seed>.npz`` of ``folder`` stacked, with the episode (seed) of each decision."""
     files = sorted(folder.glob("labels_*.npz"), key=lambda f: int(f.stem.split("_")[1]))
     if not files:
-        raise SystemExit(f"--labels {folder}: no labels_<seed>.npz (experiments/studies/rollout_labels.py)")
+        raise ConfigError(f"--labels {folder}: no labels_<seed>.npz (experiments/studies/rollout_labels.py)")
     parts = [dict(np.load(f)) for f in files]
     out = {k: np.concatenate([p[k] for p in parts]) for k in ("obs", "allowed", "base", "cost_ms")}
     out["episode"] = np.concatenate([np.full(len(p["base"]), int(f.stem.split("_")[1])) for p, f in zip(parts, files)])
@@ -229,9 +231,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--folds", type=int, default=1, help="episodes held out in turn to measure the fit (the last N)")
     ap.add_argument("--margins", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.2, 0.5, 1000.0])
     ap.add_argument("--scenarios", nargs="+", default=["training", "long", "short", "rate_0.5x", "rate_1.5x"])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
-    ap.add_argument("--requests", type=int, default=400)
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--seeds", type=validation_seed, nargs="+", default=[1000, 1001, 1002])
+    ap.add_argument("--requests", type=positive_int, default=400)
+    ap.add_argument("--jobs", type=positive_int, default=2)
     ap.add_argument("--heuristics-cache", type=Path, default=None,
                     help="a JSON file keeping each scenario's best heuristic on these seeds (reused when present)")
     ap.add_argument("--seen-slack", type=float, default=None,
@@ -249,11 +251,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    a = parser().parse_args(argv)
-    check_validation_seeds(a.seeds)
+    ap = parser()
+    a = ap.parse_args(argv)
     if a.folds < 0 or a.steps < 1 or (a.seen_slack is not None and not 0.0 <= a.seen_slack < float("inf")):
-        raise SystemExit(f"--folds {a.folds} / --steps {a.steps} / --seen-slack {a.seen_slack}: expected >= 0 / "
-                         f">= 1 / a finite share >= 0")
+        ap.error(f"--folds {a.folds} / --steps {a.steps} / --seen-slack {a.seen_slack}: expected >= 0 / "
+                 f">= 1 / a finite share >= 0")
+    with usage_errors(ap):
+        study(a)
+
+
+def study(a: argparse.Namespace) -> None:
+    """Validate the ``--checkpoints`` given, or fit a network to the labels and validate its margins."""
     if a.checkpoints is not None:
         ckpts = {float(p.name.split("_", 1)[1]): p for p in sorted(a.checkpoints.glob("margin_*"))}
         if a.by_arrival > 0:

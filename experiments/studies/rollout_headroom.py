@@ -32,12 +32,13 @@ import numpy as np
 from experiments.harness.pages import write_text
 from experiments.harness.timing import positive_int
 from experiments.studies.guide_choice import HOLDING
-from experiments.studies.validation import check_validation_seeds, seed_drawn
+from experiments.studies.validation import seed_drawn, usage_errors, validation_seed
 from llmsim.agents.accounting import env_latency_stats
 from llmsim.agents.env_setup import make_env
 from llmsim.agents.episodes import evaluate
 from llmsim.agents.suite_config import load_suite_file
 from llmsim.envs.routing_env import RoutingEnv
+from llmsim.errors import ConfigError, load_json_file
 from llmsim.routing import make_router
 
 
@@ -117,7 +118,7 @@ def sensitivity(env_cfg: dict[str, Any], base: Any, seed: int, points: int = 10)
     choosing among nearly equal trajectories, which a router that does not know the future cannot do."""
     ms, plan, allowed = play(env_cfg, base, seed, [])
     if not plan:
-        raise SystemExit(f"seed {seed}: no decision with more than one instance allowed; nothing to change")
+        raise ConfigError(f"seed {seed}: no decision with more than one instance allowed; nothing to change")
     step = max(1, len(plan) // points)
     shifts = [{"k": k, "instance": a, "pct": 100.0 * (play(env_cfg, base, seed, [*plan[:k], a])[0] / ms - 1.0)}
               for k in range(step // 2, len(plan), step) for a in allowed[k] if a != plan[k]]
@@ -147,7 +148,7 @@ def explain(rows: list[dict[str, Any]], testbed: str, requests: int) -> str:
     """Per scenario: the decisions the rollout changed against all of them (markdown)."""
     heuristics = {label_of(h): h for h in load_suite_file(testbed).heuristics}
     if not all("choices" in e for row in rows for e in row.get("episodes", [])):
-        raise SystemExit("--explain: expected the --out file of a rollout (episodes with their choices)")
+        raise ConfigError("--explain: expected the --out file of a rollout (episodes with their choices)")
     lines = ["| scenario | decisions | n | output mean / share > 250 | load base / chosen / least | to the least "
              "loaded | other half | position (quartiles of k) |", "|---" * 8 + "|"]
     for row in rows:
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scenarios", nargs="+", default=["training", "short", "long"])
     ap.add_argument("--base", default=None, help="the base heuristic's label in the suite's list (default: each "
                     "scenario's best non-holding heuristic on these seeds)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001])
+    ap.add_argument("--seeds", type=validation_seed, nargs="+", default=[1000, 1001])
     ap.add_argument("--requests", type=positive_int, default=200,
                     help="per episode at 4 instances (scaled as the suite)")
     ap.add_argument("--every", type=int, default=1, help="try only every N-th decision (default 1: all of them); "
@@ -185,32 +186,34 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--explain", type=Path, default=None, metavar="ROWS_JSON",
                     help="instead: which decisions the rollout of an --out file changed (with its --requests)")
     a = ap.parse_args(argv)
-    check_validation_seeds(a.seeds)
     if a.every < 1 or a.sensitivity < 0:
-        raise SystemExit(f"--every {a.every} / --sensitivity {a.sensitivity}: expected >= 1 / >= 0 (0: the rollout)")
-    if a.explain is not None:
-        print(explain(json.loads(a.explain.read_text()), a.env, a.requests))
-        return
-    heuristics = {label_of(h): h for h in load_suite_file(a.env).heuristics}
-    rows = []
-    for name, env_cfg in seed_drawn(a.env, a.scenarios, a.requests).items():
-        row, lines = scenario_row(a, name, env_cfg, heuristics)
-        rows.append(row)
-        for line in lines:
-            print(json.dumps(line), flush=True)
-        if a.out is not None:
-            write_text(a.out, json.dumps(rows, indent=1))
+        ap.error(f"--every {a.every} / --sensitivity {a.sensitivity}: expected >= 1 / >= 0 (0: the rollout)")
+    with usage_errors(ap):
+        if a.explain is not None:
+            print(explain(load_json_file(a.explain), a.env, a.requests))
+            return
+        heuristics = {label_of(h): h for h in load_suite_file(a.env).heuristics}
+        rows = []
+        for name, env_cfg in seed_drawn(a.env, a.scenarios, a.requests).items():
+            row, lines = scenario_row(a, name, env_cfg, heuristics)
+            rows.append(row)
+            for line in lines:
+                print(json.dumps(line), flush=True)
+            if a.out is not None:
+                write_text(a.out, json.dumps(rows, indent=1))
 
 
 def best_and_base(env_cfg: dict[str, Any], heuristics: dict[str, Any], seeds: list[int], jobs: int,
                   base: str | None = None) -> tuple[dict[str, float], str, str]:
     """Each heuristic's mean E2E (ms, over ``seeds``), the best of them, and the rollout's base: ``base``, or the
     best that never holds requests (a holding one is refused: the rollout tries instances only)."""
+    if base is not None and base not in heuristics:
+        raise ConfigError(f"--base {base!r}: not in the suite's heuristics; expected one of {', '.join(heuristics)}")
     evals = evaluate(env_cfg, list(heuristics.values()), seeds=seeds, jobs=jobs)
     means = {p: float(np.mean([r["mean_e2el_ms"] for r in evals if r["policy"] == p])) for p in heuristics}
     base = base or min((p for p in means if name_of(heuristics[p]) not in HOLDING), key=means.get)
     if name_of(heuristics[base]) in HOLDING:
-        raise SystemExit(f"--base {base}: holds requests; the rollout tries instances only")
+        raise ConfigError(f"--base {base}: holds requests; the rollout tries instances only")
     return means, min(means, key=means.get), base
 
 

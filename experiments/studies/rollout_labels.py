@@ -30,9 +30,10 @@ import numpy as np
 import torch
 
 from experiments.harness.pages import study_out
+from experiments.harness.timing import positive_int
 from experiments.studies.past_only_rollout import choose
 from experiments.studies.rollout_headroom import base_router, label_of
-from experiments.studies.validation import seed_drawn
+from experiments.studies.validation import seed_drawn, usage_errors
 from llmsim.agents.accounting import env_latency_stats
 from llmsim.agents.checkpoint import load_q_net
 from llmsim.agents.env_setup import make_env
@@ -152,9 +153,9 @@ def main(argv: list[str] | None = None) -> None:
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--scenario", default="training")
     ap.add_argument("--seeds", type=int, nargs="+", required=True)
-    ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--requests", type=positive_int, default=400)
     ap.add_argument("--samples", type=int, default=2, help="sampled futures per decision")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=positive_int, default=2)
     ap.add_argument("--out", type=Path, default=study_out("rollout_labels"),
                     help="a directory for labels_<seed>.npz (default %(default)s)")
     ap.add_argument("--learner", type=Path, default=None, help="a set network's checkpoint whose choices the "
@@ -167,11 +168,17 @@ def main(argv: list[str] | None = None) -> None:
                     help="price a decision by the requests arrived and the next HORIZON ones only (default: all)")
     a = ap.parse_args(argv)
     if any(s < 0 or s >= VALIDATION_SEED0 for s in a.seeds):
-        raise SystemExit(f"--seeds {a.seeds}: training seeds only (0-{VALIDATION_SEED0 - 1})")
+        ap.error(f"--seeds {a.seeds}: training seeds only (0-{VALIDATION_SEED0 - 1})")
     if a.samples < 1 or (a.horizon is not None and a.horizon < 1):
-        raise SystemExit(f"--samples {a.samples} / --horizon {a.horizon}: expected >= 1")
+        ap.error(f"--samples {a.samples} / --horizon {a.horizon}: expected >= 1")
     if a.control is not None and not all(0.0 <= x <= 1.0 for x in a.control):
-        raise SystemExit(f"--control {a.control}: expected shares in [0, 1]")
+        ap.error(f"--control {a.control}: expected shares in [0, 1]")
+    with usage_errors(ap):
+        study(a)
+
+
+def study(a: argparse.Namespace) -> None:
+    """The labels of ``--seeds`` (or with ``--control`` / ``--reliability``, the checks of the teacher)."""
     base = {label_of(h): h for h in load_suite_file(TESTBED).heuristics}[BASE]
     env_cfg = label_env(a.scenario, a.requests)
     if a.control is not None:

@@ -29,8 +29,7 @@ import numpy as np
 from experiments.harness.pages import write_text
 from experiments.harness.timing import positive_int
 from experiments.studies.guide_choice import LEARNED, markdown, run
-from experiments.studies.validation import PROXY_RATES, check_validation_seeds
-from llmsim.errors import ConfigError
+from experiments.studies.validation import PROXY_RATES, usage_errors, validation_seed
 
 SCENARIOS = ("rate_0.25x", "rate_0.5x", "rate_0.75x", "training", "rate_1.25x", "rate_1.5x", "rate_2x", "short",
              "long", "bimodal", "burstgpt", "instances_2", "instances_8", "instances_16", "hetero")
@@ -129,7 +128,7 @@ def choose(tables: dict[int, dict[str, dict[str, dict[str, float]]]],
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.spill_load", description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
+    ap.add_argument("--seeds", type=validation_seed, nargs="+", default=[1000, 1001, 1002])
     ap.add_argument("--requests", type=positive_int, nargs="+", default=[400, 1000])
     ap.add_argument("--scenarios", nargs="+", default=None, help="default: the seed-drawn ones (--by-size: "
                     f"{', '.join(BY_SIZE_SCENARIOS)})")
@@ -155,7 +154,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--checkpoints", nargs="+", default=[], metavar="NAME=PATH",
                     help="learned routers beside the candidates (gap to the best candidate; never a reference)")
     args = ap.parse_args(argv)
-    check_validation_seeds(args.seeds)
     pols = candidates(args.light_only, args.light_load, args.queued, args.by_size, args.batch_seats, args.by_work,
                       heavy_share=args.heavy_share, shares=tuple(args.balance))
     if any("=" not in c for c in args.checkpoints):
@@ -163,10 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     ckpts = dict(c.split("=", 1) for c in args.checkpoints)
     names = args.scenarios or list(BY_SIZE_SCENARIOS if args.by_size else BATCH_SCENARIOS
                                    if args.batch_seats or args.by_work or args.heavy_share else SCENARIOS)
-    try:
+    with usage_errors(ap):
         tables = {n: run("workload_router", names, args.seeds, n, args.jobs, pols, ckpts) for n in args.requests}
-    except ConfigError as e:
-        raise SystemExit(f"spill_load: {e}") from None
     text = "\n\n".join(f"### {n} requests per episode\n\n{markdown(t)}" for n, t in tables.items())
     text += "\n\n| spill rule | worst mean gap (both lengths) | mean gap |\n|---|---|---|\n" + "\n".join(
         f"| {p} | {w:+.1f} | {m:+.1f} |" for p, w, m in choose(tables))

@@ -4,21 +4,42 @@ scenario's ``env``). Its trace windows are test data whatever the seed, so a stu
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from llmsim.agents.suite_config import SuiteFile, chosen_scenarios, load_suite_file, merge, trace_files
-from llmsim.errors import load_yaml_file
+from llmsim.errors import ConfigError, LLMSimError, load_yaml_file
 from llmsim.resources import conf_dir
 
 VALIDATION_SEEDS = range(1000, 2000)
 
 
-def check_validation_seeds(seeds: list[int]) -> None:
-    """Refuse any seed outside 1000-1999: test seeds report a choice, they never make it."""
-    if any(s not in VALIDATION_SEEDS for s in seeds):
-        raise SystemExit(f"--seeds {seeds}: validation seeds only (1000-1999); test seeds report the choice")
+def validation_seed(text: str) -> int:
+    """An argparse type for ``--seeds``: a seed outside 1000-1999 is refused (test seeds report a choice, they never
+    make it), as argparse refuses any bad value: one line, exit 2."""
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if seed not in VALIDATION_SEEDS:
+        raise argparse.ArgumentTypeError(f"{seed}: validation seeds only (1000-1999); test seeds report the choice")
+    return seed
+
+
+@contextlib.contextmanager
+def usage_errors(ap: argparse.ArgumentParser) -> Iterator[None]:
+    """A study's bad input (a config, trace or profile error from the scenarios, the suite, a file) ends as argparse
+    ends its own, ``prog: error: ...`` and exit 2, in one line (the usage is for a bad command line)."""
+    try:
+        yield
+    except LLMSimError as e:
+        print(f"{ap.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def testbed_env(testbed: str, suite: SuiteFile) -> dict[str, Any]:
@@ -52,7 +73,7 @@ def seed_drawn(testbed: str, names: list[str] | None = None, requests: int | Non
     for name, sc in (chosen_scenarios(suite, named) if named != [] else {}).items():
         if sc.trace:
             if names is not None:
-                raise SystemExit(f"--scenarios: {name!r} is a trace window (test data only)")
+                raise ConfigError(f"--scenarios: {name!r} is a trace window (test data only)")
             continue
         env = merge(base, sc.env)
         if requests is not None:

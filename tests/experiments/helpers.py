@@ -7,7 +7,10 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from tests.helpers import REPO
 
@@ -35,3 +38,13 @@ def mid_episode(cfg: dict[str, Any], seed: int, steps: int, router: str = "least
     for _ in range(steps):
         env.step(env.heuristic_action(base))
     return env, base, env.heuristic_action(base)
+
+
+def usage_error(main: Callable[[list[str]], Any], argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """``main(argv)`` must end as argparse ends a bad command line: exit status 2, the error on stderr; its last
+    line (``prog: error: ...``)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err, err
+    return err[-1]

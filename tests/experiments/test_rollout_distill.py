@@ -13,11 +13,12 @@ from llmsim.agents.checkpoint import load_q_net
 from llmsim.agents.env_setup import make_env
 from llmsim.agents.nets import LOG_WORK_S, SPILL_GUIDE, guide_slots
 from llmsim.routing import make_router
-from tests.experiments.helpers import mid_episode
+from tests.experiments.helpers import mid_episode, usage_error
 
 
 @pytest.mark.timeout(240)
-def test_the_labels_hold_each_allowed_instances_cost_and_the_episode_takes_the_teachers_choice(tmp_path: Path) -> None:
+def test_the_labels_hold_each_allowed_instances_cost_and_the_episode_takes_the_teachers_choice(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = rollout_labels.label_env("training", 16)
     out = rollout_labels.label_episode(cfg, "least_work_left", 3, 1, tmp_path)
     d = np.load(tmp_path / "labels_3.npz")
@@ -28,8 +29,8 @@ def test_the_labels_hold_each_allowed_instances_cost_and_the_episode_takes_the_t
     teacher = [b if c[b] == np.nanmin(c) else int(np.nanargmin(c)) for c, b in zip(d["cost_ms"], d["base"])]
     assert out["changed"] == sum(t != b for t, b in zip(teacher, d["base"])) > 0
     assert list(d["taken"]) == teacher
-    with pytest.raises(SystemExit, match="training seeds only"):
-        rollout_labels.main(["--seeds", "1000", "--out", str(tmp_path)])
+    assert "training seeds only" in usage_error(
+            rollout_labels.main, ["--seeds", "1000", "--out", str(tmp_path)], capsys)
 
 
 def test_the_gain_is_per_cent_of_the_base_choices_cost() -> None:
@@ -78,7 +79,8 @@ def test_the_fitted_network_ranks_instances_as_its_teacher(tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(240)
-def test_a_horizon_prices_only_the_requests_it_spans_and_the_prices_repeatability_is_measured() -> None:
+def test_a_horizon_prices_only_the_requests_it_spans_and_the_prices_repeatability_is_measured(
+        capsys: pytest.CaptureFixture[str]) -> None:
     import copy
 
     from experiments.studies import past_only_rollout as por
@@ -93,21 +95,20 @@ def test_a_horizon_prices_only_the_requests_it_spans_and_the_prices_repeatabilit
     assert window == por.finish(*copy.deepcopy((env, router)), a, 8, stop_early=False)  # ... at the same price
     out = rollout_labels.reliability(cfg, "least_work_left", 9, 3, 1, horizon=5)
     assert out["decisions"] == 3 and -1.0 <= out["gain_corr"] <= 1.0 and 0.0 <= out["same_pick"] <= 1.0
-    with pytest.raises(SystemExit, match="expected >= 1"):
-        rollout_labels.main(["--seeds", "9", "--horizon", "0", "--reliability", "3"])
+    assert "expected >= 1" in usage_error(
+            rollout_labels.main, ["--seeds", "9", "--horizon", "0", "--reliability", "3"], capsys)
     # the control: share 0 is the base's own episode, share 1 a random router's
     from llmsim.agents.episodes import evaluate
 
     base_ms = evaluate(cfg, ["least_work_left"], seeds=[1009])[0]["mean_e2el_ms"]
     assert rollout_labels.random_deviation(cfg, "least_work_left", 1009, 0.0) == base_ms
     assert rollout_labels.random_deviation(cfg, "least_work_left", 1009, 1.0) != base_ms
-    with pytest.raises(SystemExit, match="shares in"):
-        rollout_labels.main(["--seeds", "9", "--control", "1.5"])
+    assert "shares in" in usage_error(rollout_labels.main, ["--seeds", "9", "--control", "1.5"], capsys)
 
 
 @pytest.mark.timeout(240)
 def test_the_distillation_command_reports_held_out_folds_and_each_margin_against_the_best_heuristic(
-        tmp_path: Path) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
     cfg = rollout_labels.label_env("training", 12)
@@ -127,8 +128,8 @@ def test_the_distillation_command_reports_held_out_folds_and_each_margin_against
     assert row["scenario"] == "training" and set(json.loads(cache.read_text())) == {"training|12|1000"}
     assert {"margin_0", "margin_1000"} <= set(row) and len(row["margin_0"]["per_seed"]) == 1
     assert 0.0 <= row["margin_0"]["unseen_share"] <= 1.0
-    with pytest.raises(SystemExit, match="validation seeds only"):
-        rollout_distill.main(["--labels", str(tmp_path), "--out", str(tmp_path), "--seeds", "2000"])
+    assert "validation seeds only" in usage_error(
+            rollout_distill.main, ["--labels", str(tmp_path), "--out", str(tmp_path), "--seeds", "2000"], capsys)
     data = rollout_distill.load_labels(tmp_path / "labels")
     quarters = rollout_distill.by_quarter(data, rollout_distill.gain_pct(data["cost_ms"], data["base"]))
     assert [q["quarter"] for q in quarters] == [1, 2, 3, 4] and all(0 <= q["changed"] <= 1 for q in quarters)

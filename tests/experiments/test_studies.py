@@ -8,11 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from experiments.studies import guide_choice, load_gate, rollout_headroom, spill_load, validation
+from experiments.studies import (
+    guide_choice,
+    load_gate,
+    load_gate_guide,
+    past_only_rollout,
+    rollout_distill,
+    rollout_headroom,
+    rollout_labels,
+    spill_load,
+    validation,
+)
 from llmsim.agents.nets import SPILL
 from llmsim.agents.suite_config import load_suite_file
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, TraceError
 from llmsim.routing import make_router
+from tests.experiments.helpers import usage_error
 
 
 def test_guide_choice_takes_the_best_worst_case_then_the_best_mean() -> None:
@@ -68,9 +79,12 @@ def test_spill_load_says_what_is_wrong_in_one_line(capsys) -> None:
     with pytest.raises(SystemExit):
         spill_load.main(["--heavy-share", "--checkpoints", "oops"])
     assert "expected NAME=PATH" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="policy.kwargs.balance_heavy"):
+    with pytest.raises(SystemExit) as e:
         spill_load.main(["--heavy-share", "--balance", "1.5", "--scenarios", "training", "--seeds", "1000",
                          "--requests", "50"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "policy.kwargs.balance_heavy" in err
+    assert err.startswith("python -m experiments.studies.spill_load: error: ")
 
 
 def test_guide_choice_gaps_are_to_the_best_heuristic_not_a_checkpoint() -> None:
@@ -81,17 +95,62 @@ def test_guide_choice_gaps_are_to_the_best_heuristic_not_a_checkpoint() -> None:
     assert gaps["ckpt:x"]["mean"] < 0.0
 
 
-def test_the_studies_refuse_test_data() -> None:
+def test_the_studies_refuse_test_data(capsys) -> None:
     suite = load_suite_file("workload_router")
     trace = next(n for n, s in suite.scenarios.items() if s.trace)
-    with pytest.raises(SystemExit, match="test data only"):
+    with pytest.raises(ConfigError, match="test data only"):
         validation.seed_drawn("workload_router", [trace], 100)
     assert trace not in validation.seed_drawn("workload_router")  # all seed-drawn ones: the windows left out
     for study in (guide_choice, spill_load):
-        with pytest.raises(SystemExit, match="validation seeds only"):
+        with pytest.raises(SystemExit) as e:
             study.main(["--seeds", "2000"])
-    with pytest.raises(SystemExit, match="test data"):
+        assert e.value.code == 2 and "validation seeds only" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="test data"):
         load_gate.trace_scenarios(Path("conversation_trace.jsonl"), [0, 60], [0], "qos_edge", Path("."))
+    with pytest.raises(SystemExit) as e:
+        guide_choice.main(["--scenarios", trace, "--requests", "10"])
+    assert e.value.code == 2 and "is a trace window (test data only)" in capsys.readouterr().err
+
+
+STUDIES = (guide_choice, load_gate, load_gate_guide, past_only_rollout, rollout_distill, rollout_headroom, spill_load)
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=lambda m: m.__name__.rsplit(".", 1)[1])
+def test_every_study_refuses_bad_input_as_argparse_does(study, capsys) -> None:
+    """A test seed was a bare message with exit status 1 (argparse's own errors: status 2, the command named)."""
+    prog = f"python -m {study.__name__}: error: "
+    for argv, message in ((["--seeds", "5"], "argument --seeds: 5: validation seeds only (1000-1999)"),
+                          (["--jobs", "0"], "argument --jobs: expected a positive integer, got '0'")):
+        with pytest.raises(SystemExit) as e:
+            study.main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.strip().splitlines()[-1].startswith(prog + message)
+
+
+def test_rollout_labels_refuses_bad_input_as_argparse_does(capsys) -> None:
+    for argv, message in ((["--seeds", "1500"], "--seeds [1500]: training seeds only"),
+                          (["--seeds", "1", "--samples", "0"], "--samples 0 / --horizon None: expected >= 1"),
+                          (["--seeds", "1", "--jobs", "-1"], "argument --jobs: expected a positive integer")):
+        with pytest.raises(SystemExit) as e:
+            rollout_labels.main(argv)
+        assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_load_gate_names_a_trace_it_cannot_read(tmp_path: Path, capsys) -> None:
+    """A missing --trace was a FileNotFoundError traceback, a bad row a JSONDecodeError one."""
+    missing = tmp_path / "held_out.jsonl"
+    with pytest.raises(TraceError, match=f"--trace {missing}: no such file"):
+        load_gate.trace_scenarios(missing, [0, 4], [0, 3], "qos_edge", tmp_path)
+    missing.write_text('{"timestamp": 0}\nnot json\n')
+    with pytest.raises(TraceError, match=f"--trace {missing} line 2: expected a JSON object"):
+        load_gate.bucketed(missing, 3.0, tmp_path)
+    missing.write_text('{"time": 0}\n')
+    with pytest.raises(TraceError, match="line 1: expected a JSON object with a numeric 'timestamp'"):
+        load_gate.bucketed(missing, 3.0, tmp_path)
+    with pytest.raises(SystemExit) as e:
+        load_gate.main(["--trace", str(tmp_path / "nope.jsonl"), "--requests", "10"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "nope.jsonl: no such file" in err
 
 
 def test_the_conversation_proxies_read_sharegpt_lengths_never_a_suite_trace() -> None:
@@ -121,7 +180,7 @@ def test_load_gate_choice_and_the_bucketed_copy(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(240)
-def test_the_rollout_replays_the_base_and_is_never_worse_than_it() -> None:
+def test_the_rollout_replays_the_base_and_is_never_worse_than_it(capsys: pytest.CaptureFixture[str]) -> None:
     from llmsim.agents.episodes import evaluate
 
     env = validation.seed_drawn("workload_router", ["rate_1.5x"], 24)["rate_1.5x"]
@@ -140,11 +199,9 @@ def test_the_rollout_replays_the_base_and_is_never_worse_than_it() -> None:
     changed_at = [p["k"] for p in rollout_headroom.placements(env, base, 1000, sparse["choices"]) if p["changed"]]
     assert changed_at and all(k % 3 == 0 for k in changed_at) and sparse["rollout_ms"] <= ms
     assert rollout_headroom.play(env, base, 1000, sparse["choices"])[0] == sparse["rollout_ms"]
-    with pytest.raises(SystemExit, match="validation seeds only"):
-        rollout_headroom.main(["--seeds", "2000"])
+    assert "validation seeds only" in usage_error(rollout_headroom.main, ["--seeds", "2000"], capsys)
     for bad in (["--every", "0"], ["--sensitivity", "-1"]):
-        with pytest.raises(SystemExit, match="expected >= 1 / >= 0"):
-            rollout_headroom.main(bad)
+        assert "expected >= 1 / >= 0" in usage_error(rollout_headroom.main, bad, capsys)
     sens = rollout_headroom.sensitivity(env, base, 1000, points=4)
     assert sens["base_ms"] == ms and sens["n"] == len(sens["shifts"]) > 4
     assert len({x["k"] for x in sens["shifts"]}) == 4 and all(x["instance"] != plan[x["k"]] for x in sens["shifts"])
@@ -155,7 +212,7 @@ def test_the_rollout_replays_the_base_and_is_never_worse_than_it() -> None:
 
 
 @pytest.mark.timeout(240)
-def test_the_past_only_rollout_sees_only_sampled_futures() -> None:
+def test_the_past_only_rollout_sees_only_sampled_futures(capsys: pytest.CaptureFixture[str]) -> None:
     import copy
 
     import numpy as np
@@ -193,7 +250,5 @@ def test_the_past_only_rollout_sees_only_sampled_futures() -> None:
     out = por.past_only_rollout(cfg, "least_work_left", 1000, samples=1, every=4)
     assert out["decisions"] > 10 and out["changed"] <= -(-out["decisions"] // 4)
     for bad in (["--every", "0"], ["--samples", "0"], ["--horizon", "0"]):
-        with pytest.raises(SystemExit, match="expected >= 1"):
-            por.main(bad)
-    with pytest.raises(SystemExit, match="validation seeds only"):
-        por.main(["--seeds", "2000"])
+        assert "expected >= 1" in usage_error(por.main, bad, capsys)
+    assert "validation seeds only" in usage_error(por.main, ["--seeds", "2000"], capsys)
