@@ -403,6 +403,8 @@ def load_profile_file(path: str | Path, ep: int = 1, model: ModelSpec | None = N
     """Parse and validate one profile YAML (``ep``: its experts spread over that many GPUs; ``model``: the model it
     prices when not the one it declares, one of the same architecture); every error names the file and the key."""
     p = Path(path)
+    if p.is_dir():
+        raise ProfileError(f"profile file {p}: is a directory; expected a profile YAML file (<gpu>/<model>[-tpN].yaml)")
     if not p.is_file():
         raise ProfileError(f"profile file {p} does not exist")
     return MeasuredProfile(load_yaml_file(p, ProfileError), p, model=model, ep=ep)

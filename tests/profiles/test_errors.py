@@ -189,3 +189,13 @@ def test_profile_yaml_some_zero_coefficients_accepted(tmp_path) -> None:
     f = tmp_path / "ok.yaml"
     f.write_text(yaml.safe_dump(doc))
     assert load_profile_file(f).step_time(16, 1, 256, 0, 0, 0) > 0
+
+
+def test_a_profile_path_that_is_a_directory_says_so(tmp_path) -> None:
+    """A directory was reported as a file that "does not exist"."""
+    with pytest.raises(ProfileError) as e:
+        load_profile_file(tmp_path)
+    assert str(e.value) == (f"profile file {tmp_path}: is a directory; expected a profile YAML file "
+                            "(<gpu>/<model>[-tpN].yaml)")
+    with pytest.raises(ProfileError, match="does not exist"):
+        load_profile_file(tmp_path / "a100" / "llama-3.1-8b.yaml")
