@@ -49,7 +49,7 @@ from llmsim.profiles.replay_deploy import (
     read_meta,
     resolve,
 )
-from llmsim.profiles.replay_timeline import align, plot, print_table, read_timeseries
+from llmsim.profiles.replay_timeline import align, plot, plot_path, print_table, read_timeseries
 from llmsim.request import MAX_TOKENS, Request
 from llmsim.simulation.run import simulate
 
@@ -379,7 +379,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--profile-kind", default="auto", choices=["auto", "measured", "roofline"])
     ap.add_argument("--json", action="store_true", help="one JSON object per metric (the settings go to stderr)")
     ap.add_argument("--timeline", action="store_true", help="per-second running / waiting next to timeseries.csv")
-    ap.add_argument("--plot", default=None, help="write the timeline comparison as a PNG here")
+    ap.add_argument("--plot", type=plot_path, default=None,
+                    help="write the timeline comparison here (a .png, or another matplotlib format)")
     ap.add_argument("--overhead-per-iteration", type=float, default=None, help="CPU overhead override (s)")
     ap.add_argument("--overhead-per-seq", type=float, default=None, help="CPU overhead override (s per sequence)")
     ap.add_argument("--no-decode-skew", action="store_true",

@@ -9,12 +9,15 @@ shifted by the measured delay of the first arrival after the start (``meta.json`
 
 from __future__ import annotations
 
+import argparse
 import json
+import tempfile
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.backend_bases import FigureCanvasBase
 from matplotlib.figure import Figure
 
 from llmsim.errors import TraceError
@@ -94,8 +97,28 @@ def print_table(al: pd.DataFrame) -> None:
     print(f"rmse of running + waiting over the run: {rmse(al):.1f} requests")
 
 
+def plot_path(text: str) -> Path:
+    """An argparse type for ``--plot``: checked before the replay runs, not after it. The name must end in a format
+    matplotlib writes (without one, matplotlib adds ``.png`` to another name than the one asked for), must not be a
+    directory, and its nearest existing folder must take a new file (missing folders are made)."""
+    p = Path(text)
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: is a directory; expected an image file name (timeline.png)")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if p.suffix[1:].lower() not in formats:
+        raise argparse.ArgumentTypeError(f"{text}: expected an image file name ending in one of "
+                                         f"{', '.join('.' + f for f in sorted(formats))}")
+    folder = next(d for d in p.absolute().parents if d.exists())
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"{text}: cannot write a file in {folder} ({e.strerror or e})") from None
+    return p
+
+
 def plot(al: pd.DataFrame, path: str | Path, title: str = "") -> Path:
-    """Measured and simulated running / waiting (/ KV %) against time, as a PNG at ``path`` (returned)."""
+    """Measured and simulated running / waiting (/ KV %) against time, as an image at ``path`` (returned)."""
     kv_measured = bool(np.nan_to_num(al.meas_kv_pct).any())  # this run's logger left it at zero
     fig = Figure(figsize=(8, 7.2))  # no pyplot: no global figure state, no backend to choose
     axes = fig.subplots(3, 1, sharex=True)

@@ -199,3 +199,21 @@ def test_a_profile_path_that_is_a_directory_says_so(tmp_path) -> None:
                             "(<gpu>/<model>[-tpN].yaml)")
     with pytest.raises(ProfileError, match="does not exist"):
         load_profile_file(tmp_path / "a100" / "llama-3.1-8b.yaml")
+
+
+@pytest.mark.parametrize("plot, message", [
+    ("{tmp}", "{tmp}: is a directory; expected an image file name (timeline.png)"),
+    ("{tmp}/timeline.pngx", "{tmp}/timeline.pngx: expected an image file name ending in one of ."),
+    ("{tmp}/timeline", "{tmp}/timeline: expected an image file name ending in one of"),
+    ("{tmp}/a_file/timeline.png", "{tmp}/a_file/timeline.png: cannot write a file in {tmp}/a_file (Not a directory)"),
+])
+def test_replay_checks_its_plot_path_before_the_run(plot, message, tmp_path, capsys) -> None:
+    """A --plot that could not be written failed after the whole replay (a traceback for an unknown format; a name
+    without a suffix was written with .png added, and reported without it)."""
+    (tmp_path / "a_file").write_text("")
+    argv = ["replay", "--requests", str(tmp_path / "no_such_run.jsonl"), "--model", "llama-3.1-8b", "--gpu",
+            "rtx-pro-6000", "--plot", plot.format(tmp=tmp_path)]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and f"replay: error: argument --plot: {message.format(tmp=tmp_path)}" in err, err
