@@ -12,8 +12,8 @@ import socket
 import sys
 from typing import Any
 
-from llmsim.emulator.server_thread import DrainingServer, ReadLimits, ServerThread, listen_socket, server_config
 from llmsim.errors import LLMSimError
+from llmsim.http_server import DrainingServer, ReadLimits, ServerThread, listen_socket, server_config
 from llmsim.serving.app import create_app
 from llmsim.serving.config import RouterConfig, parse_config
 from llmsim.serving.decider import Decider

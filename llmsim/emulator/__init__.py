@@ -21,11 +21,11 @@ from llmsim.emulator.engine import EmulatorOptions, RealTimeEngine
 if TYPE_CHECKING:
     from llmsim.emulator.app import create_app
     from llmsim.emulator.handle import EmulatorHandle, start_emulator
-    from llmsim.emulator.server_thread import ServerThread, listen_socket
+    from llmsim.http_server import ServerThread, listen_socket
 
 SERVE_EXTRA = "pip install 'llmsim[serve]'"
 _HTTP_SIDE = {"EmulatorHandle": "handle", "start_emulator": "handle", "create_app": "app",
-              "ServerThread": "server_thread", "listen_socket": "server_thread"}
+              "ServerThread": "http_server", "listen_socket": "http_server"}
 
 __all__ = ["SERVE_EXTRA", "EmulatorHandle", "EmulatorOptions", "RealTimeEngine", "ServerThread", "create_app",
            "listen_socket", "start_emulator"]
@@ -37,8 +37,9 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        from llmsim.emulator import app, handle, server_thread  # optional: the serve extra (fastapi, uvicorn)
+        from llmsim import http_server  # optional: the serve extra (uvicorn)
+        from llmsim.emulator import app, handle  # optional: the serve extra (fastapi, uvicorn)
     except ImportError as e:
         raise ImportError(f"llmsim.emulator.{name} needs the serve extra, {e.name} is missing: {SERVE_EXTRA}",
                           name=e.name) from e
-    return getattr({"app": app, "handle": handle, "server_thread": server_thread}[module], name)
+    return getattr({"app": app, "handle": handle, "http_server": http_server}[module], name)

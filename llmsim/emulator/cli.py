@@ -13,7 +13,7 @@ import sys
 from typing import NoReturn
 
 from llmsim.emulator import SERVE_EXTRA
-from llmsim.emulator.engine import EmulatorOptions, read_key
+from llmsim.emulator.engine import EmulatorOptions, log, read_key
 from llmsim.engine.config import EngineConfig
 from llmsim.errors import LLMSimError
 
@@ -117,11 +117,7 @@ def main(argv: list[str] | None = None) -> None:
                            api_key=api_key)
     try:
         from llmsim.emulator.app import create_app  # optional: the serve extra (fastapi, prometheus-client)
-        from llmsim.emulator.server_thread import (  # optional: the serve extra
-            DrainingServer,
-            listen_socket,
-            server_config,
-        )
+        from llmsim.http_server import DrainingServer, listen_socket, server_config  # optional: the serve extra
     except ImportError as e:
         _fail(f"{e.name} is missing; install the serve extra: {SERVE_EXTRA}")
     try:
@@ -139,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
           f"http://{args.host}:{port}", file=sys.stderr, flush=True)
     config = server_config(app, log_level=args.log_level, timeout_graceful_shutdown=2)  # the read deadlines too
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn re-raises it once shut down (quiet, as uvicorn.run)
-        DrainingServer(config, on_shutdown=eng.stop, cut_note=CUT_NOTE).run(sockets=[sock])
+        DrainingServer(config, on_shutdown=eng.stop, cut_note=CUT_NOTE, logger=log).run(sockets=[sock])
 
 
 def _fail(message: str) -> NoReturn:

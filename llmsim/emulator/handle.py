@@ -7,7 +7,7 @@ from typing import Any
 
 from llmsim.emulator.app import create_app
 from llmsim.emulator.engine import EmulatorOptions, RealTimeEngine
-from llmsim.emulator.server_thread import ServerThread
+from llmsim.http_server import ServerThread
 
 
 class EmulatorHandle(ServerThread):

@@ -12,7 +12,7 @@ import time
 from llmsim.emulator import EmulatorHandle, start_emulator
 from llmsim.emulator.app import Answer, create_app, stream_tokens
 from llmsim.emulator.engine import EmulatorOptions, RealTimeEngine, Ticket
-from llmsim.emulator.server_thread import CoalescingTransport
+from llmsim.http_server import CoalescingTransport
 from llmsim.request import Request
 from tests.emulator.helpers import MODEL, metrics, sample, wait_until_idle
 

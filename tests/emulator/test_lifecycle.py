@@ -17,9 +17,12 @@ import time
 import httpx
 import pytest
 
+import llmsim.emulator
+from llmsim import http_server
 from llmsim.emulator import EmulatorHandle, EmulatorOptions, create_app, listen_socket, start_emulator
 from llmsim.emulator.cli import main as cli_main
-from llmsim.emulator.server_thread import DrainingServer, server_config
+from llmsim.http_server import DrainingServer, server_config
+from llmsim.serving import runner
 from tests.emulator.helpers import MODEL, metrics, sample, scrape, wait_until_idle
 from tests.helpers import REPO
 
@@ -29,6 +32,14 @@ WITHOUT_SERVE_EXTRA = ("import sys; sys.modules.update(dict.fromkeys(['fastapi',
 
 
 # ---------------------------------------------------------------------- disconnects and stopping
+def test_the_serving_pieces_live_beside_the_emulator_not_in_it() -> None:
+    """The emulator and the live router serve with the same uvicorn pieces, from one neutral module (the router
+    imported them from inside the emulator); the emulator's names for them stay."""
+    assert (llmsim.emulator.ServerThread, listen_socket) == (http_server.ServerThread, http_server.listen_socket)
+    assert EmulatorHandle.__mro__[1] is http_server.ServerThread
+    assert http_server.log.name == "llmsim.http_server" and runner.DrainingServer is http_server.DrainingServer
+
+
 def test_client_disconnect_aborts_the_request(emu: EmulatorHandle) -> None:
     before = metrics(emu)
     body = {"model": MODEL, "prompt": "q" * 100, "max_tokens": 20000, "stream": True}

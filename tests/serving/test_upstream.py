@@ -15,7 +15,7 @@ pytest.importorskip("fastapi", reason="the serving extra is not installed: pip i
 import httpx  # noqa: E402
 import uvicorn  # noqa: E402
 
-from llmsim.emulator.server_thread import ReadLimits, ServerThread  # noqa: E402
+from llmsim.http_server import ReadLimits, ServerThread  # noqa: E402
 from llmsim.serving.config import Limits, parse_config  # noqa: E402
 from llmsim.serving.gateway import Interrupt  # noqa: E402
 from llmsim.serving.metrics import RouterMetrics  # noqa: E402

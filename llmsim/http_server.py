@@ -1,7 +1,9 @@
-"""Serving an ASGI app with uvicorn as the project does: with read deadlines for slow clients
-(:func:`server_config`), and in a daemon thread on a loopback socket (:class:`ServerThread`: how tests and notebooks
-run emulated backends and the live router in one process). ``stop()`` is abrupt (open connections are cut, as
-when a server dies), so fault tests can kill a backend mid-stream.
+"""Serving an ASGI app with uvicorn as the project does, for the emulated backend (``llmsim-emulate``) and the live
+router (``llmsim-router``) alike: with read deadlines for slow clients (:func:`server_config`), a shutdown that
+drains, then cuts what is still open (:class:`DrainingServer`), and in a daemon thread on a loopback socket
+(:class:`ServerThread`: how tests and notebooks run emulated backends and the live router in one process).
+Needs the serve extra (uvicorn); nothing imports it on ``import llmsim``. ``stop()`` is abrupt (open connections
+are cut, as when a server dies), so fault tests can kill a backend mid-stream.
 
 Read deadlines (what Envoy calls ``request_headers_timeout`` and ``request_timeout``; uvicorn has neither): a
 request's headers must arrive within ``header_s`` of its first byte (or of the connection's opening), and its body
@@ -31,7 +33,7 @@ STOP_TIMEOUT_S = 5.0
 CUT_BACKSTOP_S = 1.0  # DrainingServer: uvicorn's own grace timeout is this much longer than the cut
 MAX_HEADER_BYTES = 16 * 1024  # h11's default limit on a request's head, set explicitly
 
-log = logging.getLogger("llmsim.emulator")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
