@@ -270,7 +270,7 @@ def simulate_run(
         if not hasattr(prof, "with_overhead"):
             raise LLMSimError(f"--overhead-*: {prof.name} is a roofline profile; only measured ones take an override")
         prof = prof.with_overhead(overhead.get("per_iteration"), overhead.get("per_seq"), "replay override")
-    mml = max_model_len or int(max(rec.prompt + rec.output)) + 16
+    mml = int(max(rec.prompt + rec.output)) + 16 if max_model_len is None else max_model_len  # 0: refused, not unset
     eng = EngineConfig(
         policy=policy,
         max_num_seqs=max_num_seqs,

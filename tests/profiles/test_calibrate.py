@@ -126,3 +126,13 @@ def test_calibrate_refuses_a_bad_timeseries_in_one_line(tmp_path, capsys, text, 
     assert main(["calibrate", "--requests", str(req), "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000"]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
+
+
+def test_replay_refuses_a_max_model_len_of_zero(tmp_path, capsys) -> None:
+    """--max-model-len 0 was taken for "unset": the replay ran with the longest request + 16 while its notes said
+    ``max_model_len = 0 (flag --max-model-len)``."""
+    req = record_run(tmp_path, TRUE_PER_SEQ, n=20)
+    assert main(["replay", "--requests", str(req), "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000",
+                 "--max-model-len", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "engine.max_model_len: expected a value >= 2, got 0" in err
