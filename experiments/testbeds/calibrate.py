@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from experiments.harness.pool import run_cells
+from experiments.harness.timing import positive_int
 from experiments.testbeds.cases import TESTBEDS, Job, jobs_for, run_job
 
 KEYS = ("testbed", "policy", "mean_e2el_ms", "p99_e2el_ms", "makespan_s", "preempted_frac", "kv_mean")
@@ -161,11 +162,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--testbed", action="append", choices=TESTBEDS, help="testbed(s) to run (default: all)")
     ap.add_argument("--json", action="store_true", help="one JSON object per line (targets go to stderr)")
     ap.add_argument("--quick", action="store_true", help="few requests and one seed: a smoke run, not a calibration")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: all cores)")
+    ap.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
+                    help="parallel processes (default: all cores)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     jobs = [j for tb in (args.testbed or TESTBEDS) for j in jobs_for(tb, args.quick)]
-    rows = aggregate(run_all(jobs, max(1, args.jobs), sys.stderr.isatty()))
+    rows = aggregate(run_all(jobs, args.jobs, sys.stderr.isatty()))
     if args.json:
         for r in rows:
             print(json.dumps(r, default=float))

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from experiments.testbeds.calibrate import aggregate, check_targets, run_all
+from experiments.testbeds.calibrate import aggregate, check_targets, main, run_all
 from experiments.testbeds.cases import Job, jobs_for, run_job
 from tests.helpers import REPO
 
@@ -90,3 +90,12 @@ def test_run_all_keeps_job_order_whatever_the_submission_order():
     jobs = [Job("best_effort", "static_opt-125m", 0, n, 1.0, 4) for n in (20, 40)]
     rows = run_all(jobs, 1)
     assert [r["num_requests"] for r in rows] == [20, 40]  # the longest job runs first, the rows stay in job order
+
+
+@pytest.mark.parametrize("jobs", ["0", "-2"])
+def test_a_jobs_below_one_is_refused(jobs, capsys):
+    """--jobs 0 ran on one process and reported "with 0 processes"."""
+    with pytest.raises(SystemExit) as e:
+        main(["--quick", "--jobs", jobs])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and err.endswith(f"argument --jobs: expected a positive integer, got '{jobs}'")
