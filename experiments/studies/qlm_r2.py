@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from experiments.harness.timing import positive_float, positive_int
+from experiments.studies.validation import usage_errors
 from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.perf.profile import Profile, load_profile
@@ -182,9 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--r2", action="store_true", help="run the R^2 experiment")
     ap.add_argument("--model", default="llama-2-7b")
     ap.add_argument("--gpu", default="a100-80gb")
-    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
-    ap.add_argument("--requests", type=int, default=2000)
-    ap.add_argument("--rate", type=float, action="append", help="arrival rate(s), req/s (default: LOADS x capacity)")
+    ap.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree")
+    ap.add_argument("--requests", type=positive_int, default=2000)
+    ap.add_argument("--rate", type=positive_float, action="append",
+                    help="arrival rate(s), req/s (default: LOADS x capacity)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--all-variants", action="store_true", help="also count running requests as ahead")
     a = ap.parse_args(argv)
@@ -193,7 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     variants = [Variant(o, w, occ) for occ in (False, True) for w in (False, True) for o in (False, True)] \
         if a.all_variants else list(DEFAULT_VARIANTS)
-    prof = load_profile(a.model, a.gpu, a.tp)
+    with usage_errors(ap):
+        prof = load_profile(a.model, a.gpu, a.tp)
     rates = offline_profile(prof, a.seed + 1)[0]
     cap = rates.theta / rates.typical_output
     loads = a.rate or [round(f * cap, 2) for f in LOADS]

@@ -13,6 +13,7 @@ from experiments.studies import (
     load_gate,
     load_gate_guide,
     past_only_rollout,
+    qlm_r2,
     rollout_distill,
     rollout_headroom,
     rollout_labels,
@@ -134,6 +135,17 @@ def test_rollout_labels_refuses_bad_input_as_argparse_does(capsys) -> None:
         with pytest.raises(SystemExit) as e:
             rollout_labels.main(argv)
         assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--requests", "0"], "argument --requests: expected a positive integer, got '0'"),
+    (["--rate", "-1"], "argument --rate: expected a positive number, got '-1'"),
+    (["--tp", "0"], "argument --tp: expected a positive integer, got '0'"),
+    (["--model", "nope"], "cannot load a profile: unknown model 'nope'"),
+])
+def test_qlm_r2_refuses_bad_input_in_one_line(argv, message, capsys) -> None:
+    """Each was a traceback (ValueError, ProfileError) with exit status 1."""
+    assert message in usage_error(qlm_r2.main, ["--r2", *argv], capsys)
 
 
 def test_load_gate_names_a_trace_it_cannot_read(tmp_path: Path, capsys) -> None:
