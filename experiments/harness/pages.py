@@ -3,9 +3,11 @@ the plain-text claims table ``llmsim-reproduce`` prints, and the markdown helper
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -104,6 +106,21 @@ def study_out(study: str, name: str = "") -> Path:
     """A study's default output path, under the gitignored ``outputs/``: a run from the checkout leaves no
     untracked file behind."""
     return Path("outputs") / study / name if name else Path("outputs") / study
+
+
+def out_file(text: str) -> Path:
+    """An argparse type for a study's ``--out FILE``: checked before the study runs (it was written only after the
+    whole run). Not a directory, and its nearest existing folder takes a new file (missing folders are made)."""
+    p = Path(text)
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: is a directory; expected a file name")
+    folder = next(d for d in p.absolute().parents if d.exists())
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"{text}: cannot write a file in {folder} ({e.strerror or e})") from None
+    return p
 
 
 def write_text(path: Path, text: str) -> None:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.harness.pages import write_text
+from experiments.harness.pages import out_file, write_text
 from experiments.harness.timing import positive_int
 from experiments.studies.validation import seed_drawn, usage_errors, validation_seed
 from llmsim.agents.episodes import evaluate
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--requests", type=positive_int, default=1000,
                     help="per episode at 4 instances (scaled as the suite)")
     ap.add_argument("--jobs", type=positive_int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here, and\
+    ap.add_argument("--out", type=out_file, default=None, help="also write the table (markdown) here, and\
  the numbers to <out>.json")
     a = ap.parse_args(argv)
     with usage_errors(ap):

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.harness.pages import write_text
+from experiments.harness.pages import out_file, write_text
 from experiments.harness.timing import positive_int
 from experiments.studies.validation import seed_drawn, suite_traces, testbed_env, usage_errors, validation_seed
 from llmsim.agents.episodes import evaluate
@@ -159,7 +159,7 @@ def parser() -> argparse.ArgumentParser:
                     help="arrival buckets of the --trace windows (0: as recorded)")
     ap.add_argument("--metric", default="avg_qos", help="the primary metric (higher is better)")
     ap.add_argument("--jobs", type=positive_int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
+    ap.add_argument("--out", type=out_file, default=None, help="also write the table (markdown) here")
     return ap
 
 

@@ -14,10 +14,9 @@ heuristic over both lengths, then the smallest mean gap. Test seeds (>= 2000) ar
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from experiments.harness.pages import write_text
+from experiments.harness.pages import out_file, write_text
 from experiments.harness.timing import positive_int
 from experiments.studies.guide_choice import markdown, run
 from experiments.studies.spill_load import REFERENCES, SCENARIOS, choose
@@ -43,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--requests", type=positive_int, nargs="+", default=[400, 1000])
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
     ap.add_argument("--jobs", type=positive_int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="also write the tables (markdown) here")
+    ap.add_argument("--out", type=out_file, default=None, help="also write the tables (markdown) here")
     args = ap.parse_args(argv)
     with usage_errors(ap):
         tables = {n: run("workload_router", args.scenarios, args.seeds, n, args.jobs, candidates())

@@ -23,12 +23,11 @@ import argparse
 import copy
 import json
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from experiments.harness.pages import write_text
+from experiments.harness.pages import out_file, write_text
 from experiments.harness.timing import positive_int
 from experiments.studies.rollout_headroom import base_router, best_and_base, label_of
 from experiments.studies.validation import seed_drawn, usage_errors, validation_seed
@@ -131,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--horizon", type=int, default=None, help="price each decision by the requests arrived and the "
                     "next HORIZON ones only (default: the whole episode)")
     ap.add_argument("--jobs", type=positive_int, default=2)
-    ap.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON)")
+    ap.add_argument("--out", type=out_file, default=None, help="also write the rows here (JSON)")
     a = ap.parse_args(argv)
     if a.every < 1 or a.samples < 1 or (a.horizon is not None and a.horizon < 1):
         ap.error(f"--every {a.every} / --samples {a.samples} / --horizon {a.horizon}: expected >= 1")

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.harness.pages import write_text
+from experiments.harness.pages import out_file, write_text
 from experiments.harness.timing import positive_int
 from experiments.studies.guide_choice import HOLDING
 from experiments.studies.validation import seed_drawn, usage_errors, validation_seed
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sensitivity", type=int, default=0, metavar="POINTS",
                     help="instead of the rollout: how much one changed decision moves the episode, at POINTS decisions")
     ap.add_argument("--jobs", type=positive_int, default=2)
-    ap.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON)")
+    ap.add_argument("--out", type=out_file, default=None, help="also write the rows here (JSON)")
     ap.add_argument("--explain", type=Path, default=None, metavar="ROWS_JSON",
                     help="instead: which decisions the rollout of an --out file changed (with its --requests)")
     a = ap.parse_args(argv)

@@ -21,12 +21,11 @@ mean to the best heuristic over both lengths, then the smallest mean gap. Test s
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from experiments.harness.pages import write_text
+from experiments.harness.pages import out_file, write_text
 from experiments.harness.timing import positive_int
 from experiments.studies.guide_choice import LEARNED, markdown, run
 from experiments.studies.validation import PROXY_RATES, usage_errors, validation_seed
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scenarios", nargs="+", default=None, help="default: the seed-drawn ones (--by-size: "
                     f"{', '.join(BY_SIZE_SCENARIOS)})")
     ap.add_argument("--jobs", type=positive_int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="also write the tables (markdown) here")
+    ap.add_argument("--out", type=out_file, default=None, help="also write the tables (markdown) here")
     ap.add_argument("--light-only", action="store_true",
                     help="the shipped rule against rules that let only the light requests spill")
     ap.add_argument("--light-load", action="store_true",

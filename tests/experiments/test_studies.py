@@ -128,6 +128,19 @@ def test_every_study_refuses_bad_input_as_argparse_does(study, capsys) -> None:
         assert e.value.code == 2 and err.strip().splitlines()[-1].startswith(prog + message)
 
 
+OUT_STUDIES = (guide_choice, load_gate, load_gate_guide, past_only_rollout, rollout_headroom, spill_load)
+
+
+@pytest.mark.parametrize("study", OUT_STUDIES, ids=lambda m: m.__name__.rsplit(".", 1)[1])
+def test_every_study_checks_its_out_file_before_running(study, tmp_path: Path, capsys) -> None:
+    """An --out that was a directory (or under a file) was an IsADirectoryError traceback once the study was over."""
+    (tmp_path / "a_file").write_text("")
+    under = tmp_path / "a_file" / "t.md"
+    for out, message in ((tmp_path, f"{tmp_path}: is a directory; expected a file name"),
+                         (under, f"{under}: cannot write a file in {tmp_path / 'a_file'} (Not a directory)")):
+        assert f"argument --out: {message}" in usage_error(study.main, ["--out", str(out)], capsys)
+
+
 def test_rollout_labels_refuses_bad_input_as_argparse_does(capsys) -> None:
     for argv, message in ((["--seeds", "1500"], "--seeds [1500]: training seeds only"),
                           (["--seeds", "1", "--samples", "0"], "--samples 0 / --horizon None: expected >= 1"),
