@@ -38,7 +38,7 @@ from typing import Any
 
 from experiments.harness import reproduction_report as book
 from experiments.harness.claims import PROG, source_commit
-from experiments.harness.pages import learned_lines, text_table, write_claims
+from experiments.harness.pages import learned_lines, out_file, text_table, write_claims
 from experiments.harness.pool import say
 from experiments.harness.registry import ALIASES, ORDER, load, resolve
 from experiments.harness.sizes import SIZE_NAMES
@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scale8", action="store_true", help="intelligent_router: also train and evaluate on 8 instances")
     p.add_argument("--sections", help="routebalance: a comma-separated subset of main, budget, batching (default all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
-    p.add_argument("--report", type=Path, help="all / report: where the reproduction report goes "
+    p.add_argument("--report", type=out_file, help="all / report: where the reproduction report goes "
                                                "(all: default OUT/REPRODUCTION.md)")
     p.add_argument("--from", dest="from_dirs", help="report: output directories DIR[,NAME=DIR...] (their claims.json)")
     p.add_argument("--from-zoo", action="store_true", help="report: the page from the router zoo's manifests "

@@ -56,6 +56,16 @@ def test_jobs_above_the_cpus_is_capped_with_a_note(monkeypatch: pytest.MonkeyPat
     assert capsys.readouterr().err == ""
 
 
+def test_a_report_path_that_cannot_be_written_is_refused_before_any_run(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """all --report DIR wrote the page only after every experiment (hours at the full size), then failed."""
+    with pytest.raises(SystemExit) as e:
+        reproduce.parse_args(["all", "--size", "tiny", "--report", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert err == f"llmsim-reproduce: error: argument --report: {tmp_path}: is a directory; expected a file name\n"
+
+
 def test_names_and_old_spec_ids() -> None:
     assert ORDER == ("qos_edge", "intelligent_router", "best_effort", "qlm", "routebalance", "prefix", "disagg")
     assert {a: resolve(a) for a in ALIASES} == {"spec000": "qos_edge", "spec001": "intelligent_router",
