@@ -5,6 +5,7 @@ directory, one-line errors with exit status 2, a quiet exit when the reader of s
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import textwrap
 from collections.abc import Callable
@@ -39,12 +40,25 @@ def one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
+def slurm_missing(argv: list[str]) -> str | None:
+    """A sweep on the ``slurm`` launcher where no ``srun`` is found: submitit would fail inside the launcher, after
+    composing the config, with a traceback; say it in one line and name the launcher that runs locally."""
+    if "hydra/launcher=slurm" not in argv or not {"-m", "--multirun"} & set(argv) or shutil.which("srun"):
+        return None
+    return ("hydra/launcher=slurm: no srun on PATH (not a Slurm node); run the sweep from a Slurm login node, or "
+            "try the same submitit path locally with hydra/launcher=slurm_local (docs/scale-out.md)")
+
+
 def quiet_on_closed_pipe(fn: Callable[[], None], prog: str = "llmsim") -> None:
     """Run the Hydra app ``fn``. A bad override or config (an unknown key, a value of the wrong type, a file that
     is not YAML or gives a key twice) is one line ``prog: error: ...`` with exit status 2, as llmsim's own errors
     are, not Hydra's multi-line report; when the reader of stdout has left (``llmsim --help | head``), exit 1
     without a traceback."""
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises instead of printing its report and exiting 1
+    missing = slurm_missing(sys.argv[1:])
+    if missing:
+        print(f"{prog}: error: {missing}", file=sys.stderr)
+        raise SystemExit(2)
     try:
         fn()
     except (HydraException, OmegaConfBaseException) as e:

@@ -152,3 +152,18 @@ def test_real_slurm_multirun_with_a_failed_job_is_collected(tmp_path):
     assert col.launchers == ["SlurmLauncher"]
     jobs = [d.name for d in (sweep / ".submitit").iterdir()]
     assert any("_" not in j and j != "%j" for j in jobs)  # the array's script folder was there and was skipped
+
+
+@pytest.mark.parametrize("module", ["llmsim", "llmsim.agents.train"])
+def test_slurm_sweep_without_srun_is_one_line(tmp_path, module):
+    """docs/scale-out.md's Slurm command tried on a machine without Slurm: one line naming the launcher and the
+    local alternative, exit status 2, not submitit's traceback from inside the launcher."""
+    bare = tmp_path / "bin"  # a PATH on which no srun can be found
+    bare.mkdir()
+    p = subprocess.run([sys.executable, "-m", module, "-m", "hydra/launcher=slurm", "seed=0,1",
+                        f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "PATH": str(bare), "MPLBACKEND": "Agg"}, timeout=120)
+    assert p.returncode == 2, p.stderr[-2000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert "hydra/launcher=slurm: no srun" in lines[0] and "hydra/launcher=slurm_local" in lines[0]
