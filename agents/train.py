@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+import yaml
 from omegaconf import OmegaConf
 from pydantic import Field
 from stable_baselines3.common.logger import Logger, make_output_format
@@ -66,6 +67,7 @@ from llmsim.agents.training_warnings import (
     collapse_warnings,
     eval_seeds_warning,
     guide_only_warning,
+    resume_drift_warning,
     untrained_best_warning,
 )
 from llmsim.agents.vec import FreshInfoVecEnv
@@ -73,7 +75,7 @@ from llmsim.agents.zoo import checkpoint_dir
 from llmsim.cli.hydra_app import run_hydra_app
 from llmsim.envs.randomize import RandomizeConfig, SlotEnv
 from llmsim.envs.routing_env import RoutingEnv
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, load_yaml_file
 from llmsim.schema import NonNegInt, PosInt, Schema
 
 PROG = "llmsim-train"
@@ -202,8 +204,8 @@ class TrainingRun:
         self.state, self.history = LoopState(), []
         self.best_updates: int | None = None  # gradient steps behind best/ (0: the untrained network)
         self.warnings: list[dict[str, Any]] = []  # every warning of this run, with its step (training.json)
-        self.restore()
         self.config_yaml = OmegaConf.to_yaml(OmegaConf.create(dict(cfg)))
+        self.restore()
         self.logger = make_logger(run_dir)
         self.bar = tqdm(total=tr.total_steps, initial=min(self.state.step, tr.total_steps), unit="step",
                         disable=not tr.progress, dynamic_ncols=True, file=sys.stderr)
@@ -243,6 +245,11 @@ class TrainingRun:
             raise ConfigError(f"{Path(src) / TRAINER_FILE}: does not fit this {self.agent_cfg.name} agent: "
                               f"{one_line(e)}") from None
         self.state.restore(ts["loop"], str(Path(src) / TRAINER_FILE))
+        saved = Path(src) / "config.yaml"
+        drift = saved.is_file() and resume_drift_warning(where, load_yaml_file(saved) or {},
+                                                         yaml.safe_load(self.config_yaml))
+        if drift:
+            self.warn_at(self.state.step, drift, evaluation=False)
         self.history.extend(ts.get("history", []))
         load_replay(Path(src), self.rb)
         self.carry_best(Path(src))

@@ -4,6 +4,7 @@ Every algorithm (Double DQN flat, SAC, SAC argmax, guided, the transfer preset) 
 ``llmsim-train: warning: ...`` line at the evaluation where it happens and an entry in training.json:
 
 * :func:`eval_seeds_warning`: ``trainer.eval_seeds`` that include test seeds choose best/ on them;
+* :func:`resume_drift_warning`: a resumed run composed with other env / agent settings than the run it continues;
 * :func:`budget_warning`: a budget below ``agent.learning_starts`` (or the batch size) takes no gradient step;
 * :func:`untrained_best_warning`: best/ saved before the first gradient step is the untrained network;
 * :func:`guide_only_warning`: the fallback margin chosen on validation makes best/ route exactly as its guide
@@ -17,6 +18,7 @@ Every algorithm (Double DQN flat, SAC, SAC argmax, guided, the transfer preset) 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +37,31 @@ def eval_seeds_warning(seeds: list[int]) -> str | None:
         return None
     return (f"trainer.eval_seeds {list(seeds)} include test seeds ({TEST_SEED0} and up): best/ is chosen on them, so "
             f"a test on them is no longer held out (use validation seeds {VALIDATION_SEED0}-{TEST_SEED0 - 1})")
+
+
+def config_changes(saved: Mapping[str, Any], now: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """``key (old -> new)`` for every dotted key whose value differs between two composed configs."""
+    out = []
+    for k in sorted(set(saved) | set(now), key=str):
+        a, b, key = saved.get(k), now.get(k), f"{prefix}{k}"
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += config_changes(a, b, key + ".")
+        elif a != b:
+            out.append(f"{key} ({a} -> {b})")
+    return out
+
+
+def resume_drift_warning(where: str, saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+    """Why a resumed run is not the run it continues, or None. Hydra composes it from its own command line, not
+    from the checkpoint's config.yaml, so an override of the first run that is not repeated silently changes the
+    env or the agent mid-run; ``trainer`` (the budget, evaluation, the resume itself) may change freely."""
+    changes = config_changes({k: v for k, v in saved.items() if k != "trainer"},
+                             {k: v for k, v in now.items() if k != "trainer"})
+    if not changes:
+        return None
+    shown = ", ".join(changes[:6]) + (f" and {len(changes) - 6} more" if len(changes) > 6 else "")
+    return (f"{where}: this run's config differs from the resumed run's config.yaml at {shown}; repeat that run's "
+            "overrides to continue it as it was")
 
 
 def budget_warning(total: int, cfg: OffPolicyConfig) -> str | None:

@@ -110,6 +110,24 @@ def test_resume_without_best_beside_it_warns_and_rebuilds_best(trained, tmp_path
     assert (tmp_path / "run" / "best" / "checkpoint.json").is_file()
 
 
+def test_resume_with_other_settings_names_them(trained, tmp_path, capsys):
+    """A resume is composed from its own command line, not from the checkpoint: overrides of the first run that
+    are not repeated change the env or the agent mid-run, so the warning names each changed key; the trainer's
+    own keys (the budget, the resume itself) may change freely."""
+    run, _ = trained
+    cfg = _cfg(total=1200, resume=str(run / "last"))
+    cfg["env"]["num_requests"] = 60
+    cfg["agent"]["learning_starts"] = 300
+    meta2 = train(cfg, tmp_path / "run")
+    drift = [w["message"] for w in meta2["warnings"] if "config.yaml" in w["message"]]
+    assert len(drift) == 1, meta2["warnings"]
+    assert "env.num_requests (40 -> 60)" in drift[0] and "agent.learning_starts (200 -> 300)" in drift[0]
+    assert "trainer." not in drift[0].split("config.yaml", 1)[1]
+    assert "env.num_requests (40 -> 60)" in capsys.readouterr().err
+    same = train(_cfg(total=1200, resume=str(run / "last")), tmp_path / "same")
+    assert not [w for w in same["warnings"] if "config.yaml" in w["message"]]
+
+
 def test_checkpoint_refused_for_another_layout(trained):
     run, _ = trained
     pol = CheckpointPolicy(run / "best")
