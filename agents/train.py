@@ -38,7 +38,7 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 from pydantic import Field
-from stable_baselines3.common.logger import Logger, make_output_format
+from stable_baselines3.common.logger import CSVOutputFormat, Logger, make_output_format
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv
 from tqdm import tqdm
 
@@ -157,10 +157,25 @@ def make_vec(env_cfg: dict[str, Any], n: int, randomize: RandomizeConfig | None 
     return SubprocVecEnv(fns) if n > 1 else FreshInfoVecEnv(fns)
 
 
+class _SortedKeys(list):
+    """CSV columns that grow in sorted order: stable-baselines3 adds a row's new keys as a set difference, whose
+    order follows string hashing, so progress.csv's columns would change from one process to the next."""
+
+    def extend(self, keys: Any) -> None:
+        super().extend(sorted(keys))
+
+
+def csv_output(run_dir: Path) -> CSVOutputFormat:
+    """progress.csv with the same columns in the same order for the same run (byte-identical reruns)."""
+    out = CSVOutputFormat(str(run_dir / "progress.csv"))
+    out.keys = _SortedKeys(out.keys)
+    return out
+
+
 def make_logger(run_dir: Path) -> Logger:
     """stable-baselines3's logger writing progress.csv and TensorBoard events under ``run_dir``."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    return Logger(str(run_dir), [make_output_format("csv", str(run_dir)),
+    return Logger(str(run_dir), [csv_output(run_dir),
                                  make_output_format("tensorboard", str(run_dir / "tensorboard"))])
 
 

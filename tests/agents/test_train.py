@@ -20,7 +20,7 @@ from llmsim.agents.checkpoint import CheckpointPolicy  # noqa: E402
 from llmsim.agents.checkpoint_meta import read_meta  # noqa: E402
 from llmsim.agents.env_setup import env_config, make_env  # noqa: E402
 from llmsim.agents.scoring import eval_score, evaluate_greedy  # noqa: E402
-from llmsim.agents.train import agent_config, check_setup, train  # noqa: E402
+from llmsim.agents.train import agent_config, check_setup, make_logger, train  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.resources import conf_dir  # noqa: E402
 from llmsim.state.cluster_state import LAYOUT_VERSION  # noqa: E402
@@ -243,3 +243,20 @@ def test_parallel_collection_in_worker_processes(tmp_path):
     meta = train(_cfg(total=400, num_envs=2, eval_every=0), tmp_path)
     assert meta["steps"] >= 400 and meta["evaluations"]
     assert read_meta(tmp_path / "last")["steps"] == meta["steps"]
+
+
+def test_progress_csv_columns_do_not_depend_on_string_hashing(tmp_path: Path) -> None:
+    """stable-baselines3 adds new columns as a set difference (hash order); ours are sorted, so the same run writes
+    the same progress.csv in every process."""
+    logger = make_logger(tmp_path)
+    first = [f"rollout/k{i:02d}" for i in range(20, 0, -1)]
+    for k in first:
+        logger.record(k, 1.0)
+    logger.dump(1)
+    later = [f"eval/z{i:02d}" for i in range(12, 0, -1)]
+    for k in later:
+        logger.record(k, 2.0)
+    logger.dump(2)
+    logger.close()
+    header = (tmp_path / "progress.csv").read_text().splitlines()[0].split(",")
+    assert header == sorted(first) + sorted(later)
