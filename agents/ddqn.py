@@ -308,6 +308,7 @@ class DoubleDQN(OffPolicyAgent):
         self.opt.load_state_dict(d["opt"])
         for group in self.opt.param_groups:  # a checkpoint from before foreach restores the per-tensor loop
             group["foreach"] = True
+            group["lr"] = self.cfg.lr  # the run's agent.lr, not the one saved with the optimiser's moments
         self.load_counters(d)
 
 

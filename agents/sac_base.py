@@ -154,4 +154,8 @@ class SoftActorCritic(OffPolicyAgent):
         with torch.no_grad():
             self.log_alpha.copy_(d["log_alpha"])
         self.alpha_opt.load_state_dict(d["alpha_opt"])
+        lrs = ((self.critic_opt, self.cfg.lr), (self.actor_opt, self.cfg.lr), (self.alpha_opt, self.cfg.alpha_lr))
+        for opt, lr in lrs:
+            for group in opt.param_groups:  # the run's learning rates, not the ones saved with the moments
+                group["lr"] = lr
         self.load_counters(d)

@@ -237,6 +237,10 @@ class TrainingRun:
         where, src = f"{key}={src}", str(checkpoint_dir(src))  # zoo:<name>: a shipped router's checkpoint
         meta = read_meta(src)
         check_compatible(meta, self.eval_env, where)
+        if key == "trainer.resume" and meta.get("agent") not in (None, self.agent_cfg.name):
+            raise ConfigError(f"{where}: a {meta.get('agent')} checkpoint, but this run's agent is "
+                              f"{self.agent_cfg.name} (resume with the agent it was trained with; trainer.init_from "
+                              "starts from another run's weights)")
         net = self.agent.policy_net()
         have = net_arch(net)
         saved = {k: meta.get(k) for k in have}
