@@ -50,7 +50,8 @@ def _stats(values: Sequence[float]) -> tuple[float | None, float | None]:
     v = [float(x) for x in values if x is not None and not (isinstance(x, float) and math.isnan(x))]
     if not v:
         return None, None
-    return float(np.mean(v)), float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
+    # one episode has no spread: std None (null, no "± 0.00" that would claim a measured zero spread)
+    return float(np.mean(v)), float(np.std(v, ddof=1)) if len(v) > 1 else None
 
 
 def _gain(ref: float | None, x: float | None) -> float | None:
@@ -120,9 +121,10 @@ def markdown(summary: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> s
     title = (f"**{meta.get('env_id', 'env')}**: {len(summary)} policies x {len(seeds)} seeds "
              f"({', '.join(map(str, seeds))}) x {meta.get('episodes_per_seed', 1)} episode(s), "
              f"{_requests(meta)} requests per episode")
-    notes = [f"Values are mean ± sample std over episodes; gains are ({ref} - policy) / {ref} on the means "
-             "(positive = lower mean E2E latency / earlier finish). Latencies count every request: a dropped or "
-             "cut-off one at the time it was given up (completed-only figures: evaluation.json, completed_*)."]
+    notes = [f"Values are mean ± sample std over episodes (one episode: the value alone); gains are ({ref} - "
+             f"policy) / {ref} on the means (positive = lower mean E2E latency / earlier finish). Latencies count "
+             "every request: a dropped or cut-off one at the time it was given up (completed-only figures: "
+             "evaluation.json, completed_*)."]
     if seeds:
         notes.append(split_note(seeds) + ".")
     if not any(e["policy"] == ref for e in summary):

@@ -250,3 +250,12 @@ def test_preempted_share_is_over_every_request_of_the_episode():
     summary = {"preempted_requests": 5, "completed": 2}  # three of the five preempted were dropped later
     assert preempted_share(summary, 10) == 0.5
     assert preempted_share(summary, 0) is None
+
+
+def test_one_episode_has_no_spread():
+    """A sample std of one episode is undefined: null in the summary and no "± 0.00" in the table."""
+    rows = [{"policy": "round_robin", "seed": 0, "mean_e2el_ms": 1000.0, "makespan_s": 100.0, "return": 1.0}]
+    [e] = summarise(rows)
+    assert e["mean_e2el_ms_mean"] == 1000.0 and e["mean_e2el_ms_std"] is None
+    md = markdown([e], {"env_id": "x", "seeds": [0], "env": {"num_requests": 60}})
+    assert "| round_robin | 1 | 1.00 |" in md and "±" not in md.split("\n\n")[1]
