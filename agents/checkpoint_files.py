@@ -65,6 +65,9 @@ def read_tensors(path: Path, what: str) -> Any:
                           f"(weights-only loading: {refusal(e)})") from None
     except Exception as e:  # noqa: BLE001 - any failure to parse means the file is not a torch file of ours
         reason = one_line(e).split(". ")[0]  # torch's first sentence says what failed; the rest is advice
+        if isinstance(e, KeyError):  # torch's legacy reader on a file of another format: a bare byte value
+            with path.open("rb") as f:
+                reason = f"not a torch archive (it starts with {f.read(8)!r}; torch.save writes a zip file, b'PK...')"
         raise ConfigError(f"{path}: not a readable torch file (empty, truncated or corrupted?): {reason}") from None
 
 

@@ -117,6 +117,9 @@ def test_damaged_checkpoint_files_are_one_line(ckpt: Path, tmp_path: Path) -> No
     _refused(lambda: load_policy_net(ckpt), f"{q}: not a readable torch file (empty, truncated or corrupted?)")
     q.write_bytes(b"")
     _refused(lambda: load_policy_net(ckpt), f"{q}: not a readable torch file")
+    q.write_bytes(b"hidden: [16, 16]\n")  # a file of another format (YAML) under the weights' name
+    _refused(lambda: load_policy_net(ckpt), f"{q}: not a readable torch file (empty, truncated or corrupted?): not a "
+                                            "torch archive (it starts with b'hidden: '; torch.save writes a zip file")
     q.unlink()
     _refused(lambda: load_policy_net(ckpt), f"{q}: missing; expected the Q-network's weights")
     q.write_bytes(good)
