@@ -276,7 +276,7 @@ class TrainingRun:
     def carry_best(self, src: Path) -> None:
         """A resumed run keeps its best checkpoint so far: best/ beside the resumed one is copied into a new run
         directory, so best/ exists (and matches the restored best score) even when no later evaluation beats it."""
-        best, dst = src.parent / "best", self.run_dir / "best"
+        best, dst = src.resolve().parent / "best", self.run_dir / "best"  # beside the target of a link
         if dst.exists():
             return
         if best.is_dir():

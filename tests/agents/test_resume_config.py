@@ -53,3 +53,11 @@ def test_an_unchanged_resume_says_nothing(last: Path, tmp_path: Path) -> None:
     run = TrainingRun(_cfg(600, resume=str(last)), tmp_path / "r")
     assert not [w for w in run.warnings if "config.yaml" in w["message"]]
     assert [g["lr"] for g in run.agent.opt.param_groups] == [1e-4]
+
+
+def test_resuming_through_a_link_keeps_the_best_beside_its_target(last: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(last, target_is_directory=True)
+    run = TrainingRun(_cfg(600, resume=str(link)), tmp_path / "r")
+    assert (tmp_path / "r" / "best" / "checkpoint.json").is_file()
+    assert not [w for w in run.warnings if "no best/" in w["message"]]
