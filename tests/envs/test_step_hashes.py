@@ -2,8 +2,9 @@
 rewards, episode ends and infos to the values recorded before the per-step speed work (the arrival env, the tick
 env with the workload-aware reward, and a noisy predictor's tick env). A shortcut that changes a bit fails here.
 Re-recorded when ``info["decided"]`` became absent on steps that place no request (it was None, which vector envs
-cannot stack), and when the latency reward credited its completions in ``info["request_rewards"]``, each time after
-checking that the rollouts' observations, rewards, ends and other info keys were unchanged."""
+cannot stack), when the latency reward credited its completions in ``info["request_rewards"]``, and when the
+episode summary gained ``std_itl_ms`` (as ``vllm bench serve`` saves it), each time after checking that the rollouts'
+observations, rewards, ends and other info keys were unchanged (the digests without the new key equal the old ones)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ import llmsim.envs  # noqa: F401  (registers the ids)
 RECORDED = [
     ("llmsim/Routing-v0", {}, "6748d9e1fa4c2589e7a01b3695b365399945c3327412e6876b3ee7b603800d58"),
     ("llmsim/WorkloadRouter-v0", {"num_requests": 300},
-     "fd157695da31863c9fe74b0dccbe63ae546fb661c65eb0517e22833747380aae"),
+     "ef3b19479fe9b9ecd3d06d6529d513a9c648032c8762e5ea8b2fff394d203a50"),
     ("llmsim/Routing-v0", {"decision": "tick", "action": "instance_wait", "reward": "workload_aware",
                            "predictor": "noisy", "num_requests": 200},
-     "d3f22b0216fcc5ae38e1ca3a2e1ecfc1d0730cd831fe4e0f27183d1660c42758"),
+     "0081a0382e88285568e7ee49935cc94adec282984722c88f35bde6ce41b76e7f"),
 ]
 
 
