@@ -63,3 +63,14 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type for an optional count where 0 means off (slices, parts): a negative one means nothing."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 (0: off), got {text!r}")
+    return value

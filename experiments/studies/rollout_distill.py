@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from experiments.harness.pages import study_out, write_text
-from experiments.harness.timing import positive_int
+from experiments.harness.timing import non_negative_int, positive_int
 from experiments.studies.rollout_headroom import label_of
 from experiments.studies.rollout_labels import OBSERVATION, TESTBED, label_env
 from experiments.studies.validation import seed_drawn, usage_errors, validation_seed
@@ -226,7 +226,7 @@ def parser() -> argparse.ArgumentParser:
                     help="rollout_labels' --out directory (default %(default)s)")
     ap.add_argument("--out", type=Path, default=study_out("rollout_distill"),
                     help="a directory for the checkpoints and validation_<requests>.json (default %(default)s)")
-    ap.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
+    ap.add_argument("--hidden", type=positive_int, nargs="+", default=[64, 64], help="units per hidden layer")
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--folds", type=int, default=1, help="episodes held out in turn to measure the fit (the last N)")
     ap.add_argument("--margins", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.2, 0.5, 1000.0])
@@ -241,7 +241,7 @@ def parser() -> argparse.ArgumentParser:
                          "range on each side): outside it the guide decides")
     ap.add_argument("--explain", action="store_true", help="instead of fitting: where in the episode the teacher "
                     "departs from its base (per quarter of the labelled decisions)")
-    ap.add_argument("--by-arrival", type=int, default=0, metavar="PARTS",
+    ap.add_argument("--by-arrival", type=non_negative_int, default=0, metavar="PARTS",
                     help="with --checkpoints: each one's mean E2E per PARTS slices of the requests in arrival order "
                          "(the first of --scenarios)")
     ap.add_argument("--checkpoints", type=Path, default=None,

@@ -136,3 +136,13 @@ def test_the_distillation_command_reports_held_out_folds_and_each_margin_against
     changed = np.mean([q["changed"] for q in quarters])  # equal quarters of two equal-length episodes
     teacher = [b if c[b] == np.nanmin(c) else int(np.nanargmin(c)) for c, b in zip(data["cost_ms"], data["base"])]
     assert changed == pytest.approx(np.mean(np.array(teacher) != data["base"]))
+
+
+@pytest.mark.parametrize(("option", "value"), [("--hidden", "0"), ("--hidden", "-3"), ("--by-arrival", "-1")])
+def test_a_layer_without_units_or_a_negative_slice_count_is_one_usage_line_naming_the_option(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str) -> None:
+    # before: --hidden 0 fitted a network with an empty layer, -3 ended in a torch traceback, and a negative
+    # --by-arrival was taken as "off" in silence
+    err = usage_error(rollout_distill.main, ["--labels", str(tmp_path), "--out", str(tmp_path),
+                                             "--checkpoints", str(tmp_path), option, value], capsys)
+    assert f"argument {option}: expected" in err and repr(value) in err, err
