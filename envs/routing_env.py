@@ -190,6 +190,7 @@ class RoutingEnv(gym.Env):
         self.cluster = Cluster(self.instance_configs, AgentRouter(self.handle_arrival, self.stages, self.decision),
                                view_staleness=self.view_staleness, metrics_interval=self.metrics_interval,
                                central_queue_tick=retry, on_unservable=self.on_unservable,
+                               unservable_key="env.on_unservable",  # the env's key, not the simulator CLI's
                                colocation_interference=self.colocation_interference, kv_link=self.kv_link,
                                kv_transfer=self.kv_transfer)
         self.driver = ClusterDriver(self.cluster)

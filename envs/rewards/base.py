@@ -12,7 +12,7 @@ Every reward also carries the generic outcome components (weight 1 by default, v
 way of losing a request is free and none is cheaper than another by accident:
 
 * ``dropped``: -1 per request dropped for any reason (the agent's DROP, a route to an instance that can
-  never serve it, ``sim.on_unservable``, the engine, the wait-timeout fallback ``drop``, never routed);
+  never serve it, ``env.on_unservable``, the engine, the wait-timeout fallback ``drop``, never routed);
 * ``cut_off``: -1 per request still unfinished when the episode is truncated by its time limit;
 * ``truncated``: -1 per completion whose output was cut at the instance's ``max_model_len``;
 * ``timeouts``: -1 per request routed by the wait-timeout fallback (it waited ``max_wait_s``);

@@ -79,6 +79,7 @@ class Cluster:
         metrics_interval: float = 1.0,
         central_queue_tick: float | None = None,
         on_unservable: str = "error",
+        unservable_key: str = "sim.on_unservable",  # the key its error tells to set: the caller's name for it
         colocation_interference: float = 1.0,
         kv_link: str = "infiniband",
         kv_transfer: str = "overlap",
@@ -98,7 +99,7 @@ class Cluster:
         self.recorder = recorder if recorder is not None else Recorder()  # a StreamedRecorder writes as it goes
         self.recorder.subscribe(self._on_finish)
         self.router: Any = router  # (Any: its answers are checked here, whatever its annotations say)
-        self.on_unservable = on_unservable
+        self.on_unservable, self.unservable_key = on_unservable, unservable_key
         self.instance_configs = instances
         self.instances: list[Instance] = build_engines(instances, self.env, self.recorder,
                                                        lambda i: self.view.refresh_instance(i.idx))
@@ -354,8 +355,7 @@ class Cluster:
                 raise ConfigError(
                     f"request {r.id} (prompt {r.prompt_tokens} tokens) can never be served: {reasons[0]} on "
                     f"every instance (max_model_len {[i.max_model_len for i in self.instances]}); fix the "
-                    "workload, raise engine.max_model_len, or set sim.on_unservable=drop to count it"
-                )
+                    f"workload, raise engine.max_model_len, or set {self.unservable_key}=drop to count it")
             self.recorder.drop(r, reasons[0], self.env.now)
             return True
         return False
@@ -408,7 +408,7 @@ class Cluster:
         if self.on_unservable == "error":
             raise ConfigError(f"request {r.id} needs model {r.model!r}, which no instance serves (models: "
                               f"{sorted(self.served_models)}); add it to an instance's model or models, or set "
-                              "sim.on_unservable=drop to count it")
+                              f"{self.unservable_key}=drop to count it")
         self.recorder.drop(r, "model_not_served", self.env.now)
         return True
 

@@ -13,6 +13,7 @@ from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.envs.workloads import EnvWorkload
+from llmsim.errors import ConfigError
 from llmsim.request import Request
 from llmsim.routing import DROP, WAIT
 
@@ -128,6 +129,17 @@ def test_engine_drop_reaches_the_reward():
     assert info["summary"]["dropped_by_reason"] == {"prompt_exceeds_max_model_len": 1}
     assert info["episode_components"]["dropped"] == -1
     assert info["decisions"] == 2  # the unservable request never reached the agent
+
+
+@pytest.mark.parametrize("late", [Request(1, 0.01, 500, 10), Request(1, 0.01, 50, 10, model="no-such-model")])
+def test_an_unservable_request_with_on_unservable_error_names_the_envs_key(late):
+    """The env's config has ``env.on_unservable``, not the simulator CLI's ``sim.on_unservable``: the hint says
+    the key the env user can set."""
+    small = [InstanceConfig("llama-2-7b", "a100-80gb", engine=EngineConfig(max_model_len=300))]
+    env = _env([Request(0, 0.0, 50, 10), late], small, on_unservable="error")
+    with pytest.raises(ConfigError, match=r"request 1 .*set env\.on_unservable=drop to count it") as e:
+        _episode(env, 0, lambda e, rng: 0)
+    assert "sim.on_unservable" not in str(e.value)
 
 
 def test_routing_to_an_unfit_instance_costs_a_drop():
