@@ -86,13 +86,21 @@ def simulate(
 def report_skipped(res: SimResult, workload: object) -> None:
     """What a built workload left out, counted in the summary and said in the notes (nothing is dropped in
     silence): trace rows skipped (``workload_skipped``, by reason), empirical length-table rows skipped
-    (``lengths_skipped``) and those sampled at a bound (``lengths_clipped``). A plain list of requests has none."""
+    (``lengths_skipped``), those sampled at a bound (``lengths_clipped``) and conversations forgotten at a
+    trace's ``max_sessions`` (``sessions_forgotten``: their later turns lose prefix reuse). A plain list of
+    requests has none."""
     stats = getattr(workload, "stats", None)
     if isinstance(stats, WorkloadStats):
         skipped = dict(stats.skipped)
         res.summary["workload_skipped"] = skipped
         if skipped:
             res.notes.append(f"workload rows skipped (counted, not simulated): {skipped}")
+        if stats.sessions_forgotten:
+            res.summary["sessions_forgotten"] = stats.sessions_forgotten
+            cap = workload.describe().get("max_sessions") if isinstance(workload, Workload) else None
+            res.notes.append(f"conversations forgotten at the max_sessions{f'={cap}' if cap else ''} cap (a later "
+                             f"turn of one starts afresh, without prefix reuse): {stats.sessions_forgotten}; raise "
+                             "max_sessions to keep them")
     described = workload.describe() if isinstance(workload, Workload) else {}
     table_skipped = table_rows_skipped(described)
     if table_skipped:

@@ -37,6 +37,7 @@ class WorkloadStats:
     skipped: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     stopped: str | None = None
+    sessions_forgotten: int = 0  # conversations a cap of open sessions forgot: their later turns start afresh
 
     def skip(self, reason: str, n: int = 1) -> None:
         """Count ``n`` rows dropped for ``reason``."""
@@ -67,6 +68,7 @@ class WorkloadStats:
             "skipped": dict(self.skipped),
             "errors": list(self.errors),
             "stopped": self.stopped,
+            "sessions_forgotten": self.sessions_forgotten,
         }
 
 

@@ -400,6 +400,7 @@ class BurstGPTTrace(CsvTrace):
         for r in super()._iter(stats):
             r.hash_ids = ids.assign(r.extra["session_id"] if r.extra else None, r.prompt_tokens, r.output_tokens)
             r.hash_block = self.hash_block
+            stats.sessions_forgotten = ids.forgotten  # (reported by the run: their later turns lose reuse)
             yield r
 
     def _select(self, names: list[str], where: str) -> list[str]:

@@ -40,6 +40,7 @@ class _Wrapper(Workload):
             skipped=skipped,
             errors=list(inner.errors),
             stopped=own.stopped or inner.stopped,
+            sessions_forgotten=inner.sessions_forgotten,
         )
 
 

@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llmsim.cluster import InstanceConfig
 from llmsim.engine.prefix_cache import block_keys
 from llmsim.errors import ConfigError, TraceError
 from llmsim.request import Request
+from llmsim.simulation import simulate
 from llmsim.workload import (
     BurstGPTTrace,
     Fixed,
@@ -19,6 +21,7 @@ from llmsim.workload import (
     Independent,
     MooncakeTrace,
     PromptPool,
+    RateScaled,
     SessionIds,
     SharedPrefixWorkload,
     build_workload,
@@ -204,6 +207,25 @@ def test_burstgpt_sessions(tmp_path: Path) -> None:
         list(BurstGPTTrace(write_burstgpt(tmp_path / "BurstGPT_1.csv", rows, "1"), sessions=True))
     with pytest.raises(ConfigError, match="workload.hash_block"):
         build_workload({"kind": "burstgpt", "path": str(path), "sessions": True, "hash_block": 0}, 0)
+
+
+@pytest.mark.timeout(60)
+def test_a_run_reports_the_conversations_forgotten_at_max_sessions(tmp_path: Path) -> None:
+    """Four conversations taking turns past a cap of two: every turn after the first two forgets one (10 of 12
+    rows), and the run says so in its summary and notes; under a cap that holds them all, nothing is reported."""
+    rows = burstgpt_rows(n=12, seed=1)
+    rows["Session ID"] = np.array([f"s{i % 4}" for i in range(12)])
+    rows["Response tokens"] = np.maximum(rows["Response tokens"].to_numpy(), 1)
+    path = write_burstgpt(tmp_path / "BurstGPT_3.csv", rows, "3")
+    inst = [InstanceConfig("llama-2-7b", "a100-80gb")]
+    capped = {"kind": "burstgpt", "path": str(path), "sessions": True, "max_sessions": 2}
+    res = simulate(inst, build_workload(capped, 0), "round_robin", on_unservable="drop")
+    assert res.summary["sessions_forgotten"] == 10
+    assert [n for n in res.notes if "max_sessions=2" in n and ": 10;" in n and "prefix reuse" in n], res.notes
+    scaled = RateScaled(build_workload(capped, 0), 2.0)  # a transform passes its trace's count on
+    assert simulate(inst, scaled, "round_robin", on_unservable="drop").summary["sessions_forgotten"] == 10
+    roomy = simulate(inst, build_workload({**capped, "max_sessions": 4}, 0), "round_robin", on_unservable="drop")
+    assert "sessions_forgotten" not in roomy.summary and not [n for n in roomy.notes if "max_sessions" in n]
 
 
 def test_ideal_hit_rate_definition() -> None:
