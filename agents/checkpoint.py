@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from llmsim.agents.checkpoint_files import load_weights, save_trainer_state
-from llmsim.agents.checkpoint_meta import FORMAT, check_compatible, read_meta
+from llmsim.agents.checkpoint_meta import FORMAT, check_compatible, default_label, read_meta
 from llmsim.agents.nets import (
     SPILL_GUIDE,
     GuidedQNetwork,
@@ -233,7 +233,7 @@ class CheckpointPolicy(QPolicy):
         self.path = Path(path)
         self.meta = read_meta(self.path)
         super().__init__(load_policy_net(self.path, self.meta),
-                         label or str(self.meta.get("label") or self.meta.get("agent", "ddqn")), mode)
+                         label or default_label(self.meta), mode)
         if (gate is None) != (fallback is None):
             raise ConfigError(f"{self.path}: a load gate needs its fallback heuristic (and only a gate has one)")
         self.gate, self.fallback = gate, fallback

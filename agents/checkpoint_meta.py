@@ -34,10 +34,22 @@ def action_layout(env: RoutingEnv) -> dict[str, Any]:
             "wait": env.wait_action, "drop": env.drop_action}
 
 
+def default_label(meta: dict[str, Any]) -> str:
+    """The name a checkpoint's policy reports when given no label: its own label, else its agent."""
+    return str(meta.get("label") or meta.get("agent", "ddqn"))
+
+
+def a_file(p: Path) -> str:
+    """Why a regular file given as a checkpoint is refused: a checkpoint is a directory, not its weights file."""
+    return f"{p}: a file, not a checkpoint directory (expected a directory holding checkpoint.json)"
+
+
 def read_meta(path: str | Path) -> dict[str, Any]:
     """checkpoint.json of checkpoint directory ``path``; one line when it is missing or of another format."""
     p = Path(path)
     f = p / "checkpoint.json"
+    if p.is_file():
+        raise ConfigError(a_file(p))
     if not f.is_file():
         raise ConfigError(f"{p}: not a checkpoint directory (no checkpoint.json)")
     meta = load_json_file(f)

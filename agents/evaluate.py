@@ -36,6 +36,7 @@ from llmsim.agents.policy_specs import (
     checkpoint_specs,
     normalise_spec,
     policy_env_cfg,
+    spec_label,
 )
 from llmsim.agents.router_options import router_kwargs
 from llmsim.agents.seeds import seed_splits
@@ -82,6 +83,7 @@ def run_app(cfg: Mapping[str, Any], out_dir: str | Path, quiet: bool = False) ->
     specs = checkpoint_specs(c.checkpoints) + baseline_specs(c.baselines, env_id)
     jobs = positive_int(c.jobs, "jobs")
     episodes = positive_int(c.episodes_per_seed, "episodes_per_seed")
+    check_reference(c.reference, specs)
     t0 = time.perf_counter()
     rows, described = evaluate_described(env_cfg, specs, seeds, jobs, episodes_per_seed=episodes,
                                           progress=c.progress)
@@ -92,6 +94,16 @@ def run_app(cfg: Mapping[str, Any], out_dir: str | Path, quiet: bool = False) ->
     if not quiet:
         print(md, end="")
     return rows
+
+
+def check_reference(reference: str, specs: list[Any]) -> None:
+    """A reference named on purpose must be one of the policies evaluated: a misspelt one would otherwise cost a
+    whole evaluation with no gains. The default (round_robin) left out only notes that there are no gains."""
+    labels = [spec_label(s) for s in specs]
+    if reference == REFERENCE or reference in labels or None in labels:  # None: a missing checkpoint, refused later
+        return
+    raise ConfigError(f"reference: {reference!r} is not a policy of this evaluation; expected one of "
+                      f"{list(dict.fromkeys(labels))}")
 
 
 def run_suite_app(c: EvaluateConfig, cfg: Mapping[str, Any], out_dir: Path, quiet: bool) -> list[dict[str, Any]]:

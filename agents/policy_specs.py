@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from llmsim.agents.checkpoint_meta import read_meta
+from llmsim.agents.checkpoint_meta import a_file, default_label, read_meta
 from llmsim.agents.policy import HeuristicPolicy, Policy
 from llmsim.agents.router_options import router_kwargs
 from llmsim.agents.suite_config import applicable_heuristics
@@ -23,6 +23,7 @@ from llmsim.agents.zoo import checkpoint_dir
 from llmsim.envs.load_gate import LoadGate, parse_gate
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError
+from llmsim.routing import ROUTERS
 
 # ``baselines: auto``: the Intelligent Router's heuristics, the Learned Best-Effort paper's static model choices,
 # the QoS-aware edge router's routers
@@ -88,7 +89,23 @@ def baseline_specs(baselines: Any, env_id: str) -> list[dict[str, Any]]:
         baselines = AUTO_BASELINES[env_id]
     if isinstance(baselines, str | Mapping) or not isinstance(baselines, Sequence):
         raise ConfigError(f"baselines: expected 'auto', 'all', 'none' or a list of routers, got {baselines!r}")
-    return [normalise_spec(b) for b in baselines]  # type: ignore[misc]
+    specs = [normalise_spec(b) for b in baselines]
+    for i, (b, spec) in enumerate(zip(baselines, specs, strict=True)):  # named as typed, before any episode runs
+        if isinstance(spec, dict) and spec.get("kind") == "router":
+            ROUTERS.get(spec["name"], f"baselines[{i}]" if isinstance(b, str) else f"baselines[{i}].name")
+    return specs  # type: ignore[return-value]
+
+
+def spec_label(spec: dict[str, Any] | Policy) -> str | None:
+    """The label a spec's policy will report (a checkpoint's from its checkpoint.json unless given; None when its
+    directory is missing, which building it refuses)."""
+    if not isinstance(spec, dict):
+        return str(spec.name)
+    if spec.get("label") or spec["kind"] != "checkpoint":
+        return spec.get("label") or spec.get("name")
+    if not Path(spec["path"]).is_dir():
+        return None
+    return default_label(read_meta(spec["path"]))
 
 
 def checkpoint_specs(checkpoints: Any) -> list[dict[str, Any]]:
@@ -116,6 +133,8 @@ def build_policy(spec: dict[str, Any] | Policy, env: RoutingEnv, env_cfg: Mappin
         return copy.deepcopy(spec)
     if spec["kind"] == "checkpoint":
         path = Path(spec["path"])
+        if path.is_file():
+            raise ConfigError(f"checkpoints: {a_file(path)}")
         if not path.is_dir():
             raise ConfigError(f"checkpoints: {path}: no such checkpoint directory")
         try:
