@@ -80,8 +80,10 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     if not f.is_file():
         raise ConfigError(f"{d}: not a policy export (no {MANIFEST}; llmsim-export checkpoint=DIR writes one)")
     m = load_json_file(f)
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise ConfigError(f"{f}: format {m.get('format') if isinstance(m, dict) else None!r}, expected {FORMAT!r}")
+    if not isinstance(m, dict):
+        raise ConfigError(f"{f}: expected a JSON object (an export's description), got {json_kind(m)}")
+    if m.get("format") != FORMAT:
+        raise ConfigError(f"{f}: format {m.get('format')!r}, expected {FORMAT!r}")
     if m.get("format_version") != FORMAT_VERSION:
         raise ConfigError(f"{f}: format_version {m.get('format_version')!r}, this llmsim reads {FORMAT_VERSION}")
     for key in ("onnx", "observation", "actions", "context", "policy"):
@@ -94,6 +96,12 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     onnx_path(d, m)
     check_io(f, m)
     return m
+
+
+def json_kind(x: Any) -> str:
+    """A parsed JSON value's kind as the file spells it (a list, a string, null ...)."""
+    kinds = {bool: "a boolean", list: "a list", str: "a string", int: "a number", float: "a number"}
+    return "null" if x is None else kinds.get(type(x), f"a {type(x).__name__}")
 
 
 def onnx_path(d: Path, m: dict[str, Any]) -> Path:

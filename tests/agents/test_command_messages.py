@@ -1,5 +1,6 @@
 """The agents' commands answer a mistyped input up front in one line naming the key the user typed: a reference
-policy the run does not evaluate, an unknown baseline router, a file given where a checkpoint directory belongs."""
+policy the run does not evaluate, an unknown baseline router, a file given where a checkpoint directory belongs, an
+export manifest that is not a JSON object."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from omegaconf import OmegaConf
 import llmsim.agents.evaluate as evaluate_app
 from llmsim.agents.checkpoint_meta import read_meta
 from llmsim.agents.evaluate import baseline_specs, checkpoint_specs, evaluate, run_app
+from llmsim.envs.exported import MANIFEST, read_manifest
 from llmsim.errors import ConfigError
 from llmsim.resources import conf_dir
 
@@ -69,3 +71,10 @@ def test_a_file_given_as_a_checkpoint_says_a_directory_was_expected(tmp_path: Pa
         evaluate(env, checkpoint_specs([str(f)]), [2000])
     assert str(e.value) == f"checkpoints: {f}: {A_FILE}"
 
+
+@pytest.mark.parametrize("body,got", [("[]", "a list"), ('"x"', "a string"), ("null", "null")])
+def test_an_export_manifest_that_is_not_an_object_says_what_it_is(tmp_path: Path, body: str, got: str) -> None:
+    (tmp_path / MANIFEST).write_text(body)
+    with pytest.raises(ConfigError) as e:
+        read_manifest(tmp_path)
+    assert str(e.value) == f"{tmp_path / MANIFEST}: expected a JSON object (an export's description), got {got}"
