@@ -61,14 +61,15 @@ def eval_score(metric: str, value: float, dropped: float) -> float:
     return value
 
 
-def explain_score(metric: str, evaluation: dict[str, Any], reward: str) -> str:
+def explain_score(metric: str, evaluation: dict[str, Any], reward: str | None) -> str:
     """What an evaluation's score is made of, in one phrase (printed beside it: a score of -3.55e+11 is not a
     latency, it is 355 lost requests)."""
     lost = evaluation.get("dropped")
     lost_note = f", {lost:g} requests lost per episode" if lost else ""
     if metric == "return":
-        return (f"score = the greedy policy's mean episode return, the env reward {reward!r} summed over an episode "
-                f"(higher is better{lost_note})")
+        what = f"the env reward {reward!r}" if reward else "the env's default reward"
+        return (f"score = the greedy policy's mean episode return, {what} summed over an episode (higher is "
+                f"better{lost_note})")
     if lower_is_better(metric):
         value = evaluation.get(metric, float("nan"))
         if not lost:

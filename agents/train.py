@@ -439,6 +439,7 @@ class TrainingRun:
         if getattr(self, "margin_table", None):
             meta["fallback_margin_choice"] = self.margin_table
         meta["wall_s"] = round(time.perf_counter() - self.t0, 2)
+        meta["reward_kind"] = self.eval_env.reward_fn.name  # the env's own default when the config names none
         if self.best_updates == 0:
             meta["best_untrained"] = True
             self.warn_at(st.step, self.untrained_best_note(), evaluation=False)
@@ -457,8 +458,8 @@ def summary_lines(meta: dict[str, Any], run_dir: Path) -> list[str]:
     the checkpoints are."""
     best = max(meta["evaluations"], key=lambda r: r["score"]) if meta["evaluations"] else {}
     reward = (meta.get("env") or {}).get("reward")
-    reward_name = reward.get("kind") if isinstance(reward, dict) else reward or "the env's default"
-    why = explain_score(meta["eval_metric"], best, str(reward_name)) if best else "no evaluation"
+    kind = meta.get("reward_kind") or (reward.get("kind") if isinstance(reward, dict) else reward)
+    why = explain_score(meta["eval_metric"], best, str(kind) if kind else None) if best else "no evaluation"
     return [f"trained {meta['label']}: {meta['steps']} steps, {meta['episodes']} episodes, {meta['updates']} "
             f"gradient steps, {meta['wall_s']} s",
             f"best eval {meta['eval_metric']} score {meta['best_score']:.4g} at step {best.get('step')} ({why})",

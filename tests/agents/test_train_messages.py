@@ -118,3 +118,18 @@ def test_choosing_best_on_test_seeds_warns(tmp_path: Path, capsys) -> None:
             "on them is no longer held out (use validation seeds 1000-1999)")
     assert f"llmsim-train: warning: {want}" in capsys.readouterr().err
     assert want in [w["message"] for w in meta["warnings"]]
+
+
+def test_the_score_names_the_reward_the_env_used(tmp_path: Path) -> None:
+    """A config naming no reward kind trains on the env's default; the summary names it, never "None"."""
+    cfg = _cfg(100, 50)
+    cfg["env"].pop("reward")
+    meta = train(cfg, tmp_path)
+    assert meta["reward_kind"] == "workload_aware"  # the testbed's own reward
+    line = summary_lines(meta, tmp_path)[1]
+    assert "the env reward 'workload_aware' summed over an episode" in line, line
+    row = {"step": 1, "score": -1.0, "dropped": 0.0}
+    old = {"label": "ddqn", "steps": 1, "episodes": 1, "updates": 0, "wall_s": 1.0, "eval_metric": "return",
+           "best_score": -1.0, "evaluations": [row], "env": {"id": "workload_router", "reward": {"guidance": 0}}}
+    line = summary_lines(old, tmp_path)[1]  # a training.json of before reward_kind: no kind to name
+    assert "the env's default reward summed over an episode" in line and "None" not in line, line
