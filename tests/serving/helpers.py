@@ -79,13 +79,14 @@ def read_sse_line(line: str, chat: bool, out: dict) -> None:
             out["tokens"] += 1
 
 
-async def burst(url: str, n: int, gap: float = 0.0, long_every: int = 0, extra: dict | None = None) -> list[dict]:
+async def burst(url: str, n: int, gap: float = 0.0, long_every: int = 0, extra: dict | None = None,
+                long_tokens: int = 400) -> list[dict]:
     """``n`` requests ``gap`` s apart, every other one streaming, some chat; every ``long_every``-th asks for
-    400 tokens (streams that are still open a while later); ``extra``: more fields in every body."""
+    ``long_tokens`` tokens (streams that are still open a while later); ``extra``: more fields in every body."""
     async with httpx.AsyncClient(timeout=60) as client:
         async def later(i: int) -> dict:
             await asyncio.sleep(gap * i)
             long = long_every and i % long_every == 0
-            return await one(client, url, i, stream=i % 2 == 0, chat=i % 5 == 1, max_tokens=400 if long else 0,
+            return await one(client, url, i, stream=i % 2 == 0, chat=i % 5 == 1, max_tokens=long_tokens if long else 0,
                              extra=extra)
         return await asyncio.gather(*(later(i) for i in range(n)))

@@ -78,13 +78,14 @@ def test_jsq_follows_the_scraped_load(backends) -> None:
 
 @pytest.mark.slow
 def test_a_backend_killed_mid_run_loses_no_request() -> None:
-    """Slower backends (3x real time: a 400-token stream lasts ~2 s, longer than a loaded machine lets the router
-    lag behind) so that streams are open on the killed one: those end with a clean error event, requests not yet
-    answered go elsewhere, nothing is lost or answered twice."""
+    """Slower backends (3x real time) and long streams (1,200 tokens, ~6 s: longer than a loaded machine lets the
+    router lag behind the backend; 400 tokens, ~2 s, once left no stream open at the kill on a clone run beside
+    another suite) so that streams are open on the killed one: those end with a clean error event, requests not
+    yet answered go elsewhere, nothing is lost or answered twice."""
     hs = [start_emulator("llama-3.1-8b", "a100-80gb", speedup=3.0, max_num_seqs=8, seed=i) for i in range(3)]
 
     async def scenario(router_url: str, gw) -> list[dict]:
-        task = asyncio.ensure_future(burst(router_url, 120, gap=0.008, long_every=4))
+        task = asyncio.ensure_future(burst(router_url, 120, gap=0.008, long_every=4, long_tokens=1200))
         b1 = gw.backends[1]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 60
