@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +128,15 @@ def load_json_file(path: str | Path, error: type[LLMSimError] = ConfigError) -> 
         raise error(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     except DuplicateJSONKey as e:
         raise error(f"{path}: key {e.key[:60]!r} given twice in one object; give each key once") from None
+
+
+def unwritable_folder(path: str | Path) -> str | None:
+    """Why no file can be made at ``path`` (its nearest existing folder takes no new file), or None: an output
+    option is checked before a long run, not found out after it (missing folders are made then)."""
+    folder = next(d for d in Path(path).absolute().parents if d.exists())
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        return f"cannot write a file in {folder} ({e.strerror or e})"
+    return None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pandas as pd
 from matplotlib.backend_bases import FigureCanvasBase
 from matplotlib.figure import Figure
 
-from llmsim.errors import TraceError
+from llmsim.errors import TraceError, unwritable_folder
 
 
 def read_timeseries(requests_path: str | Path) -> tuple[pd.DataFrame, float] | None:
@@ -108,12 +107,9 @@ def plot_path(text: str) -> Path:
     if p.suffix[1:].lower() not in formats:
         raise argparse.ArgumentTypeError(f"{text}: expected an image file name ending in one of "
                                          f"{', '.join('.' + f for f in sorted(formats))}")
-    folder = next(d for d in p.absolute().parents if d.exists())
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as e:
-        raise argparse.ArgumentTypeError(f"{text}: cannot write a file in {folder} ({e.strerror or e})") from None
+    problem = unwritable_folder(p)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text}: {problem}")
     return p
 
 

@@ -7,12 +7,12 @@ import argparse
 import datetime as dt
 import json
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from experiments.harness.claims import PROG, RULES_TEXT, VERDICTS, format_value, source_commit
+from llmsim.errors import unwritable_folder
 
 
 # ---------------------------------------------------------------------- markdown
@@ -114,12 +114,9 @@ def out_file(text: str) -> Path:
     p = Path(text)
     if p.is_dir():
         raise argparse.ArgumentTypeError(f"{text}: is a directory; expected a file name")
-    folder = next(d for d in p.absolute().parents if d.exists())
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as e:
-        raise argparse.ArgumentTypeError(f"{text}: cannot write a file in {folder} ({e.strerror or e})") from None
+    problem = unwritable_folder(p)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text}: {problem}")
     return p
 
 
