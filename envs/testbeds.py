@@ -289,8 +289,9 @@ class BestEffortEnv(RoutingEnv):
 
     ## Observation Space
     The paper's model-selection features (:class:`~llmsim.envs.observations.ModelSelectObs`), ``Box`` of
-    T + M + 1 floats (8 by default): one-hot task, batch size per model / 64, arrival rate / 48 (the true rate on
-    ``stable``, the 5-arrival running estimate otherwise, App. B).
+    4 + 3 + 1 = 8 floats: one-hot task over the paper's four task ids (hellaswag, copa, piqa, openbookqa, whichever
+    subset ``tasks`` draws), batch size per model / 64, arrival rate / 48 (the true rate on ``stable``, the
+    5-arrival running estimate otherwise, App. B).
 
     ## Rewards
     The best-effort reward (Eq. 1, :class:`~llmsim.envs.rewards.BestEffortReward`): per completion the task's
@@ -323,7 +324,10 @@ class BestEffortEnv(RoutingEnv):
         tasks = best_effort_tasks(tasks, task_deadlines)
         defaults = dict(
             num_requests=num_requests, decision="arrival", action="model",
-            observation={"kind": "model", "rate": "true" if schedule == "stable" else "estimate"},
+            # the task one-hot keeps the paper's four task ids whatever subset arrives (its section 4.5 runs the
+            # four-task policy on one- and two-task workloads without retraining)
+            observation={"kind": "model", "rate": "true" if schedule == "stable" else "estimate",
+                         "tasks": list(BEST_EFFORT_ACCURACY)},
             reward={"kind": "best_effort", "deadline": deadline, "soft": soft,
                     "task_deadlines": dict(task_deadlines or {})},
             drain_time=drain_time,

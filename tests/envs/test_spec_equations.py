@@ -201,3 +201,17 @@ def test_best_effort_rate_feature():
     true.on_arrival(None, Request(0, 0.0, 10, 10, extra={"rate": 12.5}))
     assert true.rate() == 12.5
 
+
+def test_best_effort_task_ids_stay_the_paper_s_on_a_task_subset():
+    # the paper runs its four-task policy on one- and two-task workloads without retraining (section 4.5, App. C):
+    # the state's task id must keep its meaning (hellaswag 0, copa 1, piqa 2, openbookqa 3) and the shape its size
+    full = gym.make("llmsim/BestEffort-v0", num_requests=20).unwrapped
+    for tasks, hot in ((["copa"], 1), (["openbookqa"], 3), (["hellaswag", "copa"], None)):
+        env = gym.make("llmsim/BestEffort-v0", num_requests=20, tasks=tasks).unwrapped
+        assert env.observation_space == full.observation_space
+        obs, _ = env.reset(seed=0)
+        task = env.pending.task
+        assert obs[:4].tolist() == [1.0 if i == ["hellaswag", "copa", "piqa", "openbookqa"].index(task) else 0.0
+                                    for i in range(4)]
+        if hot is not None:
+            assert obs[hot] == 1.0
