@@ -90,11 +90,21 @@ def _common(res: SimResult, reqs: list[Request]) -> dict[str, Any]:
     }
 
 
-def _run_workload_router(job: Job) -> dict[str, Any]:
-    n_inst, rate = (4, 20.0) if job.testbed == "workload_router" else (8, 40.0)
-    insts = TB.workload_router_instances(n_inst)
+def workload_router_requests(job: Job) -> list[Request]:
+    """The WorkloadRouter evaluation workload, each request carrying the oracle's output-length prediction (the
+    env's ``predictor: oracle``), so every router reads the same lengths as in the env: without it
+    ``least_work_left`` (the paper's JSQ) counted each resident request's output as the mean finished length."""
+    rate = 20.0 if job.testbed == "workload_router" else 40.0
     reqs = MixtureWorkload(workload_router_mixture(), {"kind": "poisson", "rate": rate}).requests(job.seed,
                                                                                                  job.num_requests)
+    for r in reqs:
+        r.predicted_output = float(r.output_tokens)
+    return reqs
+
+
+def _run_workload_router(job: Job) -> dict[str, Any]:
+    insts = TB.workload_router_instances(4 if job.testbed == "workload_router" else 8)
+    reqs = workload_router_requests(job)
     kw: dict[str, Any] = {}
     if job.policy in CAPACITY_ROUTERS:
         kw = {"kv_tokens": _kv_tokens(insts[0]), "max_num_seqs": insts[0].engine.max_num_seqs}

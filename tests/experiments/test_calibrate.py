@@ -99,3 +99,25 @@ def test_a_jobs_below_one_is_refused(jobs, capsys):
         main(["--quick", "--jobs", jobs])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert e.value.code == 2 and err.endswith(f"argument --jobs: expected a positive integer, got '{jobs}'")
+
+
+def test_workload_router_baselines_read_the_oracle_lengths_as_in_the_env():
+    """The paper's JSQ (least_work_left) counts each resident request's decode tokens still to come; the env's
+    oracle predictor gives it the true lengths, and so must the calibration (it read the mean finished length)."""
+    import copy
+
+    from llmsim.envs import testbeds as TB
+    from llmsim.envs.tasks import workload_router_mixture
+    from llmsim.envs.workloads import MixtureWorkload
+    from llmsim.simulation.run import simulate
+
+    reqs = MixtureWorkload(workload_router_mixture(), {"kind": "poisson", "rate": 20.0}).requests(0, 400)
+    oracle = [copy.copy(r) for r in reqs]
+    for r in oracle:
+        r.predicted_output = float(r.output_tokens)
+    runs = {name: simulate(TB.workload_router_instances(4), rs, "least_work_left", seed=0,
+                           central_queue_tick=0.02).requests.e2el_ms.mean()
+            for name, rs in (("oracle", oracle), ("none", [copy.copy(r) for r in reqs]))}
+    assert runs["oracle"] != pytest.approx(runs["none"], rel=1e-3)  # the lengths matter to this router
+    row = run_job(Job("workload_router", "least_work_left", 0, 400))
+    assert row["mean_e2el_ms"] == pytest.approx(runs["oracle"], rel=1e-12)
