@@ -14,7 +14,8 @@ Layout (float32, index: meaning, normalisation):
   3 + 6k + 3   ... predicted >= 2048 / max_num_seqs
   3 + 6k + 4   C: available capacity, 1 - max(batch slots used, KV blocks used) in [0, 1], 2 decimals
   3 + 6k + 5   T: estimated time to the earliest completion on instance k (s) / 10, clipped to 1, 2 decimals;
-               T = min_j max(0, d_hat_j - o_j) * t_dec with t_dec = max(0.02, grad_d * resident tokens)
+               T = min_j max(0, d_hat_j - o_j) * t_dec over the decoding requests j (0 when none decodes),
+               t_dec = max(0.02, grad_d * resident tokens)
   3 + 6N + k   only with prefix_hit: expected prefix-cache hit of the request on instance k, hit tokens / prompt
                tokens in [0, 1] (``ClusterView.prefix_hit_tokens``: what the engine's cache holds now; 0 when
                prefix caching is off, the request has no hash ids, or nothing is decided)
