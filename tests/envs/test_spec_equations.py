@@ -229,3 +229,16 @@ def test_soft_deadline_band_on_the_testbed_s_512_token_requests():
     # per token: 42 ms per token is 2 ms over -> 0.98; 44.5 ms is past the 4 ms (10 %) band -> 0
     assert deadline_weight(512 * 0.042, 512, 0.04, soft=True, soft_violation="per_token") == pytest.approx(0.98)
     assert deadline_weight(512 * 0.0445, 512, 0.04, soft=True, soft_violation="per_token") == 0.0
+
+
+def test_best_effort_arrival_schedules_are_app_b_s():
+    from llmsim.envs.tasks import BEST_EFFORT_SCHEDULES
+
+    # unpredictable 1: rate from U[0.25, 2] w.p. 0.90, U[2, 40] w.p. 0.08, U[40, 48] w.p. 0.02, Geometric requests
+    # with mean 20 x rate per phase (~20 s); unpredictable 2: U[1, 48], Geometric with mean 500; the stable schedule
+    # without a rate: U[0.25, 48] held ~40 s
+    one, two, stable = (BEST_EFFORT_SCHEDULES[k] for k in ("bursty", "bursty2", "stable"))
+    assert [list(c) for c in one["mixture"]] == [[0.90, 0.25, 2.0], [0.08, 2.0, 40.0], [0.02, 40.0, 48.0]]
+    assert one["mean_seconds"] == 20.0 and "mean_requests" not in one
+    assert [list(c) for c in two["mixture"]] == [[1.0, 1.0, 48.0]] and two["mean_requests"] == 500.0
+    assert [list(c) for c in stable["mixture"]] == [[1.0, 0.25, 48.0]] and stable["mean_seconds"] == 40.0
