@@ -9,6 +9,7 @@ Layout (float32, index: meaning, normalisation):
   1            p_t: prompt tokens of the request being decided / 1000 (prompts <= 1000 tokens), clip 4
   2            d_t: its predicted decode bucket, 0 (< 256), 1 (256-2048), 2 (> 2048), divided by 2
   3 + 6k + 0   requests of instance k in prefill (waiting, or admitted with no token yet) / max_num_seqs
+               (not clipped: the four counts' bound in the space is open; waiting requests exceed the batch)
   3 + 6k + 1   requests of instance k decoding with predicted output < 256 / max_num_seqs
   3 + 6k + 2   ... 256 <= predicted < 2048 / max_num_seqs
   3 + 6k + 3   ... predicted >= 2048 / max_num_seqs
@@ -81,6 +82,10 @@ class FlatObs(ObsBuilder):
         self.buf = np.zeros(3 + 6 * n + (n if self.prefix_hit else 0), dtype=np.float32)
         hi = np.ones_like(self.buf)
         hi[1] = 4.0
+        # the request counts per instance are not clipped (waiting prompts pile up past max_num_seqs under load),
+        # so their bound is open: a space that claims 1 is left by the observations it describes
+        for k in range(n):
+            hi[3 + 6 * k:7 + 6 * k] = np.inf
         return gym.spaces.Box(0.0, hi, dtype=np.float32)
 
     def build(self, env: ObservationContext, state: ClusterState, req: Request | None) -> np.ndarray:

@@ -242,3 +242,14 @@ def test_best_effort_arrival_schedules_are_app_b_s():
     assert one["mean_seconds"] == 20.0 and "mean_requests" not in one
     assert [list(c) for c in two["mixture"]] == [[1.0, 1.0, 48.0]] and two["mean_requests"] == 500.0
     assert [list(c) for c in stable["mixture"]] == [[1.0, 0.25, 48.0]] and stable["mean_seconds"] == 40.0
+
+
+def test_flat_state_stays_in_its_space_when_waiting_requests_exceed_the_batch():
+    # max_num_seqs 2 and four requests sent to instance 0: its prefill count is 4 / 2 = 2 (a waiting queue longer than
+    # the batch, as round robin builds on WorkloadRouter-v0: up to 339 / 128 there); the space must hold it
+    env = _wr_env([Request(i, 0.0, 1500, 300) for i in range(5)], ms=2)  # prefills of 2 x 1500 take 0.216 s
+    obs, _ = env.reset(seed=0)
+    for _ in range(4):
+        obs = env.step(0)[0]
+        assert env.observation_space.contains(obs)
+    assert obs[3] == pytest.approx(4 / 2)
