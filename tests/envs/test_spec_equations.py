@@ -253,3 +253,15 @@ def test_flat_state_stays_in_its_space_when_waiting_requests_exceed_the_batch():
         obs = env.step(0)[0]
         assert env.observation_space.contains(obs)
     assert obs[3] == pytest.approx(4 / 2)
+
+
+def test_workload_router_scalability_preset_is_the_paper_s():
+    # 8 instances, 40 req/s, 4,000 requests (its section 6), built from conf/env/workload_router_8.yaml
+    from omegaconf import OmegaConf
+
+    from tests.helpers import REPO
+
+    cfg = OmegaConf.to_container(OmegaConf.load(REPO / "conf/env/workload_router_8.yaml"))
+    assert (cfg["num_instances"], cfg["rate"], cfg["num_requests"], cfg["tick"]) == (8, 40.0, 4000, 0.02)
+    env = TB.make_from_config({**cfg, "num_requests": 20})
+    assert env.num_instances == 8 and env.observation_space.shape == (3 + 6 * 8,) and env.action_space.n == 10
