@@ -45,7 +45,7 @@ from llmsim.errors import ConfigError, LLMSimError
 from llmsim.perf.profile import profile_for_instance
 from llmsim.routing.base import WAIT, Router, instance_model, register_router
 from llmsim.routing.base import kwarg_number as _num
-from llmsim.routing.qlm.estimator import EngineRates, OutputLengthModel, estimate_completion, rates_from_profile
+from llmsim.routing.qlm.estimator import EngineRates, OutputLengthModel, group_completion, rates_from_profile
 from llmsim.routing.qlm.milp import solve_plan
 from llmsim.routing.qlm.ops import QLMOperations
 from llmsim.routing.qlm.plan import Plan, PlanProblem, RequestGroup, VirtualQueue, edf_plan, evaluate
@@ -396,8 +396,7 @@ class QLMRouter(QLMOperations, Router):
             for q, inst in enumerate(st.instances):
                 ok = q in g.candidates and (self.ops["load_balancing"] or q == g.queue)
                 rates = self._rates_of(inst, g.model)
-                cm, cs = estimate_completion(rates, (n - 1) * om.mean, prompt, om.mean, om.std,
-                                             tokens_ahead_std=math.sqrt(n - 1) * om.std)
+                cm, cs = group_completion(rates, n, prompt, om.mean, om.std)  # Eq. 5: the max over its requests
                 s_mean.append(n * om.mean / rates.theta if ok else math.inf)
                 s_std.append(math.sqrt(n) * om.std / rates.theta)
                 c_mean.append(cm if ok else math.inf)
