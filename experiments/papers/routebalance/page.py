@@ -61,7 +61,7 @@ def _rate_tables(R: Any, sz: Size) -> list[str]:
 def _other_tables(R: Any, sz: Size) -> list[str]:
     iso = sorted(set(sz.iso_rates) | ({18.0} if sz.nonstat else set()))
     rows = [[arm, f"{r:g}", *_fmt(R.get(arm, r, exp="iso"))] for arm in sz.arms for r in iso]
-    lines = md_section("Isolation arms (RouteBalance spec, section 5.3 / Table 7)", ["arm", "lambda", *HEAD], rows)
+    lines = md_section("Isolation arms (RouteBalance paper §6.3 / Table 7)", ["arm", "lambda", *HEAD], rows)
     if sz.nonstat:
         rows = [[lab, proc, *_fmt(R.get(lab, 18.0, exp="nonstat", process=proc))]
                 for lab in ("rb:uniform", "arm4", "ap:0.53:sq", "br:0.5:sq", "brser:0:rr")
@@ -103,7 +103,7 @@ def _budget_tables(R: Any, sz: Size) -> list[str]:
                              f"{1e6 * c['cost']:.2f}", f"{c['e2e']:.2f}",
                              f"{c.get('budget_quality', float('nan')):.4f}",
                              f"{1e6 * c.get('budget_cost', float('nan')):.2f}", *pct])
-    title = f"Budget study (kNN RouteBalance, lambda {BUDGET_RATE:g}; RouteBalance spec, section 6.11 / Table 8)"
+    title = f"Budget study (kNN RouteBalance, lambda {BUDGET_RATE:g}; RouteBalance paper §6.4 / Table 8)"
     return md_section(title, head, rows)
 
 

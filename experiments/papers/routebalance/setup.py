@@ -3,8 +3,8 @@
 Everything runs on the 13-instance testbed of ``envs/routebalance_tasks.py`` (docs/routebalance_testbed.md) with
 its labelled workload (seed 5, the paper's re-run seed). The reproducer's own choices (the paper gives none):
 
-* **RouteBalance weight grid.** The paper sweeps 16 simplex tuples, 4 of them named (RouteBalance spec, sections
-  2.5 and 7.1 item 9); the other 12 are not given, so ``WEIGHT_GRID`` picks 12 that cover the quality-heavy edge,
+* **RouteBalance weight grid.** The paper sweeps 16 simplex tuples, 4 of them named (the RouteBalance paper's §6.1
+  and §6.2); the other 12 are not given, so ``WEIGHT_GRID`` picks 12 that cover the quality-heavy edge,
   the middle and the w_lat = 0 edge. Written (qual, cost, lat).
 * **Scoring cost of the baselines** (docs/route_baselines.md). The frontier's BEST-Route cells run "enhanced"
   (concurrent, 32 threads) at 431 ms per DeBERTa forward, the paper's figure. Avengers-Pro (one MiniLM embedding
@@ -53,10 +53,10 @@ BR_T = (0.0, 0.3, 0.5, 0.6, 0.7, 0.8)
 AP_PW = (0.25, 0.39, 0.53, 0.70, 0.80)
 ARMS = ("arm1", "arm2", "arm3", "arm4", "arm1_profile", "arm1_mm", "arm2_mm", "arm1_knn", "arm2_knn", "arm3_knn",
         "arm4_knn", "arm1_xgb")
-# the budget study (RouteBalance spec, section 6.11): % of prompts with a budget (nested: 30 of the 45, 45 of
+# the budget study (the RouteBalance paper's §6.4, Table 8): % of prompts with a budget (nested: 30 of the 45, 45 of
 # the 75), lambda 16
 BUDGET_MIXES, BUDGET_RATE, BUDGET_FLOOR_TOKENS = (75, 45, 30), 16.0, 128
-# the batching ablation (RouteBalance spec, section 6.12): arms of panel (a) and the fixed batch sizes of panel (b)
+# the batching ablation (the RouteBalance paper's Figure 4): arms of panel (a) and the fixed batch sizes of panel (b)
 BATCH_ARMS: dict[str, dict[str, Any]] = {"default": {}, "lptoff": {"lpt": False},
                                          "adaptoff": {"batching": "fixed", "max_batch_size": 32}}
 BATCH_SIZES = (1, 4, 16, 32)
@@ -132,7 +132,7 @@ ARM_KW: dict[str, dict[str, Any]] = {
     "arm3": {"weights": (0.5, 0.5, 0.0), "tiebreak": "latency"},       # w_lat = 0 + predictive tiebreak
     "arm4": {"latency": "static"},                                     # static per-tier TPOT prior, no telemetry
     "arm1_profile": {"tpot_prior": "profile"},                         # the testbed's own per-tier TPOT as prior
-    "arm1_mm": {"quality_norm": "minmax"},                             # the June re-run configs (spec section 8.3)
+    "arm1_mm": {"quality_norm": "minmax"},                             # the paper's public code's June re-run configs
     "arm2_mm": {"weights": (0.5, 0.5, 0.0), "quality_norm": "minmax"},
     "arm1_knn": {"estimator": "knn"},                                  # learned quality / length (if registered)
     "arm2_knn": {"weights": (0.5, 0.5, 0.0), "estimator": "knn"},
@@ -242,9 +242,9 @@ def workload(rate: float, n: int, seed: int, process: str = "poisson") -> list:
 
 def assign_budgets(reqs: list, mix_pct: int, seed: int) -> None:
     """Give ``mix_pct`` % of ``reqs`` a cost budget (``extra.cost_budget``, USD) ~ Uniform[l_in c_in(3B) + 128
-    c_out(3B), l_in c_in(72B) + 128 c_out(72B)] (RouteBalance spec, section 6.11, build_budget_dataset.py;
-    l_in = the prompt's tokens). Nested: one seeded order and one draw per request, so a smaller mix is a subset of
-    a larger one."""
+    c_out(3B), l_in c_in(72B) + 128 c_out(72B)] (the RouteBalance paper's §6.4 and its public code's
+    build_budget_dataset.py; l_in = the prompt's tokens). Nested: one seeded order and one draw per request, so a
+    smaller mix is a subset of a larger one."""
     rng = np.random.default_rng([seed, 3])
     order = rng.permutation(len(reqs))
     u = rng.random(len(reqs))
@@ -259,8 +259,8 @@ def assign_budgets(reqs: list, mix_pct: int, seed: int) -> None:
 def budget_metrics(reqs: list, insts: list, df: Any, stats: dict[str, float]) -> dict[str, float]:
     """The budget study's per-cell figures over the budgeted requests that completed: shares clamped (max_tokens
     lowered below 1024), cut (the served model's answer was longer than the clamp, so generation stopped at
-    the budget), exhausted (cut, or the budget did not pay for the prompt and one output token: RouteBalance
-    spec, section 2.6), filtered (the admission filter removed some candidate) and fallback (no candidate fitted);
+    the budget), exhausted (cut, or the budget did not pay for the prompt and one output token: the RouteBalance
+    paper's public code), filtered (the admission filter removed some candidate) and fallback (no candidate fitted);
     their mean quality and cost; and ``quality_cut0``, the mean quality of all completed requests if a cut answer
     scored 0 (the other bound of served-text quality; the label quality scores it as if complete)."""
     by_id = {r.id: r for r in reqs}
@@ -286,8 +286,8 @@ def budget_metrics(reqs: list, insts: list, df: Any, stats: dict[str, float]) ->
 
 
 def best_model_accuracy(reqs: list, estimator: Any) -> float:
-    """Share of requests where the estimator's argmax quality is the true best model (RouteBalance spec,
-    section 5.4)."""
+    """Share of requests where the estimator's argmax quality is the true best model (the RouteBalance
+    paper's §6.8)."""
     ok = 0
     for r, (q, _) in zip(reqs, predict_batch(estimator, reqs, [list(MODELS)] * len(reqs))):
         if q is None:

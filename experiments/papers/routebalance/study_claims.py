@@ -1,4 +1,4 @@
-"""The RouteBalance reproduction's two studies: the budget study (RouteBalance spec, section 6.11 / Table 8) and the
+"""The RouteBalance reproduction's two studies: the budget study (the RouteBalance paper's §6.4 / Table 8) and the
 batching ablation (section 6.12 / Figure 4), their claims from the finished cells (cells.Results)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ _row = partial(noted_row, PAPER)
 
 def budget_claims(R: Results, sz: S.Size) -> list[dict[str, Any]]:
     """Table 8: within RouteBalance (paired: same prompts and budgets), what the admission filter changes; per
-    weight preset of the study (the spec does not say which weights Table 8 used)."""
+    weight preset of the study (the paper does not say which weights Table 8 used)."""
     mixes = sorted(sz.budget_mixes, reverse=True)
     rows = []
     for w in sz.budget_weights:
@@ -45,7 +45,7 @@ def budget_claims(R: Results, sz: S.Size) -> list[dict[str, Any]]:
                for x in sz.budget_weights for mix in mixes for f in ("f", "n"))
     rows.append(_row("the dispatch clamp keeps realised cost within budget (requests over budget)", 0, over,
                      "reproduced" if over == 0 else "not", "every budget cell; not counting budgets that do not "
-                     "pay for the prompt and one output token (1 token, budget-exhausted, spec section 2.6)"))
+                     "pay for the prompt and one output token (1 token, budget-exhausted, as the paper's public code)"))
     return rows
 
 
