@@ -14,7 +14,7 @@ from llmsim.routing import ROUTERS, WAIT, make_router
 from llmsim.routing.qlm.router import QLMRouter
 from llmsim.schema import SLO
 from llmsim.testing import LinearProfile
-from tests.routing.helpers import SLO_CLASSES, SLO_S, bursty
+from tests.routing.helpers import SLO_CLASSES, SLO_S, StubView, bursty, inst
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -211,3 +211,16 @@ def test_the_estimator_finds_a_tensor_parallel_instances_profile() -> None:
     res = simulate(insts, reqs, r, slo=SLO_CLASSES)
     assert len(res.requests) == 40
     assert {k[0] for k in r._rates} == {"vicuna-13b", "mistral-7b"}
+
+
+def test_an_evicted_request_goes_back_only_where_its_tokens_fit() -> None:
+    """An evicted request returns with its generated tokens and recomputes prompt + generated in one prefill: an
+    instance whose cache cannot hold that (max_prompt_tokens 500 < 450 + 100) must not get it, though its prompt
+    alone would fit there (it was dropped there as cannot_be_scheduled)."""
+    small = inst(0, "llama-2-7b")._replace(max_prompt_tokens=500)
+    view = StubView([small, inst(1, "llama-2-7b", running=3)])  # instance 0 idle: the least work
+    r = QLMRouter(slo_s={"batch": 600})
+    back = Request(7, 0.0, 450, 300, slo_class="batch")
+    back.generated = 100
+    assert r.route(back, view) == 1
+    assert r.route(Request(8, 0.0, 450, 300, slo_class="batch"), view) == 0  # a fresh one still fits there

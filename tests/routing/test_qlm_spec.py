@@ -10,6 +10,7 @@ from statistics import NormalDist
 import pytest
 
 from llmsim.request import Request
+from llmsim.routing import WAIT
 from llmsim.routing.qlm.estimator import EngineRates, OutputLengthModel, estimate_completion, group_completion
 from llmsim.routing.qlm.milp import solve_plan
 from llmsim.routing.qlm.plan import PlanProblem, RequestGroup, VirtualQueue, edf_plan, evaluate
@@ -148,3 +149,25 @@ def test_shepherd_batch_choice_maximises_requests_that_meet_their_deadline() -> 
     for solver in ("milp", "enumerate"):
         choice = choose_batch([1, 2, 3], [10.0, 20.0, 30.0], met, 3, solver)
         assert (choice.size, choice.members, choice.n_met) == (2, (1, 2), 2)
+
+
+def test_load_balancing_is_not_preemptive() -> None:
+    """The paper's section 5: "once request groups start executing on an LLM serving instance, they cannot be
+    migrated to another instance". Four requests of one group wait on instance 0; instance 0 pulls the first (the
+    group has started there); then instance 1 has room and nothing to do: the rest of the group stays on 0, neither
+    stolen between plans nor offered to instance 1 by the plan generator."""
+    model = "llama-2-7b"
+    full = [inst(0, model, running=1, waiting=2), inst(1, model, running=1, waiting=2)]
+    r = QLMRouter(slo_s={"ls": 30})
+    reqs = [Request(k, 0.0, 64, 32, slo_class="ls") for k in range(4)]
+    for q in reqs:
+        assert r.route(q, StubView(full)) == WAIT
+    assert r.route(reqs[0], StubView([inst(0, model, running=1), full[1]])) == 0  # pulled: the group started on 0
+    idle1 = StubView([full[0], inst(1, model, running=1)])
+    assert r.route(reqs[1], idle1) == WAIT  # instance 0 has no room; instance 1 must not take the started group
+    assert {r._groups[r._held[k]].queue for k in (1, 2, 3)} == {0}
+    group = r._problem(idle1.state(), 0.0).groups[0]
+    assert math.isfinite(group.service_mean_s[0]) and group.service_mean_s[1] == math.inf
+    # a started group takes no newcomers (they would be pinned to its instance): the next arrival opens a group
+    # of its own, which the idle instance 1 takes
+    assert r.route(Request(4, 0.0, 64, 32, slo_class="ls"), idle1) == 1 and r.stats["groups"] == 2

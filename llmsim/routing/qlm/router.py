@@ -78,13 +78,15 @@ def check_ops(ops: Mapping[str, Any] | None) -> dict[str, bool]:
 
 @dataclass
 class _Group:
-    """A request group: its key, SLO and held members (request id, arrival, prompt tokens), FCFS."""
+    """A request group: its key, SLO and held members (request id, arrival, prompt tokens), FCFS. ``started``: a
+    member has been sent to ``queue``'s instance, so the group stays there (load balancing is not preemptive)."""
 
     id: str
     key: tuple[str, str | None, tuple[int, ...]]
     slo_s: float
     queue: int
     members: deque[tuple[int, float, int]] = field(default_factory=deque)
+    started: bool = False
 
     @property
     def model(self) -> str:
@@ -231,6 +233,7 @@ class QLMRouter(QLMOperations, Router):
         else:
             g.members = deque(m for m in g.members if m[0] != rid)
         del self._held[rid]
+        g.started = True
         if not g.members:
             self._vq[g.queue].remove(g.id)
             del self._groups[g.id]
@@ -242,10 +245,15 @@ class QLMRouter(QLMOperations, Router):
     def _admit(self, req: Request, view: SimulatorView, st: ClusterState, now: float) -> str:
         """Put a new arrival in its group (opening one when needed) and re-plan if a violation is likely."""
         cands = tuple(int(c) for c in view.candidates(req))
+        context = int(req.prompt_tokens) + int(req.generated)  # an evicted request comes back with its tokens
+        if context > req.prompt_tokens:  # (its one recompute prefill must fit where it goes next)
+            cands = tuple(c for c in cands if context <= st.instances[c].max_prompt_tokens) or cands
         cls = req.slo_class
         key = (req.model if req.model is not None else st.instances[cands[0]].model, cls, cands)
         gid = self._open.get(key)
-        opened = gid is None or len(self._groups[gid].members) >= self._group_cap(st)
+        # a full group is split (Algorithm 1); a started one is closed: it is pinned to its instance (no preemptive
+        # load balancing), and arrivals that joined it would be pinned there too instead of being placed by the plan
+        opened = gid is None or len(self._groups[gid].members) >= self._group_cap(st) or self._groups[gid].started
         if opened:
             gid = f"g{self._gid}"
             self._gid += 1
@@ -297,12 +305,13 @@ class QLMRouter(QLMOperations, Router):
 
     def _steal(self, st: ClusterState) -> None:
         """Load balancing: an instance with room and an empty VQ takes the tail group (or half of the only group)
-        of the VQ holding the most requests it can serve."""
+        of the VQ holding the most requests it can serve, if that group has not started (the paper's load balancing
+        is not preemptive: a group that started on an instance is never migrated)."""
         for i, inst in enumerate(st.instances):
             if self._vq[i] or not self._room(inst):
                 continue
             donors = [(sum(len(self._groups[g].members) for g in vq), -j, j) for j, vq in enumerate(self._vq)
-                      if j != i and vq and i in self._groups[vq[-1]].candidates
+                      if j != i and vq and i in self._groups[vq[-1]].candidates and not self._groups[vq[-1]].started
                       and self._worth_moving(self._groups[vq[-1]], j, i, st)]
             if not donors:
                 continue
@@ -394,7 +403,8 @@ class QLMRouter(QLMOperations, Router):
             prompt = sum(m[2] for m in g.members) / n
             s_mean, s_std, c_mean, c_std = [], [], [], []
             for q, inst in enumerate(st.instances):
-                ok = q in g.candidates and (self.ops["load_balancing"] or q == g.queue)
+                # a started group stays where it runs (the paper: load balancing is not preemptive)
+                ok = q == g.queue or (q in g.candidates and self.ops["load_balancing"] and not g.started)
                 rates = self._rates_of(inst, g.model)
                 cm, cs = group_completion(rates, n, prompt, om.mean, om.std)  # Eq. 5: the max over its requests
                 s_mean.append(n * om.mean / rates.theta if ok else math.inf)
