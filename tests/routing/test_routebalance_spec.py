@@ -11,7 +11,7 @@ from llmsim.routing import WAIT, make_router
 from llmsim.routing.routebalance.objective import DEFAULT_PRICES, PRESETS, Candidate, score_candidates
 from llmsim.routing.routebalance.router import BATCH_LEVELS
 from llmsim.routing.routebalance.state import DEFAULT_TPOT_MS, Reckoned, predicted_latency
-from tests.routing.helpers import M3, StubView, inst, labelled
+from tests.routing.helpers import M3, StubView, idle3, inst, labelled
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -106,3 +106,13 @@ def test_clamp_with_the_72b_prices() -> None:
                     extra={"cost_budget": 3e-4})
     assert r.route(ok, v) == 0 and r.route(broke, v) == 0
     assert r.budget_log == {0: (300, False), 1: (1, True)}
+
+
+def test_score_shows_the_candidate_set_the_decision_uses() -> None:
+    """A budget below every candidate's predicted cost: the decision's set C is the smallest worst-case cost (3B:
+    100 x 0.06 + 1024 x 0.06 per 1M is below 7B's and 14B's), and ``score`` (tracing) must show that set, not all
+    three candidates normalised together."""
+    req = labelled(0, 100, (100, 200, 150), (0.3, 0.5, 0.6), extra={"cost_budget": 1e-6})
+    r = make_router("routebalance", weights="quality")
+    assert [c.instance for c in r.score(req, idle3())] == [0]
+    assert r.route(req, idle3()) == 0 and r.stats["budget_fallbacks"] == 1

@@ -305,20 +305,7 @@ class RouteBalanceRouter(Router):
         self._latencies(cands, self._prior_list)
         cap = self._max_tokens(req)
         budget = self._budget(req)
-        pool = cands
-        if budget is not None:
-            unpriced = sorted({c.model for c in cands} - set(self.prices))
-            if unpriced:
-                raise ConfigError(f"policy.kwargs.prices: request {req.id} has a cost budget but model(s) {unpriced} "
-                                  "have no price; add prices.<model>: [in, out] USD per 1M tokens")
-            self.stats["budgeted"] += 1
-            pool = [c for c in cands if c.cost <= budget] if self.budget_filter else cands
-            self.stats["filtered"] += len(pool) < len(cands)
-            if not pool:  # none fits: the smallest worst-case cost (prompt + max_tokens), as the paper's code
-                self.stats["budget_fallbacks"] += 1
-                worst = [self._cost(req.prompt_tokens, cap, c.model) for c in cands]
-                lo = min(worst)
-                pool = [c for c, w in zip(cands, worst) if w <= lo * (1 + 1e-12)]
+        pool = self._budget_pool(req, cands, cap, budget, count=True)
         self.score_pool(pool)
         best = min(pool, key=self._tie_key)
         d = self._D[best.instance]
@@ -329,6 +316,28 @@ class RouteBalanceRouter(Router):
         d.assign(req.prompt_tokens, length if self.reckon_tokens == "chosen" else lpt_key, self._counter)
         self._assigned[req.id] = Assignment(best.instance, length, req.prompt_tokens, n, best.score,
                                             clamp=budget is not None)
+
+    def _budget_pool(self, req: Request, cands: list[Candidate], cap: int, budget: float | None,
+                     count: bool) -> list[Candidate]:
+        """The candidate set C of Eq. 1: those whose predicted cost fits the budget (Eq. 2); none fits -> the smallest
+        worst-case cost (prompt + max_tokens), as the paper's code. ``count``: record it in ``stats``."""
+        if budget is None:
+            return cands
+        unpriced = sorted({c.model for c in cands} - set(self.prices))
+        if unpriced:
+            raise ConfigError(f"policy.kwargs.prices: request {req.id} has a cost budget but model(s) {unpriced} "
+                              "have no price; add prices.<model>: [in, out] USD per 1M tokens")
+        pool = [c for c in cands if c.cost <= budget] if self.budget_filter else cands
+        if count:
+            self.stats["budgeted"] += 1
+            self.stats["filtered"] += len(pool) < len(cands)
+        if not pool:
+            if count:
+                self.stats["budget_fallbacks"] += 1
+            worst = [self._cost(req.prompt_tokens, cap, c.model) for c in cands]
+            lo = min(worst)
+            pool = [c for c, w in zip(cands, worst) if w <= lo * (1 + 1e-12)]
+        return pool
 
     def _tie_key(self, c: Candidate) -> tuple[float, float, int, int]:
         d = self._D[c.instance]
@@ -369,9 +378,8 @@ class RouteBalanceRouter(Router):
             self._prior_cache(st)
             cands = self._predict(req, view)
             self._latencies(cands, self._prior_list)
-            budget = self._budget(req) if self.budget_filter else None
-            pool = [c for c in cands if budget is None or c.cost <= budget] or cands
-            self.score_pool(pool)
+            pool = self._budget_pool(req, cands, self._max_tokens(req), self._budget(req), count=False)
+            self.score_pool(pool)  # the same candidate set the decision uses
             return sorted(pool, key=self._tie_key)
         finally:
             self._D = saved
