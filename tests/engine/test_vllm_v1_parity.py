@@ -5,6 +5,8 @@ Where llmsim deliberately differs, the test says so and pins llmsim's side; docs
 scheduler") lists every difference with what vLLM does.
 """
 
+import random
+
 import pytest
 
 from llmsim import EngineConfig, InstanceConfig, simulate
@@ -137,3 +139,84 @@ def test_the_default_budget_and_seats_do_not_depend_on_the_gpu():
     other than the A100 (EngineArgs.get_batch_defaults); llmsim's chunked policy uses 2048 and 256 on every GPU."""
     cfg = EngineConfig(policy="chunked").resolved(4096)
     assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (2048, 256)
+
+
+def v1_schedule(running: list, waiting: list, free: int, budget: int, seats: int, bs: int) -> tuple[list, int]:
+    """One call of vLLM V1's ``Scheduler.schedule`` without prefix caching, written from its source independently of
+    the chunked policy: running requests first (preempting ``running.pop()`` to the front of the waiting queue, itself
+    last), then waiting ones FCFS when nothing was preempted. Requests are dicts; returns ([(request, tokens)],
+    free blocks)."""
+    def need(r, n):
+        return max(0, -(-(r["comp"] + n) // bs) - r["held"])
+
+    sched, preempted, i = [], False, 0
+    while i < len(running) and budget > 0:
+        r = running[i]
+        n = min(r["p"] + r["gen"] - r["comp"], budget)
+        victim = None
+        while need(r, n) > free and victim is not r:
+            victim = running.pop()
+            free, victim["held"], victim["comp"], victim["pre"] = free + victim["held"], 0, 0, victim["pre"] + 1
+            waiting.insert(0, victim)
+            preempted = True
+        if victim is r:
+            break
+        free, r["held"] = free - need(r, n), r["held"] + need(r, n)
+        sched.append((r, n))
+        budget -= n
+        i += 1
+    while not preempted and waiting and budget > 0 and len(running) < seats:
+        r = waiting[0]
+        n = min(r["p"] + r["gen"] - r["comp"], budget)
+        if need(r, n) > free:
+            break
+        waiting.pop(0)
+        free, r["held"] = free - need(r, n), r["held"] + need(r, n)
+        running.append(r)
+        sched.append((r, n))
+        budget -= n
+    return sched, free
+
+
+def v1_reference(rows, budget, seats, bs, blocks):
+    """(first token, finish, preemptions) per request from stepping :func:`v1_schedule` with PROF's step time."""
+    reqs = [dict(p=p, out=o, gen=0, comp=0, held=0, pre=0, ft=None, fin=None, t=a) for a, p, o in rows]
+    pending, waiting, running, free, now = list(reqs), [], [], blocks, 0.0
+    while pending or waiting or running:
+        while pending and pending[0]["t"] <= now:
+            waiting.append(pending.pop(0))
+        if not waiting and not running:
+            now = pending[0]["t"]
+            continue
+        sched, free = v1_schedule(running, waiting, free, budget, seats, bs)
+        now += 0.01 + 0.001 * sum(n for _, n in sched)
+        for r, n in sched:
+            r["comp"] += n
+            if r["comp"] == r["p"] + r["gen"]:
+                r["gen"] += 1
+                r["ft"] = now if r["ft"] is None else r["ft"]
+                if r["gen"] >= r["out"]:
+                    r["fin"] = now
+                    running.remove(r)
+                    free, r["held"] = free + r["held"], 0
+    return [(round(r["ft"], 9), round(r["fin"], 9), r["pre"]) for r in reqs]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_chunked_policy_steps_as_an_independent_model_of_the_v1_scheduler(seed):
+    """Random small engines (budget below the running count, one seat, blocks of 1 token, preemption of a request
+    mid-prefill) and workloads: every request's first token, finish and preemptions equal the reference's, on both
+    paths."""
+    rng = random.Random(seed)
+    bs, blocks = rng.choice([1, 2, 4, 16]), rng.randint(8, 40)
+    budget, seats = rng.choice([3, 8, 16, 64, 512]), rng.choice([1, 2, 3, 8, 256])
+    rows, t = [], 0.0
+    for _ in range(rng.randint(1, 12)):
+        t = round(t + rng.choice([0.0, 0.001, 0.01, 0.05]), 6)
+        rows.append((t, rng.randint(1, max(1, blocks * bs // 3)), rng.randint(1, max(1, blocks * bs // 3))))
+    want = v1_reference(rows, budget, seats, bs, blocks)
+    for fast in (False, True):
+        df = run(rows, fast, max_num_batched_tokens=budget, max_num_seqs=seats, block_size=bs, num_gpu_blocks=blocks,
+                 enable_prefix_caching=False).requests.sort_values("id")
+        got = [(round(a, 9), round(b, 9), int(c)) for a, b, c in zip(df.first_token, df.finish, df.preemptions)]
+        assert got == want, (fast, rows)
