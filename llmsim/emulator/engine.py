@@ -372,8 +372,8 @@ class RealTimeEngine:
                 "reduce max_tokens or the length of the prompt.")
 
     def abort(self, t: Ticket) -> None:
-        """The client went away: a queued request leaves the queue now; a started one finishes at its next
-        sampled token (at most one more iteration), which frees its KV blocks."""
+        """The client went away: a queued request leaves the queue now, a prefilling one at the end of the
+        iteration in flight; a decoding one finishes at its next sampled token (``Instance.cancel``)."""
         if t.done or t.aborted or self._stopped or self.failed is not None:
             return
         t.aborted = True

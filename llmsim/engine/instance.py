@@ -38,7 +38,7 @@ from llmsim.engine.iteration import sample_tokens, stepped_cost, stepped_time
 from llmsim.engine.kv import build_kv_cache
 from llmsim.engine.limits import PromptLimits
 from llmsim.engine.ops import EVICT, PARK, SWAP_OUT, EngineOps, stepped_decode
-from llmsim.engine.preemption import preempt_last, swap_in
+from llmsim.engine.preemption import leave_aborted, preempt_last, prefilling, swap_in
 from llmsim.engine.queues import QueueTotals
 from llmsim.engine.scheduling import BATCH_POLICIES, BatchPolicy, Scheduled
 from llmsim.engine.window_cohort import WindowedCohort
@@ -83,6 +83,7 @@ class Instance:
         self.changes = 0  # events run + submissions: in between, only a decode run moves what observers see
         self.next_arrival = NEVER  # when the next arrival comes, if every arrival comes here (set by the cluster)
         self.room_freed = 0  # preemptions and drops: tells the guard an engine that freed room from a stuck one
+        self.aborted: list[Request] = []  # running requests whose client left: they leave at the next boundary
         self._gen = self._admitted = 0  # the pending engine event's generation (a superseded one is ignored); admits
         # components (llmsim.engine.components): always there, then the optional features
         self.limits = PromptLimits(self)
@@ -171,11 +172,17 @@ class Instance:
             self.stop_run_at(now, phase == ARRIVAL)
 
     def cancel(self, r: Request, now: float) -> bool:
-        """The client left: a waiting request that has not started leaves now (True); a started one finishes at its
-        next sampled token, which frees its blocks within one iteration (False)."""
-        if r in self.waiting and r.generated == 0 and r.computed == 0:
+        """The client left, as vLLM's ``Scheduler.finish_requests`` takes it: a waiting request (a preempted one too)
+        leaves now, and so does a running one still prefilling after the iteration in flight, its blocks freed at the
+        next boundary (True); one that samples a token at the end of that iteration, or decodes, finishes at its next
+        sampled token (False). Either way it computes at most one token after the iteration in flight."""
+        if r in self.waiting and not r.blocks:  # (a request whose KV landed from a prefill instance: below)
             self.waiting.remove(r)
             self.queued.left(r)
+            self.changes += 1
+            return True
+        if self.cohort is None and r in self.running and prefilling(self, r):
+            self.aborted.append(r)
             self.changes += 1
             return True
         if self.cohort is None:
@@ -357,6 +364,8 @@ class Instance:
                 self._complete(done, now)
         elif self.batch:
             self._apply(now)
+        if self.aborted:
+            leave_aborted(self)
         ops = self.ops
         if ops.pending or ops.parked:
             ops.apply(now)

@@ -1,5 +1,5 @@
-"""Preemption: what happens to a running request the batch policy pushes out to make room, and how a swapped-out
-one comes back.
+"""Preemption: what happens to a running request the batch policy pushes out to make room, how a swapped-out
+one comes back, and how a running request whose client left goes.
 
 vLLM V0 preempts the most recently admitted running request. With swap preemption (``engine.preemption=swap``) its
 KV blocks move to CPU swap space if there is room, and it waits in the swapped queue, resumed ahead of new
@@ -58,3 +58,27 @@ def swap_in(inst: Any, r: Request, need: int) -> int:
     if inst.cohort is not None:
         inst.cohort.join(r)
     return moved
+
+
+def prefilling(inst: Any, r: Request) -> bool:
+    """Whether running ``r`` has more than one token left to compute once the iteration in flight ends (a prefill
+    chunk short of its prompt, or a prefill not scheduled in it); a decoder, or one whose prompt that iteration
+    completes, samples its next token within one more iteration."""
+    run = inst.decode_run
+    if run is not None and r in run.reqs:
+        return False
+    left = r.prompt_tokens + r.generated - r.computed - (r.n_new if r in inst.batch else 0)
+    return left > 1
+
+
+def leave_aborted(inst: Any) -> None:
+    """The running requests of ``inst`` whose client left (``Instance.cancel``) leave at this boundary, their blocks
+    freed (their computed prompt blocks stay cached, as a finished request's do), as vLLM frees an aborted request
+    before its next step."""
+    kv = inst.kv
+    for r in inst.aborted:
+        if r in inst.running:
+            inst.running.remove(r)
+            kv.release(r)
+            r.prefix_state = None
+    inst.aborted.clear()

@@ -10,7 +10,10 @@ import random
 import pytest
 
 from llmsim import EngineConfig, InstanceConfig, simulate
+from llmsim.cluster import Cluster
+from llmsim.event_loop import ROUTE
 from llmsim.request import Request
+from llmsim.routing import make_router
 from llmsim.testing import LinearProfile, requests
 
 # step time = 0.01 + 0.001 * tokens in the iteration
@@ -220,3 +223,48 @@ def test_chunked_policy_steps_as_an_independent_model_of_the_v1_scheduler(seed):
                  enable_prefix_caching=False).requests.sort_values("id")
         got = [(round(a, 9), round(b, 9), int(c)) for a, b, c in zip(df.first_token, df.finish, df.preemptions)]
         assert got == want, (fast, rows)
+
+
+def _cancel_at(t, rows, cancelled, **engine):
+    """Run ``rows`` on one chunked engine, the client of request ``cancelled`` leaving at ``t``; returns (what
+    ``Instance.cancel`` answered, the requests, the instance)."""
+    cfg = EngineConfig(policy="chunked", **engine)
+    c = Cluster([InstanceConfig(profile=PROF, engine=cfg)], make_router("round_robin"))
+    reqs, said = requests(rows), []
+
+    def leave() -> None:
+        c.sync_all()
+        said.append(c.instances[0].cancel(reqs[cancelled], c.env.now))
+
+    c.env.call_at(t, ROUTE, leave)
+    c.run(reqs)
+    return said, reqs, c.instances[0]
+
+
+def test_a_client_that_leaves_mid_prefill_frees_the_engine_at_the_next_boundary():
+    """vLLM's Scheduler.finish_requests takes an aborted request out of the running list and frees its blocks before
+    the next step. A (1,000-token prompt) leaves at .05, during its first 64-token chunk [0, .074]: it leaves at
+    .074, and B (10, 5), held back by the budget, prefills [.074, .094] and decodes to .138. (It used to go on
+    prefilling A's 936 other tokens, 15 more chunks, to sample one token at 1.17 s: B's first token at 1.17.)"""
+    said, (a, b), inst = _cancel_at(0.05, [(0.0, 1000, 50), (0.0, 10, 5)], 0, max_num_batched_tokens=64)
+    assert said == [True]
+    assert (a.computed, a.generated, a.finish) == (64, 0, -1.0)
+    assert b.first_token == pytest.approx(0.094) and b.finish == pytest.approx(0.138)
+    assert (inst.iterations, inst.prefill_tokens) == (6, 74)
+    assert not inst.running and inst.kv.free == inst.kv.total
+
+
+def test_a_preempted_request_whose_client_left_is_not_recomputed():
+    """The preemption case above: B waits, preempted with 5 tokens, when its client leaves at .08. It leaves the
+    waiting queue at once, as in vLLM; it used to be re-prefilled (13 tokens at .129) to sample one more token."""
+    said, (a, b), inst = _cancel_at(0.08, [(0.0, 8, 10), (0.0, 8, 10)], 1, block_size=4, num_gpu_blocks=6)
+    assert said == [True] and b.preemptions == 1 and b not in inst.waiting
+    assert a.finish == pytest.approx(0.129) and b.finish == -1.0 and b.generated == 5
+    assert (inst.iterations, inst.prefill_tokens) == (10, 16)
+
+
+def test_a_decoding_request_whose_client_left_ends_with_its_next_token():
+    # A (10, 50) decodes from .020; its client leaves at .025, during the decode [.020, .031]: that token ends it
+    said, (a,), inst = _cancel_at(0.025, [(0.0, 10, 50)], 0)
+    assert said == [False] and a.generated == 2 and a.finish == pytest.approx(0.031)
+    assert inst.kv.free == inst.kv.total
