@@ -40,6 +40,7 @@ from llmsim.serving.departure import departed
 from llmsim.serving.inbound import BadRequest, Inbound
 from llmsim.serving.metrics import RouterMetrics
 from llmsim.serving.monitor import BackendMonitor
+from llmsim.serving.pricing import FIX_KEYS, prices_backends
 from llmsim.serving.tracker import Backend, Flight, cluster_state
 from llmsim.serving.upstream import BackendBusy, BackendFailed, Upstream, count_token
 
@@ -111,6 +112,8 @@ class Gateway:
         self.decider = decider or Decider(cfg.policy)
         self.metrics = RouterMetrics([b.name for b in cfg.backends])
         self.policy_errors_seen: set[str] = set()
+        self.prices = prices_backends(cfg.policy)  # the policy prices each backend by its model and GPU
+        self.unpriced_seen: set[tuple[str, str]] = set()  # (backend, model) said unpriceable in the log
         self.t0 = time.monotonic()
         self.changed = asyncio.Event()
         self.monitor = BackendMonitor(cfg, self.metrics, self.now, self.notify)
@@ -148,6 +151,9 @@ class Gateway:
                               "exported policy needs every backend's model to check it was trained for them")
         self.decider.check_backends([b.policy_model for b in self.backends],
                                     [b.policy_model for b in self.backends if b.cfg.model_spec is None])
+        for b in self.backends:
+            if b.model:  # (one down at start is checked once it is up and its model known)
+                self.priced(b)
         self.monitor.watch()
 
     async def stop(self) -> None:
@@ -210,6 +216,10 @@ class Gateway:
         """One decision on the live state: an index of ``healthy`` or WAIT. The policy's DROP is a 503; its choice
         of a backend outside ``healthy`` goes to the least loaded healthy one instead (counted)."""
         t = time.perf_counter()
+        if self.prices and not all([self.priced(self.backends[k]) for k in healthy]):
+            self.metrics.unpriced_decisions.inc()  # (the policy would fail: no need to ask it)
+            self.metrics.decision_latency.observe(time.perf_counter() - t)
+            return self.least_loaded(healthy)
         state = cluster_state(self.backends, self.now(), self.queued + (0 if held else 1), self.next_id,
                               self.mean_output)
         try:
@@ -225,6 +235,22 @@ class Gateway:
             self.metrics.fallbacks.inc()
             d = self.least_loaded(healthy)
         return d
+
+    def priced(self, b: Backend) -> bool:
+        """Whether a policy that prices backends by their model can price ``b`` (resolved once per model name); if
+        not, said once in one log line: which backend, why, and the keys that fix it."""
+        if not self.prices:
+            return True
+        p = b.pricing
+        self.metrics.unpriced.labels(b.name).set(0 if p.priced else 1)
+        if not p.priced and (b.name, p.model) not in self.unpriced_seen:
+            self.unpriced_seen.add((b.name, p.model))
+            text = redact(p.problem, config_secrets(self.cfg))
+            log.warning("backend %s (model %r): policy %s cannot price it (%s); decisions while it is healthy go to "
+                        "the least loaded healthy backend, counted in llmsim_router_unpriced_decisions_total; give "
+                        "backends[%d] its %s (docs/serving.md, 'What a backend is priced as')", b.name, p.model,
+                        self.cfg.policy.heuristic, text, b.idx, FIX_KEYS)
+        return p.priced
 
     def least_loaded(self, healthy: list[int]) -> int:
         return min(healthy, key=lambda k: self.backends[k].instance_state().num_requests)

@@ -42,6 +42,12 @@ class RouterMetrics:
                                  registry=r)
         self.policy_errors = Counter("llmsim_router_policy_errors", "Decisions the policy could not make (an error, "
                                      "logged once per message), sent to the least loaded healthy backend", registry=r)
+        self.unpriced_decisions = Counter("llmsim_router_unpriced_decisions", "Decisions of a policy that prices "
+                                          "backends by their model (qlm, shepherd) over a healthy backend it cannot "
+                                          "price (logged once), sent to the least loaded healthy backend", registry=r)
+        self.unpriced = Gauge("llmsim_router_backend_unpriced", "1 if the policy prices backends by their model and "
+                              "cannot price this one (its gpu / llmsim_model are missing or unknown), else 0",
+                              ["backend"], registry=r)
         self.stream_errors = Counter("llmsim_router_stream_errors", "Streams cut after the first token (a failure, a "
                                      "stall, garbage, past request_s)",
                                      ["backend"], registry=r)
@@ -58,3 +64,4 @@ class RouterMetrics:
             self.decisions.labels(b)
             self.up.labels(b).set(0)
             self.misconfigured.labels(b).set(0)
+            self.unpriced.labels(b).set(0)

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from llmsim.serving.config import BackendConfig
+from llmsim.serving.pricing import Pricing, resolve
 from llmsim.serving.scrape import BackendMetrics
 from llmsim.state.cluster_state import ClusterState, InstanceRequests, InstanceState, RequestState
 
@@ -60,6 +61,7 @@ class Backend:
     done_since: int = 0  # requests finished since the last scrape
     blocks_since: int = 0  # prompt KV blocks sent since the last scrape
     refused_status: int | None = None  # 401 / 403: the backend refuses the router's credentials (misconfigured)
+    resolved: Pricing | None = None  # its model as policies price it, for the model name it was resolved for
 
     def __post_init__(self) -> None:
         self.model = self.model or self.cfg.model or ""
@@ -72,6 +74,13 @@ class Backend:
     def policy_model(self) -> str:
         """The model name policies see (a trained policy's llmsim name for it; the served name by default)."""
         return self.cfg.policy_model or self.model
+
+    @property
+    def pricing(self) -> Pricing:
+        """What policies price this backend as: resolved once per model name (a failure too), never per decision."""
+        if self.resolved is None or self.resolved.model != self.policy_model:
+            self.resolved = resolve(self.cfg, self.policy_model)
+        return self.resolved
 
     @property
     def block_size(self) -> int:

@@ -4,7 +4,9 @@ model name looked up in llmsim's registry, or what its config says it serves (``
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import yaml
 pytest.importorskip("fastapi", reason="the serving extra is not installed: pip install 'llmsim[serve]'")
 
 from llmsim.errors import ConfigError  # noqa: E402
+from llmsim.perf import models  # noqa: E402
 from llmsim.perf.kv_cache_dtype import model_with_kv_cache_dtype  # noqa: E402
 from llmsim.perf.models import get_model  # noqa: E402
 from llmsim.request import Request  # noqa: E402
@@ -43,12 +46,68 @@ def gateway(cfg: dict, models: list[str]) -> Gateway:
 
 
 @pytest.mark.parametrize("policy", ["qlm", "shepherd"])
-def test_a_backend_model_name_no_file_system_takes_is_a_counted_policy_error_not_a_500(policy) -> None:
+def test_a_backend_model_name_no_file_system_takes_is_a_counted_fallback_not_a_500(policy) -> None:
     """A backend may call its model anything (vLLM: the path it loaded); a name the registry lookup cannot even
     probe as a path (over NAME_MAX) fell out of the policy as an OSError: every request an HTTP 500."""
     gw = gateway(config({}, {}, policy=policy), [TOO_LONG, TOO_LONG])
     assert gw.decide(Request(0, 0.0, 100, 10), [0, 1], held=False) in (0, 1)
-    assert gw.metrics.registry.get_sample_value("llmsim_router_policy_errors_total") == 1
+    assert gw.metrics.registry.get_sample_value("llmsim_router_unpriced_decisions_total") == 1
+
+
+def unpriced(gw: Gateway) -> float:
+    return gw.metrics.registry.get_sample_value("llmsim_router_unpriced_decisions_total")
+
+
+@pytest.mark.parametrize("policy", ["qlm", "shepherd"])
+def test_a_backend_model_name_is_resolved_once_per_name_not_probed_per_decision(policy, monkeypatch) -> None:
+    """An unknown served name was looked up as a path (and in the hub cache) by the policy at each decision, once
+    per tensor-parallel degree tried: disk probes per request. It is resolved once per backend and model name (the
+    failure kept), again only when the backend's model changes."""
+    probes: list[str] = []
+    real = models.config_path
+    monkeypatch.setattr(models, "config_path", lambda name: probes.append(name) or real(name))
+    gw = gateway(config({}, {}, policy=policy), ["llama-3.1-8b", "my-finetune"])
+    for i in range(5):
+        assert gw.decide(Request(i, 0.0, 100, 10), [0, 1], held=False) in (0, 1)
+    assert probes == ["my-finetune"] and unpriced(gw) == 5
+    gw.backends[1].model = "my-finetune-v2"  # (readmitted, serving another model)
+    gw.decide(Request(5, 0.0, 100, 10), [0, 1], held=False)
+    gw.decide(Request(6, 0.0, 100, 10), [0, 1], held=False)
+    assert probes == ["my-finetune", "my-finetune-v2"] and unpriced(gw) == 7
+    assert gw.metrics.registry.get_sample_value("llmsim_router_policy_errors_total") == 0
+
+
+def test_a_backend_the_policy_cannot_price_is_said_once_at_start_naming_it_and_the_keys(caplog) -> None:
+    """qlm / shepherd over a backend they cannot price decided nothing on it: every decision fell back to the least
+    loaded backend. The router says so at start, one line per such backend (which, why, the keys that fix it),
+    and counts the fallbacks and flags the backend in its metrics; later decisions log nothing more."""
+    cfg = parse_config(config({"model": "llama-3.1-8b"}, {"model": "my-finetune"}, {"model": "llama-3.1-8b",
+                                                                                  "gpu": None}))
+    gw = Gateway(cfg)
+
+    async def run() -> None:
+        await gw.start()  # (nothing listens: the backends are down, their models known from the config)
+        await gw.stop()
+
+    with caplog.at_level(logging.WARNING, logger="llmsim.serving.gateway"):
+        asyncio.run(run())
+        lines = [r.getMessage() for r in caplog.records if "cannot price" in r.getMessage()]
+        assert len(lines) == 2, lines
+        assert lines[0].startswith("backend b1 (model 'my-finetune'): policy qlm cannot price it (llmsim does not "
+                                   "know the model 'my-finetune'")
+        assert lines[1].startswith("backend b2 (model 'llama-3.1-8b'): policy qlm cannot price it (no gpu in its "
+                                   "config")
+        assert all("give backends[" in x and "gpu (the GPU it runs on) and llmsim_model" in x for x in lines)
+        for b in gw.backends:
+            b.up = True
+        for i in range(3):
+            gw.decide(Request(i, 0.0, 100, 10), [0, 1, 2], held=False)
+        assert len([r for r in caplog.records if "cannot price" in r.getMessage()]) == 2
+    reg = gw.metrics.registry
+    assert unpriced(gw) == 3 and reg.get_sample_value("llmsim_router_policy_errors_total") == 0
+    assert [reg.get_sample_value("llmsim_router_backend_unpriced", {"backend": f"b{i}"}) for i in range(3)] == [0, 1, 1]
+    assert gw.decide(Request(3, 0.0, 100, 10), [0], held=False) == 0  # (only priced backends healthy: the policy)
+    assert unpriced(gw) == 3
 
 
 def test_an_unregistered_model_priced_by_its_config_is_decided_by_the_policy(tmp_path, caplog) -> None:
@@ -59,12 +118,13 @@ def test_an_unregistered_model_priced_by_its_config_is_decided_by_the_policy(tmp
     cfg_json.write_text(Path(tiny("tiny-llama")).read_text())
     by_name = gateway(config({}, {}), ["my-finetune", "my-finetune"])
     by_name.decide(Request(0, 0.0, 100, 10), [0, 1], held=False)
-    assert by_name.metrics.registry.get_sample_value("llmsim_router_policy_errors_total") == 1
-    assert "unknown model 'my-finetune'" in caplog.text and "its llmsim_model (docs/serving.md" in caplog.text
+    assert by_name.metrics.registry.get_sample_value("llmsim_router_unpriced_decisions_total") == 1
+    assert "know the model 'my-finetune'" in caplog.text and "llmsim_model (a registered name" in caplog.text
     by_config = gateway(config({"llmsim_model": str(cfg_json)}, {"llmsim_model": str(tmp_path)}),
                         ["my-finetune", "my-finetune"])
     by_config.decide(Request(0, 0.0, 100, 10), [0, 1], held=False)
     assert by_config.metrics.registry.get_sample_value("llmsim_router_policy_errors_total") == 0
+    assert by_config.metrics.registry.get_sample_value("llmsim_router_unpriced_decisions_total") == 0
     specs = [b.instance_state().model_spec for b in by_config.backends]
     assert specs[0] == specs[1] and specs[0].hidden == 64 and specs[0].max_position == 512
 
