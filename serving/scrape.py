@@ -6,7 +6,9 @@ vLLM's names (V0 and V1 spellings both accepted; samples summed over label sets,
   vllm:gpu_cache_usage_perc (V0), vllm:kv_cache_usage_perc (V1)   0..1 -> kv_blocks_used / kv_blocks_total
   vllm:cache_config_info{num_gpu_blocks, block_size}   labels -> kv_blocks_total, block_size
   vllm:generation_tokens_total                         counter -> throughput (its rate between scrapes)
-  vllm:time_per_output_token_seconds (_sum, _count)    histogram -> step_time (mean over the scrape window)
+  vllm:inter_token_latency_seconds (_sum, _count)      histogram -> step_time (mean over the scrape window)
+  vllm:time_per_output_token_seconds (_sum, _count)    the same, per gap, as vLLM named it before 0.11 (read only
+                                                       when the first is absent: 0.11 exports both, one sample each)
 
 A backend without some of them (another OpenAI-compatible server) still routes: missing gauges read 0 and the
 router's own bookkeeping carries the load (see serving/tracker.py).
@@ -31,9 +33,13 @@ _GAUGES = {
     "vllm:num_requests_swapped": "swapped",
 }
 _KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+_ITL = ("vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count")
+# its pre-0.11 name (deprecated in 0.11, hidden in 0.12); never vllm:request_time_per_output_token_seconds, whose one
+# observation per request (its mean gap) weighs a short answer as much as a long one
+_OLD_ITL = ("vllm:time_per_output_token_seconds_sum", "vllm:time_per_output_token_seconds_count")
 MAX_GAUGE = 1e9  # requests a backend may count: more (or fewer than none) is not a load, and would overflow sums
 _READ = (*_GAUGES, *_KV, "vllm:cache_config_info", "vllm:generation_tokens_total",
-         "vllm:time_per_output_token_seconds_sum", "vllm:time_per_output_token_seconds_count")
+         *_ITL, *_OLD_ITL)
 _SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?[ \t]+(\S+)(?:[ \t]+-?\d+)?[ \t]*")
 
 
@@ -78,10 +84,9 @@ def parse_metrics(text: str) -> BackendMetrics:
                             info[key] = int(s.labels[key])
                 elif name == "vllm:generation_tokens_total":
                     vals["gen"] = vals.get("gen", 0.0) + v
-                elif name == "vllm:time_per_output_token_seconds_sum":
-                    vals["tpot_sum"] = vals.get("tpot_sum", 0.0) + v
-                elif name == "vllm:time_per_output_token_seconds_count":
-                    vals["tpot_count"] = vals.get("tpot_count", 0.0) + v
+                elif name in _ITL or name in _OLD_ITL:
+                    key = ("tpot_" if name in _ITL else "old_tpot_") + ("sum" if name.endswith("_sum") else "count")
+                    vals[key] = vals.get(key, 0.0) + v
     except ValueError as e:
         raise MetricsParseError(f"not a Prometheus text exposition ({e})") from None
     usage = next((sum(kv[k]) / len(kv[k]) for k in _KV if kv.get(k)), None)
@@ -92,7 +97,8 @@ def parse_metrics(text: str) -> BackendMetrics:
     return BackendMetrics(
         running=vals.get("running", 0.0), waiting=vals.get("waiting", 0.0), swapped=vals.get("swapped", 0.0),
         kv_usage=usage, num_gpu_blocks=info.get("num_gpu_blocks"), block_size=info.get("block_size"),
-        generation_tokens=vals.get("gen"), tpot_sum=vals.get("tpot_sum"), tpot_count=vals.get("tpot_count"))
+        generation_tokens=vals.get("gen"), tpot_sum=vals.get("tpot_sum", vals.get("old_tpot_sum")),
+        tpot_count=vals.get("tpot_count", vals.get("old_tpot_count")))
 
 
 def samples_read(text: str) -> str:

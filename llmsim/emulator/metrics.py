@@ -1,8 +1,12 @@
 """Prometheus metrics of one emulated engine, under vLLM's names, in a registry of its own.
 
 Gauges and counters are read from the engine when scraped (a collector that advances the engine to now first),
-so a scrape sees the engine state at that instant. The latency histograms are observed when a request finishes.
-Durations are wall seconds as a client measures them against this server: simulated durations / speedup.
+so a scrape sees the engine state at that instant. The latency histograms are observed as vLLM (0.11 and later)
+observes them: the inter-token latency once per gap between two tokens of a request, as its tokens are released;
+time to first token, time per output token and end-to-end latency once per request, when it finishes. (vLLM's
+``vllm:time_per_output_token_seconds``, a per-gap alias deprecated in 0.11, hidden in 0.12 and removed after, is
+not exported.) Durations are wall seconds as a client measures them against this server: simulated durations /
+speedup.
 Each app has its own :class:`prometheus_client.CollectorRegistry`, so several emulators can share a process.
 """
 
@@ -16,9 +20,10 @@ from prometheus_client.registry import Collector
 
 from llmsim.emulator.engine import RealTimeEngine, Ticket
 
-# vLLM's buckets (vllm/engine/metrics.py), in seconds
+# vLLM's buckets (vllm/v1/metrics/loggers.py), in seconds
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                 40.0, 80.0, 160.0, 640.0, 2560.0)
+# (inter-token latency and per-request time per output token alike)
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
                 80.0)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
@@ -83,12 +88,23 @@ class EmulatorMetrics:
         reg = self.registry
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token (wall seconds).", lab,
                               buckets=TTFT_BUCKETS, registry=reg).labels(model_name)
-        self.tpot = Histogram("vllm:time_per_output_token_seconds",
-                              "Mean time per output token after the first, one observation per request "
-                              "(wall seconds).", lab, buckets=TPOT_BUCKETS, registry=reg).labels(model_name)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Inter-token latency, one observation per gap "
+                             "between two tokens of a request (wall seconds).", lab, buckets=TPOT_BUCKETS,
+                             registry=reg).labels(model_name)
+        self.tpot = Histogram("vllm:request_time_per_output_token_seconds", "Mean time per output token after the "
+                              "first, one observation per request (0 for a one-token answer; wall seconds).", lab,
+                              buckets=TPOT_BUCKETS, registry=reg).labels(model_name)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency (wall seconds).", lab,
                              buckets=E2E_BUCKETS, registry=reg).labels(model_name)
         engine.listeners.append(self.observe)
+        engine.gap_listeners.append(self.observe_gaps)
+
+    def observe_gaps(self, span: float, gaps: int) -> None:
+        """``gaps`` inter-token gaps of one request spanning ``span`` simulated seconds (one gap but where the
+        driver's wake-ups merged iterations: their mean, so the sum and count stay exact)."""
+        v = span / gaps / self.engine.speedup
+        for _ in range(gaps):
+            self.itl.observe(v)
 
     def observe(self, t: Ticket) -> None:
         """Record a finished request's latencies, simulated durations mapped to wall seconds."""
@@ -96,8 +112,7 @@ class EmulatorMetrics:
         k = self.engine.speedup
         if r.first_token >= 0:
             self.ttft.observe((r.first_token - r.arrival) / k)
-            if r.generated > 1:
-                self.tpot.observe((r.finish - r.first_token) / (r.generated - 1) / k)
+            self.tpot.observe((r.finish - r.first_token) / (r.generated - 1) / k if r.generated > 1 else 0.0)
         self.e2e.observe((r.finish - r.arrival) / k)
 
     def render(self) -> bytes:

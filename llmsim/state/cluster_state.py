@@ -40,7 +40,7 @@ InstanceState (one engine; the per-request part comes from the router's in-fligh
   ``max_model_len``  context window <- ``/v1/models`` ``max_model_len``
   ``max_prompt_tokens``  longest prompt it can ever serve <- min(max_model_len, blocks x block_size) - 1
   ``step_time``      duration of the engine iteration in progress, 0 when idle <- mean of
-                     ``vllm:time_per_output_token_seconds`` over the scrape window
+                     ``vllm:inter_token_latency_seconds`` over the scrape window
   ``throughput``     output tokens/s over the last scrape interval <- rate of ``vllm:generation_tokens_total``
   ``model_spec``     the model the instance serves, as loaded (a ``llmsim.perf.models.ModelSpec``: its own config's
                      context length and KV bytes per token, its kv_cache_dtype applied), so a router never takes

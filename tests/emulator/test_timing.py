@@ -13,6 +13,7 @@ import json
 import time
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmsim.emulator import EmulatorHandle, start_emulator
@@ -174,9 +175,16 @@ def test_metrics_names_units_and_counters(emu: EmulatorHandle) -> None:
     assert sample(m1, "vllm:prompt_tokens_total") - sample(m0, "vllm:prompt_tokens_total") == 1000
     ok = "vllm:request_success_total"
     assert sample(m1, ok, finished_reason="length") == sample(m0, ok, finished_reason="length") + 1
-    for h in ("vllm:time_to_first_token_seconds", "vllm:time_per_output_token_seconds",
+    for h in ("vllm:time_to_first_token_seconds", "vllm:request_time_per_output_token_seconds",
               "vllm:e2e_request_latency_seconds"):
         assert sample(m1, h + "_count") == sample(m0, h + "_count") + 1
+    # as vLLM 0.11+: the inter-token latency once per gap (399 between 400 tokens), adding up to the request's
+    # decode time; the per-request mean under its own name; the deprecated per-gap alias gone
+    itl, tpot = "vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds"
+    assert sample(m1, itl + "_count") - sample(m0, itl + "_count") == 399
+    decode = (sample(m1, tpot + "_sum") - sample(m0, tpot + "_sum")) * 399
+    assert sample(m1, itl + "_sum") - sample(m0, itl + "_sum") == pytest.approx(decode, rel=1e-6)
+    assert not [k for k in m1 if k[0].startswith("vllm:time_per_output_token_seconds")]
     e2e = sample(m1, "vllm:e2e_request_latency_seconds_sum") - sample(m0, "vllm:e2e_request_latency_seconds_sum")
     # simulated seconds / speedup (so a pure function of the engine, whatever the load): 400 tokens at ~13 ms
     # simulated each, 20x, is ~0.27 s, not the ~5.4 s simulated

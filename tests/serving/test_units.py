@@ -111,6 +111,26 @@ def test_only_the_samples_read_are_parsed_and_a_page_that_is_no_exposition_is_re
             parse_metrics(page)
 
 
+def test_step_time_is_read_from_vllms_inter_token_latency_of_every_version() -> None:
+    """vLLM 0.11 renamed its per-gap histogram vllm:inter_token_latency_seconds (the old name deprecated, then
+    hidden in 0.12, then gone): a router reading only the old name saw no step time from a current vLLM. The new
+    name is read, the old one only without it (0.11 exports both, the same gaps), never the per-request mean."""
+    def itl(name: str, count: float, total: float) -> str:
+        return (f"# TYPE {name} histogram\n{name}_count{{engine=\"0\",model_name=\"m\"}} {count}\n"
+                f"{name}_sum{{engine=\"0\",model_name=\"m\"}} {total}\n")
+
+    head = VLLM_V1[:VLLM_V1.index("# TYPE vllm:time_per_output_token_seconds")]
+    new = itl("vllm:inter_token_latency_seconds", 40.0, 0.8)
+    per_request = itl("vllm:request_time_per_output_token_seconds", 2.0, 0.05)
+    old = itl("vllm:time_per_output_token_seconds", 10.0, 0.3)
+    for page, want in ((head + new + per_request, (0.8, 40.0)),  # 0.12 and later
+                       (head + old + new + per_request, (0.8, 40.0)),  # 0.11: both names, one read
+                       (VLLM_V1, (0.3, 10.0)),  # before 0.11
+                       (head + per_request, (None, None))):  # no per-gap histogram: no step time from it
+        m = parse_metrics(page)
+        assert (m.tpot_sum, m.tpot_count) == want
+
+
 def test_state_dead_reckons_between_scrapes() -> None:
     cfg = parse_config(BASE)
     a, b = Backend(0, cfg.backends[0], model="m", up=True), Backend(1, cfg.backends[1], model="m", up=True)
