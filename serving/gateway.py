@@ -40,7 +40,7 @@ from llmsim.serving.departure import departed
 from llmsim.serving.inbound import BadRequest, Inbound
 from llmsim.serving.metrics import RouterMetrics
 from llmsim.serving.monitor import BackendMonitor
-from llmsim.serving.pricing import FIX_KEYS, prices_backends
+from llmsim.serving.pricing import FIX_KEYS, needs_pricing, prices_backends
 from llmsim.serving.tracker import Backend, Flight, cluster_state
 from llmsim.serving.upstream import BackendBusy, BackendFailed, Upstream, count_token
 
@@ -241,16 +241,19 @@ class Gateway:
         not, said once in one log line: which backend, why, and the keys that fix it."""
         if not self.prices:
             return True
-        p = b.pricing
-        self.metrics.unpriced.labels(b.name).set(0 if p.priced else 1)
-        if not p.priced and (b.name, p.model) not in self.unpriced_seen:
+        p = b.pricing if needs_pricing(self.cfg.policy, b.policy_model) else None
+        ok = p is None or p.priced
+        self.metrics.unpriced.labels(b.name).set(0 if ok else 1)
+        if p is not None and not ok and (b.name, p.model) not in self.unpriced_seen:
             self.unpriced_seen.add((b.name, p.model))
             text = redact(p.problem, config_secrets(self.cfg))
+            table = " (or a policy.kwargs.static_tpot_ms entry for its model)" \
+                if self.cfg.policy.heuristic == "routebalance" else ""
             log.warning("backend %s (model %r): policy %s cannot price it (%s); decisions while it is healthy go to "
                         "the least loaded healthy backend, counted in llmsim_router_unpriced_decisions_total; give "
-                        "backends[%d] its %s (docs/serving.md, 'What a backend is priced as')", b.name, p.model,
-                        self.cfg.policy.heuristic, text, b.idx, FIX_KEYS)
-        return p.priced
+                        "backends[%d] its %s%s (docs/serving.md, 'What a backend is priced as')", b.name, p.model,
+                        self.cfg.policy.heuristic, text, b.idx, FIX_KEYS, table)
+        return ok
 
     def least_loaded(self, healthy: list[int]) -> int:
         return min(healthy, key=lambda k: self.backends[k].instance_state().num_requests)

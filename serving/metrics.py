@@ -43,8 +43,9 @@ class RouterMetrics:
         self.policy_errors = Counter("llmsim_router_policy_errors", "Decisions the policy could not make (an error, "
                                      "logged once per message), sent to the least loaded healthy backend", registry=r)
         self.unpriced_decisions = Counter("llmsim_router_unpriced_decisions", "Decisions of a policy that prices "
-                                          "backends by their model (qlm, shepherd) over a healthy backend it cannot "
-                                          "price (logged once), sent to the least loaded healthy backend", registry=r)
+                                          "backends by their model (qlm, shepherd, routebalance) over a healthy "
+                                          "backend it cannot price (logged once), sent to the least loaded healthy "
+                                          "backend", registry=r)
         self.unpriced = Gauge("llmsim_router_backend_unpriced", "1 if the policy prices backends by their model and "
                               "cannot price this one (its gpu / llmsim_model are missing or unknown), else 0",
                               ["backend"], registry=r)

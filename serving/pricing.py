@@ -4,7 +4,9 @@ times, routebalance's profile prior): resolved once per backend and served model
 A backend's served name comes from its ``/v1/models`` (vLLM: the path it loaded, or any name): looking it up in
 llmsim's registry, the local hub cache or the file system at every decision would probe the disk per request and,
 for a name llmsim does not know, fail the same way each time. The outcome, a failure included, is kept until the
-backend's model name changes (a readmitted backend may serve another model).
+backend's model name changes (a readmitted backend may serve another model). A served name that is a file path is
+not read: a backend does not choose which of the router's files it opens (the config's ``model`` /
+``policy_model`` / ``llmsim_model`` may name one).
 """
 
 from __future__ import annotations
@@ -15,19 +17,30 @@ from llmsim.errors import LLMSimError
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.models import ModelSpec, get_model
 from llmsim.perf.profile import profile_for_instance
-from llmsim.serving.config import BackendConfig, PolicyConfig
+from llmsim.routing.routebalance.state import DEFAULT_TPOT_MS
+from llmsim.serving.config import BackendConfig, PolicyConfig, looks_like_path
 
-# routers that load an instance's profile by its model at their decisions (routebalance only with tpot_prior: profile;
-# its default table source needs a static_tpot_ms entry for the others, checked at start)
-PRICING_POLICIES = ("qlm", "shepherd")
+# routers that load an instance's profile by its model at their decisions
+PRICING_POLICIES = ("qlm", "shepherd", "routebalance")
 FIX_KEYS = "gpu (the GPU it runs on) and llmsim_model (a registered name, a Hugging Face id or its config.json path)"
 
 
 def prices_backends(policy: PolicyConfig) -> bool:
-    """Whether the policy prices each backend by its model and GPU (a backend it cannot price fails its decisions)."""
-    if policy.heuristic in PRICING_POLICIES:
+    """Whether the policy may price a backend by its model and GPU (a backend it cannot price fails its
+    decisions)."""
+    return policy.heuristic in PRICING_POLICIES
+
+
+def needs_pricing(policy: PolicyConfig, model: str) -> bool:
+    """Whether the policy prices a backend serving ``model`` from its profile: qlm and shepherd always,
+    routebalance for a model without a ``static_tpot_ms`` entry (its defaults included) or with ``tpot_prior:
+    profile``."""
+    if policy.heuristic != "routebalance":
+        return prices_backends(policy)
+    if policy.kwargs.get("tpot_prior") == "profile":
         return True
-    return policy.heuristic == "routebalance" and policy.kwargs.get("tpot_prior") == "profile"
+    table = policy.kwargs.get("static_tpot_ms")
+    return model not in DEFAULT_TPOT_MS and not (isinstance(table, dict) and model in table)
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,9 @@ def resolve(cfg: BackendConfig, name: str) -> Pricing:
     if spec is None:
         if not name:
             return Pricing(name, None, "its model is not known yet (down at start and no 'model' in the config)")
+        if cfg.model is None and cfg.policy_model is None and looks_like_path(name):
+            return Pricing(name, None, f"its served name {name[:200]!r} is a file path, and the router reads no file "
+                                       "a backend names (only one its config names)")
         try:
             spec = get_model(name)
         except (LLMSimError, OSError, ValueError) as e:

@@ -110,6 +110,44 @@ def test_a_backend_the_policy_cannot_price_is_said_once_at_start_naming_it_and_t
     assert unpriced(gw) == 3
 
 
+def test_a_file_path_a_backend_serves_under_is_never_read_one_its_config_names_is(tmp_path, monkeypatch,
+                                                                                 caplog) -> None:
+    """vLLM's served name is by default the path it loaded: a backend naming any path (another file of the
+    router's machine) had the router open it as a config.json at each decision, and log a field of it. A served
+    path is refused unread (the fix named); the same path in the config (model / llmsim_model) is read."""
+    cfg_json = tmp_path / "config.json"
+    cfg_json.write_text(Path(tiny("tiny-llama")).read_text())
+    probes: list[str] = []
+    real = models.config_path
+    monkeypatch.setattr(models, "config_path", lambda name: probes.append(name) or real(name))
+    served = gateway(config({}, {}), [str(cfg_json), str(cfg_json)])
+    for i in range(3):
+        served.decide(Request(i, 0.0, 100, 10), [0, 1], held=False)
+    assert probes == [] and unpriced(served) == 3
+    assert f"its served name {str(cfg_json)!r} is a file path, and the router reads no file" in caplog.text
+    configured = gateway(config({"model": str(cfg_json)}, {"model": str(cfg_json)}), [str(cfg_json)] * 2)
+    configured.decide(Request(0, 0.0, 100, 10), [0, 1], held=False)
+    assert unpriced(configured) == 0 and probes == [str(cfg_json)]
+
+
+def test_routebalance_over_a_readmitted_backend_serving_a_model_without_a_prior(caplog) -> None:
+    """routebalance prices a backend without a static_tpot_ms entry from its profile: a backend readmitted with
+    a model it has no entry for and cannot price is an unpriced backend like qlm's (said once, counted), not a
+    policy error at each decision; one with an entry needs no profile."""
+    cfg = config({"model": "my-finetune"}, {"model": "my-finetune"}, policy="routebalance")
+    cfg["policy"]["kwargs"] = {"static_tpot_ms": {"my-finetune": 9.0}}
+    gw = gateway(cfg, ["my-finetune", "my-finetune"])
+    gw.decide(Request(0, 0.0, 100, 10), [0, 1], held=False)
+    assert unpriced(gw) == 0
+    gw.backends[1].model = "other-finetune"
+    gw.backends[1].cfg = gw.backends[1].cfg.model_copy(update={"model": None})
+    for i in range(1, 4):
+        gw.decide(Request(i, 0.0, 100, 10), [0, 1], held=False)
+    assert unpriced(gw) == 3 and gw.metrics.registry.get_sample_value("llmsim_router_policy_errors_total") == 0
+    assert caplog.text.count("policy routebalance cannot price it") == 1
+    assert "or a policy.kwargs.static_tpot_ms entry for its model" in caplog.text
+
+
 def test_an_unregistered_model_priced_by_its_config_is_decided_by_the_policy(tmp_path, caplog) -> None:
     """A fine-tune served under its own name: by name, qlm cannot price it (every decision a counted policy error,
     sent to the least loaded backend, logged once with the key that fixes it); given its config.json, the policy
