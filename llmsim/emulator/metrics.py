@@ -4,9 +4,9 @@ Gauges and counters are read from the engine when scraped (a collector that adva
 so a scrape sees the engine state at that instant. The latency histograms are observed as vLLM (0.11 and later)
 observes them: the inter-token latency once per gap between two tokens of a request, as its tokens are released;
 time to first token, time per output token and end-to-end latency once per request, when it finishes. (vLLM's
-``vllm:time_per_output_token_seconds``, a per-gap alias deprecated in 0.11, hidden in 0.12 and removed after, is
-not exported.) Durations are wall seconds as a client measures them against this server: simulated durations /
-speedup.
+``vllm:time_per_output_token_seconds``, the same per-gap histogram under its old name, deprecated in 0.11 and
+hidden from 0.12 unless ``--show-hidden-metrics-for-version=0.11``, is not exported.) Durations are wall seconds
+as a client measures them against this server: simulated durations / speedup.
 Each app has its own :class:`prometheus_client.CollectorRegistry`, so several emulators can share a process.
 """
 
