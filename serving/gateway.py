@@ -141,8 +141,9 @@ class Gateway:
                     interrupt.fire("ejected")
 
     # ------------------------------------------------------------------ lifecycle
-    async def start(self) -> None:
-        """Discover the backends, check the policy fits them (ConfigError if not), then watch them."""
+    async def start(self, say_unpriced: bool = True) -> None:
+        """Discover the backends, check the policy fits them (ConfigError if not), say the ones it cannot price
+        (``say_unpriced``: a preflight's gateway leaves that to the serving one, said once), then watch them."""
         client = self.upstream.open(self.cfg.limits.max_in_flight + 4 * len(self.backends))
         await self.monitor.discover_all(client)
         missing = [b.name for b in self.backends if not b.model]
@@ -151,7 +152,7 @@ class Gateway:
                               "exported policy needs every backend's model to check it was trained for them")
         self.decider.check_backends([b.policy_model for b in self.backends],
                                     [b.policy_model for b in self.backends if b.cfg.model_spec is None])
-        for b in self.backends:
+        for b in self.backends if say_unpriced else ():
             if b.model:  # (one down at start is checked once it is up and its model known)
                 self.priced(b)
         self.monitor.watch()

@@ -59,7 +59,7 @@ async def preflight(cfg: RouterConfig) -> list[str]:
     """Load the policy and discover the backends once; the names of the backends that did not answer."""
     gw = Gateway(cfg)
     try:
-        await gw.start()
+        await gw.start(say_unpriced=False)
         return [b.name for b in gw.backends if not b.up]
     finally:
         await gw.stop()

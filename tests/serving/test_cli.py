@@ -68,6 +68,25 @@ def test_cli_serves_in_front_of_an_emulator(tmp_path) -> None:
         h.stop()
 
 
+@pytest.mark.timeout(60)
+def test_the_cli_says_once_which_backend_qlm_cannot_price(tmp_path) -> None:
+    """The CLI starts a gateway to check the config (preflight), then the serving one: each said every unpriced
+    backend, so the one warning line per backend came twice."""
+    cfg = tmp_path / "router.yaml"
+    cfg.write_text("backends: [{name: b0, url: 'http://127.0.0.1:9', model: my-finetune, gpu: a100-80gb}]\n"
+                   "policy: {heuristic: qlm}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "llmsim.serving.cli", "--config", str(cfg), "--port", "0"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [proc.stderr.readline() for _ in range(2)]  # the announce line and the serving gateway's warning
+        assert "llmsim-router: 1 backends" in lines[0] and "backend b0 (model 'my-finetune'): policy qlm cannot " \
+            "price it" in lines[1], lines
+    finally:
+        proc.terminate()
+        rest = proc.communicate(timeout=20)[1]
+    assert "cannot price" not in rest, rest
+
+
 @pytest.mark.timeout(30)
 def test_routebalance_without_static_tpot_exits_with_one_line(tmp_path) -> None:
     """The CLI: one line on stderr naming the key, exit code 2, no traceback."""
