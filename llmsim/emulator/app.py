@@ -269,13 +269,14 @@ class RequireKey:
 
 def add_openai_routes(app: FastAPI, engine: RealTimeEngine, opts: EmulatorOptions) -> None:
     """What clients call: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``."""
+    vocab = engine.inst.profile.model.vocab
 
     async def generate(request: Request, chat: bool) -> Response:
         try:
             body = await read_json(request, opts.max_body_bytes)
         except ClientDisconnect:  # gone while sending its body: nobody to answer (nginx's 499)
             return Response(status_code=499)
-        return await serve_job(engine, opts, parse_job(body, chat, opts), request)
+        return await serve_job(engine, opts, parse_job(body, chat, opts, vocab), request)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

@@ -177,8 +177,9 @@ def _common(body: dict[str, Any], served: str, chat: bool) -> tuple[bool, bool]:
     return stream, include_usage
 
 
-def _prompt_tokens(prompt: Any, cpt: float) -> int:
-    """Token count of a completions prompt: token ids count exactly, text approximately."""
+def _prompt_tokens(prompt: Any, cpt: float, vocab: int | None = None) -> int:
+    """Token count of a completions prompt: token ids count exactly, text approximately. An id past the model's
+    vocabulary is refused in vLLM's words (a real server cannot embed it)."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
@@ -187,6 +188,9 @@ def _prompt_tokens(prompt: Any, cpt: float) -> int:
         return text_tokens(prompt, cpt)
     if isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
                                                    for x in prompt):
+        top = max(prompt)
+        if vocab is not None and top >= vocab:
+            raise ApiError(400, f"Token id {shown(top)} is out of vocabulary (the model's {vocab} tokens)", "prompt")
         return len(prompt)
     if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(x, str | list) for x in prompt):
         raise ApiError(400, "batched prompts (a list of several prompts) are not supported by the emulator; send "
@@ -216,8 +220,9 @@ def _message_text(i: int, m: Any) -> str:
     raise ApiError(400, f"`messages[{i}].content` must be a string, a list of content parts or null", "messages")
 
 
-def parse_job(body: dict[str, Any], chat: bool, opts: EmulatorOptions) -> Job:
-    """Validate a completions or chat body (400 / 404 naming the field) into a :class:`Job`."""
+def parse_job(body: dict[str, Any], chat: bool, opts: EmulatorOptions, vocab: int | None = None) -> Job:
+    """Validate a completions or chat body (400 / 404 naming the field) into a :class:`Job`; ``vocab``: the
+    model's vocabulary size, that token ids must stay below."""
     stream, include_usage = _common(body, opts.name, chat)
     cpt = opts.chars_per_token
     if chat:
@@ -234,7 +239,7 @@ def parse_job(body: dict[str, Any], chat: bool, opts: EmulatorOptions) -> Job:
     else:
         if "prompt" not in body:
             raise ApiError(400, "`prompt` is required: a string or a list of token ids", "prompt")
-        prompt = _prompt_tokens(body["prompt"], cpt)
+        prompt = _prompt_tokens(body["prompt"], cpt, vocab)
         max_tokens = _int_or_none(body, "max_tokens")
         if max_tokens is None:
             max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS

@@ -144,6 +144,9 @@ BAD = [
     ({"model": MODEL, "prompt": ""}, 400, "must not be empty"),
     ({"model": MODEL, "prompt": [True, 2]}, 400, "list of token ids"),
     ({"model": MODEL, "prompt": ["a", "b"]}, 400, "batched prompts"),
+    # a token id the model cannot embed: vLLM's 400, never a 200 (Llama-3.1's vocabulary is 128256 tokens)
+    ({"model": MODEL, "prompt": [1, 128256]}, 400, "Token id 128256 is out of vocabulary"),
+    ({"model": MODEL, "prompt": [10**30]}, 400, f"Token id {10**30} is out of vocabulary"),
     ({"model": MODEL, "prompt": "x", "max_tokens": 0}, 400, "`max_tokens` must be a positive integer"),
     ({"model": MODEL, "prompt": "x", "max_tokens": "five"}, 400, "`max_tokens` must be a positive integer"),
     ({"model": MODEL, "prompt": "x", "max_tokens": 1.5}, 400, "`max_tokens` must be a positive integer"),
