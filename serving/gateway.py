@@ -107,8 +107,10 @@ class RelayResponse(StreamingResponse):
 class Gateway:
     """The router's live state (backends, in-flight and held requests, its metrics) and its request path."""
 
-    def __init__(self, cfg: RouterConfig, decider: Decider | None = None) -> None:
+    def __init__(self, cfg: RouterConfig, decider: Decider | None = None, quiet: bool = False) -> None:
+        """``quiet``: a preflight's gateway, that leaves what it finds to the serving one to say (said once)."""
         self.cfg = cfg
+        self.quiet = quiet
         self.decider = decider or Decider(cfg.policy)
         self.metrics = RouterMetrics([b.name for b in cfg.backends])
         self.policy_errors_seen: set[str] = set()
@@ -116,7 +118,7 @@ class Gateway:
         self.unpriced_seen: set[tuple[str, str]] = set()  # (backend, model) said unpriceable in the log
         self.t0 = time.monotonic()
         self.changed = asyncio.Event()
-        self.monitor = BackendMonitor(cfg, self.metrics, self.now, self.notify)
+        self.monitor = BackendMonitor(cfg, self.metrics, self.now, self.notify, quiet)
         self.backends = self.monitor.backends
         self.upstream = Upstream(cfg, self.metrics)
         self.waiting: dict[int, dict[int, Interrupt]] = {b.idx: {} for b in self.backends}  # no output yet
@@ -141,9 +143,9 @@ class Gateway:
                     interrupt.fire("ejected")
 
     # ------------------------------------------------------------------ lifecycle
-    async def start(self, say_unpriced: bool = True) -> None:
-        """Discover the backends, check the policy fits them (ConfigError if not), say the ones it cannot price
-        (``say_unpriced``: a preflight's gateway leaves that to the serving one, said once), then watch them."""
+    async def start(self) -> None:
+        """Discover the backends, check the policy fits them (ConfigError if not), say the ones it cannot price,
+        then watch them."""
         client = self.upstream.open(self.cfg.limits.max_in_flight + 4 * len(self.backends))
         await self.monitor.discover_all(client)
         missing = [b.name for b in self.backends if not b.model]
@@ -152,7 +154,7 @@ class Gateway:
                               "exported policy needs every backend's model to check it was trained for them")
         self.decider.check_backends([b.policy_model for b in self.backends],
                                     [b.policy_model for b in self.backends if b.cfg.model_spec is None])
-        for b in self.backends if say_unpriced else ():
+        for b in () if self.quiet else self.backends:
             if b.model:  # (one down at start is checked once it is up and its model known)
                 self.priced(b)
         self.monitor.watch()

@@ -32,8 +32,9 @@ class BackendMonitor:
     """The backends' health and last scrapes; ``now`` is the router's clock, ``notify`` wakes held requests."""
 
     def __init__(self, cfg: RouterConfig, metrics: RouterMetrics, now: Callable[[], float],
-                 notify: Callable[[], None]) -> None:
+                 notify: Callable[[], None], quiet: bool = False) -> None:
         self.cfg, self.metrics, self.now, self.notify = cfg, metrics, now, notify
+        self.quiet = quiet  # a preflight's monitor: the serving one says what it finds
         self.backends = [Backend(i, b) for i, b in enumerate(cfg.backends)]
         self.client: httpx.AsyncClient | None = None
         self.tasks: list[asyncio.Task] = []
@@ -89,7 +90,7 @@ class BackendMonitor:
     def refused(self, b: Backend, status: int, path: str) -> None:
         """The backend answered ``status`` (401 / 403) to the router's credentials: ejected as misconfigured, said
         once in the log (its URL redacted) and kept in /health until it accepts them."""
-        if b.refused_status != status:
+        if b.refused_status != status and not self.quiet:
             log.warning("backend %s (%s) answered %d to %s: misconfigured (check its api_key or the URL's "
                         "credentials); ejected until it accepts them", b.name, redact(b.cfg.url, [b.cfg.api_key or ""]),
                         status, path)

@@ -57,9 +57,9 @@ def start_router(cfg: RouterConfig | dict[str, Any], decider: Decider | None = N
 
 async def preflight(cfg: RouterConfig) -> list[str]:
     """Load the policy and discover the backends once; the names of the backends that did not answer."""
-    gw = Gateway(cfg)
+    gw = Gateway(cfg, quiet=True)
     try:
-        await gw.start(say_unpriced=False)
+        await gw.start()
         return [b.name for b in gw.backends if not b.up]
     finally:
         await gw.stop()

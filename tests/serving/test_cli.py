@@ -87,6 +87,24 @@ def test_the_cli_says_once_which_backend_qlm_cannot_price(tmp_path) -> None:
     assert "cannot price" not in rest, rest
 
 
+@pytest.mark.timeout(60)
+def test_the_cli_says_once_that_a_backend_refuses_its_credentials(tmp_path) -> None:
+    """The preflight's gateway and the serving one each logged a backend's 401: one line per event, said once."""
+    h = start_emulator("llama-3.1-8b", "a100-80gb", speedup=SPEEDUP, api_key="emulator-key")
+    cfg = tmp_path / "router.yaml"
+    cfg.write_text(f"backends: [{{name: b0, url: '{h.url}'}}]\npolicy: {{heuristic: jsq}}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "llmsim.serving.cli", "--config", str(cfg), "--port", "0"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [proc.stderr.readline() for _ in range(2)]  # the announce line and the serving gateway's warning
+        assert "llmsim-router: 1 backends" in lines[0] and "backend b0 " in lines[1] and "answered 401" in lines[1]
+    finally:
+        proc.terminate()
+        rest = proc.communicate(timeout=20)[1]
+        h.stop()
+    assert "answered 401" not in rest, rest
+
+
 @pytest.mark.timeout(30)
 def test_routebalance_without_static_tpot_exits_with_one_line(tmp_path) -> None:
     """The CLI: one line on stderr naming the key, exit code 2, no traceback."""
