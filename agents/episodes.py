@@ -120,6 +120,8 @@ def episode_row(label: str, task: Task, wseed: int, out: dict[str, Any], env: Ro
         "workload_digest": workload_digest(env),
         "wall_s": wall,
     })
+    if s.get("workload_skipped") is not None:  # a trace workload: the rows it read but left out, by reason
+        row["workload_skipped"] = dict(s["workload_skipped"])
     if out.get("unseen_decisions") is not None:  # a network with a seen range: where its guide decided
         row["unseen_decisions"] = int(out["unseen_decisions"])
     for extra in (env_qos(env), env_utility(env)):  # QoSEdge's average QoS; BestEffort's utility

@@ -43,7 +43,7 @@ TABLE_COLUMNS: tuple[tuple[str, str, float, int], ...] = (
 )
 OPTIONAL = ("slo_attainment", "avg_qos", "utility", "latency_per_token_ms", "within_l", "cut_off", "timeouts",
             "unseen_decisions")
-NOT_SUMMARISED = ("policy", "seed", "episode", "workload_seed", "workload_digest", "truncated")
+NOT_SUMMARISED = ("policy", "seed", "episode", "workload_seed", "workload_digest", "truncated", "workload_skipped")
 
 
 def _stats(values: Sequence[float]) -> tuple[float | None, float | None]:
@@ -132,6 +132,10 @@ def markdown(summary: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> s
     if any(e.get("unseen_decisions_mean") is not None for e in summary):
         notes.append("guide decided (unseen): decisions per episode outside the states a network with a seen range "
                      "was fitted on, where its guide heuristic decided (agents/seen_range.py).")
+    skipped = meta.get("workload_skipped")
+    if skipped:
+        notes.append(f"Trace rows skipped by the workload (counted, not simulated), by reason, summed over the "
+                     f"episodes of one policy: {skipped}.")
     cut = sum(int(e.get("truncated", 0)) for e in summary)
     if cut:
         notes.append(f"{cut} episode(s) hit the env's time limit (unfinished requests count as dropped, and as "
@@ -167,6 +171,18 @@ def plot(summary: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], path: Pa
     return path
 
 
+def rows_skipped(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The trace rows the episodes' workloads left out, by reason, over the episodes of one policy (every policy
+    runs the same workloads, so the first one's rows count each episode once)."""
+    first = rows[0]["policy"] if rows else None
+    total: dict[str, int] = {}
+    for r in rows:
+        if r["policy"] == first:
+            for reason, n in (r.get("workload_skipped") or {}).items():
+                total[reason] = total.get(reason, 0) + int(n)
+    return {k: v for k, v in total.items() if v}
+
+
 def jsonable(x: Any) -> Any:
     """Plain JSON values (numpy scalars as numbers, NaN as null, paths as strings)."""
     if isinstance(x, Mapping):
@@ -188,6 +204,8 @@ def write_outputs(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], ou
     the markdown."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summarise(rows, meta.get("reference", "round_robin"))
+    skipped = rows_skipped(rows)
+    meta = {**meta, "workload_skipped": skipped} if skipped else meta
     body = {**{k: v for k, v in meta.items() if k != "config"}, "config": meta.get("config", {}),
             "rows": list(rows), "summary": summary}
     (out_dir / "evaluation.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")

@@ -456,7 +456,7 @@ class RoutingEnv(gym.Env):
         if final:
             info["episode_reward"] = self._episode_reward
             info["episode_components"] = dict(self._episode_components)
-            info["summary"] = summary_of(c, self.slo)
+            info["summary"] = self.summary()
         return info
 
     def render(self) -> None:
@@ -464,5 +464,10 @@ class RoutingEnv(gym.Env):
         return None
 
     def summary(self) -> dict[str, Any]:
-        """The episode's summary so far (the CLI's numbers: ``collect``'s summary, without its tables)."""
-        return summary_of(self.cluster, self.slo)
+        """The episode's summary so far (the CLI's numbers: ``collect``'s summary, without its tables), with the
+        trace rows its workload read but left out (``workload_skipped``, by reason) when it reads a trace, as a
+        simulator run reports them: nothing is dropped in silence."""
+        summary = summary_of(self.cluster, self.slo)
+        if self.workload.skipped is not None:
+            summary["workload_skipped"] = dict(self.workload.skipped)
+        return summary

@@ -40,6 +40,9 @@ class EnvWorkload:
     """``requests(seed, k)`` -> the episode's K requests, sorted by arrival."""
 
     task_names: list[str] = []
+    # the rows of a trace the last ``requests()`` read but left out, by reason (``prompt_over_max_prompt``,
+    # ``zero_output_tokens``, ...); None for a workload that reads no trace rows (a mixture, a labelled table)
+    skipped: dict[str, int] | None = None
 
     def requests(self, seed: int, k: int) -> list[Request]:
         raise NotImplementedError
@@ -89,16 +92,31 @@ def _arrivals(rng: np.random.Generator, spec: dict[str, Any], k: int) -> tuple[n
 def trace_arrivals(trace: Mapping[str, Any], k: int) -> np.ndarray:
     """The first ``k`` arrival times of an llmsim workload (a real trace window), shifted to start at 0: fewer when
     the window holds fewer. Only the times are used; the requests' contents come from the env's own mixture."""
-    return _trace_times(json.dumps(dict(trace), sort_keys=True, default=str))[:k].copy()
+    return _trace_times(_trace_key(trace))[0][:k].copy()
+
+
+def trace_rows_skipped(trace: Mapping[str, Any]) -> dict[str, int]:
+    """The rows of the trace window :func:`trace_arrivals` left out, by reason (their times are not arrivals)."""
+    return dict(_trace_times(_trace_key(trace))[1])
+
+
+def arrival_rows_skipped(arrival: Mapping[str, Any]) -> dict[str, int] | None:
+    """What an arrival spec's trace left out (None: the arrivals are drawn, no trace rows are read)."""
+    return trace_rows_skipped(arrival["trace"]) if arrival.get("kind") == "trace" else None
+
+
+def _trace_key(trace: Mapping[str, Any]) -> str:
+    return json.dumps(dict(trace), sort_keys=True, default=str)
 
 
 @functools.lru_cache(maxsize=16)
-def _trace_times(trace_json: str) -> np.ndarray:
-    """A trace's arrival times (cached: every episode of a scenario reads the same window)."""
-    t = np.array([r.arrival for r in build_workload(json.loads(trace_json), 0)], float)
+def _trace_times(trace_json: str) -> tuple[np.ndarray, dict[str, int]]:
+    """A trace's arrival times and the rows it skipped (cached: every episode of a scenario reads the same window)."""
+    wl = build_workload(json.loads(trace_json), 0)
+    t = np.array([r.arrival for r in wl], float)
     if not len(t):
         raise ConfigError(f"workload.arrival.trace: the trace window holds no request ({trace_json})")
-    return t - t[0]
+    return t - t[0], dict(wl.stats.skipped)
 
 
 def scale_lengths(mixture: T.TaskMixture, mix: str | None) -> T.TaskMixture:
@@ -146,6 +164,7 @@ class MixtureWorkload(EnvWorkload):
         k = check_int("num_requests", k, ge=1)
         rng = np.random.default_rng(seed)
         times, rates = _arrivals(rng, self.arrival, k)
+        self.skipped = arrival_rows_skipped(self.arrival)
         reqs = self.mixture.sample(rng, times)
         if rates is not None:
             for r, rate in zip(reqs, rates):
@@ -169,6 +188,7 @@ class LabelledWorkload(EnvWorkload):
         k = check_int("num_requests", k, ge=1)
         rng = np.random.default_rng(seed)
         times, _ = _arrivals(rng, self.arrival, k)
+        self.skipped = arrival_rows_skipped(self.arrival)
         return self.pool.sample(rng, times)
 
     def check_models(self, models: list[str]) -> None:
@@ -180,16 +200,21 @@ class LabelledWorkload(EnvWorkload):
 
 @dataclass
 class SimWorkload(EnvWorkload):
-    """Any ``llmsim.workload.build_workload`` config (synthetic, traces), first K requests."""
+    """Any ``llmsim.workload.build_workload`` config (synthetic, traces), first K requests; :attr:`skipped` counts
+    the rows read on the way to them but left out (as a simulator run's ``workload_skipped``)."""
 
     cfg: dict[str, Any]
 
     def __post_init__(self) -> None:
         parse_workload(self.cfg)  # a bad key or value fails at construction, not at the first reset()
+        self.skipped = {}
 
     def requests(self, seed: int, k: int) -> list[Request]:
         k = check_int("num_requests", k, ge=1)
-        return list(itertools.islice(iter(build_workload(self.cfg, seed)), k))
+        wl = build_workload(self.cfg, seed)
+        reqs = list(itertools.islice(iter(wl), k))
+        self.skipped = dict(wl.stats.skipped)
+        return reqs
 
 
 # name -> factory of a TaskMixture (``preset_kwargs`` are the factory's keyword arguments)
