@@ -448,7 +448,9 @@ class RoutingEnv(gym.Env):
             "dropped": len(drv.drops),
             "agent_dropped": out.agent_dropped,
             "timeouts": out.timeouts,
-            "central_queue": len(drv.held),
+            # every request waiting for the router, the one to decide next included: the observed
+            # ClusterState.central_queue (held ones, and arrivals being offered), in either decision mode
+            "central_queue": len(drv.held) + len(drv.deferred),
             "action_mask": self.action_masks(),
         }
         if self._decided is not None:  # absent, not None, otherwise: vector envs stack a key's values in an array

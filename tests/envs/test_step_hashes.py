@@ -3,8 +3,10 @@ rewards, episode ends and infos to the values recorded before the per-step speed
 env with the workload-aware reward, and a noisy predictor's tick env). A shortcut that changes a bit fails here.
 Re-recorded when ``info["decided"]`` became absent on steps that place no request (it was None, which vector envs
 cannot stack), when the latency reward credited its completions in ``info["request_rewards"]``, and when the
-episode summary gained ``std_itl_ms`` (as ``vllm bench serve`` saves it), each time after checking that the rollouts'
-observations, rewards, ends and other info keys were unchanged (the digests without the new key equal the old ones)."""
+episode summary gained ``std_itl_ms`` (as ``vllm bench serve`` saves it), and when the arrival env's
+``info["central_queue"]`` came to count the request being offered (as the observation does), each time after checking
+that the rollouts' observations, rewards, ends and other info keys were unchanged (the digests without the new or
+changed key equal the old ones)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import pytest
 import llmsim.envs  # noqa: F401  (registers the ids)
 
 RECORDED = [
-    ("llmsim/Routing-v0", {}, "6748d9e1fa4c2589e7a01b3695b365399945c3327412e6876b3ee7b603800d58"),
+    ("llmsim/Routing-v0", {}, "928ebb0f59955d3c1180f3818d357b6346479ad63c835a30d0ac2d2ecad7ecd6"),
     ("llmsim/WorkloadRouter-v0", {"num_requests": 300},
      "ef3b19479fe9b9ecd3d06d6529d513a9c648032c8762e5ea8b2fff394d203a50"),
     ("llmsim/Routing-v0", {"decision": "tick", "action": "instance_wait", "reward": "workload_aware",
