@@ -39,7 +39,7 @@ from typing import Any
 from experiments.harness import reproduction_report as book
 from experiments.harness.claims import PROG, source_commit
 from experiments.harness.pages import learned_lines, out_file, text_table, write_claims
-from experiments.harness.pool import say
+from experiments.harness.pool import cap_jobs, say
 from experiments.harness.registry import ALIASES, ORDER, load, resolve
 from experiments.harness.sizes import SIZE_NAMES
 from experiments.harness.timing import positive_int
@@ -105,11 +105,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if a.quick and a.size not in (None, "quick"):
         fail(f"--quick means --size quick; it does not go with --size {a.size}")
     _check_mode(a)
-    cpus = cpu_count()
-    if a.jobs > cpus:  # more workers than CPUs only adds processes (each with its own memory), never speed
-        print(f"{PROG}: note: --jobs {a.jobs} is more than the {cpus} CPU(s) this process may use; running {cpus}",
-              file=sys.stderr)
-        a.jobs = cpus
+    a.jobs = cap_jobs(a.jobs, PROG, cpu_count())
     return a
 
 

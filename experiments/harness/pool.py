@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 from tqdm import tqdm
 
+from llmsim.planning.runner import cpu_count
+
 C = TypeVar("C")
 R = TypeVar("R")
 
@@ -24,6 +26,17 @@ def say(label: str, message: str, progress: bool = True) -> None:
     """One line on stderr, ``[label] message``: what a long step is doing before its bar starts."""
     if progress:
         print(f"[{label}] {message}", file=sys.stderr, flush=True)
+
+
+def cap_jobs(jobs: int, prog: str, cpus: int | None = None) -> int:
+    """``--jobs`` cut to the CPUs this process may use (``cpus``, default counted), with a note on stderr when cut:
+    more workers than CPUs only add processes, each with its own memory, never speed."""
+    cpus = cpu_count() if cpus is None else cpus
+    if jobs <= cpus:
+        return jobs
+    print(f"{prog}: note: --jobs {jobs} is more than the {cpus} CPU(s) this process may use; running {cpus}",
+          file=sys.stderr)
+    return cpus
 
 
 def run_cells(fn: Callable[[C], R], cells: Sequence[C], jobs: int, progress: bool, label: str, *,

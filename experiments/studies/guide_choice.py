@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from experiments.harness.pages import out_file, write_text
+from experiments.harness.pool import cap_jobs
 from experiments.harness.timing import positive_int
 from experiments.studies.validation import seed_drawn, usage_errors, validation_seed
 from llmsim.agents.episodes import evaluate
@@ -171,6 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=out_file, default=None, help="also write the table (markdown) here, and\
  the numbers to <out>.json")
     a = ap.parse_args(argv)
+    a.jobs = cap_jobs(a.jobs, ap.prog)
     with usage_errors(ap):
         ckpts = dict(c.split("=", 1) for c in a.checkpoints)
         table = run(a.env, a.scenarios, a.seeds, a.requests, a.jobs, a.heuristics, ckpts,

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from experiments.harness.pages import out_file, write_text
+from experiments.harness.pool import cap_jobs
 from experiments.harness.timing import positive_int
 from experiments.studies.validation import seed_drawn, suite_traces, testbed_env, usage_errors, validation_seed
 from llmsim.agents.episodes import evaluate
@@ -166,6 +167,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     ap = parser()
     a = ap.parse_args(argv)
+    a.jobs = cap_jobs(a.jobs, ap.prog)
     candidates = list(dict.fromkeys((b, s, m, (mb or None) if m else None, (mr or None) if m else None, bool(c),
                                      bool(i) or bool(c))
                                     for b in a.below for s in a.smooth_s for m in a.margin for mb in a.margin_below

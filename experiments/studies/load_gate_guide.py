@@ -17,6 +17,7 @@ import argparse
 from typing import Any
 
 from experiments.harness.pages import out_file, write_text
+from experiments.harness.pool import cap_jobs
 from experiments.harness.timing import positive_int
 from experiments.studies.guide_choice import markdown, run
 from experiments.studies.spill_load import REFERENCES, SCENARIOS, choose
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=positive_int, default=1)
     ap.add_argument("--out", type=out_file, default=None, help="also write the tables (markdown) here")
     args = ap.parse_args(argv)
+    args.jobs = cap_jobs(args.jobs, ap.prog)
     with usage_errors(ap):
         tables = {n: run("workload_router", args.scenarios, args.seeds, n, args.jobs, candidates())
                   for n in args.requests}

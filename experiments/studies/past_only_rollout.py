@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from experiments.harness.pages import out_file, write_text
+from experiments.harness.pool import cap_jobs
 from experiments.harness.timing import positive_int
 from experiments.studies.rollout_headroom import base_router, best_and_base, label_of
 from experiments.studies.validation import seed_drawn, usage_errors, validation_seed
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=positive_int, default=2)
     ap.add_argument("--out", type=out_file, default=None, help="also write the rows here (JSON)")
     a = ap.parse_args(argv)
+    a.jobs = cap_jobs(a.jobs, ap.prog)
     if a.every < 1 or a.samples < 1 or (a.horizon is not None and a.horizon < 1):
         ap.error(f"--every {a.every} / --samples {a.samples} / --horizon {a.horizon}: expected >= 1")
     with usage_errors(ap):

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from experiments.harness.pages import study_out, write_text
+from experiments.harness.pool import cap_jobs
 from experiments.harness.timing import non_negative_int, positive_int
 from experiments.studies.rollout_headroom import label_of
 from experiments.studies.rollout_labels import OBSERVATION, TESTBED, label_env
@@ -253,6 +254,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     ap = parser()
     a = ap.parse_args(argv)
+    a.jobs = cap_jobs(a.jobs, ap.prog)
     if a.folds < 0 or a.steps < 1 or (a.seen_slack is not None and not 0.0 <= a.seen_slack < float("inf")):
         ap.error(f"--folds {a.folds} / --steps {a.steps} / --seen-slack {a.seen_slack}: expected >= 0 / "
                  f">= 1 / a finite share >= 0")

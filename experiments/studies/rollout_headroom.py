@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from experiments.harness.pages import out_file, write_text
+from experiments.harness.pool import cap_jobs
 from experiments.harness.timing import positive_int
 from experiments.studies.guide_choice import HOLDING
 from experiments.studies.validation import seed_drawn, usage_errors, validation_seed
@@ -186,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--explain", type=Path, default=None, metavar="ROWS_JSON",
                     help="instead: which decisions the rollout of an --out file changed (with its --requests)")
     a = ap.parse_args(argv)
+    a.jobs = cap_jobs(a.jobs, ap.prog)
     if a.every < 1 or a.sensitivity < 0:
         ap.error(f"--every {a.every} / --sensitivity {a.sensitivity}: expected >= 1 / >= 0 (0: the rollout)")
     with usage_errors(ap):

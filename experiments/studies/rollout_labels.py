@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from experiments.harness.pages import study_out
+from experiments.harness.pool import cap_jobs
 from experiments.harness.timing import positive_int
 from experiments.studies.past_only_rollout import choose
 from experiments.studies.rollout_headroom import base_router, label_of
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--horizon", type=int, default=None,
                     help="price a decision by the requests arrived and the next HORIZON ones only (default: all)")
     a = ap.parse_args(argv)
+    a.jobs = cap_jobs(a.jobs, ap.prog)
     if any(s < 0 or s >= VALIDATION_SEED0 for s in a.seeds):
         ap.error(f"--seeds {a.seeds}: training seeds only (0-{VALIDATION_SEED0 - 1})")
     if a.samples < 1 or (a.horizon is not None and a.horizon < 1):

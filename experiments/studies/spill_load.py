@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from experiments.harness.pages import out_file, write_text
+from experiments.harness.pool import cap_jobs
 from experiments.harness.timing import positive_int
 from experiments.studies.guide_choice import LEARNED, markdown, run
 from experiments.studies.validation import PROXY_RATES, usage_errors, validation_seed
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--checkpoints", nargs="+", default=[], metavar="NAME=PATH",
                     help="learned routers beside the candidates (gap to the best candidate; never a reference)")
     args = ap.parse_args(argv)
+    args.jobs = cap_jobs(args.jobs, ap.prog)
     pols = candidates(args.light_only, args.light_load, args.queued, args.by_size, args.batch_seats, args.by_work,
                       heavy_share=args.heavy_share, shares=tuple(args.balance))
     if any("=" not in c for c in args.checkpoints):

@@ -13,15 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from experiments.harness.pool import run_cells
+from experiments.harness.pool import cap_jobs, run_cells
 from experiments.harness.timing import positive_int
 from experiments.testbeds.cases import TESTBEDS, Job, jobs_for, run_job
+from llmsim.planning.runner import cpu_count
 
 KEYS = ("testbed", "policy", "mean_e2el_ms", "p99_e2el_ms", "makespan_s", "preempted_frac", "kv_mean")
 # what the table shows per testbed, beyond KEYS
@@ -162,9 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--testbed", action="append", choices=TESTBEDS, help="testbed(s) to run (default: all)")
     ap.add_argument("--json", action="store_true", help="one JSON object per line (targets go to stderr)")
     ap.add_argument("--quick", action="store_true", help="few requests and one seed: a smoke run, not a calibration")
-    ap.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
-                    help="parallel processes (default: all cores)")
+    ap.add_argument("--jobs", type=positive_int, default=cpu_count(),
+                    help="parallel processes (default: every CPU this process may use)")
     args = ap.parse_args(argv)
+    args.jobs = cap_jobs(args.jobs, ap.prog)
     t0 = time.perf_counter()
     jobs = [j for tb in (args.testbed or TESTBEDS) for j in jobs_for(tb, args.quick)]
     rows = aggregate(run_all(jobs, args.jobs, sys.stderr.isatty()))

@@ -122,6 +122,7 @@ def test_all_runs_every_spec_in_order_and_goes_on_past_a_failure(monkeypatch: py
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     calls: list[tuple[str, bool, int]] = []
     _fake_specs(monkeypatch, calls)
+    monkeypatch.setattr(reproduce, "cpu_count", lambda: 2)  # --jobs 2 runs 2 on a 1-CPU machine too
     out, report = tmp_path / "out", tmp_path / "REPRODUCTION.md"
     reproduce.main(["all", "--quick", "--jobs", "2", "--out", str(out), "--report", str(report), "--no-progress"])
     assert calls == [(s, True, 2) for s in ORDER]
