@@ -24,7 +24,14 @@ from tqdm import tqdm
 
 from llmsim.agents.accounting import env_latency_stats, env_utility
 from llmsim.agents.policy import run_episode
-from llmsim.agents.policy_specs import PolicySpec, build_policy, describe, normalise_spec, policy_env_cfg
+from llmsim.agents.policy_specs import (
+    PolicySpec,
+    build_policy,
+    describe,
+    normalise_spec,
+    policy_env_cfg,
+    rekeyed,
+)
 from llmsim.agents.seeds import DEFAULT_TEST_SEEDS, TEST_SEED0, resolve_seeds
 from llmsim.agents.suite_config import merge
 from llmsim.envs.qos_metrics import env_qos
@@ -166,8 +173,13 @@ def check_policy(env_cfg: dict[str, Any], spec: Any, seed: int, env: RoutingEnv 
     checkpoint, another observation layout or a bad router option fails here; returns its description."""
     own = policy_env_cfg(env_cfg, spec)
     penv = env if env is not None and own is env_cfg else make_from_config(own)
-    pol = build_policy(spec, penv, own)
-    pol.reset(penv, seed)  # CheckpointPolicy checks the layout here, HeuristicPolicy builds its router
+    try:
+        pol = build_policy(spec, penv, own)
+        pol.reset(penv, seed)  # CheckpointPolicy checks the layout here, HeuristicPolicy builds its router
+    except ConfigError as e:
+        if isinstance(spec, dict) and spec.get("kind") == "router":
+            raise rekeyed(e, spec.get("where") or "policies") from None
+        raise
     return describe(spec, pol)
 
 
@@ -177,6 +189,8 @@ def resolve_policies(env_cfg: dict[str, Any], policies: Sequence[PolicySpec],
     observation layout, a bad router option or two policies with one label fail before any episode runs."""
     env = make_from_config(env_cfg)
     specs = [normalise_spec(p) for p in policies]
+    specs = [{"where": f"policies[{i}]", **s} if isinstance(s, dict) and s["kind"] == "router" else s
+             for i, s in enumerate(specs)]  # a router's bad option is told under the key it was given by
     if not specs:
         raise ConfigError("nothing to evaluate: no checkpoints and no baselines")
     described = [check_policy(env_cfg, spec, seed, env) for spec in specs]

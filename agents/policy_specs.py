@@ -93,7 +93,17 @@ def baseline_specs(baselines: Any, env_id: str) -> list[dict[str, Any]]:
     for i, (b, spec) in enumerate(zip(baselines, specs, strict=True)):  # named as typed, before any episode runs
         if isinstance(spec, dict) and spec.get("kind") == "router":
             ROUTERS.get(spec["name"], f"baselines[{i}]" if isinstance(b, str) else f"baselines[{i}].name")
+            spec.setdefault("where", f"baselines[{i}]")  # the key its router's own messages are told under
     return specs  # type: ignore[return-value]
+
+
+def rekeyed(e: ConfigError, where: str) -> ConfigError:
+    """A router's message keyed as the llmsim CLI types its options (``policy.kwargs.<opt>: ...``), told under the
+    key the spec was given by here (``baselines[1].kwargs.<opt>: ...``)."""
+    msg = str(e)
+    if msg.startswith("policy."):
+        return ConfigError(where + msg[len("policy"):])
+    return ConfigError(msg if msg.startswith(where) else f"{where}: {msg}")
 
 
 def spec_label(spec: dict[str, Any] | Policy) -> str | None:

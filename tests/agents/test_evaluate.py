@@ -259,3 +259,18 @@ def test_one_episode_has_no_spread():
     assert e["mean_e2el_ms_mean"] == 1000.0 and e["mean_e2el_ms_std"] is None
     md = markdown([e], {"env_id": "x", "seeds": [0], "env": {"num_requests": 60}})
     assert "| round_robin | 1 | 1.00 |" in md and "±" not in md.split("\n\n")[1]
+
+
+def test_a_baseline_s_bad_router_option_is_told_under_its_own_key(tmp_path):
+    """A router's own message says ``policy.kwargs`` (the llmsim CLI's key): here it is the baseline typed."""
+    cfg = {"env": _env_cfg(), "baselines": ["round_robin", {"name": "jsq", "kwargs": {"nope": 1}}],
+           "seeds": [2000], "progress": False, "plots": False}
+    with pytest.raises(ConfigError) as e:
+        run_app(cfg, tmp_path / "out", quiet=True)
+    assert str(e.value) == "baselines[1].kwargs: routing policy 'jsq' got unknown option(s) ['nope']"
+    with pytest.raises(ConfigError) as e:
+        run_app({**cfg, "baselines": [{"name": "onnx"}]}, tmp_path / "out", quiet=True)
+    assert str(e.value).startswith("baselines[0].kwargs.path: the onnx router needs an export directory")
+    with pytest.raises(ConfigError) as e:  # the Python API: the index in its policies
+        evaluate(cfg["env"], ["jsq", {"name": "least_kv", "kwargs": {"nope": 1}}], [2000])
+    assert str(e.value).startswith("policies[1].kwargs: routing policy 'least_kv' got unknown option(s)")
