@@ -234,8 +234,11 @@ class TrainingRun:
         if not src:
             return
         key = "trainer.resume" if self.tr.resume else "trainer.init_from"
-        where, src = f"{key}={src}", str(checkpoint_dir(src))  # zoo:<name>: a shipped router's checkpoint
-        meta = read_meta(src)
+        try:  # a file, a folder without checkpoint.json or an unknown zoo name: said under the key that named it
+            where, src = f"{key}={src}", str(checkpoint_dir(src))  # zoo:<name>: a shipped router's checkpoint
+            meta = read_meta(src)
+        except ConfigError as e:
+            raise ConfigError(f"{key}: {e}") from None
         check_compatible(meta, self.eval_env, where)
         if key == "trainer.resume" and meta.get("agent") not in (None, self.agent_cfg.name):
             raise ConfigError(f"{where}: a {meta.get('agent')} checkpoint, but this run's agent is "

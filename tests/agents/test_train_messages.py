@@ -98,6 +98,24 @@ def test_starting_from_a_checkpoint_of_another_network_kind_is_one_line(tmp_path
         train(_from(key, "zoo:best_effort", agent), tmp_path)
 
 
+@pytest.mark.parametrize("key", ["init_from", "resume"])
+@pytest.mark.parametrize("what,needle", [
+    ("file", "a file, not a checkpoint directory"),
+    ("empty", "not a checkpoint directory \\(no checkpoint.json\\)"),
+    ("zoo:nope", "no such router in the zoo"),
+])
+def test_starting_from_what_is_no_checkpoint_names_the_key(tmp_path: Path, key: str, what: str, needle: str) -> None:
+    """A file, a folder without checkpoint.json or an unknown zoo name: one line that says which key named it."""
+    src = {"file": tmp_path / "q_net.pt", "empty": tmp_path / "empty"}.get(what, what)
+    if what == "file":
+        src.write_text("x")  # type: ignore[union-attr]
+    elif what == "empty":
+        src.mkdir()  # type: ignore[union-attr]
+    agent = {"name": "ddqn", "hidden": [16], "batch_size": 32, "learning_starts": 1000, "buffer_size": 2000}
+    with pytest.raises(ConfigError, match=rf"^trainer.{key}: .*{needle}"):
+        train(_from(key, str(src), agent), tmp_path / "run")
+
+
 def test_init_from_takes_a_zoo_name(tmp_path: Path) -> None:
     from llmsim.agents import zoo
     from llmsim.errors import load_yaml_file
