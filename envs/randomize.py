@@ -157,8 +157,8 @@ class SlotEnv(gym.Env):
     # ------------------------------------------------------------------ episodes
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
+        reset_workload_seed(options, None)  # checked before a scenario is picked by it
         opts = dict(options or {})
-        reset_workload_seed(opts, None)  # checked before a scenario is picked by it
         if self.randomize is not None:
             self.scenario = draw_scenario(self.randomize, self.np_random, self.episodes)
         else:

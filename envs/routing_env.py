@@ -46,6 +46,8 @@ RESET_OPTIONS = ("workload_seed",)
 def reset_workload_seed(options: Mapping[str, Any] | None, fixed: int | None) -> int | None:
     """``reset(options=...)``'s workload seed (else ``fixed``), checked: a misspelt option would leave the episode
     on a fresh random workload instead of the pinned one."""
+    if options is not None and not isinstance(options, Mapping):
+        raise ConfigError(f"reset options: expected a mapping like {{'workload_seed': 7}} or None, got {options!r}")
     opts = dict(options or {})
     for key in opts:
         if key not in RESET_OPTIONS:

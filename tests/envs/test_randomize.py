@@ -127,6 +127,8 @@ def test_slot_env_checks_its_reset_options():
     env = SlotEnv(BASE, scenarios=[{"num_instances": 2}])
     with pytest.raises(ConfigError, match=r"^reset options.workload_seed: expected an integer >= 0, got 'a'$"):
         env.reset(seed=0, options={"workload_seed": "a"})
+    with pytest.raises(ConfigError, match=r"^reset options: expected a mapping like .* got 7$"):
+        env.reset(seed=0, options=7)  # a bare TypeError from dict() before
 
 
 def test_gymnasium_check_env_passes_and_each_info_has_its_own_scenario():

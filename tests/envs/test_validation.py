@@ -148,6 +148,8 @@ def test_qos_edge_measured_timing_takes_any_profiled_model() -> None:
     ({"workload_seed": "7"}, r"^reset options.workload_seed: expected an integer >= 0, got '7'$"),
     ({"workload_sed": 3}, r"^reset options: unknown key 'workload_sed' \(did you mean 'workload_seed'\?\); "
                           r"allowed keys: \['workload_seed'\]$"),
+    ("x", r"^reset options: expected a mapping like \{'workload_seed': 7\} or None, got 'x'$"),
+    ([("workload_seed", 3)], r"^reset options: expected a mapping like .* got \[\('workload_seed', 3\)\]$"),
 ])
 def test_reset_options_checked(options, pattern) -> None:
     """A float seed used to be floored, True read as 1, a negative or text seed raised a bare ValueError, and a
