@@ -31,8 +31,8 @@ from llmsim.envs.tasks import (
     workload_router_mixture,
 )
 from llmsim.envs.workloads import MixtureWorkload, scale_lengths
-from llmsim.errors import ConfigError
-from llmsim.schema import NonNegFloat, PosFloat, PosInt, check_choice, validated
+from llmsim.errors import ConfigError, ProfileError
+from llmsim.schema import Fraction, NonNegFloat, PosFloat, PosInt, check_choice, validated
 
 # Learned Best-Effort LLM Serving, Sec. 2: GPU memory split per GPU (5 % OPT-125M, 20 % OPT-1.3B, the rest OPT-6.7B)
 BEST_EFFORT_MEMORY = {"opt-125m": 0.05, "opt-1.3b": 0.20, "opt-6.7b": 0.75}
@@ -76,8 +76,16 @@ def qos_edge_instances(experts: Sequence[str] = QOS_EXPERTS, gpu: str = "rtx4090
     ``intercept`` seconds per iteration (None: the measured profile's fixed step cost, see envs/paper_timing);
     ``"measured"``: the measured RTX 4090 profiles."""
     return [InstanceConfig(model=m, gpu=gpu, engine=EngineConfig(policy="vllm_v0"),
-                           profile=qos_edge_paper_profile(m, gpu, intercept) if timing == "paper" else None)
+                           profile=paper_profile(m, gpu, intercept) if timing == "paper" else None)
             for m in experts]
+
+
+def paper_profile(expert: str, gpu: str, intercept: float | None) -> Any:
+    """The paper's step model of ``expert`` on ``gpu``; an unknown GPU is told under the testbed's key."""
+    try:
+        return qos_edge_paper_profile(expert, gpu, intercept)
+    except ProfileError as e:
+        raise ProfileError(f"QoSEdge-v0.gpu: {gpu!r} (expert {expert}): {e}") from None
 
 
 def best_effort_instances(num_gpus: int = 4, gpu: str = "titan-rtx",
@@ -102,7 +110,10 @@ def static_instances(model: str, num_gpus: int = 4, gpu: str = "titan-rtx",
 
 def qos_edge_names(experts: Sequence[str] | int, timing: str) -> tuple[str, ...]:
     """The experts' names, checked here: the paper's step model has constants for its experts only."""
-    names = qos_edge_experts(experts) if isinstance(experts, int) else tuple(experts)
+    try:
+        names = qos_edge_experts(experts) if isinstance(experts, int) else tuple(experts)
+    except ConfigError as e:  # the preset's own key, told as the testbed's
+        raise ConfigError(str(e).replace("qos_edge experts:", "QoSEdge-v0.experts:", 1)) from None
     if not names:
         raise ConfigError(f"QoSEdge-v0.experts: expected at least one expert, got {list(names)!r}")
     for i, m in enumerate(names):
@@ -256,7 +267,7 @@ class WorkloadRouterEnv(RoutingEnv):
     @validated("WorkloadRouter-v0")
     def __init__(self, num_requests: PosInt = 2000, rate: PosFloat = 20.0, num_instances: PosInt = 4,
                  gpu: str | list[str] = WORKLOAD_ROUTER_GPU, max_num_seqs: PosInt = WORKLOAD_ROUTER_MAX_SEQS,
-                 gpu_memory_utilization: PosFloat = WORKLOAD_ROUTER_MEMORY, step_time_scale: PosFloat = 1.0,
+                 gpu_memory_utilization: Fraction = WORKLOAD_ROUTER_MEMORY, step_time_scale: PosFloat = 1.0,
                  task_weights: str | Mapping[str, NonNegFloat] | None = None,
                  drain_time: NonNegFloat = WORKLOAD_ROUTER_DRAIN_S, arrival: dict[str, Any] | None = None,
                  render_mode: str | None = None, **options: Any) -> None:

@@ -11,7 +11,7 @@ import pytest
 import llmsim.envs  # noqa: F401  (registers the ids)
 from llmsim.envs.routing_env import InvalidAction
 from llmsim.envs.testbeds import make_from_config
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, ProfileError
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +87,20 @@ def test_bad_env_options(kwargs, pattern) -> None:
      r"^WorkloadRouter-v0.task_weights.qna: expected a value >= 0, got -1$"),
     ("llmsim/WorkloadRouter-v0", {"task_weights": 3},
      r"^WorkloadRouter-v0.task_weights: expected a string or a mapping, got 3$"),
+    # told under the testbed's keys (were the preset's ``qos_edge experts`` and the engine's key)
+    ("llmsim/QoSEdge-v0", {"experts": 99}, r"^QoSEdge-v0.experts: expected a count from 1 to 10 or a list of names"),
+    ("llmsim/WorkloadRouter-v0", {"gpu_memory_utilization": 1.5},
+     r"^WorkloadRouter-v0.gpu_memory_utilization: expected a value <= 1, got 1.5$"),
 ])
 def test_testbed_options_checked(env_id, kwargs, pattern) -> None:
     with pytest.raises(ConfigError, match=pattern):
         gym.make(env_id, **kwargs)
+
+
+def test_qos_edge_unknown_gpu_names_the_key() -> None:
+    """The paper's step model read the GPU without a word of which key named it."""
+    with pytest.raises(ProfileError, match=r"^QoSEdge-v0.gpu: 'h900' \(expert alpaca-native\): .*unknown GPU 'h900'"):
+        gym.make("llmsim/QoSEdge-v0", gpu="h900")
 
 
 def test_make_from_config_names_bad_id() -> None:
