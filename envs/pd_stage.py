@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from llmsim.errors import ConfigError
-from llmsim.routing import make_router
+from llmsim.routing import ROUTERS, make_router
 from llmsim.routing.base import DEFER, default_decode_choice
 
 if TYPE_CHECKING:
@@ -37,7 +37,12 @@ class StageRouting:
     def __init__(self, stage: str = "prefill", first_stage: str = "least_kv") -> None:
         self.stage = stage
         # the heuristic that routes new requests when the agent drives only the decode stage
-        self.first_router = make_router(first_stage) if stage == "decode" else None
+        ROUTERS.get(first_stage, "env.first_stage")  # a misspelt name fails whatever the stage
+        try:
+            self.first_router = make_router(first_stage) if stage == "decode" else None
+        except ConfigError as e:  # a router that needs options (a name is all env.first_stage gives)
+            raise ConfigError(f"env.first_stage: {first_stage!r} cannot run without options ({e}); name a "
+                              "heuristic that needs none, e.g. least_kv") from None
         self.fallbacks = 0  # decode choices outside the candidates, carried out as the default one
 
     def check(self, disaggregated: bool, decision: str, action_kind: str) -> None:

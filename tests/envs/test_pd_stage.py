@@ -69,3 +69,13 @@ def test_stage_needs_a_disaggregated_arrival_env():
                    action="instance_wait")
     with pytest.raises(ConfigError, match="stage"):
         RoutingEnv(instances=SPLIT, workload=Small(), num_requests=5, stage="middle")
+
+
+@pytest.mark.parametrize("stage", ["prefill", "decode"])
+def test_first_stage_is_a_router_name_under_its_own_key(stage):
+    """A misspelt first_stage was taken without a word unless stage='decode', and then told as policy.name."""
+    with pytest.raises(ConfigError, match=r"^env.first_stage: unknown routing policy 'least_kb' \(did you mean|"
+                                          r"^env.first_stage: unknown routing policy 'least_kb'; expected one of"):
+        RoutingEnv(instances=SPLIT, workload=Small(), num_requests=5, stage=stage, first_stage="least_kb")
+    with pytest.raises(ConfigError, match=r"^env.first_stage: 'onnx' cannot run without options \(policy.kwargs.path"):
+        RoutingEnv(instances=SPLIT, workload=Small(), num_requests=5, stage="decode", first_stage="onnx")
