@@ -177,8 +177,8 @@ def check_policy(env_cfg: dict[str, Any], spec: Any, seed: int, env: RoutingEnv 
         pol = build_policy(spec, penv, own)
         pol.reset(penv, seed)  # CheckpointPolicy checks the layout here, HeuristicPolicy builds its router
     except ConfigError as e:
-        if isinstance(spec, dict) and spec.get("kind") == "router":
-            raise rekeyed(e, spec.get("where") or "policies") from None
+        if isinstance(spec, dict) and spec.get("where"):  # a config's baselines[i]: told under that key
+            raise rekeyed(e, spec["where"]) from None
         raise
     return describe(spec, pol)
 
@@ -189,8 +189,6 @@ def resolve_policies(env_cfg: dict[str, Any], policies: Sequence[PolicySpec],
     observation layout, a bad router option or two policies with one label fail before any episode runs."""
     env = make_from_config(env_cfg)
     specs = [normalise_spec(p) for p in policies]
-    specs = [{"where": f"policies[{i}]", **s} if isinstance(s, dict) and s["kind"] == "router" else s
-             for i, s in enumerate(specs)]  # a router's bad option is told under the key it was given by
     if not specs:
         raise ConfigError("nothing to evaluate: no checkpoints and no baselines")
     described = [check_policy(env_cfg, spec, seed, env) for spec in specs]

@@ -33,7 +33,7 @@ import numpy as np
 from experiments.harness.pages import out_file, write_text
 from experiments.harness.pool import cap_jobs
 from experiments.harness.timing import positive_int
-from experiments.studies.validation import seed_drawn, usage_errors, validation_seed
+from experiments.studies.validation import name_path, named_paths, seed_drawn, usage_errors, validation_seed
 from llmsim.agents.episodes import evaluate
 from llmsim.agents.nets import SPILL, SPLIT_GUIDES, Spill
 from llmsim.agents.suite_config import load_suite_file
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--env", default="workload_router", help="testbed (conf/env/<name>.yaml, conf/suite/<name>.yaml)")
     ap.add_argument("--scenarios", nargs="+", default=list(DEFAULT_SCENARIOS))
     ap.add_argument("--heuristics", nargs="+", default=None, help="default: the suite's list")
-    ap.add_argument("--checkpoints", nargs="+", default=[], metavar="NAME=PATH",
+    ap.add_argument("--checkpoints", type=name_path, nargs="+", default=[], metavar="NAME=PATH",
                     help="learned routers to compare with the heuristics (gap to the best heuristic; never a guide)")
     ap.add_argument("--guides", nargs="+", default=[], metavar="GUIDE[:RATIO[:FEATURE[:LOAD[:LIGHT_LOAD]]]]",
                     help="observation guides acting alone (agents/nets.py), compared with the heuristics")
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     a.jobs = cap_jobs(a.jobs, ap.prog)
     with usage_errors(ap):
-        ckpts = dict(c.split("=", 1) for c in a.checkpoints)
+        ckpts = named_paths(ap, a.checkpoints)
         table = run(a.env, a.scenarios, a.seeds, a.requests, a.jobs, a.heuristics, ckpts,
                     None if a.out is None else a.out.with_suffix(".json"), a.guides)
     text = markdown(table)

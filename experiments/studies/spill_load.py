@@ -29,7 +29,7 @@ from experiments.harness.pages import out_file, write_text
 from experiments.harness.pool import cap_jobs
 from experiments.harness.timing import positive_int
 from experiments.studies.guide_choice import LEARNED, markdown, run
-from experiments.studies.validation import PROXY_RATES, usage_errors, validation_seed
+from experiments.studies.validation import PROXY_RATES, name_path, named_paths, usage_errors, validation_seed
 
 SCENARIOS = ("rate_0.25x", "rate_0.5x", "rate_0.75x", "training", "rate_1.25x", "rate_1.5x", "rate_2x", "short",
              "long", "bimodal", "burstgpt", "instances_2", "instances_8", "instances_16", "hetero")
@@ -151,15 +151,13 @@ def main(argv: list[str] | None = None) -> None:
                     help="the shipped spill balancing by KV demand while most recent requests are heavy")
     ap.add_argument("--balance", type=float, nargs="+", default=list(HEAVY_SHARES),
                     help="with --heavy-share: the heavy shares to balance above")
-    ap.add_argument("--checkpoints", nargs="+", default=[], metavar="NAME=PATH",
+    ap.add_argument("--checkpoints", type=name_path, nargs="+", default=[], metavar="NAME=PATH",
                     help="learned routers beside the candidates (gap to the best candidate; never a reference)")
     args = ap.parse_args(argv)
     args.jobs = cap_jobs(args.jobs, ap.prog)
     pols = candidates(args.light_only, args.light_load, args.queued, args.by_size, args.batch_seats, args.by_work,
                       heavy_share=args.heavy_share, shares=tuple(args.balance))
-    if any("=" not in c for c in args.checkpoints):
-        ap.error(f"--checkpoints: expected NAME=PATH, got {args.checkpoints}")
-    ckpts = dict(c.split("=", 1) for c in args.checkpoints)
+    ckpts = named_paths(ap, args.checkpoints)
     names = args.scenarios or list(BY_SIZE_SCENARIOS if args.by_size else BATCH_SCENARIOS
                                    if args.batch_seats or args.by_work or args.heavy_share else SCENARIOS)
     with usage_errors(ap):

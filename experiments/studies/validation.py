@@ -31,6 +31,23 @@ def validation_seed(text: str) -> int:
     return seed
 
 
+def name_path(text: str) -> tuple[str, str]:
+    """An argparse type for ``--checkpoints NAME=PATH``: a label and a checkpoint directory (or ``zoo:<name>``)."""
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH (a label, '=', a checkpoint directory), got {text!r}")
+    return name, path
+
+
+def named_paths(ap: argparse.ArgumentParser, pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """The ``--checkpoints`` pairs as label -> path; a label given twice is refused (one would be dropped)."""
+    names = [n for n, _ in pairs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        ap.error(f"argument --checkpoints: label(s) {twice} given twice; give each checkpoint its own NAME")
+    return dict(pairs)
+
+
 @contextlib.contextmanager
 def usage_errors(ap: argparse.ArgumentParser) -> Iterator[None]:
     """A study's bad input (a config, trace or profile error from the scenarios, the suite, a file) ends as argparse

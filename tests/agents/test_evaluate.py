@@ -271,6 +271,3 @@ def test_a_baseline_s_bad_router_option_is_told_under_its_own_key(tmp_path):
     with pytest.raises(ConfigError) as e:
         run_app({**cfg, "baselines": [{"name": "onnx"}]}, tmp_path / "out", quiet=True)
     assert str(e.value).startswith("baselines[0].kwargs.path: the onnx router needs an export directory")
-    with pytest.raises(ConfigError) as e:  # the Python API: the index in its policies
-        evaluate(cfg["env"], ["jsq", {"name": "least_kv", "kwargs": {"nope": 1}}], [2000])
-    assert str(e.value).startswith("policies[1].kwargs: routing policy 'least_kv' got unknown option(s)")
