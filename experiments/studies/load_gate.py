@@ -102,13 +102,20 @@ def gate(router: str, c: Candidate) -> dict[str, Any]:
     return {**out, "informed": True} if c[6] and not c[5] else out
 
 
+# the row metrics of llmsim-evaluate where higher is better (docs/evaluation.md)
+HIGHER_BETTER = ("avg_qos", "within_l", "utility", "deadline_met", "slo_attainment")
+
+
 def gains(env: dict[str, Any], checkpoint: str, router: str, candidates: list[Candidate],
           seeds: list[int], jobs: int, metric: str) -> dict[str, float]:
     """Mean gain (%) over seeds of each candidate and of the ungated network over ``router`` on one env."""
     specs: list[Any] = [router, {"checkpoint": checkpoint, "label": "network", "load_gate": "none"}]
     specs += [{"checkpoint": checkpoint, "label": label(c), "load_gate": gate(router, c)} for c in candidates]
     rows = evaluate(env, specs, seeds=seeds, jobs=jobs)
-    ref = {r["seed"]: r[metric] for r in rows if r["policy"] == router}
+    ref = {r["seed"]: r.get(metric) for r in rows if r["policy"] == router}
+    if any(not v for v in ref.values()):  # not measured on this env (None), or 0: no gain can be relative to it
+        raise ConfigError(f"--metric {metric}: {router} scored {sorted(ref.values(), key=str)} on this env; "
+                          f"a gain needs a measured, non-zero reference; choose a metric the env measures (see --help)")
     out: dict[str, list[float]] = {}
     for r in rows:
         if r["policy"] != router:
@@ -158,7 +165,9 @@ def parser() -> argparse.ArgumentParser:
                     help="edges (s) of the --trace windows")
     ap.add_argument("--bucket-s", type=float, nargs="+", default=[0.0, 3.0],
                     help="arrival buckets of the --trace windows (0: as recorded)")
-    ap.add_argument("--metric", default="avg_qos", help="the primary metric (higher is better)")
+    ap.add_argument("--metric", default="avg_qos", choices=HIGHER_BETTER,
+                    help="the primary metric (higher is better; measured on the env: avg_qos / within_l on QoSEdge, "
+                    "utility / deadline_met on BestEffort, slo_attainment with an env slo)")
     ap.add_argument("--jobs", type=positive_int, default=1)
     ap.add_argument("--out", type=out_file, default=None, help="also write the table (markdown) here")
     return ap

@@ -277,3 +277,25 @@ def test_the_past_only_rollout_sees_only_sampled_futures(capsys: pytest.CaptureF
     for bad in (["--every", "0"], ["--samples", "0"], ["--horizon", "0"]):
         assert "expected >= 1" in usage_error(por.main, bad, capsys)
     assert "validation seeds only" in usage_error(por.main, ["--seeds", "2000"], capsys)
+
+
+def test_load_gate_metric_is_one_the_env_measures(capsys) -> None:
+    """An unknown --metric ran the whole first scenario and then ended in a KeyError; one the env does not measure
+    (utility on QoSEdge) in a TypeError on None."""
+    prog = "python -m experiments.studies.load_gate: error: "
+    assert usage_error(load_gate.main, ["--metric", "nope"], capsys).startswith(
+        prog + "argument --metric: invalid choice: 'nope' (choose from 'avg_qos', ")
+    argv = ["--metric", "utility", "--requests", "10", "--seeds", "1000", "--below", "2"]
+    assert usage_error(load_gate.main, argv, capsys) == (
+        prog + "--metric utility: qos_lookahead scored [None] on this env; a gain needs a measured, non-zero "
+        "reference; choose a metric the env measures (see --help)")
+
+
+@pytest.mark.parametrize("study", (guide_choice, spill_load), ids=lambda m: m.__name__.rsplit(".", 1)[1])
+def test_checkpoints_are_name_path_pairs(study, capsys) -> None:
+    """A bare name was a ValueError traceback (guide_choice); a label given twice silently dropped one."""
+    prog = f"python -m {study.__name__}: error: argument --checkpoints: "
+    assert usage_error(study.main, ["--checkpoints", "oops"], capsys) == (
+        prog + "expected NAME=PATH (a label, '=', a checkpoint directory), got 'oops'")
+    assert usage_error(study.main, ["--checkpoints", "a=X", "a=Y"], capsys) == (
+        prog + "label(s) ['a'] given twice; give each checkpoint its own NAME")
