@@ -13,7 +13,8 @@ seed), as recorded and with its arrivals quantised to ``--bucket-s`` buckets the
 trace records them (every request of a bucket arriving at its start). A trace the suite reads is refused: its
 windows are test data.
 Each cell is the candidate's gain over the gate's own heuristic (the reference the learned router lost to) in % of
-the heuristic's primary metric, mean over seeds. The rule: the candidate with the best worst scenario (to 0.1
+the heuristic's primary metric, mean over seeds, positive when better (a higher QoS or utility, a lower latency
+with ``--metric mean_e2el_ms``). The rule: the candidate with the best worst scenario (to 0.1
 point), then the best mean gain. Test seeds (>= 2000) are refused: what is chosen here is reported on them
 afterwards.
 """
@@ -102,8 +103,9 @@ def gate(router: str, c: Candidate) -> dict[str, Any]:
     return {**out, "informed": True} if c[6] and not c[5] else out
 
 
-# the row metrics of llmsim-evaluate where higher is better (docs/evaluation.md)
+# row metrics of llmsim-evaluate (docs/evaluation.md) where higher is better, and where lower is
 HIGHER_BETTER = ("avg_qos", "within_l", "utility", "deadline_met", "slo_attainment")
+LOWER_BETTER = ("mean_e2el_ms", "p99_e2el_ms", "mean_ttft_ms", "p99_ttft_ms", "makespan_s", "latency_per_token_ms")
 
 
 def gains(env: dict[str, Any], checkpoint: str, router: str, candidates: list[Candidate],
@@ -119,7 +121,8 @@ def gains(env: dict[str, Any], checkpoint: str, router: str, candidates: list[Ca
     out: dict[str, list[float]] = {}
     for r in rows:
         if r["policy"] != router:
-            out.setdefault(r["policy"], []).append(100.0 * (r[metric] / ref[r["seed"]] - 1.0))
+            ratio = r[metric] / ref[r["seed"]]  # a gain is positive when better, whichever way the metric points
+            out.setdefault(r["policy"], []).append(100.0 * (ratio - 1.0 if metric in HIGHER_BETTER else 1.0 - ratio))
     return {k: float(np.mean(v)) for k, v in out.items()}
 
 
@@ -165,9 +168,10 @@ def parser() -> argparse.ArgumentParser:
                     help="edges (s) of the --trace windows")
     ap.add_argument("--bucket-s", type=float, nargs="+", default=[0.0, 3.0],
                     help="arrival buckets of the --trace windows (0: as recorded)")
-    ap.add_argument("--metric", default="avg_qos", choices=HIGHER_BETTER,
-                    help="the primary metric (higher is better; measured on the env: avg_qos / within_l on QoSEdge, "
-                    "utility / deadline_met on BestEffort, slo_attainment with an env slo)")
+    ap.add_argument("--metric", default="avg_qos", choices=HIGHER_BETTER + LOWER_BETTER,
+                    help="the primary metric (a gain is positive when better: higher for the first five, lower for "
+                    "latencies; avg_qos / within_l are measured on QoSEdge, utility / deadline_met on BestEffort, "
+                    "slo_attainment with an env slo)")
     ap.add_argument("--jobs", type=positive_int, default=1)
     ap.add_argument("--out", type=out_file, default=None, help="also write the table (markdown) here")
     return ap

@@ -299,3 +299,13 @@ def test_checkpoints_are_name_path_pairs(study, capsys) -> None:
         prog + "expected NAME=PATH (a label, '=', a checkpoint directory), got 'oops'")
     assert usage_error(study.main, ["--checkpoints", "a=X", "a=Y"], capsys) == (
         prog + "label(s) ['a'] given twice; give each checkpoint its own NAME")
+
+
+def test_load_gate_gains_are_positive_when_better_whichever_way_the_metric_points(monkeypatch) -> None:
+    """With a latency (docs/agents.md runs --metric mean_e2el_ms) a slower candidate used to score a positive gain,
+    and the choice took the worst."""
+    rows = [{"policy": "jsq", "seed": 1000, "mean_e2el_ms": 100.0, "avg_qos": 0.5},
+            {"policy": "network", "seed": 1000, "mean_e2el_ms": 80.0, "avg_qos": 0.6}]
+    monkeypatch.setattr(load_gate, "evaluate", lambda *a, **k: rows)
+    assert load_gate.gains({}, "ckpt", "jsq", [], [1000], 1, "mean_e2el_ms") == {"network": pytest.approx(20.0)}
+    assert load_gate.gains({}, "ckpt", "jsq", [], [1000], 1, "avg_qos") == {"network": pytest.approx(20.0)}
