@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -190,8 +191,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="arrival rate(s), req/s (default: LOADS x capacity)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--all-variants", action="store_true", help="also count running requests as ahead")
-    a = ap.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    a = ap.parse_args(given)
     if not a.r2:
+        if given:  # options that would set up a run nobody asked for: said, never ignored
+            ap.error(f"{' '.join(given)}: these options set up the R^2 experiment; add --r2 to run it")
         ap.print_help()
         return 0
     variants = [Variant(o, w, occ) for occ in (False, True) for w in (False, True) for o in (False, True)] \

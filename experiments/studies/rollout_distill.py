@@ -262,10 +262,28 @@ def main(argv: list[str] | None = None) -> None:
         study(a)
 
 
+def margin_checkpoints(folder: Path) -> dict[float, Path]:
+    """margin -> checkpoint of the ``margin_<m>`` folders a fit wrote in ``folder``: none is an error, never an
+    evaluation of the heuristics alone."""
+    if not folder.is_dir():
+        raise ConfigError(f"--checkpoints {folder}: no such directory (expected rollout_distill's --out, holding "
+                          "margin_<m> checkpoints)")
+    out = {}
+    for p in sorted(folder.glob("margin_*")):
+        try:
+            out[float(p.name.split("_", 1)[1])] = p
+        except ValueError:
+            raise ConfigError(f"--checkpoints {folder}: {p.name}: expected margin_<number>") from None
+    if not out:
+        raise ConfigError(f"--checkpoints {folder}: no margin_<m> checkpoint in it (rollout_distill's --out holds "
+                          "them after a fit)")
+    return out
+
+
 def study(a: argparse.Namespace) -> None:
     """Validate the ``--checkpoints`` given, or fit a network to the labels and validate its margins."""
     if a.checkpoints is not None:
-        ckpts = {float(p.name.split("_", 1)[1]): p for p in sorted(a.checkpoints.glob("margin_*"))}
+        ckpts = margin_checkpoints(a.checkpoints)
         if a.by_arrival > 0:
             by_arrival(ckpts, a.scenarios[0], a.seeds, a.requests, a.by_arrival)
             return

@@ -309,3 +309,24 @@ def test_load_gate_gains_are_positive_when_better_whichever_way_the_metric_point
     monkeypatch.setattr(load_gate, "evaluate", lambda *a, **k: rows)
     assert load_gate.gains({}, "ckpt", "jsq", [], [1000], 1, "mean_e2el_ms") == {"network": pytest.approx(20.0)}
     assert load_gate.gains({}, "ckpt", "jsq", [], [1000], 1, "avg_qos") == {"network": pytest.approx(20.0)}
+
+
+def test_qlm_r2_options_without_r2_are_said(capsys) -> None:
+    """``--model nope`` without ``--r2`` printed the help and exit 0: the options were ignored without a word."""
+    assert usage_error(qlm_r2.main, ["--model", "nope"], capsys) == (
+        "python -m experiments.studies.qlm_r2: error: --model nope: these options set up the R^2 experiment; add "
+        "--r2 to run it")
+    assert qlm_r2.main([]) == 0 and "usage:" in capsys.readouterr().out  # no option: the help, as before
+
+
+def test_rollout_distill_checkpoints_must_hold_margin_checkpoints(tmp_path: Path, capsys) -> None:
+    """A missing or empty --checkpoints folder evaluated the heuristics alone, with no word; margin_x a traceback."""
+    prog = "python -m experiments.studies.rollout_distill: error: --checkpoints "
+    missing = tmp_path / "nope"
+    assert usage_error(rollout_distill.main, ["--checkpoints", str(missing)], capsys) == (
+        f"{prog}{missing}: no such directory (expected rollout_distill's --out, holding margin_<m> checkpoints)")
+    assert usage_error(rollout_distill.main, ["--checkpoints", str(tmp_path)], capsys) == (
+        f"{prog}{tmp_path}: no margin_<m> checkpoint in it (rollout_distill's --out holds them after a fit)")
+    (tmp_path / "margin_x").mkdir()
+    assert usage_error(rollout_distill.main, ["--checkpoints", str(tmp_path)], capsys) == (
+        f"{prog}{tmp_path}: margin_x: expected margin_<number>")
