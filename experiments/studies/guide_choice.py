@@ -33,7 +33,14 @@ import numpy as np
 from experiments.harness.pages import out_file, write_text
 from experiments.harness.pool import cap_jobs
 from experiments.harness.timing import positive_int
-from experiments.studies.validation import name_path, named_paths, seed_drawn, usage_errors, validation_seed
+from experiments.studies.validation import (
+    name_path,
+    named_paths,
+    router_name,
+    seed_drawn,
+    usage_errors,
+    validation_seed,
+)
 from llmsim.agents.episodes import evaluate
 from llmsim.agents.nets import SPILL, SPLIT_GUIDES, Spill
 from llmsim.agents.suite_config import load_suite_file
@@ -160,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.guide_choice", description=__doc__.split("\n")[0])
     ap.add_argument("--env", default="workload_router", help="testbed (conf/env/<name>.yaml, conf/suite/<name>.yaml)")
     ap.add_argument("--scenarios", nargs="+", default=list(DEFAULT_SCENARIOS))
-    ap.add_argument("--heuristics", nargs="+", default=None, help="default: the suite's list")
+    ap.add_argument("--heuristics", type=router_name, nargs="+", default=None, help="default: the suite's list")
     ap.add_argument("--checkpoints", type=name_path, nargs="+", default=[], metavar="NAME=PATH",
                     help="learned routers to compare with the heuristics (gap to the best heuristic; never a guide)")
     ap.add_argument("--guides", nargs="+", default=[], metavar="GUIDE[:RATIO[:FEATURE[:LOAD[:LIGHT_LOAD]]]]",

@@ -32,7 +32,14 @@ import numpy as np
 from experiments.harness.pages import out_file, write_text
 from experiments.harness.pool import cap_jobs
 from experiments.harness.timing import positive_int
-from experiments.studies.validation import seed_drawn, suite_traces, testbed_env, usage_errors, validation_seed
+from experiments.studies.validation import (
+    router_name,
+    seed_drawn,
+    suite_traces,
+    testbed_env,
+    usage_errors,
+    validation_seed,
+)
 from llmsim.agents.episodes import evaluate
 from llmsim.agents.suite_config import load_suite_file, merge
 from llmsim.errors import ConfigError, TraceError
@@ -149,7 +156,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m experiments.studies.load_gate", description=__doc__.split("\n")[0])
     ap.add_argument("--env", default="qos_edge", help="testbed (conf/env/<name>.yaml, conf/suite/<name>.yaml)")
     ap.add_argument("--checkpoint", default="zoo:qos_edge")
-    ap.add_argument("--router", default="qos_lookahead", help="the gate's heuristic")
+    ap.add_argument("--router", type=router_name, default="qos_lookahead", help="the gate's heuristic")
     ap.add_argument("--below", type=float, nargs="+", default=[2.0, 2.5, 3.0])
     ap.add_argument("--smooth-s", type=float, nargs="+", default=[0.0])
     ap.add_argument("--margin", type=float, nargs="+", default=[0.0], help="the gate's margin (0: none)")

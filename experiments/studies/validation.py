@@ -15,6 +15,7 @@ from typing import Any
 from llmsim.agents.suite_config import SuiteFile, chosen_scenarios, load_suite_file, merge, trace_files
 from llmsim.errors import ConfigError, LLMSimError, load_yaml_file
 from llmsim.resources import conf_dir
+from llmsim.routing import ROUTERS
 
 VALIDATION_SEEDS = range(1000, 2000)
 
@@ -29,6 +30,15 @@ def validation_seed(text: str) -> int:
     if seed not in VALIDATION_SEEDS:
         raise argparse.ArgumentTypeError(f"{seed}: validation seeds only (1000-1999); test seeds report the choice")
     return seed
+
+
+def router_name(text: str) -> str:
+    """An argparse type for a heuristic's name (``--heuristics``, ``--router``): a registered router."""
+    try:
+        ROUTERS.get(text, "router")
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("router: ")) from None
+    return text
 
 
 def name_path(text: str) -> tuple[str, str]:

@@ -330,3 +330,11 @@ def test_rollout_distill_checkpoints_must_hold_margin_checkpoints(tmp_path: Path
     (tmp_path / "margin_x").mkdir()
     assert usage_error(rollout_distill.main, ["--checkpoints", str(tmp_path)], capsys) == (
         f"{prog}{tmp_path}: margin_x: expected margin_<number>")
+
+
+@pytest.mark.parametrize(("study", "option"), [(guide_choice, "--heuristics"), (load_gate, "--router")],
+                         ids=["guide_choice", "load_gate"])
+def test_a_heuristic_s_name_is_checked_under_its_option(study, option, capsys) -> None:
+    """An unknown name was told as ``policy.name`` (the simulator CLI's key), after the scenarios were built."""
+    assert usage_error(study.main, [option, "least_kb"], capsys).startswith(
+        f"python -m {study.__name__}: error: argument {option}: unknown routing policy 'least_kb'; expected one of ")
