@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from llmsim.agents.evaluate_report import jsonable
+from llmsim.agents.evaluate_report import jsonable, rows_skipped
 from llmsim.agents.seeds import split_note
 from llmsim.metrics.plots import new_figure
 
@@ -117,6 +117,11 @@ def markdown(body: Mapping[str, Any]) -> str:
              "the latencies at the time it was given up."]
     for name, reason in body.get("skipped", {}).items():
         notes.append(f"Skipped {name}: {reason}.")
+    for scen in body["scenarios"]:  # a trace window's rows left out (over max_prompt, ...): counted, never silent
+        skipped = rows_skipped([r for r in body.get("rows", []) if r.get("scenario") == scen["name"]])
+        if skipped:
+            notes.append(f"Trace rows skipped in {scen['name']} (counted, not simulated), by reason, summed over one "
+                         f"policy's episodes: {skipped}.")
     for scen, bad in body.get("incompatible", {}).items():
         notes += [f"{p} cannot run on {scen}: {why}" for p, why in bad.items()]
     scen = ["| scenario | what it is | requests | seeds |", "|---|---|---|---|"]

@@ -271,3 +271,19 @@ def test_tiny_suite_end_to_end(tmp_path):
     assert "| scenario | best heuristic | mean E2E | net | round_robin | jsq |" in md
     assert "cannot run" in md and "**best**" in md and "FAILS" in md
     assert (tmp_path / "out" / "suite.png").stat().st_size > 1000
+
+
+def test_suite_md_notes_the_trace_rows_a_scenario_skipped(tmp_path):
+    """A trace window's rows over max_prompt (an episode row's ``workload_skipped``) are said in suite.md."""
+    from llmsim.agents.suite_report import markdown
+
+    choice = SuiteChoice(size="quick", only=["rate_0.5x"], seeds=1, num_requests=20)
+    run_suite({"id": "workload_router"}, choice, [],
+              [{"kind": "router", "name": n, "kwargs": {}, "label": n} for n in ("round_robin", "jsq")],
+              1, tmp_path / "out", progress=False, quiet=True, plots=False)
+    body = json.loads((tmp_path / "out" / "suite.json").read_text())
+    assert "Trace rows skipped" not in markdown(body)  # a drawn workload skips nothing
+    for r in body["rows"]:
+        r["workload_skipped"] = {"prompt_over_max_prompt": 3}
+    assert ("Trace rows skipped in rate_0.5x (counted, not simulated), by reason, summed over one policy's "
+            "episodes: {'prompt_over_max_prompt': 3}.") in markdown(body)
