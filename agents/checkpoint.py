@@ -4,7 +4,7 @@
     q_net.pt          Double DQN: the online network's weights (torch state_dict)
     policy.pt         SAC: the actor's weights, encoder included (``arch`` in checkpoint.json rebuilds it)
     config.yaml       the resolved training config (Hydra), for the record and for ``trainer.resume``
-    trainer.pt        optimiser, target network, counters and RNG states (only what resuming needs)
+    trainer.pt        optimiser, target network, counters, RNG states, episodes in progress (agents/resume.py)
     replay.npz        the replay buffer (only with ``trainer.save_replay``; resuming without it refills it)
 
 checkpoint.json's layouts and the check that an env matches them are agents/checkpoint_meta.py's (no torch); how

@@ -22,7 +22,6 @@ routes exactly as its guide heuristic; the final score is printed with what it i
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import platform
@@ -38,8 +37,7 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 from pydantic import Field
-from stable_baselines3.common.logger import CSVOutputFormat, Logger, make_output_format
-from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv
+from stable_baselines3.common.vec_env import VecEnv
 from tqdm import tqdm
 
 from llmsim.agents import ddqn, guided, sac, sac_argmax, transfer  # noqa: F401 - the algorithms register themselves
@@ -47,6 +45,7 @@ from llmsim.agents.base import ALGORITHMS, LoopState, OffPolicyAgent, OffPolicyC
 from llmsim.agents.buffer import ReplayBuffer
 from llmsim.agents.checkpoint import QPolicy, load_policy_net, net_arch, save_checkpoint
 from llmsim.agents.checkpoint_files import (
+    REPLAY_FILE,
     TRAINER_FILE,
     first_misfit,
     load_replay,
@@ -57,8 +56,9 @@ from llmsim.agents.checkpoint_files import (
 from llmsim.agents.checkpoint_meta import action_layout, check_compatible, observation_layout, read_meta
 from llmsim.agents.ddqn import DDQNConfig
 from llmsim.agents.env_setup import env_config, make_env
-from llmsim.agents.loop import learn
+from llmsim.agents.loop import Experience
 from llmsim.agents.nets import SPILL, GuidedQNetwork, SetQNetwork
+from llmsim.agents.progress_log import log_episode, make_logger
 from llmsim.agents.sac_base import SACConfig
 from llmsim.agents.scoring import evaluate_greedy, explain_score
 from llmsim.agents.training_warnings import (
@@ -70,7 +70,7 @@ from llmsim.agents.training_warnings import (
     resume_drift_warning,
     untrained_best_warning,
 )
-from llmsim.agents.vec import FreshInfoVecEnv
+from llmsim.agents.vec import make_vec
 from llmsim.agents.zoo import checkpoint_dir
 from llmsim.cli.hydra_app import run_hydra_app
 from llmsim.envs.randomize import RandomizeConfig, SlotEnv
@@ -147,49 +147,6 @@ def build_agent(agent_cfg: OffPolicyConfig, env: RoutingEnv, seed: int) -> OffPo
     return ALGORITHMS.get(agent_cfg.name).for_env(env.observation_space, int(env.action_space.n), agent_cfg, seed)
 
 
-def make_vec(env_cfg: dict[str, Any], n: int, randomize: RandomizeConfig | None = None) -> VecEnv:
-    """``n`` training envs: in worker processes (n > 1), or in this one without SB3's per-step copy; with
-    ``randomize``, slot envs drawing a scenario per episode."""
-    if randomize is not None:
-        fns = [functools.partial(SlotEnv, env_cfg, randomize) for _ in range(n)]
-    else:
-        fns = [functools.partial(make_env, env_cfg) for _ in range(n)]
-    return SubprocVecEnv(fns) if n > 1 else FreshInfoVecEnv(fns)
-
-
-class _SortedKeys(list):
-    """CSV columns that grow in sorted order: stable-baselines3 adds a row's new keys as a set difference, whose
-    order follows string hashing, so progress.csv's columns would change from one process to the next."""
-
-    def extend(self, keys: Any) -> None:
-        super().extend(sorted(keys))
-
-
-def csv_output(run_dir: Path) -> CSVOutputFormat:
-    """progress.csv with the same columns in the same order for the same run (byte-identical reruns)."""
-    out = CSVOutputFormat(str(run_dir / "progress.csv"))
-    out.keys = _SortedKeys(out.keys)
-    return out
-
-
-def make_logger(run_dir: Path) -> Logger:
-    """stable-baselines3's logger writing progress.csv and TensorBoard events under ``run_dir``."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return Logger(str(run_dir), [csv_output(run_dir),
-                                 make_output_format("tensorboard", str(run_dir / "tensorboard"))])
-
-
-def log_episode(logger: Logger, st: LoopState, info: dict[str, Any]) -> None:
-    """An episode's return and its run summary's headline latencies, under ``rollout/`` at the current step."""
-    logger.record("rollout/ep_return", st.returns[-1])
-    summary = info.get("summary") or {}
-    for k in ("mean_e2el_ms", "p99_e2el_ms", "mean_ttft_ms", "dropped", "duration"):
-        if summary.get(k) is not None:
-            logger.record(f"rollout/{k}", summary[k])
-    logger.record("rollout/episodes", st.episode)
-    logger.dump(st.step)
-
-
 def warn(message: str) -> None:
     print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
 
@@ -220,6 +177,8 @@ class TrainingRun:
         self.best_updates: int | None = None  # gradient steps behind best/ (0: the untrained network)
         self.warnings: list[dict[str, Any]] = []  # every warning of this run, with its step (training.json)
         self.config_yaml = OmegaConf.to_yaml(OmegaConf.create(dict(cfg)))
+        self.loop: Experience | None = None  # the running experience loop (run), whose state a checkpoint keeps
+        self.resumed: dict[str, Any] | None = None  # trainer.pt's ``resume`` part (agents/resume.py)
         self.restore()
         self.logger = make_logger(run_dir)
         self.bar = tqdm(total=tr.total_steps, initial=min(self.state.step, tr.total_steps), unit="step",
@@ -273,8 +232,16 @@ class TrainingRun:
         if drift:
             self.warn_at(self.state.step, drift, evaluation=False)
         self.history.extend(ts.get("history", []))
-        load_replay(Path(src), self.rb)
+        inexact = [] if load_replay(Path(src), self.rb) else [f"no {REPLAY_FILE} (trainer.save_replay=false): "
+                                                              "the replay buffer refills"]
         self.carry_best(Path(src))
+        self.resumed = ts.get("resume")
+        if not isinstance(self.resumed, dict):
+            inexact.insert(0, f"its {TRAINER_FILE} has no RNG states of the training envs and the replay (an older "
+                              "llmsim saved it): training goes on from new episodes")
+        if inexact:
+            self.warn_at(self.state.step, f"{where}: {'; '.join(inexact)}: this run will not be bit-identical to one "
+                         "that never stopped", evaluation=False)
 
     def carry_best(self, src: Path) -> None:
         """A resumed run keeps its best checkpoint so far: best/ beside the resumed one is copied into a new run
@@ -304,6 +271,8 @@ class TrainingRun:
 
     def checkpoint(self, name: str) -> None:
         trainer_state = {"agent": self.agent.state_dict(), "loop": vars(self.state), "history": self.history}
+        if self.loop is not None:
+            trainer_state["resume"] = self.loop.snapshot()
         save_checkpoint(self.run_dir / name, self.agent.policy_net(), self.meta(), self.config_yaml, trainer_state)
         if name == "last" and self.tr.save_replay:
             save_replay(self.run_dir / name, self.rb)
@@ -416,6 +385,25 @@ class TrainingRun:
                 f"{', which no later evaluation beat' if beaten_by_none else ''}; last/ has {self.agent.updates} "
                 "gradient steps")
 
+    def start_loop(self, vec: VecEnv) -> Experience:
+        """The experience loop where the resumed checkpoint left it (agents/resume.py), or on new episodes (a new
+        run; a resume that cannot continue its episodes, said in a warning)."""
+        loop = Experience(self.agent, vec, self.rb, self.state)
+        if self.resumed is not None:
+            where = Path(str(self.tr.resume)) / TRAINER_FILE
+            try:
+                why = loop.restore(self.resumed)
+            except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as e:
+                raise ConfigError(f"{where}: resume: not the state of an experience loop this llmsim saves "
+                                  f"({one_line(e)})") from None
+            if why is None:
+                return loop
+            self.warn_at(self.state.step, f"trainer.resume={self.tr.resume}: {why}: training goes on from new "
+                         "episodes, so this run will not be bit-identical to one that never stopped",
+                         evaluation=False)
+        loop.start(self.cfg.seed + 7919 * self.state.episode)
+        return loop
+
     def run(self) -> dict[str, Any]:
         """Collect, learn, evaluate and checkpoint up to ``trainer.total_steps``; returns the final meta."""
         tr, st = self.tr, self.state
@@ -427,14 +415,15 @@ class TrainingRun:
             self.warn_at(st.step, note, evaluation=False)
         vec = make_vec(self.env_cfg, tr.num_envs, self.cfg.randomize)
         try:
-            learn(self.agent, vec, self.rb, tr.total_steps, st, self.on_episode, self.on_step,
-                  seed=self.cfg.seed + 7919 * st.episode)
+            self.loop = self.start_loop(vec)
+            self.loop.run(tr.total_steps, self.on_episode, self.on_step)
+            if not self.history or self.history[-1]["step"] != st.step:
+                self.evaluate()
+            if not (self.run_dir / "last").is_dir():
+                self.checkpoint("last")  # a resumed run that had nothing left to do
         finally:
+            self.loop = None
             vec.close()
-        if not self.history or self.history[-1]["step"] != st.step:
-            self.evaluate()
-        if not (self.run_dir / "last").is_dir():
-            self.checkpoint("last")  # a resumed run that had nothing left to do
         self.bar.close()
         self.attach_seen_range()
         self.choose_margin()

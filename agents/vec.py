@@ -1,4 +1,6 @@
-"""The single-process vector env for training: stable-baselines3's ``DummyVecEnv`` without its per-step copy.
+"""The training envs (:func:`make_vec`), each wrapped to remember its episode in progress for an exact resume
+(agents/resume.py), and the single-process vector env: stable-baselines3's ``DummyVecEnv`` without its per-step
+copy.
 
 ``DummyVecEnv.step_wait`` returns ``deepcopy(self.buf_infos)``, because a gym env may hand back the same info
 dict every step. llmsim's envs build a fresh dict (and a fresh action-mask array) on every step
@@ -10,12 +12,18 @@ arrays (Python's generic deepcopy, ~20 us a step), where copying each array give
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
+from typing import Any
 
 import numpy as np
-from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 from stable_baselines3.common.vec_env.util import dict_to_obs
+
+from llmsim.agents.env_setup import make_env
+from llmsim.agents.resume import EpisodeRecorder
+from llmsim.envs.randomize import RandomizeConfig, SlotEnv
 
 
 class FreshInfoVecEnv(DummyVecEnv):
@@ -37,3 +45,18 @@ class FreshInfoVecEnv(DummyVecEnv):
         if self.keys == [None]:  # a Box space: dict_to_obs returns the one array
             return np.copy(self.buf_obs[None])
         return dict_to_obs(self.observation_space, OrderedDict((k, np.copy(v)) for k, v in self.buf_obs.items()))
+
+
+def recorded(make: Any, *args: Any) -> EpisodeRecorder:
+    """A training env that remembers its episode in progress for a checkpoint (agents/resume.py)."""
+    return EpisodeRecorder(make(*args))
+
+
+def make_vec(env_cfg: dict[str, Any], n: int, randomize: RandomizeConfig | None = None) -> VecEnv:
+    """``n`` training envs: in worker processes (n > 1), or in this one without SB3's per-step copy; with
+    ``randomize``, slot envs drawing a scenario per episode."""
+    if randomize is not None:
+        fns = [functools.partial(recorded, SlotEnv, env_cfg, randomize) for _ in range(n)]
+    else:
+        fns = [functools.partial(recorded, make_env, env_cfg) for _ in range(n)]
+    return SubprocVecEnv(fns) if n > 1 else FreshInfoVecEnv(fns)

@@ -144,7 +144,7 @@ def test_trainer_state_is_plain_and_resume_restores_it_exactly(run_dir: Path, tm
     """trainer.pt loads weights-only; the resumed agent holds exactly the saved targets, optimiser, counters and
     RNG states (so resuming trains as it always did), and two resumes from one checkpoint train identically."""
     saved = read_tensors(run_dir / "last" / TRAINER_FILE, "trainer state")
-    assert set(saved) == {"agent", "loop", "history"}
+    assert set(saved) == {"agent", "loop", "history", "resume"}  # resume: the loop's and envs' state (exact resume)
     run = TrainingRun(_cfg(600, resume=str(run_dir / "last")), tmp_path / "probe")
     got = run.agent.state_dict()
     for k in ("q_target", "opt"):
