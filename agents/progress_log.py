@@ -3,6 +3,7 @@ in a stable order so reruns write byte-identical files."""
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +20,45 @@ class _SortedKeys(list):
         super().extend(sorted(keys))
 
 
-def csv_output(run_dir: Path) -> CSVOutputFormat:
-    """progress.csv with the same columns in the same order for the same run (byte-identical reruns)."""
-    out = CSVOutputFormat(str(run_dir / "progress.csv"))
-    out.keys = _SortedKeys(out.keys)
+def rows_until(path: Path, step: int, episodes: int) -> tuple[list[str], list[str]]:
+    """progress.csv's columns and its lines up to a checkpoint after ``step`` env steps and ``episodes``
+    episodes: the rows before the first one of a later episode (``rollout/episodes``) or evaluation
+    (``eval/step``)."""
+    text = path.read_text().splitlines()
+    if not text:
+        return [], []
+    keys = next(csv.reader(text[:1]))
+    kept = []
+    for line, row in zip(text[1:], csv.reader(text[1:])):
+        values = dict(zip(keys, row))
+        past = [float(values[k]) > limit for k, limit in (("rollout/episodes", episodes), ("eval/step", step))
+                if values.get(k)]
+        if any(past):
+            break
+        kept.append(line)
+    return keys, kept
+
+
+def csv_output(run_dir: Path, upto: tuple[int, int] | None = None) -> CSVOutputFormat:
+    """progress.csv with the same columns in the same order for the same run (byte-identical reruns); ``upto``
+    (step, episodes): a run resumed in its own directory keeps the rows up to its checkpoint (stable-baselines3
+    would start the file afresh) and drops those the interrupted run wrote after it, which the resume writes
+    again."""
+    path = run_dir / "progress.csv"
+    keys, kept = rows_until(path, *upto) if upto is not None and path.is_file() else ([], [])
+    out = CSVOutputFormat(str(path))
+    out.keys = _SortedKeys(keys)
+    if keys:
+        out.file.write("\n".join([",".join(keys), *kept]) + "\n")
+        out.file.flush()
     return out
 
 
-def make_logger(run_dir: Path) -> Logger:
-    """stable-baselines3's logger writing progress.csv and TensorBoard events under ``run_dir``."""
+def make_logger(run_dir: Path, upto: tuple[int, int] | None = None) -> Logger:
+    """stable-baselines3's logger writing progress.csv (see :func:`csv_output`) and TensorBoard events under
+    ``run_dir``."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    return Logger(str(run_dir), [csv_output(run_dir),
+    return Logger(str(run_dir), [csv_output(run_dir, upto),
                                  make_output_format("tensorboard", str(run_dir / "tensorboard"))])
 
 

@@ -180,7 +180,7 @@ class TrainingRun:
         self.loop: Experience | None = None  # the running experience loop (run), whose state a checkpoint keeps
         self.resumed: dict[str, Any] | None = None  # trainer.pt's ``resume`` part (agents/resume.py)
         self.restore()
-        self.logger = make_logger(run_dir)
+        self.logger = make_logger(run_dir, (self.state.step, self.state.episode) if self.tr.resume else None)
         self.bar = tqdm(total=tr.total_steps, initial=min(self.state.step, tr.total_steps), unit="step",
                         disable=not tr.progress, dynamic_ncols=True, file=sys.stderr)
         self.policy = QPolicy(self.agent.policy_net(), "greedy")

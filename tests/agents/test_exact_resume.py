@@ -241,3 +241,24 @@ def test_randomised_scenarios_and_request_credit_resume_exactly(tmp_path: Path,
     train({**cfg, "trainer": {**cfg["trainer"], "resume": str(tmp_path / "stopped" / "last")}}, tmp_path / "resumed")
     assert_same_end(tmp_path / "whole", tmp_path / "resumed", tmp_path / "stopped", 600, "q_net.pt")
 
+
+def test_a_run_resumed_in_its_own_directory_keeps_its_progress_rows(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resumed in the directory it was stopped in, progress.csv keeps the rows up to the checkpoint (not a new
+    file), drops the ones written after it, and ends with the rows of the run that never stopped."""
+    cfg = small(600, eval_every=200)
+    train(cfg, tmp_path / "whole")
+    on_episode = TrainingRun.on_episode
+
+    def then_stop(self: TrainingRun, st: Any, info: dict[str, Any]) -> None:
+        on_episode(self, st, info)  # its row is written ...
+        if st.step > 400:
+            raise Stopped  # ... after the checkpoint at step 400, then the run is killed
+
+    with monkeypatch.context() as m:
+        m.setattr(TrainingRun, "on_episode", then_stop)
+        with pytest.raises(Stopped):
+            train(cfg, tmp_path / "run")
+    assert len(rows(tmp_path / "run" / "progress.csv")) > len(rows(tmp_path / "run" / "progress.csv", upto=400))
+    train({**cfg, "trainer": {**cfg["trainer"], "resume": str(tmp_path / "run" / "last")}}, tmp_path / "run")
+    assert rows(tmp_path / "run" / "progress.csv") == rows(tmp_path / "whole" / "progress.csv")
