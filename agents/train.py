@@ -235,7 +235,7 @@ class TrainingRun:
         inexact = [] if load_replay(Path(src), self.rb) else [f"no {REPLAY_FILE} (trainer.save_replay=false): "
                                                               "the replay buffer refills"]
         self.carry_best(Path(src))
-        self.resumed = ts.get("resume")
+        self.resumed, self.resumed_file = ts.get("resume"), Path(src) / TRAINER_FILE
         if not isinstance(self.resumed, dict):
             inexact.insert(0, f"its {TRAINER_FILE} has no RNG states of the training envs and the replay (an older "
                               "llmsim saved it): training goes on from new episodes")
@@ -390,11 +390,10 @@ class TrainingRun:
         run; a resume that cannot continue its episodes, said in a warning)."""
         loop = Experience(self.agent, vec, self.rb, self.state)
         if self.resumed is not None:
-            where = Path(str(self.tr.resume)) / TRAINER_FILE
             try:
                 why = loop.restore(self.resumed)
             except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as e:
-                raise ConfigError(f"{where}: resume: not the state of an experience loop this llmsim saves "
+                raise ConfigError(f"{self.resumed_file}: resume: not the state of an experience loop this llmsim saves "
                                   f"({one_line(e)})") from None
             if why is None:
                 return loop
