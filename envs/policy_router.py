@@ -30,7 +30,14 @@ from llmsim.envs.actions import ActionSpec, action_mask, decode_action, env_acti
 from llmsim.envs.exported import ExportedPolicy, read_manifest, resolve_zoo
 from llmsim.envs.load_gate import costless_decision, parse_gate, unsure
 from llmsim.envs.observations import ObsBuilder, make_obs
-from llmsim.envs.predictors.base import NoisyOraclePredictor, OraclePredictor, Predictor, ZeroPredictor, make_predictor
+from llmsim.envs.predictors.base import (
+    AblatedPredictor,
+    NoisyOraclePredictor,
+    OraclePredictor,
+    Predictor,
+    ZeroPredictor,
+    make_predictor,
+)
 from llmsim.errors import ConfigError
 from llmsim.perf.models import MODELS
 from llmsim.request import Request
@@ -70,7 +77,10 @@ def builder_spec(builder: ObsBuilder) -> dict[str, Any]:
 
 
 def predictor_spec(pred: Predictor, where: str = "env.predictor") -> str | dict[str, Any]:
-    """The llmsim.envs.predictors.base spec of a predictor object; a learned one (torch or xgboost) is refused."""
+    """The llmsim.envs.predictors.base spec of a predictor object; a learned one (torch or xgboost) is refused, also
+    as an ablate predictor's base."""
+    if type(pred) is AblatedPredictor:
+        return {"kind": "ablate", "base": predictor_spec(pred.base, f"{where}.base"), "zero": list(pred.zero)}
     if type(pred) is OraclePredictor:
         return "oracle"
     if type(pred) is ZeroPredictor:
@@ -79,7 +89,17 @@ def predictor_spec(pred: Predictor, where: str = "env.predictor") -> str | dict[
         return {"kind": "noisy", **{k: _plain(getattr(pred, k)) for k in
                                     ("len_sigma", "q_sd", "len_buckets", "len_max", "q_buckets", "q_max")}}
     raise ConfigError(f"{where}: a {type(pred).__name__} cannot be exported (only llmsim.envs.predictors.base' "
-                      f"oracle, noisy and zero run outside the trainer; a learned predictor needs its own runtime)")
+                      f"oracle, noisy, zero and ablate of these run outside the trainer; a learned predictor needs "
+                      f"its own runtime)")
+
+
+def noiseless(pred: Predictor) -> Predictor:
+    """``pred`` without a noisy oracle's simulated error (its buckets stay), also as an ablate predictor's base."""
+    if isinstance(pred, NoisyOraclePredictor):
+        return dataclasses.replace(pred, len_sigma=0.0, q_sd=0.0)
+    if isinstance(pred, AblatedPredictor):
+        return AblatedPredictor(noiseless(pred.base), pred.zero)
+    return pred
 
 
 def _plain(v: Any) -> Any:
@@ -197,8 +217,8 @@ class ExportedRouter(Router):
         m = self.policy.manifest
         self.manifest = m
         self.spec, self.ctx, self.builder = from_manifest(self.path, m, seed)
-        if not predictor_noise and isinstance(self.ctx.predictor, NoisyOraclePredictor):
-            self.ctx.predictor = dataclasses.replace(self.ctx.predictor, len_sigma=0.0, q_sd=0.0)  # buckets stay
+        if not predictor_noise:
+            self.ctx.predictor = noiseless(self.ctx.predictor)
         self.slots = slot_count(m, str(self.path))  # 0, or a slot export: any number of backends up to it
         check_layout(m, self.builder.bind(self.ctx), str(self.path))
         self.builder.reset(self.ctx)

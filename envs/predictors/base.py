@@ -2,14 +2,15 @@
 
 The interface plus an oracle (ground truth), a noisy oracle (for ablations of prediction error), optionally
 bucketised like the DistilBERT classifiers of the QoS-aware edge router and "Intelligent Router for LLM Workloads"
-(the reported value is the bucket midpoint), and a zero predictor (the QoS-aware edge router's "without
-predictors" ablation). The learned ones are beside this module (length_buckets.py, qos.py).
+(the reported value is the bucket midpoint), a zero predictor (the QoS-aware edge router's "without
+predictors" ablation) and a wrapper that zeroes one output of another predictor (its partial ablations). The learned
+ones are beside this module (length_buckets.py, qos.py).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral
 
@@ -135,17 +136,73 @@ def bucket_midpoints(x: np.ndarray | list[float], w: float, buckets: int) -> np.
     return np.array([(min(math.floor(v / w), top) + 0.5) * w for v in vals], dtype=np.float64)
 
 
+ABLATABLE = ("score", "length")  # the outputs AblatedPredictor can zero: predicted quality, predicted length
+
+
+def ablated_outputs(zero: object) -> tuple[str, ...]:
+    """``zero`` as a tuple in ``ABLATABLE``'s order: a non-empty list of distinct names from it, else one line."""
+    items = [zero] if isinstance(zero, str) else zero
+    if not isinstance(items, Sequence) or not items or not all(isinstance(z, str) for z in items) \
+            or len(set(items)) != len(items) or not set(items) <= set(ABLATABLE):
+        raise ConfigError(f"predictor.zero: expected a non-empty list of distinct names from {list(ABLATABLE)} "
+                          f"(score: predicted quality, length: predicted output length), got {zero!r}")
+    return tuple(z for z in ABLATABLE if z in items)
+
+
+def under_base(message: str) -> str:
+    """A predictor error about an ablate predictor's base, its key moved under ``predictor.base``."""
+    return "predictor.base" + message[len("predictor"):] if message.startswith("predictor") else message
+
+
+class AblatedPredictor(Predictor):
+    """``base``'s predictions with the outputs named in ``zero`` set to 0: the QoS-aware edge router's predictor
+    ablations (Fig. 18). ``zero: [score]`` is ZS+PL, ``[length]`` PS+ZL, ``[score, length]`` ZS+ZL (as ``zero``).
+
+    ``base`` is a predictor spec of this registry (or a Predictor, e.g. a learned one built by
+    ``from_config.make_agent_predictor``). It is always called, so its random stream (a noisy oracle's) advances as
+    without the wrapper: the kept output equals the base predictor's, value for value, under the same seed."""
+
+    def __init__(self, base: str | Mapping | Predictor | None = None, zero: object = None, seed: int = 0) -> None:
+        if base is None:
+            raise ConfigError(f"predictor.base: the ablate predictor needs the predictor it ablates, one of "
+                              f"{[n for n in PREDICTORS.names() if n != 'ablate']}, a mapping or a Predictor")
+        self.zero = ablated_outputs(zero)
+        if isinstance(base, Mapping):
+            base = dict(base)
+        if base == "ablate" or (isinstance(base, dict) and base.get("kind") == "ablate"):
+            raise ConfigError("predictor.base: an ablate predictor cannot wrap another; list every output to zero "
+                              "in one 'zero'")
+        kind = base.get("kind") if isinstance(base, dict) else base
+        if kind in ("learned", "learned_qos"):
+            raise ConfigError(f"predictor.base: {kind!r} is a learned predictor, which the env does not build; wrap "
+                              f"it with llmsim.envs.predictors.from_config.make_agent_predictor and pass the result "
+                              f"as the env's predictor (training runs ablate oracle, noisy or zero bases)")
+        try:
+            self.base = make_predictor(base, seed=seed)
+        except ConfigError as e:
+            raise ConfigError(under_base(str(e))) from None
+
+    def reset(self, seed: int | None) -> None:
+        self.base.reset(seed)
+
+    def predict(self, req: Request, models: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        lens, qual = self.base.predict(req, models)
+        return (np.zeros(len(models)) if "length" in self.zero else lens,
+                np.zeros(len(models)) if "score" in self.zero else qual)
+
+
 PREDICTORS: Registry[type[Predictor]] = Registry("predictor")
 PREDICTORS.register(OraclePredictor, name="oracle")
 PREDICTORS.register(NoisyOraclePredictor, name="noisy")
 PREDICTORS.register(ZeroPredictor, name="zero")
+PREDICTORS.register(AblatedPredictor, name="ablate")
 
 
 def make_predictor(spec: str | dict | Predictor | None, seed: int = 0) -> Predictor:
-    """``"oracle"``, ``"noisy"``, ``"zero"`` or ``{"kind": "noisy", ...kwargs}`` (a mapping without kind means
-    noisy)."""
+    """``"oracle"``, ``"noisy"``, ``"zero"``, ``{"kind": "noisy", ...kwargs}`` (a mapping without kind means
+    noisy) or ``{"kind": "ablate", "base": <spec>, "zero": ["score"] | ["length"] | ["score", "length"]}``."""
     if isinstance(spec, dict) and "kind" not in spec:
         spec = {"kind": "noisy", **spec}
     kind = spec.get("kind") if isinstance(spec, dict) else spec
-    extra = {"seed": seed} if kind == "noisy" else {}
+    extra = {"seed": seed} if kind in ("noisy", "ablate") else {}
     return PREDICTORS.build(spec, Predictor, "oracle", "predictor", **extra)

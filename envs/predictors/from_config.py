@@ -1,9 +1,10 @@
 """What a config's ``predictor`` value becomes: the envs' own predictors pass through, learned ones are built.
 
-``oracle`` / ``noisy`` / ``zero`` (and their mappings) are :mod:`llmsim.envs.predictors.base`'s, built by the env
-itself; ``learned`` is the output-length bucket predictor of "Intelligent Router for LLM Workloads"
-(:mod:`llmsim.envs.predictors.length_buckets`), ``learned_qos`` the QoS-aware edge router's score and length bucket
-predictors (:mod:`llmsim.envs.predictors.qos`). Training needs the ``predict`` extra (xgboost / scikit-learn).
+``oracle`` / ``noisy`` / ``zero`` / ``ablate`` (and their mappings) are :mod:`llmsim.envs.predictors.base`'s, built
+by the env itself (an ``ablate`` of a learned predictor is built here); ``learned`` is the output-length bucket
+predictor of "Intelligent Router for LLM Workloads" (:mod:`llmsim.envs.predictors.length_buckets`), ``learned_qos``
+the QoS-aware edge router's score and length bucket predictors (:mod:`llmsim.envs.predictors.qos`). Training needs
+the ``predict`` extra (xgboost / scikit-learn).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from llmsim.envs.predictors.base import PREDICTORS, Predictor
+from llmsim.envs.predictors.base import PREDICTORS, AblatedPredictor, Predictor, ablated_outputs, under_base
 from llmsim.envs.predictors.length_buckets import LearnedPredictor
 from llmsim.envs.predictors.qos import DEFAULT_SAMPLES, QoSBucketPredictor, train_qos_predictor
 from llmsim.envs.tasks import QOS_EXPERTS
@@ -20,6 +21,7 @@ from llmsim.errors import ConfigError
 DEFAULT_LEARNED = {"samples": 20000, "seed": 0, "model": "xgboost"}
 LEARNED_KEYS = ("kind", "path", "samples", "seed", "model", "workload", "lengths", "target_model")
 QOS_KEYS = ("kind", "path", "samples", "seed", "experts", "score_max")
+ABLATE_KEYS = ("kind", "base", "zero")
 
 
 def make_agent_predictor(spec: Any) -> Any:
@@ -29,7 +31,8 @@ def make_agent_predictor(spec: Any) -> Any:
     an OmegaConf node becomes a dict); ``{"kind": "learned", "path": P}`` loads a saved predictor;
     ``{"kind": "learned", "samples": N, "seed": s, "model": "xgboost"}`` (or just ``"learned"``) trains one
     now, on the WorkloadRouter mixture or on ``workload`` (an env workload mapping), and writes nothing to disk.
-    ``{"kind": "learned_qos", ...}`` (or just ``"learned_qos"``): :func:`make_qos_predictor`."""
+    ``{"kind": "learned_qos", ...}`` (or just ``"learned_qos"``): :func:`make_qos_predictor`.
+    ``{"kind": "ablate", "base": B, "zero": [...]}``: :func:`make_ablated_predictor`."""
     if spec is None or isinstance(spec, Predictor):
         return spec
     if isinstance(spec, str):
@@ -44,6 +47,8 @@ def make_agent_predictor(spec: Any) -> Any:
     spec = dict(spec)
     if spec.get("kind") == "learned_qos":
         return make_qos_predictor(spec)
+    if spec.get("kind") == "ablate":
+        return make_ablated_predictor(spec)
     if spec.get("kind") != "learned":
         return spec
     unknown = sorted(set(spec) - set(LEARNED_KEYS))
@@ -83,3 +88,27 @@ def make_qos_predictor(spec: dict[str, Any]) -> QoSBucketPredictor:
     model, _ = train_qos_predictor(list(experts or QOS_EXPERTS), kw["samples"], kw["seed"],
                                    spec.get("score_max", 1.0))
     return QoSBucketPredictor(model)
+
+
+def make_ablated_predictor(spec: dict[str, Any]) -> dict[str, Any] | AblatedPredictor:
+    """``{kind: ablate, base: B, zero: [score] | [length] | [score, length]}`` checked; ``B`` goes through
+    :func:`make_agent_predictor`, so a learned base is loaded or trained and the wrapper is built around it (an
+    object); a base the env builds itself leaves the spec a mapping, as for the other env predictors."""
+    unknown = sorted(set(spec) - set(ABLATE_KEYS))
+    if unknown:
+        raise ConfigError(f"predictor: unknown key(s) {unknown} for kind 'ablate'; allowed keys: "
+                          f"{sorted(ABLATE_KEYS)}")
+    zero = list(ablated_outputs(spec.get("zero")))
+    if spec.get("base") is None:
+        raise ConfigError("predictor.base: the ablate predictor needs the predictor it ablates (a name, a mapping "
+                          "with 'kind' or a Predictor)")
+    if isinstance(spec["base"], Mapping) and dict(spec["base"]).get("kind") == "ablate" or spec["base"] == "ablate":
+        raise ConfigError("predictor.base: an ablate predictor cannot wrap another; list every output to zero in "
+                          "one 'zero'")
+    try:
+        base = make_agent_predictor(spec["base"])
+    except ConfigError as e:
+        raise ConfigError(under_base(str(e))) from None
+    if isinstance(base, Predictor):
+        return AblatedPredictor(base, zero)
+    return {"kind": "ablate", "base": base, "zero": zero}

@@ -1,5 +1,5 @@
-"""The QoS-aware edge router's score and length bucket predictors (envs/predictors/qos.py) and the zero-predictor
-ablation."""
+"""The QoS-aware edge router's score and length bucket predictors (envs/predictors/qos.py) and the predictor
+ablations (zero, ablate)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ import pytest
 pytest.importorskip("gymnasium")
 pytest.importorskip("xgboost")
 
-from llmsim.envs.predictors.base import PREDICTORS, ZeroPredictor, make_predictor  # noqa: E402
+from llmsim.envs.policy_router import noiseless, predictor_spec  # noqa: E402
+from llmsim.envs.predictors.base import (  # noqa: E402
+    PREDICTORS,
+    AblatedPredictor,
+    NoisyOraclePredictor,
+    ZeroPredictor,
+    make_predictor,
+)
 from llmsim.envs.predictors.from_config import make_agent_predictor  # noqa: E402
 from llmsim.envs.predictors.qos import (  # noqa: E402
     GRID_MAX,
@@ -26,7 +33,7 @@ from llmsim.envs.predictors.qos import (  # noqa: E402
     train_qos_predictor,
 )
 from llmsim.envs.tasks import qos_edge_mixture  # noqa: E402
-from llmsim.envs.testbeds import make_from_config  # noqa: E402
+from llmsim.envs.testbeds import QOS_EDGE_PREDICTOR, make_from_config  # noqa: E402
 from llmsim.envs.workloads import MixtureWorkload  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 
@@ -175,6 +182,120 @@ def test_zero_predictor_zeroes_graph_features() -> None:
         if term or trunc:
             break
     assert seen_running > 0
+
+
+def graph_run(predictor, steps: int = 120, seed: int = 1) -> list[dict]:
+    """The observations of a QoSEdge episode under ``predictor``, with actions drawn from a fixed generator (the
+    simulation does not read predictions, so every predictor sees the same states)."""
+    env = make_from_config({"id": "qos_edge", "num_requests": 200, "rate": 40.0, "experts": EXPERTS,
+                            "predictor": predictor})
+    obs, _ = env.reset(seed=seed)
+    rng, out = np.random.default_rng(0), [obs]
+    for _ in range(steps):
+        obs, _, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
+        out.append(obs)
+        if term or trunc:
+            break
+    return out
+
+
+@pytest.mark.parametrize("zero", [["score"], ["length"], ["score", "length"]])
+def test_partial_ablations_zero_one_feature(zero: list[str]) -> None:
+    """ZS+PL zeroes the predicted quality and keeps the base predictor's lengths, PS+ZL the reverse."""
+    base = graph_run(dict(QOS_EDGE_PREDICTOR))
+    ablated = graph_run({"kind": "ablate", "base": dict(QOS_EDGE_PREDICTOR), "zero": zero})
+    n = len(EXPERTS)
+    assert len(base) == len(ablated) > 50
+    seen = {"score": 0, "length": 0}
+    for b, a in zip(base, ablated):
+        cols = {"score": (slice(n, 2 * n), 1), "length": (slice(2 * n, 3 * n), 2)}
+        for what, (arrived, slot) in cols.items():
+            if what in zero:
+                assert not a["arrived"][0, arrived].any()
+            else:
+                assert np.array_equal(a["arrived"][0, arrived], b["arrived"][0, arrived])
+                seen[what] += int(b["arrived"][0, arrived].any())
+            for kind in ("running", "waiting"):
+                assert np.array_equal(a[f"{kind}_mask"], b[f"{kind}_mask"])
+                real = b[f"{kind}_mask"] > 0
+                if what in zero:
+                    assert not a[kind][real][:, slot].any()
+                else:
+                    assert np.array_equal(a[kind][:, slot], b[kind][:, slot])
+        assert np.array_equal(a["arrived"][0, :n], b["arrived"][0, :n])  # the prompt feature is untouched
+    assert all(seen[w] > 0 for w in seen if w not in zero)  # the kept feature was not trivially 0
+
+
+def test_ablation_is_deterministic_and_exports() -> None:
+    spec = {"kind": "ablate", "base": dict(QOS_EDGE_PREDICTOR), "zero": ["length"]}
+    runs = [graph_run(spec, steps=60, seed=4) for _ in range(2)]
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(*runs) for k in a)
+    pred = make_predictor(spec)
+    assert isinstance(pred, AblatedPredictor) and PREDICTORS.get("ablate") is AblatedPredictor
+    assert make_agent_predictor(spec) == {**spec, "base": dict(QOS_EDGE_PREDICTOR)}  # passes through to the env
+    out = predictor_spec(pred)
+    assert out == {"kind": "ablate", "zero": ["length"], "base": {**QOS_EDGE_PREDICTOR, "q_max": 1.0}}
+    back = make_predictor(out, seed=7)
+    pred.reset(7)
+    reqs = MixtureWorkload(qos_edge_mixture(EXPERTS)).requests(3, 30)
+    for req in reqs:
+        for x, y in zip(pred.predict(req, EXPERTS), back.predict(req, EXPERTS)):
+            assert np.array_equal(x, y)
+    quiet = noiseless(pred)  # an export run without the simulated error keeps the ablation and the buckets
+    assert isinstance(quiet, AblatedPredictor) and quiet.zero == ("length",)
+    assert isinstance(quiet.base, NoisyOraclePredictor) and quiet.base.len_sigma == 0 and quiet.base.len_buckets
+
+
+def test_ablation_of_a_learned_predictor(fitted, tmp_path: Path) -> None:
+    path = fitted[0].save(tmp_path)[0]
+    pred = make_agent_predictor({"kind": "ablate", "base": {"kind": "learned_qos", "path": str(path)},
+                                 "zero": ["score"]})
+    assert isinstance(pred, AblatedPredictor) and isinstance(pred.base, QoSBucketPredictor)
+    req = MixtureWorkload(qos_edge_mixture(EXPERTS)).requests(0, 1)[0]
+    lens, quals = pred.predict(req, EXPERTS)
+    assert not quals.any() and np.array_equal(lens, pred.base.predict(req, EXPERTS)[0])
+    with pytest.raises(ConfigError) as e:
+        predictor_spec(pred)
+    assert str(e.value).startswith("env.predictor.base: a QoSBucketPredictor cannot be exported")
+    with pytest.raises(ConfigError, match=r"^predictor.base: 'learned_qos' is a learned predictor, which the env"):
+        make_from_config({"id": "qos_edge", "experts": EXPERTS,
+                          "predictor": {"kind": "ablate", "base": {"kind": "learned_qos", "path": str(path)},
+                                        "zero": ["score"]}})
+
+
+@pytest.mark.parametrize(("name", "zero"), [("qos_edge_zs_pl", ["score"]), ("qos_edge_ps_zl", ["length"])])
+def test_ablation_experiments_ablate_the_env_predictor(name: str, zero: list[str]) -> None:
+    """The experiment presets' base is the QoSEdge env's own predictor, so they differ from the main method only by
+    the zeroed feature."""
+    yaml = pytest.importorskip("yaml")
+    conf = Path(__file__).resolve().parents[2] / "conf" / "experiment" / f"{name}.yaml"
+    pred = yaml.safe_load(conf.read_text())["predictor"]
+    assert pred == {"kind": "ablate", "base": QOS_EDGE_PREDICTOR, "zero": zero}
+
+
+@pytest.mark.parametrize(("spec", "start"), [
+    ({"kind": "ablate", "base": "noisy", "zero": ["scores"]}, "predictor.zero: expected a non-empty list"),
+    ({"kind": "ablate", "base": "noisy", "zero": []}, "predictor.zero: expected a non-empty list"),
+    ({"kind": "ablate", "base": "noisy", "zero": ["score", "score"]}, "predictor.zero: expected"),
+    ({"kind": "ablate", "base": "noisy"}, "predictor.zero: expected"),
+    ({"kind": "ablate", "zero": ["score"]}, "predictor.base: the ablate predictor needs"),
+    ({"kind": "ablate", "base": "nosy", "zero": ["score"]}, "predictor.base: unknown predictor 'nosy'"),
+    ({"kind": "ablate", "base": {"kind": "noisy", "q_sd": -1}, "zero": ["score"]},
+     "predictor.base.q_sd: expected a number >= 0"),
+    ({"kind": "ablate", "base": {"kind": "ablate", "base": "oracle", "zero": ["score"]}, "zero": ["length"]},
+     "predictor.base: an ablate predictor cannot wrap another"),
+])
+def test_bad_ablation_specs(spec: dict, start: str) -> None:
+    for build in (make_predictor, lambda s: make_from_config({"id": "qos_edge", "experts": EXPERTS, "predictor": s})):
+        with pytest.raises(ConfigError) as e:
+            build(spec)
+        assert str(e.value).startswith(start) and "\n" not in str(e.value)
+    if "q_sd" not in start:  # make_agent_predictor leaves a base the env builds to the env
+        with pytest.raises(ConfigError) as e:
+            make_agent_predictor(spec)
+        assert str(e.value).startswith(start) and "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['zeros'\] for kind 'ablate'"):
+        make_agent_predictor({"kind": "ablate", "base": "oracle", "zeros": ["score"]})
 
 
 def test_cli(tmp_path: Path, capsys) -> None:
