@@ -136,12 +136,12 @@ class RoutingEnv(gym.Env):
     keys as keyword arguments: ``gym.make("llmsim/Routing-v0", instances=[{"model": "qwen2.5-7b", "count": 2}],
     workload={...}, reward="utility", decision="tick", action="instance_wait")``. Keys: ``instances`` (default 4 x
     llama-2-7b on A100-80GB), ``workload`` (default the WorkloadRouter task mix, Poisson 10 req/s),
-    ``observation``, ``reward``, ``predictor`` (``oracle``, ``noisy``, ``zero``), ``slo``, ``num_requests`` (1000),
-    ``decision``, ``tick`` (0.02 s), ``tick_when_empty``, ``action``, ``time_limit``, ``drain_time`` (600 s),
-    ``max_wait_s`` (10 s), ``wait_fallback`` (``least_loaded`` or ``drop``), ``view_staleness``, ``max_waiting``,
-    ``fixed_workload_seed``, ``metrics_interval``, ``on_unservable``, ``colocation_interference``, ``stage``,
-    ``first_stage``, ``kv_link``, ``kv_transfer``; and Gymnasium's ``render_mode`` (None only: nothing renders). A bad
-    value fails with one line naming it (``env.tick: ...``).
+    ``observation``, ``reward``, ``predictor`` (``oracle``, ``noisy``, ``zero``, ``ablate``), ``slo``,
+    ``num_requests`` (1000), ``decision``, ``tick`` (0.02 s), ``tick_when_empty``, ``action``, ``time_limit``,
+    ``drain_time`` (600 s), ``max_wait_s`` (10 s), ``wait_fallback`` (``least_loaded`` or ``drop``), ``view_staleness``,
+    ``max_waiting``, ``fixed_workload_seed``, ``metrics_interval``, ``on_unservable``, ``colocation_interference``,
+    ``stage``, ``first_stage``, ``kv_link``, ``kv_transfer``; and Gymnasium's ``render_mode`` (None only: nothing
+    renders). A bad value fails with one line naming it (``env.tick: ...``).
     """
 
     metadata = {"render_modes": []}
