@@ -13,6 +13,19 @@ from llmsim.agents.checkpoint import save_checkpoint
 from llmsim.agents.checkpoint_meta import action_layout, observation_layout
 from llmsim.envs.testbeds import make_from_config
 
+SMALL_ENV = {"id": "workload_router", "num_requests": 30, "rate": 20.0,
+             "reward": {"kind": "workload_aware", "guidance": 0.0}}
+
+
+def small_ddqn_config(total: int = 300, **trainer: Any) -> dict[str, Any]:
+    """A Double DQN run of ``total`` steps on a 30-request WorkloadRouter env, small enough for a test to train
+    (replay saved, no evaluations); ``trainer`` keys override or add to the trainer's."""
+    agent = {"name": "ddqn", "hidden": [16], "batch_size": 32, "learning_starts": 100, "buffer_size": 2000,
+             "train_freq": 4, "target_update": 100}
+    tr = {"total_steps": total, "eval_every": 0, "eval_seeds": [500], "progress": False, "save_replay": True,
+          **trainer}
+    return {"env": dict(SMALL_ENV), "agent": agent, "seed": 0, "trainer": tr}
+
 
 def episode_observations(env_cfg: dict[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:
     """``n`` observations and action masks of episodes of ``env_cfg`` driven by the actions 1, 2, 0, 1, ... (the

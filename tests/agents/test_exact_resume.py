@@ -22,6 +22,7 @@ from llmsim.agents.checkpoint_files import TRAINER_FILE, read_tensors  # noqa: E
 from llmsim.agents.train import TrainingRun, train  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.resources import conf_dir  # noqa: E402
+from tests.agents.helpers import small_ddqn_config  # noqa: E402
 
 WALL = ("wall_s", "steps_per_s")  # wall-clock fields: the only ones a resume may change
 
@@ -92,54 +93,31 @@ def assert_same_end(whole: Path, resumed: Path, stopped: Path, at: int, weights:
 DDQN = ["agent=ddqn", "env=workload_router", "env.num_requests=60", "agent.learning_starts=300",
         "agent.batch_size=64", "agent.target_update=400", "trainer.total_steps=2400", "trainer.eval_every=600",
         "trainer.eval_seeds=[1000]", "trainer.save_replay=true", "trainer.progress=false"]
-
-
-def test_ddqn_stopped_and_resumed_ends_as_the_run_that_never_stopped(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = preset(DDQN)
-    whole = train(cfg, tmp_path / "whole")
-    stopped_at(cfg, tmp_path / "stopped", 1200, monkeypatch)
-    saved = read_tensors(tmp_path / "stopped" / "last" / TRAINER_FILE, "trainer state")
-    assert saved["loop"]["step"] == 1200 and len(saved["resume"]["envs"][0]["actions"]) > 0  # mid-episode
-    resumed = train({**cfg, "trainer": {**cfg["trainer"], "resume": str(tmp_path / "stopped" / "last")}},
-                    tmp_path / "resumed")
-    assert resumed["steps"] == whole["steps"] == 2400 and resumed["updates"] == whole["updates"] > 0
-    assert resumed["episodes"] == whole["episodes"] > saved["loop"]["episode"]
-    assert not [w for w in resumed["warnings"] if "trainer.resume" in w["message"]]
-    assert_same_end(tmp_path / "whole", tmp_path / "resumed", tmp_path / "stopped", 1200, "q_net.pt")
-
-
 SAC = ["agent=sac_han", "env=qos_edge", "env.num_requests=50", "agent.learning_starts=100", "agent.batch_size=32",
        "agent.train_freq=2", "agent.buffer_size=5000", "trainer.total_steps=450", "trainer.eval_every=150",
        "trainer.eval_seeds=[1000]",
        "trainer.eval_metric=avg_qos", "trainer.save_replay=true", "trainer.progress=false"]
 
 
-def test_sac_stopped_and_resumed_ends_as_the_run_that_never_stopped(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = preset(SAC)
+@pytest.mark.parametrize(("overrides", "total", "at", "weights"), [(DDQN, 2400, 1200, "q_net.pt"),
+                                                                   (SAC, 450, 300, "policy.pt")], ids=["ddqn", "sac"])
+def test_stopped_and_resumed_ends_as_the_run_that_never_stopped(overrides: list[str], total: int, at: int,
+                                                                weights: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = preset(overrides)
     whole = train(cfg, tmp_path / "whole")
-    stopped_at(cfg, tmp_path / "stopped", 300, monkeypatch)
+    stopped_at(cfg, tmp_path / "stopped", at, monkeypatch)
     saved = read_tensors(tmp_path / "stopped" / "last" / TRAINER_FILE, "trainer state")
-    assert saved["loop"]["step"] == 300 and len(saved["resume"]["envs"][0]["actions"]) > 0  # mid-episode
+    assert saved["loop"]["step"] == at and len(saved["resume"]["envs"][0]["actions"]) > 0  # mid-episode
     resumed = train({**cfg, "trainer": {**cfg["trainer"], "resume": str(tmp_path / "stopped" / "last")}},
                     tmp_path / "resumed")
-    assert resumed["steps"] == whole["steps"] == 450 and resumed["updates"] == whole["updates"] > 0
+    assert resumed["steps"] == whole["steps"] == total and resumed["updates"] == whole["updates"] > 0
     assert resumed["episodes"] == whole["episodes"] > saved["loop"]["episode"]
     assert not [w for w in resumed["warnings"] if "trainer.resume" in w["message"]]
-    assert_same_end(tmp_path / "whole", tmp_path / "resumed", tmp_path / "stopped", 300, "policy.pt")
+    assert_same_end(tmp_path / "whole", tmp_path / "resumed", tmp_path / "stopped", at, weights)
 
 
-SMALL_ENV = {"id": "workload_router", "num_requests": 30, "rate": 20.0,
-             "reward": {"kind": "workload_aware", "guidance": 0.0}}
-
-
-def small(total: int = 300, **trainer: Any) -> dict[str, Any]:
-    agent = {"name": "ddqn", "hidden": [16], "batch_size": 32, "learning_starts": 100, "buffer_size": 2000,
-             "train_freq": 4, "target_update": 100}
-    tr = {"total_steps": total, "eval_every": 0, "eval_seeds": [500], "progress": False, "save_replay": True,
-          **trainer}
-    return {"env": dict(SMALL_ENV), "agent": agent, "seed": 0, "trainer": tr}
+small = small_ddqn_config
 
 
 @pytest.fixture(scope="module")

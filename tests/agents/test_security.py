@@ -26,9 +26,7 @@ from llmsim.agents.checkpoint_files import (  # noqa: E402
 )
 from llmsim.agents.train import TrainingRun, train  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
-
-SMALL_ENV = {"id": "workload_router", "num_requests": 30, "rate": 20.0,
-             "reward": {"kind": "workload_aware", "guidance": 0.0}}
+from tests.agents.helpers import small_ddqn_config as _cfg  # noqa: E402
 
 
 class Payload:
@@ -39,14 +37,6 @@ class Payload:
 
     def __reduce__(self):
         return (open, (str(self.marker), "w"))
-
-
-def _cfg(total: int = 300, **trainer) -> dict:
-    agent = {"name": "ddqn", "hidden": [16], "batch_size": 32, "learning_starts": 100, "buffer_size": 2000,
-             "train_freq": 4, "target_update": 100}
-    tr = {"total_steps": total, "eval_every": 0, "eval_seeds": [500], "progress": False, "save_replay": True,
-          **trainer}
-    return {"env": dict(SMALL_ENV), "agent": agent, "seed": 0, "trainer": tr}
 
 
 @pytest.fixture(scope="module")
