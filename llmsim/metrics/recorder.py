@@ -319,6 +319,9 @@ def summarise(
     for p in PERCENTILES:
         if p != 50:
             s[f"p{p}_itl_ms"] = recorder.itl_percentile(p) * 1e3
+    dropped_gaps = recorder.itl_count - lat.n_itl
+    if dropped_gaps > 0:  # (vLLM's ITLs are of successful requests: say how many of these are not, in the numbers)
+        s["itl_gaps_of_dropped"] = dropped_gaps
     s.update(_stats("e2el", lat.e2el_ms))
     s["preemptions"] = lat.preemptions + recorder.dropped_preemptions  # every preemption, as the instances count
     s["preempted_requests"] = lat.preempted + recorder.dropped_preempted

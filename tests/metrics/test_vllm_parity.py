@@ -147,3 +147,17 @@ def test_a_run_says_when_its_itl_percentiles_hold_gaps_of_dropped_requests():
     # a run whose every request completes has no such note
     clean = simulate([inst], requests([(0.5, 10, 20)]), "round_robin")
     assert not [n for n in clean.notes if "ITL" in n]
+
+
+def test_the_summary_counts_the_itl_gaps_of_dropped_requests_it_holds():
+    # the run above: the dropped request's gaps are in the ITL histogram; the summary itself (summary.json, an env's
+    # episode summary, which has no notes) says how many, so no consumer reads vLLM's population by mistake
+    inst = InstanceConfig(profile=LinearProfile(base=0.01, per_token=0.001, kv_tokens=500))
+    reqs = requests([(0.0, 300, 400), (0.5, 10, 20)])
+    res = simulate([inst], reqs, "round_robin")
+    gaps = reqs[0].generated - 1  # the dropped request's tokens, less its first
+    assert gaps > 100
+    assert res.summary["itl_gaps_of_dropped"] == gaps
+    assert [n for n in res.notes if "ITL" in n][0].startswith(f"median/std/p90/p99 ITL include {gaps:,} ")
+    clean = simulate([inst], requests([(0.5, 10, 20)]), "round_robin")
+    assert "itl_gaps_of_dropped" not in clean.summary  # (a run with no such gap keeps its keys)
