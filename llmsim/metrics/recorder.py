@@ -3,7 +3,7 @@
 Records go into typed ``array`` columns (8 bytes a value, not a Python object each), so a million
 finished requests cost about 100 MB. Inter-token latencies are far too many to keep one by one;
 they go into a log-spaced histogram with 0.01 % relative bin width. The mean ITL is exact (a
-request's ITLs telescope to finish - first token); ITL percentiles are exact to within a bin.
+request's ITLs telescope to finish - first token); ITL percentiles are exact to within half a bin (0.005 %).
 
 The timeline (``Recorder.timeline``) has one row per instance per metrics scrape. Scrapes run on the grid
 ``k * metrics_interval`` while some engine is busy; an idle stretch gets one row at its start and no rows
@@ -239,8 +239,13 @@ class Recorder:
 
 
 def _bin_centre(b: int) -> float:
-    """The ITL (seconds) a histogram bin stands for (bin 0, everything below ``_ITL_MIN``: that bound)."""
-    return _ITL_MIN if b == 0 else math.exp((b - _ITL_OFFSET) / _ITL_INV) * (1 + 0.5 * _ITL_STEP)
+    """The ITL (seconds) a histogram bin stands for: its geometric centre (bin 0, everything below ``_ITL_MIN``: that
+    bound). A gap v goes to bin ``int(log(v) * inv) + offset``, and ``int`` truncates toward zero: bin k = b - offset
+    holds log(v) * inv in [k, k + 1) for k > 0, in (k - 1, k] for k < 0 (every gap under 1 s), in (-1, 1) for k = 0."""
+    if b == 0:
+        return _ITL_MIN
+    k = b - _ITL_OFFSET
+    return math.exp((k + 0.5 if k > 0 else k - 0.5 if k < 0 else 0.0) / _ITL_INV)
 
 
 def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:

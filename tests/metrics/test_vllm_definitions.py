@@ -112,3 +112,16 @@ def test_a_run_with_no_completion_has_zero_throughput_not_nan():
     empty = summarise(_requests([(0.0, 0.5, 1.5, 5)]).iloc[:0], Recorder(), 0, SLO(ttft_ms=100))
     assert empty["duration"] == 0.0 and empty["num_requests"] == 0
     assert [empty[k] for k in ("request_throughput", "output_throughput", "request_goodput")] == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("scale_s", [0.02, 3.0])
+def test_itl_percentiles_are_within_half_a_bin_below_and_above_one_second(scale_s: float):
+    # a gap is read as its bin's centre (bins 0.01 % wide): within 0.005 % of numpy's number. Sub-second gaps go to
+    # bins by int(), which truncates toward zero, so their bins lie below the index's edge (they read one bin high)
+    gaps = np.random.default_rng(5).lognormal(np.log(scale_s), 1.0, 20001)
+    rec = Recorder()
+    for g in gaps:
+        rec.itl(float(g), 1)
+    for p in (50, 90, 99):
+        assert rec.itl_percentile(p) == pytest.approx(np.percentile(gaps, p), rel=5e-5), p
+    assert rec.itl_std() == pytest.approx(np.std(gaps), rel=1e-5)
