@@ -317,13 +317,15 @@ def summarise(
     s.update(_stats("ttft", lat.ttft_ms))
     tpot = lat.tpot_ms
     s.update(_stats("tpot", tpot[~np.isnan(tpot)]))
-    # ITL: exact mean (telescoping sums), std and percentiles from the histogram
-    s["mean_itl_ms"] = lat.itl_sum_s * 1e3 / lat.n_itl if lat.n_itl else float("nan")
-    s["median_itl_ms"] = recorder.itl_percentile(50) * 1e3
-    s["std_itl_ms"] = recorder.itl_std() * 1e3
+    # ITL: exact mean (telescoping sums), std and percentiles from the histogram; no completed request with a gap
+    # means no sample, whatever gaps dropped requests left in the histogram
+    nan = float("nan")
+    s["mean_itl_ms"] = lat.itl_sum_s * 1e3 / lat.n_itl if lat.n_itl else nan
+    s["median_itl_ms"] = recorder.itl_percentile(50) * 1e3 if lat.n_itl else nan
+    s["std_itl_ms"] = recorder.itl_std() * 1e3 if lat.n_itl else nan
     for p in PERCENTILES:
         if p != 50:
-            s[f"p{p}_itl_ms"] = recorder.itl_percentile(p) * 1e3
+            s[f"p{p}_itl_ms"] = recorder.itl_percentile(p) * 1e3 if lat.n_itl else nan
     dropped_gaps = recorder.itl_count - lat.n_itl
     if dropped_gaps > 0:  # (vLLM's ITLs are of successful requests: say how many of these are not, in the numbers)
         s["itl_gaps_of_dropped"] = dropped_gaps

@@ -161,3 +161,16 @@ def test_the_summary_counts_the_itl_gaps_of_dropped_requests_it_holds():
     assert [n for n in res.notes if "ITL" in n][0].startswith(f"median/std/p90/p99 ITL include {gaps:,} ")
     clean = simulate([inst], requests([(0.5, 10, 20)]), "round_robin")
     assert "itl_gaps_of_dropped" not in clean.summary  # (a run with no such gap keeps its keys)
+
+
+def test_a_run_whose_only_gaps_are_a_dropped_requests_has_no_itl_statistics():
+    # nothing completed: vLLM's ITL list is empty, and llmsim's ITL statistics have no sample (NaN, as the TTFT's),
+    # not the dropped request's gaps
+    inst = InstanceConfig(profile=LinearProfile(base=0.01, per_token=0.001, kv_tokens=500))
+    reqs = requests([(0.0, 300, 400)])
+    s = simulate([inst], reqs, "round_robin").summary
+    assert s["completed"] == 0 and s["dropped"] == 1 and reqs[0].generated > 2
+    assert s["itl_gaps_of_dropped"] == reqs[0].generated - 1
+    for stat in ("mean", "median", "std", "p90", "p99"):
+        assert math.isnan(s[f"{stat}_itl_ms"]), stat
+        assert math.isnan(s[f"{stat}_ttft_ms"]), stat
