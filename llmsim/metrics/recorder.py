@@ -42,7 +42,8 @@ _ITL_STEP = 1e-4
 _ITL_INV = 1.0 / math.log1p(_ITL_STEP)
 _ITL_MIN = 1e-7  # seconds; bin 0 holds everything below
 _ITL_OFFSET = -int(math.log(_ITL_MIN) * _ITL_INV)
-_ITL_BINS = _ITL_OFFSET + int(math.log(1e5) * _ITL_INV) + 2
+_ITL_MAX = 1e12  # seconds: a gap as long as a simulated run can be (its times stay below ~1e12 s)
+_ITL_BINS = _ITL_OFFSET + int(math.log(_ITL_MAX) * _ITL_INV) + 2
 _ITL_CHUNK = 2048  # bins per chunk when looking for the non-empty ones (Recorder._itl_nonzero)
 
 PERCENTILES = (50, 90, 99)

@@ -5,11 +5,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from llmsim import InstanceConfig, simulate
+from llmsim.engine.config import EngineConfig
 from llmsim.metrics.recorder import Recorder, summarise
 from llmsim.metrics.report import summary_rows
 from llmsim.metrics.table import with_latencies
 from llmsim.profiles.replay import compare, stats
 from llmsim.schema import SLO
+from llmsim.testing import LinearProfile, requests
 
 
 def _requests(rows: list[tuple[float, float, float, int]]) -> pd.DataFrame:
@@ -125,3 +128,22 @@ def test_itl_percentiles_are_within_half_a_bin_below_and_above_one_second(scale_
     for p in (50, 90, 99):
         assert rec.itl_percentile(p) == pytest.approx(np.percentile(gaps, p), rel=5e-5), p
     assert rec.itl_std() == pytest.approx(np.std(gaps), rel=1e-5)
+
+
+def test_an_inter_token_gap_longer_than_a_day_is_recorded_not_an_index_error():
+    # an overloaded decode instance of a disaggregated cluster: the last of twelve prefilled requests waits 30.5 h
+    # (eleven decodes of 1000 steps of 10 s before it) between its first and second token; the histogram ended at
+    # 1e5 s (27.8 h), and the engine's bin lookup raised IndexError
+    pre = InstanceConfig(profile=LinearProfile(base=0.01, per_token=0.0001), role="prefill")
+    dec = InstanceConfig(profile=LinearProfile(base=10.0, per_token=0.0), role="decode",
+                         engine=EngineConfig(max_num_seqs=1))
+    res = simulate([pre, dec], requests([(i * 0.01, 100, 1000) for i in range(12)]), "round_robin")
+    s = res.summary
+    assert s["completed"] == 12 and s["dropped"] == 0
+    waits = res.requests["tpot_ms"] * 999 / 1e3 - 999 * 10.0  # each request's wait for the decode slot, s
+    assert waits.max() > 1.09e5
+    rec = Recorder()
+    for gap in (3e5, 9e11):  # read back as their bins' centres, up to the longest run a simulation can have
+        rec.itl(gap, 1)
+    assert rec.itl_percentile(0) == pytest.approx(3e5, rel=5e-5)
+    assert rec.itl_percentile(100) == pytest.approx(9e11, rel=5e-5)
