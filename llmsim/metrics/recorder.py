@@ -124,12 +124,19 @@ class Recorder:
 
     def __getstate__(self) -> dict[str, Any]:
         """Without the columns' bound appends: a builtin's bound method copies as itself, so a deep copy (a planner's
-        what-if) would append to the original's columns."""
+        what-if) would append to the original's columns. The ITL histogram goes as its non-empty bins: copying its
+        ~440k slots one by one made a copy of the whole env cost half a second."""
         state = dict(self.__dict__)
-        del state["_float_appends"], state["_int_appends"]
+        del state["_float_appends"], state["_int_appends"], state["_itl_memo"]
+        state["itl_hist"] = tuple(self._itl_nonzero())
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        hist = [0] * _ITL_BINS
+        for b, n in state["itl_hist"]:
+            hist[b] = n
+        state["itl_hist"], state["_itl_memo"] = hist, None
         self.__dict__.update(state)
         self.cols = state["_cols"]
 

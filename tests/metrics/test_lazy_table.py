@@ -3,7 +3,9 @@ as the recorder builds at that moment, and the summary from the recorded columns
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 
 import gymnasium as gym
 import numpy as np
@@ -101,3 +103,16 @@ def test_a_copied_recorder_records_into_its_own_columns():
         r.instance, r.first_token, r.finish = 0, 0.1, 0.2
         twin.finish(r)
         assert len(twin.cols["id"]) == n + 1 and len(rec.cols["id"]) == n  # (not the original's columns)
+
+
+def test_a_copied_recorder_has_the_same_itl_histogram_without_copying_its_empty_bins():
+    rec = Recorder()  # (a cluster's recorder holds its observers, the cluster's methods: it copies with the cluster)
+    for gap, n in ((0.012, 40), (0.013, 25), (0.2, 1)):
+        rec.itl(gap, n)
+    assert len(pickle.dumps(rec.itl_hist)) > 500_000  # (the histogram's slots, nearly all empty)
+    assert len(pickle.dumps(rec)) < 10_000  # the recorder without them
+    twin = copy.deepcopy(rec)
+    assert twin.itl_hist == rec.itl_hist and twin.itl_hist is not rec.itl_hist
+    assert [twin.itl_percentile(p) for p in (50, 99)] == [rec.itl_percentile(p) for p in (50, 99)]
+    twin.itl(0.5, 3)  # the copy records into its own histogram
+    assert twin.itl_count == rec.itl_count + 3 and twin.itl_hist != rec.itl_hist
