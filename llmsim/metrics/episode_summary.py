@@ -17,7 +17,8 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from llmsim.metrics.recorder import Latencies, Recorder, column_values, peak_token_throughput, run_duration, summarise
+from llmsim.metrics.instances import peak_token_throughput
+from llmsim.metrics.recorder import Latencies, Recorder, column_values, run_duration, summarise
 from llmsim.metrics.sources import MeasuredCluster
 from llmsim.metrics.stream import StreamedRecorder
 from llmsim.schema import SLO

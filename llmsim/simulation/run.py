@@ -9,8 +9,9 @@ from typing import Any
 
 from llmsim.cluster import Cluster, InstanceConfig
 from llmsim.metrics.episode_summary import latencies_of_columns
+from llmsim.metrics.instances import instance_means, instance_table, profile_notes
 from llmsim.metrics.progress import SimProgress
-from llmsim.metrics.recorder import instance_means, instance_table, profile_notes, run_duration, summarise
+from llmsim.metrics.recorder import run_duration, summarise
 from llmsim.metrics.result import SimResult
 from llmsim.metrics.stream import StreamedRecorder
 from llmsim.request import Request

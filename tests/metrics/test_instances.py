@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmsim import EngineConfig, InstanceConfig, simulate
-from llmsim.metrics.recorder import INSTANCE_COLUMNS, PEAK_PROMPT_TOKENS, peak_token_throughput, profile_label
+from llmsim.metrics.instances import INSTANCE_COLUMNS, PEAK_PROMPT_TOKENS, peak_token_throughput, profile_label
 from llmsim.testing import LinearProfile, requests
 from llmsim.workload import build_workload
 
