@@ -3,7 +3,8 @@
 Records go into typed ``array`` columns (8 bytes a value, not a Python object each), so a million
 finished requests cost about 100 MB. Inter-token latencies are far too many to keep one by one;
 they go into a log-spaced histogram with 0.01 % relative bin width. The mean ITL is exact (a
-request's ITLs telescope to finish - first token); ITL percentiles are exact to within half a bin (0.005 %).
+request's ITLs telescope to finish - first token); ITL percentiles are exact to within half a bin (0.005 %;
+0.01 % for a gap within 0.01 % of 1 s, whose bin is twice as wide).
 
 The timeline (``Recorder.timeline``) has one row per instance per metrics scrape. Scrapes run on the grid
 ``k * metrics_interval`` while some engine is busy; an idle stretch gets one row at its start and no rows
