@@ -12,7 +12,7 @@ cycles without producing arrivals raise :class:`ConfigError` naming the paramete
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,20 +242,22 @@ class PhasedArrivals(ArrivalProcess):
 
 def phase_batches(
     rng: np.random.Generator, start: float, end: float, rate: float, cv: float, batch: int,
-    stationary: bool = False,
-) -> Iterator[np.ndarray]:
+    stationary: bool = False, first: float | None = None,
+) -> Generator[np.ndarray, None, float]:
     """Arrivals of a Gamma renewal process (``rate``, ``cv``) started at ``start`` and truncated at ``end``, in
-    numpy batches of at most ``batch``: one phase of a schedule (and a refitted period of
-    :mod:`llmsim.workload.burstgpt_like`, which starts each period with a full gap). ``stationary`` draws the
-    first gap from the forward-recurrence distribution, so the phase holds ``rate`` req/s on average whatever
-    its ``cv`` (cv = 1 draws as before: an exponential gap is already stationary)."""
+    numpy batches of at most ``batch``; returns the first arrival at or after ``end`` (inf if time overflowed),
+    so a caller can continue the process into the next phase. ``stationary`` draws the first gap from the
+    forward-recurrence distribution, so the phase holds ``rate`` req/s on average whatever its ``cv`` (cv = 1
+    draws as before: an exponential gap is already stationary); ``first`` instead gives the first arrival
+    (>= ``start``), e.g. the previous phase's process carried over."""
     t = start
-    lead = stationary and cv != 1.0
+    lead = first is not None or (stationary and cv != 1.0)
     while True:
         expected = (end - t) * rate
         n = int(min(batch, expected + 4.0 * np.sqrt(expected + 1.0) * max(cv, 1.0) + 8))
         if lead:
-            gaps = np.concatenate(([_stationary_gap(rng, rate, cv)], _gaps(rng, rate, cv, n - 1)))
+            head = first - start if first is not None else _stationary_gap(rng, rate, cv)
+            gaps = np.concatenate(([head], _gaps(rng, rate, cv, n - 1)))
             lead = False
         else:
             gaps = _gaps(rng, rate, cv, n)
@@ -264,7 +266,7 @@ def phase_batches(
         if inside.size < times.size:
             if inside.size:
                 yield inside
-            return
+            return float(times[inside.size])
         yield from _checked(inside, t, "arrival.phases rate")
         t = float(times[-1])
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -245,6 +245,17 @@ def apply_overrides(spec: StreamSpec, over: Mapping[str, Any] | None, diurnal: b
     return replace(out, profile=(1.0,)) if not diurnal else out
 
 
+class _Returning:
+    """Iterates a generator and keeps what it returns (here the first arrival past a period's end)."""
+
+    def __init__(self, gen: Generator[np.ndarray, None, float]) -> None:
+        self.gen = gen
+        self.value = math.inf
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        self.value = yield from self.gen
+
+
 @dataclass
 class _Stream:
     """A resolved stream: its mean rate, day profiles and samplers."""
@@ -373,22 +384,29 @@ class BurstGPTLike(Workload):
 
     def _chunks(self, stream: _Stream, seq: np.random.SeedSequence) -> Iterator[tuple[np.ndarray, float]]:
         """(arrival times, covered-until) chunks: every arrival of the stream before covered-until is in this
-        chunk or an earlier one. Each period is its own Gamma renewal process, restarted at the period start."""
+        chunk or an earlier one. One Gamma renewal process refitted every period: the gap that straddles a
+        period's end carries over, its remainder rescaled from the old rate to the new one (a silent period
+        pauses it), so a boundary holds no burst (CV > 1) or lull (CV < 1) that a restart with a full gap
+        would put there."""
         arr_rng, noise_rng = (np.random.default_rng(s) for s in seq.spawn(2))
         pending: list[np.ndarray] = []
         n_pending = quiet = 0
         k = 0
+        carry: float | None = None  # mean gaps (of any rate) from the last period's end to the next arrival
         while True:
             t0, t1, rate, cv = self._period(stream, k, noise_rng)
             if not math.isfinite(t1):
                 raise ConfigError(f"period_s: the schedule ran past the float range at {t0:.6g} s")
             if rate > 0:
-                for times in phase_batches(arr_rng, t0, t1, rate, cv, self.batch):
+                first = None if carry is None else t0 + carry / rate
+                batches = _Returning(phase_batches(arr_rng, t0, t1, rate, cv, self.batch, first=first))
+                for times in batches:
                     pending.append(times)
                     n_pending += times.size
                     if n_pending >= self.batch:
                         yield np.concatenate(pending), float(times[-1])
                         pending, n_pending = [], 0
+                carry = (batches.value - t1) * rate if math.isfinite(batches.value) else None
             k += 1
             quiet += 1
             if n_pending or quiet >= FLUSH_PERIODS:

@@ -63,6 +63,20 @@ def test_mean_rate_and_inter_arrival_cv(cv: float) -> None:
     assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.08)
 
 
+@pytest.mark.parametrize(("service", "cv", "noise"),
+                         [("api", 1.5, 0.0), ("conversation", 0.92, 0.0), ("api", 4.0, 0.0), ("api", 1.5, 0.8)])
+def test_no_burst_or_lull_where_a_period_starts(service: str, cv: float, noise: float) -> None:
+    """The gap straddling a period's end carries over (rescaled to the new rate): the rate just after a period
+    boundary is the period's rate, not a burst (CV > 1) or a lull (CV < 1), whether or not the rate changes
+    there. Restarting each period with a full gap gave +23 % in the first 10 s of every period at CV 1.5."""
+    wl = BurstGPTLike(rate=0.5, mix=service, diurnal=False, period_s=100.0, duration=4e5, seed=1,
+                      overrides={service: {"rate_noise": noise, "cv": cv}})
+    t = np.array([r.arrival for r in wl])
+    counts, _ = np.histogram(t % 100.0, bins=10, range=(0.0, 100.0))
+    assert counts[0] / counts[1:].mean() == pytest.approx(1.0, abs=0.05)
+    assert t.size / (0.5 * 4e5) == pytest.approx(1.0, abs=0.02 if noise == 0 else 0.06)  # noise: sd ~0.015
+
+
 def test_rate_noise_is_mean_one_and_spreads_period_counts() -> None:
     """The API's per-period lognormal rate factor keeps the mean rate and widens the spread of period counts."""
     counts = {}
