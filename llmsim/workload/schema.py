@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from llmsim.errors import ConfigError
 from llmsim.resources import conf_dir
@@ -109,7 +109,7 @@ class BurstGPTSource(_Trace):
     model: Labels | None = None
     log_type: Labels | None = None
     time_origin: Literal["first_row", "midnight"] = "first_row"
-    sessions: bool = False  # prefix-block ids from Session ID conversations (llmsim.workload.sessions)
+    sessions: StrictBool = False  # prefix-block ids from Session ID conversations (llmsim.workload.sessions)
     hash_block: HashBlock = 16
     max_sessions: PosInt = 4096
 
@@ -151,7 +151,7 @@ class BurstGPTLikeSource(_Common):
     log_type: str | None = None
     start_hour: Annotated[Float, Field(ge=0, lt=24)] = 0.0
     period_s: Annotated[Float, Field(gt=0, le=86400)] = 1200.0
-    diurnal: bool = True
+    diurnal: StrictBool = True
     conversation: ServiceSpec | None = None
     api: ServiceSpec | None = None
     max_prompt: TokenCount | None = None

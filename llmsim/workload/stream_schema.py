@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StrictBool, model_validator
 
 from llmsim.errors import ConfigError
 from llmsim.schema import Float, NonNegFloat, PosFloat, Schema, TokenCount, check_choice, show
@@ -42,7 +42,7 @@ class PhaseSpec(Schema):
 class PhasesArrival(Schema):
     process: Literal["phases"]
     phases: Annotated[list[PhaseSpec], Field(min_length=1)]
-    repeat: bool = False
+    repeat: StrictBool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -30,6 +30,7 @@ from llmsim.workload import (
     SyntheticWorkload,
     Uniform,
     Windowed,
+    build_workload,
     square_wave,
 )
 
@@ -243,3 +244,16 @@ def _take(batches, n):
         got += b.size
         if got >= n:
             return
+
+
+@pytest.mark.parametrize("value", ["yes", "no", "true", 1, 0, None])
+@pytest.mark.parametrize(("cfg", "key"), [
+    ({"kind": "burstgpt_like", "num_requests": 5}, "diurnal"),
+    ({"kind": "burstgpt", "path": "x.csv"}, "sessions"),
+    ({"kind": "synthetic", "num_requests": 5, "arrival": {"process": "phases", "phases": [[1, 1]]}}, "arrival.repeat"),
+])
+def test_a_boolean_key_takes_only_true_or_false(cfg: dict, key: str, value: object) -> None:
+    """A boolean option is true or false: lax parsing read 'yes' and 1 as true and 'no' and 0 as false, silently."""
+    cfg = {**cfg, "arrival": {**cfg["arrival"], "repeat": value}} if key == "arrival.repeat" else {**cfg, key: value}
+    with pytest.raises(ConfigError, match=rf"^workload\.{key}: expected true or false, got {value!r}"):
+        build_workload(cfg, seed=0)
