@@ -116,3 +116,8 @@ def suite_traces(testbed: str) -> set[str]:
     """The file names of the traces the suite's windows read (test data)."""
     return {Path(f).name for sc in load_suite_file(testbed).scenarios.values() if sc.trace
             for f in trace_files(sc.env)}
+
+
+if __name__ == "__main__":  # helpers only: running this module alone would do nothing
+    raise SystemExit("python -m experiments.studies.validation: the choice studies' shared helpers, not a study; run a "
+                     "study instead, e.g. python -m experiments.studies.load_gate --help")

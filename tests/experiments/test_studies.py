@@ -4,6 +4,7 @@ they choose (best worst case, then best mean) and the held-out trace's 3 s bucke
 from __future__ import annotations
 
 import json
+import runpy
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from llmsim.agents.suite_config import load_suite_file
 from llmsim.errors import ConfigError, TraceError
 from llmsim.routing import make_router
 from tests.experiments.helpers import usage_error
+from tests.helpers import REPO
 
 
 def test_guide_choice_takes_the_best_worst_case_then_the_best_mean() -> None:
@@ -338,3 +340,21 @@ def test_a_heuristic_s_name_is_checked_under_its_option(study, option, capsys) -
     """An unknown name was told as ``policy.name`` (the simulator CLI's key), after the scenarios were built."""
     assert usage_error(study.main, [option, "least_kb"], capsys).startswith(
         f"python -m {study.__name__}: error: argument {option}: unknown routing policy 'least_kb'; expected one of ")
+
+
+HELPER_MODULES = sorted(
+    ".".join(p.relative_to(REPO).with_suffix("").parts) for p in (REPO / "experiments" / "studies").rglob("*.py")
+    if p.name != "__init__.py" and "def main(" not in p.read_text())
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules after import of package:RuntimeWarning")
+@pytest.mark.parametrize("module", HELPER_MODULES)
+def test_a_module_that_is_not_a_study_says_so_when_run(module: str) -> None:
+    """``python -m experiments.studies.validation`` (the studies' shared helpers) did nothing and exited 0, as did
+    the prefix and disagg studies' parts: each now exits non-zero with one line naming what to run instead."""
+    assert "experiments.studies.validation" in HELPER_MODULES
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module(module, run_name="__main__")
+    message = str(e.value.code)
+    assert e.value.code not in (0, None) and "\n" not in message
+    assert message.startswith(f"python -m {module}: ") and "not a study" in message and "run " in message

@@ -189,3 +189,8 @@ def _link_row(rep: dict[str, Any]) -> dict[str, Any]:
 
 def _r(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.2f}"
+
+
+if __name__ == "__main__":  # a part of a study: running it alone would do nothing
+    raise SystemExit("python -m experiments.studies.disagg.claims: a part of the disagg study, not a study; "
+                     "run the study with llmsim-reproduce disagg")

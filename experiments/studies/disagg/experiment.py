@@ -89,3 +89,8 @@ def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True, size: 
     note = (f"{MODEL} on {GPU}, ShareGPT lengths, Poisson; llmsim's own SLOs, not DistServe's testbed" +
             ("" if name == "full" else "; NOT the full setting (fewer layouts, requests and seeds)"))
     return stamp(report["claims"], seeds_setting(name, len(sz.seeds)), note, out_dir=str(out_dir))
+
+
+if __name__ == "__main__":  # a part of a study: running it alone would do nothing
+    raise SystemExit("python -m experiments.studies.disagg.experiment: a part of the disagg study, not a study; "
+                     "run the study with llmsim-reproduce disagg")

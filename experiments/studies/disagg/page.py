@@ -265,3 +265,8 @@ def differences() -> list[str]:
             "absolute targets; the profile is aiconfigurator / vidur data, not DistServe's testbed.",
             "- **Finite runs.** Capacity grows as the request count per run shrinks (docs/capacity.md); all "
             "layouts use the same requests per GPU, so ratios are comparable, absolute rates less so."]
+
+
+if __name__ == "__main__":  # a part of a study: running it alone would do nothing
+    raise SystemExit("python -m experiments.studies.disagg.page: a part of the disagg study, not a study; "
+                     "run the study with llmsim-reproduce disagg")

@@ -230,3 +230,8 @@ def best_layouts(caps: list[dict[str, Any]]) -> dict[tuple[int, str], str]:
             rank = (r["capacity_rps"], -int(r["layout"].split(":")[0]), r["layout"])
             out[(r["n"], r["policy"])] = max(out.get((r["n"], r["policy"]), rank), rank)
     return {k: v[2] for k, v in out.items()}
+
+
+if __name__ == "__main__":  # a part of a study: running it alone would do nothing
+    raise SystemExit("python -m experiments.studies.disagg.setup: a part of the disagg study, not a study; "
+                     "run the study with llmsim-reproduce disagg")

@@ -50,3 +50,8 @@ def claims(report: dict[str, Any]) -> list[dict[str, Any]]:
                               order_verdict([rr["ttft_mean"], pa["ttft_mean"]]), unit="%", kind="order",
                               note=f"{pa['ttft_mean']:.0f} vs {rr['ttft_mean']:.0f} ms (gain vs RR)"))
     return rows
+
+
+if __name__ == "__main__":  # a part of a study: running it alone would do nothing
+    raise SystemExit("python -m experiments.studies.prefix.claims: a part of the prefix study, not a study; "
+                     "run the study with llmsim-reproduce prefix")

@@ -81,3 +81,8 @@ def run(quick: bool, out_dir: Path, jobs: int = 1, progress: bool = True, size: 
     note = (f"{MODEL} on {GPU}; no paper: the expectations are the study's own" +
             ("" if name == "full" else "; NOT the full setting (smaller windows and request counts)"))
     return stamp(report["claims"], seeds_setting(name, len(sz.seeds)), note, out_dir=str(out_dir))
+
+
+if __name__ == "__main__":  # a part of a study: running it alone would do nothing
+    raise SystemExit("python -m experiments.studies.prefix.experiment: a part of the prefix study, not a study; "
+                     "run the study with llmsim-reproduce prefix")

@@ -224,3 +224,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "### Expectations checked (rules of docs/reproduce.md; no paper values but the 36.6 %)", "",
               *claims_table(report["claims"], with_paper=False)]
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # a part of a study: running it alone would do nothing
+    raise SystemExit("python -m experiments.studies.prefix.page: a part of the prefix study, not a study; "
+                     "run the study with llmsim-reproduce prefix")

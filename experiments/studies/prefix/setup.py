@@ -241,3 +241,8 @@ def mean_rows(rows: list[dict[str, Any]]) -> dict[tuple[str, int, str], dict[str
         out[k] = {**avg, "seeds": [r["seed"] for r in g], "dropped": sum(r["dropped"] for r in g),
                   "requests": int(np.mean([r["requests"] for r in g]))}
     return out
+
+
+if __name__ == "__main__":  # a part of a study: running it alone would do nothing
+    raise SystemExit("python -m experiments.studies.prefix.setup: a part of the prefix study, not a study; "
+                     "run the study with llmsim-reproduce prefix")
