@@ -265,6 +265,19 @@ def _empirical_tables(described: Any) -> Iterator[Mapping[str, Any]]:
 def _pick_columns(
     names: Sequence[str], prompt: str | None, output: str | None, where: str
 ) -> tuple[str, str]:
+    """The (prompt, output) columns: as named, else the first known pair; a column named twice is an error."""
+    p, o = _find_columns(names, prompt, output, where)
+    for c in (p, o):
+        at = [i + 1 for i, n in enumerate(names) if n == c]
+        if len(at) > 1:
+            raise TraceError(f"{where}: column {c!r} appears {len(at)} times (columns {', '.join(map(str, at[:-1]))} "
+                             f"and {at[-1]}); expected each column it reads once")
+    return p, o
+
+
+def _find_columns(
+    names: Sequence[str], prompt: str | None, output: str | None, where: str
+) -> tuple[str, str]:
     if prompt is not None or output is not None:
         if prompt is None or output is None:
             raise ConfigError(

@@ -50,7 +50,8 @@ __all__ = ["ARRIVAL_UNITS", "BURSTGPT_RELEASES", "AzureTrace", "BurstGPTTrace", 
 
 
 def missing_columns_error(path: Path, where: str, wanted: Sequence[str], names: Sequence[str]) -> TraceError | None:
-    """The error for the first wanted column the header lacks (with a close match, for renamed columns)."""
+    """The error for the first wanted column the header lacks (with a close match, for renamed columns) or names
+    more than once (reading either copy would be a guess)."""
     def norm(name: str) -> str:
         return "".join(ch for ch in name.lower() if ch.isalnum())
 
@@ -65,6 +66,11 @@ def missing_columns_error(path: Path, where: str, wanted: Sequence[str], names: 
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             return TraceError(f"{path}: {where}: missing column {col!r}{hint}; expected columns "
                               f"{sorted(set(wanted))}, found {list(names)}")
+    for col in wanted:
+        at = [i + 1 for i, n in enumerate(names) if n == col]
+        if len(at) > 1:
+            return TraceError(f"{path}: {where}: column {col!r} appears {len(at)} times (columns "
+                              f"{', '.join(map(str, at[:-1]))} and {at[-1]}); expected each column it reads once")
     return None
 
 

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from llmsim.errors import TraceError
-from llmsim.workload import AzureTrace, BurstGPTTrace, CsvTrace, MooncakeTrace, Workload
+from llmsim.workload import AzureTrace, BurstGPTTrace, CsvTrace, Empirical, MooncakeTrace, Workload
 
 GOOD = [(0, "10", "5"), (1, "20", "6"), (2, "30", "7")]  # (arrival s, prompt, output); bad values go in row 2
 HANG_S = 60  # every test here reads a tiny file: one that takes this long hangs (a pytest-timeout, no clock assert)
@@ -327,3 +327,34 @@ def test_a_csv_trace_given_to_the_jsonl_reader_says_so(tmp_path: Path) -> None:
     with one_clear_line(path, "line 1, column '*': expected a JSON object", "looks like a CSV header",
                         "kind azure, burstgpt or csv"):
         list(MooncakeTrace(path))
+
+
+@pytest.mark.parametrize("parquet", [False, True], ids=["csv", "parquet"])
+def test_a_column_read_twice_in_the_header_is_named(tmp_path: Path, parquet: bool) -> None:
+    """A header naming a column that is read twice was read silently from its first copy, whichever was meant."""
+    if parquet:
+        path = tmp_path / "trace.parquet"
+        table = pa.Table.from_arrays([pa.array(v) for v in (["0", "1"], ["10", "20"], ["5", "6"], ["7", "8"])],
+                                     names=["t", "p", "o", "p"])
+        pq.write_table(table, path)
+        where = "Parquet schema"
+    else:
+        path = tmp_path / "trace.csv"
+        path.write_text("t,p,o,p\n0,10,5,7\n1,20,6,8\n")
+        where = "line 1 (header)"
+    with one_clear_line(path, where, "column 'p' appears 2 times (columns 2 and 4)"):
+        list(CsvTrace(path, "t", "p", "o"))
+    path = tmp_path / "AzureLLMInferenceTrace_conv.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,TIMESTAMP\n2023-11-16 18:15:46.5,10,5,x\n")
+    with one_clear_line(path, "line 1 (header)", "column 'TIMESTAMP' appears 2 times (columns 1 and 4)"):
+        list(AzureTrace(path))
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,Other,Other\n2023-11-16 18:15:46.5,10,5,x,y\n")
+    assert len(list(AzureTrace(path))) == 1  # a column that is not read may repeat
+
+
+def test_an_empirical_length_column_named_twice_is_named(tmp_path: Path) -> None:
+    """The length table read the first of two same-named columns silently."""
+    path = tmp_path / "lengths.csv"
+    path.write_text("num_prefill_tokens,num_decode_tokens,num_prefill_tokens\n5,6,7\n")
+    with one_clear_line(path, "line 1 (header)", "column 'num_prefill_tokens' appears 2 times (columns 1 and 3)"):
+        Empirical(path)
