@@ -222,6 +222,8 @@ def _as_tuple(value: float | Sequence[float]) -> tuple[float, ...]:
 def apply_overrides(spec: StreamSpec, over: Mapping[str, Any] | None, diurnal: bool) -> StreamSpec:
     """The stream's defaults with a service's overrides (``profile``, ``cv``, ``rate_noise``, ``request``,
     ``response``, ``corr``); ``diurnal=False`` flattens the rate profile."""
+    if over is not None and not isinstance(over, Mapping):
+        raise ConfigError(f"{spec.service}: expected a mapping of a service's parameters, got {over!r}")
     over = dict(over or {})
     unknown = set(over) - {"profile", "cv", "rate_noise", "request", "response", "corr"}
     if unknown:
@@ -233,6 +235,9 @@ def apply_overrides(spec: StreamSpec, over: Mapping[str, Any] | None, diurnal: b
     if "cv" in changes:
         changes["cv"] = _as_tuple(changes["cv"])
     if "request" in changes:
+        if not isinstance(changes["request"], Mapping):
+            raise ConfigError(f"{spec.service}.request: expected a mapping of theta, min, max, got "
+                              f"{changes['request']!r}")
         req = dict(changes["request"])
         if set(req) - {"theta", "min", "max"}:
             raise ConfigError(f"{spec.service}.request: unknown key(s) {sorted(set(req) - {'theta', 'min', 'max'})}; "
@@ -240,7 +245,12 @@ def apply_overrides(spec: StreamSpec, over: Mapping[str, Any] | None, diurnal: b
         theta, lo, hi = spec.request
         changes["request"] = (req.get("theta", theta), req.get("min", lo), req.get("max", hi))
     if "response" in changes:
-        changes["response"] = tuple(tuple(c) for c in changes["response"])
+        resp = changes["response"]
+        if isinstance(resp, str | bytes) or not isinstance(resp, Sequence) or any(
+                isinstance(c, str | bytes) or not isinstance(c, Sequence) for c in resp):
+            raise ConfigError(f"{spec.service}.response: expected a list of [weight, median, sigma] modes, "
+                              f"got {resp!r}")
+        changes["response"] = tuple(tuple(c) for c in resp)
     out = replace(spec, **changes)
     return replace(out, profile=(1.0,)) if not diurnal else out
 
@@ -345,6 +355,8 @@ class BurstGPTLike(Workload):
         if not isinstance(diurnal, bool):
             raise ConfigError(f"diurnal: expected true or false, got {diurnal!r}")
         self.diurnal = diurnal
+        if overrides is not None and not isinstance(overrides, Mapping):
+            raise ConfigError(f"overrides: expected a mapping of service to parameters, got {overrides!r}")
         overrides = dict(overrides or {})
         for k in overrides:
             if k not in SERVICES:

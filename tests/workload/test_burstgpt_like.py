@@ -230,3 +230,18 @@ def test_max_requests_alone_counts_requests_after_the_window(kind: str) -> None:
     with pytest.raises(ConfigError, match=rf"^workload: max_requests alone cannot bound a {kind} stream cut by the "
                                           r"open window \[60, null\): expected a window end, 'num_requests' or "):
         build_workload({**cfg, "window": [60, None]}, seed=0)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ([1], "overrides: expected a mapping of service to parameters, got [1]"),
+    ({"api": 5}, "api: expected a mapping of a service's parameters, got 5"),
+    ({"api": {"request": 5}}, "api.request: expected a mapping of theta, min, max, got 5"),
+    ({"api": {"response": 5}}, "api.response: expected a list of [weight, median, sigma] modes, got 5"),
+    ({"conversation": {"response": [5]}}, "conversation.response: expected a list of [weight, median, sigma] modes"),
+])
+def test_malformed_overrides_are_one_line_from_the_constructor(overrides: object, message: str) -> None:
+    """The Python constructor raised a bare TypeError for overrides of the wrong shape (the config path's schema
+    caught them first)."""
+    with pytest.raises(ConfigError) as e:
+        BurstGPTLike(num_requests=5, overrides=overrides)  # type: ignore[arg-type]
+    assert str(e.value).startswith(message)
