@@ -83,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     unit = "hash blocks" if args.block_size is None else f"{args.block_size}-token blocks"
     rate = hits / blocks if blocks else 0.0
+    skipped = dict(sorted(wl.stats.skipped.items()))  # rows that are no request: said, never silently left out
     print(f"{args.source}: {wl.stats.yielded} requests, {blocks} prompt {unit}, {hits} hits: "
-          f"ideal prefix hit rate {100 * rate:.2f} %")
+          f"ideal prefix hit rate {100 * rate:.2f} %" + (f"; rows skipped (not counted): {skipped}" if skipped else ""))
     return 0
 
 

@@ -251,6 +251,18 @@ def test_mooncake_ids_and_published_hit_rate(shared_dir: Path, capsys: pytest.Ca
     assert "36.64 %" in capsys.readouterr().out
 
 
+def test_prefix_hits_says_how_many_rows_it_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A row with 0 output tokens (and a blank line) was left out of the hit rate without a word."""
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"timestamp": 0, "input_length": 600, "output_length": 0, "hash_ids": [0, 1]}\n\n'
+                 '{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}\n'
+                 '{"timestamp": 2, "input_length": 600, "output_length": 5, "hash_ids": [0, 2]}\n')
+    assert main([str(p)]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"{p}: 2 requests, 4 prompt hash blocks, 1 hits: ideal prefix hit rate 25.00 %")
+    assert out.endswith("; rows skipped (not counted): {'blank_line': 1, 'zero_output_tokens': 1}")
+
+
 def test_mooncake_jitter_keeps_hash_block(tmp_path: Path) -> None:
     p = tmp_path / "t.jsonl"
     p.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}\n'
