@@ -58,9 +58,9 @@ def create_app(cfg: RouterConfig, decider: Decider | None = None) -> FastAPI:
     async def models() -> dict:
         return model_list(gw)
 
-    @app.get("/health")
-    async def health() -> Response:
-        return health_answer(gw)
+    @app.api_route("/health", methods=["GET", "HEAD"])  # (probes and load balancers may poll with HEAD)
+    async def health(request: Request) -> Response:
+        return headless(health_answer(gw), request.method)
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -206,6 +206,13 @@ def model_list(gw: Gateway) -> dict:
             seen[b.model] = max(seen.get(b.model, 0), b.max_model_len)
     return {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "llmsim-router",
                                         "max_model_len": n} for m, n in seen.items()]}
+
+
+def headless(resp: Response, method: str) -> Response:
+    """``resp`` as a HEAD request gets it: the same status and media type, no body."""
+    if method != "HEAD":
+        return resp
+    return Response(status_code=resp.status_code, media_type=resp.media_type)
 
 
 def health_answer(gw: Gateway) -> Response:

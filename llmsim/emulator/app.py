@@ -297,9 +297,11 @@ def add_openai_routes(app: FastAPI, engine: RealTimeEngine, opts: EmulatorOption
 def add_operations_routes(app: FastAPI, engine: RealTimeEngine, metrics: EmulatorMetrics) -> None:
     """What operators and routers poll: ``/health`` (never behind the API key) and ``/metrics``."""
 
-    @app.get("/health")
-    async def health() -> Response:
+    @app.api_route("/health", methods=["GET", "HEAD"])  # (probes and load balancers may poll with HEAD, as vLLM)
+    async def health(request: Request) -> Response:
         if engine.failed is not None or engine.stopped:
+            if request.method == "HEAD":
+                return Response(status_code=503, media_type="application/json")
             return JSONResponse({"error": engine.failed or "the emulator is shutting down"}, status_code=503)
         return Response(status_code=200)
 

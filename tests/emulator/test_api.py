@@ -310,6 +310,13 @@ def test_health_needs_no_key(keyed: EmulatorHandle) -> None:
     assert httpx.get(keyed.url + "/health", headers={"authorization": "Bearer nope"}).status_code == 200
 
 
+def test_health_answers_head_without_the_key(keyed: EmulatorHandle) -> None:
+    """A probe polling with HEAD got a 405; HEAD elsewhere still needs the key."""
+    r = httpx.head(keyed.url + "/health")
+    assert (r.status_code, r.content) == (200, b"")
+    assert httpx.head(keyed.url + "/metrics").status_code == 401
+
+
 def test_bad_options_raise_config_error() -> None:
     for kw in ({"speedup": 0}, {"speedup": float("nan")}, {"model": "nope"}, {"engine": "fifo"},
                {"output_len": "eos"}, {"api_key": ""}, {"api_key": "clé"}, {"api_key": "a b"}, {"model": 5},

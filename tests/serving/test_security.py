@@ -194,6 +194,17 @@ def test_every_route_but_health_needs_the_key(path) -> None:
         assert c.get("/health").status_code == 503  # open, and says the backend is down
 
 
+def test_health_answers_head_without_the_key_and_nothing_else_does() -> None:
+    """Load balancers and probes may poll with HEAD: it was a 405. It answers as GET does (status, no body),
+    without the key; HEAD on any other route still needs it."""
+    with app_client(api_key=ROUTER_KEY) as c:
+        r = c.head("/health")
+        assert (r.status_code, r.content) == (503, b"")  # (its one backend is down, as GET says)
+        assert c.head("/health", headers={"Authorization": "Bearer nope"}).status_code == 503
+        for path in ("/metrics", "/v1/models", "/v1/completions"):
+            assert c.head(path).status_code == 401, path
+
+
 def test_openapi_and_docs_are_off_unless_asked_for() -> None:
     with app_client(api_key=ROUTER_KEY) as c:
         assert c.get("/openapi.json", headers=AUTH).status_code == 404
