@@ -9,17 +9,25 @@ from typing import Any
 
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.request import Request
-from llmsim.routing import make_router
+from llmsim.routing import WAIT, make_router
 from llmsim.serving.config import PolicyConfig, check_static_tpot
 from llmsim.state.cluster_state import ClusterState
 from llmsim.state.state_view import StateView
 
 
 class Decider:
-    """The configured policy, built once; ``decide`` is one routing decision as in simulation."""
+    """The configured policy, built once; ``decide`` is one routing decision as in simulation.
+
+    A policy that answers WAIT keeps the request in its own central queue until it routes it, as in simulation.
+    Live, a held request may leave without the policy routing it (its client left, it waited past ``max_wait_s``,
+    all its backends went down, or the router sent it elsewhere because an unpriced backend came up): the policy
+    would keep it for ever, and an EDF / QLM queue would keep offering that ghost first, holding every later
+    request until it timed out. ``forget`` resets the policy then; the requests still held are admitted again as
+    they are decided again (at once: the gateway wakes them)."""
 
     def __init__(self, cfg: PolicyConfig) -> None:
         self.cfg = cfg
+        self.holding: set[int] = set()  # requests the policy may hold (its last answer was WAIT, or it failed)
         try:
             if cfg.heuristic is not None:
                 self.router: Any = make_router(cfg.heuristic, seed=cfg.seed, **cfg.kwargs)
@@ -57,4 +65,22 @@ class Decider:
 
     def decide(self, req: Request, state: ClusterState, allowed: Collection[int] | None = None) -> int:
         """The policy's answer for ``req``: an instance index (among ``allowed``), WAIT or DROP."""
-        return int(self.router.route(req, StateView(state, allowed)))
+        try:
+            d = int(self.router.route(req, StateView(state, allowed)))
+        except Exception:
+            self.holding.add(req.id)  # (it may have queued the request before it failed)
+            raise
+        if d == WAIT:
+            self.holding.add(req.id)
+        else:
+            self.holding.discard(req.id)
+        return d
+
+    def forget(self, request_id: int) -> bool:
+        """The router is done with this request, whichever way: if the policy may still hold it, the policy is
+        reset (the class docstring says why); True then."""
+        if request_id not in self.holding:
+            return False
+        self.holding.discard(request_id)
+        self.router.reset()
+        return True

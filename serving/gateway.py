@@ -208,6 +208,8 @@ class Gateway:
             watch[0].task.uncancel()
             raise ClientGone from None  # left while held: out of the queue, never sent to a backend
         finally:
+            if self.decider.forget(req.id):  # the policy held it and forgot all: the others held are decided again
+                self.notify()
             if watch is not None:
                 watch[0].close()
                 watch[1].cancel()
