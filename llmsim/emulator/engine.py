@@ -241,7 +241,8 @@ class RealTimeEngine:
         self.max_model_len: int = self.inst.max_model_len
         self.tickets: dict[int, Ticket] = {}
         self.finished_log: deque[dict[str, Any]] = deque(maxlen=10_000)  # simulated times, for tests and debugging
-        self.listeners: list[Any] = []  # fn(ticket) on every finish (the metrics' histograms)
+        self.listeners: list[Any] = []  # fn(ticket) on every finish but an abort (the per-request histograms)
+        self.first_token_listeners: list[Any] = []  # fn(ticket) at a request's first token (its TTFT), aborted or not
         self.gap_listeners: list[Any] = []  # fn(simulated span, gaps) as a request's new tokens are released
         self.failed: str | None = None
         self.prompt_tokens_total = 0
@@ -313,10 +314,13 @@ class RealTimeEngine:
         t.available = n
 
     def _count_prompt(self, t: Ticket) -> None:
-        """vllm:prompt_tokens_total counts a prompt once, when its prefill has produced the first token."""
+        """vllm:prompt_tokens_total counts a prompt once, when its prefill has produced the first token; that is
+        also when vLLM observes the time to first token (of a request aborted later too)."""
         if not t.prompt_counted and t.req.first_token >= 0:
             t.prompt_counted = True
             self.prompt_tokens_total += t.req.prompt_tokens
+            for fn in self.first_token_listeners:
+                fn(t)
 
     def _on_timer(self) -> None:
         self._timer = None

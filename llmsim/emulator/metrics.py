@@ -3,7 +3,9 @@
 Gauges and counters are read from the engine when scraped (a collector that advances the engine to now first),
 so a scrape sees the engine state at that instant. The latency histograms are observed as vLLM (0.11 and later)
 observes them: the inter-token latency once per gap between two tokens of a request, as its tokens are released;
-time to first token, time per output token and end-to-end latency once per request, when it finishes. (vLLM's
+time to first token once per request, as its first token is out (a request aborted later included); time per
+output token and end-to-end latency once per request that finishes (``length`` or ``stop``: vLLM V1's client
+aborts leave its output processor without entering any per-request statistic). (vLLM's
 ``vllm:time_per_output_token_seconds``, the same per-gap histogram under its old name, deprecated in 0.11 and
 hidden from 0.12 unless ``--show-hidden-metrics-for-version=0.11``, is not exported.) Durations are wall seconds
 as a client measures them against this server: simulated durations / speedup.
@@ -97,6 +99,7 @@ class EmulatorMetrics:
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency (wall seconds).", lab,
                              buckets=E2E_BUCKETS, registry=reg).labels(model_name)
         engine.listeners.append(self.observe)
+        engine.first_token_listeners.append(self.observe_first_token)
         engine.gap_listeners.append(self.observe_gaps)
 
     def observe_gaps(self, span: float, gaps: int) -> None:
@@ -106,12 +109,18 @@ class EmulatorMetrics:
         for _ in range(gaps):
             self.itl.observe(v)
 
+    def observe_first_token(self, t: Ticket) -> None:
+        """A request's time to first token, observed as its first token is out (as vLLM V1: at the engine step
+        that produced it, so a request aborted later is in it too); wall seconds."""
+        r = t.req
+        self.ttft.observe((r.first_token - r.arrival) / self.engine.speedup)
+
     def observe(self, t: Ticket) -> None:
-        """Record a finished request's latencies, simulated durations mapped to wall seconds."""
+        """Record a finished request's per-request latencies (not an aborted one's: vLLM V1 drops a request the
+        client aborted from every per-request statistic), simulated durations mapped to wall seconds."""
         r = t.req
         k = self.engine.speedup
         if r.first_token >= 0:
-            self.ttft.observe((r.first_token - r.arrival) / k)
             self.tpot.observe((r.finish - r.first_token) / (r.generated - 1) / k if r.generated > 1 else 0.0)
         self.e2e.observe((r.finish - r.arrival) / k)
 

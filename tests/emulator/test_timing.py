@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmsim.emulator import EmulatorHandle, start_emulator
 from llmsim.emulator.engine import EmulatorOptions, RealTimeEngine
+from llmsim.emulator.metrics import EmulatorMetrics
 from tests.emulator.helpers import MODEL, VirtualLoop, metrics, sample, wait_until_idle
 
 MIN_TICK = EmulatorOptions().min_tick  # wall seconds: the driver's shortest sleep, so its largest lateness
@@ -206,3 +207,35 @@ def test_preemption_from_the_real_engine() -> None:
         outs = asyncio.run(go())
         assert [o["usage"]["completion_tokens"] for o in outs] == [200] * 4
         assert sample(metrics(h), "vllm:num_preemptions_total") > before
+
+
+def test_an_aborted_request_is_in_ttft_as_its_first_token_is_out_and_in_no_per_request_histogram() -> None:
+    """vLLM V1 observes the time to first token at the engine step that produced it, and its per-request
+    statistics (e2e latency, time per output token) only for requests that finish, not for one the client
+    aborted. The emulator observed TTFT at the finish, so an aborted request was never in it."""
+    engine = RealTimeEngine(EmulatorOptions(model=MODEL, gpu="a100-80gb", speedup=20.0))
+    m = EmulatorMetrics(engine, MODEL)
+    loop = VirtualLoop()
+    engine.start(loop)  # type: ignore[arg-type]
+
+    def count(name: str) -> float:
+        return m.registry.get_sample_value(name + "_count", {"model_name": MODEL})
+
+    t = engine.submit(500, 200, 200, seed=1)
+    while t.available < 5:
+        loop.run_next()
+    assert count("vllm:time_to_first_token_seconds") == 1  # as soon as it is out, not when the request ends
+    assert m.registry.get_sample_value("vllm:time_to_first_token_seconds_sum", {"model_name": MODEL}) == \
+        pytest.approx((t.req.first_token - t.req.arrival) / 20.0)
+    engine.abort(t)
+    while not t.done:
+        loop.run_next()
+    assert engine.success["abort"] == 1 and t.req.generated < 200
+    assert count("vllm:time_to_first_token_seconds") == 1
+    assert count("vllm:e2e_request_latency_seconds") == 0
+    assert count("vllm:request_time_per_output_token_seconds") == 0
+    done = engine.submit(100, 3, 3, seed=2)  # one that finishes: each histogram once, TTFT not twice
+    while not done.done:
+        loop.run_next()
+    assert [count(h) for h in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+                               "vllm:request_time_per_output_token_seconds")] == [2, 1, 1]
