@@ -40,6 +40,7 @@ from urllib.parse import unquote, urlsplit
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from llmsim.emulator.engine import check_key as check_bearer_key
+from llmsim.emulator.model_names import looks_like_path, model_source
 from llmsim.errors import ConfigError, load_yaml_file
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.kv_cache_dtype import model_with_kv_cache_dtype
@@ -99,11 +100,6 @@ def non_empty(v: str | None) -> str | None:
     if v == "":
         raise ValueError("a non-empty key (an empty key would turn authentication off; leave the key out for none)")
     return v
-
-
-def looks_like_path(name: str) -> bool:
-    """A model given by a file system path rather than by a name or a Hugging Face id (``org/name``)."""
-    return name.startswith(("/", "./", "../", "~")) or name.endswith(".json") or name.count("/") > 1
 
 
 def check_key(v: str | None, key: str) -> str | None:
@@ -188,7 +184,7 @@ class BackendConfig(Schema):
             raise ConfigError(f"{at}.llmsim_model{tag}: {name}: no such file or folder (expected a config.json or "
                               "the folder holding one; relative paths start at the working directory)")
         try:
-            spec = get_model(name)
+            spec = get_model(model_source(name))  # (a plain name is never read from the working directory)
         except ConfigError as e:
             if self.llmsim_model is not None:
                 raise ConfigError(f"{at}.llmsim_model{tag}: {e}") from None

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmsim.emulator.model_names import looks_like_path, model_source
 from llmsim.errors import LLMSimError
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.models import ModelSpec, get_model
 from llmsim.perf.profile import profile_for_instance
 from llmsim.routing.routebalance.state import DEFAULT_TPOT_MS
-from llmsim.serving.config import BackendConfig, PolicyConfig, looks_like_path
+from llmsim.serving.config import BackendConfig, PolicyConfig
 
 # routers that load an instance's profile by its model at their decisions
 PRICING_POLICIES = ("qlm", "shepherd", "routebalance")
@@ -68,7 +69,7 @@ def resolve(cfg: BackendConfig, name: str) -> Pricing:
             return Pricing(name, None, f"its served name {name[:200]!r} is a file path, and the router reads no file "
                                        "a backend names (only one its config names)")
         try:
-            spec = get_model(name)
+            spec = get_model(model_source(name))  # (a plain served name is never read as a file)
         except (LLMSimError, OSError, ValueError) as e:
             why = str(e).splitlines()[0]
             if why.startswith("unknown model"):  # (its list of every registered name is not for this log line)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmsim.cluster import InstanceConfig
+from llmsim.emulator.model_names import model_source
 from llmsim.engine.config import EngineConfig
 from llmsim.engine.instance import Instance
 from llmsim.errors import ConfigError
@@ -128,7 +129,7 @@ def build_instance(opts: EmulatorOptions, env: SimEnv, recorder: Recorder) -> In
     """The one engine, built by llmsim's own builders (InstanceConfig -> profile, EngineConfig -> Instance)."""
     opts.validate()
     ecfg = opts.engine_config()
-    ic = InstanceConfig(model=opts.model, gpu=opts.gpu, tp=opts.tp, engine=ecfg, name=opts.name,
+    ic = InstanceConfig(model=model_source(opts.model), gpu=opts.gpu, tp=opts.tp, engine=ecfg, name=opts.name,
                         ep=opts.tp if opts.expert_parallel else 1)
     prof = ic.build_profile()
     return Instance(0, env, prof, ecfg, recorder, opts.name)

@@ -7,15 +7,18 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from llmsim.emulator import EmulatorHandle, EmulatorOptions, start_emulator
+from llmsim.emulator.app import create_app
 from llmsim.emulator.engine import RealTimeEngine
-from llmsim.errors import LLMSimError
+from llmsim.errors import ConfigError, LLMSimError
 from tests.emulator.helpers import MODEL, VirtualLoop, post, sse
+from tests.perf.helpers import tiny
 
 
 # ---------------------------------------------------------------------- the API
@@ -410,3 +413,14 @@ def test_stream_options_are_read_as_vllm_reads_them(small: EmulatorHandle, optio
     assert ("usage" in chunks[-2] and chunks[-2]["usage"]["completion_tokens"] == 2) is usage, chunks[-2:]
     # and, as vLLM, empty options without `stream` are no error (its check tests the raw value's truth)
     assert post(small, "/v1/completions", {**body, "stream": False, "stream_options": {}}).status_code == 200
+
+
+def test_a_plain_model_name_is_never_read_from_the_working_directory(tmp_path, monkeypatch) -> None:
+    """``--model my-finetune`` started an emulator of whatever config.json a file named ``my-finetune`` in the
+    working directory held; only an explicit path (``./my-finetune``) is read, a plain name is the registry's."""
+    (tmp_path / "my-finetune").write_text(Path(tiny("tiny-llama")).read_text())
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^unknown model 'my-finetune': give a registered name"):
+        create_app(EmulatorOptions(model="my-finetune", gpu="a100-80gb"))
+    app = create_app(EmulatorOptions(model="./my-finetune", gpu="a100-80gb"))
+    assert app.state.engine.inst.profile.model.name == "tiny-llama"

@@ -15,12 +15,14 @@ import yaml
 
 pytest.importorskip("fastapi", reason="the serving extra is not installed: pip install 'llmsim[serve]'")
 
+from llmsim.emulator.model_names import registered  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.perf import models  # noqa: E402
 from llmsim.perf.kv_cache_dtype import model_with_kv_cache_dtype  # noqa: E402
 from llmsim.perf.models import get_model  # noqa: E402
 from llmsim.request import Request  # noqa: E402
 from llmsim.routing.base import instance_model  # noqa: E402
+from llmsim.serving import pricing  # noqa: E402
 from llmsim.serving.config import load_config, parse_config  # noqa: E402
 from llmsim.serving.gateway import Gateway  # noqa: E402
 from llmsim.serving.tracker import Backend  # noqa: E402
@@ -62,10 +64,17 @@ def unpriced(gw: Gateway) -> float:
 def test_a_backend_model_name_is_resolved_once_per_name_not_probed_per_decision(policy, monkeypatch) -> None:
     """An unknown served name was looked up as a path (and in the hub cache) by the policy at each decision, once
     per tensor-parallel degree tried: disk probes per request. It is resolved once per backend and model name (the
-    failure kept), again only when the backend's model changes."""
+    failure kept), again only when the backend's model changes; a plain name is never looked up as a path."""
     probes: list[str] = []
-    real = models.config_path
-    monkeypatch.setattr(models, "config_path", lambda name: probes.append(name) or real(name))
+    real = pricing.model_source
+
+    def source(name: str) -> str:
+        if not registered(name):  # (a registered name is a dictionary lookup)
+            probes.append(name)
+        return real(name)
+
+    monkeypatch.setattr(pricing, "model_source", source)
+    monkeypatch.setattr(models, "config_path", lambda name: pytest.fail(f"{name} looked up as a path"))
     gw = gateway(config({}, {}, policy=policy), ["llama-3.1-8b", "my-finetune"])
     for i in range(5):
         assert gw.decide(Request(i, 0.0, 100, 10), [0, 1], held=False) in (0, 1)
@@ -243,3 +252,18 @@ def test_the_docs_example_prices_its_backend_as_it_says(tmp_path) -> None:
     cfg = parse_config({**data, "policy": {"heuristic": "qlm"}})
     spec = Backend(0, cfg.backends[0]).instance_state().model_spec
     assert spec == model_with_kv_cache_dtype(get_model(tiny("tiny-llama")), "fp8") and spec.kv_dtype_bytes == 1
+
+
+def test_a_plain_model_name_is_never_read_from_the_working_directory(tmp_path, monkeypatch) -> None:
+    """A backend serving ``my-finetune`` had the router read a file of that name in the folder it was started in
+    as the model's config.json (the backend chose which file the router opened); so did ``llmsim_model:
+    my-finetune``. Only an explicit path is read; an unknown plain name is the one-line unknown-model error."""
+    (tmp_path / "my-finetune").write_text(Path(tiny("tiny-llama")).read_text())
+    monkeypatch.chdir(tmp_path)
+    gw = gateway(config({}), ["my-finetune"])
+    p = gw.backends[0].pricing
+    assert (p.priced, p.spec) == (False, None) and "llmsim does not know the model 'my-finetune'" in p.problem
+    with pytest.raises(ConfigError, match=r"^router config: backends\[0\]\.llmsim_model \(backend 'b0'\): "
+                                          r"unknown model 'my-finetune': give a registered name .*plain name is never"):
+        parse_config(config({"llmsim_model": "my-finetune"}))
+    assert parse_config(config({"llmsim_model": "./my-finetune"})).backends[0].model_spec.name == "tiny-llama"
