@@ -79,6 +79,11 @@ def count_token(flight: Flight, line: str) -> None:
         flight.generated += 1
 
 
+def is_done(line: str) -> bool:
+    """The SSE line that ends an OpenAI stream (``data: [DONE]``)."""
+    return line.startswith("data:") and line[5:].strip() == "[DONE]"
+
+
 def error_event(message: str, code: int) -> str:
     """The SSE event that ends a cut stream cleanly, then ``[DONE]``."""
     err = {"error": {"message": message, "type": "BackendStreamError", "code": code}}
@@ -250,7 +255,7 @@ class Upstream:
         try:
             for line in head:
                 yield self.shown(line)
-            async with contextlib.aclosing(self.checked(b, lines)) as checked:
+            async with contextlib.aclosing(self.checked(b, lines, any(map(is_done, head)))) as checked:
                 async for line in checked:
                     count_token(flight, line)
                     yield self.shown(line)
@@ -272,9 +277,10 @@ class Upstream:
             line = redact(line, self.secrets)
         return line + "\n"
 
-    async def checked(self, b: Backend, lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    async def checked(self, b: Backend, lines: AsyncIterator[str], done: bool = False) -> AsyncIterator[str]:
         """The backend's lines after the first token, each an SSE line within ``stall_s`` of the one before and
-        all within ``request_s``; else :class:`StreamCut` saying why."""
+        all within ``request_s``, the stream ended by ``[DONE]`` (``done``: already seen); else
+        :class:`StreamCut` saying why (a stream that stops without ``[DONE]`` was cut, however cleanly)."""
         stall, whole = self.cfg.timeouts.stall_s, self.cfg.timeouts.request_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + whole
@@ -287,6 +293,8 @@ class Upstream:
                     line = await anext(lines)
                 check_sse(line)
             except StopAsyncIteration:
+                if not done:
+                    raise StreamCut(None, "ended its stream without [DONE]", 502) from None
                 return
             except TimeoutError:
                 if left < stall:
@@ -296,6 +304,7 @@ class Upstream:
                 raise StreamCut(None, str(e), 502) from None
             except BROKEN_ANSWER as e:
                 raise StreamCut(None, f"failed ({type(e).__name__})", 502) from None
+            done = done or is_done(line)
             yield line
 
 

@@ -84,6 +84,22 @@ def test_a_stream_cut_by_its_backend_and_one_that_ends_are_told_apart() -> None:
     assert out[-1] == "data: [DONE]\n" and not any("error" in x for x in out) and ended == [None]
 
 
+def test_a_stream_that_ends_without_done_is_cut_not_passed_on_as_complete() -> None:
+    """A backend whose stream stops without ``[DONE]`` (it died and its server or a proxy closed the response
+    cleanly; an in-process backend's exception) ended the client's stream as if complete: a silently truncated
+    answer, with no [DONE] either. It is a cut stream: the error event (502) and ``[DONE]``."""
+    up, b = upstream()
+
+    async def stops():
+        for line in ["data: {\"t\": 1}", ""]:
+            yield line
+
+    out, ended = asyncio.run(relayed(up, b, stops()))
+    assert error_of(out)["code"] == 502 and "without [DONE]" in error_of(out)["message"]
+    assert out[-1].endswith("data: [DONE]\n\n") and ended == [None]
+    assert up.metrics.registry.get_sample_value("llmsim_router_stream_errors_total", {"backend": "b0"}) == 1
+
+
 def test_a_pooled_connection_closed_under_a_request_is_retried_once_on_another() -> None:
     """The keep-alive race: the backend closed the connection as the router reused it (no byte of an answer)."""
     calls: list[int] = []
