@@ -28,6 +28,7 @@ class Decider:
     def __init__(self, cfg: PolicyConfig) -> None:
         self.cfg = cfg
         self.holding: set[int] = set()  # requests the policy may hold (its last answer was WAIT, or it failed)
+        self.holds = False  # the policy has answered WAIT: a central queue (a reset never wipes another's state)
         try:
             if cfg.heuristic is not None:
                 self.router: Any = make_router(cfg.heuristic, seed=cfg.seed, **cfg.kwargs)
@@ -68,9 +69,11 @@ class Decider:
         try:
             d = int(self.router.route(req, StateView(state, allowed)))
         except Exception:
-            self.holding.add(req.id)  # (it may have queued the request before it failed)
+            if self.holds:
+                self.holding.add(req.id)  # (it may have queued the request before it failed)
             raise
         if d == WAIT:
+            self.holds = True
             self.holding.add(req.id)
         else:
             self.holding.discard(req.id)

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the serving extra is not installed: pip install 'llmsim[serve]'")
 
+from llmsim.errors import LLMSimError  # noqa: E402
 from llmsim.request import Request  # noqa: E402
 from llmsim.serving.config import parse_config  # noqa: E402
 from llmsim.serving.gateway import Gateway  # noqa: E402
@@ -79,3 +80,27 @@ def test_a_request_that_left_while_held_does_not_hold_the_next_ones(policy, leav
 
     assert asyncio.run(run()) == "b0"
     assert gw.queued == 0 and gw.decider.holding == set()
+
+
+class Failing:
+    """A policy that never holds and fails its decisions (a quality rule on requests without hints, say)."""
+
+    def __init__(self) -> None:
+        self.resets = 0
+
+    def route(self, req, view) -> int:  # noqa: ANN001
+        raise LLMSimError("no qualities")
+
+    def reset(self, seed=None) -> None:  # noqa: ANN001
+        self.resets += 1
+
+
+def test_a_policy_that_never_holds_is_never_reset() -> None:
+    """Only a policy that keeps a central queue (it has answered WAIT) is reset when a request it may hold leaves:
+    another's state (a prefix tree, a round-robin turn) is never wiped by its failed decisions."""
+    gw = gateway("round_robin", ["llama-3.1-8b"])
+    gw.decider.router = policy = Failing()
+    gw.backends[0].up = True
+    for i in range(3):
+        assert asyncio.run(gw.choose(Request(i, gw.now(), 100, 10), [0])).name == "b0"
+    assert policy.resets == 0 and gw.decider.holding == set()
