@@ -14,6 +14,8 @@ from llmsim.serving.config import PolicyConfig, check_static_tpot
 from llmsim.state.cluster_state import ClusterState
 from llmsim.state.state_view import StateView
 
+AFTER_RESET = object()  # a held request's backends, as the policy has not taken them since it was reset
+
 
 class Decider:
     """The configured policy, built once; ``decide`` is one routing decision as in simulation.
@@ -23,11 +25,14 @@ class Decider:
     all its backends went down, or the router sent it elsewhere because an unpriced backend came up): the policy
     would keep it for ever, and an EDF / QLM queue would keep offering that ghost first, holding every later
     request until it timed out. ``forget`` resets the policy then; the requests still held are admitted again as
-    they are decided again (at once: the gateway wakes them)."""
+    they are decided again (at once: the gateway wakes them). A policy also takes a held request's candidates
+    once, when it admits it: a backend that came up since (or went down) would never be offered it; so a held
+    request decided over other healthy backends than when it was held resets the policy too."""
 
     def __init__(self, cfg: PolicyConfig) -> None:
         self.cfg = cfg
-        self.holding: set[int] = set()  # requests the policy may hold (its last answer was WAIT, or it failed)
+        # requests the policy may hold (its last answer was WAIT, or it failed), with the backends it was offered
+        self.holding: dict[int, Any] = {}  # (a frozenset of backend indices, None: all, or AFTER_RESET)
         self.holds = False  # the policy has answered WAIT: a central queue (a reset never wipes another's state)
         try:
             if cfg.heuristic is not None:
@@ -66,17 +71,21 @@ class Decider:
 
     def decide(self, req: Request, state: ClusterState, allowed: Collection[int] | None = None) -> int:
         """The policy's answer for ``req``: an instance index (among ``allowed``), WAIT or DROP."""
+        pool = None if allowed is None else frozenset(allowed)
+        held_on = self.holding.get(req.id, pool)
+        if held_on is not AFTER_RESET and held_on != pool:  # held over other backends: the policy takes them afresh
+            self.reset()
         try:
             d = int(self.router.route(req, StateView(state, allowed)))
         except Exception:
             if self.holds:
-                self.holding.add(req.id)  # (it may have queued the request before it failed)
+                self.holding[req.id] = pool  # (it may have queued the request before it failed)
             raise
         if d == WAIT:
             self.holds = True
-            self.holding.add(req.id)
+            self.holding[req.id] = pool
         else:
-            self.holding.discard(req.id)
+            self.holding.pop(req.id, None)
         return d
 
     def forget(self, request_id: int) -> bool:
@@ -84,6 +93,12 @@ class Decider:
         reset (the class docstring says why); True then."""
         if request_id not in self.holding:
             return False
-        self.holding.discard(request_id)
-        self.router.reset()
+        del self.holding[request_id]
+        self.reset()
         return True
+
+    def reset(self) -> None:
+        """The policy forgets every request it holds; each is admitted again, over its backends of then, at its
+        next decision (one reset for all of them, not one each)."""
+        self.router.reset()
+        self.holding = dict.fromkeys(self.holding, AFTER_RESET)

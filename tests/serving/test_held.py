@@ -53,7 +53,26 @@ def test_a_held_request_released_to_an_unpriced_backend_that_came_up_is_not_kept
 
     assert asyncio.run(run()) == "b1"
     assert not gw.decider.router._held  # the policy's own queue (a test may look inside)
-    assert gw.queued == 0 and gw.decider.holding == set()
+    assert gw.queued == 0 and not gw.decider.holding
+
+
+@pytest.mark.parametrize("policy", ["edf", "shepherd"])
+def test_a_held_request_goes_to_a_backend_that_came_up_while_it_waited(policy) -> None:
+    """A policy takes a held request's candidates when it admits it: a backend that came up later (idle) was
+    never offered it, and the request waited for the busy one until it timed out (503)."""
+    gw = gateway(policy, ["llama-3.1-8b", "llama-3.1-8b"], max_wait_s=3.0)
+
+    async def run() -> str:
+        gw.backends[0].up = True
+        fill(gw, 0)
+        task = asyncio.ensure_future(gw.choose(Request(0, gw.now(), 100, 10), [0, 1]))
+        await asyncio.sleep(0.2)
+        assert not task.done() and gw.queued == 1
+        gw.monitor.set_up(gw.backends[1], True)
+        return (await task).name
+
+    assert asyncio.run(run()) == "b1"
+    assert gw.queued == 0 and not gw.decider.holding
 
 
 @pytest.mark.parametrize("policy", ["edf", "qlm"])
@@ -79,7 +98,7 @@ def test_a_request_that_left_while_held_does_not_hold_the_next_ones(policy, leav
         return (await asyncio.wait_for(gw.choose(Request(1, gw.now(), 100, 10), [0]), 10)).name
 
     assert asyncio.run(run()) == "b0"
-    assert gw.queued == 0 and gw.decider.holding == set()
+    assert gw.queued == 0 and not gw.decider.holding
 
 
 class Failing:
@@ -103,4 +122,4 @@ def test_a_policy_that_never_holds_is_never_reset() -> None:
     gw.backends[0].up = True
     for i in range(3):
         assert asyncio.run(gw.choose(Request(i, gw.now(), 100, 10), [0])).name == "b0"
-    assert policy.resets == 0 and gw.decider.holding == set()
+    assert policy.resets == 0 and not gw.decider.holding
