@@ -1,5 +1,6 @@
 """The training run's log: progress.csv and TensorBoard events through stable-baselines3's logger, with columns
-in a stable order so reruns write byte-identical files."""
+in a stable order so reruns write byte-identical files. A run resumed in its own directory shows each step once in
+both: progress.csv drops the rows written after the checkpoint, TensorBoard the events."""
 
 from __future__ import annotations
 
@@ -7,9 +8,16 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from stable_baselines3.common.logger import CSVOutputFormat, Logger, make_output_format
+from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger, TensorBoardOutputFormat
 
 from llmsim.agents.base import LoopState
+
+try:
+    from torch.utils.tensorboard import SummaryWriter
+except ImportError:  # tensorboard (the rl extra) is missing: progress.csv only, said by the training run
+    SummaryWriter = None
+
+TENSORBOARD = SummaryWriter is not None
 
 
 class _SortedKeys(list):
@@ -54,12 +62,26 @@ def csv_output(run_dir: Path, upto: tuple[int, int] | None = None) -> CSVOutputF
     return out
 
 
+class TensorBoardEvents(TensorBoardOutputFormat):
+    """stable-baselines3's TensorBoard output, whose event file starts by purging from ``purge_step`` on: TensorBoard
+    then discards the events of the earlier files of the directory from that step (those an interrupted run wrote
+    after the checkpoint a resume starts from, which the resume writes again)."""
+
+    def __init__(self, folder: Path, purge_step: int | None = None) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.writer = SummaryWriter(log_dir=str(folder), purge_step=purge_step)
+        self._is_closed = False
+
+
 def make_logger(run_dir: Path, upto: tuple[int, int] | None = None) -> Logger:
-    """stable-baselines3's logger writing progress.csv (see :func:`csv_output`) and TensorBoard events under
-    ``run_dir``."""
+    """stable-baselines3's logger writing progress.csv (see :func:`csv_output`) and, with tensorboard installed,
+    TensorBoard events under ``run_dir``; ``upto`` (step, episodes): a resume from a checkpoint after ``step`` env
+    steps, whose events replace those of later steps."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    return Logger(str(run_dir), [csv_output(run_dir, upto),
-                                 make_output_format("tensorboard", str(run_dir / "tensorboard"))])
+    outputs: list[KVWriter] = [csv_output(run_dir, upto)]
+    if TENSORBOARD:
+        outputs.append(TensorBoardEvents(run_dir / "tensorboard", None if upto is None else upto[0] + 1))
+    return Logger(str(run_dir), outputs)
 
 
 def log_episode(logger: Logger, st: LoopState, info: dict[str, Any]) -> None:

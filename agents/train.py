@@ -58,7 +58,7 @@ from llmsim.agents.ddqn import DDQNConfig
 from llmsim.agents.env_setup import env_config, make_env
 from llmsim.agents.loop import Experience
 from llmsim.agents.nets import SPILL, GuidedQNetwork, SetQNetwork
-from llmsim.agents.progress_log import log_episode, make_logger
+from llmsim.agents.progress_log import TENSORBOARD, log_episode, make_logger
 from llmsim.agents.sac_base import SACConfig
 from llmsim.agents.scoring import evaluate_greedy, explain_score
 from llmsim.agents.training_warnings import (
@@ -412,6 +412,9 @@ class TrainingRun:
         note = eval_seeds_warning(list(tr.eval_seeds))
         if note:
             self.warn_at(st.step, note, evaluation=False)
+        if not TENSORBOARD:
+            self.warn_at(st.step, "tensorboard is not installed: this run logs to progress.csv only (pip install "
+                         "'llmsim[rl]')", evaluation=False)
         vec = make_vec(self.env_cfg, tr.num_envs, self.cfg.randomize)
         try:
             self.loop = self.start_loop(vec)
@@ -454,7 +457,8 @@ def summary_lines(meta: dict[str, Any], run_dir: Path) -> list[str]:
     return [f"trained {meta['label']}: {meta['steps']} steps, {meta['episodes']} episodes, {meta['updates']} "
             f"gradient steps, {meta['wall_s']} s",
             f"best eval {meta['eval_metric']} score {meta['best_score']:.4g} at step {best.get('step')} ({why})",
-            f"checkpoints: {run_dir / 'best'}  {run_dir / 'last'}   tensorboard --logdir {run_dir / 'tensorboard'}"]
+            f"checkpoints: {run_dir / 'best'}  {run_dir / 'last'}"
+            + (f"   tensorboard --logdir {run_dir / 'tensorboard'}" if (run_dir / "tensorboard").is_dir() else "")]
 
 
 def main() -> None:

@@ -1,0 +1,73 @@
+"""What a resume leaves in the run's logs: resumed in its own directory after an interruption, TensorBoard shows
+each step once, with the values of the run that never stopped."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("stable_baselines3")
+
+from llmsim.agents import progress_log  # noqa: E402
+from llmsim.agents import train as train_module  # noqa: E402
+from llmsim.agents.train import TrainingRun, train  # noqa: E402
+from tests.agents.helpers import small_ddqn_config  # noqa: E402
+
+WALL = ("wall_s", "steps_per_s")  # wall-clock scalars: the only ones a resume may change
+
+
+class Stopped(Exception):
+    """The run was killed."""
+
+
+def scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar tag's (step, value) points as TensorBoard shows them (all event files of the directory)."""
+    accumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator",
+        reason="tensorboard (the rl extra) reads the event files")
+    acc = accumulator.EventAccumulator(str(tb_dir), size_guidance={accumulator.SCALARS: 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_a_run_resumed_in_its_own_directory_shows_each_step_once(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed after an episode past its checkpoint at step 400, then resumed in the same directory: the events the
+    interrupted run wrote after the checkpoint are discarded, not shown beside the resumed run's."""
+    cfg = small_ddqn_config(600, eval_every=200)
+    train(cfg, tmp_path / "whole")
+    on_episode = TrainingRun.on_episode
+
+    def then_stop(self: TrainingRun, st: Any, info: dict[str, Any]) -> None:
+        on_episode(self, st, info)  # its events are written ...
+        if st.step > 400:
+            raise Stopped  # ... after the checkpoint at step 400, then the run is killed
+
+    with monkeypatch.context() as m:
+        m.setattr(TrainingRun, "on_episode", then_stop)
+        with pytest.raises(Stopped):
+            train(cfg, tmp_path / "run")
+    train({**cfg, "trainer": {**cfg["trainer"], "resume": str(tmp_path / "run" / "last")}}, tmp_path / "run")
+    got, want = scalars(tmp_path / "run" / "tensorboard"), scalars(tmp_path / "whole" / "tensorboard")
+    assert sorted(got) == sorted(want) and "rollout/ep_return" in got
+    for tag, points in got.items():
+        steps = [s for s, _ in points]
+        assert not [s for s, n in Counter(steps).items() if n > 1], f"{tag}: steps shown twice"
+        assert steps == [s for s, _ in want[tag]], tag
+        if not tag.endswith(WALL):
+            assert points == want[tag], tag
+
+
+def test_without_tensorboard_a_run_logs_to_progress_csv_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(progress_log, "TENSORBOARD", False)
+    monkeypatch.setattr(train_module, "TENSORBOARD", False)
+    meta = train(small_ddqn_config(200), tmp_path)
+    assert (tmp_path / "progress.csv").is_file() and not (tmp_path / "tensorboard").exists()
+    assert ("llmsim-train: warning: tensorboard is not installed: this run logs to progress.csv only (pip install "
+            "'llmsim[rl]')") in capsys.readouterr().err.splitlines()
+    assert "tensorboard --logdir" not in train_module.summary_lines(meta, tmp_path)[-1]
