@@ -78,8 +78,10 @@ class Experience:
         self.masks = np.stack([ri["action_mask"] for ri in self.vec.reset_infos])
 
     def run(self, total_steps: int, on_episode: Callable[[LoopState, dict[str, Any]], None] | None = None,
-            on_step: Callable[[LoopState, dict[str, float]], None] | None = None) -> LoopState:
-        """Steps, replay and updates until ``total_steps`` env steps (see :func:`learn`)."""
+            on_step: Callable[[LoopState, dict[str, float]], None] | None = None,
+            stop_at: int | None = None) -> LoopState:
+        """Steps, replay and updates until ``total_steps`` env steps (see :func:`learn`), or until the first round
+        that reaches ``stop_at`` (a run stopped to be resumed: its schedules still span ``total_steps``)."""
         agent, vec, rb, state, credit = self.agent, self.vec, self.rb, self.state, self.credit
         cfg = agent.cfg
         flat = agent.flatten
@@ -88,7 +90,8 @@ class Experience:
         h_scale, rs = scale * cfg.guidance_scale, cfg.reward_scale
         obs, masks, stats = self.obs, self.masks, self.stats
         w, g = agent.stage(state.episode)
-        while state.step < total_steps:
+        end = total_steps if stop_at is None else min(stop_at, total_steps)
+        while state.step < end:
             actions, act_stats = agent.explore(obs, masks, state, total_steps)
             next_obs_raw, rewards, dones, infos = vec.step(actions)
             next_obs = flat(next_obs_raw)

@@ -9,6 +9,7 @@ request ranks a policy below any that loses fewer (lexicographic order). That is
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -79,3 +80,24 @@ def explain_score(metric: str, evaluation: dict[str, Any], reward: str | None) -
                 "ranks higher")
     return f"score = {metric} (higher is better{lost_note})"
 
+
+def summary_lines(meta: dict[str, Any], run_dir: Path) -> list[str]:
+    """What ``llmsim-train`` prints at the end: how a stopped run goes on, the run, its best score with what the
+    score is made of, where the checkpoints are."""
+    best = max(meta["evaluations"], key=lambda r: r["score"]) if meta["evaluations"] else {}
+    stop = meta.get("stopped")
+    head = [] if not stop else [
+        f"stopped at step {stop['step']} of {stop['total_steps']} (trainer.stop_at_step={stop['stop_at_step']}): "
+        f"continue with trainer.resume={run_dir / 'last'} and the same overrides, without trainer.stop_at_step "
+        "(or with a later one)"]
+    reward = (meta.get("env") or {}).get("reward")
+    kind = meta.get("reward_kind") or (reward.get("kind") if isinstance(reward, dict) else reward)
+    scored = "no evaluation yet"
+    if best:
+        why = explain_score(meta["eval_metric"], best, str(kind) if kind else None)
+        scored = f"best eval {meta['eval_metric']} score {meta['best_score']:.4g} at step {best.get('step')} ({why})"
+    where = [d for d in ("best", "last", "tensorboard") if (run_dir / d).is_dir()]
+    return [*head, f"trained {meta['label']}: {meta['steps']} steps, {meta['episodes']} episodes, {meta['updates']} "
+            f"gradient steps, {meta['wall_s']} s", scored,
+            "checkpoints: " + "  ".join(str(run_dir / d) for d in where if d != "tensorboard")
+            + (f"   tensorboard --logdir {run_dir / 'tensorboard'}" if "tensorboard" in where else "")]

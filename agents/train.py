@@ -60,7 +60,7 @@ from llmsim.agents.loop import Experience
 from llmsim.agents.nets import SPILL, GuidedQNetwork, SetQNetwork
 from llmsim.agents.progress_log import TENSORBOARD, log_episode, make_logger
 from llmsim.agents.sac_base import SACConfig
-from llmsim.agents.scoring import evaluate_greedy, explain_score
+from llmsim.agents.scoring import evaluate_greedy, summary_lines
 from llmsim.agents.training_warnings import (
     WatchedGreedy,
     budget_warning,
@@ -91,6 +91,7 @@ class TrainerConfig(Schema):
     eval_seeds: list[NonNegInt] = Field(default_factory=lambda: [1000, 1001], min_length=1)
     eval_metric: str = "return"
     resume: str | None = None
+    stop_at_step: PosInt | None = None  # stop there with last/ (and its replay) to resume from
     init_from: str | None = None
     save_replay: bool = False
     progress: bool = True
@@ -158,6 +159,9 @@ class TrainingRun:
     def __init__(self, cfg: Mapping[str, Any], run_dir: Path) -> None:
         self.cfg, self.run_dir = TrainConfig.parse(cfg), run_dir
         self.tr = tr = self.cfg.trainer
+        if tr.stop_at_step is not None and tr.stop_at_step > tr.total_steps:
+            raise ConfigError(f"trainer.stop_at_step={tr.stop_at_step}: above trainer.total_steps={tr.total_steps}; "
+                              "expected a step at most the budget (the run stops there, with last/ to resume from)")
         torch.set_num_threads(tr.torch_threads)
         self.agent_cfg = agent_config(self.cfg.agent)
         self.env_cfg = env_config(self.cfg.env, self.cfg.predictor, run_dir)
@@ -180,6 +184,10 @@ class TrainingRun:
         self.loop: Experience | None = None  # the running experience loop (run), whose state a checkpoint keeps
         self.resumed: dict[str, Any] | None = None  # trainer.pt's ``resume`` part (agents/resume.py)
         self.restore()
+        if tr.stop_at_step is not None and tr.resume and tr.stop_at_step <= self.state.step:
+            raise ConfigError(f"trainer.stop_at_step={tr.stop_at_step}: trainer.resume={tr.resume} is already at step "
+                              f"{self.state.step}; expected a later step (or no trainer.stop_at_step, to train to "
+                              f"trainer.total_steps={tr.total_steps})")
         self.logger = make_logger(run_dir, (self.state.step, self.state.episode) if self.tr.resume else None)
         self.bar = tqdm(total=tr.total_steps, initial=min(self.state.step, tr.total_steps), unit="step",
                         disable=not tr.progress, dynamic_ncols=True, file=sys.stderr)
@@ -253,6 +261,8 @@ class TrainingRun:
             shutil.copytree(best, dst, ignore=shutil.ignore_patterns("export"))  # an export goes stale with best/
             self.best_updates = read_meta(dst).get("updates")
             return
+        if not self.history:  # stopped (trainer.stop_at_step) before its first evaluation: no best/ yet
+            return
         self.state.best_score = -math.inf
         self.warn_at(self.state.step, f"trainer.resume={src}: no best/ beside it; best/ of this run is the best of "
                      "its own evaluations", evaluation=False)
@@ -269,12 +279,13 @@ class TrainingRun:
                              "numpy": np.__version__},
                 **({"load_gate": a.load_gate.model_dump()} if a.load_gate is not None else {})}
 
-    def checkpoint(self, name: str) -> None:
+    def checkpoint(self, name: str, replay: bool = False) -> None:
+        """Save ``name`` (best/ or last/); last/ with the replay when ``trainer.save_replay`` or ``replay``."""
         trainer_state = {"agent": self.agent.state_dict(), "loop": vars(self.state), "history": self.history}
         if self.loop is not None:
             trainer_state["resume"] = self.loop.snapshot()
         save_checkpoint(self.run_dir / name, self.agent.policy_net(), self.meta(), self.config_yaml, trainer_state)
-        if name == "last" and self.tr.save_replay:
+        if name == "last" and (self.tr.save_replay or replay):
             save_replay(self.run_dir / name, self.rb)
 
     def warn_at(self, step: int, message: str, evaluation: bool = True) -> str:
@@ -404,22 +415,23 @@ class TrainingRun:
         return loop
 
     def run(self) -> dict[str, Any]:
-        """Collect, learn, evaluate and checkpoint up to ``trainer.total_steps``; returns the final meta."""
+        """Collect, learn, evaluate and checkpoint up to ``trainer.total_steps`` (or ``trainer.stop_at_step``: then
+        last/ is where a resume goes on); returns the final meta, also written to training.json."""
         tr, st = self.tr, self.state
-        note = budget_warning(tr.total_steps, self.agent_cfg)
-        if note and self.agent.updates == 0:
-            self.warn_at(st.step, note, evaluation=False)
-        note = eval_seeds_warning(list(tr.eval_seeds))
-        if note:
-            self.warn_at(st.step, note, evaluation=False)
-        if not TENSORBOARD:
-            self.warn_at(st.step, "tensorboard is not installed: this run logs to progress.csv only (pip install "
-                         "'llmsim[rl]')", evaluation=False)
+        for note in (budget_warning(tr.total_steps, self.agent_cfg) if self.agent.updates == 0 else None,
+                     eval_seeds_warning(list(tr.eval_seeds)),
+                     None if TENSORBOARD else "tensorboard is not installed: this run logs to progress.csv only "
+                     "(pip install 'llmsim[rl]')"):
+            if note:
+                self.warn_at(st.step, note, evaluation=False)
         vec = make_vec(self.env_cfg, tr.num_envs, self.cfg.randomize)
         try:
             self.loop = self.start_loop(vec)
-            self.loop.run(tr.total_steps, self.on_episode, self.on_step)
-            if not self.history or self.history[-1]["step"] != st.step:
+            self.loop.run(tr.total_steps, self.on_episode, self.on_step, tr.stop_at_step)
+            stopped = st.step < tr.total_steps
+            if stopped:  # the replay too, whatever trainer.save_replay: the resume is exact only with it
+                self.checkpoint("last", replay=True)
+            elif not self.history or self.history[-1]["step"] != st.step:
                 self.evaluate()
             if not (self.run_dir / "last").is_dir():
                 self.checkpoint("last")  # a resumed run that had nothing left to do
@@ -427,38 +439,34 @@ class TrainingRun:
             self.loop = None
             vec.close()
         self.bar.close()
+        if stopped:
+            meta = {**self.meta(), "stopped": {"step": st.step, "stop_at_step": tr.stop_at_step,
+                                               "total_steps": tr.total_steps}}
+        else:
+            meta = self.final_meta()
+        meta["wall_s"] = round(time.perf_counter() - self.t0, 2)
+        meta["reward_kind"] = self.eval_env.reward_fn.name  # the env's own default when the config names none
+        meta["warnings"] = self.warnings
+        (self.run_dir / "training.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+        return meta
+
+    def final_meta(self) -> dict[str, Any]:
+        """The end of a run: best/ with its seen range and fallback margin, the meta with the margin's choice and
+        whether best/ is the untrained network."""
         self.attach_seen_range()
         self.choose_margin()
         meta = self.meta()
         if getattr(self, "margin_table", None):
             meta["fallback_margin_choice"] = self.margin_table
-        meta["wall_s"] = round(time.perf_counter() - self.t0, 2)
-        meta["reward_kind"] = self.eval_env.reward_fn.name  # the env's own default when the config names none
         if self.best_updates == 0:
             meta["best_untrained"] = True
-            self.warn_at(st.step, self.untrained_best_note(), evaluation=False)
-        meta["warnings"] = self.warnings
-        (self.run_dir / "training.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+            self.warn_at(self.state.step, self.untrained_best_note(), evaluation=False)
         return meta
 
 
 def train(cfg: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]:
     """Train per ``cfg`` (the composed conf/train.yaml as a plain dict); returns the final meta."""
     return TrainingRun(cfg, Path(run_dir)).run()
-
-
-def summary_lines(meta: dict[str, Any], run_dir: Path) -> list[str]:
-    """What ``llmsim-train`` prints at the end: the run, its best score with what the score is made of, where
-    the checkpoints are."""
-    best = max(meta["evaluations"], key=lambda r: r["score"]) if meta["evaluations"] else {}
-    reward = (meta.get("env") or {}).get("reward")
-    kind = meta.get("reward_kind") or (reward.get("kind") if isinstance(reward, dict) else reward)
-    why = explain_score(meta["eval_metric"], best, str(kind) if kind else None) if best else "no evaluation"
-    return [f"trained {meta['label']}: {meta['steps']} steps, {meta['episodes']} episodes, {meta['updates']} "
-            f"gradient steps, {meta['wall_s']} s",
-            f"best eval {meta['eval_metric']} score {meta['best_score']:.4g} at step {best.get('step')} ({why})",
-            f"checkpoints: {run_dir / 'best'}  {run_dir / 'last'}"
-            + (f"   tensorboard --logdir {run_dir / 'tensorboard'}" if (run_dir / "tensorboard").is_dir() else "")]
 
 
 def main() -> None:

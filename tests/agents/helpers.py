@@ -3,13 +3,16 @@ modules that skip without torch."""
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from llmsim.agents.checkpoint import save_checkpoint
+from llmsim.agents.checkpoint_files import TRAINER_FILE, read_tensors
 from llmsim.agents.checkpoint_meta import action_layout, observation_layout
 from llmsim.envs.testbeds import make_from_config
 
@@ -25,6 +28,48 @@ def small_ddqn_config(total: int = 300, **trainer: Any) -> dict[str, Any]:
     tr = {"total_steps": total, "eval_every": 0, "eval_seeds": [500], "progress": False, "save_replay": True,
           **trainer}
     return {"env": dict(SMALL_ENV), "agent": agent, "seed": 0, "trainer": tr}
+
+
+WALL = ("wall_s", "steps_per_s")  # wall-clock fields: the only ones a resume may change
+
+
+def rows(path: Path, upto: int | None = None) -> list[dict[str, str]]:
+    """progress.csv's rows as their non-empty values, wall-clock ones left out (``upto``: rows up to the
+    evaluation at that step)."""
+    out: list[dict[str, str]] = []
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            out.append({k: v for k, v in r.items() if v != "" and not k.endswith(WALL)})
+            if upto is not None and out[-1].get("eval/step") == str(upto):
+                break
+    return out
+
+
+def flat(x: Any) -> list[Any]:
+    """A trainer state's leaves in a fixed order, wall-clock fields left out."""
+    if isinstance(x, dict):
+        return [(k, v) for k in sorted(x, key=str) if not str(k).endswith(WALL) for v in flat(x[k])]
+    if isinstance(x, list | tuple):
+        return [v for item in x for v in flat(item)]
+    if isinstance(x, torch.Tensor):
+        return [(str(x.dtype), tuple(x.shape), x.numpy().tobytes())]
+    return ["nan" if isinstance(x, float) and x != x else x]  # NaN: an evaluation with nothing completed
+
+
+def assert_same_end(whole: Path, resumed: Path, stopped: Path, at: int, weights: str) -> None:
+    """``resumed`` (from ``stopped``'s checkpoint at step ``at``) ends as ``whole``: last/'s weights, trainer state and
+    replay, and the progress.csv rows of both runs but wall-clock values."""
+    for f in (weights, "checkpoint.json"):
+        assert (whole / "last" / f).is_file()
+    a, b = (torch.load(d / "last" / weights, weights_only=True) for d in (whole, resumed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "weights differ"
+    ta, tb = (read_tensors(d / "last" / TRAINER_FILE, "trainer state") for d in (whole, resumed))
+    assert ta["loop"] == tb["loop"]
+    for key in ta:
+        assert flat(ta[key]) == flat(tb[key]), key
+    with np.load(whole / "last" / "replay.npz") as za, np.load(resumed / "last" / "replay.npz") as zb:
+        assert za.files == zb.files and all(np.array_equal(za[k], zb[k]) for k in za.files)
+    assert rows(stopped / "progress.csv", upto=at) + rows(resumed / "progress.csv") == rows(whole / "progress.csv")
 
 
 def episode_observations(env_cfg: dict[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:

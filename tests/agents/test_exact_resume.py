@@ -4,12 +4,10 @@ their default presets; a checkpoint without the RNG states still resumes, with o
 
 from __future__ import annotations
 
-import csv
 import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -22,9 +20,7 @@ from llmsim.agents.checkpoint_files import TRAINER_FILE, read_tensors  # noqa: E
 from llmsim.agents.train import TrainingRun, train  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.resources import conf_dir  # noqa: E402
-from tests.agents.helpers import small_ddqn_config  # noqa: E402
-
-WALL = ("wall_s", "steps_per_s")  # wall-clock fields: the only ones a resume may change
+from tests.agents.helpers import assert_same_end, rows, small_ddqn_config  # noqa: E402
 
 
 class Stopped(Exception):
@@ -51,43 +47,6 @@ def stopped_at(cfg: dict[str, Any], run_dir: Path, at: int, monkeypatch: pytest.
         m.setattr(TrainingRun, "evaluate", then_stop)
         with pytest.raises(Stopped):
             train(cfg, run_dir)
-
-
-def rows(path: Path, upto: int | None = None) -> list[dict[str, str]]:
-    """progress.csv's rows as their non-empty values, wall-clock ones left out (``upto``: rows up to the
-    evaluation at that step)."""
-    out: list[dict[str, str]] = []
-    with path.open() as f:
-        for r in csv.DictReader(f):
-            out.append({k: v for k, v in r.items() if v != "" and not k.endswith(WALL)})
-            if upto is not None and out[-1].get("eval/step") == str(upto):
-                break
-    return out
-
-
-def flat(x: Any) -> list[Any]:
-    """A trainer state's leaves in a fixed order, wall-clock fields left out."""
-    if isinstance(x, dict):
-        return [(k, v) for k in sorted(x, key=str) if not str(k).endswith(WALL) for v in flat(x[k])]
-    if isinstance(x, list | tuple):
-        return [v for item in x for v in flat(item)]
-    if isinstance(x, torch.Tensor):
-        return [(str(x.dtype), tuple(x.shape), x.numpy().tobytes())]
-    return ["nan" if isinstance(x, float) and x != x else x]  # NaN: an evaluation with nothing completed
-
-
-def assert_same_end(whole: Path, resumed: Path, stopped: Path, at: int, weights: str) -> None:
-    for f in (weights, "checkpoint.json"):
-        assert (whole / "last" / f).is_file()
-    a, b = (torch.load(d / "last" / weights, weights_only=True) for d in (whole, resumed))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "weights differ"
-    ta, tb = (read_tensors(d / "last" / TRAINER_FILE, "trainer state") for d in (whole, resumed))
-    assert ta["loop"] == tb["loop"]
-    for key in ta:
-        assert flat(ta[key]) == flat(tb[key]), key
-    with np.load(whole / "last" / "replay.npz") as za, np.load(resumed / "last" / "replay.npz") as zb:
-        assert za.files == zb.files and all(np.array_equal(za[k], zb[k]) for k in za.files)
-    assert rows(stopped / "progress.csv", upto=at) + rows(resumed / "progress.csv") == rows(whole / "progress.csv")
 
 
 DDQN = ["agent=ddqn", "env=workload_router", "env.num_requests=60", "agent.learning_starts=300",
