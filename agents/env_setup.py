@@ -4,7 +4,9 @@ A learned predictor (``learned``: the Intelligent Router's output-length buckets
 ``learned_qos``: the QoS-aware edge router's quality and length buckets, envs/predictors/qos.py) is fitted once by
 :func:`env_config`, saved in the run directory, and loaded by :func:`make_env` in every worker process, so the
 worker envs, the evaluation env and the checkpoint all refer to the same file (JSON and xgboost's UBJ: a
-scikit-learn predictor, which saves only by pickle, is refused before it is fitted).
+scikit-learn predictor, which saves only by pickle, is refused before it is fitted). The learned base of an
+``ablate`` predictor (``{kind: ablate, base: {kind: learned_qos, ...}, zero: [score]}``) is fitted and saved the same
+way, and the wrapper built around it in every env, as the Python API's ``make_agent_predictor`` does.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llmsim.envs.predictors.from_config import make_agent_predictor
+from llmsim.envs.predictors.base import under_base
+from llmsim.envs.predictors.from_config import make_ablated_predictor, make_agent_predictor
 from llmsim.envs.predictors.length_buckets import SKLEARN_NOT_SAVED
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.envs.testbeds import make_from_config
@@ -26,14 +29,34 @@ def is_learned(spec: Any) -> bool:
     return spec in LEARNED or (isinstance(spec, dict) and spec.get("kind") in LEARNED)
 
 
+def is_learned_ablation(spec: Any) -> bool:
+    """An ``ablate`` predictor spec whose base is a fitted model (the env builds only the others)."""
+    return isinstance(spec, dict) and spec.get("kind") == "ablate" and is_learned(spec.get("base"))
+
+
 def make_env(env_cfg: dict[str, Any]) -> RoutingEnv:
     """One env from a conf/env mapping (picklable through functools.partial, for worker processes); a
-    ``predictor: {kind: learned, path: ...}`` entry is loaded here."""
+    ``predictor: {kind: learned, path: ...}`` entry (or an ``ablate`` of one) is loaded here."""
     cfg = dict(env_cfg)
     pred = cfg.get("predictor")
-    if is_learned(pred):
+    if is_learned(pred) or is_learned_ablation(pred):
         cfg["predictor"] = make_agent_predictor(pred)
     return make_from_config(cfg)
+
+
+def fitted(spec: Any, run_dir: Path) -> Any:
+    """A learned predictor spec to be trained, fitted now and saved in ``run_dir``: ``{kind, path}`` of its file
+    (a spec with a path, or not learned, as it is)."""
+    if not is_learned(spec) or (isinstance(spec, dict) and spec.get("path")):
+        return spec
+    kind = spec if isinstance(spec, str) else spec["kind"]
+    if isinstance(spec, dict) and spec.get("model") == "sklearn":  # refused before the fit, not after it
+        raise ConfigError(f"predictor.model=sklearn: {SKLEARN_NOT_SAVED}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    pred = make_agent_predictor(spec)
+    path = run_dir / ("qos_predictor.json" if kind == "learned_qos" else "predictor.json")
+    (pred.model if kind == "learned_qos" else pred.bp).save(path)
+    return {"kind": kind, "path": str(path)}
 
 
 def env_config(env: dict[str, Any], predictor: Any, run_dir: Path) -> dict[str, Any]:
@@ -43,14 +66,11 @@ def env_config(env: dict[str, Any], predictor: Any, run_dir: Path) -> dict[str, 
     spec = predictor
     if spec is None:
         return env_cfg
-    if is_learned(spec) and not (isinstance(spec, dict) and spec.get("path")):
-        kind = spec if isinstance(spec, str) else spec["kind"]
-        if isinstance(spec, dict) and spec.get("model") == "sklearn":  # refused before the fit, not after it
-            raise ConfigError(f"predictor.model=sklearn: {SKLEARN_NOT_SAVED}")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        pred = make_agent_predictor(spec)
-        path = run_dir / ("qos_predictor.json" if kind == "learned_qos" else "predictor.json")
-        (pred.model if kind == "learned_qos" else pred.bp).save(path)
-        spec = {"kind": kind, "path": str(path)}
-    env_cfg["predictor"] = spec
+    if is_learned_ablation(spec):
+        make_ablated_predictor({**spec, "base": "zero"})  # its own keys checked before the base is fitted
+        try:
+            spec = {**spec, "base": fitted(spec["base"], run_dir)}
+        except ConfigError as e:
+            raise ConfigError(under_base(str(e))) from None
+    env_cfg["predictor"] = fitted(spec, run_dir)
     return env_cfg
