@@ -284,6 +284,8 @@ class TrainingRun:
         trainer_state = {"agent": self.agent.state_dict(), "loop": vars(self.state), "history": self.history}
         if self.loop is not None:
             trainer_state["resume"] = self.loop.snapshot()
+        if name == "last":  # never a replay older than the trainer state beside it (a resume would load it as exact)
+            (self.run_dir / name / REPLAY_FILE).unlink(missing_ok=True)
         save_checkpoint(self.run_dir / name, self.agent.policy_net(), self.meta(), self.config_yaml, trainer_state)
         if name == "last" and (self.tr.save_replay or replay):
             save_replay(self.run_dir / name, self.rb)

@@ -62,3 +62,15 @@ def test_a_stop_the_resumed_checkpoint_has_passed_is_one_line(tmp_path: Path) ->
         TrainingRun(small_ddqn_config(600, resume=str(last), stop_at_step=300), tmp_path / "r")
     assert str(e.value) == (f"trainer.stop_at_step=300: trainer.resume={last} is already at step 300; expected a "
                             "later step (or no trainer.stop_at_step, to train to trainer.total_steps=600)")
+
+
+def test_last_keeps_no_replay_older_than_its_trainer_state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Resumed in its own directory without trainer.save_replay, a run's last/ drops the replay.npz of the first
+    run (from an earlier step): a later resume says the replay refills instead of loading a stale one as exact."""
+    train(small_ddqn_config(300, save_replay=True), tmp_path)
+    assert (tmp_path / "last" / REPLAY_FILE).is_file()
+    train(small_ddqn_config(600, save_replay=False, resume=str(tmp_path / "last")), tmp_path)
+    assert not (tmp_path / "last" / REPLAY_FILE).exists()
+    capsys.readouterr()
+    train(small_ddqn_config(700, resume=str(tmp_path / "last")), tmp_path / "again")
+    assert "no replay.npz (trainer.save_replay=false): the replay buffer refills" in capsys.readouterr().err
