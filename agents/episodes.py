@@ -23,6 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from llmsim.agents.accounting import env_latency_stats, env_utility
+from llmsim.agents.env_setup import make_env
 from llmsim.agents.policy import run_episode
 from llmsim.agents.policy_specs import (
     PolicySpec,
@@ -36,7 +37,6 @@ from llmsim.agents.seeds import DEFAULT_TEST_SEEDS, TEST_SEED0, resolve_seeds
 from llmsim.agents.suite_config import merge
 from llmsim.envs.qos_metrics import env_qos
 from llmsim.envs.routing_env import RoutingEnv
-from llmsim.envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
 
 DEFAULT_SEEDS = DEFAULT_TEST_SEEDS
@@ -153,7 +153,7 @@ def run_task(task: Task) -> dict[str, Any]:
     (and so a near tie between two actions) depend on the thread count, so results would change with the machine's
     cores (the HAN router's QoS moved in the 4th digit between 1 and 2 threads)."""
     t0 = time.perf_counter()
-    env = make_from_config(task.env_cfg)
+    env = make_env(task.env_cfg)
     policy = build_policy(task.spec, env, task.env_cfg)
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch is not None else 0
@@ -172,7 +172,7 @@ def check_policy(env_cfg: dict[str, Any], spec: Any, seed: int, env: RoutingEnv 
     """Build a normalised spec's policy on ``env_cfg`` (``env``: that env, already built) and reset it, so a missing
     checkpoint, another observation layout or a bad router option fails here; returns its description."""
     own = policy_env_cfg(env_cfg, spec)
-    penv = env if env is not None and own is env_cfg else make_from_config(own)
+    penv = env if env is not None and own is env_cfg else make_env(own)
     try:
         pol = build_policy(spec, penv, own)
         pol.reset(penv, seed)  # CheckpointPolicy checks the layout here, HeuristicPolicy builds its router
@@ -187,7 +187,7 @@ def resolve_policies(env_cfg: dict[str, Any], policies: Sequence[PolicySpec],
                      seed: int) -> tuple[list[Any], list[dict[str, Any]]]:
     """Normalised specs and their descriptions, checked up front on one env: a missing checkpoint, another
     observation layout, a bad router option or two policies with one label fail before any episode runs."""
-    env = make_from_config(env_cfg)
+    env = make_env(env_cfg)
     specs = [normalise_spec(p) for p in policies]
     if not specs:
         raise ConfigError("nothing to evaluate: no checkpoints and no baselines")

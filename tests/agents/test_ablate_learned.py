@@ -1,6 +1,7 @@
 """llmsim-train with an ``ablate`` predictor over a learned base (the QoS-aware edge router's ZS+PL and PS+ZL
 presets with the learned bucket predictors): the base is fitted once and saved in the run directory, and every env
-of the run wraps it, zeroing the named output; a bad ablation is refused before the fit."""
+of the run wraps it, zeroing the named output; a bad ablation is refused before the fit. llmsim-evaluate runs a
+checkpoint trained with a learned predictor (ablated or not) on the predictor its run saved."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from llmsim.agents.env_setup import env_config, make_env  # noqa: E402
+from llmsim.agents.evaluate import evaluate  # noqa: E402
 from llmsim.agents.train import train  # noqa: E402
 from llmsim.envs.predictors.base import AblatedPredictor  # noqa: E402
 from llmsim.envs.predictors.qos import QoSBucketPredictor  # noqa: E402
@@ -57,6 +59,19 @@ def test_a_preset_trains_with_a_learned_base(experiment: str, zeroed: str, kept:
         assert np.array_equal(*got[kept])
         outs[kept].append(got[kept][0])
     assert np.any(outs[kept])  # the kept output is the base's, and not trivially 0
+    assert_evaluates(tmp_path / "best")
+
+
+def assert_evaluates(ckpt: Path) -> None:
+    """The checkpoint runs in llmsim-evaluate's episodes on a QoSEdge env of the evaluation's own predictor."""
+    rows = evaluate({"id": "qos_edge", "num_requests": 20}, [{"checkpoint": str(ckpt)}], seeds=[2000])
+    assert len(rows) == 1 and rows[0]["completed"] + rows[0]["dropped"] == 20, rows
+
+
+def test_a_checkpoint_trained_with_a_learned_predictor_evaluates(tmp_path: Path) -> None:
+    meta = train(preset(["+experiment=qos_edge_learned_pred", "predictor.samples=300", *TINY]), tmp_path)
+    assert meta["env"]["predictor"] == {"kind": "learned_qos", "path": str(tmp_path / "qos_predictor.json")}
+    assert_evaluates(tmp_path / "best")
 
 
 @pytest.mark.parametrize(("predictor", "message"), [
