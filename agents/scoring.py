@@ -9,6 +9,8 @@ request ranks a policy below any that loses fewer (lexicographic order). That is
 
 from __future__ import annotations
 
+import difflib
+from numbers import Number
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,23 @@ def evaluate_greedy(policy: QPolicy, env: RoutingEnv, seeds: list[int], metric: 
         out[metric] = float(np.mean(vals))
         out["score"] = eval_score(metric, out[metric], out.get("dropped", 0.0))
     return out
+
+
+def check_metric(metric: str, env: RoutingEnv) -> None:
+    """Refuse an ``eval_metric`` that no evaluation can score before training, not at the first evaluation: it is
+    ``return`` or a number of the run summary (with the QoS metrics on a QoSEdge env). ``env`` is reset: pass one
+    that nothing else uses."""
+    if metric == "return":
+        return
+    env.reset(seed=0)
+    summary = {**env.summary(), **(env_qos(env) or {})}
+    names = sorted(k for k, v in summary.items() if v is None or (isinstance(v, Number) and not isinstance(v, bool)))
+    if metric in names:
+        return
+    hint = difflib.get_close_matches(metric, names, n=1)
+    examples = ["return", *[k for k in SUMMARY_KEYS if k in names]]
+    raise ConfigError(f"trainer.eval_metric={metric!r}: not return or a metric of the run summary"
+                      f"{f' (did you mean {hint[0]!r}?)' if hint else ''}; e.g. {', '.join(examples)}")
 
 
 def lower_is_better(metric: str) -> bool:

@@ -60,7 +60,7 @@ from llmsim.agents.loop import Experience
 from llmsim.agents.nets import SPILL, GuidedQNetwork, SetQNetwork
 from llmsim.agents.progress_log import TENSORBOARD, log_episode, make_logger
 from llmsim.agents.sac_base import SACConfig
-from llmsim.agents.scoring import evaluate_greedy, summary_lines
+from llmsim.agents.scoring import check_metric, evaluate_greedy, summary_lines
 from llmsim.agents.training_warnings import (
     WatchedGreedy,
     budget_warning,
@@ -173,6 +173,9 @@ class TrainingRun:
             else make_env(self.env_cfg)
         self.guide_rows: list[dict[str, Any]] | None = None  # the guide on the validation seeds (transfer)
         check_setup(self.agent_cfg, self.eval_env)
+        if not self.against_guide:  # on an env of its own: the evaluation env is left as it was built
+            check_metric(tr.eval_metric, SlotEnv(self.env_cfg, scenarios=self.cfg.validation or [{}])
+                         if self.transfer else make_env(self.env_cfg))
         self.agent = build_agent(self.agent_cfg, self.eval_env, self.cfg.seed)
         n_actions = int(self.eval_env.action_space.n)
         self.rb = ReplayBuffer(self.agent_cfg.buffer_size, tr.num_envs, self.agent.replay_dim, n_actions,

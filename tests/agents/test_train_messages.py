@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 
 from llmsim.agents.ddqn import DDQNConfig  # noqa: E402
 from llmsim.agents.scoring import LOST_REQUEST_MS, eval_score, explain_score  # noqa: E402
-from llmsim.agents.train import budget_warning, summary_lines, train  # noqa: E402
+from llmsim.agents.train import TrainingRun, budget_warning, summary_lines, train  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 
 SMALL_ENV = {"id": "workload_router", "num_requests": 30, "rate": 20.0,
@@ -151,3 +151,17 @@ def test_the_score_names_the_reward_the_env_used(tmp_path: Path) -> None:
            "best_score": -1.0, "evaluations": [row], "env": {"id": "workload_router", "reward": {"guidance": 0}}}
     line = summary_lines(old, tmp_path)[1]  # a training.json of before reward_kind: no kind to name
     assert "the env's default reward summed over an episode" in line and "None" not in line, line
+
+
+def test_an_eval_metric_no_evaluation_can_score_is_refused_before_training(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A misspelt metric is one line naming the key before the first step, not after a whole budget of training
+    at the first (here: the only, final) evaluation."""
+    cfg = _cfg(100, 50)
+    cfg["trainer"]["eval_metric"] = "p99_e2e_ms"
+    monkeypatch.setattr(TrainingRun, "start_loop", lambda *a: pytest.fail("training started"))
+    with pytest.raises(ConfigError) as e:
+        train(cfg, tmp_path)
+    assert str(e.value).startswith("trainer.eval_metric='p99_e2e_ms': not return or a metric of the run summary "
+                                   "(did you mean 'p99_e2el_ms'?); e.g. "), str(e.value)
+    assert "\n" not in str(e.value)
