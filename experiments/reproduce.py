@@ -7,6 +7,7 @@
     llmsim-reproduce best_effort
     llmsim-reproduce qos_edge --from-runs sac_han=RUN,baseline_rl=RUN,dsa=RUN,no_pred=RUN
     llmsim-reproduce qlm --quick --jobs 2                # QLM: W_A / W_B / W_C, baselines, ablations (minutes)
+    llmsim-reproduce qlm --jobs 2 --out OUT --resume     # again after a stop: keeps the cells OUT/cells.jsonl holds
     llmsim-reproduce routebalance --quick --jobs 2       # RouteBalance: frontier, latency vs rate, isolation arms
     llmsim-reproduce routebalance --size tiny --sections budget,batching
     llmsim-reproduce prefix --jobs 2                     # KV reuse: Mooncake's 36.6 % check, routers (not a paper)
@@ -30,6 +31,7 @@ import argparse
 import datetime as dt
 import inspect
 import json
+import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -37,11 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from experiments.harness import reproduction_report as book
+from experiments.harness.cellfile import CELLS_FILE, recording, run_setting
 from experiments.harness.claims import PROG, source_commit
 from experiments.harness.pages import learned_lines, out_file, text_table, write_claims
 from experiments.harness.pool import cap_jobs, say
 from experiments.harness.registry import ALIASES, ORDER, load, resolve
-from experiments.harness.sizes import SIZE_NAMES
+from experiments.harness.sizes import SIZE_NAMES, size_name
 from experiments.harness.timing import positive_int
 from experiments.harness.zoo_report import write_zoo_report
 from experiments.harness.zoo_routers import in_repo
@@ -90,8 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="from_dirs", help="report: output directories DIR[,NAME=DIR...] (their claims.json)")
     p.add_argument("--from-zoo", action="store_true", help="report: the page from the router zoo's manifests "
                                                             "(seconds; docs/REPRODUCTION.md)")
-    p.add_argument("--resume", action="store_true", help="all: keep the experiments whose OUT/<name>/claims.json an "
-                                                         "earlier all with the same setting finished, run the others")
+    p.add_argument("--resume", action="store_true", help="with the --out of a stopped run: keep the cells its "
+                                                         "OUT/cells.jsonl recorded, run the rest; all: also keep the "
+                                                         "experiments an earlier all finished (OUT/<name>/claims.json)")
     return p
 
 
@@ -129,8 +133,8 @@ def _check_mode(a: argparse.Namespace) -> None:
         fail(f"{'--from' if a.from_dirs else '--from-zoo'} is for report (all runs every experiment itself)")
     elif a.report is not None and a.experiment != "all":
         fail("--report is for all and report")
-    if a.resume and (a.experiment != "all" or a.out is None):
-        fail("--resume is for all, with the --out directory of the run to resume")
+    if a.resume and (a.experiment == "report" or a.out is None):
+        fail("--resume is for all or one experiment, with the --out directory of the run to resume")
     if a.resume and not a.out.is_dir():
         fail(f"--resume: {a.out}: no such directory, nothing to resume (drop --resume to start a new run there)")
 
@@ -159,22 +163,35 @@ def run_options(run: Any, a: argparse.Namespace) -> dict[str, Any]:
     return given
 
 
-def run_experiment(module: Any, a: argparse.Namespace, out: Path, kwargs: Mapping[str, Any],
+def run_experiment(name: str, module: Any, a: argparse.Namespace, out: Path, kwargs: Mapping[str, Any],
                    command: str) -> list[Any]:
-    """Run one experiment into ``out`` and write claims.json / claims.md; its rows. Errors propagate (an empty
-    ``out`` made here is removed first)."""
+    """Run one experiment into ``out`` and write claims.json / claims.md; its rows. Each finished cell goes to
+    ``out/cells.jsonl`` (with ``--resume``, the cells recorded there are kept). Errors propagate (an empty ``out``
+    made here is removed first)."""
     t0 = time.perf_counter()
     existed = out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        rows = module.run(a.quick, out, a.jobs, not a.no_progress, **kwargs)
+        options = {k: v for k, v in kwargs.items() if k != "size"}
+        setting = run_setting(name, size_name(a.quick, a.size), options)
+        with recording(out / CELLS_FILE, setting, a.resume, name):
+            rows = module.run(a.quick, out, a.jobs, not a.no_progress, **kwargs)
     except (LLMSimError, OSError):
-        if not existed and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()  # refused before anything was written: leave no empty directory behind
+        if not existed and out.is_dir():
+            _drop_if_empty(out)  # refused before anything was written: leave no empty directory behind
         raise
     rows = [{**r, "command": command} for r in rows]
     write_claims(rows, out, command, time.perf_counter() - t0)
     return rows
+
+
+def _drop_if_empty(out: Path) -> None:
+    """Remove ``out`` when it holds nothing but a cells file without a cell."""
+    cells = out / CELLS_FILE
+    if cells.is_file() and len(cells.read_text().splitlines()) <= 1:
+        cells.unlink()
+    if not any(out.iterdir()):
+        out.rmdir()
 
 
 # ---------------------------------------------------------------------- all / report
@@ -208,11 +225,17 @@ def finished(out: Path, setting: str) -> dict[str, str]:
 
 
 def _set_aside(sub: Path) -> None:
-    """An unfinished experiment directory (failed.json, or a run cut off) is kept beside, not overwritten."""
+    """An unfinished experiment directory (failed.json, or a run cut off) is kept beside, not overwritten; the
+    cells it recorded are copied back, so the run again keeps them."""
     stamp = dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     aside = sub.with_name(f"{sub.name}.unfinished-{stamp}")
     sub.rename(aside)
-    say(f"{PROG} all", f"{sub} held no finished run: moved to {aside}, running it again")
+    cells = aside / CELLS_FILE
+    if cells.is_file():
+        sub.mkdir()
+        shutil.copyfile(cells, sub / CELLS_FILE)
+    say(f"{PROG} all", f"{sub} held no finished run: moved to {aside}, running it again"
+                       f"{' from the cells it recorded' if cells.is_file() else ''}")
 
 
 def _record_failure(name: str, sub: Path, error: Exception, command: str, wall_s: float) -> None:
@@ -247,7 +270,7 @@ def run_all(a: argparse.Namespace, out: Path) -> tuple[list[tuple[str | None, Pa
         t0 = time.perf_counter()
         try:
             kwargs = {"size": a.size} if a.size and not a.quick else {}
-            run_experiment(load(name), a, sub, kwargs, command)
+            run_experiment(name, load(name), a, sub, kwargs, command)
         except Exception as e:  # any failure of one experiment is reported; the others still run
             _record_failure(name, sub, e, command, time.perf_counter() - t0)
     return entries, list(done)
@@ -307,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     out = a.out or Path("outputs/reproduce") / a.experiment / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     t0 = time.perf_counter()
     try:
-        rows = run_experiment(module, a, out, kwargs, command)
+        rows = run_experiment(a.experiment, module, a, out, kwargs, command)
     except (LLMSimError, OSError) as e:
         fail(str(e))
     _print_rows(rows, a.json, command, time.perf_counter() - t0, out)

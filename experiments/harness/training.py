@@ -47,7 +47,7 @@ def train_all(cfgs: Sequence[dict[str, Any]], dirs: Sequence[Path], workers: int
     """Train each config into its directory, in ``workers`` spawned processes (or inline, where the trainer shows
     its own progress), logging each result."""
     metas = starmap_cells(train_one, [(c, str(d)) for c, d in zip(cfgs, dirs)], workers, workers > 1,
-                          "training", spawn=True)
+                          "training", spawn=True, checkpoint=False)  # a training run is not resumed half-way
     for m in metas:
         log(f"trained {m['label']}: {m['steps']:,} steps, {m['episodes']} episodes, {m['wall_s']:.0f} s")
 

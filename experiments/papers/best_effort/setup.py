@@ -123,9 +123,10 @@ def one_torch_thread() -> None:
 
 
 def simulate_cells(cells: list[Cell], jobs: int, progress: bool) -> list[dict[str, Any]]:
-    """Every cell, inline or in ``jobs`` spawned processes (torch); results in cell order."""
+    """Every cell, inline or in ``jobs`` spawned processes (torch); results in cell order. Not recorded for a
+    resume: the learned routers' episodes evaluate checkpoints that a resumed run trains again."""
     return run_cells(run_cell, cells, jobs, progress, "best_effort episodes", spawn=True,
-                     initializer=one_torch_thread)
+                     initializer=one_torch_thread, checkpoint=False)
 
 
 def policy_labels() -> list[str]:
