@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.harness import reproduction_report as book
-from experiments.harness.cellfile import CELLS_FILE, recording, run_setting
+from experiments.harness.cellfile import CELLS_FILE, recording, refuse_earlier, run_setting
 from experiments.harness.claims import PROG, source_commit
 from experiments.harness.pages import learned_lines, out_file, text_table, write_claims
 from experiments.harness.pool import cap_jobs, say
@@ -256,6 +256,9 @@ def run_all(a: argparse.Namespace, out: Path) -> tuple[list[tuple[str | None, Pa
     entries: list[tuple[str | None, Path]] = []
     setting = a.size or ("quick" if a.quick else "full")
     done = finished(out, setting) if a.resume else {}
+    if not a.resume:
+        for name in ORDER:  # before anything runs, not once per experiment
+            refuse_earlier(out / name / CELLS_FILE)
     sized = [*["--quick"] * a.quick, *(["--size", a.size] if a.size and not a.quick else [])]
     for i, name in enumerate(ORDER, 1):
         sub = out / name

@@ -131,6 +131,7 @@ class CellFile:
 
     def __init__(self, path: Path, resume: bool, rows: dict[str, Any], handle: IO[str]) -> None:
         self.path, self.resume, self.rows, self.handle = path, resume, rows, handle
+        self.pid = os.getpid()  # a forked worker inherits the handle but must not write to it
 
     def add(self, key: str, row: Any) -> bool:
         """Append ``row`` (flushed); False when it cannot be stored exactly."""
@@ -183,6 +184,13 @@ def _read(path: Path, setting: Mapping[str, Any], label: str) -> tuple[list[str]
     return lines[1:], rows
 
 
+def refuse_earlier(path: Path) -> None:
+    """A new run (no ``--resume``) does not overwrite the cells an earlier one recorded in ``path``."""
+    if path.is_file() and len(path.read_text().splitlines()) > 1:
+        raise ConfigError(f"{path}: holds the cells of an earlier run; add --resume to keep them, or remove it "
+                          "(or use another --out) to start again")
+
+
 @contextmanager
 def recording(path: Path, setting: Mapping[str, Any], resume: bool, label: str) -> Iterator[CellFile]:
     """Within the block, :func:`experiments.harness.pool.run_cells` keeps and records its cells in ``path``.
@@ -193,9 +201,8 @@ def recording(path: Path, setting: Mapping[str, Any], resume: bool, label: str) 
     if path.is_file():
         if resume:
             kept_lines, rows = _read(path, setting, label)
-        elif len(path.read_text().splitlines()) > 1:
-            raise ConfigError(f"{path}: holds the cells of an earlier run; add --resume to keep them, or remove it "
-                              "(or use another --out) to start again")
+        else:
+            refuse_earlier(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(_header(setting) + "".join(kept_lines))
@@ -210,5 +217,5 @@ def recording(path: Path, setting: Mapping[str, Any], resume: bool, label: str) 
 
 
 def active() -> CellFile | None:
-    """The cells file of the run in progress, if any."""
-    return _ACTIVE[-1] if _ACTIVE else None
+    """The cells file of the run in progress, if any (none in a worker process forked from that run)."""
+    return _ACTIVE[-1] if _ACTIVE and _ACTIVE[-1].pid == os.getpid() else None

@@ -101,14 +101,19 @@ def _in_pool(fn: Callable[[C], R], cells: Sequence[C], todo: list[int], jobs: in
     errors: dict[int, BaseException] = {}
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=initializer) as ex:
         futures = {ex.submit(fn, cells[i]): i for i in todo}
-        for f in as_completed(futures):
-            i = futures[f]
-            error = f.exception()
-            if error is None:
-                record(i, f.result())
-            else:
-                errors[i] = error
-            bar.update(1)
+        try:
+            for f in as_completed(futures):
+                i = futures[f]
+                error = f.exception()
+                if error is None:
+                    record(i, f.result())
+                else:
+                    errors[i] = error
+                bar.update(1)
+        except BaseException:  # stopped (Ctrl-C): the cells not started yet do not run; the recorded ones stay
+            for f in futures:
+                f.cancel()
+            raise
     if errors:
         raise errors[min(errors)]
 

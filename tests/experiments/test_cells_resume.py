@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ import pytest
 from experiments import reproduce
 from experiments.harness import cellfile
 from experiments.harness.cellfile import CELLS_FILE, decode, encode, recording, run_setting
+from experiments.harness.claims import claim_row
 from experiments.harness.pool import run_cells
+from experiments.harness.registry import MODULES, ORDER
 from experiments.papers import qlm
 from experiments.papers.qlm import experiment as qlm_experiment
 from experiments.papers.qlm import setup as qlm_setup
@@ -164,3 +167,47 @@ def test_the_command_line_resumes_one_experiment_and_refuses_another_size(
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and calls == []
     assert f"{out / CELLS_FILE}: its cells are of another setting (size: 'tiny' there, 'quick' here)" in err
+
+
+ran: list[int] = []
+
+
+def counted_square(x: int) -> int:
+    """A cell function that stops the run at its third cell while ``stopping`` holds."""
+    if stopping and x == 3:
+        raise Stop("killed")
+    ran.append(x)
+    return x * x
+
+
+stopping: list[bool] = []
+
+
+def test_all_resume_runs_a_stopped_experiment_again_from_its_cells(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def run(quick: bool, out_dir: Path, jobs: int, progress: bool, size: str | None = None) -> list[dict[str, Any]]:
+        got = run_cells(counted_square, [1, 2, 3, 4], jobs, progress, "fake")
+        return [claim_row("qlm", "fake claim", 30.0, float(sum(got)), "reproduced", setting=str(size))]
+
+    for module in MODULES.values():
+        monkeypatch.setitem(sys.modules, module, types.SimpleNamespace(run=run))
+    out = tmp_path / "out"
+    stopping.append(True)
+    ran.clear()
+    reproduce.main(["all", "--size", "tiny", "--out", str(out), "--no-progress"])
+    assert (out / ORDER[0] / "failed.json").is_file() and len(ran) == 2 * len(ORDER)
+    stopping.clear()
+    ran.clear()
+    capsys.readouterr()
+    reproduce.main(["all", "--size", "tiny", "--out", str(out), "--no-progress", "--resume"])
+    assert ran == [3, 4] * len(ORDER)   # every experiment kept its two recorded cells
+    err = capsys.readouterr().err
+    assert "running it again from the cells it recorded" in err and "[fake] resuming: 2 of 4 cells kept" in err
+    assert all((out / n / "claims.json").is_file() and not (out / n / "failed.json").exists() for n in ORDER)
+    assert all('"measured": 30.0' in (out / n / "claims.json").read_text() for n in ORDER)  # 1 + 4 + 9 + 16
+    with pytest.raises(SystemExit) as e:   # without --resume: refused before anything runs, in one line
+        reproduce.main(["all", "--size", "tiny", "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err == (f"llmsim-reproduce: error: {out / ORDER[0] / CELLS_FILE}: holds the cells of "
+                                         "an earlier run; add --resume to keep them, or remove it (or use another "
+                                         "--out) to start again")
