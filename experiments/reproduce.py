@@ -317,6 +317,15 @@ def _print_rows(rows: Sequence[Mapping[str, Any]], as_json: bool, command: str, 
     print(f"outputs: {out}  (claims.md, claims.json and the experiment's own results)")
 
 
+def stopped(out: Path) -> None:
+    """Ctrl-C: one line saying how to go on (the finished cells are in ``out``'s cells file), exit 130."""
+    cells = out / CELLS_FILE
+    kept = max(0, len(cells.read_text().splitlines()) - 1) if cells.is_file() else 0
+    print(f"{PROG}: stopped; {kept} finished cell(s) are recorded in {cells}: run the same command with --resume "
+          f"--out {out} to go on from them", file=sys.stderr)
+    raise SystemExit(130)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run one experiment, write claims.json / claims.md, print the table (or JSON lines); or ``all`` / ``report``
     (the reproduction report)."""
@@ -336,6 +345,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         rows = run_experiment(a.experiment, module, a, out, kwargs, command)
     except (LLMSimError, OSError) as e:
         fail(str(e))
+    except KeyboardInterrupt:
+        stopped(out)
     _print_rows(rows, a.json, command, time.perf_counter() - t0, out)
 
 

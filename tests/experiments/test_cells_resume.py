@@ -211,3 +211,18 @@ def test_all_resume_runs_a_stopped_experiment_again_from_its_cells(
     assert e.value.code == 2 and err == (f"llmsim-reproduce: error: {out / ORDER[0] / CELLS_FILE}: holds the cells of "
                                          "an earlier run; add --resume to keep them, or remove it (or use another "
                                          "--out) to start again")
+
+
+def test_ctrl_c_says_how_to_resume_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    def run(quick: bool, out_dir: Path, jobs: int, progress: bool) -> list[dict[str, Any]]:
+        run_cells(square, [1, 2], 1, False, "fake")
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(sys.modules, MODULES["qlm"], types.SimpleNamespace(run=run))
+    with pytest.raises(SystemExit) as e:
+        reproduce.main(["qlm", "--out", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 130 and err == (f"llmsim-reproduce: stopped; 2 finished cell(s) are recorded in "
+                                           f"{tmp_path / CELLS_FILE}: run the same command with --resume --out "
+                                           f"{tmp_path} to go on from them")
