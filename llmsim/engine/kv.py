@@ -224,6 +224,21 @@ class KVCache:
             return pc.reusable(r, new_state(r, bs))[0] * bs
         return pc.lookup(r)[0] * bs
 
+    def allocated(self, r: Request, n_new: int) -> None:
+        """``r`` holds the blocks for ``n_new`` more tokens in the iteration being scheduled: with prefix caching, the
+        prompt blocks they fill become cached now, as vLLM V1 caches a request's full blocks at allocation
+        (``KVCacheManager.allocate_slots`` -> ``cache_blocks``, up to its computed plus scheduled tokens), so a request
+        admitted later in the same iteration reuses them. The iteration computes them before any later one reads
+        them; ``PrefixCache.computed`` at its end then finds nothing new."""
+        st = r.prefix_state
+        bs = self.block_size
+        if self.prefix is None or st is None or st.bs != bs or st.done >= st.full:
+            return  # (no caching, no ids, keys for another engine's blocks, or all cached: PrefixCache.computed)
+        c = r.computed + n_new
+        upto = (c if c < r.prompt_tokens else r.prompt_tokens) // bs
+        if upto > st.done:
+            self.prefix.cache_to(st, upto)
+
     def computed(self, batch: list[Request]) -> None:
         """A stepped iteration of ``batch`` moved its requests' computed tokens: with prefix caching the prompt
         blocks computed so far become cached (a windowed cache also frees the blocks that left the window)."""

@@ -30,8 +30,10 @@ block, and a lookup whose first key is not cached returns at once: with no reuse
 (docs/prefix_caching.md, Speed).
 
 A new request reuses the longest run of cached blocks from its start, but at least one token is
-computed (vLLM recomputes the last prompt token to sample from it). Blocks become cached when the
-iteration that computes them ends (prompt blocks) and when their request leaves the GPU (finished or
+computed (vLLM recomputes the last prompt token to sample from it). Prompt blocks become cached when the
+iteration that computes them ends, or, under a policy that asks for it as vLLM V1 does (``chunked``), when they
+are allocated to the iteration that will compute them (``KVCache.allocated``), so a request admitted
+later in the same iteration reuses them; every block also when its request leaves the GPU (finished or
 preempted: its output blocks too, as far as its ids cover them). A block computed while an equal one is
 already cached stays private to its request (vLLM does not merge them). Counting follows vLLM's
 ``prefix_cache_queries`` / ``prefix_cache_hits`` (tokens; counted by the instance), one query per admission
@@ -370,7 +372,6 @@ class PrefixCache:
     def computed(self, batch: list[Request]) -> None:
         """Cache the prompt blocks the requests of ``batch`` have computed so far (the end of an iteration)."""
         bs = self.block_size
-        heads = self.heads
         for r in batch:
             st = r.prefix_state
             if st is None or st.bs != bs or st.done >= st.full:
@@ -379,12 +380,17 @@ class PrefixCache:
             p = r.prompt_tokens
             upto = (c if c < p else p) // bs  # (never above full: ids cover at least the prompt's full blocks)
             if upto > st.done:
-                if st.done or st.key0 in heads:  # (a state with none registered holds nothing: State)
-                    self._register(st, upto)
-                else:  # its first blocks, none cached (_register's home-run case, inlined: the path of no reuse)
-                    st.done = st.hi = upto
-                    st.holders = (st,)
-                    heads[st.key0] = st
+                self.cache_to(st, upto)
+
+    def cache_to(self, st: State, upto: int) -> None:
+        """Cache ``st``'s blocks up to ``upto`` (more than it has registered), held by its request: at the end of the
+        iteration that computes them (:meth:`computed`), or when they are allocated (``KVCache.allocated``)."""
+        if st.done or st.key0 in self.heads:  # (a state with none registered holds nothing: State)
+            self._register(st, upto)
+        else:  # its first blocks, none cached (_register's home-run case, inlined: the path of no reuse)
+            st.done = st.hi = upto
+            st.holders = (st,)
+            self.heads[st.key0] = st
 
     def leave(self, r: Request, back: bool = False) -> int:
         """``r`` leaves the GPU: cache its computed blocks (outputs too) and drop its holds; returns the blocks other

@@ -6,6 +6,7 @@ scheduler") lists every difference with what vLLM does.
 """
 
 import random
+from collections import deque
 
 import pytest
 
@@ -126,15 +127,45 @@ def test_eviction_takes_uncached_free_blocks_before_cached_ones(ids_everywhere):
     assert res.requests.cached_tokens.tolist() == [0, 0, 0, 0 if ids_everywhere else 48]
 
 
-def test_equal_prompts_admitted_in_one_step_do_not_share_blocks():
-    """A documented difference. vLLM caches a request's full blocks when they are allocated
-    (KVCacheManager.allocate_slots -> cache_blocks), so B, admitted after A in the same step, hits A's blocks
-    (3 of 4: prefills 16 tokens). llmsim caches blocks when the step that computes them ends: B misses and both
-    prefill all 64 tokens in one step of 128."""
-    reqs = [req(0, 0.0, 64, 2, [1, 2, 3, 4]), req(1, 0.0, 64, 2, [1, 2, 3, 4])]
-    df = run(reqs).requests
-    assert df.cached_tokens.tolist() == [0, 0]
-    assert df.first_token.tolist() == pytest.approx([0.138, 0.138])
+@pytest.mark.parametrize("fast", [True, False])
+def test_equal_prompts_admitted_in_one_step_share_the_blocks_the_first_computes(fast):
+    """vLLM caches a request's full blocks when they are allocated (KVCacheManager.allocate_slots -> cache_blocks, up
+    to its computed + scheduled tokens), and looks each waiting request up after the ones before it were allocated.
+    A and B (64 tokens = 4 blocks of 16) arrive at 0: A gets 64 tokens and its 4 blocks are cached at once; B hits 3
+    of them (capped at prompt - 1 = 63 tokens: 48) and prefills 16. One step of 80 tokens [0, .090]: both first
+    tokens at .090. Blocks in use: A's 4 + B's 1 (B holds A's first 3 too). Queries 64 + 64, hits 48.
+    (llmsim used to cache blocks when the step computing them ended: B missed, one step of 128 tokens to .138.)"""
+    cfg = EngineConfig(policy="chunked", fast_path=fast)
+    c = Cluster([InstanceConfig(profile=PROF, engine=cfg)], make_router("round_robin"))
+    reqs, seen = [req(0, 0.0, 64, 2, [1, 2, 3, 4]), req(1, 0.0, 64, 2, [1, 2, 3, 4])], []
+
+    def look() -> None:  # during the first step
+        c.sync_all()
+        kv = c.instances[0].kv
+        seen.append((kv.used, kv.shared, [r.blocks for r in reqs], [r.n_new for r in reqs]))
+
+    c.env.call_at(0.05, ROUTE, look)
+    c.run(reqs)
+    inst = c.instances[0]
+    assert seen == [(5, 3, [4, 4], [64, 16])]
+    assert [r.cached_tokens for r in reqs] == [0, 48]
+    assert [r.first_token for r in reqs] == pytest.approx([0.090, 0.090])
+    assert [r.finish for r in reqs] == pytest.approx([0.102, 0.102])
+    assert (inst.prefill_tokens, inst.prefix_queries, inst.prefix_hits) == (80, 128, 48)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_request_admitted_behind_a_chunked_prefill_hits_the_blocks_of_its_last_chunk(fast):
+    """A running request's chunk is cached when it is allocated too, before waiting requests are looked up. Budget 48,
+    blocks of 16: A (80 tokens) prefills [0, 48) in [0, .058] (3 blocks). B (65 tokens: A's first 64 + 1) arrives at
+    .01. At .058 A's last 32 tokens are allocated first (its 5 blocks cached now), then B hits 4 blocks (64 tokens)
+    and computes 1: one step of 33 tokens [.058, .101]. (Cached at the step's end, B would hit 3 blocks, prefill 16
+    then 1 more token: its first token at .127.)"""
+    a = req(0, 0.0, 80, 1, [1, 2, 3, 4, 5])
+    b = req(1, 0.01, 65, 1, [1, 2, 3, 4, 8])
+    df = run([a, b], fast, max_num_batched_tokens=48).requests
+    assert df.cached_tokens.tolist() == [0, 64]
+    assert df.first_token.tolist() == pytest.approx([0.101, 0.101])
 
 
 def test_the_default_budget_and_seats_do_not_depend_on_the_gpu():
@@ -144,54 +175,124 @@ def test_the_default_budget_and_seats_do_not_depend_on_the_gpu():
     assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (2048, 256)
 
 
-def v1_schedule(running: list, waiting: list, free: int, budget: int, seats: int, bs: int) -> tuple[list, int]:
-    """One call of vLLM V1's ``Scheduler.schedule`` without prefix caching, written from its source independently of
-    the chunked policy: running requests first (preempting ``running.pop()`` to the front of the waiting queue, itself
-    last), then waiting ones FCFS when nothing was preempted. Requests are dicts; returns ([(request, tokens)],
-    free blocks)."""
-    def need(r, n):
-        return max(0, -(-(r["comp"] + n) // bs) - r["held"])
+class V1Pool:
+    """vLLM V1's ``BlockPool`` and ``KVCacheManager`` for one KV cache group, written from their source independently
+    of llmsim's cache: a free queue of block ids (never-used ones first in id order, freed ones appended at its
+    tail, a request's last block first), a ref count per block, and with caching a hash -> block map. ``lookup`` is
+    ``get_computed_blocks`` (cached blocks of the request's hashes, up to ``num_tokens - 1`` tokens), ``allocate``
+    is ``allocate_slots`` (room for the hit's free blocks and the new ones, or nothing; the new ones popped from the
+    queue head, evicting their hash; then ``cache_blocks`` caches the full blocks up to computed + scheduled tokens,
+    capped at ``num_tokens``), ``free`` is ``free``. A request's block hashes are its prompt ids, then one of its
+    own per block holding output tokens (they hash its own sampled tokens)."""
 
+    def __init__(self, blocks: int, bs: int, caching: bool) -> None:
+        self.bs, self.caching = bs, caching
+        self.queue, self.ref, self.hash = deque(range(blocks)), [0] * blocks, [None] * blocks
+        self.cached: dict = {}
+        self.queries = self.hits = self.evicted = 0
+
+    def hashes(self, r: dict) -> list:
+        full = (r["p"] + r["gen"]) // self.bs
+        return [r["ids"][i] if (i + 1) * self.bs <= r["p"] else ("out", id(r), i) for i in range(full)]
+
+    def lookup(self, r: dict) -> list:
+        if not self.caching:
+            return []
+        hit = []
+        for h in self.hashes(r)[:(r["p"] + r["gen"] - 1) // self.bs]:
+            if h not in self.cached:
+                break
+            hit.append(self.cached[h])
+        return hit
+
+    def allocate(self, r: dict, n: int, hit: list | tuple = ()) -> bool:
+        blocks, bs = r["blocks"], self.bs
+        computed = r["comp"] + len(hit) * bs
+        new = -(-(computed + n) // bs) - len(blocks) - len(hit)
+        if new + sum(self.ref[b] == 0 for b in hit) > len(self.queue):
+            return False
+        for b in hit:  # touch
+            if self.ref[b] == 0:
+                self.queue.remove(b)
+            self.ref[b] += 1
+            blocks.append(b)
+        for _ in range(new):
+            b = self.queue.popleft()
+            if self.hash[b] is not None:  # _maybe_evict_cached_block
+                if self.cached.get(self.hash[b]) == b:
+                    del self.cached[self.hash[b]]
+                self.hash[b] = None
+                self.evicted += 1
+            self.ref[b] = 1
+            blocks.append(b)
+        if self.caching:  # cache_blocks: only full blocks; an equal block cached before stays the one found
+            upto = min(computed + n, r["p"] + r["gen"]) // bs
+            hashes = self.hashes(r)
+            for i in range(r["ncached"], upto):
+                self.hash[blocks[i]] = hashes[i]
+                self.cached.setdefault(hashes[i], blocks[i])
+            r["ncached"] = max(r["ncached"], upto)
+        return True
+
+    def free(self, r: dict) -> None:
+        for b in reversed(r["blocks"]):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.queue.append(b)
+        r["blocks"], r["ncached"] = [], 0
+
+
+def v1_schedule(running: list, waiting: list, pool: V1Pool, budget: int, seats: int) -> list:
+    """One call of vLLM V1's ``Scheduler.schedule``, written from its source independently of the chunked policy:
+    running requests first (preempting ``running.pop()`` to the front of the waiting queue, itself last), then
+    waiting ones FCFS when nothing was preempted, each looked up after the ones before it were allocated (and their
+    blocks cached). Requests are dicts; returns [(request, tokens)]."""
     sched, preempted, i = [], False, 0
     while i < len(running) and budget > 0:
         r = running[i]
         n = min(r["p"] + r["gen"] - r["comp"], budget)
         victim = None
-        while need(r, n) > free and victim is not r:
+        while victim is not r and not pool.allocate(r, n):
             victim = running.pop()
-            free, victim["held"], victim["comp"], victim["pre"] = free + victim["held"], 0, 0, victim["pre"] + 1
+            pool.free(victim)
+            victim["comp"], victim["pre"] = 0, victim["pre"] + 1
             waiting.insert(0, victim)
             preempted = True
         if victim is r:
             break
-        free, r["held"] = free - need(r, n), r["held"] + need(r, n)
         sched.append((r, n))
         budget -= n
         i += 1
     while not preempted and waiting and budget > 0 and len(running) < seats:
         r = waiting[0]
-        n = min(r["p"] + r["gen"] - r["comp"], budget)
-        if need(r, n) > free:
+        hit = pool.lookup(r)
+        n = min(r["p"] + r["gen"] - len(hit) * pool.bs, budget)
+        if not pool.allocate(r, n, hit):
             break
         waiting.pop(0)
-        free, r["held"] = free - need(r, n), r["held"] + need(r, n)
+        r["comp"] = r["cached"] = len(hit) * pool.bs
+        if pool.caching:  # record_prefix_cache_stats, at admission (0.9 - 0.11 counted every lookup, a refused one too)
+            pool.queries, pool.hits = pool.queries + r["p"] + r["gen"], pool.hits + r["comp"]
         running.append(r)
         sched.append((r, n))
         budget -= n
-    return sched, free
+    return sched
 
 
-def v1_reference(rows, budget, seats, bs, blocks):
-    """(first token, finish, preemptions) per request from stepping :func:`v1_schedule` with PROF's step time."""
-    reqs = [dict(p=p, out=o, gen=0, comp=0, held=0, pre=0, ft=None, fin=None, t=a) for a, p, o in rows]
-    pending, waiting, running, free, now = list(reqs), [], [], blocks, 0.0
+def v1_reference(rows, budget, seats, bs, blocks, ids=None):
+    """(first token, finish, preemptions, cached tokens) per request, and the pool, from stepping :func:`v1_schedule`
+    with PROF's step time; with ``ids`` (prompt ids per request) prefix caching is on."""
+    reqs = [dict(p=p, out=o, gen=0, comp=0, blocks=[], ncached=0, pre=0, cached=0, ft=None, fin=None, t=a,
+                 ids=ids[k] if ids else ()) for k, (a, p, o) in enumerate(rows)]
+    pool = V1Pool(blocks, bs, ids is not None)
+    pending, waiting, running, now = list(reqs), [], [], 0.0
     while pending or waiting or running:
         while pending and pending[0]["t"] <= now:
             waiting.append(pending.pop(0))
         if not waiting and not running:
             now = pending[0]["t"]
             continue
-        sched, free = v1_schedule(running, waiting, free, budget, seats, bs)
+        sched = v1_schedule(running, waiting, pool, budget, seats)
         now += 0.01 + 0.001 * sum(n for _, n in sched)
         for r, n in sched:
             r["comp"] += n
@@ -201,8 +302,8 @@ def v1_reference(rows, budget, seats, bs, blocks):
                 if r["gen"] >= r["out"]:
                     r["fin"] = now
                     running.remove(r)
-                    free, r["held"] = free + r["held"], 0
-    return [(round(r["ft"], 9), round(r["fin"], 9), r["pre"]) for r in reqs]
+                    pool.free(r)
+    return [(round(r["ft"], 9), round(r["fin"], 9), r["pre"], r["cached"]) for r in reqs], pool
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -217,12 +318,47 @@ def test_chunked_policy_steps_as_an_independent_model_of_the_v1_scheduler(seed):
     for _ in range(rng.randint(1, 12)):
         t = round(t + rng.choice([0.0, 0.001, 0.01, 0.05]), 6)
         rows.append((t, rng.randint(1, max(1, blocks * bs // 3)), rng.randint(1, max(1, blocks * bs // 3))))
-    want = v1_reference(rows, budget, seats, bs, blocks)
+    want = [w[:3] for w in v1_reference(rows, budget, seats, bs, blocks)[0]]
     for fast in (False, True):
         df = run(rows, fast, max_num_batched_tokens=budget, max_num_seqs=seats, block_size=bs, num_gpu_blocks=blocks,
                  enable_prefix_caching=False).requests.sort_values("id")
         got = [(round(a, 9), round(b, 9), int(c)) for a, b, c in zip(df.first_token, df.finish, df.preemptions)]
         assert got == want, (fast, rows)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_prefix_hits_step_as_an_independent_model_of_the_v1_scheduler(seed):
+    """Random prompts sharing prefixes of a few roots (some equal, some arriving together), small budgets and seats:
+    every request's first token, finish and cached tokens, and the query and hit counts, equal the reference's, on
+    both paths - hits on blocks another request is allocated in the same step included. The cache holds every block
+    the run allocates, so nothing is preempted or evicted (where llmsim's eviction order differs from vLLM's:
+    docs/simulator.md)."""
+    rng = random.Random(1000 + seed)
+    bs = rng.choice([1, 4, 16])
+    budget, seats = rng.choice([8, 16, 40, 64, 512]), rng.choice([1, 2, 3, 256])
+    roots = [[(k, j) for j in range(rng.randint(1, 8))] for k in range(rng.randint(1, 3))]
+    rows, ids, reqs, t = [], [], [], 0.0
+    for i in range(rng.randint(2, 10)):
+        t = round(t + rng.choice([0.0, 0.0, 0.001, 0.02]), 6)
+        root = rng.choice(roots)
+        shared = rng.randint(0, len(root))
+        prompt = max(1, shared * bs + rng.randint(0, 2 * bs))
+        shared = min(shared, prompt // bs)
+        own = root[:shared] + [("own", i, j) for j in range(-(-prompt // bs) - shared)]
+        rows.append((t, prompt, rng.randint(1, 6)))
+        ids.append(own)
+        reqs.append((i, t, prompt, rows[-1][2], own))
+    blocks = sum(-(-(p + o) // bs) for _, p, o in rows) + 1
+    want, pool = v1_reference(rows, budget, seats, bs, blocks, ids)
+    assert pool.evicted == 0 and all(w[2] == 0 for w in want)
+    for fast in (False, True):
+        res = run([req(i, a, p, o, own, bs) for i, a, p, o, own in reqs], fast, max_num_batched_tokens=budget,
+                  max_num_seqs=seats, block_size=bs, num_gpu_blocks=blocks)
+        df = res.requests.sort_values("id")
+        got = [(round(a, 9), round(b, 9), int(c), int(d))
+               for a, b, c, d in zip(df.first_token, df.finish, df.preemptions, df.cached_tokens)]
+        assert got == want, (fast, rows, ids)
+        assert (res.summary["prefix_cache_queries"], res.summary["prefix_cache_hits"]) == (pool.queries, pool.hits)
 
 
 def _cancel_at(t, rows, cancelled, **engine):

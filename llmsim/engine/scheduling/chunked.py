@@ -5,7 +5,9 @@ next tokens (1 for a decode, a chunk of a partial prefill) within ``max_num_batc
 request that cannot get a block preempts the last running one (recompute, or swap if configured);
 when nothing was preempted, swapped-out then waiting requests are admitted FCFS with chunks of the
 remaining budget while ``max_num_seqs`` allows (waiting ones once nothing is swapped out, except those whose KV
-landed from a prefill instance, which hold their blocks). No watermark (V1 has none).
+landed from a prefill instance, which hold their blocks). No watermark (V1 has none). With prefix caching, the
+prompt blocks a request is allocated for this step are cached at once (``KVCache.allocated``), as V1's
+``KVCacheManager.allocate_slots`` caches them: a request admitted later in the same step reuses them.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class ChunkedPrefillPolicy(BatchPolicy):
             if victim is r:
                 break
             kv.allocate(r, need)
+            kv.allocated(r, n_new)
             r.n_new = n_new
             batch.append(r)
             budget -= n_new
@@ -99,6 +102,7 @@ class ChunkedPrefillPolicy(BatchPolicy):
             if need > kv.free:
                 break
             out.transfer_blocks += inst.swap_in(r, need)
+            kv.allocated(r, n_new)
             r.n_new = n_new
             out.batch.append(r)
             budget -= n_new
@@ -119,6 +123,7 @@ class ChunkedPrefillPolicy(BatchPolicy):
             if need + taken > kv.free:
                 break
             inst.admit(r, n_new, need, now, hit)
+            kv.allocated(r, n_new)
             out.batch.append(r)
             budget -= n_new
 
