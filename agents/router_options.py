@@ -25,7 +25,7 @@ def router_kwargs(name: str, kwargs: Mapping[str, Any], env: RoutingEnv, env_cfg
 
     if name in CAPACITY_ROUTERS:
         fill("kv_tokens", [kv_tokens(c) for c in env.instance_configs])
-        fill("max_num_seqs", int(env.instance_configs[0].engine.max_num_seqs))
+        fill("max_num_seqs", int(env.instance_configs[0].resolved_engine().max_num_seqs))
     if name == "max_capacity" and env.decision == "tick":
         # The env routes at most one request per tick, so the paper's 1 s rounds would leave most requests to the
         # env's max-wait fallback (-115 % vs RR); a round per tick keeps the rule without starving it.

@@ -48,6 +48,12 @@ class InstanceConfig:
         return load_profile(self.model, self.gpu, self.tp, self.profile_kind, ep=self.ep,
                             kv_cache_dtype=self.kv_cache_dtype)
 
+    def resolved_engine(self) -> EngineConfig:
+        """The engine settings the instance runs with: defaults that depend on the model, the GPU and the batch
+        policy filled in (``EngineConfig.resolved``), e.g. ``max_num_seqs`` where it was not set."""
+        prof = self.build_profile()
+        return self.engine.resolved(prof.model.max_position, prof.model.name, prof.gpu)
+
 
 _SPEC_FIELDS = ("model", "gpu", "tp", "ep", "kv_cache_dtype", "profile_kind", "device", "host_cache_gb", "storage_gbps",
                 "swap_overhead_s")  # (role: checked with the disaggregation layout, llmsim.cluster.assemble)

@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-expert-parallel", action="store_true",
                    help="spread a mixture-of-experts model's experts over the --tp GPUs (vLLM's flag)")
     p.add_argument("--max-num-seqs", type=_int(1), default=None,
-                   help=f"max requests in a batch (default llmsim's {EngineConfig().max_num_seqs})")
+                   help="max requests in a batch (default as vLLM's: 1024 with --engine chunked on a GPU of >= 70 GiB "
+                   "other than an A100, else 256)")
     p.add_argument("--max-model-len", type=_int(2), default=None, help="context length (default: the model's)")
     p.add_argument("--num-gpu-blocks", type=_int(1), default=None,
                    help="KV-cache blocks, overriding what the profile's memory model gives")

@@ -62,11 +62,11 @@ class Instance:
                  name: str = "") -> None:
         self.idx = idx
         self.env = env
-        self.config = cfg = config.resolved(profile.model.max_position, profile.model.name)
+        self.config = cfg = config.resolved(profile.model.max_position, profile.model.name, profile.gpu)
         self.name = name or f"{idx}:{profile.name}"
         self.recorder = recorder  # where every outcome is reported (and observed: Recorder.subscribe)
         self.block_size = cfg.block_size
-        self.max_seqs = cfg.max_num_seqs
+        self.max_seqs: int = cfg.max_num_seqs  # type: ignore[assignment]  # (resolved: set)
         self.max_batched: int = cfg.max_num_batched_tokens  # type: ignore[assignment]  # (resolved: set)
         self.max_model_len: int = cfg.max_model_len  # type: ignore[assignment]
         self._size_for(profile)  # (sets ``fast``, which the policy's decode cohort follows)

@@ -127,9 +127,10 @@ def enumerate_candidates(dcfg: DeployConfig, prices: dict[str, float], base: dic
             raise ConfigError(f"deploy.engines[{k}].{e}") from None
         eng = EngineConfig.parse({**(base.get("engine") or {}), **over}, f"deploy.engines[{k}]")
         try:
-            engines[name] = (over, str(kv_dtype).lower(), eng.resolved(model.max_position, model.name))
+            eng.resolved(model.max_position, model.name)  # (checked here; resolved for each GPU in check_candidate)
         except ConfigError as e:
             raise ConfigError(f"deploy.engines[{k}] ({name}): {e}") from None
+        engines[name] = (over, str(kv_dtype).lower(), eng)
     keep, skipped = [], []
     for k, g in enumerate(dcfg.gpus):
         try:
@@ -165,6 +166,8 @@ def check_candidate(cand: Candidate, model: str, eng: Any, dcfg: DeployConfig) -
     if not measured and not dcfg.allow_estimated_profiles:
         return "no_profile", f"no measured profile for {model} on {cand.gpu} tp{cand.tp}"
     cand.estimated_profile = not measured  # the roofline stands in (allow_estimated_profiles)
+    spec = get_model(model)
+    eng = eng.resolved(spec.max_position, spec.name, prof.gpu)  # (the GPU's default budget and seats)
     try:
         kv = (eng.num_gpu_blocks * eng.block_size if eng.num_gpu_blocks
               else prof.kv_capacity_tokens(eng.gpu_memory_utilization))

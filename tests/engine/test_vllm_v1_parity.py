@@ -13,6 +13,7 @@ import pytest
 from llmsim import EngineConfig, InstanceConfig, simulate
 from llmsim.cluster import Cluster
 from llmsim.event_loop import ROUTE
+from llmsim.perf.hardware import get_gpu
 from llmsim.request import Request
 from llmsim.routing import make_router
 from llmsim.testing import LinearProfile, requests
@@ -168,11 +169,41 @@ def test_a_request_admitted_behind_a_chunked_prefill_hits_the_blocks_of_its_last
     assert df.first_token.tolist() == pytest.approx([0.101, 0.101])
 
 
-def test_the_default_budget_and_seats_do_not_depend_on_the_gpu():
-    """A documented difference: ``vllm serve`` defaults to 8192 batched tokens and 1024 seats on GPUs of >= 70 GiB
-    other than the A100 (EngineArgs.get_batch_defaults); llmsim's chunked policy uses 2048 and 256 on every GPU."""
-    cfg = EngineConfig(policy="chunked").resolved(4096)
-    assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (2048, 256)
+@pytest.mark.parametrize(("gpu", "want"), [
+    ("h100", (8192, 1024)), ("h200", (8192, 1024)), ("rtx-pro-6000", (8192, 1024)),
+    ("a100-80gb", (2048, 256)), ("a100-80gb-pcie", (2048, 256)), ("l40s", (2048, 256)), (None, (2048, 256))])
+def test_the_default_budget_and_seats_are_vllm_serves_for_the_gpu(gpu, want):
+    """``vllm serve`` (EngineArgs.get_batch_defaults, OPENAI_API_SERVER): 8192 batched tokens and 1024 seats on a GPU
+    of >= 70 GiB other than an A100, else 2048 and 256. vllm_v0 keeps its defaults on every GPU."""
+    spec = get_gpu(gpu) if gpu else None
+    cfg = EngineConfig(policy="chunked").resolved(4096, gpu=spec)
+    assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == want
+    v0 = EngineConfig(policy="vllm_v0").resolved(4096, gpu=spec)
+    assert (v0.max_num_batched_tokens, v0.max_num_seqs) == (4096, 256)
+
+
+def test_values_set_are_kept_and_defaults_are_capped_as_vllm_caps_them():
+    """An explicit 256 stays 256 on an H100; default seats are at most the budget, a default budget at most seats x
+    max_model_len (_set_default_max_num_seqs_and_batched_tokens_args)."""
+    h100 = get_gpu("h100")
+
+    def limits(**kw):
+        cfg = EngineConfig(policy="chunked", **kw).resolved(4096, gpu=h100)
+        return cfg.max_num_batched_tokens, cfg.max_num_seqs
+
+    assert limits(max_num_seqs=256) == (8192, 256)
+    assert limits(max_num_batched_tokens=2048) == (2048, 1024)
+    assert limits(max_num_batched_tokens=512) == (512, 512)
+    assert limits(max_num_seqs=2, max_model_len=1000) == (2000, 2)
+    assert limits(max_num_seqs=1024, max_num_batched_tokens=300) == (300, 1024)
+
+
+def test_an_h100_instance_runs_with_vllms_batch_defaults():
+    inst = Cluster([InstanceConfig("llama-3-8b", "h100", engine=EngineConfig(policy="chunked"))],
+                   make_router("round_robin")).instances[0]
+    assert (inst.max_batched, inst.max_seqs) == (8192, 1024)
+    ic = InstanceConfig("llama-3-8b", "a100-80gb", engine=EngineConfig(policy="chunked"))
+    assert (ic.resolved_engine().max_num_batched_tokens, ic.resolved_engine().max_num_seqs) == (2048, 256)
 
 
 class V1Pool:

@@ -26,6 +26,7 @@ from llmsim.registry import Registry
 
 if TYPE_CHECKING:
     from llmsim.engine.kv import KVCache
+    from llmsim.perf.hardware import GpuSpec
     from llmsim.request import Request
 
 
@@ -92,6 +93,14 @@ class BatchPolicy:
     def default_max_num_batched_tokens(cls, max_model_len: int) -> int:
         """The token budget when ``engine.max_num_batched_tokens`` is not set."""
         return max(max_model_len, 2048) if cls.prefills_whole_prompts else 2048
+
+    @classmethod
+    def batch_limits(cls, max_model_len: int, gpu: GpuSpec | None, budget: int | None,
+                     seats: int | None) -> tuple[int, int]:
+        """(token budget, seats) from the user's values, None where not set: the default budget above and 256
+        seats (vLLM V0's ``max_num_seqs``), on any GPU."""
+        return (cls.default_max_num_batched_tokens(max_model_len) if budget is None else budget,
+                256 if seats is None else seats)
 
     def schedule(self, inst: Engine, now: float) -> Scheduled:
         raise NotImplementedError

@@ -18,7 +18,11 @@ from llmsim.engine.scheduling.base import BatchPolicy, Scheduled, register_batch
 
 if TYPE_CHECKING:
     from llmsim.engine.scheduling.base import Engine
+    from llmsim.perf.hardware import GpuSpec
     from llmsim.request import Request
+
+
+BIG_GPU_BYTES = 70 * 1024**3  # vLLM's threshold for its larger batch defaults (device memory, GiB)
 
 
 @register_batch_policy
@@ -29,8 +33,22 @@ class ChunkedPrefillPolicy(BatchPolicy):
 
     @classmethod
     def default_max_num_batched_tokens(cls, max_model_len: int) -> int:
-        """vLLM V1's chunked-prefill budget."""
+        """vLLM V1's chunked-prefill budget (``vllm serve``) on a GPU below :data:`BIG_GPU_BYTES` or an A100."""
         return 2048
+
+    @classmethod
+    def batch_limits(cls, max_model_len: int, gpu: GpuSpec | None, budget: int | None,
+                     seats: int | None) -> tuple[int, int]:
+        """vLLM's defaults for ``vllm serve`` (``EngineArgs.get_batch_defaults``, OPENAI_API_SERVER): on a GPU of at
+        least 70 GiB other than an A100 (the name), 8,192 tokens and 1,024 seats, else this policy's default budget
+        and 256; then, as ``_set_default_max_num_seqs_and_batched_tokens_args``, a default budget at most seats x
+        ``max_model_len`` and default seats at most the budget. Values the user set are kept as they are."""
+        big = gpu is not None and gpu.memory_bytes >= BIG_GPU_BYTES and "a100" not in gpu.name.lower()
+        mbt = (8192 if big else cls.default_max_num_batched_tokens(max_model_len)) if budget is None else budget
+        n = (1024 if big else 256) if seats is None else seats
+        if budget is None:
+            mbt = min(mbt, n * max_model_len)
+        return mbt, (min(n, mbt) if seats is None else n)
 
     def schedule(self, inst: Engine, now: float) -> Scheduled:
         out = Scheduled()
