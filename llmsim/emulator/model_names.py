@@ -4,22 +4,18 @@ A model is named three ways (docs/models.md): a registered name or alias, a Hugg
 path of a ``config.json`` (or of the folder holding one). The registry lookup would try any unknown name as a path
 relative to the working directory, so a plain name (``my-finetune``, a backend's served name) was read from a
 file of that name in whatever folder the server was started in. Here a name is read from disk only when it is an
-explicit path (:func:`looks_like_path`); any other name is looked up in llmsim's registry and, for an ``org/name``
-id, in the local hub cache only. Shared by the emulator (``--model``) and the live router (its backends' models).
+explicit path (:func:`llmsim.perf.models.looks_like_path`, the rule ``get_model`` itself follows); any other name
+is looked up in llmsim's registry and, for an ``org/name`` id, in the local hub cache only.
+Shared by the emulator (``--model``) and the live router (its backends' models).
 """
 
 from __future__ import annotations
 
 from llmsim.errors import ConfigError
 from llmsim.perf.hf_config import hub_cache_config, hub_cache_dir
-from llmsim.perf.models import MODELS
+from llmsim.perf.models import MODELS, PATH_FORMS, looks_like_path
 
-PATH_FORMS = "a path starts with /, ./, ../ or ~, or ends in .json"
-
-
-def looks_like_path(name: str) -> bool:
-    """A model given by a file system path rather than by a name or a Hugging Face id (``org/name``)."""
-    return name.startswith(("/", "./", "../", "~")) or name.endswith(".json") or name.count("/") > 1
+__all__ = ["PATH_FORMS", "looks_like_path", "model_source", "registered"]
 
 
 def registered(name: str) -> bool:

@@ -336,9 +336,10 @@ def get_model(name: str) -> ModelSpec:
     found = config_path(name)
     if found is None:
         raise ConfigError(
-            f"unknown model {name!r}: give a registered name ({', '.join(sorted(MODELS))}), a Hugging Face id "
-            f"whose config.json is in the local hub cache ({hub_cache_dir()}), or the path of a config.json "
-            "(Python: llmsim.perf.models.from_hf_config)")
+            f"unknown model {name[:200]!r}: give a registered name ({', '.join(sorted(MODELS))}), a Hugging Face "
+            f"id (org/name) whose config.json is in the local hub cache ({hub_cache_dir()}), or the path of a "
+            f"config.json or its folder ({PATH_FORMS}; a plain name is never read from the working directory; "
+            "Python: llmsim.perf.models.from_hf_config)")
     spec = registered_twin(from_hf_config(str(found)), str(found))
     _FROM_FILES[name] = spec
     if spec.name.lower() not in MODELS:  # its name now resolves too (planning and profiles pass names on)
@@ -346,12 +347,24 @@ def get_model(name: str) -> ModelSpec:
     return spec
 
 
+PATH_FORMS = "a path starts with /, ./, ../ or ~, or ends in .json"
+
+
+def looks_like_path(name: str) -> bool:
+    """A model given by a file system path rather than by a name or a Hugging Face id (``org/name``): only such a
+    name is read from disk, so a plain name never means a file that happens to be in the working directory."""
+    return name.startswith(("/", "./", "../", "~")) or name.endswith(".json") or name.count("/") > 1
+
+
 def config_path(name: str) -> Path | None:
-    """The file or folder ``name`` gives a config by: a path, else a Hugging Face id in the hub cache; None when
-    there is none, a name the file system cannot even look up included (a routed backend may name its model so)."""
+    """The file or folder ``name`` gives a config by: an explicit path (:func:`looks_like_path`), else a Hugging
+    Face id in the hub cache; None when there is none, a name the file system cannot even look up included (a
+    routed backend may name its model so)."""
     try:
+        if not looks_like_path(name):
+            return hub_cache_config(name)
         path = Path(name).expanduser()
-        return path if path.exists() else hub_cache_config(name)
+        return path if path.exists() else None
     except (OSError, RuntimeError):  # (a file name over NAME_MAX: ENAMETOOLONG; ~user of no such user)
         return None
 

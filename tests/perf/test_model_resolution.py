@@ -15,6 +15,7 @@ from llmsim.emulator.cli import build_parser
 from llmsim.emulator.engine import EmulatorOptions, StreamingRecorder, build_instance
 from llmsim.errors import ConfigError, ProfileError
 from llmsim.event_loop import SimEnv
+from llmsim.perf import models
 from llmsim.perf.models import get_model
 from llmsim.perf.profile import load_profile
 from tests.perf.helpers import tiny
@@ -107,3 +108,31 @@ def test_a_name_the_file_system_cannot_look_up_is_an_unknown_model(name):
     RuntimeError) out of every caller, the live router's pricing of a backend by its served name included."""
     with pytest.raises(ConfigError, match="unknown model"):
         get_model(name)
+
+
+@pytest.mark.parametrize("name", ["wd-finetune", "acme/wd-finetune"])
+def test_a_plain_name_is_never_read_from_the_working_directory(tmp_path, monkeypatch, name):
+    """A config (or its folder) in the working directory named like the model was read as the model: what a name
+    means depended on where the simulator ran. Only an explicit path is read from disk; the same file by ./name
+    is."""
+    monkeypatch.setattr(models, "MODELS", dict(models.MODELS))  # (a resolved config registers its name)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    (tmp_path / name).mkdir(parents=True)
+    shutil.copy(tiny("tiny-llama"), tmp_path / name / "config.json")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        get_model(name)
+    msg = str(e.value)
+    assert msg.startswith(f"unknown model {name!r}") and "starts with /, ./, ../ or ~" in msg and "\n" not in msg
+    assert get_model(f"./{name}").q_dim == 128
+
+
+def test_a_path_a_registered_name_and_a_config_file_name_resolve_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(models, "MODELS", dict(models.MODELS))
+    folder = tmp_path / "cfgs"
+    folder.mkdir()
+    shutil.copy(tiny("tiny-llama"), folder / "wd-tiny.json")
+    monkeypatch.chdir(folder)
+    assert get_model("wd-tiny.json").q_dim == 128  # (a .json name is a path)
+    assert get_model("llama-3.1-8b").name == "llama-3.1-8b"
+    assert get_model(str(folder / "wd-tiny.json")).q_dim == 128
