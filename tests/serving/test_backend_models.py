@@ -267,3 +267,22 @@ def test_a_plain_model_name_is_never_read_from_the_working_directory(tmp_path, m
                                           r"unknown model 'my-finetune': give a registered name .*plain name is never"):
         parse_config(config({"llmsim_model": "my-finetune"}))
     assert parse_config(config({"llmsim_model": "./my-finetune"})).backends[0].model_spec.name == "tiny-llama"
+
+
+@pytest.mark.parametrize("down", [{"gpu": None}, {"gpu": "tpu-x9"}, {"model": "my-finetune", "gpu": None}])
+def test_a_down_backend_qlm_cannot_price_is_no_candidate_not_a_failed_decision(down) -> None:
+    """qlm priced every backend, a down one it cannot price (no gpu, an unknown GPU) included: every decision
+    failed (a policy error, the request sent to the least loaded backend). A down backend is not a candidate: the
+    decisions are qlm's, the same as without it; once it is healthy the router's unpriced rule applies (counted)."""
+    priced = {"model": "llama-3.1-8b"}
+    gw = gateway(config(priced, priced, down), ["llama-3.1-8b", "llama-3.1-8b", down.get("model", "llama-3.1-8b")])
+    gw.backends[2].up = False
+    ref = gateway(config(priced, priced), ["llama-3.1-8b", "llama-3.1-8b"])
+    reqs = [Request(i, 0.0, 100 + 900 * (i % 3), 10 + 50 * (i % 2)) for i in range(8)]
+    assert [gw.decide(r, [0, 1], held=False) for r in reqs] == [ref.decide(r, [0, 1], held=False) for r in reqs]
+    reg = gw.metrics.registry
+    assert reg.get_sample_value("llmsim_router_policy_errors_total") == 0 and unpriced(gw) == 0
+    assert not reg.get_sample_value("llmsim_router_fallbacks_total")
+    gw.backends[2].up = True
+    assert gw.decide(Request(8, 0.0, 100, 10), [0, 1, 2], held=False) in (0, 1, 2)
+    assert unpriced(gw) == 1 and reg.get_sample_value("llmsim_router_policy_errors_total") == 0

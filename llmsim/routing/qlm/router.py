@@ -274,10 +274,11 @@ class QLMRouter(QLMOperations, Router):
         return gid
 
     def _group_cap(self, st: ClusterState) -> float:
-        """delta x average batch size (Algorithm 1); the batch is the estimator's full batch unless given."""
+        """delta x average batch size (Algorithm 1); the batch is the estimator's full batch unless given, averaged
+        over the up instances (a down one is no candidate, and a live one may be unpriceable)."""
         batch = self.avg_batch_size
         if batch is None:
-            sizes = [self._rates_of(i).batch_size for i in st.instances]
+            sizes = [self._rates_of(i).batch_size for i in (tuple(i for i in st.instances if i.up) or st.instances)]
             batch = sum(sizes) / len(sizes)
         return max(1.0, self.delta * batch)
 
@@ -387,10 +388,12 @@ class QLMRouter(QLMOperations, Router):
         return float(mean.sum()) / theta, math.sqrt(float(var.sum())) / theta
 
     def _problem(self, st: ClusterState, now: float) -> PlanProblem:
-        """The plan generator's input: every group on every queue it may use (W, C from the estimator)."""
+        """The plan generator's input: every group on every queue it may use (W, C from the estimator). Only those
+        queues are priced: a down instance no group is on (the live router's may be unpriceable) is not."""
         queues = []
+        held_on = {self._groups[g].queue for vq in self._vq for g in vq}
         for q, inst in enumerate(st.instances):
-            b_mean, b_std = self._backlog(inst)
+            b_mean, b_std = self._backlog(inst) if inst.up or q in held_on else (0.0, 0.0)
             h = self._hosts[q] if self._hosts else None
             swap = {} if h is None else dict(zip(h.catalog, h.swap_s))  # a single-model one never swaps
             queues.append(VirtualQueue(str(q), self._loaded(q, st), swap_s=swap, default_swap_s=0.0,
@@ -405,10 +408,13 @@ class QLMRouter(QLMOperations, Router):
             for q, inst in enumerate(st.instances):
                 # a started group stays where it runs (the paper: load balancing is not preemptive)
                 ok = q == g.queue or (q in g.candidates and self.ops["load_balancing"] and not g.started)
-                rates = self._rates_of(inst, g.model)
-                cm, cs = group_completion(rates, n, prompt, om.mean, om.std)  # Eq. 5: the max over its requests
-                s_mean.append(n * om.mean / rates.theta if ok else math.inf)
-                s_std.append(math.sqrt(n) * om.std / rates.theta)
+                if not ok and not inst.up:  # (its times would be unused: never priced)
+                    theta, cm, cs = math.inf, math.inf, 0.0
+                else:
+                    theta = self._rates_of(inst, g.model).theta
+                    cm, cs = group_completion(self._rates_of(inst, g.model), n, prompt, om.mean, om.std)  # Eq. 5
+                s_mean.append(n * om.mean / theta if ok else math.inf)
+                s_std.append(math.sqrt(n) * om.std / theta)
                 c_mean.append(cm if ok else math.inf)
                 c_std.append(cs)
             deadline = g.members[0][1] + g.slo_s - now
