@@ -125,7 +125,8 @@ def load_json_file(path: str | Path, error: type[LLMSimError] = ConfigError) -> 
     try:
         return json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as e:
-        raise error(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        # some of json's messages end in "at" ("Unterminated string starting at"): the position follows once
+        raise error(f"{path}: not valid JSON ({e.msg.removesuffix(' at')} at line {e.lineno})") from None
     except DuplicateJSONKey as e:
         raise error(f"{path}: key {e.key[:60]!r} given twice in one object; give each key once") from None
 

@@ -189,3 +189,20 @@ def test_every_committed_json_file_has_unique_keys():
     assert len(files) > 10
     for f in files:
         load_json_file(f)
+
+
+@pytest.mark.parametrize("text,line", [
+    ('{\n\n\n\n"a": "abc', "not valid JSON (Unterminated string starting at line 5)"),
+    ('{\n"a": "x\ty"}', "not valid JSON (Invalid control character at line 2)"),
+    ('{"a": }', "not valid JSON (Expecting value at line 1)"),
+])
+def test_a_json_syntax_error_is_one_line_naming_the_line_once(tmp_path, text, line):
+    """json's messages ending in "at" ("starting at", "character at") are followed by the position, not by a
+    second "at"."""
+    from llmsim.errors import ConfigError, load_json_file
+
+    f = tmp_path / "bad.json"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_json_file(f)
+    assert str(e.value) == f"{f}: {line}"
