@@ -24,7 +24,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, validate_call
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationError, validate_call
 from pydantic_core import PydanticCustomError
 
 from llmsim.errors import ConfigError
@@ -353,9 +353,9 @@ class OutputConfig(Schema):
     where: ClassVar[str] = "output"
     format: Literal["csv", "parquet"] = "csv"
     stream: Literal["parquet"] | None = None  # parquet: requests.parquet written as requests finish (bounded memory)
-    plots: bool = True
-    progress: bool = True
-    save: bool = True
+    plots: StrictBool = True
+    progress: StrictBool = True
+    save: StrictBool = True
 
 
 class PolicyConfig(Schema):

@@ -72,6 +72,14 @@ BAD = [
     ("sim.metrics_interval", "2.5", r"^sim.metrics_interval: expected a number, not a string"),
     ("workload.arrival", {"process": "poisson", "rate": "5"}, r"^workload.arrival.rate: expected a number, not a str"),
     ("slo.e2el_ms", "fast", r"^slo.e2el_ms: expected a number, got 'fast'$"),
+    # a switch is true or false: pydantic's lax mode read 'yes', 'no', 1 and 0 as booleans without a word
+    ("engine.fast_path", "yes", r"^engine.fast_path: expected true or false, got 'yes'$"),
+    ("engine.fast_path", 0, r"^engine.fast_path: expected true or false, got 0$"),
+    ("engine.enable_prefix_caching", "no", r"^engine.enable_prefix_caching: expected true or false, got 'no'$"),
+    ("engine.enable_prefix_caching", 1, r"^engine.enable_prefix_caching: expected true or false, got 1$"),
+    ("output.plots", "yes", r"^output.plots: expected true or false, got 'yes'$"),
+    ("output.progress", 1, r"^output.progress: expected true or false, got 1$"),
+    ("output.save", "no", r"^output.save: expected true or false, got 'no'$"),
 ]
 
 
@@ -129,3 +137,13 @@ def test_batch_policy_defaults_come_from_the_policy() -> None:
     cfg["workload"]["prompt"] = {"dist": "fixed", "value": 3000}
     s = run_from_config(cfg).summary
     assert s["completed"] == 20 and s["dropped"] == 0
+
+
+def test_a_bad_global_engine_key_is_named_as_written_not_per_instance() -> None:
+    """The global ``engine`` group is merged into every instance's; its bad key is still ``engine.<key>``."""
+    with pytest.raises(ConfigError) as e:
+        instances_from_config(BASE["cluster"], {"fast_path": "yes"})
+    assert str(e.value) == "engine.fast_path: expected true or false, got 'yes'"
+    spec = {"instances": [{"model": "llama-2-7b", "gpu": "a100-80gb", "engine": {"save": 1}}]}
+    with pytest.raises(ConfigError, match=r"^cluster.instances\[0\].engine: unknown key 'save'"):
+        instances_from_config(spec, {"fast_path": False})

@@ -113,6 +113,8 @@ def instances_from_config(cluster: Mapping[str, Any] | ClusterConfig,
                           engine: Mapping[str, Any] | EngineConfig | None = None) -> list[InstanceConfig]:
     """``cluster.instances`` entries (with ``count``) expanded; per-entry ``engine`` overrides the global one."""
     cfg = ClusterConfig.parse(cluster)
+    if engine is not None and not isinstance(engine, EngineConfig):
+        engine_config(engine)  # a bad global key is named as the user wrote it, not as an instance's merged one
     out: list[InstanceConfig] = []
     for k, spec in enumerate(cfg.instances):
         out += expand_instance(spec, engine, f"cluster.instances[{k}]")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, StrictBool
 
 from llmsim.engine.scheduling import BATCH_POLICIES
 from llmsim.errors import ConfigError
@@ -53,9 +53,9 @@ class EngineConfig(Schema):
     preemption: Literal["recompute", "swap"] = "recompute"
     swap_space_gb: NonNegFloat = 4.0
     num_gpu_blocks: PosInt | None = None
-    fast_path: bool = True
+    fast_path: StrictBool = True
     step_time_scale: PosFloat = 1.0
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: StrictBool = True
 
     def resolved(self, model_max_len: int, model_name: str = "the model", gpu: GpuSpec | None = None) -> EngineConfig:
         """A copy with the model-, GPU- and policy-dependent defaults filled in (``gpu``: the instance's; None: the

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from llmsim.engine.config import EngineConfig
 from llmsim.errors import ConfigError
@@ -40,13 +40,13 @@ class DeployConfig(Schema):
     max_gpus: PosInt = 64
     counts: list[PosInt] = [1, 2, 4, 8, 16, 32, 64]
     budget: PosInt = 600
-    allow_estimated_profiles: bool = False
-    prune: bool = True
-    verify: bool = True
+    allow_estimated_profiles: StrictBool = False
+    prune: StrictBool = True
+    verify: StrictBool = True
     verify_parallel: PosInt = 2
     max_extra_replicas: NonNegInt = 2
     fewer_replicas_slack: Annotated[NonNegFloat, Field(lt=1)] = 0.1
-    measure_chosen: bool = True
+    measure_chosen: StrictBool = True
 
 
 class Prices(Schema):

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from llmsim.errors import ConfigError
 from llmsim.schema import Fraction, NonNegInt, PosFloat, PosInt, Schema
@@ -35,7 +35,7 @@ class CapacityConfig(Schema):
     growth: Annotated[PosFloat, Field(gt=1, le=100)] = 2.0
     tolerance: Fraction = 0.05
     num_requests: PosInt = 1000
-    requests_per_instance: bool = False  # true: num_requests per instance (compare clusters of different sizes)
+    requests_per_instance: StrictBool = False  # true: num_requests per instance (compare clusters of different sizes)
     policies: Annotated[list[str | dict[str, Any]], Field(min_length=1)] | None = None
     clusters: Annotated[list[str | dict[str, Any]], Field(min_length=1)] | None = None
     workers: PosInt | None = None
@@ -45,7 +45,7 @@ class CapacityConfig(Schema):
         "slo_attainment")
     # false: simulate on profiles without their skewed-decode term (llmsim.perf.decode_skew), as replay's
     # --no-decode-skew; a profile without one is unchanged
-    decode_skew: bool = True
+    decode_skew: StrictBool = True
 
     def checked(self) -> CapacityConfig:
         """Relations between keys, one line each (pydantic would report the whole mapping as the input)."""

@@ -201,6 +201,8 @@ def test_decode_skew_switch_moves_only_a_profile_with_a_skew_table(model, gpu, s
     ({"policies": []}, "capacity.policies: expected a list of at least 1 item, got []"),
     ({"clusters": ["a100x4", "v100x5"]}, "capacity.clusters[1]: unknown value 'v100x5' (did you mean 'v100x4'?)"),
     ({"clusters": [{"instances": [{"gpus": "a100"}]}]}, "capacity.clusters[0].instances[0]: unknown key 'gpus'"),
+    ({"decode_skew": "no"}, "capacity.decode_skew: expected true or false, got 'no'"),
+    ({"requests_per_instance": 1}, "capacity.requests_per_instance: expected true or false, got 1"),
 ])
 def test_bad_capacity_config_is_one_line(capacity, needle, tmp_path) -> None:
     with pytest.raises(ConfigError) as e:

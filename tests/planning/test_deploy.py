@@ -49,6 +49,10 @@ def test_memory_check_on_the_roofline_when_allowed() -> None:
     ({"tp": []}, "deploy.tp: expected a list of at least 1 item, got []"),
     ({"model": "gpt-9"}, "deploy.model: unknown model"),
     ({"gpus": ["titan-rtx"]}, "deploy: no configuration left to simulate ({'no_price': 1})"),
+    ({"prune": "yes"}, "deploy.prune: expected true or false, got 'yes'"),
+    ({"verify": 0}, "deploy.verify: expected true or false, got 0"),
+    ({"allow_estimated_profiles": "no"}, "deploy.allow_estimated_profiles: expected true or false, got 'no'"),
+    ({"measure_chosen": 1}, "deploy.measure_chosen: expected true or false, got 1"),
 ])
 def test_bad_deploy_config_is_one_line(deploy, needle, tmp_path) -> None:
     cfg = compose(deploy=deploy, prices={"per_gpu_hour": PRICES})
