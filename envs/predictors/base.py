@@ -173,10 +173,8 @@ class AblatedPredictor(Predictor):
             raise ConfigError("predictor.base: an ablate predictor cannot wrap another; list every output to zero "
                               "in one 'zero'")
         kind = base.get("kind") if isinstance(base, dict) else base
-        if kind in ("learned", "learned_qos"):
-            raise ConfigError(f"predictor.base: {kind!r} is a learned predictor, which the env does not build; wrap "
-                              f"it with llmsim.envs.predictors.from_config.make_agent_predictor and pass the result "
-                              f"as the env's predictor (training runs ablate oracle, noisy or zero bases)")
+        if kind in LEARNED:
+            raise ConfigError(not_fitted_here("predictor.base", kind, "the whole ablate spec", ("ablate",)))
         try:
             self.base = make_predictor(base, seed=seed)
         except ConfigError as e:
@@ -189,6 +187,17 @@ class AblatedPredictor(Predictor):
         lens, qual = self.base.predict(req, models)
         return (np.zeros(len(models)) if "length" in self.zero else lens,
                 np.zeros(len(models)) if "score" in self.zero else qual)
+
+
+LEARNED = ("learned", "learned_qos")  # fitted by from_config.make_agent_predictor (needs the training stack)
+FITTED_BY = "llmsim.envs.predictors.from_config.make_agent_predictor, which fits it first, as llmsim-train does"
+
+
+def not_fitted_here(where: str, kind: str, what: str, besides: tuple[str, ...] = ()) -> str:
+    """Why the env refuses a learned predictor ``kind`` at ``where``, and what builds it instead."""
+    own = ", ".join(n for n in sorted(PREDICTORS.names()) if n not in besides)
+    return (f"{where}: {kind!r} is a learned predictor, which the env does not fit (its own: {own}); give {what} to "
+            f"{FITTED_BY}, and pass its result as the env's predictor")
 
 
 PREDICTORS: Registry[type[Predictor]] = Registry("predictor")
@@ -204,5 +213,10 @@ def make_predictor(spec: str | dict | Predictor | None, seed: int = 0) -> Predic
     if isinstance(spec, dict) and "kind" not in spec:
         spec = {"kind": "noisy", **spec}
     kind = spec.get("kind") if isinstance(spec, dict) else spec
+    if kind in LEARNED:
+        raise ConfigError(not_fitted_here("predictor", kind, "it"))
+    if isinstance(kind, str) and kind not in PREDICTORS:
+        raise ConfigError(f"predictor: unknown predictor {kind!r}; expected one of {sorted(PREDICTORS.names())}, "
+                          f"or learned or learned_qos through {FITTED_BY}, and pass its result as the env's predictor")
     extra = {"seed": seed} if kind in ("noisy", "ablate") else {}
     return PREDICTORS.build(spec, Predictor, "oracle", "predictor", **extra)

@@ -263,6 +263,33 @@ def test_ablation_of_a_learned_predictor(fitted, tmp_path: Path) -> None:
                                         "zero": ["score"]}})
 
 
+FITTED_BY = ("llmsim.envs.predictors.from_config.make_agent_predictor, which fits it first, as llmsim-train does, "
+             "and pass its result as the env's predictor")
+
+
+@pytest.mark.parametrize(("spec", "line"), [
+    ({"kind": "ablate", "base": {"kind": "learned_qos", "path": "p.json"}, "zero": ["score"]},
+     "predictor.base: 'learned_qos' is a learned predictor, which the env does not fit (its own: noisy, oracle, "
+     "zero); give the whole ablate spec to " + FITTED_BY),
+    ({"kind": "ablate", "base": "learned", "zero": ["length"]},
+     "predictor.base: 'learned' is a learned predictor, which the env does not fit (its own: noisy, oracle, zero); "
+     "give the whole ablate spec to " + FITTED_BY),
+    ("learned", "predictor: 'learned' is a learned predictor, which the env does not fit (its own: ablate, noisy, "
+                "oracle, zero); give it to " + FITTED_BY),
+    ("nosuch", "predictor: unknown predictor 'nosuch'; expected one of ['ablate', 'noisy', 'oracle', 'zero'], or "
+               "learned or learned_qos through " + FITTED_BY),
+    ({"kind": "ablate", "base": "nosuch", "zero": ["score"]},
+     "predictor.base: unknown predictor 'nosuch'; expected one of ['ablate', 'noisy', 'oracle', 'zero'], or "
+     "learned or learned_qos through " + FITTED_BY),
+])
+def test_the_env_says_which_predictors_it_builds_and_where_learned_ones_are_fitted(spec, line: str) -> None:
+    """The env builds oracle, noisy, zero and ablate; learned ones (alone or as an ablate base) are fitted by
+    make_agent_predictor, which llmsim-train calls: the env's refusal says so rather than listing a partial set."""
+    with pytest.raises(ConfigError) as e:
+        make_predictor(spec)
+    assert str(e.value) == line
+
+
 @pytest.mark.parametrize(("name", "zero"), [("qos_edge_zs_pl", ["score"]), ("qos_edge_ps_zl", ["length"])])
 def test_ablation_experiments_ablate_the_env_predictor(name: str, zero: list[str]) -> None:
     """The experiment presets' base is the QoSEdge env's own predictor, so they differ from the main method only by
