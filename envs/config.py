@@ -15,7 +15,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from llmsim.errors import ConfigError
 from llmsim.schema import SLO, NonNegFloat, NonNegInt, PosFloat, PosInt, Schema
@@ -55,7 +55,7 @@ class RoutingEnvConfig(Schema):
     num_requests: PosInt = 1000
     decision: Literal["arrival", "tick"] = "arrival"
     tick: PosFloat = 0.02
-    tick_when_empty: bool = False
+    tick_when_empty: StrictBool = False
     action: Literal[ACTIONS] = "instance"  # type: ignore[valid-type]
     time_limit: NonNegFloat | None = None
     drain_time: NonNegFloat = 600.0

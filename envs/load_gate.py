@@ -15,7 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictBool,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from llmsim.routing.base import ROUTERS
 from llmsim.schema import NonNegFloat, PosFloat, Schema
@@ -53,8 +60,8 @@ class LoadGate(Schema):
     margin_below: PosFloat | None = None  # the margin only while the smoothed load is below this (None: any load)
     # the margin (also) while at least this share of the recent decisions came bunched (None: not for that)
     margin_burst: PosFloat | None = Field(default=None, le=1.0)
-    costless: bool = False  # from ``below`` on, the heuristic's choice wherever it costs nothing by its estimate
-    informed: bool = False  # the heuristic told every decision (its memory of what runs where), not only its own
+    costless: StrictBool = False  # from ``below`` on, the heuristic's choice wherever it costs nothing by its estimate
+    informed: StrictBool = False  # the heuristic told every decision (its memory of what runs where), not only its own
 
     @field_validator("router")
     @classmethod

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
+from pydantic import StrictBool
 
 from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
@@ -327,8 +328,9 @@ class BestEffortEnv(RoutingEnv):
     @validated("BestEffort-v0")
     def __init__(self, num_requests: PosInt = 2000, schedule: Literal["stable", "bursty", "bursty2"] = "stable",
                  rate: PosFloat | None = None, num_gpus: PosInt = 4, gpu: str = "titan-rtx",
-                 deadline: PosFloat = 0.04, soft: bool = False, task_deadlines: Mapping[str, PosFloat] | None = None,
-                 tasks: Sequence[str] | None = None, out_mean: PosFloat | None = None,
+                 deadline: PosFloat = 0.04, soft: StrictBool = False,
+                 task_deadlines: Mapping[str, PosFloat] | None = None, tasks: Sequence[str] | None = None,
+                 out_mean: PosFloat | None = None,
                  step_time_scale: PosFloat = BEST_EFFORT_STEP_SCALE, drain_time: NonNegFloat = BEST_EFFORT_DRAIN_S,
                  render_mode: str | None = None, **options: Any) -> None:
         check_testbed_keys("BestEffort-v0", BestEffortEnv, options)

@@ -85,7 +85,8 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: malformed JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        what = e.msg.removesuffix(" at")  # "Unterminated string starting at": the position follows once
+        raise ConfigError(f"{path}: malformed JSON ({what} at line {e.lineno}, column {e.colno})") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
 

@@ -49,6 +49,7 @@ def test_none_cluster_or_workload_means_the_default() -> None:
     ({"num_request": 5}, r"^env: unknown key 'num_request' \(did you mean 'num_requests'\?\)"),
     ({"instances": "llama"}, r"^env.instances: expected a list"),
     ({"slo": {"ttft_ms": -1}}, r"^env.slo.ttft_ms: expected a value > 0"),
+    ({"tick_when_empty": "yes"}, r"^env.tick_when_empty: expected true or false, got 'yes'"),
 ])
 def test_a_bad_key_is_one_line_naming_it(kwargs, pattern) -> None:
     with pytest.raises(ConfigError, match=pattern) as e:
@@ -79,3 +80,11 @@ def test_each_id_is_one_documented_class(env_id) -> None:
     for section in SECTIONS:
         assert section in doc, (env_id, section)
     assert isinstance(gym.make(env_id, num_requests=4).unwrapped, env_cls)
+
+
+@pytest.mark.parametrize("value", ["yes", 1])
+def test_a_testbed_switch_takes_only_true_or_false(value) -> None:
+    """'yes' or 1 for BestEffort's ``soft`` was read as True without a word."""
+    with pytest.raises(ConfigError, match=r"soft") as e:
+        gym.make("llmsim/BestEffort-v0", soft=value)
+    assert "\n" not in str(e.value)

@@ -88,3 +88,10 @@ def test_a_bad_burst_share_is_one_line_naming_the_key(value: float) -> None:
     with pytest.raises(ConfigError) as e:
         LoadGate.parse({"router": "jsq", "below": 2, "margin": 2, "margin_burst": value})
     assert str(e.value).startswith("load_gate.margin_burst") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("key", ["costless", "informed"])
+def test_a_gate_switch_takes_only_true_or_false(key) -> None:
+    """'yes' was read as True without a word."""
+    with pytest.raises(ConfigError, match=rf"{key}: expected true or false, got 'yes'"):
+        LoadGate.parse({"router": "jsq", "below": 1.0, key: "yes"})

@@ -234,6 +234,9 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path: Path, capsys: pytest.Ca
     (bad / "claims.json").write_text('{"claims": [')
     err = _one_line_error(["report", "--from", str(bad), "--report", report], capsys)
     assert str(bad / "claims.json") in err and "malformed JSON" in err
+    (bad / "claims.json").write_text('{"claims": "x')
+    err = _one_line_error(["report", "--from", str(bad), "--report", report], capsys)
+    assert "(Unterminated string starting at line 1, column 12)" in err  # not "starting at at line"
     (bad / "claims.json").write_text(json.dumps({"claims": [{"paper": "spec001", "claim": "x"}]}))
     assert "claim row 0" in _one_line_error(["report", "--from", str(bad), "--report", report], capsys)
     (bad / "claims.json").write_text(json.dumps({"command": "something", "claims": [_row("x", "reproduced", "P")]}))
