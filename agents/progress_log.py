@@ -5,6 +5,7 @@ both: progress.csv drops the rows written after the checkpoint, TensorBoard the 
 from __future__ import annotations
 
 import csv
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,23 @@ class TensorBoardEvents(TensorBoardOutputFormat):
 
     def __init__(self, folder: Path, purge_step: int | None = None) -> None:
         folder.mkdir(parents=True, exist_ok=True)
+        if purge_step is not None:
+            wait_for_a_later_event_file_name(folder)
         self.writer = SummaryWriter(log_dir=str(folder), purge_step=purge_step)
         self._is_closed = False
+
+
+def wait_for_a_later_event_file_name(folder: Path, limit_s: float = 2.0) -> None:
+    """Until this second is later than every event file's in ``folder``. TensorBoard reads a directory's event files
+    in name order and the purge applies to files read before it; names start with the second they were opened, then
+    a per-process counter that sorts as text (10 before 9), so a file opened in the same second as the interrupted
+    run's could be read first and its purge miss the events it replaces. Bounded: a clock set back waits at most
+    ``limit_s``."""
+    seconds = [int(p.name.split(".")[3]) for p in folder.glob("events.out.tfevents.*")
+               if len(p.name.split(".")) > 3 and p.name.split(".")[3].isdigit()]
+    deadline = time.monotonic() + limit_s
+    while seconds and int(time.time()) <= max(seconds) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def make_logger(run_dir: Path, upto: tuple[int, int] | None = None) -> Logger:

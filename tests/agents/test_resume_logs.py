@@ -3,6 +3,9 @@ each step once, with the values of the run that never stopped."""
 
 from __future__ import annotations
 
+import os
+import socket
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -71,3 +74,16 @@ def test_without_tensorboard_a_run_logs_to_progress_csv_and_says_so(tmp_path: Pa
     assert ("llmsim-train: warning: tensorboard is not installed: this run logs to progress.csv only (pip install "
             "'llmsim[rl]')") in capsys.readouterr().err.splitlines()
     assert "tensorboard --logdir" not in train_module.summary_lines(meta, tmp_path)[-1]
+
+
+def test_a_resumed_run_s_event_file_sorts_after_the_interrupted_one(tmp_path: Path) -> None:
+    """TensorBoard reads event files in name order and names start with the second they were opened: one opened in
+    the same second as the interrupted run's, with a per-process counter of 10 against 9, was read first, so its purge
+    missed the events it replaces (steps shown twice)."""
+    pytest.importorskip("tensorboard")
+    interrupted = tmp_path / f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.9"
+    interrupted.write_bytes(b"")
+    resumed = progress_log.TensorBoardEvents(tmp_path, purge_step=5)
+    resumed.close()
+    names = sorted(p.name for p in tmp_path.glob("events.out.tfevents.*"))
+    assert len(names) == 2 and names[0] == interrupted.name
