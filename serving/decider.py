@@ -27,7 +27,8 @@ class Decider:
     request until it timed out. ``forget`` resets the policy then; the requests still held are admitted again as
     they are decided again (at once: the gateway wakes them). A policy also takes a held request's candidates
     once, when it admits it: a backend that came up since (or went down) would never be offered it; so a held
-    request decided over other healthy backends than when it was held resets the policy too."""
+    request decided over other healthy backends than when it was held resets the policy too. An exported (ONNX)
+    policy keeps no queue and is never reset."""
 
     def __init__(self, cfg: PolicyConfig) -> None:
         self.cfg = cfg
@@ -71,6 +72,10 @@ class Decider:
 
     def decide(self, req: Request, state: ClusterState, allowed: Collection[int] | None = None) -> int:
         """The policy's answer for ``req``: an instance index (among ``allowed``), WAIT or DROP."""
+        if self.cfg.heuristic is None:
+            # an exported policy keeps no queue (its WAIT leaves the request with the gateway, asked again later): a
+            # reset would only wipe its memory of the requests in flight (their predictions, its guide's placements)
+            return int(self.router.route(req, StateView(state, allowed)))
         pool = None if allowed is None else frozenset(allowed)
         held_on = self.holding.get(req.id, pool)
         if held_on is not AFTER_RESET and held_on != pool:  # held over other backends: the policy takes them afresh

@@ -11,6 +11,8 @@ pytest.importorskip("fastapi", reason="the serving extra is not installed: pip i
 
 from llmsim.errors import LLMSimError  # noqa: E402
 from llmsim.request import Request  # noqa: E402
+from llmsim.routing import WAIT  # noqa: E402
+from llmsim.serving import decider as decider_module  # noqa: E402
 from llmsim.serving.config import parse_config  # noqa: E402
 from llmsim.serving.gateway import Gateway  # noqa: E402
 from llmsim.serving.inbound import BadRequest  # noqa: E402
@@ -123,3 +125,31 @@ def test_a_policy_that_never_holds_is_never_reset() -> None:
     for i in range(3):
         assert asyncio.run(gw.choose(Request(i, gw.now(), 100, 10), [0])).name == "b0"
     assert policy.resets == 0 and not gw.decider.holding
+
+
+class _HoldingExport:
+    """An exported policy's stand-in: answers WAIT, remembers what it saw, counts its resets."""
+
+    def __init__(self) -> None:
+        self.resets = 0
+
+    def route(self, req, view) -> int:
+        return WAIT
+
+    def reset(self, seed=None) -> None:
+        self.resets += 1
+
+
+def test_an_exported_policy_that_answers_wait_is_never_reset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ONNX policy's WAIT leaves the request with the gateway: resetting it when a held request was decided over
+    other backends, or left, wiped its predictions for the requests in flight, and a live WorkloadRouter export then
+    sent a whole burst to one backend."""
+    fake = _HoldingExport()
+    monkeypatch.setattr(decider_module, "make_router", lambda *a, **k: fake)
+    monkeypatch.setattr(decider_module, "StateView", lambda state, allowed: None)
+    backends = [{"name": f"b{i}", "url": f"http://127.0.0.1:{9001 + i}"} for i in range(2)]
+    d = decider_module.Decider(parse_config({"backends": backends, "policy": {"onnx": "some/export"}}).policy)
+    req = Request(id=1, arrival=0.0, prompt_tokens=10, output_tokens=5)
+    assert d.decide(req, None, [0, 1]) == WAIT
+    assert d.decide(req, None, [1]) == WAIT  # decided over other backends than when it was held
+    assert not d.forget(1) and fake.resets == 0
