@@ -58,7 +58,9 @@ def create_app(cfg: RouterConfig, decider: Decider | None = None) -> FastAPI:
     async def models() -> dict:
         return model_list(gw)
 
-    @app.api_route("/health", methods=["GET", "HEAD"])  # (probes and load balancers may poll with HEAD)
+    # (probes and load balancers may poll with HEAD; one route per method: one OpenAPI operation id each)
+    @app.head("/health", include_in_schema=False)
+    @app.get("/health")
     async def health(request: Request) -> Response:
         return headless(health_answer(gw), request.method)
 

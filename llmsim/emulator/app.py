@@ -297,7 +297,9 @@ def add_openai_routes(app: FastAPI, engine: RealTimeEngine, opts: EmulatorOption
 def add_operations_routes(app: FastAPI, engine: RealTimeEngine, metrics: EmulatorMetrics) -> None:
     """What operators and routers poll: ``/health`` (never behind the API key) and ``/metrics``."""
 
-    @app.api_route("/health", methods=["GET", "HEAD"])  # (probes and load balancers may poll with HEAD, as vLLM)
+    # (probes and load balancers may poll with HEAD, as vLLM; one route per method: one OpenAPI operation id each)
+    @app.head("/health", include_in_schema=False)
+    @app.get("/health")
     async def health(request: Request) -> Response:
         if engine.failed is not None or engine.stopped:
             if request.method == "HEAD":
