@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
 from llmsim.agents.checkpoint import save_checkpoint
 from llmsim.agents.checkpoint_files import TRAINER_FILE, read_tensors
 from llmsim.agents.checkpoint_meta import action_layout, observation_layout
+from llmsim.agents.train import TrainingRun, train
 from llmsim.envs.testbeds import make_from_config
 
 SMALL_ENV = {"id": "workload_router", "num_requests": 30, "rate": 20.0,
@@ -94,3 +96,24 @@ def save_flat_checkpoint(path: Path, net: nn.Module, env_cfg: dict[str, Any], la
             "env": env_cfg, "steps": 0, "episodes": 0, "best_score": None, "eval_metric": "return", "evaluations": [],
             "seed": 0}
     return save_checkpoint(path, net, meta, config_yaml="{}\n")
+
+
+class Killed(Exception):
+    """A training run killed from a test."""
+
+
+def train_killed_after_episode_past(cfg: dict[str, Any], run_dir: Path, step: int, monkeypatch: pytest.MonkeyPatch,
+                                    ) -> None:
+    """Train in ``run_dir`` and kill the run after the first episode that ends past ``step`` (its log rows and
+    events written, as a kill between a checkpoint and the next leaves them)."""
+    on_episode = TrainingRun.on_episode
+
+    def then_kill(self: TrainingRun, st: Any, info: dict[str, Any]) -> None:
+        on_episode(self, st, info)
+        if st.step > step:
+            raise Killed
+
+    with monkeypatch.context() as m:
+        m.setattr(TrainingRun, "on_episode", then_kill)
+        with pytest.raises(Killed):
+            train(cfg, run_dir)

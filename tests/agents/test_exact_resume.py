@@ -20,7 +20,12 @@ from llmsim.agents.checkpoint_files import TRAINER_FILE, read_tensors  # noqa: E
 from llmsim.agents.train import TrainingRun, train  # noqa: E402
 from llmsim.errors import ConfigError  # noqa: E402
 from llmsim.resources import conf_dir  # noqa: E402
-from tests.agents.helpers import assert_same_end, rows, small_ddqn_config  # noqa: E402
+from tests.agents.helpers import (  # noqa: E402
+    assert_same_end,
+    rows,
+    small_ddqn_config,
+    train_killed_after_episode_past,
+)
 
 
 class Stopped(Exception):
@@ -185,17 +190,7 @@ def test_a_run_resumed_in_its_own_directory_keeps_its_progress_rows(tmp_path: Pa
     file), drops the ones written after it, and ends with the rows of the run that never stopped."""
     cfg = small(600, eval_every=200)
     train(cfg, tmp_path / "whole")
-    on_episode = TrainingRun.on_episode
-
-    def then_stop(self: TrainingRun, st: Any, info: dict[str, Any]) -> None:
-        on_episode(self, st, info)  # its row is written ...
-        if st.step > 400:
-            raise Stopped  # ... after the checkpoint at step 400, then the run is killed
-
-    with monkeypatch.context() as m:
-        m.setattr(TrainingRun, "on_episode", then_stop)
-        with pytest.raises(Stopped):
-            train(cfg, tmp_path / "run")
+    train_killed_after_episode_past(cfg, tmp_path / "run", 400, monkeypatch)  # after the checkpoint at 400
     assert len(rows(tmp_path / "run" / "progress.csv")) > len(rows(tmp_path / "run" / "progress.csv", upto=400))
     train({**cfg, "trainer": {**cfg["trainer"], "resume": str(tmp_path / "run" / "last")}}, tmp_path / "run")
     assert rows(tmp_path / "run" / "progress.csv") == rows(tmp_path / "whole" / "progress.csv")

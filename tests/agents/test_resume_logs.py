@@ -8,7 +8,6 @@ import socket
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,14 +16,10 @@ pytest.importorskip("stable_baselines3")
 
 from llmsim.agents import progress_log  # noqa: E402
 from llmsim.agents import train as train_module  # noqa: E402
-from llmsim.agents.train import TrainingRun, train  # noqa: E402
-from tests.agents.helpers import small_ddqn_config  # noqa: E402
+from llmsim.agents.train import train  # noqa: E402
+from tests.agents.helpers import small_ddqn_config, train_killed_after_episode_past  # noqa: E402
 
 WALL = ("wall_s", "steps_per_s")  # wall-clock scalars: the only ones a resume may change
-
-
-class Stopped(Exception):
-    """The run was killed."""
 
 
 def scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -43,17 +38,7 @@ def test_a_run_resumed_in_its_own_directory_shows_each_step_once(tmp_path: Path,
     interrupted run wrote after the checkpoint are discarded, not shown beside the resumed run's."""
     cfg = small_ddqn_config(600, eval_every=200)
     train(cfg, tmp_path / "whole")
-    on_episode = TrainingRun.on_episode
-
-    def then_stop(self: TrainingRun, st: Any, info: dict[str, Any]) -> None:
-        on_episode(self, st, info)  # its events are written ...
-        if st.step > 400:
-            raise Stopped  # ... after the checkpoint at step 400, then the run is killed
-
-    with monkeypatch.context() as m:
-        m.setattr(TrainingRun, "on_episode", then_stop)
-        with pytest.raises(Stopped):
-            train(cfg, tmp_path / "run")
+    train_killed_after_episode_past(cfg, tmp_path / "run", 400, monkeypatch)  # after the checkpoint at 400
     train({**cfg, "trainer": {**cfg["trainer"], "resume": str(tmp_path / "run" / "last")}}, tmp_path / "run")
     got, want = scalars(tmp_path / "run" / "tensorboard"), scalars(tmp_path / "whole" / "tensorboard")
     assert sorted(got) == sorted(want) and "rollout/ep_return" in got

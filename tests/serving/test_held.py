@@ -33,6 +33,17 @@ def gateway(policy: str, models: list[str], max_wait_s: float = 5.0) -> Gateway:
     return gw
 
 
+async def held_then_backend_up(gw: Gateway, timeout_s: float | None = None) -> str:
+    """A request held while b0 (filled) is the only healthy backend, then b1 comes up: where the request went."""
+    gw.backends[0].up = True
+    fill(gw, 0)
+    task = asyncio.ensure_future(gw.choose(Request(0, gw.now(), 100, 10), [0, 1]))
+    await asyncio.sleep(0.2)
+    assert not task.done() and gw.queued == 1
+    gw.monitor.set_up(gw.backends[1], True)
+    return (await asyncio.wait_for(task, timeout_s)).name
+
+
 def fill(gw: Gateway, k: int) -> None:
     for j in range(BUSY):
         gw.backends[k].send(Flight(10_000 + j, 100, 10, None, 0.0))
@@ -44,16 +55,7 @@ def test_a_held_request_released_to_an_unpriced_backend_that_came_up_is_not_kept
     is up (the least loaded): the policy, bypassed, kept it in its queue for ever."""
     gw = gateway(policy, ["llama-3.1-8b", "my-finetune"])
 
-    async def run() -> str:
-        gw.backends[0].up = True
-        fill(gw, 0)
-        task = asyncio.ensure_future(gw.choose(Request(0, gw.now(), 100, 10), [0, 1]))
-        await asyncio.sleep(0.2)
-        assert not task.done() and gw.queued == 1
-        gw.monitor.set_up(gw.backends[1], True)
-        return (await asyncio.wait_for(task, 10)).name
-
-    assert asyncio.run(run()) == "b1"
+    assert asyncio.run(held_then_backend_up(gw, timeout_s=10)) == "b1"
     assert not gw.decider.router._held  # the policy's own queue (a test may look inside)
     assert gw.queued == 0 and not gw.decider.holding
 
@@ -63,17 +65,7 @@ def test_a_held_request_goes_to_a_backend_that_came_up_while_it_waited(policy) -
     """A policy takes a held request's candidates when it admits it: a backend that came up later (idle) was
     never offered it, and the request waited for the busy one until it timed out (503)."""
     gw = gateway(policy, ["llama-3.1-8b", "llama-3.1-8b"], max_wait_s=3.0)
-
-    async def run() -> str:
-        gw.backends[0].up = True
-        fill(gw, 0)
-        task = asyncio.ensure_future(gw.choose(Request(0, gw.now(), 100, 10), [0, 1]))
-        await asyncio.sleep(0.2)
-        assert not task.done() and gw.queued == 1
-        gw.monitor.set_up(gw.backends[1], True)
-        return (await task).name
-
-    assert asyncio.run(run()) == "b1"
+    assert asyncio.run(held_then_backend_up(gw)) == "b1"
     assert gw.queued == 0 and not gw.decider.holding
 
 
