@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from llmsim.errors import TraceError, unique_keys
 from llmsim.workload.base import WorkloadStats
+from llmsim.workload.csv_records import CsvRecords, is_field_limit_error
 from llmsim.workload.trace_values import RowError, reject, row_message
 
 MAGIC = {"gzip": b"\x1f\x8b", "xz": b"\xfd7zXZ\x00", "bz2": b"BZh", "parquet": b"PAR1"}
@@ -157,7 +158,8 @@ class Table:
     rows: ``columns`` maps each wanted name to its values (strings for CSV;
     numbers / datetime64 / strings for Parquet, with every column not in ``numeric`` as strings), and
     ``positions`` the 1-based line (CSV) or row (Parquet) of each. Blank CSV lines and rows with the wrong
-    number of fields are counted or rejected here; ``stats.rows_read`` counts the data rows.
+    number of fields, or a field longer than csv's field size limit, are counted or rejected here;
+    ``stats.rows_read`` counts the data rows.
     """
 
     def __init__(self, path: str | Path, delimiter: str = ",", chunk_rows: int = 8192) -> None:
@@ -181,41 +183,68 @@ class Table:
     def _read_csv(self, fmt: str, select: Callable[[list[str], str], list[str]], stats: WorkloadStats,
                   on_error: str) -> Iterator[tuple[dict[str, Sequence[Any]], list[int], str]]:
         path = self.path
-        text = io.TextIOWrapper(open_binary(path, fmt), encoding="utf-8-sig", errors="surrogateescape", newline="")
-        reader = csv.reader(text, delimiter=self.delimiter)
+        records = CsvRecords(lambda: io.TextIOWrapper(open_binary(path, fmt), encoding="utf-8-sig",
+                                                      errors="surrogateescape", newline=""), self.delimiter)
         try:
-            header = next(reader, None)
-            if header is None:
-                raise TraceError(f"{path}: line 1: expected a header row, got an empty file")
-            names = [h.strip() for h in header]
-            if not any(names):
-                raise TraceError(f"{path}: line 1: expected a header row of column names, got a blank line")
-            bad = undecodable("\x1f".join(names))
-            if bad is not None:
-                raise TraceError(f"{path}: line 1 (header): expected {UNDECODABLE}, got undecodable bytes {bad[1]!r} "
-                                 f"(is this a binary or differently encoded file?)")
+            names = self._csv_header(records.reader)
             wanted = select(names, "line 1 (header)")
             index = [names.index(c) for c in wanted]
-            rows: list[list[str]] = []
-            lines: list[int] = []
-            for row in reader:
-                rows.append(row)
-                lines.append(reader.line_num)
-                if len(rows) >= self.chunk_rows:
-                    chunk = self._csv_chunk(rows, lines, len(names), wanted, index, stats, on_error)
-                    rows, lines = [], []
-                    if chunk is not None:
-                        yield chunk
-            if rows:
+            for rows, lines in self._csv_batches(records, names, stats, on_error):
                 chunk = self._csv_chunk(rows, lines, len(names), wanted, index, stats, on_error)
                 if chunk is not None:
                     yield chunk
         except csv.Error as e:
-            raise TraceError(f"{path}: line {reader.line_num}: expected well-formed CSV, got {e}") from None
+            raise TraceError(f"{path}: line {records.line_num}: expected well-formed CSV, got {e}") from None
         except DECODE_ERRORS as e:
-            raise decode_failure(path, fmt, e, reader.line_num + 1) from None
+            raise decode_failure(path, fmt, e, records.line_num + 1) from None
         finally:
-            text.close()
+            records.close()
+
+    def _csv_header(self, reader: Iterator[list[str]]) -> list[str]:
+        path = self.path
+        header = next(reader, None)
+        if header is None:
+            raise TraceError(f"{path}: line 1: expected a header row, got an empty file")
+        names = [h.strip() for h in header]
+        if not any(names):
+            raise TraceError(f"{path}: line 1: expected a header row of column names, got a blank line")
+        bad = undecodable("\x1f".join(names))
+        if bad is not None:
+            raise TraceError(f"{path}: line 1 (header): expected {UNDECODABLE}, got undecodable bytes {bad[1]!r} "
+                             f"(is this a binary or differently encoded file?)")
+        return names
+
+    def _csv_batches(self, records: CsvRecords, names: list[str], stats: WorkloadStats,
+                     on_error: str) -> Iterator[tuple[list[list[str]], list[int]]]:
+        """The data records in batches of ``chunk_rows``, with the line of each. A record with a field over csv's
+        size limit is rejected (or skipped and counted) after the rows before it, and reading goes on after it."""
+        reader = records.reader
+        rows: list[list[str]] = []
+        lines: list[int] = []
+        offset, last = 0, reader.line_num  # lines read past csv; the last line of the records passed on
+        while True:
+            try:
+                for row in reader:
+                    rows.append(row)
+                    lines.append(reader.line_num + offset)
+                    if len(rows) >= self.chunk_rows:
+                        last = lines[-1]
+                        yield rows, lines
+                        rows, lines = [], []
+                break
+            except csv.Error as e:
+                if not is_field_limit_error(e):
+                    raise
+                first = (lines[-1] if lines else last) + 1
+            if rows:
+                yield rows, lines
+                rows, lines = [], []
+            long = records.skip_long_record(first, to_end=on_error == "skip")
+            stats.rows_read += 1
+            reject(stats, on_error, long.message(self.path, names))
+            offset, last = records.line_num - reader.line_num, long.last_line
+        if rows:
+            yield rows, lines
 
     def _csv_chunk(self, rows: list[list[str]], lines: list[int], ncols: int, wanted: list[str], index: list[int],
                    stats: WorkloadStats, on_error: str) -> tuple[dict[str, Sequence[Any]], list[int], str] | None:
