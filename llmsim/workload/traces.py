@@ -86,6 +86,8 @@ class CsvTrace(Workload):
     """
 
     kind = "csv"
+    min_arrival: float | None = None  # a lower bound on the arrival column's raw numbers (a reader's own rule)
+    arrival_expected = ""  # what a bad arrival was expected to be, when min_arrival is set
 
     def __init__(
         self,
@@ -201,6 +203,10 @@ class CsvTrace(Workload):
         else:
             raw, bad_a = parse_floats(cols[self.arrival])
             time_expected = f"a finite number of {self.arrival_unit}"
+            if self.min_arrival is not None:  # checked before the first valid row sets the trace start
+                with np.errstate(invalid="ignore"):
+                    bad_a |= raw < self.min_arrival
+                time_expected = self.arrival_expected
         ok = np.flatnonzero(~(bad_a | bad_p | bad_o))
         if state["base"] is None and ok.size:
             state["base"] = raw[ok[0]]
@@ -341,7 +347,8 @@ class BurstGPTTrace(CsvTrace):
     ``model_filter`` / ``log_type_filter``). Model, log type and, in ``_3`` files, session id and elapsed time
     are kept in ``request.extra``. ``time_origin="midnight"`` keeps ``Timestamp`` as written (seconds since
     0:00 of the trace's first day), so a window can be set in hour-of-day terms; the default
-    ``"first_row"`` starts the clock at the file's first valid row like every reader.
+    ``"first_row"`` starts the clock at the file's first valid row like every reader. A negative ``Timestamp`` is
+    a bad row on either clock (it would otherwise become the first row's trace start).
 
     ``sessions=True`` (``_3`` files) gives every request prefix-block ids (``hash_block`` tokens each) so that
     consecutive rows of one ``Session ID`` form a conversation for the prefix cache: see
@@ -350,6 +357,8 @@ class BurstGPTTrace(CsvTrace):
     """
 
     kind = "burstgpt"
+    min_arrival = 0.0  # Timestamp counts seconds from 0:00 of the trace's first day
+    arrival_expected = "a finite number of seconds >= 0 (BurstGPT's Timestamp is never negative)"
 
     def __init__(
         self,
@@ -416,17 +425,6 @@ class BurstGPTTrace(CsvTrace):
         # keep the _3 files' extra columns when present
         self.extra = {k: c for k, c in BURSTGPT_EXTRA.items() if c in names or k in ("model", "log_type")}
         return super()._select(names, where)
-
-    def _value_errors(self, cols: dict[str, Sequence[Any]],
-                      state: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[RowError]]:
-        arrival, prompt, output, errors = super()._value_errors(cols, state)
-        if self.origin is not None:  # "midnight": a negative Timestamp has no place on the trace's clock
-            bad = {e.index for e in errors}
-            with np.errstate(invalid="ignore"):
-                neg = np.flatnonzero(arrival < 0).tolist()
-            errors += [RowError(i, self.arrival, "a time >= 0 (seconds since 0:00 of the trace's first day)",
-                                cols[self.arrival][i]) for i in neg if i not in bad]
-        return arrival, prompt, output, errors
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -97,11 +97,36 @@ def test_midnight_clock_keeps_timestamps_for_hour_of_day_windows(tmp_path: Path)
                                     "window": [36000, 39600]}, seed=0)
     arrivals = [r.arrival for r in ten_to_eleven]
     assert arrivals == [e[1] - 36000 for e in expected(rows, origin=0) if 36000 <= e[1] < 39600]
+
+
+@pytest.mark.parametrize("time_origin", ["first_row", "midnight"])
+@pytest.mark.parametrize("value", ["-3", "-0.5", "nan", "-inf", "inf"])
+def test_negative_or_non_finite_timestamp_is_a_bad_row_on_either_clock(tmp_path: Path, time_origin: str,
+                                                                       value: str) -> None:
+    """A negative first Timestamp was read as the trace start under first_row (the next row then arrived at 7 s)."""
     bad = tmp_path / "neg.csv"
-    bad.write_text(",".join(COLUMNS_12) + "\n-3,ChatGPT,5,5,10,API log\n4,ChatGPT,5,5,10,API log\n")
-    with pytest.raises(TraceError, match=r"neg\.csv: line 2, column 'Timestamp': expected a time >= 0"):
-        list(BurstGPTTrace(bad, time_origin="midnight"))
-    assert [r.arrival for r in BurstGPTTrace(bad)] == [0.0, 7.0]  # the default clock starts at the first row
+    bad.write_text(",".join(COLUMNS_12) + f"\n{value},ChatGPT,5,5,10,API log\n4,ChatGPT,6,5,11,API log\n"
+                   "6,ChatGPT,7,5,12,API log\n")
+    with pytest.raises(TraceError, match=rf"^.*neg\.csv: line 2, column 'Timestamp': expected a finite number of "
+                                         rf"seconds >= 0 \(BurstGPT's Timestamp is never negative\), got '{value}'$"):
+        list(BurstGPTTrace(bad, time_origin=time_origin))
+    wl = BurstGPTTrace(bad, time_origin=time_origin, on_error="skip")
+    start = 4.0 if time_origin == "first_row" else 0.0
+    assert [(r.arrival, r.prompt_tokens) for r in wl] == [(4.0 - start, 6), (6.0 - start, 7)]
+    assert wl.stats.skipped == {"malformed": 1} and "line 2" in wl.stats.errors[0]
+
+
+def test_timestamps_going_back_are_refused_never_sorted(tmp_path: Path) -> None:
+    """Replay needs non-decreasing arrivals: ties are kept, an earlier row is an error or skipped as out_of_order."""
+    path = tmp_path / "back.csv"
+    path.write_text(",".join(COLUMNS_12) + "\n5,ChatGPT,5,5,10,API log\n5,ChatGPT,6,5,11,API log\n"
+                    "3,ChatGPT,7,5,12,API log\n8,ChatGPT,8,5,13,API log\n")
+    with pytest.raises(TraceError, match=r"back\.csv: line 4, column 'Timestamp': expected a time >= the previous "
+                                         r"row's \(0\.000000 s after trace start\), got '3'$"):
+        list(BurstGPTTrace(path))
+    wl = BurstGPTTrace(path, on_error="skip")
+    assert [(r.arrival, r.prompt_tokens) for r in wl] == [(0.0, 5), (0.0, 6), (3.0, 8)]
+    assert wl.stats.skipped == {"out_of_order": 1}
 
 
 def test_failed_requests_only_file_and_filter_typo_are_one_line_errors(tmp_path: Path) -> None:
