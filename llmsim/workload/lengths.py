@@ -283,6 +283,9 @@ def _find_columns(
             raise ConfigError(
                 "empirical lengths: expected both 'prompt_column' and 'output_column', or neither"
             )
+        if prompt == output:
+            raise ConfigError(f"empirical lengths: expected an 'output_column' other than the 'prompt_column', got "
+                              f"the same column {prompt!r} (one column cannot hold both)")
         for c in (prompt, output):
             if c not in names:
                 raise TraceError(f"{where}: missing column {c!r}; found {list(names)}")

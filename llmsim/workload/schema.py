@@ -19,7 +19,7 @@ from llmsim.errors import ConfigError
 from llmsim.resources import conf_dir
 from llmsim.schema import Float, Int, NonNegFloat, PosFloat, PosInt, Schema, TokenCount, check_choice, show
 from llmsim.workload.stream_schema import Cv, parse_arrival, parse_length, parse_pair
-from llmsim.workload.traces import BURSTGPT_DOWNLOAD
+from llmsim.workload.traces import BURSTGPT_DOWNLOAD, shared_column
 
 MixWeights = dict[str, NonNegFloat]
 
@@ -308,6 +308,10 @@ def parse_workload(cfg: Any, where: str = "workload") -> _Common:
         _check_synthetic(src, where)
     elif isinstance(src, SharedPrefixSource):
         _check_shared_prefix(src, where)
+    elif isinstance(src, CsvSource):
+        shared = shared_column(src.columns.arrival, src.columns.prompt, src.columns.output)
+        if shared is not None:
+            raise ConfigError(f"{where}.{shared}")
     return src
 
 

@@ -189,4 +189,8 @@ def parse_pair(lengths: Any, where: str) -> Schema | str:
         return check_choice(lengths["preset"], LENGTH_PRESETS, f"{where}.preset")
     if lengths.get("dist") != "empirical":
         raise ConfigError(f"{where}.dist: expected 'empirical' (or use 'preset'), got {lengths.get('dist')!r}")
-    return EmpiricalLengths.parse(lengths, where)
+    pair = EmpiricalLengths.parse(lengths, where)
+    if pair.prompt_column is not None and pair.prompt_column == pair.output_column:
+        raise ConfigError(f"{where}.output_column: expected a column other than the prompt_column's, got the same "
+                          f"column {pair.output_column!r} (one column cannot hold both)")
+    return pair

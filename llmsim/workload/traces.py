@@ -74,6 +74,18 @@ def missing_columns_error(path: Path, where: str, wanted: Sequence[str], names: 
     return None
 
 
+def shared_column(arrival: str, prompt: str, output: str) -> str | None:
+    """The message (``columns.<key>: ...``) when two of the arrival, prompt and output keys name one column (its
+    values would be read as both), else None."""
+    seen: dict[str, str] = {}
+    for key, col in (("arrival", arrival), ("prompt", prompt), ("output", output)):
+        if col in seen:
+            return (f"columns.{key}: expected a column other than columns.{seen[col]}'s, got the same column "
+                    f"{col!r} (one column cannot hold both)")
+        seen[col] = key
+    return None
+
+
 class CsvTrace(Workload):
     """Generic CSV (or Parquet) trace with a column map (also the engine behind the Azure and BurstGPT readers).
 
@@ -114,6 +126,9 @@ class CsvTrace(Workload):
                          ("tenant", tenant), ("slo_class", slo_class)):
             if (col is not None or key in ("arrival", "prompt", "output")) and not (isinstance(col, str) and col):
                 raise ConfigError(f"columns.{key}: expected a column name, got {col!r}")
+        shared = shared_column(arrival, prompt, output)
+        if shared is not None:
+            raise ConfigError(shared)
         if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\r\n\"":
             raise ConfigError(f"delimiter: expected one character (not a quote or newline), got {delimiter!r}")
         if zero_output_reason not in (None, ZERO_OUTPUT):

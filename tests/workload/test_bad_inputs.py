@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from llmsim.errors import TraceError
-from llmsim.workload import AzureTrace, BurstGPTTrace, CsvTrace, Empirical, MooncakeTrace, Workload
+from llmsim.errors import ConfigError, TraceError
+from llmsim.workload import AzureTrace, BurstGPTTrace, CsvTrace, Empirical, MooncakeTrace, Workload, build_workload
 
 GOOD = [(0, "10", "5"), (1, "20", "6"), (2, "30", "7")]  # (arrival s, prompt, output); bad values go in row 2
 HANG_S = 60  # every test here reads a tiny file: one that takes this long hangs (a pytest-timeout, no clock assert)
@@ -358,3 +358,37 @@ def test_an_empirical_length_column_named_twice_is_named(tmp_path: Path) -> None
     path.write_text("num_prefill_tokens,num_decode_tokens,num_prefill_tokens\n5,6,7\n")
     with one_clear_line(path, "line 1 (header)", "column 'num_prefill_tokens' appears 2 times (columns 1 and 3)"):
         Empirical(path)
+
+
+@pytest.mark.parametrize(("columns", "key", "other", "col"),
+                         [({"arrival": "t", "prompt": "p", "output": "p"}, "output", "prompt", "p"),
+                          ({"arrival": "t", "prompt": "t", "output": "o"}, "prompt", "arrival", "t"),
+                          ({"arrival": "o", "prompt": "p", "output": "o"}, "output", "arrival", "o")],
+                         ids=["prompt_is_output", "arrival_is_prompt", "arrival_is_output"])
+def test_one_column_for_two_csv_keys_is_refused(tmp_path: Path, columns: dict[str, str], key: str, other: str,
+                                                 col: str) -> None:
+    """kind: csv read one column as both the prompt and the output length (every request then had output = prompt)."""
+    path = tmp_path / "trace.csv"
+    path.write_text("t,p,o\n0,10,5\n1,20,6\n")
+    message = (f"columns.{key}: expected a column other than columns.{other}'s, got the same column {col!r} (one "
+               f"column cannot hold both)")
+    with pytest.raises(ConfigError) as e:
+        build_workload({"kind": "csv", "path": str(path), "columns": columns}, seed=0)
+    assert str(e.value) == f"workload.{message}"
+    with pytest.raises(ConfigError) as e:
+        CsvTrace(path, columns["arrival"], columns["prompt"], columns["output"])
+    assert str(e.value) == message
+
+
+def test_one_column_for_both_empirical_lengths_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "lengths.csv"
+    path.write_text("num_prefill_tokens,num_decode_tokens\n5,6\n")
+    lengths = {"dist": "empirical", "path": str(path), "prompt_column": "num_prefill_tokens",
+               "output_column": "num_prefill_tokens"}
+    with pytest.raises(ConfigError, match=r"^workload\.lengths\.output_column: expected a column other than the "
+                                          r"prompt_column's, got the same column 'num_prefill_tokens'"):
+        build_workload({"kind": "synthetic", "arrival": {"process": "poisson", "rate": 1.0}, "num_requests": 2,
+                        "lengths": lengths}, seed=0)
+    with pytest.raises(ConfigError, match=r"^empirical lengths: expected an 'output_column' other than the "
+                                          r"'prompt_column', got the same column 'num_prefill_tokens'"):
+        Empirical(path, "num_prefill_tokens", "num_prefill_tokens")
