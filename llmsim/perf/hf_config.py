@@ -5,8 +5,9 @@ multi-head) attention and a dense or mixture-of-experts MLP. Everything else - a
 encoder-decoder, multi-head latent attention, a multimodal wrapper, quantised weights, a missing key - is refused
 in one line naming the file and what is missing: a model llmsim cannot price is never priced as a dense model.
 
-This module knows the file format only; ``llmsim.perf.models`` builds and registers the spec, and finds a config by
-a Hugging Face id in the local hub cache (:func:`hub_cache_config`).
+This module knows the file format and where a config is: which model names are paths (:func:`looks_like_path`), the
+file a path or a Hugging Face id in the local hub cache gives (:func:`config_path`) and that file's identity
+(:func:`config_identity`); ``llmsim.perf.models`` builds and registers the spec.
 """
 
 from __future__ import annotations
@@ -404,3 +405,38 @@ def hub_cache_config(hf_id: str) -> Path | None:
     snapshots = repo / "snapshots"
     found = sorted(snapshots.glob("*/config.json"), key=lambda f: f.stat().st_mtime) if snapshots.is_dir() else []
     return found[-1] if found else None
+
+
+PATH_FORMS = "a path starts with /, ./, ../ or ~, or ends in .json"
+
+
+def looks_like_path(name: str) -> bool:
+    """A model given by a file system path rather than by a name or a Hugging Face id (``org/name``): only such a
+    name is read from disk, so a plain name never means a file that happens to be in the working directory."""
+    return name.startswith(("/", "./", "../", "~")) or name.endswith(".json") or name.count("/") > 1
+
+
+def config_path(name: str) -> Path | None:
+    """The file or folder ``name`` gives a config by: an explicit path (:func:`looks_like_path`), else a Hugging
+    Face id in the hub cache; None when there is none, a name the file system cannot even look up included (a
+    routed backend may name its model so)."""
+    try:
+        if not looks_like_path(name):
+            return hub_cache_config(name)
+        path = Path(name).expanduser()
+        return path if path.exists() else None
+    except (OSError, RuntimeError):  # (a file name over NAME_MAX: ENAMETOOLONG; ~user of no such user)
+        return None
+
+
+def config_identity(found: Path) -> tuple[Path, tuple[int, int, int]]:
+    """The config file ``found`` gives, resolved (one file however it is spelled), and its (inode, modification
+    time, size); a folder without a config.json, or a file that cannot be looked at, is the reader's one line."""
+    file = found / "config.json" if found.is_dir() else found
+    try:
+        st = file.stat()
+        resolved = file.resolve()
+    except (OSError, RuntimeError):
+        read_config(found)  # (its own one line: a folder without config.json, no such file)
+        raise ConfigError(f"HF config {file}: cannot be read") from None
+    return resolved, (st.st_ino, st.st_mtime_ns, st.st_size)

@@ -6,12 +6,21 @@ Llama-2-7B) share measured operator data.
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from llmsim.errors import ConfigError
-from llmsim.perf.hf_config import count_moe_layers, hub_cache_config, hub_cache_dir, spec_fields
+from llmsim.perf.hf_config import (
+    PATH_FORMS,
+    config_identity,
+    config_path,
+    count_moe_layers,
+    hub_cache_dir,
+    looks_like_path,
+    spec_fields,
+)
 
 
 @dataclass(frozen=True)
@@ -318,55 +327,88 @@ def register_model(spec: ModelSpec) -> None:
     MODELS[spec.name.lower()] = spec
 
 
-# configs read by path or hub id, by the string they were asked for (so a path resolves once per process)
-_FROM_FILES: dict[str, ModelSpec] = {}
+@dataclass(frozen=True)
+class _ReadConfig:
+    """A config file's model and the file's identity when it was read: (inode, modification time, size)."""
+
+    stamp: tuple[int, int, int]
+    spec: ModelSpec
+
+
+# configs read from disk, by the resolved path of the config.json: one file is read once however it is spelled, and
+# again once it changed (another inode, modification time or size: an edit, a file replaced, a new download)
+_FROM_FILES: dict[Path, _ReadConfig] = {}
+# names a config file registered for its model: name -> (that file, its model), so the file's next version takes
+# its name over, and another file's model of the same name is told apart (registered_twin)
+_NAMED_BY_FILE: dict[str, tuple[Path, ModelSpec]] = {}
 
 
 def get_model(name: str) -> ModelSpec:
     """A model by registry name, alias or Hugging Face id; or by a ``config.json`` path (file or folder); or by a
-    Hugging Face id whose config is in the local hub cache. Anything else is one line listing the three forms."""
+    Hugging Face id whose config is in the local hub cache. Anything else is one line listing the three forms.
+    A path always gives the model of the file at that path now (:func:`model_of_config`), never a registered one."""
+    known = None if looks_like_path(name) else registered_model(name)
+    if known is not None and (name.lower() in MODELS or name_source(known) is None):
+        return known
+    found = config_path(name)  # (an id a config file gave its model: the hub cache's snapshot now comes first)
+    if found is not None:
+        return model_of_config(found)
+    if known is None:
+        raise ConfigError(
+            f"unknown model {name[:200]!r}: give a registered name ({', '.join(sorted(MODELS))}), a Hugging Face "
+            f"id (org/name) whose config.json is in the local hub cache ({hub_cache_dir()}), or the path of a "
+            f"config.json or its folder ({PATH_FORMS}; a plain name is never read from the working directory; "
+            "Python: llmsim.perf.models.from_hf_config)")
+    return known
+
+
+def registered_model(name: str) -> ModelSpec | None:
+    """The registered model of that name, alias or Hugging Face id (case-insensitive), if any."""
     key = name.lower()
     if key in MODELS:
         return MODELS[key]
     for spec in MODELS.values():
         if key in (a.lower() for a in spec.aliases) or key == spec.hf_id.lower():
             return spec
-    if name in _FROM_FILES:
-        return _FROM_FILES[name]
-    found = config_path(name)
-    if found is None:
-        raise ConfigError(
-            f"unknown model {name[:200]!r}: give a registered name ({', '.join(sorted(MODELS))}), a Hugging Face "
-            f"id (org/name) whose config.json is in the local hub cache ({hub_cache_dir()}), or the path of a "
-            f"config.json or its folder ({PATH_FORMS}; a plain name is never read from the working directory; "
-            "Python: llmsim.perf.models.from_hf_config)")
-    spec = registered_twin(from_hf_config(str(found)), str(found))
-    _FROM_FILES[name] = spec
-    if spec.name.lower() not in MODELS:  # its name now resolves too (planning and profiles pass names on)
+    return None
+
+
+def model_of_config(found: Path) -> ModelSpec:
+    """The model of the config file (or folder) ``found`` as the file is now, read once per version of the file.
+    Its name is registered (planning and the profiles pass names on) unless another model holds it: then a model
+    of other shapes is named after the file's absolute path instead (:func:`registered_twin`)."""
+    file, stamp = config_identity(found)
+    cached = _FROM_FILES.get(file)
+    if cached is None or cached.stamp != stamp:
+        _FROM_FILES.pop(file, None)
+        release_names(file)  # (its earlier version is not another model of its name)
+        spec = registered_twin(from_hf_config(str(found)), os.path.abspath(found))
+        cached = _FROM_FILES[file] = _ReadConfig(stamp, spec)
+    claim_name(cached.spec, file)
+    return cached.spec
+
+
+def release_names(file: Path) -> None:
+    """Unregister the names ``file`` registered for its model: the file is read again and names its model anew."""
+    for key, (owner, spec) in list(_NAMED_BY_FILE.items()):
+        if owner == file:
+            del _NAMED_BY_FILE[key]
+            if MODELS.get(key) is spec:
+                del MODELS[key]
+
+
+def claim_name(spec: ModelSpec, file: Path) -> None:
+    """Register a config's model by its name unless the name is taken or a path (a path reaches the file)."""
+    key = spec.name.lower()
+    if key not in MODELS and not looks_like_path(spec.name):
         register_model(spec)
-    return spec
+        _NAMED_BY_FILE[key] = (file, spec)
 
 
-PATH_FORMS = "a path starts with /, ./, ../ or ~, or ends in .json"
-
-
-def looks_like_path(name: str) -> bool:
-    """A model given by a file system path rather than by a name or a Hugging Face id (``org/name``): only such a
-    name is read from disk, so a plain name never means a file that happens to be in the working directory."""
-    return name.startswith(("/", "./", "../", "~")) or name.endswith(".json") or name.count("/") > 1
-
-
-def config_path(name: str) -> Path | None:
-    """The file or folder ``name`` gives a config by: an explicit path (:func:`looks_like_path`), else a Hugging
-    Face id in the hub cache; None when there is none, a name the file system cannot even look up included (a
-    routed backend may name its model so)."""
-    try:
-        if not looks_like_path(name):
-            return hub_cache_config(name)
-        path = Path(name).expanduser()
-        return path if path.exists() else None
-    except (OSError, RuntimeError):  # (a file name over NAME_MAX: ENAMETOOLONG; ~user of no such user)
-        return None
+def name_source(spec: ModelSpec) -> Path | None:
+    """The config file a registered model was read from (None: the hand-written registry or register_model)."""
+    entry = _NAMED_BY_FILE.get(spec.name.lower())
+    return entry[0] if entry is not None and entry[1] is spec and MODELS.get(spec.name.lower()) is spec else None
 
 
 # fields that do not change what a step costs: names, and the context length (a limit, not a shape)
@@ -414,9 +456,16 @@ def registered_twin(spec: ModelSpec, source: str) -> ModelSpec:
                     known, max_position=spec.max_position)
             if diff == ["kv_dtype_bytes"]:  # an fp8 KV cache: the profiles apply, scaled (llmsim.perf.profile)
                 return replace(spec, name=source)
-            warnings.warn(f"HF config {source}: named like the registered model {known.name!r} but its "
-                          f"{', '.join(f'{k}={getattr(spec, k)} (not {getattr(known, k)})' for k in diff)}; "
-                          f"modelled from its own config, no profile of {known.name} applies", stacklevel=3)
+            differs = ", ".join(f"{k}={getattr(spec, k)} (not {getattr(known, k)})" for k in diff)
+            other = name_source(known)
+            if other is None:
+                warnings.warn(f"HF config {source}: named like the registered model {known.name!r} but its "
+                              f"{differs}; modelled from its own config, no profile of {known.name} applies",
+                              stacklevel=4)
+            else:
+                warnings.warn(f"HF config {source}: its model is named {known.name!r} like the model of {other} "
+                              f"but its {differs}; it is named {source} instead ({known.name!r} stays the model "
+                              f"of {other})", stacklevel=4)
             return replace(spec, name=source)
     return spec
 
