@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from llmsim import portable
 from llmsim.errors import ConfigError, TraceError
 from llmsim.request import Request
 from llmsim.workload.arrivals import ARRIVAL_PRESETS, BEST_EFFORT_STABLE, GammaArrivals, RandomPhases
@@ -68,7 +69,7 @@ class TaskSpec:
 def _lognormal(mean: float, sigma: float, z: np.ndarray) -> np.ndarray:
     """LogNormal with the given *mean* (not median) from standard-normal draws ``z``."""
     mu = math.log(max(mean, 1e-9)) - 0.5 * sigma * sigma
-    return np.exp(mu + sigma * z)
+    return portable.exp(mu + sigma * z)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from numbers import Integral
 
 import numpy as np
 
+from llmsim import portable
 from llmsim.envs.options import non_negative, positive
 from llmsim.errors import ConfigError
 from llmsim.registry import Registry
@@ -104,7 +105,7 @@ class NoisyOraclePredictor(Predictor):
         if k + m > len(self._z):
             z = self.rng.standard_normal(max(NOISE_BLOCK, m))
             self._z = self._z[k:] + z.tolist()
-            self._factor = self._factor[k:] + np.exp(self.len_sigma * z).tolist()
+            self._factor = self._factor[k:] + portable.exp(self.len_sigma * z).tolist()
             k = 0
         self._next = k + m
         return k

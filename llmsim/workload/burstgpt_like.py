@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr
 
+from llmsim import portable
 from llmsim.errors import ConfigError
 from llmsim.request import Request
 from llmsim.workload.arrivals import BATCH, CV_MAX, phase_batches
@@ -178,7 +179,7 @@ class LogNormalMixture:
 
     def _cdf_table(self) -> tuple[np.ndarray, np.ndarray]:
         if self._table is None:
-            mu = np.log([c[1] for c in self.components])
+            mu = np.array([math.log(c[1]) for c in self.components])  # (per value, as in llmsim.portable)
             sigma = np.array([c[2] for c in self.components])
             x = np.linspace((mu - 8 * sigma).min(), (mu + 8 * sigma).max(), self.GRID)
             cdf = sum(w * ndtr((x - m) / s) for (w, _, s), m in zip(self.components, mu))
@@ -188,7 +189,7 @@ class LogNormalMixture:
     def ppf(self, u: np.ndarray) -> np.ndarray:
         """Real-valued lengths at probabilities ``u`` (the tabulated CDF inverted linearly in log space)."""
         cdf, x = self._cdf_table()
-        return np.exp(np.interp(u, cdf, x))
+        return portable.exp(np.interp(u, cdf, x))
 
     @property
     def mean(self) -> float:
