@@ -6,7 +6,8 @@ A learned predictor (``learned``: the Intelligent Router's output-length buckets
 worker envs, the evaluation env and the checkpoint all refer to the same file (JSON and xgboost's UBJ: a
 scikit-learn predictor, which saves only by pickle, is refused before it is fitted). The learned base of an
 ``ablate`` predictor (``{kind: ablate, base: {kind: learned_qos, ...}, zero: [score]}``) is fitted and saved the same
-way, and the wrapper built around it in every env, as the Python API's ``make_agent_predictor`` does.
+way, and the wrapper built around it in every env, as the Python API's ``make_agent_predictor`` does. A randomised
+run's slot envs (:func:`make_slot_env`) load it once per process and share it across their episodes' envs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from llmsim.envs.predictors.base import under_base
 from llmsim.envs.predictors.from_config import make_ablated_predictor, make_agent_predictor
 from llmsim.envs.predictors.length_buckets import SKLEARN_NOT_SAVED
+from llmsim.envs.randomize import RandomizeConfig, SlotEnv
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.envs.testbeds import make_from_config
 from llmsim.errors import ConfigError
@@ -34,14 +36,27 @@ def is_learned_ablation(spec: Any) -> bool:
     return isinstance(spec, dict) and spec.get("kind") == "ablate" and is_learned(spec.get("base"))
 
 
-def make_env(env_cfg: dict[str, Any]) -> RoutingEnv:
-    """One env from a conf/env mapping (picklable through functools.partial, for worker processes); a
-    ``predictor: {kind: learned, path: ...}`` entry (or an ``ablate`` of one) is loaded here."""
+def with_predictor(env_cfg: dict[str, Any]) -> dict[str, Any]:
+    """The mapping with a ``predictor: {kind: learned, path: ...}`` entry (or an ``ablate`` of one) loaded into its
+    Predictor object, which the envs take as it is."""
     cfg = dict(env_cfg)
     pred = cfg.get("predictor")
     if is_learned(pred) or is_learned_ablation(pred):
         cfg["predictor"] = make_agent_predictor(pred)
-    return make_from_config(cfg)
+    return cfg
+
+
+def make_env(env_cfg: dict[str, Any]) -> RoutingEnv:
+    """One env from a conf/env mapping (picklable through functools.partial, for worker processes); a learned
+    predictor is loaded here (:func:`with_predictor`)."""
+    return make_from_config(with_predictor(env_cfg))
+
+
+def make_slot_env(env_cfg: dict[str, Any], randomize: RandomizeConfig | None = None,
+                  scenarios: list[dict[str, Any]] | None = None) -> SlotEnv:
+    """A slot env (envs/randomize.py) from a conf/env mapping, drawing (``randomize``) or listing (``scenarios``) its
+    episodes' scenarios; a learned predictor is loaded once here and shared by every episode's env."""
+    return SlotEnv(with_predictor(env_cfg), randomize, scenarios)
 
 
 def fitted(spec: Any, run_dir: Path) -> Any:
@@ -74,3 +89,4 @@ def env_config(env: dict[str, Any], predictor: Any, run_dir: Path) -> dict[str, 
             raise ConfigError(under_base(str(e))) from None
     env_cfg["predictor"] = fitted(spec, run_dir)
     return env_cfg
+

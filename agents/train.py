@@ -55,7 +55,7 @@ from llmsim.agents.checkpoint_files import (
 )
 from llmsim.agents.checkpoint_meta import action_layout, check_compatible, observation_layout, read_meta
 from llmsim.agents.ddqn import DDQNConfig
-from llmsim.agents.env_setup import env_config, make_env
+from llmsim.agents.env_setup import env_config, make_env, make_slot_env
 from llmsim.agents.loop import Experience
 from llmsim.agents.nets import SPILL, GuidedQNetwork, SetQNetwork
 from llmsim.agents.progress_log import TENSORBOARD, log_episode, make_logger
@@ -73,7 +73,7 @@ from llmsim.agents.training_warnings import (
 from llmsim.agents.vec import make_vec
 from llmsim.agents.zoo import checkpoint_dir
 from llmsim.cli.hydra_app import run_hydra_app
-from llmsim.envs.randomize import RandomizeConfig, SlotEnv
+from llmsim.envs.randomize import RandomizeConfig
 from llmsim.envs.routing_env import RoutingEnv
 from llmsim.errors import ConfigError, load_yaml_file
 from llmsim.schema import NonNegInt, PosInt, Schema
@@ -169,12 +169,12 @@ class TrainingRun:
         # a randomised run of a guided agent (Double DQN) is validated by its gain over the guide; others (SAC) by
         # their own metric
         self.against_guide = self.transfer and "guide" in type(self.agent_cfg).model_fields
-        self.eval_env = SlotEnv(self.env_cfg, scenarios=self.cfg.validation or [{}]) if self.transfer \
+        self.eval_env = make_slot_env(self.env_cfg, scenarios=self.cfg.validation or [{}]) if self.transfer \
             else make_env(self.env_cfg)
         self.guide_rows: list[dict[str, Any]] | None = None  # the guide on the validation seeds (transfer)
         check_setup(self.agent_cfg, self.eval_env)
         if not self.against_guide:  # on an env of its own: the evaluation env is left as it was built
-            check_metric(tr.eval_metric, SlotEnv(self.env_cfg, scenarios=self.cfg.validation or [{}])
+            check_metric(tr.eval_metric, make_slot_env(self.env_cfg, scenarios=self.cfg.validation or [{}])
                          if self.transfer else make_env(self.env_cfg))
         self.agent = build_agent(self.agent_cfg, self.eval_env, self.cfg.seed)
         n_actions = int(self.eval_env.action_space.n)

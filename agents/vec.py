@@ -21,9 +21,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 from stable_baselines3.common.vec_env.util import dict_to_obs
 
-from llmsim.agents.env_setup import make_env
+from llmsim.agents.env_setup import make_env, make_slot_env
 from llmsim.agents.resume import EpisodeRecorder
-from llmsim.envs.randomize import RandomizeConfig, SlotEnv
+from llmsim.envs.randomize import RandomizeConfig
 
 
 class FreshInfoVecEnv(DummyVecEnv):
@@ -56,7 +56,7 @@ def make_vec(env_cfg: dict[str, Any], n: int, randomize: RandomizeConfig | None 
     """``n`` training envs: in worker processes (n > 1), or in this one without SB3's per-step copy; with
     ``randomize``, slot envs drawing a scenario per episode."""
     if randomize is not None:
-        fns = [functools.partial(recorded, SlotEnv, env_cfg, randomize) for _ in range(n)]
+        fns = [functools.partial(recorded, make_slot_env, env_cfg, randomize) for _ in range(n)]
     else:
         fns = [functools.partial(recorded, make_env, env_cfg) for _ in range(n)]
     return SubprocVecEnv(fns) if n > 1 else FreshInfoVecEnv(fns)

@@ -17,6 +17,10 @@ env through them (llmsim.agents.checkpoint) and, exported, on any number of back
 
 Validation runs a SlotEnv on a fixed list of ``scenarios`` instead: the scenario of an episode is
 ``scenarios[workload_seed % len(scenarios)]``, so consecutive evaluation seeds cover every scenario.
+
+A predictor object in ``base`` (e.g. a learned one, which the env does not fit: built once by
+``llmsim.envs.predictors.from_config.make_agent_predictor``) is shared by every episode's env, not copied per episode,
+so it is fitted or loaded once and keeps its warm caches.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import numpy as np
 from pydantic import Field
 
 from llmsim.envs.actions import check_action, env_action, slot_action, slot_mask
+from llmsim.envs.predictors.base import Predictor
 from llmsim.envs.routing_env import RoutingEnv, reset_workload_seed
 from llmsim.envs.tasks import WORKLOAD_ROUTER_MIXES, WORKLOAD_ROUTER_TASKS
 from llmsim.envs.testbeds import make_from_config
@@ -123,6 +128,7 @@ class SlotEnv(gym.Env):
     """Episodes on drawn (``randomize``) or listed (``scenarios``) variants of one base env, in slot actions.
 
     ``base``: a conf/env mapping (its observation must be padded, see above); each scenario's options go on top.
+    Its ``predictor`` may be a Predictor object: every episode's env then uses that one object.
     The attributes agents read (``reward_fn``, ``obs_builder``, ``pending``, ``summary()``, ...) are the current
     episode's env's."""
 
@@ -133,7 +139,9 @@ class SlotEnv(gym.Env):
         super().__init__()
         if (randomize is None) == (scenarios is None):
             raise ConfigError("SlotEnv: give either randomize (training) or scenarios (validation)")
-        self.base = copy.deepcopy(dict(base))
+        base = dict(base)
+        self.predictor = base.pop("predictor") if isinstance(base.get("predictor"), Predictor) else None
+        self.base = copy.deepcopy(base)
         self.randomize = None if randomize is None else RandomizeConfig.parse(randomize)
         self.scenarios = [dict(s) for s in scenarios or []]
         if scenarios is not None and not self.scenarios:
@@ -152,7 +160,8 @@ class SlotEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(self.n_max + 2)
 
     def build(self, scenario: Mapping[str, Any]) -> RoutingEnv:
-        return make_from_config({**copy.deepcopy(self.base), **copy.deepcopy(dict(scenario))})
+        shared = {} if self.predictor is None else {"predictor": self.predictor}
+        return make_from_config({**copy.deepcopy(self.base), **shared, **copy.deepcopy(dict(scenario))})
 
     # ------------------------------------------------------------------ episodes
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -10,6 +10,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from llmsim.envs.actions import InvalidAction, env_action, slot_action, slot_columns, slot_mask
+from llmsim.envs.predictors.base import OraclePredictor
 from llmsim.envs.randomize import RandomizeConfig, SlotEnv, draw_scenario
 from llmsim.errors import ConfigError
 
@@ -95,6 +96,18 @@ def test_slot_env_runs_drawn_scenarios_with_one_shape():
             done = term or trunc
         assert env.summary()["completed"] == 40
     assert len(sizes) > 1
+
+
+def test_a_predictor_object_is_shared_by_every_episode_env():
+    """A predictor the env does not build itself (a learned one, fitted once by its caller) is that one object in
+    every episode's env: not a copy per episode."""
+    pred = OraclePredictor()
+    env = SlotEnv({**BASE, "predictor": pred}, {"curriculum_episodes": 0, "num_requests": 10, "sizes": [2, 6]})
+    used = [env.env.predictor]
+    for seed in range(3):
+        env.reset(seed=seed)
+        used.append(env.env.predictor)
+    assert all(p is pred for p in used)
 
 
 def test_validation_scenarios_follow_the_workload_seed():
