@@ -29,7 +29,7 @@ from torch import nn
 
 from llmsim.agents.checkpoint import for_env, load_policy_net, policy_input
 from llmsim.agents.checkpoint_meta import check_compatible, read_meta
-from llmsim.agents.env_setup import LEARNED, make_env
+from llmsim.agents.env_setup import LEARNED, checkpoint_env, make_env
 from llmsim.agents.nets import SetQNetwork, masked
 from llmsim.agents.router_options import router_kwargs
 from llmsim.agents.sac_nets import SACActor
@@ -242,7 +242,7 @@ def load_env(ckpt: Path, meta: dict[str, Any],
     if kind in LEARNED:
         raise ConfigError(f"{ckpt / 'checkpoint.json'}: env.predictor {kind!r} is a learned predictor (xgboost); "
                           f"an export runs without it - retrain with predictor oracle, noisy or zero")
-    env = make_env(env_cfg)
+    env = make_env(checkpoint_env(env_cfg, ckpt))  # an ablate of a learned base: the copy in the checkpoint folder
     check_compatible(meta, env, str(ckpt))
     return env, env_cfg
 

@@ -18,7 +18,7 @@ import torch
 
 from llmsim.agents.checkpoint import policy_input, save_checkpoint
 from llmsim.agents.checkpoint_meta import action_layout, observation_layout
-from llmsim.agents.env_setup import make_env
+from llmsim.agents.env_setup import make_env, ship_predictor
 from llmsim.agents.nets import QNetwork, masked_logits
 from llmsim.agents.sac import DiscreteSAC
 from llmsim.agents.sac_argmax import ArgmaxSAC
@@ -89,7 +89,8 @@ def demo_checkpoint(kind: str, root: str | Path, full_size: bool = False, env_cf
         agent = "sac_argmax" if kind == "sac_argmax_han" else "sac"
     clone_heuristic(net, env, router)
     meta = {"agent": agent, "label": f"{kind}_{router}_clone", "observation": observation_layout(env),
-            "actions": action_layout(env), "env": env_cfg, "steps": 0, "episodes": 0, "best_score": None,
-            "eval_metric": "return", "evaluations": [], "seed": 0, "cloned_from": router}
+            "actions": action_layout(env), "env": ship_predictor(env_cfg, Path(root) / kind), "steps": 0,
+            "episodes": 0, "best_score": None, "eval_metric": "return", "evaluations": [], "seed": 0,
+            "cloned_from": router}
     return save_checkpoint(Path(root) / kind, net, meta,
                            config_yaml=json.dumps({"env": env_cfg, "agent": agent}) + "\n")

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from llmsim.agents.checkpoint_meta import a_file, default_label, read_meta
+from llmsim.agents.env_setup import checkpoint_env
 from llmsim.agents.policy import HeuristicPolicy, Policy
 from llmsim.agents.router_options import router_kwargs
 from llmsim.agents.suite_config import applicable_heuristics
@@ -194,10 +195,10 @@ def policy_env_cfg(env_cfg: dict[str, Any], spec: Any) -> dict[str, Any]:
     """The env a policy runs on: a checkpoint trained with its own ``observation`` or ``predictor`` (the QoS-aware
     edge router's Baseline RL sees expert-level features, the no-predictor ablation zeroed predictions) keeps them,
     and one trained on padded expert slots keeps its ``max_experts``; the cluster, the workload and the reward,
-    which judge it, stay the evaluation's."""
+    which judge it, stay the evaluation's. A learned predictor is the one saved in the checkpoint's folder."""
     if not isinstance(spec, dict) or spec.get("kind") != "checkpoint" or not Path(spec["path"]).is_dir():
         return env_cfg
-    trained = read_meta(spec["path"]).get("env") or {}
+    trained = checkpoint_env(read_meta(spec["path"]).get("env") or {}, spec["path"])
     was, now = trained.get("id"), env_cfg.get("id", "routing")
     if was is not None and was != now:  # another testbed's cluster and task (padded slots may fit and run silently)
         raise ConfigError(f"{spec['path']}: trained on env {was!r}, but this env is {now!r} (evaluate it with "

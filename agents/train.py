@@ -55,7 +55,7 @@ from llmsim.agents.checkpoint_files import (
 )
 from llmsim.agents.checkpoint_meta import action_layout, check_compatible, observation_layout, read_meta
 from llmsim.agents.ddqn import DDQNConfig
-from llmsim.agents.env_setup import env_config, make_env, make_slot_env
+from llmsim.agents.env_setup import env_config, make_env, make_slot_env, ship_predictor
 from llmsim.agents.loop import Experience
 from llmsim.agents.nets import SPILL, GuidedQNetwork, SetQNetwork
 from llmsim.agents.progress_log import TENSORBOARD, log_episode, make_logger
@@ -289,7 +289,9 @@ class TrainingRun:
             trainer_state["resume"] = self.loop.snapshot()
         if name == "last":  # never a replay older than the trainer state beside it (a resume would load it as exact)
             (self.run_dir / name / REPLAY_FILE).unlink(missing_ok=True)
-        save_checkpoint(self.run_dir / name, self.agent.policy_net(), self.meta(), self.config_yaml, trainer_state)
+        meta = self.meta()  # the predictor's copy in the checkpoint, named relative to it: the folder travels alone
+        meta["env"] = ship_predictor(meta["env"], self.run_dir / name)
+        save_checkpoint(self.run_dir / name, self.agent.policy_net(), meta, self.config_yaml, trainer_state)
         if name == "last" and (self.tr.save_replay or replay):
             save_replay(self.run_dir / name, self.rb)
 

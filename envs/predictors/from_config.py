@@ -10,8 +10,10 @@ the ``predict`` extra (xgboost / scikit-learn).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from llmsim.envs.predictors import length_buckets, qos
 from llmsim.envs.predictors.base import PREDICTORS, AblatedPredictor, Predictor, ablated_outputs, under_base
 from llmsim.envs.predictors.length_buckets import LearnedPredictor
 from llmsim.envs.predictors.qos import DEFAULT_SAMPLES, QoSBucketPredictor, train_qos_predictor
@@ -112,3 +114,9 @@ def make_ablated_predictor(spec: dict[str, Any]) -> dict[str, Any] | AblatedPred
     if isinstance(base, Predictor):
         return AblatedPredictor(base, zero)
     return {"kind": "ablate", "base": base, "zero": zero}
+
+
+def saved_files(kind: str, path: str | Path) -> list[Path]:
+    """The files of the ``learned`` or ``learned_qos`` predictor saved at ``path``, its .json first (checked as loading
+    checks them): what a copy of the predictor needs."""
+    return (qos.saved_files if kind == "learned_qos" else length_buckets.saved_files)(path)

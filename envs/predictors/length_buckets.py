@@ -329,6 +329,13 @@ def _read_meta(p: Path) -> dict[str, Any]:
     return meta
 
 
+def saved_files(path: str | Path) -> list[Path]:
+    """The files of the predictor saved at ``path``: the .json and the model file it names (checked as by load)."""
+    p = Path(path)
+    meta = _read_meta(p)
+    return [p] if meta["kind"] == "constant" else [p, p.with_name(meta["model_file"])]
+
+
 def _load_model(p: Path, meta: dict[str, Any]) -> Any:
     """The xgboost model file named by ``meta``, parsed by xgboost (its JSON / UBJ formats: data, not code). The
     recorded sha256 is checked first so that a model file from another save is named as such."""

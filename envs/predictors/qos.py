@@ -233,6 +233,13 @@ def resolve_path(path: str | Path) -> Path:
     return p / DEFAULT_FILE if p.is_dir() or p.suffix != ".json" else p
 
 
+def saved_files(path: str | Path) -> list[Path]:
+    """The files of the predictor saved at ``path``: the .json and the model files it names (checked as by load)."""
+    p = resolve_path(path)
+    targets = _read_meta(p)["targets"].values()
+    return [p, *(p.with_name(tm["model_file"]) for tm in targets if tm["kind"] == "xgboost")]
+
+
 def _edges(vmax: float) -> list[float]:
     return [round(vmax * i / N_BUCKETS, 10) for i in range(N_BUCKETS + 1)]
 

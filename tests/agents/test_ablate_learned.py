@@ -5,6 +5,7 @@ checkpoint trained with a learned predictor (ablated or not) on the predictor it
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,12 @@ def test_a_preset_trains_with_a_learned_base(experiment: str, zeroed: str, kept:
 
 
 def assert_evaluates(ckpt: Path) -> None:
-    """The checkpoint runs in llmsim-evaluate's episodes on a QoSEdge env of the evaluation's own predictor."""
-    rows = evaluate({"id": "qos_edge", "num_requests": 20}, [{"checkpoint": str(ckpt)}], seeds=[2000])
+    """The checkpoint, copied away from its run and with the run's own predictor files gone (it carries its
+    predictor), runs in llmsim-evaluate's episodes on a QoSEdge env of the evaluation's own predictor."""
+    moved = Path(shutil.copytree(ckpt, ckpt.parent / "shipped" / ckpt.name))
+    for f in ckpt.parent.glob("qos_predictor*"):
+        f.unlink()
+    rows = evaluate({"id": "qos_edge", "num_requests": 20}, [{"checkpoint": str(moved)}], seeds=[2000])
     assert len(rows) == 1 and rows[0]["completed"] + rows[0]["dropped"] == 20, rows
 
 
