@@ -38,6 +38,7 @@ class RunOwner(Protocol):
     kv: KVCache
     cohort: Any  # llmsim.engine.cohort.DecodeCohort, or None: who keeps the requests' counts
     recorder: Any  # llmsim.metrics.recorder.Recorder: the run adds its inter-token latencies (itl, itl_hist)
+    decode_times: Any  # llmsim.engine.decode_times.DecodeTimes: and its boundaries
     busy_time: float
     iterations: int
     tokens_out: int
@@ -434,6 +435,11 @@ class DecodeRun:
             busy += delta
             prev = b
         rec.itl_count += gaps
+        log = inst.decode_times  # its iterations' ends (DecodeTimes.add, inlined)
+        times = log.times
+        times += bounds[j0:j]
+        if len(times) > log.limit:
+            log.forget()
         inst.busy_time = busy
         inst.iterations += j - j0
         inst.tokens_out += (j - j0) * n

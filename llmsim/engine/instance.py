@@ -34,7 +34,7 @@ from llmsim.engine.config import EngineConfig
 from llmsim.engine.fastpath import NEVER, DecodeRun, bad_step, residues, run_for, run_step_fn, stable_decode_batch
 from llmsim.engine.guards import ProgressGuard
 from llmsim.engine.handoff import MIXED
-from llmsim.engine.iteration import sample_tokens, stepped_cost, stepped_time
+from llmsim.engine.iteration import DecodeTimes, sample_tokens, stepped_cost, stepped_time
 from llmsim.engine.kv import build_kv_cache
 from llmsim.engine.limits import PromptLimits
 from llmsim.engine.ops import EVICT, PARK, SWAP_OUT, EngineOps, stepped_decode
@@ -96,7 +96,7 @@ class Instance:
 
     def _init_statistics(self) -> None:
         self.iterations = self.preemptions = self.swap_outs = self.tokens_out = self.prefill_tokens = self.finished = 0
-        self.busy_time = 0.0
+        self.busy_time, self.decode_times = 0.0, DecodeTimes(self)  # (the ITL of dropped requests: decode_times)
         self.prefix_queries = 0  # tokens looked up in the prefix cache at admission (vLLM prefix_cache_queries)
         self.prefix_hits = 0  # of which found cached (vLLM prefix_cache_hits)
         self.prefix_evicted = 0  # cached blocks evicted by earlier KV caches of this instance (model swaps)
@@ -452,7 +452,7 @@ class Instance:
         self.batch = []
         self.iterations += 1
         self.busy_time += now - self.iter_start
-        out, done = sample_tokens(batch, now, self.recorder)
+        out, done = sample_tokens(batch, now, self.recorder, self.decode_times)
         self.tokens_out += out
         self.kv.computed(batch)  # prompt blocks computed become cached; blocks out of a sliding window are freed
         if self.handoff is not None and self.handoff.hands_off:

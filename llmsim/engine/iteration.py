@@ -5,6 +5,7 @@ from __future__ import annotations
 from math import log as _log
 from typing import TYPE_CHECKING, Any
 
+from llmsim.engine.decode_times import DecodeTimes  # (the engine's, given to sample_tokens)
 from llmsim.errors import LLMSimError
 
 if TYPE_CHECKING:
@@ -68,17 +69,20 @@ def stepped_time(profile: Profile, batch: list[Request], n_tokens: int, c2: int,
     return dt
 
 
-def sample_tokens(batch: list[Request], now: float, rec: Any) -> tuple[int, list[Request]]:
+def sample_tokens(batch: list[Request], now: float, rec: Any, log: DecodeTimes) -> tuple[int, list[Request]]:
     """Apply a stepped iteration that ended at ``now`` to its requests: the computed tokens, and a sampled token for
-    each request whose computed tokens reach its context, with its inter-token gap in ``rec`` (the Recorder).
-    Returns (tokens sampled, requests that reached their target)."""
+    each request whose computed tokens reach its context, with its inter-token gap in ``rec`` (the Recorder) and
+    ``now`` in the engine's ``log`` if some request sampled a token after its first other than by a re-prefill
+    (after a recompute preemption or an eviction). Returns (tokens sampled, requests that reached their target)."""
     hist, inv, off, lo = rec.itl_hist, rec.ITL_INV, rec.ITL_OFFSET, rec.ITL_MIN  # Recorder.itl, inlined
     done = []
-    out = gaps = 0
+    out = gaps = resumed = 0
     pv, pb = -1.0, 0  # the last gap and its bin: a batch's decoders mostly share their last token's time
     for r in batch:
-        r.computed += r.n_new
-        if r.computed == r.prompt_tokens + r.generated:
+        n = r.n_new
+        c = r.computed + n
+        r.computed = c
+        if c == r.prompt_tokens + r.generated:
             r.generated += 1
             out += 1
             if r.first_token < 0:
@@ -89,8 +93,13 @@ def sample_tokens(batch: list[Request], now: float, rec: Any) -> tuple[int, list
                     pv, pb = v, int(_log(v) * inv) + off if v > lo else 0
                 hist[pb] += 1
                 gaps += 1
+                if n > 1:
+                    resumed += 1  # (a re-prefill's token: recomputed, no decode)
             r.last_token_time = now
             if r.generated >= r.target_tokens:
                 done.append(r)
-    rec.itl_count += gaps
+    if gaps:
+        rec.itl_count += gaps
+        if gaps > resumed:
+            log.add(now)
     return out, done

@@ -105,6 +105,13 @@ class Recorder:
         self.itl_hist[int(_log(value) * _inv) + _off if value > _ITL_MIN else 0] += weight
         self.itl_count += weight
 
+    def forget_itl(self, gaps: list[float], _log=math.log, _inv=_ITL_INV, _off=_ITL_OFFSET) -> None:
+        """Take back gaps :meth:`itl` recorded (a dropped request's: vLLM's ITLs are of completed requests only)."""
+        hist = self.itl_hist
+        for value in gaps:
+            hist[int(_log(value) * _inv) + _off if value > _ITL_MIN else 0] -= 1
+        self.itl_count -= len(gaps)
+
     @property
     def cols(self) -> dict[str, array]:
         """The finished requests' columns, by name (a streamed recorder replaces them after each row group)."""
@@ -329,7 +336,7 @@ def summarise(
     for p in PERCENTILES:
         if p != 50:
             s[f"p{p}_itl_ms"] = recorder.itl_percentile(p) * 1e3 if lat.n_itl else nan
-    dropped_gaps = recorder.itl_count - lat.n_itl
+    dropped_gaps = recorder.itl_count - lat.n_itl  # (the engines take back the gaps of dropped requests they can)
     if dropped_gaps > 0:  # (vLLM's ITLs are of successful requests: say how many of these are not, in the numbers)
         s["itl_gaps_of_dropped"] = dropped_gaps
     s.update(_stats("e2el", lat.e2el_ms))

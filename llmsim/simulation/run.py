@@ -141,7 +141,8 @@ def collect(cluster: Cluster, slo: SLO, wall_s: float = 0.0) -> SimResult:
 def itl_notes(completed_gaps: int, recorded_gaps: int) -> list[str]:
     """A note when the ITL histogram holds gaps of requests that never completed: the engines record each gap as
     the token comes out, before anyone knows whether the request will be dropped (cut off, or grown past the KV
-    cache), and the histogram cannot give them back. vLLM's ITL statistics cover successful requests only."""
+    cache), and take a dropped request's gaps back only where their decode times prove which were its own
+    (``llmsim.engine.decode_times``). vLLM's ITL statistics cover successful requests only."""
     extra = recorded_gaps - completed_gaps
     if extra <= 0:
         return []

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from llmsim import EngineConfig, InstanceConfig, simulate
 from llmsim.cluster import Cluster
+from llmsim.engine.decode_times import DecodeTimes
 from llmsim.engine.fastpath import DecodeRun
 from llmsim.engine.iteration import decode_skew_of
 from llmsim.engine.kv import WindowedKVCache
@@ -43,6 +44,9 @@ class Owner:
     busy_time: float = 0.0
     iterations: int = 0
     tokens_out: int = 0
+
+    def __post_init__(self) -> None:
+        self.decode_times = DecodeTimes(self)
 
 
 @st.composite
