@@ -96,7 +96,7 @@ class Instance:
 
     def _init_statistics(self) -> None:
         self.iterations = self.preemptions = self.swap_outs = self.tokens_out = self.prefill_tokens = self.finished = 0
-        self.busy_time, self.decode_times = 0.0, DecodeTimes(self)  # (the ITL of dropped requests: decode_times)
+        self.busy_time, self.decode_times = 0.0, DecodeTimes(self)  # (decode_times: a dropped request's ITL gaps)
         self.prefix_queries = 0  # tokens looked up in the prefix cache at admission (vLLM prefix_cache_queries)
         self.prefix_hits = 0  # of which found cached (vLLM prefix_cache_hits)
         self.prefix_evicted = 0  # cached blocks evicted by earlier KV caches of this instance (model swaps)
