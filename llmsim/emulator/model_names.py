@@ -13,16 +13,14 @@ from __future__ import annotations
 
 from llmsim.errors import ConfigError
 from llmsim.perf.hf_config import hub_cache_config, hub_cache_dir
-from llmsim.perf.models import MODELS, PATH_FORMS, looks_like_path
+from llmsim.perf.models import MODELS, PATH_FORMS, looks_like_path, registered_model
 
 __all__ = ["PATH_FORMS", "looks_like_path", "model_source", "registered"]
 
 
 def registered(name: str) -> bool:
     """Whether llmsim's registry knows ``name`` (a name, an alias or a Hugging Face id; case-insensitive)."""
-    key = name.lower()
-    return key in MODELS or any(key == m.hf_id.lower() or key in (a.lower() for a in m.aliases)
-                                for m in MODELS.values())
+    return registered_model(name) is not None
 
 
 def model_source(name: str) -> str:
