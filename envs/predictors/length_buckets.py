@@ -331,8 +331,7 @@ def _read_meta(p: Path) -> dict[str, Any]:
 
 def saved_files(path: str | Path) -> list[Path]:
     """The files of the predictor saved at ``path``: the .json and the model file it names (checked as by load)."""
-    p = Path(path)
-    meta = _read_meta(p)
+    p, meta = Path(path), _read_meta(Path(path))
     return [p] if meta["kind"] == "constant" else [p, p.with_name(meta["model_file"])]
 
 

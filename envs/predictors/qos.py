@@ -236,8 +236,7 @@ def resolve_path(path: str | Path) -> Path:
 def saved_files(path: str | Path) -> list[Path]:
     """The files of the predictor saved at ``path``: the .json and the model files it names (checked as by load)."""
     p = resolve_path(path)
-    targets = _read_meta(p)["targets"].values()
-    return [p, *(p.with_name(tm["model_file"]) for tm in targets if tm["kind"] == "xgboost")]
+    return [p, *(p.with_name(tm["model_file"]) for tm in _read_meta(p)["targets"].values() if tm["kind"] == "xgboost")]
 
 
 def _edges(vmax: float) -> list[float]:
