@@ -16,8 +16,7 @@ hint) and its prompt length. Never ``output_tokens``: that is the label.
 * :func:`llmsim.envs.predictors.from_config.make_agent_predictor` turns a config value into one.
 
 CLI: ``python -m llmsim.envs.predictors.length_buckets --samples 20000 --seed 0 [--model xgboost|sklearn]
-[--out P] [--json]``.
-See docs/predictors.md.
+[--out P] [--json]``. See docs/predictors.md.
 """
 
 from __future__ import annotations
