@@ -6,6 +6,7 @@ the stepping engine, and the fast path (decode runs, cohorts) must give the same
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -99,16 +100,14 @@ def test_requests_a_time_limit_cuts_off_mid_decode_leave_the_itl_statistics(monk
     assert recorders[0].itl_hist == recorders[1].itl_hist
 
 
+def stand_in_engine(running: list) -> SimpleNamespace:
+    """What the decode-times log reads of its engine: its index, recorder and held requests."""
+    return SimpleNamespace(idx=0, recorder=Recorder(), running=running, waiting=[], swapped=[])
+
+
 def test_a_dropped_requests_gaps_stay_when_the_log_cannot_prove_them():
     # a log that misses a decode of the request (as when it was skipped while others decoded): nothing is taken back
-    class Engine:
-        idx = 0
-        recorder = Recorder()
-        running: list = []
-        waiting: list = []
-        swapped: list = []
-
-    log = DecodeTimes(Engine)
+    log = DecodeTimes(stand_in_engine([]))
     r = Request(0, 0.0, 10, 20)
     r.instance, r.first_token, r.generated, r.last_token_time = 0, 1.0, 4, 1.3
     for t in (1.1, 1.2, 1.25, 1.3):
@@ -125,16 +124,9 @@ def test_a_dropped_requests_gaps_stay_when_the_log_cannot_prove_them():
 
 
 def test_the_log_forgets_times_no_held_request_needs():
-    class Engine:
-        idx = 0
-        recorder = Recorder()
-        waiting: list = []
-        swapped: list = []
-
     held = Request(1, 0.0, 10, 20)
     held.first_token = 5.0
-    Engine.running = [held]
-    log = DecodeTimes(Engine)
+    log = DecodeTimes(stand_in_engine([held]))
     log.limit = 8
     for k in range(10):
         log.add(float(k))
