@@ -38,6 +38,7 @@ import pandas as pd
 from llmsim.envs.exported import file_sha256
 from llmsim.envs.predictors.base import OraclePredictor, Predictor
 from llmsim.envs.predictors.reports import print_report
+from llmsim.envs.predictors.saved import MODEL_FILE_SUFFIXES, is_model_file_name, load_xgboost, one_line, read_json
 from llmsim.envs.tasks import TaskMixture
 from llmsim.envs.workloads import EnvWorkload, MixtureWorkload, make_workload
 from llmsim.errors import ConfigError
@@ -60,7 +61,6 @@ VERSION = 1
 NO_TASK = "<none>"
 GRID_MAX = 4096  # LearnedPredictor precomputes prompts 0..GRID_MAX per task in one batched call
 INSTALL_HINT = "pip install -e '.[predict]'"
-MODEL_FILE_SUFFIXES = (".ubj", ".json")  # xgboost's own formats: the only model files the loader parses
 SKLEARN_NOT_SAVED = ("a scikit-learn predictor is not saved (scikit-learn's only format is a pickle, which llmsim "
                      "never loads); use model xgboost, saved in xgboost's UBJ format, or keep sklearn in memory")
 
@@ -265,7 +265,7 @@ class BucketPredictor:
         meta = _read_meta(p)
         model = None
         if meta["kind"] != "constant":
-            model = _load_model(p, meta)
+            model = load_xgboost(p, meta["model_file"], meta.get("model_sha256"), lambda: _new_model("xgboost", 0))
         bp = cls(meta["kind"], meta["tasks"], meta["classes"], [float(v) for v in meta["lengths"]],
                  meta["length_rule"], model, int(meta.get("seed", 0)), dict(meta.get("info") or {}))
         if model is not None:
@@ -273,14 +273,10 @@ class BucketPredictor:
                 probe = bp.predict_buckets([bp.tasks[0]] * 2, [10, 900])
             except Exception as e:  # noqa: BLE001 - any library error means the file does not fit
                 raise ConfigError(f"{p}: model file does not fit the predictor's {len(bp.features)} features "
-                                  f"and {len(bp.classes)} classes: {_one_line(e)}") from None
+                                  f"and {len(bp.classes)} classes: {one_line(e)}") from None
             if not set(probe.tolist()) <= set(bp.classes):
                 raise ConfigError(f"{p}: model predicts classes outside the saved buckets {bp.classes}")
         return bp
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())[:300]
 
 
 def _expect(ok: bool, path: Path, what: str, got: Any) -> None:
@@ -291,12 +287,7 @@ def _expect(ok: bool, path: Path, what: str, got: Any) -> None:
 def _read_meta(p: Path) -> dict[str, Any]:
     """The JSON of a saved predictor, every field checked (one ConfigError line naming the file and key)."""
     hint = "the .json written by `python -m llmsim.envs.predictors.length_buckets --out PATH`"
-    if not p.is_file():
-        raise ConfigError(f"{p}: no such predictor file; expected {hint}")
-    try:
-        meta = json.loads(p.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{p}: not a predictor file: expected JSON ({hint}), got {_one_line(e)}") from None
+    meta = read_json(p, hint)
     _expect(isinstance(meta, dict) and meta.get("format") == FORMAT, p, f"format {FORMAT!r}",
             meta.get("format") if isinstance(meta, dict) else type(meta).__name__)
     _expect(meta.get("version") == VERSION, p, f"version {VERSION}", meta.get("version"))
@@ -320,9 +311,7 @@ def _read_meta(p: Path) -> dict[str, Any]:
             meta.get("length_rule"))
     _expect(meta["kind"] != "constant" or len(classes) == 1, p, "one class for a constant predictor", classes)
     if meta["kind"] != "constant":
-        _expect(isinstance(meta.get("model_file"), str) and meta["model_file"]
-                and Path(meta["model_file"]).name == meta["model_file"]
-                and meta["model_file"].endswith(MODEL_FILE_SUFFIXES), p,
+        _expect(is_model_file_name(meta.get("model_file")), p,
                 f"model_file: the name of an xgboost model file beside it ({' or '.join(MODEL_FILE_SUFFIXES)})",
                 meta.get("model_file"))
     return meta
@@ -332,22 +321,6 @@ def saved_files(path: str | Path) -> list[Path]:
     """The files of the predictor saved at ``path``: the .json and the model file it names (checked as by load)."""
     p, meta = Path(path), _read_meta(Path(path))
     return [p] if meta["kind"] == "constant" else [p, p.with_name(meta["model_file"])]
-
-
-def _load_model(p: Path, meta: dict[str, Any]) -> Any:
-    """The xgboost model file named by ``meta``, parsed by xgboost (its JSON / UBJ formats: data, not code). The
-    recorded sha256 is checked first so that a model file from another save is named as such."""
-    mp = p.with_name(meta["model_file"])
-    if not mp.is_file():
-        raise ConfigError(f"{mp}: missing model file (named by {p}); expected the {meta['kind']} model saved with it")
-    if file_sha256(mp) != meta.get("model_sha256"):
-        raise ConfigError(f"{mp}: does not match {p} (sha256 differs); expected the model file saved with it")
-    model = _new_model("xgboost", 0)
-    try:
-        model.load_model(str(mp))
-    except Exception as e:  # noqa: BLE001 - any parse error of the library is a bad file
-        raise ConfigError(f"{mp}: not a readable xgboost model (named by {p}): {_one_line(e)}") from None
-    return model
 
 
 # ---------------------------------------------------------------------------- evaluation

@@ -39,6 +39,7 @@ import pandas as pd
 from llmsim.envs.exported import file_sha256
 from llmsim.envs.predictors.base import Predictor
 from llmsim.envs.predictors.reports import print_report
+from llmsim.envs.predictors.saved import is_model_file_name, load_xgboost, read_json
 from llmsim.envs.tasks import QOS_EXPERTS, TaskMixture, qos_edge_mixture
 from llmsim.envs.workloads import MixtureWorkload
 from llmsim.errors import ConfigError
@@ -215,8 +216,9 @@ class QoSBucketModel:
         targets = {}
         for name in TARGETS:
             tm = meta["targets"][name]
-            targets[name] = TargetModel(tm["kind"], tm["classes"], _load_model(p, tm) if tm["kind"] != "constant"
-                                        else None)
+            model = (None if tm["kind"] == "constant"
+                     else load_xgboost(p, tm["model_file"], tm.get("model_sha256"), lambda: _xgb(0)))
+            targets[name] = TargetModel(tm["kind"], tm["classes"], model)
         m = cls(meta["experts"], meta["tasks"], float(meta["score_max"]), targets, int(meta.get("seed", 0)),
                 dict(meta.get("info") or {}))
         try:  # a model file of another shape fails here, not mid-episode
@@ -245,13 +247,7 @@ def _edges(vmax: float) -> list[float]:
 
 def _read_meta(p: Path) -> dict[str, Any]:
     """The JSON of a saved predictor, checked (one ConfigError line naming the file and what was expected)."""
-    if not p.is_file():
-        raise ConfigError(f"{p}: no such predictor file; expected the .json written by "
-                          "`python -m llmsim.envs.predictors.qos --out DIR`")
-    try:
-        meta = json.loads(p.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{p}: not a predictor file: expected JSON, got {' '.join(str(e).split())}") from None
+    meta = read_json(p, "the .json written by `python -m llmsim.envs.predictors.qos --out DIR`")
     bad = None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
         bad = f"format {FORMAT!r} version {VERSION}"
@@ -268,29 +264,13 @@ def _read_meta(p: Path) -> dict[str, Any]:
                     and isinstance(tm.get("classes"), list) and tm["classes"] == sorted(set(tm["classes"]))
                     and all(isinstance(c, int) and 0 <= c < N_BUCKETS for c in tm["classes"])
                     and (tm["kind"] == "xgboost") == (len(tm["classes"]) > 1)
-                    and (tm["kind"] == "constant" or Path(str(tm.get("model_file"))).name == tm.get("model_file")
-                         and str(tm["model_file"]).endswith((".ubj", ".json")))):
+                    and (tm["kind"] == "constant" or is_model_file_name(tm.get("model_file")))):
                 bad = (f"targets.{name}: kind, sorted classes in 0..{N_BUCKETS - 1} and a model_file beside it "
                        "(an xgboost .ubj or .json)")
                 break
     if bad:
         raise ConfigError(f"{p}: not a valid {FORMAT} file: expected {bad}")
     return meta
-
-
-def _load_model(p: Path, tm: dict[str, Any]) -> Any:
-    mp = p.with_name(tm["model_file"])
-    if not mp.is_file():
-        raise ConfigError(f"{mp}: missing model file (named by {p})")
-    if file_sha256(mp) != tm.get("model_sha256"):
-        raise ConfigError(f"{mp}: does not match {p} (sha256 differs); expected the model file saved with it")
-    model = _xgb(0)
-    try:
-        model.load_model(str(mp))
-    except Exception as e:  # noqa: BLE001 - any parse error of the library is a bad file
-        raise ConfigError(f"{mp}: not a readable xgboost model (named by {p}): {' '.join(str(e).split())[:300]}"
-                          ) from None
-    return model
 
 
 # ---------------------------------------------------------------------------- the env predictor
