@@ -9,6 +9,7 @@ action layout and masks (:mod:`llmsim.envs.actions`), the P/D stage (:mod:`llmsi
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ import numpy as np
 from llmsim.cluster import Cluster, InstanceConfig
 from llmsim.cluster.config import instances_from_specs
 from llmsim.cluster.driver import ClusterDriver
+from llmsim.compiled import engine_name
 from llmsim.envs.actions import ActionSpec, InvalidAction, check_action, decode_action, fill_mask
 from llmsim.envs.config import ACTIONS, RoutingEnvConfig, action_layout
 from llmsim.envs.decision_points import WAIT_TIMEOUT_REASON, AgentRouter, DecisionPoints
@@ -370,6 +372,17 @@ class RoutingEnv(gym.Env):
     def prefix_hit_tokens(self, instance: int, req: Request) -> int:
         """Prompt tokens of ``req`` that instance ``instance``'s prefix cache holds now (the cluster view's)."""
         return self.cluster.view.prefix_hit_tokens(instance, req)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RoutingEnv:
+        """A what-if copy (Python's own deep copy of every attribute). The compiled engine's classes cannot be
+        copied (their constructors need arguments), so there the copy is refused in one line naming the fix."""
+        if engine_name() == "compiled":
+            raise LLMSimError("an env on the compiled engine cannot be copied (copy.deepcopy, a what-if): run it on "
+                              "the Python engine (`python -m llmsim.compile clean` removes the build)")
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return new
 
     def replace_upcoming(self, requests: list[Request]) -> None:
         """A planner's what-if, on a copy of the env (``copy.deepcopy``, Python engine): the requests that have not
