@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import re
+import subprocess
 
 import pytest
+from ruff.__main__ import find_ruff_bin
 
 from tests.helpers import REPO
 
 PAGES = sorted((REPO / "docs").glob("*.md"))
 OURS = ("llmsim", "experiments")
+# Blocks that are fragments on purpose use names their page's text defines; any other undefined name (a block
+# reading ``cfg`` it never built) fails when pasted.
+FRAGMENT_NAMES = {"docs/envs.md": {"gamma", "info", "tau", "r", "terminated", "V", "s_next"},
+                  "docs/export.md": {"obs", "mask", "obs_batch", "masks"}}
 
 
 def python_blocks() -> list[tuple[str, str]]:
@@ -58,6 +65,23 @@ def test_python_block_parses_and_its_imports_exist(where: str, src: str) -> None
         pytest.fail(f"{where}: not Python (block line {e.lineno}: {e.msg}); a signature listing goes in a plain "
                     "``` block")
     assert missing_imports(tree) == [], where
+
+
+def undefined_names(src: str) -> set[str]:
+    """Names ``src`` reads but never defines or imports (ruff's undefined-name check)."""
+    p = subprocess.run([find_ruff_bin(), "check", "--isolated", "--select", "F821", "--output-format", "json", "-"],
+                       input=src, capture_output=True, text=True, timeout=60)
+    return {re.search(r"`(.*)`", d["message"]).group(1) for d in json.loads(p.stdout)}
+
+
+@pytest.mark.parametrize(("where", "src"), BLOCKS, ids=[w for w, _ in BLOCKS])
+def test_python_block_defines_what_it_uses(where: str, src: str) -> None:
+    allowed = FRAGMENT_NAMES.get(where.split(":")[0], set())
+    assert undefined_names(src) <= allowed, f"{where}: uses names it never defines (paste it and it fails)"
+
+
+def test_an_undefined_name_is_found() -> None:
+    assert undefined_names("import gymnasium as gym\nenv = gym.make('x', predictor=cfg.predictor)\n") == {"cfg"}
 
 
 def test_a_renamed_name_is_found() -> None:
