@@ -8,6 +8,7 @@ throughput prior that orders and starts the searches, and the :class:`Plan` the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar
 
@@ -211,11 +212,12 @@ class Plan:
     base: dict[str, Any]
     cap: CapacityConfig
     dcfg: DeployConfig
-    mode: tuple[str, float]
+    modes: Callable[[int], tuple[str, float]]  # how a rate in req/s is set, by requests per run (rate_modes)
     runner: Runner
 
     def configs(self, cand: Candidate, n: int, rate: float) -> list[dict[str, Any]]:
         """Per-seed run configs of ``n`` replicas at ``rate``: ``num_requests`` per replica."""
         c = self.cap
+        mode = self.modes(c.num_requests * n)
         return [run_config(self.base, cand.cluster(self.dcfg.model, n), self.base["policy"], rate, c.seed0 + k,
-                           c.num_requests * n, self.mode) for k in range(c.seeds)]
+                           c.num_requests * n, mode) for k in range(c.seeds)]

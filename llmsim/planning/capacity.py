@@ -26,8 +26,8 @@ flags it. All searches step in lockstep rounds whose simulations run on one proc
 and seeds, same JSON). Progress is on stderr from the first second (:mod:`llmsim.planning.progress`).
 
 The rate is the synthetic workload's ``rate`` (Poisson / Gamma). Other workloads (traces, phased or MMPP
-arrivals) are scaled with ``rate_scale``; their base rate (requests / span of the first ``num_requests``
-arrivals at scale 1) turns every rate into req/s. Outputs in the run directory: ``capacity.json`` (one object
+arrivals) are scaled with ``rate_scale``; their base rate (requests / span of a run's first arrivals, as many
+as it replays, at scale 1) turns every rate into req/s. Outputs in the run directory: ``capacity.json`` (one object
 per cluster x policy), ``capacity.csv`` (every evaluated rate) and ``capacity.png``; see docs/capacity.md.
 """
 
@@ -66,6 +66,18 @@ def rate_mode(workload: dict[str, Any], num_requests: int, seed: int) -> tuple[s
         raise ConfigError(f"workload: capacity needs a stream whose first {num_requests} arrivals span some time, "
                           f"got {len(times)} arrival(s) over {span:g} s")
     return "rate_scale", (len(times) - 1) / span
+
+
+def rate_modes(workload: dict[str, Any], seed: int) -> Callable[[int], tuple[str, float]]:
+    """:func:`rate_mode` by request count, each computed once: a trace or phased stream's base rate depends on how
+    many of its arrivals a run replays, so runs of different sizes (``requests_per_instance``, a deploy cluster of
+    n replicas) each need the base rate of their own size for their rates to be req/s."""
+
+    @functools.cache
+    def mode(num_requests: int) -> tuple[str, float]:
+        return rate_mode(workload, num_requests, seed)
+
+    return mode
 
 
 def run_config(base: dict[str, Any], cluster: dict[str, Any], policy: dict[str, Any], rate: float, seed: int,
@@ -176,7 +188,7 @@ def search_all(base: dict[str, Any], cap: CapacityConfig, label: str | None = No
     check_metric(cap.metric, base)
     policies = parse_policies(cap, base)
     clusters = parse_clusters(cap, base, label)
-    mode = rate_mode(base["workload"], cap.num_requests, cap.seed0)
+    modes = rate_modes(base["workload"], cap.seed0)
     simulating = fn is evaluate
     if simulating and not cap.decode_skew:
         fn = functools.partial(evaluate, decode_skew=False)  # (picklable: the workers run it)
@@ -184,8 +196,10 @@ def search_all(base: dict[str, Any], cap: CapacityConfig, label: str | None = No
     for name, cluster in clusters:
         size = sum(int(i.get("count", 1)) for i in cluster["instances"])
         n_req = cap.num_requests * (size if cap.requests_per_instance else 1)
+        mode = modes(n_req)
         for pol in policies:
-            def configs(rate: float, cluster: dict = cluster, pol: dict = pol, n: int = n_req) -> list[dict]:
+            def configs(rate: float, cluster: dict = cluster, pol: dict = pol, n: int = n_req,
+                        mode: tuple[str, float] = mode) -> list[dict]:
                 return [run_config(base, cluster, pol, rate, cap.seed0 + k, n, mode) for k in range(cap.seeds)]
 
             if simulating:

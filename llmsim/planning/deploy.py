@@ -55,7 +55,7 @@ from llmsim.planning.capacity import (
     base_config,
     check_metric,
     preflight,
-    rate_mode,
+    rate_modes,
     run_config,
 )
 from llmsim.planning.deploy_report import build_report, print_report, write_outputs
@@ -177,13 +177,13 @@ def run_deploy(cfg: dict[str, Any], out_dir: str | Path, quiet: bool = False) ->
             c.prior_rps = throughput_prior(c, prompt, output)
         # most promising first: the budget, when short, cuts the rest
         cands.sort(key=lambda c: (c.replica_cost / max(c.prior_rps, 1e-9), c.name))
-        mode = rate_mode(base["workload"], cap.num_requests, cap.seed0)
+        modes = rate_modes(base["workload"], cap.seed0)
         progress.phase(f"preflight ({PREFLIGHT_REQUESTS} requests on 1 x {cands[0].name})")
         preflight(run_config(base, cands[0].cluster(dcfg.model, 1), base["policy"], cap.rate_min, cap.seed0,
-                             cap.num_requests, mode))
+                             cap.num_requests, modes(cap.num_requests)))
         workers = min(cap.workers or cpu_count(), max(1, len(cands) * cap.seeds * cap.points_per_round))
         with Runner(workers, budget=dcfg.budget, progress=progress) as runner:
-            plan = Plan(base, cap, dcfg, mode, runner)
+            plan = Plan(base, cap, dcfg, modes, runner)
             verified, best, measured = search_phases(plan, cands, progress)
         report = build_report(plan, cands, skipped, verified, best, measured, prices, time.perf_counter() - t0)
         progress.phase("writing deploy.json, deploy_candidates.csv, deploy_frontier.csv and deploy.png")

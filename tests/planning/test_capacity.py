@@ -14,10 +14,12 @@ import pytest
 from llmsim.engine.iteration import decode_skew_of
 from llmsim.errors import ConfigError
 from llmsim.perf.profile import load_profile
+from llmsim.planning.candidates import Candidate, DeployConfig, Plan
 from llmsim.planning.capacity import (
     base_config,
     parse_policies,
     rate_mode,
+    rate_modes,
     result_rows,
     run_capacity,
     run_config,
@@ -25,6 +27,7 @@ from llmsim.planning.capacity import (
 )
 from llmsim.planning.runner import evaluate
 from llmsim.planning.search import CapacityConfig, Point, RateSearch
+from llmsim.workload import build_workload
 from tests.planning.helpers import compose
 
 
@@ -150,16 +153,41 @@ def test_cluster_group_name_labels_only_the_preset_itself(tmp_path) -> None:
     assert json.loads((tmp_path / "b" / "capacity.json").read_text())[0]["cluster"] == "1x mistral-7b@rtx4090"
 
 
+PHASED = {"kind": "synthetic", "arrival": {"process": "phases", "phases": [[20, 2.0], [20, 6.0]], "repeat": True},
+          "prompt": 100, "output": 20}
+
+
 def test_trace_like_workloads_search_rate_scale() -> None:
     """A phased arrival process has no single rate: it is scaled, and rates stay in req/s."""
-    wl = {"kind": "synthetic", "arrival": {"process": "phases", "phases": [[20, 2.0], [20, 6.0]], "repeat": True},
-          "prompt": 100, "output": 20}
-    key, base_rate = rate_mode(wl, 400, 0)
+    key, base_rate = rate_mode(PHASED, 400, 0)
     assert key == "rate_scale" and 3.0 < base_rate < 5.0
-    cfg = run_config(compose(workload=wl), {"instances": []}, {"name": "jsq", "kwargs": {}}, 2 * base_rate, 0, 400,
+    cfg = run_config(compose(workload=PHASED), {"instances": []}, {"name": "jsq", "kwargs": {}}, 2 * base_rate, 0, 400,
                      (key, base_rate))
     assert math.isclose(cfg["workload"]["rate_scale"], 2.0) and cfg["workload"]["num_requests"] == 400
     assert rate_mode(compose()["workload"], 400, 0) == ("rate", 1.0)
+
+
+def _realized_rate(cfg: dict) -> float:
+    t = [r.arrival for r in build_workload(cfg["workload"], cfg["seed"])]
+    return (len(t) - 1) / (t[-1] - t[0])
+
+
+def test_rate_scaled_runs_of_any_size_arrive_at_the_rate_searched() -> None:
+    """A phased stream's rate over its first 100 arrivals is not its rate over 400: a run of 4 instances x 100
+    requests (requests_per_instance) and a deploy cluster of 4 replicas take the base rate of their own size, so
+    the rate searched (4 req/s) is the rate their requests arrive at."""
+    cluster = {"instances": [{"model": "llama-2-7b", "gpu": "a100-80gb", "count": 4}]}
+    base = base_config(compose(workload=PHASED, cluster=cluster))
+    cap = CapacityConfig(num_requests=100, requests_per_instance=True, seeds=1, max_evaluations=1, workers=1)
+    jobs, _ = search_all(base, cap, "x", fn=lambda c: {"slo_attainment": 1.0})
+    assert jobs[0].info["requests_per_run"] == 400
+    assert _realized_rate(jobs[0].configs(4.0)[0]) == pytest.approx(4.0)
+    assert jobs[0].info["base_rate"] == pytest.approx(rate_mode(base["workload"], 400, 0)[1])
+    plan = Plan(base, cap, DeployConfig(), rate_modes(base["workload"], 0), runner=None)
+    cand = Candidate("a100-80gb", 1, "default", {}, 1.0)
+    for n in (1, 4):
+        (cfg,) = plan.configs(cand, n, 4.0)
+        assert cfg["workload"]["num_requests"] == 100 * n and _realized_rate(cfg) == pytest.approx(4.0)
 
 
 def test_policy_kwargs_stay_with_their_router() -> None:
