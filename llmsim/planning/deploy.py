@@ -146,11 +146,14 @@ def verify(plan: Plan, cands: list[Candidate]) -> tuple[list[dict[str, Any]], di
 
 
 def measure(plan: Plan, best: dict[str, Any]) -> RateSearch:
-    """The chosen cluster's own capacity: starts at the (cached) verified target rate, grows by 25 %."""
+    """The chosen cluster's own capacity: starts at the (cached) verified target rate, grows by 25 %. The rate
+    bounds are n times a replica's (``capacity.rate_max`` bounds one replica): a cluster verified at a target above
+    it would otherwise be reported below the rate it met."""
     c, n = best["_cand"], best["replicas"]
     if n == 1:  # the chosen cluster is the replica already searched
         return c.job.search
-    search = RateSearch(plan.cap, start=plan.dcfg.target_rate, growth=1.25, accelerate=True)
+    cap = plan.cap.model_copy(update={"rate_max": plan.cap.rate_max * n})
+    search = RateSearch(cap, start=plan.dcfg.target_rate, growth=1.25, accelerate=True)
     plan.runner.drive([Job(search, lambda r: plan.configs(c, n, r), plan.cap.metric, label=f"{n} x {c.name}")])
     return search
 

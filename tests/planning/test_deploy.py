@@ -13,9 +13,12 @@ import yaml
 
 from llmsim.errors import ConfigError, ProfileError
 from llmsim.perf.profile import load_profile
-from llmsim.planning.candidates import DeployConfig, Prices, enumerate_candidates
-from llmsim.planning.deploy import run_deploy
+from llmsim.planning.candidates import Candidate, DeployConfig, Plan, Prices, enumerate_candidates
+from llmsim.planning.capacity import base_config, rate_modes
+from llmsim.planning.deploy import measure, run_deploy
 from llmsim.planning.deploy_report import _mark_pareto
+from llmsim.planning.runner import Runner
+from llmsim.planning.search import CapacityConfig
 from llmsim.resources import conf_dir
 from tests.planning.helpers import compose
 
@@ -211,3 +214,20 @@ def test_an_engine_variant_may_set_an_fp8_kv_cache() -> None:
     inst = fp8.cluster("llama-3.1-8b", 2)["instances"][0]
     assert inst["kv_cache_dtype"] == "fp8" and inst["count"] == 2
     assert bf16.cluster("llama-3.1-8b", 1)["instances"][0]["kv_cache_dtype"] == "auto"
+
+
+def _cluster_stub(cfg: dict) -> dict:
+    """A cluster of n replicas meets the SLOs up to 150 req/s per replica."""
+    n, rate = cfg["cluster"]["instances"][0]["count"], cfg["workload"]["rate"]
+    return {"slo_attainment": 1.0 if rate <= 150 * n else 0.0}
+
+
+def test_chosen_cluster_is_measured_above_a_target_beyond_one_replicas_rate_max() -> None:
+    """3 replicas verified at 400 req/s (above capacity.rate_max = 256, which bounds one replica): the chosen
+    cluster's own capacity is measured up to 3 x rate_max, at or above the target it met, near its true 450."""
+    base = base_config(compose())
+    with Runner(1, _cluster_stub) as runner:
+        plan = Plan(base, CapacityConfig(seeds=1), DeployConfig(target_rate=400), rate_modes(base["workload"], 0),
+                    runner)
+        search = measure(plan, {"_cand": Candidate("a100-80gb", 1, "default", {}, 1.0), "replicas": 3})
+    assert 400 <= search.capacity <= 450 and search.capacity >= 450 / 1.05 and search.note == ""
