@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from llmsim.errors import ConfigError, load_yaml_file
+from llmsim.errors import ConfigError, LLMSimError, load_yaml_file
 from llmsim.planning.capacity_report import goodput_note, print_table, write_outputs
 from llmsim.planning.progress import SearchProgress
 from llmsim.planning.runner import Job, Runner, cpu_count, evaluate
@@ -179,6 +179,25 @@ def preflight(cfg: dict[str, Any], decode_skew: bool = True) -> None:
     evaluate(small, decode_skew)
 
 
+def given_keys(cap: CapacityConfig, cluster: int, policy: int) -> dict[str, str]:
+    """Where the preflight's ``cluster`` and ``policy`` came from, when not from their groups: an error in them
+    names the ``capacity`` key the user wrote."""
+    keys = {"cluster": f"capacity.clusters[{cluster}]"} if cap.clusters else {}
+    given = (cap.policies or [None])[policy]
+    if isinstance(given, Mapping) and given.get("kwargs"):
+        keys["policy"] = f"capacity.policies[{policy}]"
+    return keys
+
+
+def rekeyed(err: LLMSimError, keys: dict[str, str]) -> LLMSimError:
+    """``err`` with its leading key (``cluster...`` or ``policy...``) renamed as in ``keys``."""
+    msg = str(err)
+    for old, new in keys.items():
+        if msg.startswith(old) and msg[len(old):len(old) + 1] in (".", ":", " ", "["):
+            return type(err)(new + msg[len(old):])
+    return err
+
+
 def search_all(base: dict[str, Any], cap: CapacityConfig, label: str | None = None,
                fn: Callable[[dict[str, Any]], dict[str, Any]] = evaluate,
                progress: SearchProgress | None = None) -> tuple[list[Job], Runner]:
@@ -193,18 +212,21 @@ def search_all(base: dict[str, Any], cap: CapacityConfig, label: str | None = No
     if simulating and not cap.decode_skew:
         fn = functools.partial(evaluate, decode_skew=False)  # (picklable: the workers run it)
     jobs = []
-    for name, cluster in clusters:
+    for i, (name, cluster) in enumerate(clusters):
         size = sum(int(i.get("count", 1)) for i in cluster["instances"])
         n_req = cap.num_requests * (size if cap.requests_per_instance else 1)
         mode = modes(n_req)
-        for pol in policies:
+        for j, pol in enumerate(policies):
             def configs(rate: float, cluster: dict = cluster, pol: dict = pol, n: int = n_req,
                         mode: tuple[str, float] = mode) -> list[dict]:
                 return [run_config(base, cluster, pol, rate, cap.seed0 + k, n, mode) for k in range(cap.seeds)]
 
             if simulating:
                 progress.phase(f"preflight ({PREFLIGHT_REQUESTS} requests on {name} / {pol['name']})")
-                preflight(configs(cap.rate_min)[0], cap.decode_skew)
+                try:
+                    preflight(configs(cap.rate_min)[0], cap.decode_skew)
+                except LLMSimError as e:
+                    raise rekeyed(e, given_keys(cap, i, j)) from None
             jobs.append(Job(RateSearch(cap), configs, cap.metric, {
                 "cluster": name, "cluster_desc": describe_cluster(cluster), "instances": size, "policy": pol["name"],
                 "policy_kwargs": pol["kwargs"], "requests_per_run": n_req,

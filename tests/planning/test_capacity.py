@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmsim.engine.iteration import decode_skew_of
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, LLMSimError
 from llmsim.perf.profile import load_profile
 from llmsim.planning.candidates import Candidate, DeployConfig, Plan
 from llmsim.planning.capacity import (
@@ -229,12 +229,16 @@ def test_decode_skew_switch_moves_only_a_profile_with_a_skew_table(model, gpu, s
     ({"policies": []}, "capacity.policies: expected a list of at least 1 item, got []"),
     ({"clusters": ["a100x4", "v100x5"]}, "capacity.clusters[1]: unknown value 'v100x5' (did you mean 'v100x4'?)"),
     ({"clusters": [{"instances": [{"gpus": "a100"}]}]}, "capacity.clusters[0].instances[0]: unknown key 'gpus'"),
+    ({"clusters": ["single_a100", {"instances": [{"gpu": "b300"}]}]},
+     "capacity.clusters[1].instances[0] (llama-2-7b on b300): cannot load a profile: unknown GPU 'b300'"),
+    ({"policies": ["jsq", {"name": "jsq", "kwargs": {"dd": 2}}]},
+     "capacity.policies[1].kwargs: routing policy 'jsq' got unknown option(s) ['dd']"),
     ({"decode_skew": "no"}, "capacity.decode_skew: expected true or false, got 'no'"),
     ({"requests_per_instance": 1}, "capacity.requests_per_instance: expected true or false, got 1"),
 ])
 def test_bad_capacity_config_is_one_line(capacity, needle, tmp_path) -> None:
-    with pytest.raises(ConfigError) as e:
-        run_capacity(compose(capacity=capacity), tmp_path, quiet=True)
+    with pytest.raises(LLMSimError) as e:
+        run_capacity(compose(capacity={"num_requests": 50, **capacity}), tmp_path, quiet=True)
     msg = str(e.value)
     assert needle in msg and "\n" not in msg, msg
     assert not (tmp_path / "capacity.json").exists()
