@@ -214,6 +214,7 @@ class Plan:
     dcfg: DeployConfig
     modes: Callable[[int], tuple[str, float]]  # how a rate in req/s is set, by requests per run (rate_modes)
     runner: Runner
+    verify_cut: bool = False  # the budget ran out before every cluster queued for verification was simulated
 
     def configs(self, cand: Candidate, n: int, rate: float) -> list[dict[str, Any]]:
         """Per-seed run configs of ``n`` replicas at ``rate``: ``num_requests`` per replica."""

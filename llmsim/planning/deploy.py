@@ -129,6 +129,7 @@ def verify(plan: Plan, cands: list[Candidate]) -> tuple[list[dict[str, Any]], di
         cfgs = [plan.configs(c, n, dcfg.target_rate) for _, _, c, n, _ in batch]
         if plan.runner.budget is not None and plan.runner.runs + plan.runner.new_runs(
                 [x for cs in cfgs for x in cs]) > plan.runner.budget:
+            plan.verify_cut = True
             break
         results = plan.runner.map([x for cs in cfgs for x in cs])
         for i, (cost, order, c, n, n0) in enumerate(batch):

@@ -97,6 +97,7 @@ def build_report(plan: Plan, cands: list[Candidate], skipped: list[dict[str, Any
         "skipped": dict(sorted(Counter(s["reason"] for s in skipped).items())),
         "skipped_detail": skipped,
         "verifications": [{k: v for k, v in r.items() if not k.startswith("_")} for r in verified],
+        "verification_cut_by_budget": plan.verify_cut,
         "budget": dcfg.budget, "runs": runner.runs, "simulated_requests": runner.requests, "workers": runner.workers,
         "wall_s": wall, "runs_per_min": runner.runs / max(wall, 1e-9) * 60,
         "replica_note": replica_note(cap.num_requests, chosen),
@@ -214,7 +215,7 @@ def print_report(report: dict[str, Any]) -> None:
         con.print("skipped before simulating: " + ", ".join(f"{k} {v}" for k, v in report["skipped"].items()))
     ch = report["chosen"]
     if ch is None:
-        short = any(r["status"] == "budget" for r in report["candidates"])
+        short = report["verification_cut_by_budget"] or any(r["status"] == "budget" for r in report["candidates"])
         con.print("[bold red]no cluster met the target within the search space"
                   + (f"; the budget of {report['budget']} simulations ran out: raise deploy.budget" if short else "")
                   + "[/]")
@@ -225,5 +226,8 @@ def print_report(report: dict[str, Any]) -> None:
                   + (f", attainment {ch['attainment']:.3f} at {report['target_rate']:g} req/s"
                      if "attainment" in ch else " (not verified)")
                   + (f", capacity {cap:.3g} req/s" if cap else ""))
+        if report["verification_cut_by_budget"]:
+            con.print(f"[bold red]the budget of {report['budget']} simulations ran out before cheaper clusters were "
+                      "verified: raise deploy.budget[/]")
     con.print(f"{report['runs']} simulations ({report['simulated_requests']:,} requests) in {report['wall_s']:.1f} s "
               f"on {report['workers']} worker(s): {report['runs_per_min']:.0f} runs/min")

@@ -15,10 +15,10 @@ from llmsim.errors import ConfigError, ProfileError
 from llmsim.perf.profile import load_profile
 from llmsim.planning.candidates import Candidate, DeployConfig, Plan, Prices, enumerate_candidates
 from llmsim.planning.capacity import base_config, rate_modes
-from llmsim.planning.deploy import measure, run_deploy
-from llmsim.planning.deploy_report import _mark_pareto
-from llmsim.planning.runner import Runner
-from llmsim.planning.search import CapacityConfig
+from llmsim.planning.deploy import measure, run_deploy, verify
+from llmsim.planning.deploy_report import _mark_pareto, build_report, print_report
+from llmsim.planning.runner import Job, Runner
+from llmsim.planning.search import CapacityConfig, Point, RateSearch
 from llmsim.resources import conf_dir
 from tests.planning.helpers import compose
 
@@ -231,3 +231,30 @@ def test_chosen_cluster_is_measured_above_a_target_beyond_one_replicas_rate_max(
                     runner)
         search = measure(plan, {"_cand": Candidate("a100-80gb", 1, "default", {}, 1.0), "replicas": 3})
     assert 400 <= search.capacity <= 450 and search.capacity >= 450 / 1.05 and search.note == ""
+
+
+def _all_miss(cfg: dict) -> dict:
+    return {"slo_attainment": 0.5}
+
+
+def test_verification_cut_by_the_budget_says_so(capsys) -> None:
+    """Two candidates of 5 req/s per replica for a 10 req/s target: both 2-replica clusters miss, and the budget
+    has no room for the 3-replica retries. The run must not say no cluster meets the target in the space."""
+    base = base_config(compose())
+    cap = CapacityConfig(seeds=1)
+    cands = []
+    for k, gpu in enumerate(["a100-80gb", "h100"]):
+        c = Candidate(gpu, 1, "default", {}, 1.0 + k, status="searched")
+        search = RateSearch(cap)
+        search.record(Point(5.0, 1.0, [1.0], 0, 0, 0, 0))
+        search.record(Point(5.2, 0.0, [0.0], 0, 0, 0, 0))
+        c.job = Job(search, lambda r: [])
+        cands.append(c)
+    with Runner(1, _all_miss, budget=3) as runner:
+        plan = Plan(base, cap, DeployConfig(target_rate=10), rate_modes(base["workload"], 0), runner)
+        verified, best = verify(plan, cands)
+        rep = build_report(plan, cands, [], verified, best, None, Prices(per_gpu_hour={"h100": 1.0}), 1.0)
+    assert [(v["replicas"], v["ok"]) for v in verified] == [(2, False), (2, False)] and best is None
+    assert rep["verification_cut_by_budget"] is True
+    print_report(rep)
+    assert "ran out: raise deploy.budget" in capsys.readouterr().out
