@@ -61,7 +61,7 @@ from llmsim.planning.capacity import (
 from llmsim.planning.deploy_report import build_report, print_report, write_outputs
 from llmsim.planning.progress import SearchProgress
 from llmsim.planning.runner import Job, Runner, cpu_count
-from llmsim.planning.search import CapacityConfig, RateSearch, make_point
+from llmsim.planning.search import CapacityConfig, RateSearch, make_point, rate_key
 
 #: A replica search starts at this share of the analytic throughput prior (capacity at the SLO is below
 #: saturation) and steps by PRIOR_GROWTH, squared after each step that does not bracket (a prior far off).
@@ -138,6 +138,8 @@ def verify(plan: Plan, cands: list[Candidate]) -> tuple[list[dict[str, Any]], di
                    "gpus": n * c.tp, "cost_per_hour": cost, "attainment": pt.attainment, "per_seed": pt.per_seed,
                    "ok": pt.attainment >= cap.target, "_cand": c}
             done.append(row)
+            if n == 1 and all(rate_key(p.rate) != rate_key(pt.rate) for p in c.job.search.points):
+                c.job.search.record(pt)  # one replica at the target: a point of the replica's own curve
             if row["ok"] and (best is None or (cost, order) < (best["cost_per_hour"], best["_order"])):
                 best = {**row, "_order": order}
             elif not row["ok"] and n0 <= n < n0 + dcfg.max_extra_replicas and (n + 1) * c.tp <= dcfg.max_gpus:

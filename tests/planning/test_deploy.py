@@ -258,3 +258,27 @@ def test_verification_cut_by_the_budget_says_so(capsys) -> None:
     assert rep["verification_cut_by_budget"] is True
     print_report(rep)
     assert "ran out: raise deploy.budget" in capsys.readouterr().out
+
+
+def _replica_stub(cfg: dict) -> dict:
+    """n replicas meet the SLOs up to 20.1 req/s each."""
+    n, rate = cfg["cluster"]["instances"][0]["count"], cfg["workload"]["rate"]
+    return {"slo_attainment": 1.0 if rate <= 20.1 * n else 0.0}
+
+
+def test_one_replica_verified_at_the_target_reports_a_capacity_at_the_target() -> None:
+    """The replica's search stopped at [19.5, 20.3] (within tolerance); 1 replica is verified at the 20 req/s
+    target (its linear estimate is within the slack) and meets it: the chosen cluster and the candidate row then
+    report a capacity of at least 20, not 19.5, below the target it met."""
+    base = base_config(compose())
+    cap = CapacityConfig(seeds=1)
+    c = Candidate("a100-80gb", 1, "default", {}, 1.0, status="searched")
+    search = RateSearch(cap)
+    search.record(Point(19.5, 1.0, [1.0], 0, 0, 0, 0))
+    search.record(Point(20.3, 0.0, [0.0], 0, 0, 0, 0))
+    c.job = Job(search, lambda r: [])
+    with Runner(1, _replica_stub) as runner:
+        plan = Plan(base, cap, DeployConfig(target_rate=20), rate_modes(base["workload"], 0), runner)
+        verified, best = verify(plan, [c])
+        assert best is not None and best["replicas"] == 1 and best["ok"]
+        assert measure(plan, best).capacity >= 20 and c.capacity >= 20 and c.replicas_for(20) == 1
