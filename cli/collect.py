@@ -91,7 +91,8 @@ def _walk(root: Path) -> tuple[list[Path], list[Path]]:
             continue
         if "multirun.yaml" in files:
             sweeps.append(path)
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        # in name order, not the file system's listing order (which a copy or another file system changes)
+        dirs[:] = sorted((d for d in dirs if not d.startswith(".")), key=lambda d: _order(Path(d)))
     return sorted(runs, key=lambda p: _order(p.relative_to(root))), sweeps
 
 

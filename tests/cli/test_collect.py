@@ -6,6 +6,7 @@ by hand here; tests/test_launchers.py collects real multiruns."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -277,3 +278,24 @@ def test_a_sweep_whose_every_job_failed_is_collected_and_exits_1(tmp_path, capsy
     assert col.keys == ["workload.rate"] and col.frame["workload.rate"].tolist() == [-1, -2]
     assert (col.frame["status"] == "missing").all() and col.frame["error"].str.contains("the job failed").all()
     assert "no run has a summary" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("first", ["block_0", "block_1"])
+def test_the_table_does_not_depend_on_the_order_the_file_system_lists_directories(tmp_path, monkeypatch, first):
+    """Two stopped sweeps under one root: their never-started jobs come in the same rows and columns whichever
+    directory the file system lists first (a copied or another file system's tree lists them in another order)."""
+    _multirun_yaml(tmp_path / "root" / "block_0", "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
+                   ["workload.rate=-1,-2"])
+    _multirun_yaml(tmp_path / "root" / "block_1", "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
+                   ["policy=jsq,round_robin"])
+    real_walk = os.walk
+
+    def walk(top, *args, **kwargs):  # the file system's listing order, with ``first`` listed first
+        for here, dirs, files in real_walk(top, *args, **kwargs):
+            dirs.sort(key=lambda d: (d != first, d))
+            yield here, dirs, files
+
+    monkeypatch.setattr("llmsim.cli.collect.os.walk", walk)
+    col = collect(tmp_path / "root")
+    assert col.keys == ["workload.rate", "policy"]
+    assert [Path(p).name for p in col.frame["job_dir"]] == ["block_0"] * 2 + ["block_1"] * 2
