@@ -189,3 +189,15 @@ def test_shipped_reward_configs_build(name: str) -> None:
 
     cfg = OmegaConf.to_container(OmegaConf.load(CONF / "reward" / f"{name}.yaml"), resolve=True)
     assert isinstance(make_reward(cfg), Reward)
+
+
+@pytest.mark.parametrize("option", _options("engine"))
+def test_every_engine_key_is_set_from_the_command_line_as_documented(option: str) -> None:
+    """Each engine preset names every engine key, so ``engine.<key>=...`` overrides it (a key missing from the
+    preset is Hydra's 'Could not override' unless written ``+engine.<key>``); prefix caching can be turned off."""
+    from llmsim.engine.config import EngineConfig
+
+    keys = set(yaml.safe_load((CONF / "engine" / f"{option}.yaml").read_text()))
+    assert keys == set(EngineConfig.model_fields)
+    cfg = _compose([f"engine={option}", "engine.enable_prefix_caching=false"])
+    assert cfg["engine"]["enable_prefix_caching"] is False
