@@ -167,6 +167,10 @@ def run_deploy(cfg: dict[str, Any], out_dir: str | Path, quiet: bool = False) ->
     t0 = time.perf_counter()
     cap = CapacityConfig.parse(cfg.get("capacity")).checked()
     dcfg = DeployConfig.parse(cfg.get("deploy"))
+    if dcfg.target_rate < cap.rate_min:  # a replica missing at rate_min has capacity 0: never verified
+        raise ConfigError(f"deploy.target_rate: expected a value >= capacity.rate_min ({cap.rate_min:g}), got "
+                          f"{dcfg.target_rate:g}; a replica's capacity is searched from rate_min up, so lower "
+                          "capacity.rate_min to size for a lower rate")
     prices = Prices.parse(cfg.get("prices"))
     base = base_config(cfg)
     check_metric(cap.metric, base)

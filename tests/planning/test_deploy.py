@@ -49,6 +49,7 @@ def test_memory_check_on_the_roofline_when_allowed() -> None:
     ({"engines": [{"policy": "chunked"}]}, "deploy.engines[0].name: expected a unique non-empty name"),
     ({"engines": [{"name": "x", "kv_cache_dtype": "fp4"}]}, "deploy.engines[0].kv_cache_dtype must be one of auto,"),
     ({"target_rate": -1}, "deploy.target_rate: expected a value > 0"),
+    ({"target_rate": 0.1}, "deploy.target_rate: expected a value >= capacity.rate_min (0.25), got 0.1"),
     ({"tp": []}, "deploy.tp: expected a list of at least 1 item, got []"),
     ({"model": "gpt-9"}, "deploy.model: unknown model"),
     ({"gpus": ["titan-rtx"]}, "deploy: no configuration left to simulate ({'no_price': 1})"),
