@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from llmsim.errors import ConfigError
 from llmsim.resources import conf_dir
 from llmsim.simulation.from_config import run_from_config
+from llmsim.workload import build_workload
 from tests.helpers import REPO, SHARED, shared_present
 from tests.workload.helpers import write_burstgpt
 
@@ -100,6 +101,20 @@ def test_workload_preset_runs_as_documented(name: str, tmp_path: Path) -> None:
     res = run_from_config(_compose(overrides), out_dir=tmp_path / "run")
     assert res.summary["completed"] + res.summary["dropped"] == 50 and res.summary["completed"] > 0
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["completed"] == res.summary["completed"]
+
+
+NO_DATA = [n for n in _options("workload") if not _reads_shared(n) and n not in FIXTURE_WORKLOADS]
+
+
+@pytest.mark.parametrize("name", NO_DATA)
+def test_a_preset_without_data_fits_the_default_cluster(name: str) -> None:
+    """``llmsim workload=<name>`` on the default cluster serves every request (no on_unservable=drop needed): a
+    preset's prompts leave room for one output token in the default Llama-2-7B's 4,096-token context."""
+    cfg = _compose([f"workload={name}"])
+    if {i.get("model") for i in cfg["cluster"]["instances"]} != {"llama-2-7b"}:
+        pytest.skip("the default cluster is no longer 4 x llama-2-7b: update this test's context")
+    prompts = [r.prompt_tokens for r in build_workload(cfg["workload"], cfg["seed"])]
+    assert len(prompts) == cfg["workload"]["num_requests"] and max(prompts) <= 4095, (name, max(prompts))
 
 
 def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
