@@ -133,7 +133,7 @@ class Cluster:
         hosted = [set(i.host.profiles) if i.host else {i.profile.model.name} for i in self.instances]
         self.served_models = set().union(*hosted)
         self.models_everywhere = set.intersection(*hosted)  # requests needing these fit any instance's model
-        self._max_servable_prompt = max(i.limits.max_servable_prompt() for i in self.instances)
+        self._max_servable_prompt = max(i.limits.max_servable_prompt() for i in self.instances if i.role != DECODE)
         limits = {(i.max_model_len, i.limits.max_prompt_blocks() * i.block_size) for i in self.instances}
         self.homogeneous_limits = len(limits) == 1
         # every instance can serve any request for no particular model up to the longest servable prompt: one limit,
@@ -349,7 +349,7 @@ class Cluster:
                 return self._no_model(r)
         elif r.prompt_tokens <= self._max_servable_prompt:
             return False  # some instance can take it (the common case: one comparison)
-        reasons = [inst.can_ever_serve(r) for inst in self.instances]
+        reasons = [inst.can_ever_serve(r) for inst in self.instances if inst.role != DECODE]
         if all(reasons):
             if self.on_unservable == "error":
                 raise ConfigError(

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from llmsim.cluster.view import kv_format
-from llmsim.engine.handoff import DECODE, PREFILL
+from llmsim.cluster.view import kv_format, takes_copies_of
+from llmsim.engine.handoff import DECODE, MIXED, PREFILL
 from llmsim.errors import ConfigError, LLMSimError
 from llmsim.event_loop import ENGINE
 from llmsim.perf.hardware import LINKS, transfer_seconds
@@ -75,20 +75,31 @@ class KVTransfers:
         self._check_roles()
 
     def _check_roles(self) -> None:
+        """Refuse role layouts that cannot work, one line each; give each prefill instance its decode peers."""
         insts = self.cluster.instances
-        takers = {kv_format(i) for i in insts if i.role != PREFILL}
         for i in insts:
-            if i.role == PREFILL and kv_format(i) not in takers:
-                raise ConfigError(f"cluster.instances[{i.idx}] ({i.name}): a prefill instance of "
-                                  f"{i.profile.model.name} needs a decode or mixed instance of the same model with "
-                                  f"the same KV cache dtype ({i.profile.model.kv_bytes_per_token} bytes per token; "
-                                  "vLLM's KV transfer refuses another)")
-            if i.role == PREFILL and i.host is not None:
-                raise ConfigError(f"cluster.instances[{i.idx}] ({i.name}): a prefill instance cannot load other "
+            if i.role != MIXED and i.host is not None:  # (a copy cannot land on a cache a model swap rebuilds)
+                raise ConfigError(f"cluster.instances[{i.idx}] ({i.name}): a {i.role} instance cannot load other "
                                   "models (models: [...]); give it one model")
         if all(i.role == DECODE for i in insts):
             raise ConfigError("cluster.instances: every instance has role decode; new requests need a prefill or "
                               "mixed instance")
+        for i in insts:
+            if i.role == PREFILL and not any(takes_copies_of(p, kv_format(i)) for p in insts):
+                raise ConfigError(f"cluster.instances[{i.idx}] ({i.name}): a prefill instance of "
+                                  f"{i.profile.model.name} needs a decode or mixed instance of the same model with "
+                                  f"the same KV cache dtype ({i.profile.model.kv_bytes_per_token} bytes per token; "
+                                  "vLLM's KV transfer refuses another) and no other models (models: [...])")
+        senders = {kv_format(i) for i in insts if i.role == PREFILL}  # (a mixed instance keeps its requests)
+        for i in insts:
+            if i.role == DECODE and kv_format(i) not in senders:
+                raise ConfigError(f"cluster.instances[{i.idx}] ({i.name}): a decode instance of "
+                                  f"{i.profile.model.name} needs a prefill instance of the same model with the same KV "
+                                  f"cache dtype ({i.profile.model.kv_bytes_per_token} bytes per token): no request "
+                                  "could ever reach it")
+        for i in insts:  # what a prefill instance can take depends on the decode instances its copies may go to
+            if i.role == PREFILL:
+                i.limits.peers = [p for p in insts if takes_copies_of(p, kv_format(i))]
 
     def send(self, r: Request, src: Any, now: float) -> None:
         """``r``'s prefill ended on ``src``: choose its decode instance and queue the copy there (or hold it for an

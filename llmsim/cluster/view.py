@@ -88,7 +88,7 @@ class ClusterView:
     def candidates(self, req: Request) -> list[int]:
         """Instances that can ever serve ``req`` (prompt fits max_model_len and the KV cache); in a disaggregated
         cluster, of the stage being routed (``stage``): prefill and mixed instances for a new request, decode and
-        mixed instances of its model and KV cache dtype (:func:`kv_format`) for a prefilled one."""
+        single-model mixed instances of its model and KV cache dtype (:func:`takes_copies_of`) for a prefilled one."""
         if self._roles is not None:
             return self._stage_candidates(req)
         model = req.model
@@ -127,7 +127,7 @@ class ClusterView:
         if c is None:
             skip = "prefill" if decode else "decode"
             mine = [i for i, role in enumerate(self._roles or ()) if role != skip
-                    and (not decode or kv_format(insts[i]) == model)]
+                    and (not decode or takes_copies_of(insts[i], model))]
             c = [i for i in mine if not insts[i].can_ever_serve(req)] or mine
             if len(self._cand_cache) < 65536:
                 self._cand_cache[key] = c
@@ -363,6 +363,12 @@ def kv_format(inst: Any) -> tuple[str, int]:
     token (the cache dtype; vLLM's KV connector refuses a peer whose model or cache dtype differs)."""
     m = inst.profile.model
     return m.name, m.kv_bytes_per_token
+
+
+def takes_copies_of(inst: Any, fmt: tuple[str, int]) -> bool:
+    """Whether ``inst`` may decode KV copies of format ``fmt``: a decode or mixed instance of one model (a
+    multi-model instance could swap its model, and its KV cache, while a copy is reserved or on the way)."""
+    return inst.role != "prefill" and inst.host is None and kv_format(inst) == fmt
 
 
 def _kv_demand(inst: Any) -> float:

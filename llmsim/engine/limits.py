@@ -17,11 +17,14 @@ if TYPE_CHECKING:
 class PromptLimits:
     """The engine's limits on prompts (``Instance.limits``), read from its current KV cache and config."""
 
-    __slots__ = ("engine", "prompt_block_cap")
+    __slots__ = ("engine", "prompt_block_cap", "peers")
 
     def __init__(self, engine: ComponentEngine) -> None:
         self.engine = engine
         self.prompt_block_cap: int | None = None  # a multi-model instance: the smallest KV cache of its models
+        # a prefill instance of a disaggregated cluster: the engines its KV copies may go to. A request it prefills
+        # must also fit one of them (window and KV cache), or its copy could never land anywhere
+        self.peers: list[ComponentEngine] | None = None
 
     def max_prompt_blocks(self) -> int:
         """Largest number of blocks a prompt may take and still be admitted."""
@@ -32,7 +35,10 @@ class PromptLimits:
     def max_servable_prompt(self) -> int:
         """Longest prompt this instance can ever serve (context window and whole KV cache)."""
         e = self.engine
-        return min(e.max_model_len - 1, self.max_prompt_blocks() * e.block_size - 1)
+        own = min(e.max_model_len - 1, self.max_prompt_blocks() * e.block_size - 1)
+        if self.peers is None:
+            return own
+        return min(own, max(p.limits.max_servable_prompt() for p in self.peers))
 
     def hosts(self, model: str | None) -> bool:
         """Whether the instance can serve a request that needs ``model`` (None: any model)."""
@@ -50,6 +56,10 @@ class PromptLimits:
             return "prompt_exceeds_max_model_len"
         if -(-(r.prompt_tokens + 1) // e.block_size) > self.max_prompt_blocks():
             return "prompt_exceeds_kv_capacity"
+        if self.peers is not None:
+            why = [p.limits.reason_unservable(r) for p in self.peers]
+            if all(why):
+                return f"decode_{why[0]}"  # no decode instance could ever take its KV
         return ""
 
     def set_target(self, r: Request) -> None:

@@ -146,6 +146,14 @@ def test_a_wrong_decode_choice_is_one_clear_error_and_decode_only_instances_refu
     ([InstanceConfig(profile=PROF, role="prefill")], "needs a decode or mixed instance of the same model"),
     ([InstanceConfig(profile=PROF, role="decode")], "every instance has role decode"),
     ([InstanceConfig(profile=PROF, role="both")], r"cluster.instances\[0\].role: 'both' is not one of"),
+    # a decode pool that no prefill instance of its model feeds (a mixed one keeps its requests)
+    ([InstanceConfig("llama-2-7b", "a100-80gb", role="prefill"),
+      InstanceConfig("llama-2-7b", "a100-80gb", role="decode"),
+      InstanceConfig("opt-13b", "a100-80gb", role="decode"), InstanceConfig("opt-13b", "a100-80gb")],
+     r"instances\[2\].*decode instance of opt-13b needs a prefill instance of the same model"),
+    ([InstanceConfig("llama-2-7b", "a100-80gb", role="prefill"),
+      InstanceConfig("llama-2-7b", "a100-80gb", role="decode", models=("mistral-7b",))],
+     r"instances\[1\].*a decode instance cannot load other models"),
 ])
 def test_impossible_role_layouts_name_the_key(insts, match):
     with pytest.raises(ConfigError, match=match):
@@ -206,6 +214,49 @@ def test_a_kv_copy_goes_only_to_an_instance_with_the_same_kv_cache_dtype():
     with pytest.raises(ConfigError, match=r"instances\[0\].*same model with the same KV cache dtype \(65536 bytes"):
         simulate([fp8, bf16], requests([(0.0, 100, 4)]))
     fp8_decode = InstanceConfig(model="llama-3.1-8b", gpu="a100-80gb", kv_cache_dtype="fp8", role="decode")
-    cl = _cluster([fp8, bf16, fp8_decode], "round_robin")
+    bf16_prefill = InstanceConfig(model="llama-3.1-8b", gpu="a100-80gb", role="prefill")
+    cl = _cluster([fp8, bf16, fp8_decode, bf16_prefill], "round_robin")
     cl.run(requests([(0.01 * i, 100, 4) for i in range(12)]))
-    assert len(cl.transfers.log["dst"]) == 12 and set(cl.transfers.log["dst"]) == {2}
+    log = cl.transfers.log
+    assert len(log["dst"]) == 12 and set(zip(log["src"], log["dst"])) == {(0, 2), (3, 1)}
+
+
+def test_a_prompt_no_decode_instance_can_hold_is_refused_at_arrival():
+    """A prompt that fits the prefill instance but no decode instance's cache (or window) can never be decoded:
+    it is the unservable error (or, with on_unservable=drop, one counted drop), not a crash at the copy."""
+    insts = [InstanceConfig(profile=PROF, role="prefill", engine=EngineConfig(num_gpu_blocks=100)),
+             InstanceConfig(profile=PROF, role="decode", engine=EngineConfig(num_gpu_blocks=10))]
+    rows = [(0.0, 1000, 5), (0.1, 50, 5)]
+    with pytest.raises(ConfigError, match="request 0 .* can never be served: decode_prompt_exceeds_kv_capacity"):
+        simulate(insts, requests(rows), "round_robin")
+    res = simulate(insts, requests(rows), "round_robin", on_unservable="drop")
+    assert res.dropped.reason.tolist() == ["decode_prompt_exceeds_kv_capacity"]
+    assert res.requests.id.tolist() == [1] and res.summary["kv_transfers"] == 1
+
+
+def test_a_prompt_longer_than_every_prefill_window_is_the_unservable_error():
+    """Only instances that take new requests decide whether a request can be served: a decode instance's longer
+    window does not let a prompt through to be dropped silently at the prefill instance."""
+    insts = [InstanceConfig(profile=PROF, role="prefill", engine=EngineConfig(max_model_len=512)),
+             InstanceConfig(profile=PROF, role="decode", engine=EngineConfig(max_model_len=4096))]
+    with pytest.raises(ConfigError, match="request 0 .* can never be served: prompt_exceeds_max_model_len"):
+        simulate(insts, requests([(0.0, 1000, 5)]), "round_robin")
+    res = simulate(insts, requests([(0.0, 1000, 5)]), "round_robin", on_unservable="drop")
+    assert res.dropped.reason.tolist() == ["prompt_exceeds_max_model_len"]
+
+
+def test_a_multi_model_instance_takes_no_kv_copies():
+    """A model swap rebuilds the KV cache, so a copy reserved there could land on another model: a prefill
+    instance whose only peer is a multi-model mixed instance is one line, and with a one-model decode instance
+    too every copy goes there while the multi-model one swaps and serves both models itself."""
+    llama_p = InstanceConfig("llama-2-7b", "a100-80gb", role="prefill")
+    multi = InstanceConfig("llama-2-7b", "a100-80gb", models=("mistral-7b",), host_cache_gb=100)
+    with pytest.raises(ConfigError, match=r"instances\[0\].*prefill instance of llama-2-7b needs .* no other models"):
+        _cluster([llama_p, multi], "round_robin")
+    reqs = [Request(id=i, arrival=0.5 * i, prompt_tokens=100 + 7 * i, output_tokens=20,
+                    model="mistral-7b" if i % 2 else "llama-2-7b") for i in range(24)]
+    cl = _cluster([llama_p, multi, InstanceConfig("llama-2-7b", "a100-80gb", role="decode")], "round_robin")
+    cl.run(reqs)
+    assert len(cl.recorder.requests_frame()) == 24 and len(cl.recorder.dropped_frame()) == 0
+    assert set(cl.transfers.log["dst"]) == {2} and cl.model_swap_stats["model_swaps"] > 0
+    assert all(i.kv.free == i.kv.total for i in cl.instances)
