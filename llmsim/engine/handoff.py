@@ -68,6 +68,15 @@ class HandOff:
         that waits for room cannot lock it out."""
         e = self.engine
         r.instance = e.idx
+        r.truncated = False
+        e.limits.set_target(r)  # its output as this instance's context window cuts it (as vLLM's decode instance)
+        if r.generated >= r.target_tokens:  # no room for a second token here: the first was the whole output
+            e.kv.release(r)
+            r.finish = now
+            e.finished += 1
+            e.changes += 1
+            e.recorder.finish(r)
+            return
         self.queue_behind_landed(r)
         e.queued_news(now, phase)
 

@@ -69,7 +69,10 @@ class PromptLimits:
         p = r.prompt_tokens
         if p.__class__ is not int or p < 0:
             self.check_prompt(r)
-        limit = e.max_model_len - p
+        # a prefill instance returns one token (vLLM's proxy asks it for max_tokens=1): the decode instance's window
+        # cuts the output; until the copy lands and sets it there, the widest window a copy may go to
+        window = e.max_model_len if self.peers is None else max(q.max_model_len for q in self.peers)
+        limit = window - p
         target = r.output_tokens if r.outputs_by_model is None else r.output_for(e.profile.model.name)
         cap = r.max_tokens if r.token_cap is None else r.output_cap()  # (a router's cap for this run: token_cap)
         if cap is not None and target > cap:

@@ -260,3 +260,26 @@ def test_a_multi_model_instance_takes_no_kv_copies():
     assert len(cl.recorder.requests_frame()) == 24 and len(cl.recorder.dropped_frame()) == 0
     assert set(cl.transfers.log["dst"]) == {2} and cl.model_swap_stats["model_swaps"] > 0
     assert all(i.kv.free == i.kv.total for i in cl.instances)
+
+
+@pytest.mark.parametrize("prefill_len, decode_len, out, truncated", [
+    (4096, 512, 12, True),  # the decode instance's window cuts the output (512 - 500 tokens)
+    (600, 4096, 200, False),  # the prefill instance returns one token: its own window does not cut the output
+])
+def test_the_decode_instance_window_cuts_the_output(prefill_len, decode_len, out, truncated):
+    insts = [InstanceConfig(profile=PROF, role="prefill", engine=EngineConfig(max_model_len=prefill_len)),
+             InstanceConfig(profile=PROF, role="decode", engine=EngineConfig(max_model_len=decode_len))]
+    r = simulate(insts, requests([(0.0, 500, 200)]), "round_robin").requests.iloc[0]
+    assert (r.output_tokens, bool(r.truncated), r.instance) == (out, truncated, 1)
+
+
+def test_a_copy_landing_where_no_second_token_fits_finishes_with_the_first():
+    insts = [InstanceConfig(profile=PROF, role="prefill"),
+             InstanceConfig(profile=PROF, role="decode", engine=EngineConfig(max_model_len=4096)),
+             InstanceConfig(profile=PROF, role="decode", engine=EngineConfig(max_model_len=501))]
+    cl = _cluster(insts, "round_robin")
+    cl.run(requests([(0.0, 500, 20), (0.6, 500, 20)]))
+    df = cl.recorder.requests_frame().set_index("id")
+    assert df.output_tokens.tolist() == [20, 1] and df.truncated.tolist() == [False, True]
+    assert df.instance.tolist() == [1, 2] and all(i.kv.free == i.kv.total for i in cl.instances)
+
