@@ -209,9 +209,9 @@ class Cluster:
     def _report_stalled(self, now: float) -> None:
         """After run(): an engine still busy is a bug; requests an idle engine keeps are counted, not lost."""
         for inst in self.instances:
-            if inst.busy:
+            if inst.busy or inst.handoff is not None and inst.handoff.pending:  # (a waiting copy: a lost request)
                 raise LLMSimError(f"simulation ended with instance {inst.idx} ({inst.name or inst.profile.name}) busy "
-                                  f"but no event pending at t={now} s; this is a bug in its batch policy or engine")
+                                  f"or with KV copies waiting but no event pending at t={now} s; this is a bug in its batch policy or engine")
             inst.settle_running()
             for q in (inst.running, inst.waiting, inst.swapped):
                 for r in q:  # a batch policy that idles with requests on purpose: they can never finish

@@ -413,6 +413,9 @@ class Instance:
         self.ops.idle()
         self.set_busy(False, now, ENGINE)
         self.batch = []
+        handoff = self.handoff
+        if handoff is not None and handoff.pending:
+            handoff.start_ready(now)  # room a drop freed after this boundary's start_ready: waiting copies start
 
     def _start_stepped(self, sched: Scheduled, now: float, factor: float, xfer: int) -> None:
         batch = sched.batch

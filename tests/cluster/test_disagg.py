@@ -283,3 +283,15 @@ def test_a_copy_landing_where_no_second_token_fits_finishes_with_the_first():
     assert df.output_tokens.tolist() == [20, 1] and df.truncated.tolist() == [False, True]
     assert df.instance.tolist() == [1, 2] and all(i.kv.free == i.kv.total for i in cl.instances)
 
+
+@pytest.mark.parametrize("policy", ["vllm_v0", "chunked"])
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_copy_waiting_for_room_starts_when_a_drop_frees_it(policy, fast):
+    """Request 0 outgrows the decode cache (8 blocks) and is dropped at the boundary where request 1's copy waits
+    for room: the freed room starts the copy (it was left waiting forever, request 1 counted nowhere)."""
+    eng = {"policy": policy, "fast_path": fast}
+    res = simulate([InstanceConfig(profile=PROF, role="prefill", engine=EngineConfig(**eng)),
+                    InstanceConfig(profile=PROF, role="decode", engine=EngineConfig(num_gpu_blocks=8, **eng))],
+                   requests([(0.0, 100, 100), (0.2, 100, 5)]), "round_robin")
+    assert res.dropped.id.tolist() == [0] and res.requests.id.tolist() == [1]
+    assert res.summary["kv_transfers"] == 2
