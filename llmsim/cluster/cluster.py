@@ -211,7 +211,7 @@ class Cluster:
         for inst in self.instances:
             if inst.busy or inst.handoff is not None and inst.handoff.pending:  # (a waiting copy: a lost request)
                 raise LLMSimError(f"simulation ended with instance {inst.idx} ({inst.name or inst.profile.name}) busy "
-                                  f"or with KV copies waiting but no event pending at t={now} s; this is a bug in its batch policy or engine")
+                                  f"or with KV copies waiting, no event pending, at t={now} s; a bug in its engine")
             inst.settle_running()
             for q in (inst.running, inst.waiting, inst.swapped):
                 for r in q:  # a batch policy that idles with requests on purpose: they can never finish
