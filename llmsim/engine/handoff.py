@@ -71,6 +71,7 @@ class HandOff:
         r.truncated = False
         e.limits.set_target(r)  # its output as this instance's context window cuts it (as vLLM's decode instance)
         if r.generated >= r.target_tokens:  # no room for a second token here: the first was the whole output
+            e.kv.outside -= r.blocks  # (reserved for the copy: KVTransfers.start_ready)
             e.kv.release(r)
             r.finish = now
             e.finished += 1

@@ -281,7 +281,7 @@ def test_a_copy_landing_where_no_second_token_fits_finishes_with_the_first():
     cl.run(requests([(0.0, 500, 20), (0.6, 500, 20)]))
     df = cl.recorder.requests_frame().set_index("id")
     assert df.output_tokens.tolist() == [20, 1] and df.truncated.tolist() == [False, True]
-    assert df.instance.tolist() == [1, 2] and all(i.kv.free == i.kv.total for i in cl.instances)
+    assert df.instance.tolist() == [1, 2] and all(i.kv.free == i.kv.total and not i.kv.outside for i in cl.instances)
 
 
 @pytest.mark.parametrize("policy", ["vllm_v0", "chunked"])
