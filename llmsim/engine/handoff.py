@@ -77,6 +77,8 @@ class HandOff:
             e.finished += 1
             e.changes += 1
             e.recorder.finish(r)
+            if not e.busy and self.pending:
+                self.start_ready(now)  # the room it held may start a waiting copy (a busy engine's boundary does)
             return
         self.queue_behind_landed(r)
         e.queued_news(now, phase)

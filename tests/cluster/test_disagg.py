@@ -58,7 +58,7 @@ def test_blocking_transfers_stall_the_prefill_engine():
 
 
 def _cluster(insts, router="jsq", **kw):
-    return Cluster(insts, make_router(router), **kw)
+    return Cluster(insts, make_router(router) if isinstance(router, str) else router, **kw)
 
 
 def test_every_request_crosses_the_link_once_with_the_computed_time():
@@ -271,6 +271,29 @@ def test_the_decode_instance_window_cuts_the_output(prefill_len, decode_len, out
              InstanceConfig(profile=PROF, role="decode", engine=EngineConfig(max_model_len=decode_len))]
     r = simulate(insts, requests([(0.0, 500, 200)]), "round_robin").requests.iloc[0]
     assert (r.output_tokens, bool(r.truncated), r.instance) == (out, truncated, 1)
+
+
+class _ToLast(Router):
+    name = "to_last"
+
+    def route(self, req, view):
+        return 0
+
+    def route_decode(self, req, view):
+        return view.num_instances - 1
+
+
+def test_a_copy_that_finishes_on_landing_frees_room_for_the_next():
+    """Two 500-token prompts copied to a decode instance whose window (501) leaves no second token and whose cache
+    (40 blocks) holds one copy at a time: the first finishes as it lands and the second's copy then starts."""
+    insts = [InstanceConfig(profile=PROF, role="prefill"),
+             InstanceConfig(profile=PROF, role="decode", engine=EngineConfig(max_model_len=4096)),
+             InstanceConfig(profile=PROF, role="decode", engine=EngineConfig(max_model_len=501, num_gpu_blocks=40))]
+    cl = _cluster(insts, _ToLast())
+    cl.run(requests([(0.0, 500, 20), (0.0, 500, 20)]))
+    df = cl.recorder.requests_frame()
+    assert df.output_tokens.tolist() == [1, 1] and len(cl.transfers.log["id"]) == 2
+    assert all(i.kv.free == i.kv.total and not i.kv.outside for i in cl.instances)
 
 
 def test_a_copy_landing_where_no_second_token_fits_finishes_with_the_first():
