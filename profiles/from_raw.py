@@ -9,50 +9,27 @@ software, and the model's shape when it is not in the registry). Every input err
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-import pandas as pd
-
-from llmsim.errors import ProfileError, load_yaml_file
+from llmsim.errors import ConfigError, ProfileError, load_yaml_file
 from llmsim.perf.hardware import get_gpu
 from llmsim.perf.models import ModelSpec, get_model, register_model
+from llmsim.perf.parallel import ALLREDUCES_PER_LAYER, allreduce_s, check_degrees
 from llmsim.profiles.document import Built, Part, render
 from llmsim.profiles.providers.experts import moe_curves
-from llmsim.profiles.providers.fits import lss_attention, lss_dense, lss_lm_head
+from llmsim.profiles.providers.fits import TOKEN_GRID, lss_attention, lss_dense, lss_lm_head
 from llmsim.profiles.providers.overhead import MODERN_OVERHEAD
+from llmsim.profiles.raw_tables import (
+    ATTENTION_OPS,
+    MEASURE_HINT,
+    MLP_OPS,
+    check_attention,
+    check_layers,
+    check_moe,
+    read_table,
+)
 
-MEASURE_HINT = "expected the output of python -m llmsim.profiles measure"
-# table -> (text columns, numeric columns): what python -m llmsim.profiles measure writes
-TABLES = {
-    "dense.csv": (("layer",), ("tokens", "time_us")),
-    "attention.csv": ((), ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us")),
-    "per_sequence.csv": (("layer",), ("sequences", "time_us")),
-    "moe.csv": ((), ("tokens", "activated_experts", "time_us")),
-}
-
-
-def read_table(f: Path) -> pd.DataFrame:
-    """One measured table, checked: its columns present, every cell of a numeric column a finite number >= 0;
-    else one line naming the file, the line and the column (a NaN or negative time would be built in silence)."""
-    text_cols, num_cols = TABLES[f.name]
-    try:
-        df = pd.read_csv(f, dtype=str, keep_default_na=False)
-    except (ValueError, UnicodeDecodeError) as e:  # EmptyDataError / ParserError are ValueErrors
-        raise ProfileError(f"{f}: not a readable CSV ({' '.join(str(e).split())})") from None
-    missing = [c for c in (*text_cols, *num_cols) if c not in df.columns]
-    if missing:
-        raise ProfileError(f"{f}: cannot build a profile: missing column(s) {missing} (have {list(df.columns)}; "
-                           f"{MEASURE_HINT})")
-    if df.empty:
-        raise ProfileError(f"{f}: no rows after the header ({MEASURE_HINT})")
-    for c in num_cols:
-        vals = pd.to_numeric(df[c], errors="coerce").to_numpy(float)
-        bad = ~np.isfinite(vals) | (vals < 0)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ProfileError(f"{f}: line {i + 2}: {c}: expected a finite number >= 0, got {df[c].iloc[i]!r}")
-        df[c] = vals
-    return df
+SHAPE_SIZES = ("n_layers", "hidden", "n_heads", "n_kv_heads", "intermediate", "vocab")
 
 
 def read_meta(d: Path) -> dict:
@@ -71,6 +48,7 @@ def read_meta(d: Path) -> dict:
     tp = meta.get("tp", 1)
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ProfileError(f"{f}: key 'tp': expected an integer >= 1, got {tp!r}")
+    check_recorded_tp(f, meta, tp)
     try:
         get_gpu(meta["gpu"])
     except ValueError as e:
@@ -81,43 +59,90 @@ def read_meta(d: Path) -> dict:
     return meta
 
 
+def check_recorded_tp(f: Path, meta: dict, tp: int) -> None:
+    """The TP the profiler itself recorded (LLMServingSim's ``engine_effective.tensor_parallel_size`` and
+    ``tp_degrees``) must agree with ``tp``: tables of one TP built as another are wrong by the TP factor."""
+    engine = meta.get("engine_effective")
+    recorded = engine.get("tensor_parallel_size") if isinstance(engine, dict) else None
+    if recorded is not None and recorded != tp:
+        raise ProfileError(f"{f}: key 'tp' is {tp} but engine_effective.tensor_parallel_size is {recorded!r}: "
+                           "expected the TP these tables were measured at")
+    degrees = meta.get("tp_degrees")
+    if isinstance(degrees, list) and tp not in degrees:
+        raise ProfileError(f"{f}: key 'tp' is {tp} but tp_degrees is {degrees!r}: expected one of the TPs profiled")
+
+
 def raw_model(meta: dict, f: Path) -> ModelSpec:
-    """The registry model named in meta.yaml, or one registered from its recorded shape (HF config models)."""
+    """The registry model named in meta.yaml, or one registered from its recorded shape (HF config models); its
+    TP checked against the model's heads."""
     try:
-        return get_model(meta["model"])
+        m = get_model(meta["model"])
     except ValueError:
-        pass
+        m = shape_model(meta, f)
+    try:
+        check_degrees(m, meta.get("tp", 1))
+    except ConfigError as e:
+        raise ProfileError(f"{f}: key 'tp': {e}") from None
+    return m
+
+
+def shape_model(meta: dict, f: Path) -> ModelSpec:
+    """A model from meta.yaml's ``shape`` (every size a whole number >= 1), registered under its name."""
     sh = meta.get("shape")
-    need = ("n_layers", "hidden", "n_heads", "n_kv_heads", "intermediate", "vocab", "gated_mlp")
+    need = (*SHAPE_SIZES, "gated_mlp")
     if not isinstance(sh, dict) or any(k not in sh for k in need):
         raise ProfileError(f"{f}: unknown model {meta['model']!r} and no complete 'shape' ({', '.join(need)})")
-    m = ModelSpec(
-        meta["model"],
-        sh["n_layers"],
-        sh["hidden"],
-        sh["n_heads"],
-        sh["n_kv_heads"],
-        sh["intermediate"],
-        sh["vocab"],
-        gated_mlp=sh["gated_mlp"],
-        head_dim=sh.get("head_dim", 0),
-        tied_embeddings=sh.get("tied_embeddings", False),
-        max_position=sh.get("max_position", 4096),
-    )
+    for k in SHAPE_SIZES:
+        _shape_number(f, k, sh[k], 1)
+    for k, least in (("head_dim", 0), ("max_position", 1)):
+        if k in sh:
+            _shape_number(f, k, sh[k], least)
+    for k in ("gated_mlp", "tied_embeddings"):
+        if k in sh and not isinstance(sh[k], bool):
+            raise ProfileError(f"{f}: key 'shape.{k}': expected true or false, got {sh[k]!r}")
+    m = ModelSpec(meta["model"], *(sh[k] for k in SHAPE_SIZES), gated_mlp=sh["gated_mlp"],
+                  head_dim=sh.get("head_dim", 0), tied_embeddings=sh.get("tied_embeddings", False),
+                  max_position=sh.get("max_position", 4096))
     register_model(m)
     return m
+
+
+def _shape_number(f: Path, key: str, v: Any, least: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < least:
+        raise ProfileError(f"{f}: key 'shape.{key}': expected a whole number >= {least}, got {v!r}")
+
+
+def read_tables(d: Path, m: ModelSpec) -> tuple[Any, Any, Any, Any]:
+    """dense, attention, per-sequence and (MoE models) expert tables of ``d``, each checked."""
+    dn, att, ps = (read_table(d / name) for name in ("dense.csv", "attention.csv", "per_sequence.csv"))
+    if "lm_head" not in set(ps["layer"]):
+        raise ProfileError(f"{d / 'per_sequence.csv'}: no 'lm_head' row (layer column; {MEASURE_HINT})")
+    moe = check_moe(d, m, dn)
+    check_layers(d / "dense.csv", dn, "tokens", ATTENTION_OPS + (() if m.is_moe else MLP_OPS[-1:]))
+    check_layers(d / "per_sequence.csv", ps, "sequences", ("lm_head",))
+    check_attention(d / "attention.csv", att)
+    return dn, att, ps, moe
+
+
+def allreduce_part(m: ModelSpec, gpu: str, tp: int) -> tuple[list[float], Part]:
+    """The all-reduces a TP shard's tables leave out (LLMServingSim's layout times one GPU's shard and no
+    collective): two ring all-reduces of tokens x hidden per layer from the hardware table, estimated."""
+    g = get_gpu(gpu)
+    per = ALLREDUCES_PER_LAYER * m.n_layers
+    curve = [per * allreduce_s(t * m.hidden * m.dtype_bytes, tp, g) for t in TOKEN_GRID]
+    src = (f"not in the measured tp{tp} tables (one GPU's shard, no collective): {ALLREDUCES_PER_LAYER} ring "
+           f"all-reduces of tokens x hidden per layer over {g.interconnect or 'the link'} (llmsim.perf.parallel."
+           "allreduce_s, hardware table)")
+    return curve, Part("estimated", src)
 
 
 def build_from_raw(d: Path) -> tuple[dict, str, str, int]:
     """``(document, model, gpu, tp)`` of the profile measured in directory ``d``."""
     meta = read_meta(d)
     m = raw_model(meta, d / "meta.yaml")
-    dn, att, ps = (read_table(d / name) for name in ("dense.csv", "attention.csv", "per_sequence.csv"))
-    if "lm_head" not in set(ps["layer"]):
-        raise ProfileError(f"{d / 'per_sequence.csv'}: no 'lm_head' row (layer column; {MEASURE_HINT})")
+    dn, att, ps, moe = read_tables(d, m)
+    gpu, tp = get_gpu(meta["gpu"]).name, int(meta.get("tp", 1))
     try:
-        gpu = get_gpu(meta["gpu"]).name
-        tp = int(meta.get("tp", 1))
         dense = lss_dense(dn, m)
         prefill, decode = lss_attention(att, m.n_layers)
         lm_head = lss_lm_head(ps)
@@ -127,11 +152,13 @@ def build_from_raw(d: Path) -> tuple[dict, str, str, int]:
     parts = {p: Part("measured", src) for p in ("dense", "prefill_attention", "decode_attention", "lm_head")}
     parts["overhead"] = Part("estimated", "framework overhead not measured by the operator profiler; vLLM V1 default")
     parts["memory"] = Part("estimated", "from the model config and the calibrated reserve")
-    optional = {}
-    if m.is_moe and (d / "moe.csv").is_file():  # LLMServingSim's moe.csv layout: tokens, activated_experts, time_us
+    optional: dict[str, Any] = {}
+    if moe is not None:  # LLMServingSim's moe.csv layout: tokens, activated_experts, time_us
         optional["moe"] = {"n_experts": m.n_experts, "experts_per_token": m.experts_per_token,
-                           "layers": m.n_moe_layers, **moe_curves(read_table(d / "moe.csv"), m.n_moe_layers)}
+                           "layers": m.n_moe_layers, **moe_curves(moe, m.n_moe_layers)}
         parts["moe"] = Part("measured", src + "; moe.csv at the expected distinct experts of the batch")
+    if tp > 1:
+        optional["allreduce"], parts["allreduce"] = allreduce_part(m, gpu, tp)
     b = Built(dense, lm_head, prefill, decode, dict(MODERN_OVERHEAD), parts, [], [f"raw dir {d.name}"],
               optional=optional)
     doc = render(b, m.name, meta["gpu"], tp)

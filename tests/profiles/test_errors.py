@@ -102,7 +102,7 @@ def _meta_missing(d: Path) -> None:
          "dense.csv: line 2: time_us: expected a finite"),
         ("neg_time", lambda d: _edit(d / "attention.csv", "0,0,1,16,", "0,0,1,16,-"), "attention.csv: line 8: time_us"),
         ("cut_row", lambda d: _edit(d / "dense.csv", "layer,tokens,time_us\n", "layer,tokens,time_us\nembedding,4\n"),
-         "dense.csv: line 2: time_us: expected a finite number >= 0, got ''"),
+         "dense.csv: line 2: time_us: expected a finite number > 0 (microseconds), got ''"),
         ("empty_csv", lambda d: (d / "dense.csv").write_text(""), "dense.csv: not a readable CSV"),
         ("header_only", lambda d: (d / "per_sequence.csv").write_text("layer,sequences,time_us\n"),
          "per_sequence.csv: no rows after the header"),

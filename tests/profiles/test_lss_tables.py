@@ -141,6 +141,9 @@ def test_from_raw_reads_a_moe_table(tmp_path) -> None:
     tiny_raw(d)
     meta = yaml.safe_load((d / "meta.yaml").read_text())
     (d / "meta.yaml").write_text(yaml.safe_dump({**meta, "model": "qwen3-30b-a3b", "gpu": "rtx-pro-6000"}))
+    dense = (d / "dense.csv").read_text().splitlines(keepends=True)  # a MoE layer's MLP is its experts (moe.csv)
+    (d / "dense.csv").write_text("".join(r for r in dense if r.split(",")[0] not in ("gate_up_proj", "act_fn",
+                                                                                   "down_proj")))
     rows = [(t, e, 50 + 6 * e + 0.1 * t) for t in (1, 16, 256, 2048) for e in (8, 32, 128) if e <= 8 * t]
     (d / "moe.csv").write_text("tokens,activated_experts,time_us\n" + "".join(f"{t},{e},{us}\n" for t, e, us in rows))
     doc, model, gpu, tp = build_from_raw(d)
