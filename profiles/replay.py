@@ -40,7 +40,8 @@ from llmsim.cluster import InstanceConfig
 from llmsim.engine.config import EngineConfig
 from llmsim.engine.iteration import without_decode_skew
 from llmsim.errors import LLMSimError, TraceError
-from llmsim.perf.models import get_model
+from llmsim.perf.hf_config import looks_like_path
+from llmsim.perf.models import ModelSpec, get_model, registered_model
 from llmsim.perf.parallel import check_degrees
 from llmsim.perf.profile import load_profile
 from llmsim.profiles.replay_deploy import (
@@ -322,10 +323,11 @@ def recorded_deployment(requests: str | Path, model: str,
     ``args``' flags add to it; one contradicting it is an error unless ``--override-meta``) and the notes: every
     setting with its source, then a warning per overriding flag. Shared by ``replay`` and ``calibrate``, so both
     replay the same deployment."""
-    _, meta = read_meta(requests)
+    f, meta = read_meta(requests)
     settings, warnings = resolve(args or argparse.Namespace(), meta)
     value = {k: s.value for k, s in settings.items()}
     spec = get_model(model)
+    check_recorded_model(f, meta, model, spec)
     ep = expert_parallel_degree(settings, spec)
     check_degrees(spec, value["tp"], ep, value["dp"])
     policy = getattr(args, "policy", None) or ("chunked" if value["chunked_prefill"] else "vllm_v0")
@@ -336,6 +338,23 @@ def recorded_deployment(requests: str | Path, model: str,
               "kv_cache_dtype": value["kv_cache_dtype"]}
     notes = [f"setting {line}" for line in describe_settings(settings, spec)] + [f"warning: {w}" for w in warnings]
     return kwargs, notes
+
+
+LAYER_SHAPE = ("n_layers", "hidden", "n_heads", "n_kv_heads", "intermediate", "vocab", "n_experts",
+               "experts_per_token", "moe_intermediate")
+
+
+def check_recorded_model(f: Path, meta: dict[str, Any], model: str, spec: ModelSpec) -> None:
+    """The run's ``model`` engine argument, when it names a registered model (name, alias or Hugging Face id),
+    must have ``spec``'s layers: another model's step times compared with the run's latencies are no check. A local
+    checkpoint path or an unregistered id is not checked (its layers are not known here)."""
+    recorded = meta.get("model")
+    if not isinstance(recorded, str) or looks_like_path(recorded):
+        return
+    known = registered_model(recorded)
+    if known is not None and any(getattr(known, k) != getattr(spec, k) for k in LAYER_SHAPE):
+        raise TraceError(f"{f}: model={recorded!r} is {known.name}, not --model {model} ({spec.name}, other "
+                         "layers): the replay would compare another model with the one measured")
 
 
 def replay_from_args(args: argparse.Namespace) -> tuple[list[dict], list[str], pd.DataFrame]:

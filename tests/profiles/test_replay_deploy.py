@@ -229,3 +229,19 @@ def test_meta_values_written_as_text_read_as_their_type(tmp_path):
     assert meta["enable_expert_parallel"] is False and meta["enable_prefix_caching"] is True
     assert (meta["tensor_parallel_size"], meta["gpu_memory_utilization"], meta["block_size"]) == (2, 0.85, 32)
     assert isinstance(meta["block_size"], int)
+
+
+def test_a_run_of_another_model_is_refused(tmp_path, capsys):
+    """meta.json's ``model`` (vLLM's engine argument) names the model measured: replaying another one compared
+    its latencies with the run's in silence. A model of the same layers (an alias, a fine-tune) replays."""
+    req = write_run(tmp_path, {"engine_kwargs": {"model": "Qwen/Qwen3-32B", "tensor_parallel_size": 2}})
+    assert main(["replay", "--requests", req, "--model", "llama-3.1-8b", "--gpu", "h100",
+                 "--profile-kind", "roofline"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert "meta.json: model='Qwen/Qwen3-32B' is qwen3-32b, not --model llama-3.1-8b" in err
+    assert main(["replay", "--requests", req, "--model", "qwen3-32b", "--gpu", "h100",
+                 "--profile-kind", "roofline"]) == 0
+    req = write_run(tmp_path, {"model": "/data/ckpt/my-finetune", "tensor_parallel_size": 2})  # a local path
+    assert main(["replay", "--requests", req, "--model", "llama-3.1-8b", "--gpu", "h100",
+                 "--profile-kind", "roofline"]) == 0
