@@ -52,7 +52,7 @@ def read_table(f: Path) -> pd.DataFrame:
     times = pd.to_numeric(df[TIME], errors="coerce").to_numpy(float)
     _refuse_first(f, df, TIME, ~np.isfinite(times) | (times <= 0), "a finite number > 0 (microseconds)")
     df[TIME] = times
-    _refuse_repeats(f, df, [*text_cols, *grid])
+    _refuse_repeats(f, df, text_cols, list(grid))
     return df
 
 
@@ -62,14 +62,15 @@ def _refuse_first(f: Path, df: pd.DataFrame, col: str, bad: np.ndarray, what: st
         raise ProfileError(f"{f}: line {i + 2}: {col}: expected {what}, got {df[col].iloc[i]!r}")
 
 
-def _refuse_repeats(f: Path, df: pd.DataFrame, key: list[str]) -> None:
+def _refuse_repeats(f: Path, df: pd.DataFrame, text_cols: tuple[str, ...], grid: list[str]) -> None:
     """A point measured twice: the fit would take the median of two runs, or of a run and a stray row."""
+    key = [*text_cols, *grid]
     again = df.duplicated(key, keep="first").to_numpy()
     if again.any():
         i = int(np.argmax(again))
         j = int(np.argmax((df[key] == df[key].iloc[i]).all(axis=1).to_numpy()))
-        point = ", ".join(f"{k}={df[k].iloc[i]!r}" if df[k].dtype == object else f"{k}={int(df[k].iloc[i])}"
-                          for k in key)
+        point = ", ".join([f"{k}={str(df[k].iloc[i])!r}" for k in text_cols] + [f"{k}={int(df[k].iloc[i])}"
+                                                                                for k in grid])
         raise ProfileError(f"{f}: line {i + 2} measures the point of line {j + 2} again ({point}): expected one "
                            "time per point (two measurements merged into one file?)")
 

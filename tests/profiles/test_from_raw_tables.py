@@ -1,6 +1,6 @@
 """``build --from-raw`` on measurement tables that would build a wrong profile in silence: a zero time, a point
 measured twice, an operator missing at some sizes or altogether, attention without decode or prefill rows, a TP the
-model cannot split over (or that the profiler's own record contradicts), a mixture-of-experts model without its
+model cannot split over (or that the profiler's own tp_degrees leave out), a mixture-of-experts model without its
 expert table (or a dense one with one), a bad model shape. Each is one line naming the file, line or key and what
 was expected; nothing is written. A TP > 1 profile gets the all-reduces its shard tables leave out, marked
 estimated."""
@@ -79,8 +79,6 @@ CASES = [
      "attention.csv: line 14: an empty batch (no prefill chunk, no decode)"),
     ("tp_not_dividing_heads", lambda d: _meta(d, tp=3),
      "meta.yaml: key 'tp': model 'llama-2-7b': 32 attention heads do not split over tp=3"),
-    ("tp_against_profiler_record", lambda d: _meta(d, tp=2, engine_effective={"tensor_parallel_size": 1}),
-     "meta.yaml: key 'tp' is 2 but engine_effective.tensor_parallel_size is 1"),
     ("tp_not_profiled", lambda d: _meta(d, tp=2, tp_degrees=[1]),
      "meta.yaml: key 'tp' is 2 but tp_degrees is [1]"),
     ("moe_without_expert_table", lambda d: _moe_model(d, with_table=False),
@@ -115,8 +113,8 @@ def test_a_table_that_would_build_a_wrong_profile_is_one_line(name, breakit, nee
 def test_a_tp2_profile_adds_the_allreduces_its_shard_tables_leave_out(tmp_path) -> None:
     """LLMServingSim-layout TP tables time one GPU's shard without the collective: the profile adds two ring
     all-reduces per layer, marked estimated (it used to be all 'measured' and have no collective at all)."""
-    tiny_raw(tmp_path / "raw")
-    _meta(tmp_path / "raw", tp=2)
+    tiny_raw(tmp_path / "raw")  # LLMServingSim's meta.yaml: one engine_effective (its first TP's) for every TP
+    _meta(tmp_path / "raw", tp=2, tp_degrees=[1, 2], engine_effective={"tensor_parallel_size": 1})
     doc, _, _, tp = build_from_raw(tmp_path / "raw")
     p = MeasuredProfile(doc)
     assert tp == 2 and p.parts["allreduce"] == "estimated" and "allreduce" in p.describe()["estimated_parts"]
