@@ -3,7 +3,7 @@
 A table that would fit a wrong profile in silence is refused in one line naming the file, the line or the column
 and what was expected: a time that is not a positive number, a size that is not a whole number, a point measured
 twice (two runs merged into one file), an operator missing at some sizes (the sum over operators would skip it
-there) or altogether, attention without decode or prefill points, an empty batch, a mixture-of-experts model
+there) or altogether, attention without a decode or a prefill point, an empty batch, a mixture-of-experts model
 without its expert table or with a dense MLP as well.
 """
 
@@ -28,7 +28,7 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {
 }
 ATTENTION_OPS = ("qkv_proj", "o_proj")  # every decoder layer's projections
 MLP_OPS = ("gate_up_proj", "act_fn", "down_proj")  # a dense MLP's; a MoE model's experts are moe.csv
-FIT_POINTS = 3  # prefill and decode attention are fits of three coefficients each
+FIT_POINTS = 1  # prefill and decode attention are each fitted on their own points (none: a zero part)
 
 
 def read_table(f: Path) -> pd.DataFrame:
