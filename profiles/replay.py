@@ -1,6 +1,6 @@
 """Replay a recorded serving run through llmsim and compare latencies with the measured ones.
 
-    python -m llmsim.profiles replay --requests FILE --model M --gpu G [--tp N] [--dp N] [--override-meta]
+    python -m llmsim.profiles replay --requests FILE --model M --gpu G [--tp N] [--dp N]
         [--enable-expert-parallel] [--policy chunked] [--max-num-batched-tokens 2048] [--max-num-seqs 256]
         [--block-size 16] [--no-enable-prefix-caching] [--gpu-memory-utilization 0.9] [--json]
         [--timeline] [--plot timeline.png] [--overhead-per-iteration S] [--overhead-per-seq S]
@@ -13,8 +13,7 @@ latencies or itls, errors: the failed requests are counted and left out) or a CS
 columns ``arrival, prompt_tokens, output_tokens`` and optionally measured ``ttft`` and ``e2e`` (seconds) or
 ``first_token, finish`` timestamps. The engine settings (TP, DP, expert parallelism, chunked prefill, prefix
 caching, block size, batch limits, memory use) come from the run's ``meta.json`` unless a flag gives them
-(profiles/replay_deploy.py; a flag contradicting the file is an error unless ``--override-meta``); the replay
-prints each with its source. Prints simulated vs measured mean / median /
+(profiles/replay_deploy.py); the replay prints each with its source. Prints simulated vs measured mean / median /
 p90 of TTFT, TPOT and E2E latency (ms) and where each part of the profile comes from; ``--json`` prints one JSON
 object per row (metric, simulated, measured, error_pct) and the settings on stderr. ``--timeline`` / ``--plot``
 compare the per-second running / waiting (/ KV) curves with the run's ``timeseries.csv``
@@ -320,9 +319,8 @@ def compare(sim: dict[str, float], meas: dict[str, float] | None) -> list[dict]:
 def recorded_deployment(requests: str | Path, model: str,
                         args: argparse.Namespace | None = None) -> tuple[dict[str, Any], list[str]]:
     """The :func:`simulate_run` keyword arguments of the deployment a run recorded (its meta.json, strictly read;
-    ``args``' flags add to it; one contradicting it is an error unless ``--override-meta``) and the notes: every
-    setting with its source, then a warning per overriding flag. Shared by ``replay`` and ``calibrate``, so both
-    replay the same deployment."""
+    ``args``' flags override it) and the notes: every setting with its source, then a warning per contradicting
+    flag. Shared by ``replay`` and ``calibrate``, so both replay the same deployment."""
     f, meta = read_meta(requests)
     settings, warnings = resolve(args or argparse.Namespace(), meta)
     value = {k: s.value for k, s in settings.items()}
@@ -359,7 +357,7 @@ def check_recorded_model(f: Path, meta: dict[str, Any], model: str, spec: ModelS
 
 def replay_from_args(args: argparse.Namespace) -> tuple[list[dict], list[str], pd.DataFrame]:
     """The comparison rows, notes and simulated timeline of the replay the command line asks for; the notes start
-    with every engine setting and its source (flag / meta.json / default) and a warning per overriding flag."""
+    with every engine setting and its source (flag / meta.json / default) and a warning per contradicting flag."""
     rec = read_requests(args.requests)
     deployment, head = recorded_deployment(args.requests, args.model, args)
     overhead = {k: v for k, v in (("per_iteration", getattr(args, "overhead_per_iteration", None)),
@@ -397,8 +395,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="(meta: max_model_len; the longest request + 16)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=None, help="(meta: gpu_memory_utilization; 0.9)")
     ap.add_argument("--kv-cache-dtype", default=None, help="auto | fp8 | ... (meta: kv_cache_dtype; auto)")
-    ap.add_argument("--override-meta", action="store_true", help="let a flag that contradicts the run's meta.json "
-                    "win (a what-if replay; without it the contradiction is an error)")
     ap.add_argument("--profile-kind", default="auto", choices=["auto", "measured", "roofline"])
     ap.add_argument("--json", action="store_true", help="one JSON object per metric (the settings go to stderr)")
     ap.add_argument("--timeline", action="store_true", help="per-second running / waiting next to timeseries.csv")

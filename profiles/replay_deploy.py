@@ -4,12 +4,10 @@ vLLM runs record their engine arguments next to ``requests.jsonl`` in ``meta.jso
 ``engine_args`` or at the top level) with vLLM's own names: ``tensor_parallel_size``, ``data_parallel_size``,
 ``enable_expert_parallel``, ``enable_chunked_prefill``, ``enable_prefix_caching``, ``block_size``,
 ``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``max_model_len``,
-``kv_cache_dtype``. A flag that contradicts the file is refused in one line (the replay compares its latencies with
-the measured ones, so it must run the deployment measured); ``--override-meta`` replays the flag's deployment
-instead, a what-if with a warning line. A setting llmsim does not model (pipeline parallelism, speculative
-decoding, online quantisation, fp32 weights) is refused the same way: a replay never silently runs another
-deployment than the one measured. vLLM's own balancer between data-parallel engines is the router
-``vllm_data_parallel`` (llmsim.routing.load).
+``kv_cache_dtype``. A flag overrides the file, and a flag that contradicts it is a warning line: a replay never
+silently runs another deployment than the one measured. A setting llmsim does not model (pipeline parallelism,
+speculative decoding, fp32 weights) is refused in one line naming the key. vLLM's own balancer between
+data-parallel engines is the router ``vllm_data_parallel`` (llmsim.routing.load).
 """
 
 from __future__ import annotations
@@ -44,8 +42,6 @@ UNMODELLED: dict[str, tuple[Any, str]] = {
     "speculative_config": (lambda v: v not in (None, {}, "", "None", "null"), "speculative decoding"),
     "speculative_model": (lambda v: v not in (None, "", "None", "null"), "speculative decoding"),
     "num_speculative_tokens": (lambda v: as_number(v) not in (None, 0), "speculative decoding"),
-    "quantization": (lambda v: v not in (None, "", "None", "null"), "weights quantised when loaded (the profile "
-                     "times the checkpoint's own weights; give a quantised model's config.json instead)"),
     "dtype": (lambda v: str(v).lower() in ("float32", "float", "fp32"), "fp32 weights and activations"),
 }
 BOOLEAN = ("expert_parallel", "chunked_prefill", "prefix_caching")
@@ -136,8 +132,7 @@ def flag_value(name: str, args: argparse.Namespace) -> Any:
 
 
 def resolve(args: argparse.Namespace, meta: dict[str, Any]) -> tuple[dict[str, Setting], list[str]]:
-    """Every setting with where it came from. A flag that contradicts the run's meta.json is refused (a
-    TraceError), or with ``--override-meta`` a warning: the replay then runs the flag's what-if deployment."""
+    """Every setting with where it came from, and a warning per flag that contradicts the run's meta.json."""
     out: dict[str, Setting] = {}
     warnings: list[str] = []
     for name, (_, attr, default) in SETTINGS.items():
@@ -146,12 +141,8 @@ def resolve(args: argparse.Namespace, meta: dict[str, Any]) -> tuple[dict[str, S
         if flag is not None:
             out[name] = Setting(flag, f"flag {flag_name}")
             if recorded is not None and recorded[0] != flag:
-                said = f"{flag_name} {getattr(args, attr)} contradicts meta.json {recorded[1]}={recorded[0]}"
-                if not getattr(args, "override_meta", False):
-                    raise TraceError(f"{said}: the replay would compare another deployment with the one measured; "
-                                     "drop the flag, or pass --override-meta for a what-if replay")
-                warnings.append(f"{said}; replaying with the flag (--override-meta: a what-if, not the run "
-                                "measured)")
+                warnings.append(f"{flag_name} {getattr(args, attr)} contradicts meta.json {recorded[1]}="
+                                f"{recorded[0]}; replaying with the flag")
         elif recorded is not None:
             out[name] = Setting(recorded[0], f"meta.json {recorded[1]}")
         else:
