@@ -121,13 +121,13 @@ class ClusterView:
     def _stage_candidates(self, req: Request) -> list[int]:
         insts = self._c.instances
         decode = self.stage == "decode"
-        model = kv_format(insts[req.instance]) if decode else req.model
-        key = (req.prompt_tokens, model, decode)
+        fmt = kv_format(insts[req.instance]) if decode else None  # the copy's format (decode stage only)
+        key = (req.prompt_tokens, fmt if decode else req.model, decode)
         c = self._cand_cache.get(key)
         if c is None:
             skip = "prefill" if decode else "decode"
             mine = [i for i, role in enumerate(self._roles or ()) if role != skip
-                    and (not decode or takes_copies_of(insts[i], model))]
+                    and (fmt is None or takes_copies_of(insts[i], fmt))]
             c = [i for i in mine if not insts[i].can_ever_serve(req)] or mine
             if len(self._cand_cache) < 65536:
                 self._cand_cache[key] = c
